@@ -1,0 +1,5 @@
+import sys
+
+from clusterctl.cli import main
+
+sys.exit(main())

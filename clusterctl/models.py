@@ -1,0 +1,255 @@
+"""Frozen value types shared by every layer. No I/O here.
+
+The shape of the data is the contract between layers: the inventory loader builds an
+`Inventory`; modules turn it into `Command`s; the executor turns those into
+`HostResult`s; the renderer and the CLI read those.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Optional, Union
+
+SECRET_NAME_MARKERS = ("TOKEN", "KEY", "PASSWORD", "SECRET", "PASSWD", "CREDENTIAL")
+MASK = "***"
+
+
+def looks_secret(name: str) -> bool:
+    """True for variable names whose values must never be printed or stored."""
+    upper = name.upper()
+    return any(marker in upper for marker in SECRET_NAME_MARKERS)
+
+
+class HostStatus(str, enum.Enum):
+    OK = "ok"
+    CHANGED = "changed"
+    SKIPPED = "skipped"
+    FAILED = "failed"
+    UNREACHABLE = "unreachable"
+
+    @property
+    def succeeded(self) -> bool:
+        return self in (HostStatus.OK, HostStatus.CHANGED, HostStatus.SKIPPED)
+
+
+class CheckStatus(str, enum.Enum):
+    PASS = "pass"
+    WARN = "warn"
+    FAIL = "fail"
+
+
+# --------------------------------------------------------------------------- inventory
+
+
+@dataclass(frozen=True)
+class SSHSettings:
+    user: Optional[str] = None
+    port: Optional[int] = None
+    identity_file: Optional[str] = None
+    known_hosts: str = "~/.ssh/known_hosts"
+    host_key_policy: str = "strict"  # strict | accept-new
+    connect_timeout: float = 10.0
+    command_timeout: float = 600.0
+    proxy_jump: Optional[str] = None
+    forward_agent: bool = False
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    name: str
+    value: str
+    secret: bool = False
+
+    @property
+    def is_secret(self) -> bool:
+        return self.secret or looks_secret(self.name)
+
+    @property
+    def shown(self) -> str:
+        return MASK if self.is_secret else self.value
+
+
+# gpus: "all" | "none" | a count | explicit device ids
+GpuSelection = Union[str, int, tuple]
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str
+    address: str
+    ssh: SSHSettings = field(default_factory=SSHSettings)
+    connection: str = "ssh"  # ssh | local
+    gpus: Optional[GpuSelection] = None  # per-host override of container.gpus
+    groups: tuple[str, ...] = ()
+    slots: Optional[int] = None  # from an MPI hostfile: processes this host may run
+    nic: Optional[str] = None  # overrides the detected NCCL/GLOO socket interface
+    env: tuple[EnvVar, ...] = ()
+
+    @property
+    def is_local(self) -> bool:
+        return self.connection == "local"
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    image: str
+    name: str = "clusterctl"
+    runtime: str = "docker"  # docker | host (no container)
+    gpus: GpuSelection = "all"
+    shm_size: Optional[str] = None
+    ipc: Optional[str] = None  # "host" or None
+    volumes: tuple[str, ...] = ()
+    env: tuple[EnvVar, ...] = ()
+    command: tuple[str, ...] = ("sleep", "infinity")
+    pull: str = "missing"  # always | missing | never
+    labels: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class RendezvousSpec:
+    port: int = 29500
+    master: Optional[str] = None  # host name; defaults to the first host
+    join_timeout: int = 120
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    command: tuple[str, ...] = ()
+    args: tuple[str, ...] = ()
+    workdir: Optional[str] = None
+    nproc_per_node: Union[int, str] = "auto"
+    world_size_divides: Optional[int] = None
+    outputs: str = "/tmp/clusterctl-outputs"
+    env: tuple[EnvVar, ...] = ()
+    python: str = "python3"
+
+
+@dataclass(frozen=True)
+class CheckSettings:
+    shm_min_bytes: int = 1 << 30
+    disk_min_bytes: int = 1 << 30
+    clock_skew_warn_s: float = 1.0
+    ib: str = "auto"  # auto | required | off
+
+
+@dataclass(frozen=True)
+class Inventory:
+    name: str
+    hosts: tuple[Host, ...]
+    ssh: SSHSettings = field(default_factory=SSHSettings)
+    container: Optional[ContainerSpec] = None
+    rendezvous: RendezvousSpec = field(default_factory=RendezvousSpec)
+    job: JobSpec = field(default_factory=JobSpec)
+    checks: CheckSettings = field(default_factory=CheckSettings)
+    source: Optional[Path] = None
+
+    def host(self, name: str) -> Host:
+        for host in self.hosts:
+            if host.name == name:
+                return host
+        raise KeyError(name)
+
+    @property
+    def master(self) -> Host:
+        if self.rendezvous.master:
+            return self.host(self.rendezvous.master)
+        return self.hosts[0]
+
+    @property
+    def uses_container(self) -> bool:
+        return self.container is not None and self.container.runtime == "docker"
+
+    def limited(self, names: "tuple[str, ...] | list[str]") -> "Inventory":
+        from dataclasses import replace
+
+        wanted = set(names)
+        return replace(self, hosts=tuple(h for h in self.hosts if h.name in wanted or wanted & set(h.groups)))
+
+
+# --------------------------------------------------------------------------- execution
+
+
+@dataclass(frozen=True)
+class Command:
+    """One remote process, as an argv list. Quoting happens only at the transport edge."""
+
+    argv: tuple[str, ...]
+    timeout: Optional[float] = 120.0
+    env: tuple[tuple[str, str], ...] = ()
+    stdin: Optional[bytes] = None
+    cwd: Optional[str] = None
+    ok_exit_codes: tuple[int, ...] = (0,)
+    changes: bool = False  # a zero exit means the host changed
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "argv", tuple(str(a) for a in self.argv))
+
+    @property
+    def display(self) -> str:
+        import shlex
+
+        env = " ".join(f"{k}={MASK if looks_secret(k) else shlex.quote(v)}" for k, v in self.env)
+        return (env + " " if env else "") + shlex.join(self.argv)
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    exit_code: Optional[int]
+    stdout: str = ""
+    stderr: str = ""
+    duration: float = 0.0
+    timed_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+
+@dataclass(frozen=True)
+class Skip:
+    reason: str
+
+
+@dataclass(frozen=True)
+class HostResult:
+    host: str
+    status: HostStatus
+    detail: str = ""
+    exit_code: Optional[int] = None
+    stdout: str = ""
+    stderr: str = ""
+    duration: float = 0.0
+    data: Mapping = field(default_factory=dict)
+    log_path: Optional[str] = None
+
+    @property
+    def succeeded(self) -> bool:
+        return self.status.succeeded
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    host: Optional[str]
+    check: str
+    status: CheckStatus
+    detail: str
+    fix: str = ""
+
+    def to_json(self) -> dict:
+        return {"host": self.host, "check": self.check, "status": self.status.value, "detail": self.detail, "fix": self.fix}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One diagnosis: a cause from CONTRACT.md's vocabulary, where, the evidence, the fix."""
+
+    cause: str
+    evidence: str
+    fix: str
+    host: Optional[str] = None
+    rank: Optional[int] = None
+    score: float = 0.0  # ranking weight; not part of the JSON contract
+
+    def to_json(self) -> dict:
+        return {"cause": self.cause, "host": self.host, "rank": self.rank, "evidence": self.evidence, "fix": self.fix}
