@@ -1,0 +1,59 @@
+"""Playbook modules (Ansible's word): one file per domain.
+
+A module is a function `(ctx: TaskContext, **args)` that returns the commands to run on
+`ctx.host`, a `Skip` with its reason, or a `HostAction` (a callable taking the transport)
+for work that talks to the Docker engine's API. Modules never touch the network
+themselves; the executor runs what they return.
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+from typing import Any, Callable, Mapping
+
+_DOMAINS = ("shell", "copy", "process", "docker", "checks", "torchrun", "logs")
+_REGISTRY: dict[str, Callable[..., Any]] = {}
+
+
+def module(name: str):
+    """Register a module function under its playbook name (e.g. `docker.container`)."""
+
+    def register(fn):
+        _REGISTRY[name] = fn
+        return fn
+
+    return register
+
+
+def _load_all() -> None:
+    if _REGISTRY:
+        return
+    for domain in _DOMAINS:
+        try:
+            importlib.import_module(f"clusterctl.modules.{domain}")
+        except ModuleNotFoundError as exc:  # a domain not built yet
+            if exc.name != f"clusterctl.modules.{domain}":
+                raise
+
+
+def names() -> list[str]:
+    _load_all()
+    return sorted(_REGISTRY)
+
+
+def resolve(name: str) -> Callable[..., Any]:
+    _load_all()
+    return _REGISTRY[name]
+
+
+def argument_problems(name: str, args: Mapping[str, Any]) -> list[str]:
+    """What is wrong with `args` for module `name` (empty when fine). No I/O."""
+    fn = resolve(name)
+    params = list(inspect.signature(fn).parameters.values())[1:]  # skip ctx
+    accepted = {p.name for p in params}
+    problems = [f"unknown argument '{key}' (accepted: {', '.join(sorted(accepted)) or 'none'})"
+                for key in args if key not in accepted]
+    for param in params:
+        if param.default is inspect.Parameter.empty and param.name not in args:
+            problems.append(f"missing required argument '{param.name}'")
+    return problems

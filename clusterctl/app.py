@@ -1,0 +1,63 @@
+"""What every command needs: parsed args, environment, state, renderer, inventory, connections."""
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from clusterctl.errors import UsageError
+from clusterctl.executor import Connections
+from clusterctl.models import Inventory
+from clusterctl.render import Renderer
+from clusterctl.state import State
+
+
+def add_cluster_options(parser: argparse.ArgumentParser, limit: bool = True) -> None:
+    parser.add_argument("-i", "--inventory", help="inventory file (default: the active cluster of `up`)")
+    if limit:
+        parser.add_argument("--limit", help="comma-separated host names or groups to act on")
+
+
+@dataclass
+class App:
+    args: argparse.Namespace
+    env: dict
+    state: State
+    renderer: Renderer
+    _connections: Optional[Connections] = field(default=None, repr=False)
+
+    @classmethod
+    def create(cls, args: argparse.Namespace, env: dict) -> "App":
+        return cls(args, env, State.here(env), Renderer(json_mode=args.json, verbose=args.verbose))
+
+    def inventory_path(self, explicit: Optional[str] = None) -> Path:
+        given = explicit or getattr(self.args, "inventory", None)
+        return Path(given) if given else self.state.active_inventory()
+
+    def inventory(self, explicit: Optional[str] = None) -> Inventory:
+        from clusterctl.inventory import load_inventory
+
+        inventory = load_inventory(self.inventory_path(explicit))
+        limit = getattr(self.args, "limit", None)
+        if limit:
+            wanted = [name.strip() for name in limit.split(",") if name.strip()]
+            known = {h.name for h in inventory.hosts} | {g for h in inventory.hosts for g in h.groups}
+            unknown = [name for name in wanted if name not in known]
+            if unknown:
+                raise UsageError(f"--limit names unknown hosts or groups: {', '.join(unknown)}",
+                                 where="--limit", fix=f"choose from: {', '.join(sorted(known))}")
+            inventory = inventory.limited(wanted)
+        return inventory
+
+    @property
+    def connections(self) -> Connections:
+        if self._connections is None:
+            from clusterctl.transport import connect
+
+            self._connections = Connections(connect)
+        return self._connections
+
+    def close(self) -> None:
+        if self._connections is not None:
+            self._connections.close()

@@ -1,0 +1,121 @@
+"""Command line: argv -> a command's `Outcome` -> rendering -> exit code.
+
+This is the only place that maps outcomes to exit codes:
+  0  everything succeeded
+  1  a host or the job failed
+  2  bad input (inventory, playbook, arguments, state) — nothing was touched
+  3  a host was unreachable (and nothing else failed)
+  130 interrupted (Ctrl-C / SIGTERM), after cleaning up
+Heavy imports (fabric, docker, rich, yaml) happen inside the commands, so `--help` is fast.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import signal
+import sys
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+# command name -> (module under clusterctl.commands, one-line help)
+COMMANDS = {
+    "up": ("up", "start the cluster: clean stale ranks, pull, start containers, preflight checks"),
+    "run": ("run", "launch the job with torchrun on every node, stream logs, fail fast"),
+    "collect-logs": ("collect", "gather logs, outputs and node diagnostics of a run, then diagnose"),
+    "check": ("check", "run the preflight checks alone"),
+    "status": ("status", "hosts, containers, GPUs and running ranks"),
+    "exec": ("exec_", "run an ad-hoc command on every host"),
+    "down": ("down", "stop the job and remove the containers"),
+    "diagnose": ("diagnose", "name the root cause and fix from a log file or a collected run"),
+    "play": ("play", "run a playbook against the active inventory"),
+    "sandbox": ("sandbox", "a rehearsal cluster of N nodes on this machine (root, Linux)"),
+}
+
+
+@dataclass
+class Outcome:
+    """What a command returns: the JSON document (always has "ok") and how it ended."""
+
+    document: dict
+    unreachable: bool = False
+    interrupted: bool = False
+    bad_input: bool = False
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.document.get("ok"))
+
+
+def exit_code(outcome: Outcome) -> int:
+    if outcome.interrupted:
+        return EXIT_INTERRUPTED
+    if outcome.bad_input:
+        return EXIT_BAD_INPUT
+    if outcome.ok:
+        return EXIT_OK
+    return EXIT_UNREACHABLE if outcome.unreachable else EXIT_FAILED
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="clusterctl",
+        description="Run distributed PyTorch jobs on bare-metal GPU nodes over SSH and Docker.",
+    )
+    parser.add_argument("--version", action="version", version="clusterctl 0.1.0")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module, help_text) in COMMANDS.items():
+        command_parser = sub.add_parser(name, help=help_text, description=help_text)
+        _common_options(command_parser)
+        _command_module(module).add_arguments(command_parser)
+    return parser
+
+
+def _common_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print exactly one JSON document on stdout")
+    parser.add_argument("-v", "--verbose", action="store_true", help="show the underlying commands and every host")
+
+
+def _command_module(name: str):
+    return importlib.import_module(f"clusterctl.commands.{name}")
+
+
+def main(argv: Optional[Sequence[str]] = None, env: Optional[dict] = None) -> int:
+    env = dict(os.environ if env is None else env)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.print_help(sys.stderr)
+        return EXIT_BAD_INPUT
+    from clusterctl.app import App
+    from clusterctl.errors import ClusterctlError
+    from clusterctl.render import emit_json
+
+    app = App.create(args, env)
+    module = _command_module(COMMANDS[args.command][0])
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        outcome = module.execute(args, app)
+    except ClusterctlError as exc:
+        outcome = Outcome({"ok": False, **exc.to_json()}, bad_input=exc.exit_code == EXIT_BAD_INPUT)
+        app.renderer.error(str(exc))
+    except KeyboardInterrupt:
+        outcome = Outcome({"ok": False, "error": "interrupted"}, interrupted=True)
+        app.renderer.error("interrupted")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        app.close()
+    if args.json:
+        emit_json(outcome.document)
+    return exit_code(outcome)
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,39 @@
+"""`clusterctl exec -- CMD ...`: an ad-hoc command on every host, like `ansible all -m shell`."""
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+
+from clusterctl.app import add_cluster_options
+from clusterctl.cli import Outcome
+from clusterctl.commands import any_unreachable, hosts_document
+from clusterctl.errors import UsageError
+from clusterctl.executor import for_each_host, run_commands
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_cluster_options(parser)
+    parser.add_argument("--timeout", type=float, default=None, help="seconds per host (default: ssh.command_timeout)")
+    parser.add_argument("cmd", nargs=argparse.REMAINDER, help="the command; one word runs through sh -c")
+
+
+def execute(args, app) -> Outcome:
+    from clusterctl.modules.shell import exec_command
+
+    argv = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    if not argv:
+        raise UsageError("no command given", where="clusterctl exec", fix="clusterctl exec -- hostname")
+    inventory = app.inventory()
+
+    def action(transport, host):
+        command = exec_command(argv, timeout=args.timeout or host.ssh.command_timeout)
+        result = run_commands(transport, host, [command], app.renderer.on_event, stream=not args.json)
+        return replace(result, data={"stdout": result.stdout, "stderr": result.stderr, "exit_code": result.exit_code})
+
+    results = for_each_host(list(inventory.hosts), action, app.connections)
+    document = hosts_document(results)
+    for entry in document["hosts"].values():
+        entry.setdefault("stdout", "")
+        entry.setdefault("exit_code", None)
+    app.renderer.hosts_table("exec", results, extra_columns=("exit_code",))
+    return Outcome(document, unreachable=any_unreachable(results))

@@ -1,0 +1,32 @@
+"""`clusterctl play PLAYBOOK`: run any playbook against the active inventory."""
+from __future__ import annotations
+
+import argparse
+
+from clusterctl.app import add_cluster_options
+from clusterctl.cli import Outcome
+from clusterctl.commands import any_unreachable, hosts_document
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_cluster_options(parser)
+    parser.add_argument("playbook", help="a playbook file, or the name of a built-in flow under playbooks/")
+
+
+def execute(args, app) -> Outcome:
+    from clusterctl import modules
+    from clusterctl.executor import run_plan
+    from clusterctl.playbook import find_playbook, load_playbook
+
+    playbook = load_playbook(find_playbook(args.playbook))  # fails before any connection
+    inventory = app.inventory()
+    run_dir = app.state.run_dir("play-" + app.state.new_run_id())
+    report = run_plan(
+        playbook.tasks, inventory, app.connections, modules.resolve,
+        variables={"playbook_dir": str(playbook.path.parent.resolve())},
+        on_event=app.renderer.on_event, log_dir=run_dir,
+    )
+    app.renderer.hosts_table(f"play {playbook.name}", report.hosts)
+    tasks = [{"name": t.task.name, "hosts": {h: r.status.value for h, r in t.results.items()}} for t in report.tasks]
+    return Outcome(hosts_document(report.hosts, playbook=str(playbook.path), tasks=tasks, logs=str(run_dir)),
+                   unreachable=any_unreachable(report.hosts))

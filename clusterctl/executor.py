@@ -1,0 +1,333 @@
+"""The only place with threads, clocks and retries.
+
+`Connections` keeps one persistent transport per host for the whole invocation, opened
+lazily and in parallel. `for_each_host` runs one action on many hosts through a bounded
+pool and returns one `HostResult` per host: an unreachable host or a crashed action is a
+value, never an exception that unwinds the pool. `run_plan` runs a playbook's tasks with a
+barrier between tasks; a host that fails leaves the play, the others carry on.
+"""
+from __future__ import annotations
+
+import re
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
+
+from clusterctl.errors import ClusterctlError, HostKeyError, UnreachableError
+from clusterctl.models import Command, CommandResult, Host, HostResult, HostStatus, Inventory, Skip
+
+DEFAULT_WIDTH = 64
+CONNECT_RETRIES = 1  # for a dropped handshake (sshd MaxStartups), never for a command that ran
+
+
+@dataclass(frozen=True)
+class Event:
+    """What the core tells the renderer. kinds: task, host_done, line, progress, note."""
+
+    kind: str
+    host: Optional[str] = None
+    text: str = ""
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+
+OnEvent = Callable[[Event], None]
+
+
+def _ignore(_event: Event) -> None:
+    pass
+
+
+# --------------------------------------------------------------------------- connections
+
+
+class Connections:
+    """One transport per host, opened on first use and closed by `close()`."""
+
+    def __init__(self, connect: Callable[[Host], Any]):
+        self._connect = connect
+        self._open: dict[str, Any] = {}
+        self._failed: dict[str, HostResult] = {}
+        self._locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    def get(self, host: Host):
+        """The transport for `host`, or raises UnreachableError/HostKeyError (remembered)."""
+        with self._guard:
+            lock = self._locks.setdefault(host.name, threading.Lock())
+        with lock:
+            if host.name in self._open:
+                return self._open[host.name]
+            if host.name in self._failed:
+                raise UnreachableError(self._failed[host.name].detail, where=host.name)
+            started = time.monotonic()
+            try:
+                transport = self._connect_with_retry(host)
+            except (UnreachableError, HostKeyError) as exc:
+                self._failed[host.name] = _unreachable(host, exc, time.monotonic() - started)
+                raise
+            self._open[host.name] = transport
+            return transport
+
+    def _connect_with_retry(self, host: Host):
+        for attempt in range(CONNECT_RETRIES + 1):
+            try:
+                return self._connect(host)
+            except UnreachableError as exc:
+                transient = "banner" in exc.what or "reset" in exc.what.lower()
+                if attempt == CONNECT_RETRIES or not transient:
+                    raise
+                time.sleep(0.2 * (attempt + 1))
+
+    def drop(self, host_name: str) -> None:
+        transport = self._open.pop(host_name, None)
+        if transport is not None:
+            transport.close()
+
+    def close(self) -> None:
+        for name in list(self._open):
+            self.drop(name)
+
+
+def _unreachable(host: Host, exc: ClusterctlError, duration: float) -> HostResult:
+    detail = exc.what + (f" (fix: {exc.fix})" if exc.fix else "")
+    return HostResult(host.name, HostStatus.UNREACHABLE, detail=detail, duration=duration)
+
+
+# --------------------------------------------------------------------------- the pool
+
+
+HostAction = Callable[[Any, Host], HostResult]  # (transport, host) -> result
+
+
+def for_each_host(
+    hosts: Sequence[Host],
+    action: HostAction,
+    connections: Connections,
+    width: int = DEFAULT_WIDTH,
+) -> dict[str, HostResult]:
+    """Run `action` on every host at once (at most `width` in flight). Results in host order."""
+
+    def one(host: Host) -> HostResult:
+        started = time.monotonic()
+        try:
+            transport = connections.get(host)
+            return action(transport, host)
+        except (UnreachableError, HostKeyError) as exc:
+            connections.drop(host.name)
+            return _unreachable(host, exc, time.monotonic() - started)
+        except ClusterctlError as exc:
+            return HostResult(host.name, HostStatus.FAILED, detail=str(exc), duration=time.monotonic() - started)
+        except Exception as exc:  # the edge: one host's bug never unwinds the pool
+            return HostResult(
+                host.name, HostStatus.FAILED, detail=f"internal error: {type(exc).__name__}: {exc}",
+                duration=time.monotonic() - started,
+            )
+
+    if not hosts:
+        return {}
+    with ThreadPoolExecutor(max_workers=max(1, min(width, len(hosts))), thread_name_prefix="host") as pool:
+        results = list(pool.map(one, hosts))
+    return {r.host: r for r in results}
+
+
+def in_parallel(functions: Sequence[Callable[[], Any]]) -> list[Any]:
+    """Run independent local callables concurrently (e.g. the same step against two clusters)."""
+    with ThreadPoolExecutor(max_workers=max(1, len(functions))) as pool:
+        return list(pool.map(lambda fn: fn(), functions))
+
+
+# --------------------------------------------------------------------------- commands on one host
+
+
+class HostLog:
+    """The log file of one host for one step: every command, its output, its exit code."""
+
+    def __init__(self, path: Optional[Path]):
+        self.path = path
+        self._handle = None
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self._handle = open(path, "a", encoding="utf-8")
+
+    def write(self, text: str) -> None:
+        if self._handle is not None:
+            self._handle.write(text)
+            self._handle.flush()
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+
+
+def run_commands(
+    transport,
+    host: Host,
+    commands: Iterable[Command],
+    on_event: OnEvent = _ignore,
+    log_path: Optional[Path] = None,
+    stream: bool = False,
+) -> HostResult:
+    """Run commands in order on one host; stop at the first that fails."""
+    log = HostLog(log_path)
+    started = time.monotonic()
+    outputs, errors, changed = [], [], False
+    last = CommandResult(0)
+    try:
+        for command in commands:
+            log.write(f"$ {command.display}\n")
+            on_line = _line_forwarder(host.name, on_event, log) if stream else None
+            last = transport.run(command, on_line=on_line)
+            if not stream:
+                log.write(last.stdout + last.stderr)
+            log.write(f"[exit {last.exit_code}{' timed out' if last.timed_out else ''} after {last.duration:.2f}s]\n")
+            outputs.append(last.stdout)
+            errors.append(last.stderr)
+            if last.timed_out or last.exit_code not in command.ok_exit_codes:
+                detail = _failure_detail(command, last)
+                return HostResult(
+                    host.name, HostStatus.FAILED, detail, last.exit_code, "".join(outputs), "".join(errors),
+                    time.monotonic() - started, log_path=str(log_path) if log_path else None,
+                )
+            changed = changed or command.changes
+    finally:
+        log.close()
+    status = HostStatus.CHANGED if changed else HostStatus.OK
+    return HostResult(
+        host.name, status, "", last.exit_code, "".join(outputs), "".join(errors),
+        time.monotonic() - started, log_path=str(log_path) if log_path else None,
+    )
+
+
+def _line_forwarder(host_name: str, on_event: OnEvent, log: HostLog):
+    def on_line(stream: str, line: str) -> None:
+        log.write(line + "\n")
+        on_event(Event("line", host_name, line, {"stream": stream}))
+
+    return on_line
+
+
+def _failure_detail(command: Command, result: CommandResult) -> str:
+    if result.timed_out:
+        return f"timed out after {command.timeout:g}s: {command.display}"
+    tail = (result.stderr.strip() or result.stdout.strip()).splitlines()[-3:]
+    return f"exit {result.exit_code}: {command.display}" + ("\n" + "\n".join(tail) if tail else "")
+
+
+# --------------------------------------------------------------------------- plays
+
+
+@dataclass(frozen=True)
+class TaskContext:
+    """What a module sees: the host, the inventory, and the invocation's variables."""
+
+    host: Host
+    inventory: Inventory
+    vars: Mapping[str, Any] = field(default_factory=dict)
+
+
+# A module returns commands to run, a Skip, or a HostAction for engine-level work (Docker API).
+ModuleOutput = Any
+
+
+@dataclass(frozen=True)
+class PlannedTask:
+    name: str
+    module: str
+    args: Mapping[str, Any]
+    hosts: str = "all"  # all | master | workers | a group | a host name
+    where: str = ""  # file:line, for messages
+
+
+@dataclass
+class TaskReport:
+    task: PlannedTask
+    results: dict[str, HostResult]
+
+
+@dataclass
+class PlayReport:
+    tasks: list[TaskReport] = field(default_factory=list)
+    hosts: dict[str, HostResult] = field(default_factory=dict)  # each host's final state
+
+    @property
+    def ok(self) -> bool:
+        return all(r.succeeded for r in self.hosts.values())
+
+
+def select_hosts(inventory: Inventory, selector: str) -> list[Host]:
+    if selector in ("all", "*"):
+        return list(inventory.hosts)
+    master = inventory.master
+    if selector == "master":
+        return [master]
+    if selector == "workers":
+        return [h for h in inventory.hosts if h.name != master.name]
+    return [h for h in inventory.hosts if h.name == selector or selector in h.groups]
+
+
+def run_plan(
+    tasks: Sequence[PlannedTask],
+    inventory: Inventory,
+    connections: Connections,
+    resolve_module: Callable[[str], Callable[..., ModuleOutput]],
+    variables: Mapping[str, Any] = None,
+    on_event: OnEvent = _ignore,
+    log_dir: Optional[Path] = None,
+    width: int = DEFAULT_WIDTH,
+) -> PlayReport:
+    """Run tasks one after another (a barrier between tasks) on their hosts in parallel."""
+    report = PlayReport()
+    variables = dict(variables or {})
+    for index, task in enumerate(tasks, 1):
+        alive = [h for h in select_hosts(inventory, task.hosts) if report.hosts.get(h.name, _OK).succeeded]
+        on_event(Event("task", text=task.name, data={"index": index, "hosts": [h.name for h in alive]}))
+        module = resolve_module(task.module)
+        step_dir = log_dir / f"{index:02d}-{_slug(task.name)}" if log_dir else None
+
+        def action(transport, host: Host, task=task, module=module, step_dir=step_dir) -> HostResult:
+            ctx = TaskContext(host, inventory, variables)
+            output = module(ctx, **task.args)
+            log_path = step_dir / f"{host.name}.log" if step_dir else None
+            return apply_module_output(output, transport, host, on_event, log_path)
+
+        results = for_each_host(alive, action, connections, width)
+        for result in results.values():
+            on_event(Event("host_done", result.host, result.detail, {"result": result, "task": task.name}))
+            previous = report.hosts.get(result.host)
+            report.hosts[result.host] = _merge(previous, result)
+        report.tasks.append(TaskReport(task, results))
+    return report
+
+
+_OK = HostResult("", HostStatus.OK)
+
+
+def apply_module_output(output: ModuleOutput, transport, host: Host, on_event: OnEvent, log_path: Optional[Path]) -> HostResult:
+    if isinstance(output, Skip):
+        return HostResult(host.name, HostStatus.SKIPPED, output.reason)
+    if isinstance(output, HostResult):
+        return output
+    if callable(output):
+        return output(transport, host)
+    return run_commands(transport, host, output, on_event, log_path)
+
+
+def _merge(previous: Optional[HostResult], current: HostResult) -> HostResult:
+    """A host's state across tasks: failures stick, `changed` beats `ok`, data accumulates."""
+    if previous is None:
+        return current
+    if not current.succeeded:
+        return current
+    status = HostStatus.CHANGED if HostStatus.CHANGED in (previous.status, current.status) else (
+        HostStatus.OK if HostStatus.OK in (previous.status, current.status) else current.status
+    )
+    data = {**previous.data, **current.data}
+    return HostResult(current.host, status, current.detail or previous.detail, current.exit_code,
+                      current.stdout, current.stderr, previous.duration + current.duration, data, current.log_path)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:40] or "task"

@@ -1,0 +1,157 @@
+"""The only importer of rich. Draws events live and summaries as tables on stderr.
+
+Machine output (`--json`) is one document on stdout, written by `emit_json`; in JSON mode
+the live view stays quiet except for errors, so scripts can parse stdout.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from typing import Iterable, Mapping, Optional
+
+from clusterctl.executor import Event
+from clusterctl.models import CheckResult, CheckStatus, Finding, HostResult, HostStatus
+
+STATUS_STYLE = {
+    HostStatus.OK: "green", HostStatus.CHANGED: "yellow", HostStatus.SKIPPED: "cyan",
+    HostStatus.FAILED: "bold red", HostStatus.UNREACHABLE: "bold magenta",
+}
+CHECK_STYLE = {CheckStatus.PASS: "green", CheckStatus.WARN: "yellow", CheckStatus.FAIL: "bold red"}
+
+
+class Renderer:
+    def __init__(self, json_mode: bool = False, verbose: bool = False, stream=None):
+        from rich.console import Console
+
+        self.json_mode = json_mode
+        self.verbose = verbose
+        self.console = Console(file=stream or sys.stderr, highlight=False, soft_wrap=True)
+        self._lock = threading.Lock()
+        self._progress = None
+        self._bars: dict[str, int] = {}
+
+    # ---- live events
+    def on_event(self, event: Event) -> None:
+        if self.json_mode and event.kind != "error":
+            return
+        handler = getattr(self, f"_on_{event.kind}", None)
+        if handler is not None:
+            with self._lock:
+                handler(event)
+
+    def _on_task(self, event: Event) -> None:
+        hosts = event.data.get("hosts", [])
+        self.console.print(f"[bold]TASK[/bold] {event.text} [dim]({len(hosts)} hosts)[/dim]")
+
+    def _on_host_done(self, event: Event) -> None:
+        result: HostResult = event.data["result"]
+        if result.status in (HostStatus.OK, HostStatus.SKIPPED) and not self.verbose:
+            return
+        style = STATUS_STYLE[result.status]
+        detail = f" {result.detail}" if result.detail else ""
+        self.console.print(f"  [{style}]{result.status.value}[/{style}] {result.host}{detail}", markup=True)
+
+    def _on_line(self, event: Event) -> None:
+        prefix = event.data.get("prefix") or f"[{event.host}]"
+        style = "red" if event.data.get("stream") == "stderr" else "cyan"
+        self.console.print(f"[{style}]{_escape(prefix)}[/{style}] {_escape(event.text)}")
+
+    def _on_note(self, event: Event) -> None:
+        where = f"[{event.host}] " if event.host else ""
+        self.console.print(f"[dim]{_escape(where + event.text)}[/dim]")
+
+    def _on_error(self, event: Event) -> None:
+        self.console.print(f"[bold red]error:[/bold red] {_escape(event.text)}")
+
+    def _on_progress(self, event: Event) -> None:
+        """data: {key, description, completed, total}; a bar per key (e.g. a pull on one host)."""
+        if not self.console.is_terminal:
+            return
+        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
+
+        if self._progress is None:
+            self._progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+                                      console=self.console, transient=True)
+            self._progress.start()
+        key = event.data["key"]
+        if key not in self._bars:
+            self._bars[key] = self._progress.add_task(event.data.get("description", key), total=event.data.get("total"))
+        self._progress.update(self._bars[key], completed=event.data.get("completed", 0), total=event.data.get("total"))
+
+    def stop_progress(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+            self._bars.clear()
+
+    # ---- summaries
+    def hosts_table(self, title: str, results: Mapping[str, HostResult], extra_columns: Iterable[str] = ()) -> None:
+        if self.json_mode:
+            return
+        from rich.table import Table
+
+        self.stop_progress()
+        table = Table(title=title, title_justify="left")
+        table.add_column("host")
+        table.add_column("status")
+        for column in extra_columns:
+            table.add_column(column)
+        table.add_column("detail", overflow="fold")
+        for result in results.values():
+            style = STATUS_STYLE[result.status]
+            extras = [str(result.data.get(c, "")) for c in extra_columns]
+            detail = result.detail
+            if result.log_path and not result.succeeded:
+                detail += f"\nlog: {result.log_path}"
+            table.add_row(result.host, f"[{style}]{result.status.value}[/{style}]", *map(_escape, extras), _escape(detail))
+        self.console.print(table)
+
+    def checks_table(self, checks: list[CheckResult]) -> None:
+        if self.json_mode:
+            return
+        from rich.table import Table
+
+        self.stop_progress()
+        table = Table(title="preflight checks", title_justify="left")
+        for column in ("host", "check", "status", "detail", "fix"):
+            table.add_column(column, overflow="fold")
+        for check in checks:
+            style = CHECK_STYLE[check.status]
+            table.add_row(check.host or "-", check.check, f"[{style}]{check.status.value}[/{style}]",
+                          _escape(check.detail), _escape(check.fix))
+        self.console.print(table)
+
+    def findings(self, findings: list[Finding], title: str = "diagnosis") -> None:
+        if self.json_mode:
+            return
+        from rich.table import Table
+
+        table = Table(title=title, title_justify="left")
+        for column in ("#", "cause", "host", "rank", "evidence", "fix"):
+            table.add_column(column, overflow="fold")
+        for index, finding in enumerate(findings, 1):
+            style = "bold red" if index == 1 else ""
+            table.add_row(str(index), f"[{style}]{finding.cause}[/{style}]" if style else finding.cause,
+                          finding.host or "-", "-" if finding.rank is None else str(finding.rank),
+                          _escape(finding.evidence), _escape(finding.fix))
+        self.console.print(table)
+
+    def message(self, text: str, style: str = "") -> None:
+        if self.json_mode:
+            return
+        self.console.print(f"[{style}]{_escape(text)}[/{style}]" if style else _escape(text))
+
+    def error(self, text: str) -> None:
+        self.stop_progress()
+        self.console.print(f"[bold red]error:[/bold red] {_escape(text)}")
+
+
+def emit_json(document: dict, stream=None) -> None:
+    (stream or sys.stdout).write(json.dumps(document, indent=2, default=str) + "\n")
+
+
+def _escape(text: Optional[str]) -> str:
+    from rich.markup import escape
+
+    return escape(text or "")

@@ -1,0 +1,101 @@
+"""Local state under ./.clusterctl/: the active inventory, run records, locks.
+
+Directories are created 0700 and files 0600: run records hold command lines and
+environments (secrets masked, but still nobody else's business).
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import secrets
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Optional
+
+from clusterctl.errors import StateError
+
+
+class State:
+    def __init__(self, root: Path):
+        self.root = root
+
+    @classmethod
+    def here(cls, env: Optional[dict] = None) -> "State":
+        env = env if env is not None else os.environ
+        return cls(Path(env.get("CLUSTERCTL_STATE", ".clusterctl")).resolve())
+
+    # ---- files
+    def _ensure(self, path: Path) -> Path:
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        return path
+
+    def write_json(self, path: Path, data) -> None:
+        self._ensure(path.parent)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            json.dump(data, handle, indent=2, sort_keys=True, default=str)
+        os.replace(tmp, path)
+
+    @staticmethod
+    def read_json(path: Path):
+        with open(path) as handle:
+            return json.load(handle)
+
+    # ---- the active inventory
+    @property
+    def _active_file(self) -> Path:
+        return self.root / "active.json"
+
+    def set_active_inventory(self, path: Path) -> None:
+        self.write_json(self._active_file, {"inventory": str(Path(path).resolve()), "since": time.time()})
+
+    def active_inventory(self) -> Path:
+        try:
+            return Path(self.read_json(self._active_file)["inventory"])
+        except (OSError, KeyError, ValueError):
+            raise StateError(
+                "no active cluster: no inventory given and none remembered",
+                where=str(self._active_file),
+                fix="run `clusterctl up INVENTORY` first, or pass -i INVENTORY",
+            ) from None
+
+    # ---- runs
+    @property
+    def runs_dir(self) -> Path:
+        return self._ensure(self.root / "runs")
+
+    def new_run_id(self) -> str:
+        return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
+
+    def run_dir(self, run_id: str) -> Path:
+        return self._ensure(self.runs_dir / run_id)
+
+    def last_run_id(self) -> str:
+        runs = sorted(p.name for p in self.runs_dir.iterdir() if (p / "run.json").exists()) if self.runs_dir.exists() else []
+        if not runs:
+            raise StateError("no run recorded yet", where=str(self.runs_dir), fix="start one with `clusterctl run PROMPT_FILE`")
+        return runs[-1]
+
+    # ---- locks: one run / one up per cluster at a time
+    @contextmanager
+    def lock(self, name: str, what: str) -> Iterator[None]:
+        path = self._ensure(self.root / "locks") / f"{name}.lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.read(fd, 200).decode(errors="replace").strip() or "another clusterctl process"
+                raise StateError(
+                    f"{what} is already in progress on this cluster ({holder})",
+                    where=str(path),
+                    fix="wait for it to finish, or stop it (Ctrl-C in its terminal / `clusterctl down`)",
+                ) from None
+            os.ftruncate(fd, 0)
+            os.write(fd, f"pid {os.getpid()} since {time.strftime('%H:%M:%S')}".encode())
+            yield
+        finally:
+            os.close(fd)
