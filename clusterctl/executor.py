@@ -280,7 +280,7 @@ def run_plan(
 ) -> PlayReport:
     """Run tasks one after another (a barrier between tasks) on their hosts in parallel."""
     report = PlayReport()
-    variables = dict(variables or {})
+    variables = {"on_event": on_event, **(variables or {}), "report": report}  # modules may read earlier results
     for index, task in enumerate(tasks, 1):
         alive = [h for h in select_hosts(inventory, task.hosts) if report.hosts.get(h.name, _OK).succeeded]
         on_event(Event("task", text=task.name, data={"index": index, "hosts": [h.name for h in alive]}))
@@ -331,3 +331,46 @@ def _merge(previous: Optional[HostResult], current: HostResult) -> HostResult:
 
 def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:40] or "task"
+
+
+# --------------------------------------------------------------------------- background work
+
+
+class Background:
+    """Per-host actions running in daemon threads while the caller does other work
+    (e.g. one log stream per node during a run). Results arrive as values."""
+
+    def __init__(self, hosts: Sequence[Host], action: HostAction, connections: Connections):
+        self.results: dict[str, HostResult] = {}
+        self._threads = [
+            threading.Thread(target=self._one, args=(host, action, connections), name=f"bg-{host.name}", daemon=True)
+            for host in hosts
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def _one(self, host: Host, action: HostAction, connections: Connections) -> None:
+        self.results[host.name] = for_each_host([host], action, connections, width=1)[host.name]
+
+    def wait(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds in all; True when every action has finished."""
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in self._threads)
+
+
+class Ticker:
+    """A monotonic clock for polling loops: `sleep_until_next()` keeps a fixed period."""
+
+    def __init__(self, period: float):
+        self.period = period
+        self.started = time.monotonic()
+        self._next = self.started
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def sleep_until_next(self) -> None:
+        self._next += self.period
+        time.sleep(max(0.0, self._next - time.monotonic()))

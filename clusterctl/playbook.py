@@ -43,7 +43,7 @@ def builtin(name: str) -> Path:
 
 def load_playbook(path: Path) -> Playbook:
     path = Path(path)
-    data, locator = load_yaml(path, error=PlaybookError)
+    data, locator = load_yaml(path, error_cls=PlaybookError)
     name, default_hosts, raw_tasks, tasks_path = _top_level(data, locator, path)
     tasks = tuple(
         _task(raw, (*tasks_path, index), locator, default_hosts)

@@ -137,6 +137,56 @@ class Renderer:
                           _escape(finding.evidence), _escape(finding.fix))
         self.console.print(table)
 
+    def plan(self, topology, commands: Mapping[str, dict]) -> None:
+        """`run --plan`: the topology and the exact per-node command lines."""
+        if self.json_mode:
+            return
+        from rich.table import Table
+
+        table = Table(title=f"plan: {topology.nnodes} nodes x {topology.nproc_per_node} = world size "
+                            f"{topology.world_size}, master {topology.master_addr}:{topology.port}", title_justify="left")
+        for column in ("node", "host", "ranks", "gpus", "nic", "local addr"):
+            table.add_column(column)
+        for node in topology.nodes:
+            gpus = "cpu" if node.gpu_ids is None else ",".join(map(str, node.gpu_ids))
+            table.add_row(str(node.node_rank), node.host.name, f"{node.ranks.start}..{node.ranks.stop - 1}", gpus,
+                          node.nic or "-", node.local_addr)
+        self.console.print(table)
+        for note in topology.notes:
+            self.console.print(f"[yellow]note:[/yellow] {_escape(note)}")
+        for host, command in commands.items():
+            env = " ".join(f"{k}={v}" for k, v in command["env"].items())
+            self.console.print(f"[bold]{_escape(host)}[/bold] (env: {_escape(env)})")
+            self.console.print("  " + _escape(command["start"]))
+
+    def run_summary(self, record: Mapping) -> None:
+        if self.json_mode:
+            return
+        from rich.table import Table
+
+        table = Table(title=f"run {record['run_id']}", title_justify="left")
+        for column in ("host", "ranks", "exit", "run dir (on the node)"):
+            table.add_column(column, overflow="fold")
+        ranks = {n["host"]: n["ranks"] for n in record["topology"]}
+        for host, node in record["nodes"].items():
+            code = "lost" if node["lost"] else ("-" if node["exit_code"] is None else str(node["exit_code"]))
+            style = "green" if code == "0" else "bold red"
+            table.add_row(host, f"{ranks[host][0]}..{ranks[host][1]}", f"[{style}]{code}[/{style}]", node["run_dir"])
+        self.console.print(table)
+        failure = record.get("first_failure")
+        if failure:
+            where = f"{failure.get('host')}" + (f" rank {failure['rank']}" if failure.get("rank") is not None else "")
+            self.console.print(f"[bold red]first failure:[/bold red] {_escape(where)}")
+            for line in failure.get("log_tail", [])[-10:]:
+                self.console.print(f"  [dim]{_escape(line)}[/dim]")
+            for finding in failure.get("diagnosis", [])[:1]:
+                self.console.print(f"  [bold]cause:[/bold] {finding['cause']}  [bold]evidence:[/bold] {_escape(finding['evidence'])}")
+                self.console.print(f"  [bold]fix:[/bold] {_escape(finding['fix'])}")
+            self.console.print("  more: clusterctl collect-logs")
+        elif record["exit_code"] == 0:
+            self.console.print(f"[green]run {record['run_id']} succeeded in {record['duration_s']:.1f}s[/green]; "
+                               f"outputs under {_escape(record['outputs'])} on the nodes (clusterctl collect-logs)")
+
     def message(self, text: str, style: str = "") -> None:
         if self.json_mode:
             return

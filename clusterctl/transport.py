@@ -226,7 +226,8 @@ class SSHTransport:
         start = time.monotonic()
         deadline = start + cmd.timeout if cmd.timeout else None
         try:
-            channel = self._transport.open_session(timeout=self.host.ssh.connect_timeout)
+            open_timeout = min(self.host.ssh.connect_timeout, cmd.timeout or self.host.ssh.connect_timeout)
+            channel = self._transport.open_session(timeout=open_timeout)
             channel.exec_command(shlex.join(remote_argv(cmd)))
             if cmd.stdin:
                 channel.sendall(cmd.stdin)

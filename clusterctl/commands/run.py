@@ -1,13 +1,120 @@
-"""`clusterctl run`: not built yet."""
+"""`clusterctl run PROMPT_FILE`: plan, launch torchrun on every node, stream, fail fast, record."""
 from __future__ import annotations
 
+import argparse
+import time
+from pathlib import Path
+
 from clusterctl.app import add_cluster_options
-from clusterctl.errors import UsageError
+from clusterctl.cli import Outcome
+from clusterctl.errors import StateError, UsageError
+
+MAX_PROMPT_BYTES = 1 << 20
 
 
-def add_arguments(parser) -> None:
-    add_cluster_options(parser)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_cluster_options(parser, limit=False)
+    parser.add_argument("prompt_file", type=Path, help="its text becomes {prompt} in job.args, byte for byte")
+    parser.add_argument("--plan", action="store_true", help="print the topology and per-node commands; launch nothing")
+    parser.add_argument("--dry-run", dest="plan", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--strict", action="store_true",
+                        help="fail instead of shrinking nproc_per_node to fit world_size_divides")
+    parser.add_argument("--timeout", type=float, default=None, help="stop the job after this many seconds")
 
 
-def execute(args, app):
-    raise UsageError("this command is not built yet in this version", where="clusterctl run")
+def read_prompt(path: Path) -> str:
+    from clusterctl.launch import prompt_text
+
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read the prompt file: {exc.strerror}", where=str(path),
+                         fix="give the path of a text file holding the prompt") from None
+    if len(data) > MAX_PROMPT_BYTES:
+        raise UsageError(f"the prompt file is {len(data)} bytes; the limit is {MAX_PROMPT_BYTES}", where=str(path),
+                         fix="shorten the prompt, or have the job read a file from a volume")
+    if b"\0" in data:
+        line = data[: data.index(b"\0")].count(b"\n") + 1
+        raise UsageError("the prompt file contains a NUL byte, which no command line can carry",
+                         where=f"{path}:{line}", fix="remove the NUL byte (is it a binary file?)")
+    try:
+        return prompt_text(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"the prompt file is not UTF-8 (byte {exc.start})", where=str(path),
+                         fix="save it as UTF-8") from None
+
+
+def execute(args, app) -> Outcome:
+    from clusterctl.nodefacts import gather_node_facts
+    from clusterctl.runner import JobRunner, ensure_no_run_in_progress
+    from clusterctl.topology import plan
+
+    prompt = read_prompt(args.prompt_file)
+    inventory = app.inventory()
+    with app.state.lock(f"run-{inventory.name}", "a `clusterctl run`"):
+        facts, problems = gather_node_facts(inventory, app.connections)
+        if problems:
+            return _not_ready(app, problems)
+        topology = plan(inventory, facts, strict=args.strict)
+        run_id = app.state.new_run_id()
+        runner = JobRunner(inventory, topology, run_id, prompt, app.connections, app.renderer.on_event,
+                           timeout_s=args.timeout)
+        summary = _summary(inventory, topology, run_id)
+        if args.plan:
+            app.renderer.plan(topology, runner.commands())
+            return Outcome({"ok": True, **summary, "plan": runner.commands(), "exit_code": None})
+        busy = ensure_no_run_in_progress(inventory, app.connections)
+        if busy:
+            raise StateError(f"a run is already in progress: {busy}", where=inventory.name,
+                             fix="wait for it to end, or stop it with `clusterctl down`")
+        for note in topology.notes:
+            app.renderer.message(f"plan: {note}", "yellow")
+        started = time.time()
+        outcome = runner.run()
+        record = {**summary, "prompt_sha256": _sha256(prompt), "commands": runner.commands(),
+                  "started": started, "ended": time.time(), "duration_s": round(outcome.duration, 3),
+                  "exit_code": outcome.exit_code, "nodes": _node_states(runner),
+                  "first_failure": outcome.first_failure, "interrupted": outcome.interrupted,
+                  "inventory": str(app.inventory_path())}
+        app.state.write_json(app.state.run_dir(run_id) / "run.json", record)
+    app.renderer.run_summary(record)
+    document = {"ok": outcome.exit_code == 0, **summary, "exit_code": outcome.exit_code,
+                "duration_s": record["duration_s"], "nodes": record["nodes"]}
+    if outcome.first_failure:
+        document["first_failure"] = outcome.first_failure
+    return Outcome(document, interrupted=outcome.interrupted)
+
+
+def _summary(inventory, topology, run_id: str) -> dict:
+    return {
+        "run_id": run_id,
+        "world_size": topology.world_size,
+        "nproc_per_node": topology.nproc_per_node,
+        "nnodes": topology.nnodes,
+        "master": {"host": topology.master.host.name, "address": topology.master_addr, "port": topology.port},
+        "topology": [{"host": n.host.name, "node_rank": n.node_rank, "ranks": [n.ranks.start, n.ranks.stop - 1],
+                      "gpus": list(n.gpu_ids) if n.gpu_ids is not None else None, "nic": n.nic,
+                      "local_addr": n.local_addr} for n in topology.nodes],
+        "notes": list(topology.notes),
+        "outputs": inventory.job.outputs,
+    }
+
+
+def _node_states(runner) -> dict:
+    return {name: {"exit_code": n.exit_code, "lost": n.lost, "run_dir": n.run_dir} for name, n in runner.nodes.items()}
+
+
+def _not_ready(app, problems: dict) -> Outcome:
+    from clusterctl.commands import any_unreachable, hosts_document
+
+    app.renderer.hosts_table("run: nodes not ready", problems)
+    document = hosts_document(problems)
+    document["ok"] = False
+    document["exit_code"] = None
+    return Outcome(document, unreachable=any_unreachable(problems))
+
+
+def _sha256(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(text.encode()).hexdigest()

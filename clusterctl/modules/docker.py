@@ -1,0 +1,330 @@
+"""The container: image pull, the `--net=host` GPU container, idempotence, removal.
+
+Talks to each node's engine through the Docker SDK over the host's SSH connection
+(`transport.docker()`). The container's wanted configuration is computed purely from the
+inventory (`wanted_config`), hashed into a label, and compared on every `up`: same hash
+and running -> nothing to do; different -> recreate and say which keys changed.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import replace
+from typing import Any, Optional
+
+from clusterctl.models import Command, ContainerSpec, Host, HostResult, HostStatus, Inventory, Skip
+from clusterctl.modules import module
+
+LABEL_MANAGED = "clusterctl.managed"
+LABEL_CLUSTER = "clusterctl.cluster"
+LABEL_HASH = "clusterctl.config-hash"
+LABEL_CONFIG = "clusterctl.config"
+STACK_BYTES = 64 * 1024 * 1024  # NCCL's recommended stack ulimit
+NO_CONTAINER = Skip("no container: ranks run on the host")
+NO_GPU_RUNTIME_MARKERS = ("could not select device driver", "nvidia-container-cli", "unknown runtime specified nvidia")
+
+
+def split_image(ref: str) -> tuple[str, str]:
+    """'host:5000/a/b:tag' -> ('host:5000/a/b', 'tag'); digests and missing tags handled."""
+    if "@" in ref:
+        return ref.split("@", 1)[0], ref.split("@", 1)[1]
+    last = ref.rsplit("/", 1)[-1]
+    if ":" in last:
+        return ref.rsplit(":", 1)[0], ref.rsplit(":", 1)[1]
+    return ref, "latest"
+
+
+def gpu_request(gpus: Any) -> Optional[dict]:
+    """inventory gpus -> a DeviceRequest as a plain dict (None for no GPUs)."""
+    if gpus in (None, "none", 0):
+        return None
+    if gpus == "all":
+        return {"Driver": "", "Count": -1, "DeviceIDs": None, "Capabilities": [["gpu"]]}
+    if isinstance(gpus, int):
+        return {"Driver": "", "Count": gpus, "DeviceIDs": None, "Capabilities": [["gpu"]]}
+    return {"Driver": "", "Count": 0, "DeviceIDs": [str(g) for g in gpus], "Capabilities": [["gpu"]]}
+
+
+def wanted_config(inventory: Inventory, host: Host, has_infiniband: bool) -> dict:
+    """Everything that defines the container, as JSON-able data (secret values hashed)."""
+    spec: ContainerSpec = inventory.container
+    gpus = host.gpus if host.gpus is not None else spec.gpus
+    env = {e.name: e.value for e in (*spec.env, *host.env)}
+    return {
+        "image": spec.image,
+        "name": spec.name,
+        "command": list(spec.command),
+        "network_mode": "host",
+        "gpus": gpu_request(gpus),
+        "shm_size": None if spec.ipc == "host" else spec.shm_size,
+        "ipc_mode": spec.ipc,
+        "volumes": sorted(spec.volumes),
+        "env": {k: _fingerprint(v) for k, v in sorted(env.items())},
+        "ulimits": {"memlock": -1, "stack": STACK_BYTES},
+        "infiniband": has_infiniband,
+    }
+
+
+def config_hash(config: dict) -> str:
+    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def changed_keys(old: dict, new: dict) -> list[str]:
+    return sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+
+
+def _fingerprint(value: str) -> str:
+    return "sha256:" + hashlib.sha256(value.encode()).hexdigest()[:12]
+
+
+def create_kwargs(inventory: Inventory, host: Host, config: dict) -> dict:
+    """The docker-py `containers.create` arguments for a wanted config."""
+    from docker.types import DeviceRequest, Ulimit
+
+    spec = inventory.container
+    env = {e.name: e.value for e in (*spec.env, *host.env)}
+    labels = {LABEL_MANAGED: "true", LABEL_CLUSTER: inventory.name, LABEL_HASH: config_hash(config),
+              LABEL_CONFIG: json.dumps(config, sort_keys=True), **dict(spec.labels)}
+    kwargs = dict(
+        image=spec.image, command=list(spec.command), name=spec.name, detach=True, network_mode="host",
+        environment=env, labels=labels, volumes=list(spec.volumes), init=True,
+        ulimits=[Ulimit(name="memlock", soft=-1, hard=-1), Ulimit(name="stack", soft=STACK_BYTES, hard=STACK_BYTES)],
+    )
+    if config["gpus"]:
+        request = config["gpus"]
+        kwargs["device_requests"] = [DeviceRequest(count=request["Count"], device_ids=request["DeviceIDs"],
+                                                   capabilities=request["Capabilities"])]
+    if spec.ipc == "host":
+        kwargs["ipc_mode"] = "host"
+    elif spec.shm_size:
+        kwargs["shm_size"] = spec.shm_size
+    if config["infiniband"]:
+        kwargs["devices"] = ["/dev/infiniband:/dev/infiniband"]
+        kwargs["cap_add"] = ["IPC_LOCK"]
+    return kwargs
+
+
+# --------------------------------------------------------------------------- modules
+
+
+@module("docker.pull")
+def pull(ctx):
+    """Pull the image unless present (container.pull: missing), with per-node progress events."""
+    if not ctx.inventory.uses_container:
+        return NO_CONTAINER
+    spec = ctx.inventory.container
+    on_event = ctx.vars.get("on_event")
+
+    def action(transport, host) -> HostResult:
+        import docker
+
+        client = transport.docker()
+        changed = False
+        try:
+            image = None if spec.pull == "always" else _local_image(client, spec.image)
+            if image is None and spec.pull != "never":
+                _pull_with_progress(client, spec.image, host.name, on_event)
+                changed = True
+                image = client.images.get(spec.image)
+            if image is None:
+                return HostResult(host.name, HostStatus.FAILED, f"image {spec.image} is not on the node and container.pull is never")
+        except docker.errors.APIError as exc:
+            return HostResult(host.name, HostStatus.FAILED, f"pull of {spec.image} failed: {_api_message(exc)}",
+                              data={"image": spec.image})
+        data = {"image": spec.image, "image_id": image.id, "repo_digests": image.attrs.get("RepoDigests", [])}
+        detail = f"pulled {spec.image}" if changed else ""
+        return HostResult(host.name, HostStatus.CHANGED if changed else HostStatus.OK, detail, data=data)
+
+    return action
+
+
+def _local_image(client, ref: str):
+    import docker
+
+    try:
+        return client.images.get(ref)
+    except docker.errors.ImageNotFound:
+        return None
+
+
+def _pull_with_progress(client, ref: str, host_name: str, on_event) -> None:
+    from clusterctl.executor import Event
+
+    repository, tag = split_image(ref)
+    layers: dict[str, tuple[int, int]] = {}
+    for status in client.api.pull(repository, tag=tag, stream=True, decode=True):
+        if "error" in status:
+            import docker
+
+            raise docker.errors.APIError(status["error"])
+        detail = status.get("progressDetail") or {}
+        if status.get("id") and detail.get("total"):
+            layers[status["id"]] = (detail.get("current", 0), detail["total"])
+        if on_event and layers:
+            done, total = sum(c for c, _ in layers.values()), sum(t for _, t in layers.values())
+            on_event(Event("progress", host_name, data={"key": f"pull:{host_name}", "description": f"pull {host_name}",
+                                                        "completed": done, "total": total}))
+
+
+@module("docker.same_image")
+def same_image(ctx):
+    """Fail the nodes whose image id differs from the majority's (same tag, different content)."""
+    if not ctx.inventory.uses_container:
+        return NO_CONTAINER
+    report = ctx.vars.get("report")
+    ids = {name: r.data.get("image_id") for name, r in (report.hosts.items() if report else []) if r.data.get("image_id")}
+    if not ids:
+        return HostResult(ctx.host.name, HostStatus.SKIPPED, "no image facts")
+    counts: dict[str, int] = {}
+    for image_id in ids.values():
+        counts[image_id] = counts.get(image_id, 0) + 1
+    majority = max(counts, key=lambda i: (counts[i], ids[ctx.inventory.master.name] == i if ctx.inventory.master.name in ids else False))
+    mine = ids.get(ctx.host.name)
+    if mine is None or mine == majority:
+        return HostResult(ctx.host.name, HostStatus.OK)
+    holders = ", ".join(n for n, i in ids.items() if i == majority)
+    return HostResult(
+        ctx.host.name, HostStatus.FAILED,
+        f"image {ctx.inventory.container.image} differs on this node: {mine} here, {majority} on {holders}. "
+        "fix: set container.pull: always (or `docker pull` it on this node) so every node runs the same image",
+        data={"image_id": mine, "expected_image_id": majority},
+    )
+
+
+@module("docker.container")
+def container(ctx, force: bool = False):
+    """Start (or keep, if already right) the --net=host container with GPUs."""
+    if not ctx.inventory.uses_container:
+        return NO_CONTAINER
+    force = force or bool(ctx.vars.get("force"))
+    inventory = ctx.inventory
+
+    def action(transport, host) -> HostResult:
+        import docker
+
+        client = transport.docker()
+        has_ib = transport.run(Command(("test", "-d", "/dev/infiniband"), timeout=30)).exit_code == 0
+        config = wanted_config(inventory, host, has_ib)
+        try:
+            existing = _existing(client, inventory.container.name)
+            if existing is not None:
+                keep = _keep_or_remove(existing, config, inventory, force, client)
+                if isinstance(keep, HostResult):
+                    return replace(keep, host=host.name)
+                if keep is True:
+                    return _ensure_running(existing, host)
+                reason = keep
+            else:
+                reason = "created"
+            return _create_and_start(client, inventory, host, config, reason)
+        except docker.errors.APIError as exc:
+            return HostResult(host.name, HostStatus.FAILED, f"docker: {_api_message(exc)}")
+
+    return action
+
+
+def _existing(client, name: str):
+    import docker
+
+    try:
+        return client.containers.get(name)
+    except docker.errors.NotFound:
+        return None
+
+
+def _keep_or_remove(existing, config: dict, inventory: Inventory, force: bool, client):
+    """True to keep; a reason string after removing it; a HostResult to stop with."""
+    labels = existing.labels or {}
+    if labels.get(LABEL_MANAGED) != "true" or labels.get(LABEL_CLUSTER) != inventory.name:
+        if not force:
+            return HostResult("", HostStatus.FAILED,
+                              f"a container named {existing.name} exists and was not started by clusterctl for "
+                              f"cluster {inventory.name} (image {existing.attrs['Config'].get('Image')}): not touching it. "
+                              "fix: rename container.name in the inventory, or rerun with --force to replace it")
+        existing.remove(force=True)
+        return "replaced a foreign container (--force)"
+    image_now = _local_image(client, config["image"])
+    if labels.get(LABEL_HASH) == config_hash(config) and (image_now is None or existing.image.id == image_now.id):
+        return True
+    old = json.loads(labels.get(LABEL_CONFIG, "{}"))
+    keys = changed_keys(old, config)
+    if image_now is not None and existing.image.id != image_now.id and "image" not in keys:
+        keys.append("image content")
+    existing.remove(force=True)
+    return "recreated: changed " + ", ".join(keys)
+
+
+def _ensure_running(existing, host: Host) -> HostResult:
+    if existing.status == "running":
+        return HostResult(host.name, HostStatus.OK, "", data={"container_id": existing.id[:12]})
+    existing.start()
+    return HostResult(host.name, HostStatus.CHANGED, f"started the stopped container {existing.name}",
+                      data={"container_id": existing.id[:12]})
+
+
+def _create_and_start(client, inventory: Inventory, host: Host, config: dict, reason: str) -> HostResult:
+    import docker
+
+    kwargs = create_kwargs(inventory, host, config)
+    kwargs.pop("detach")
+    created = client.containers.create(**kwargs)
+    try:
+        created.start()
+    except docker.errors.APIError as exc:
+        message = _api_message(exc)
+        inspected = client.api.inspect_container(created.id)["HostConfig"]
+        created.remove(force=True)  # never leave a half-created container behind
+        data = {"device_requests": inspected.get("DeviceRequests"), "network_mode": inspected.get("NetworkMode")}
+        if config["gpus"] and any(marker in message for marker in NO_GPU_RUNTIME_MARKERS):
+            return HostResult(
+                host.name, HostStatus.FAILED,
+                "docker_no_gpu_runtime: the container asks for GPUs but this Docker engine has no NVIDIA runtime "
+                f"({message}). fix: install nvidia-container-toolkit on {host.name} and run "
+                "`nvidia-ctk runtime configure --runtime=docker && systemctl restart docker`, "
+                "or set container.gpus: none (or gpus: none on this host) for CPU-only nodes",
+                data={**data, "cause": "docker_no_gpu_runtime"},
+            )
+        return HostResult(host.name, HostStatus.FAILED, f"container failed to start: {message}", data=data)
+    return HostResult(host.name, HostStatus.CHANGED, reason, data={"container_id": created.id[:12]})
+
+
+@module("docker.remove")
+def remove(ctx):
+    """Remove the cluster's container (only one clusterctl started for this cluster)."""
+    if not ctx.inventory.uses_container:
+        return NO_CONTAINER
+    inventory = ctx.inventory
+
+    def action(transport, host) -> HostResult:
+        existing = _existing(transport.docker(), inventory.container.name)
+        if existing is None:
+            return HostResult(host.name, HostStatus.OK, "no container")
+        if (existing.labels or {}).get(LABEL_CLUSTER) != inventory.name:
+            return HostResult(host.name, HostStatus.SKIPPED, f"{existing.name} is not this cluster's container: left alone")
+        existing.remove(force=True)
+        return HostResult(host.name, HostStatus.CHANGED, f"removed container {existing.name}")
+
+    return action
+
+
+@module("docker.inspect")
+def inspect(ctx):
+    """Container state and image for `status`."""
+    if not ctx.inventory.uses_container:
+        return NO_CONTAINER
+    inventory = ctx.inventory
+
+    def action(transport, host) -> HostResult:
+        existing = _existing(transport.docker(), inventory.container.name)
+        if existing is None:
+            return HostResult(host.name, HostStatus.OK, data={"container": "absent"})
+        image = existing.attrs["Config"].get("Image", "")
+        return HostResult(host.name, HostStatus.OK, data={"container": existing.status, "image": image,
+                                                          "container_id": existing.id[:12]})
+
+    return action
+
+
+def _api_message(exc) -> str:
+    explanation = getattr(exc, "explanation", None)
+    return str(explanation or exc).strip()

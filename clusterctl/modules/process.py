@@ -1,0 +1,108 @@
+"""Stale-rank cleanup, scoped exactly by the marker clusterctl sets on what it starts.
+
+Every torchrun agent and rank clusterctl launches carries `CLUSTERCTL_CLUSTER=<inventory
+name>` and `CLUSTERCTL_HOST=<host name>` in its environment (inherited by every child).
+Cleanup finds processes by those two exact lines of /proc/PID/environ, never by a
+`pkill -f` pattern that can match the ssh session running it or other users' work.
+Foreign processes holding GPUs or the rendezvous port are reported; killed only with force.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from clusterctl.models import Command, HostResult, HostStatus
+from clusterctl.modules import module
+
+MARKER_CLUSTER = "CLUSTERCTL_CLUSTER"
+MARKER_HOST = "CLUSTERCTL_HOST"
+MARKER_RUN = "CLUSTERCTL_RUN_ID"
+
+# $1 cluster, $2 host, $3 rendezvous port, $4 mode (list | kill | kill-foreign), $5 run id or "".
+# Prints one line per process: "<kind> <pid> <user> <args>", kind in ours|gpu|port.
+_SCAN = r'''
+cluster=$1 host=$2 port=$3 mode=$4 run=$5
+ours=$(grep -lzxF "CLUSTERCTL_CLUSTER=$cluster" /proc/[0-9]*/environ 2>/dev/null \
+  | xargs -r grep -lzxF "CLUSTERCTL_HOST=$host" 2>/dev/null)
+if [ -n "$run" ] && [ -n "$ours" ]; then ours=$(echo "$ours" | xargs -r grep -lzxF "CLUSTERCTL_RUN_ID=$run" 2>/dev/null); fi
+ours=$(echo "$ours" | sed -n 's#^/proc/\([0-9]*\)/environ$#\1#p' | grep -vx "$$" | tr '\n' ' ')
+show() { for p in $2; do ps -o user=,args= -p "$p" 2>/dev/null | sed "s#^#$1 $p #"; done; }
+show ours "$ours"
+foreign=""
+if command -v nvidia-smi >/dev/null 2>&1; then
+  for p in $(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null | tr -d ' '); do
+    case " $ours " in *" $p "*) ;; *) foreign="$foreign $p"; show gpu "$p";; esac
+  done
+fi
+for p in $(ss -ltnpH "sport = :$port" 2>/dev/null | grep -o 'pid=[0-9]*' | cut -d= -f2 | sort -u); do
+  case " $ours " in *" $p "*) ;; *) foreign="$foreign $p"; show port "$p";; esac
+done
+victims=""
+[ "$mode" = kill ] && victims="$ours"
+[ "$mode" = kill-foreign ] && victims="$ours $foreign"
+[ -n "$(echo $victims)" ] || exit 0
+kill -TERM $victims 2>/dev/null
+i=0; while [ $i -lt 50 ]; do
+  alive=""; for p in $victims; do
+    state=$(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null | cut -c1)
+    [ -n "$state" ] && [ "$state" != Z ] && alive="$alive $p"
+  done
+  [ -z "$alive" ] && exit 0
+  sleep 0.1; i=$((i+1))
+done
+kill -KILL $alive 2>/dev/null; echo "sigkill$alive"
+'''
+
+
+def scan_command(cluster: str, host: str, port: int, mode: str = "list", run_id: str = "") -> Command:
+    return Command(("sh", "-c", _SCAN, "clusterctl-scan", cluster, host, str(port), mode, run_id), timeout=60)
+
+
+def parse_scan(stdout: str) -> dict[str, list[dict]]:
+    found: dict[str, list[dict]] = {"ours": [], "gpu": [], "port": []}
+    for line in stdout.splitlines():
+        parts = line.split(None, 3)
+        if len(parts) >= 3 and parts[0] in found:
+            found[parts[0]].append({"pid": int(parts[1]), "user": parts[2], "command": parts[3] if len(parts) > 3 else ""})
+    return found
+
+
+def marker_env(cluster: str, host: str, run_id: str) -> tuple[tuple[str, str], ...]:
+    return ((MARKER_CLUSTER, cluster), (MARKER_HOST, host), (MARKER_RUN, run_id))
+
+
+@module("process.cleanup")
+def cleanup(ctx, force: bool = False, run_id: Optional[str] = None):
+    """Kill what earlier clusterctl runs left here; report (or with force, kill) foreign holders."""
+    inventory = ctx.inventory
+    force = force or bool(ctx.vars.get("force"))
+    mode = "kill-foreign" if force else "kill"
+    command = scan_command(inventory.name, ctx.host.name, inventory.rendezvous.port, mode, run_id or "")
+
+    def action(transport, host) -> HostResult:
+        result = transport.run(command)
+        if result.exit_code is None:
+            return HostResult(host.name, HostStatus.FAILED, "stale-rank scan timed out")
+        found = parse_scan(result.stdout)
+        foreign = found["gpu"] + found["port"]
+        killed = found["ours"] + (foreign if force else [])
+        data = {"killed": killed, "foreign": [] if force else foreign}
+        notes = [f"killed {len(killed)} stale process(es): " + ", ".join(f"{p['pid']} ({p['command'][:60]})" for p in killed)] if killed else []
+        if foreign and not force:
+            notes.append("foreign processes hold GPUs or the rendezvous port (kept; --force kills them): "
+                         + ", ".join(f"{p['pid']} {p['user']} {p['command'][:60]}" for p in foreign))
+        status = HostStatus.CHANGED if killed else HostStatus.OK
+        return HostResult(host.name, status, "; ".join(notes), data=data)
+
+    return action
+
+
+@module("process.list")
+def list_ranks(ctx):
+    """Report clusterctl's own processes on the host (for `status`)."""
+    command = scan_command(ctx.inventory.name, ctx.host.name, ctx.inventory.rendezvous.port, "list")
+
+    def action(transport, host) -> HostResult:
+        found = parse_scan(transport.run(command).stdout)
+        return HostResult(host.name, HostStatus.OK, data={"ranks": found["ours"], "foreign": found["gpu"] + found["port"]})
+
+    return action

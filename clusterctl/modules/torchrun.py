@@ -1,0 +1,147 @@
+"""Commands that start, watch and follow torchrun on one node. Pure: argv tuples only.
+
+How a node runs its part of a job (all files in the node's run dir,
+`<outputs>/logs/<run_id>/<host>/`):
+- `env` (0600): the job's environment, one `NAME=value` a line, exported by the wrapper;
+  values never appear in a command line or `ps`.
+- The wrapper (`sh -c WRAPPER`) starts torchrun in its own session, detached from the SSH
+  session (`docker exec -d`, or `setsid -f` on the host), so a closed SSH session never
+  kills the job (the `sighup_session_closed` class). It writes `agent.pid`, sends
+  torchrun's output to `agent.log`, and `agent.exit` when torchrun ends.
+- The lease: the controller touches `lease` every poll. If it goes silent for
+  `lease_s` seconds (controller killed, node cut off), the wrapper stops the node's
+  ranks by itself: no node waits forever for peers that are gone.
+"""
+from __future__ import annotations
+
+import posixpath
+from typing import Optional
+
+from clusterctl.models import Command, EnvVar, Inventory
+
+LEASE_S = 15
+
+_WRAPPER = r'''
+dir=$1 lease=$2 workdir=$3; shift 3
+mkdir -p "$dir" || exit 1
+exec </dev/null >>"$dir/agent.log" 2>&1
+while IFS= read -r kv; do export "$kv"; done < "$dir/env"
+if [ -n "$workdir" ] && ! cd "$workdir"; then echo 127 > "$dir/agent.exit"; exit 1; fi
+touch "$dir/lease"
+setsid "$@" &
+pid=$!
+echo "$pid" > "$dir/agent.pid"
+alive() { s=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -c1); [ -n "$s" ] && [ "$s" != Z ]; }
+while alive "$pid"; do
+  age=$(( $(date +%s) - $(stat -c %Y "$dir/lease" 2>/dev/null || echo 0) ))
+  if [ "$age" -gt "$lease" ]; then
+    echo "clusterctl: no word from the controller for ${age}s (lease ${lease}s): stopping this node's ranks"
+    kill -TERM -"$pid" 2>/dev/null; sleep 5; kill -KILL -"$pid" 2>/dev/null
+  fi
+  sleep 1
+done
+wait "$pid"; code=$?
+echo "$code" > "$dir/agent.exit.tmp" && mv -f "$dir/agent.exit.tmp" "$dir/agent.exit"
+'''
+
+# Prints "exit N" once torchrun ended, else "running"; refreshes the lease.
+_POLL = 'touch "$1/lease" 2>/dev/null; if [ -e "$1/agent.exit" ]; then echo "exit $(cat "$1/agent.exit")"; else echo running; fi'
+
+# Streams agent.log until agent.exit appears, then the rest, then ends by itself.
+_FOLLOW = r'''
+tail -n +1 -F "$1/agent.log" 2>/dev/null & t=$!
+while [ ! -e "$1/agent.exit" ]; do sleep 0.5; done
+sleep 1; kill "$t" 2>/dev/null
+'''
+
+_WRITE_ENV = 'umask 077; mkdir -p "$1" && rm -f "$1/agent.exit" && cat > "$1/env"'
+
+
+def host_path(inventory: Inventory, container_path: str) -> Optional[str]:
+    """The host path behind a container path when it sits on a bind mount, else None."""
+    if not inventory.uses_container:
+        return container_path
+    best: Optional[tuple[str, str]] = None
+    for volume in inventory.container.volumes:
+        parts = volume.split(":")
+        if len(parts) < 2 or not parts[0].startswith("/"):
+            continue
+        src, dst = parts[0], parts[1].rstrip("/") or "/"
+        if container_path == dst or container_path.startswith(dst + "/"):
+            if best is None or len(dst) > len(best[1]):
+                best = (src, dst)
+    if best is None:
+        return None
+    return posixpath.join(best[0], posixpath.relpath(container_path, best[1]))
+
+
+def _in_place(inventory: Inventory, argv: tuple[str, ...], run_dir: str, detach: bool = False,
+              workdir: Optional[str] = None, interactive: bool = False) -> tuple[tuple[str, ...], str]:
+    """Where a command runs: in the container (docker exec) or on the host; and the dir it sees."""
+    if not inventory.uses_container:
+        return argv, run_dir
+    flags = ["-d"] if detach else []
+    flags += ["-i"] if interactive else []
+    flags += ["-w", workdir] if workdir else []
+    return ("docker", "exec", *flags, inventory.container.name, *argv), run_dir
+
+
+def env_file(env: tuple[tuple[str, str], ...]) -> bytes:
+    lines = []
+    for name, value in env:
+        if "\n" in value or "\0" in value:
+            raise ValueError(f"environment variable {name} contains a newline or NUL")
+        lines.append(f"{name}={value}\n")
+    return "".join(lines).encode()
+
+
+def write_env_command(inventory: Inventory, run_dir: str, env: tuple[tuple[str, str], ...]) -> Command:
+    argv, _ = _in_place(inventory, ("sh", "-c", _WRITE_ENV, "clusterctl-env", run_dir), run_dir, interactive=True)
+    return Command(argv, stdin=env_file(env), timeout=60)
+
+
+def start_command(inventory: Inventory, run_dir: str, torchrun: tuple[str, ...], lease_s: int = LEASE_S) -> Command:
+    """Start the wrapper detached from the SSH session; returns at once."""
+    workdir = inventory.job.workdir or ""
+    wrapper = ("sh", "-c", _WRAPPER, "clusterctl-wrapper", run_dir, str(lease_s), workdir, *torchrun)
+    if inventory.uses_container:
+        argv, _ = _in_place(inventory, wrapper, run_dir, detach=True)
+    else:
+        argv = ("setsid", "-f", *wrapper)
+    return Command(argv, timeout=60)
+
+
+def poll_command(inventory: Inventory, run_dir: str) -> Command:
+    on_host = host_path(inventory, run_dir)
+    if on_host is not None:  # a bind mount: no docker exec needed
+        return Command(("sh", "-c", _POLL, "clusterctl-poll", on_host), timeout=5)
+    argv, _ = _in_place(inventory, ("sh", "-c", _POLL, "clusterctl-poll", run_dir), run_dir)
+    return Command(argv, timeout=5)
+
+
+def follow_command(inventory: Inventory, run_dir: str) -> Command:
+    on_host = host_path(inventory, run_dir)
+    if on_host is not None:
+        return Command(("sh", "-c", _FOLLOW, "clusterctl-follow", on_host), timeout=None)
+    argv, _ = _in_place(inventory, ("sh", "-c", _FOLLOW, "clusterctl-follow", run_dir), run_dir)
+    return Command(argv, timeout=None)
+
+
+def tail_command(inventory: Inventory, run_dir: str, lines: int = 30) -> Command:
+    argv, _ = _in_place(inventory, ("tail", "-n", str(lines), f"{run_dir}/agent.log"), run_dir)
+    return Command(argv, timeout=20)
+
+
+def parse_poll(stdout: str) -> Optional[int]:
+    """None while running; the exit code once torchrun ended."""
+    text = stdout.strip()
+    if text.startswith("exit "):
+        try:
+            return int(text.split()[1])
+        except (IndexError, ValueError):
+            return 1
+    return None
+
+
+def job_env(inventory: Inventory, host_env: tuple[EnvVar, ...]) -> tuple[tuple[str, str], ...]:
+    return tuple((e.name, e.value) for e in (*inventory.job.env, *host_env))

@@ -1,0 +1,215 @@
+"""One job on the cluster: launch torchrun everywhere, watch, fail fast, stop cleanly.
+
+The controller polls every node each `poll_s` seconds (which also renews the node's
+lease, see modules/torchrun.py). The run ends when every node's torchrun exited 0, or at
+the first failure: a node whose torchrun exited non-zero, or a node silent for
+`lost_after_s`. Then every other node's ranks are stopped (marker-scoped, this run only)
+and the first failure is named with its diagnosis. The same stop runs on Ctrl-C/SIGTERM.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Optional
+
+from clusterctl.executor import Background, Connections, Event, OnEvent, Ticker, for_each_host, run_commands
+from clusterctl.launch import RANK_PREFIX_RE, job_argv, log_dir, placeholder_values, torchrun_argv, torchrun_env
+from clusterctl.models import Host, HostResult, HostStatus, Inventory, MASK, looks_secret
+from clusterctl.modules import process, torchrun
+from clusterctl.topology import Topology
+
+
+@dataclass
+class NodeRun:
+    host: Host
+    run_dir: str
+    torchrun: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    exit_code: Optional[int] = None
+    lost: bool = False
+    last_seen: float = field(default_factory=time.monotonic)
+    ended_at: Optional[float] = None
+
+    @property
+    def failed(self) -> bool:
+        return self.lost or (self.exit_code not in (None, 0))
+
+
+@dataclass
+class JobOutcome:
+    exit_code: int
+    first_failure: Optional[dict] = None
+    interrupted: bool = False
+    launch_failures: dict = field(default_factory=dict)
+    duration: float = 0.0
+
+
+class JobRunner:
+    def __init__(self, inventory: Inventory, topology: Topology, run_id: str, prompt: str,
+                 connections: Connections, on_event: OnEvent, poll_s: float = 1.0, lost_after_s: float = 7.0,
+                 timeout_s: Optional[float] = None):
+        self.inventory, self.topology, self.run_id = inventory, topology, run_id
+        self.connections, self.on_event = connections, on_event
+        self.poll_s, self.lost_after_s, self.timeout_s = poll_s, lost_after_s, timeout_s
+        outputs = inventory.job.outputs
+        argv = job_argv(inventory.job, placeholder_values(topology, run_id, prompt, outputs))
+        self.nodes: dict[str, NodeRun] = {}
+        for plan in topology.nodes:
+            env = (*process.marker_env(inventory.name, plan.host.name, run_id), *torchrun_env(plan, inventory),
+                   *torchrun.job_env(inventory, plan.host.env))
+            command = torchrun_argv(topology, plan, run_id, argv, python=inventory.job.python, outputs=outputs)
+            self.nodes[plan.host.name] = NodeRun(plan.host, log_dir(outputs, run_id, plan.host.name), command, env)
+
+    # ---- what would run (for --plan and the run record)
+    def commands(self) -> dict[str, dict]:
+        return {
+            name: {"argv": list(node.torchrun), "env": {k: (MASK if looks_secret(k) else v) for k, v in node.env},
+                   "run_dir": node.run_dir,
+                   "start": torchrun.start_command(self.inventory, node.run_dir, node.torchrun).display}
+            for name, node in self.nodes.items()
+        }
+
+    # ---- the job
+    def run(self) -> JobOutcome:
+        started = time.monotonic()
+        launched = self._launch()
+        failures = {n: r for n, r in launched.items() if not r.succeeded}
+        if failures:
+            self.stop("launch failed")
+            return JobOutcome(1, _launch_failure(failures), launch_failures=failures, duration=time.monotonic() - started)
+        streams = Background([n.host for n in self.nodes.values()], self._follow, self.connections)
+        try:
+            outcome = self._watch()
+        except KeyboardInterrupt:
+            self.on_event(Event("note", text="interrupted: stopping every node's ranks"))
+            self.stop("interrupted")
+            outcome = JobOutcome(130, interrupted=True)
+        streams.wait(3.0)
+        outcome.duration = time.monotonic() - started
+        return outcome
+
+    def _launch(self) -> dict[str, HostResult]:
+        def action(transport, host: Host) -> HostResult:
+            node = self.nodes[host.name]
+            commands = [torchrun.write_env_command(self.inventory, node.run_dir, node.env),
+                        torchrun.start_command(self.inventory, node.run_dir, node.torchrun)]
+            return run_commands(transport, host, commands)
+
+        self.on_event(Event("note", text=f"launching {self.topology.world_size} ranks on {len(self.nodes)} nodes"))
+        return for_each_host([n.host for n in self.nodes.values()], action, self.connections)
+
+    def _follow(self, transport, host: Host) -> HostResult:
+        node = self.nodes[host.name]
+
+        def on_line(stream: str, line: str) -> None:
+            match = RANK_PREFIX_RE.match(line)
+            prefix = f"[{host.name} r{match.group('rank')}]" if match else f"[{host.name}]"
+            text = line[match.end():] if match else line
+            self.on_event(Event("line", host.name, text, {"prefix": prefix, "stream": stream}))
+
+        transport.run(torchrun.follow_command(self.inventory, node.run_dir), on_line=on_line)
+        return HostResult(host.name, HostStatus.OK)
+
+    def _watch(self) -> JobOutcome:
+        ticker = Ticker(self.poll_s)
+        while True:
+            self._poll_once()
+            failed = [n for n in self.nodes.values() if n.failed]
+            if failed:
+                first = self._first_failure(failed)
+                self.stop(f"{first['host']} failed")
+                return JobOutcome(1, first)
+            if all(n.exit_code == 0 for n in self.nodes.values()):
+                return JobOutcome(0)
+            if self.timeout_s and ticker.elapsed() > self.timeout_s:
+                self.stop("timeout")
+                return JobOutcome(1, {"host": None, "rank": None, "diagnosis": [{
+                    "cause": "unknown", "host": None, "rank": None, "evidence": f"the job ran past --timeout {self.timeout_s:g}s",
+                    "fix": "raise --timeout, or look at the live log for the rank that stopped progressing"}]})
+            ticker.sleep_until_next()
+
+    def _poll_once(self) -> None:
+        waiting = [n.host for n in self.nodes.values() if n.exit_code is None and not n.lost]
+
+        def action(transport, host: Host) -> HostResult:
+            node = self.nodes[host.name]
+            return run_commands(transport, host, [torchrun.poll_command(self.inventory, node.run_dir)])
+
+        now = time.monotonic()
+        for name, result in for_each_host(waiting, action, self.connections).items():
+            node = self.nodes[name]
+            if result.succeeded:
+                node.last_seen = now
+                node.exit_code = torchrun.parse_poll(result.stdout)
+                if node.exit_code is not None:
+                    node.ended_at = now
+                    self.on_event(Event("note", name, f"torchrun exited {node.exit_code}"))
+            elif now - node.last_seen > self.lost_after_s:
+                node.lost = True
+                node.ended_at = now
+                self.on_event(Event("note", name, f"no answer for {now - node.last_seen:.0f}s: node lost ({result.detail})"))
+
+    def _first_failure(self, failed: list[NodeRun]) -> dict:
+        from clusterctl.diagnose import diagnose_text
+
+        earliest = min(n.ended_at or 0 for n in failed)
+        candidates = [n for n in failed if (n.ended_at or 0) <= earliest + self.poll_s / 2]
+        lost = [n for n in candidates if n.lost]
+        if lost:
+            node = lost[0]
+            return {"host": node.host.name, "rank": None, "diagnosis": [{
+                "cause": "node_unreachable", "host": node.host.name, "rank": None,
+                "evidence": f"{node.host.name} stopped answering for more than {self.lost_after_s:g}s during the run",
+                "fix": f"check {node.host.name}'s network and power; clusterctl stopped the other nodes, "
+                       "and the node stops its own ranks when its lease expires"}]}
+        findings, tails = [], {}
+        for node in candidates:
+            tails[node.host.name] = self._tail(node)
+            findings += diagnose_text(tails[node.host.name], host=node.host.name)
+        findings.sort(key=lambda f: -f.score)
+        top = findings[0] if findings else None
+        host = top.host if top and top.host else candidates[0].host.name
+        rank = top.rank if top else None
+        return {"host": host, "rank": rank, "exit_code": self.nodes[host].exit_code,
+                "log_tail": tails.get(host, "").splitlines()[-15:], "diagnosis": [f.to_json() for f in findings[:5]]}
+
+    def _tail(self, node: NodeRun) -> str:
+        def action(transport, host: Host) -> HostResult:
+            return run_commands(transport, host, [torchrun.tail_command(self.inventory, node.run_dir, 200)])
+
+        return for_each_host([node.host], action, self.connections)[node.host.name].stdout
+
+    def stop(self, reason: str) -> dict[str, HostResult]:
+        """Stop this run's processes on every node that still answers (marker-scoped)."""
+        alive = [n.host for n in self.nodes.values() if not n.lost]
+
+        def action(transport, host: Host) -> HostResult:
+            scan = process.scan_command(self.inventory.name, host.name, self.inventory.rendezvous.port, "kill", self.run_id)
+            return run_commands(transport, host, [scan])
+
+        results = for_each_host(alive, action, self.connections)
+        killed = sum(len(process.parse_scan(r.stdout)["ours"]) for r in results.values())
+        self.on_event(Event("note", text=f"stopped: {reason}; {killed} process(es) ended on {len(alive)} node(s)"))
+        return results
+
+
+def _launch_failure(failures: dict[str, HostResult]) -> dict:
+    name, result = next(iter(failures.items()))
+    cause = "node_unreachable" if result.status is HostStatus.UNREACHABLE else "unknown"
+    return {"host": name, "rank": None, "diagnosis": [{
+        "cause": cause, "host": name, "rank": None, "evidence": result.detail,
+        "fix": "run `clusterctl up` (the container must be running) and `clusterctl check`"}]}
+
+
+def ensure_no_run_in_progress(inventory: Inventory, connections: Connections) -> Optional[str]:
+    """A message naming a node where this cluster's ranks already run, else None."""
+
+    def action(transport, host: Host) -> HostResult:
+        command = process.scan_command(inventory.name, host.name, inventory.rendezvous.port, "list")
+        return run_commands(transport, host, [command])
+
+    for name, result in for_each_host(list(inventory.hosts), action, connections).items():
+        ours = process.parse_scan(result.stdout)["ours"]
+        if ours:
+            return f"{len(ours)} process(es) of this cluster already run on {name} (pid {ours[0]['pid']}: {ours[0]['command'][:80]})"
+    return None
