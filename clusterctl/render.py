@@ -157,7 +157,7 @@ class Renderer:
         for host, command in commands.items():
             env = " ".join(f"{k}={v}" for k, v in command["env"].items())
             self.console.print(f"[bold]{_escape(host)}[/bold] (env: {_escape(env)})")
-            self.console.print("  " + _escape(command["start"]))
+            self.console.print("  " + _escape(command["command"]))
 
     def run_summary(self, record: Mapping) -> None:
         if self.json_mode:

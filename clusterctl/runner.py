@@ -8,6 +8,7 @@ and the first failure is named with its diagnosis. The same stop runs on Ctrl-C/
 """
 from __future__ import annotations
 
+import shlex
 import time
 from dataclasses import dataclass, field
 from typing import Optional
@@ -65,7 +66,8 @@ class JobRunner:
         return {
             name: {"argv": list(node.torchrun), "env": {k: (MASK if looks_secret(k) else v) for k, v in node.env},
                    "run_dir": node.run_dir,
-                   "start": torchrun.start_command(self.inventory, node.run_dir, node.torchrun).display}
+                   "command": shlex.join(node.torchrun),
+                   "launched_with": torchrun.start_command(self.inventory, node.run_dir, ("torchrun",)).argv[:4]}
             for name, node in self.nodes.items()
         }
 

@@ -51,6 +51,30 @@ def remote_argv(cmd: Command) -> list[str]:
     return argv
 
 
+BATCH_MARK = "@@@clusterctl-section "
+
+
+def batch_command(sections: "list[tuple[str, Command]]", timeout: float = 120.0) -> Command:
+    """Several commands in one round trip; each section's output (stdout+stderr) is kept apart.
+
+    Exit codes are not kept: facts judge their own output. Split with `split_batch`.
+    """
+    script = "\n".join(f"echo '{BATCH_MARK}{name}'; {shlex.join(remote_argv(cmd))} 2>&1" for name, cmd in sections)
+    return Command(("sh", "-c", script + "\nexit 0"), timeout=timeout)
+
+
+def split_batch(stdout: str) -> dict[str, str]:
+    sections: dict[str, list[str]] = {}
+    current = None
+    for line in stdout.splitlines():
+        if line.startswith(BATCH_MARK):
+            current = line[len(BATCH_MARK):].strip()
+            sections[current] = []
+        elif current is not None:
+            sections[current].append(line)
+    return {name: "\n".join(lines) + ("\n" if lines else "") for name, lines in sections.items()}
+
+
 class _LineSplitter:
     def __init__(self, stream: str, on_line: Optional[OnLine]):
         self.stream, self.on_line, self.partial, self.chunks = stream, on_line, "", []

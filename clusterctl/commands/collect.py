@@ -1,13 +1,213 @@
-"""`clusterctl collect`: not built yet."""
+"""`clusterctl collect-logs`: a run's logs, outputs and node diagnostics, then the diagnosis.
+
+Layout under DEST (default ./logs/<run-id>/):
+  <host>/logs/<host>-agent.log, <host>-r<rank>.log   torchrun's and each global rank's output
+  <host>/diag/*.txt|json                              the node at collection time
+  <host>/outputs/...                                  what the run wrote (paths naming the run id)
+  outputs/...                                         the same, once, when outputs are shared by all nodes
+  manifest.json                                       every file with size and sha256
+"""
 from __future__ import annotations
 
+import argparse
+import re
+import secrets as random_tokens
+import time
+from pathlib import Path
+
 from clusterctl.app import add_cluster_options
-from clusterctl.errors import UsageError
+from clusterctl.cli import Outcome
+from clusterctl.errors import StateError, UsageError
 
 
-def add_arguments(parser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_cluster_options(parser)
+    parser.add_argument("--run", help="the run id (default: the last run)")
+    parser.add_argument("--dest", type=Path, help="where to put it (default: ./logs/<run-id>)")
+    parser.add_argument("--compress", action="store_true", help="gzip the tar streams (slow links)")
 
 
-def execute(args, app):
-    raise UsageError("this command is not built yet in this version", where="clusterctl collect")
+def execute(args, app) -> Outcome:
+    from clusterctl import collect
+    from clusterctl.diagnose import diagnose_path
+    from clusterctl.executor import Event, for_each_host
+
+    run_id = args.run or app.state.last_run_id()
+    record = _read_record(app, run_id)
+    inventory = app.inventory(args.inventory or record.get("inventory"))
+    dest = (args.dest or Path("logs") / run_id).resolve()
+    try:
+        dest.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:
+        raise UsageError(f"cannot create {dest}: {exc.strerror}", where="--dest", fix="choose a writable directory")
+    manifest = collect.read_manifest(dest)
+    secrets = collect.secret_values(inventory)
+    ranks = {n["host"]: n["ranks"][0] for n in record["topology"]}
+    hosts = [h for h in inventory.hosts if h.name in ranks]
+    shared = _outputs_shared(app, inventory, hosts)
+    outputs_owner = hosts[0].name if shared else None
+
+    def action(transport, host):
+        return _collect_host(transport, host, inventory, run_id, dest, manifest, secrets, ranks[host.name],
+                             fetch_outputs=(outputs_owner in (None, host.name)), shared=shared,
+                             compress=args.compress, on_event=app.renderer.on_event)
+
+    started = time.monotonic()
+    results = for_each_host(hosts, action, app.connections)
+    app.renderer.stop_progress()
+    files = _finish_manifest(dest, manifest, results)
+    findings = diagnose_path(dest)
+    if record.get("exit_code") == 0 and findings and findings[0].cause == "unknown":
+        findings = []  # a run that succeeded: nothing to diagnose
+    app.renderer.hosts_table(f"collect-logs {run_id} -> {dest}", results, extra_columns=("files", "bytes"))
+    app.renderer.findings(findings)
+    app.renderer.on_event(Event("note", text=f"{files} files in {time.monotonic() - started:.1f}s under {dest}"))
+    ok = all(r.succeeded for r in results.values())
+    from clusterctl.commands import any_unreachable, hosts_document
+
+    document = hosts_document(results, run_id=run_id, dest=str(dest), files=files, shared_outputs=shared,
+                              findings=[f.to_json() for f in findings])
+    document["ok"] = ok
+    return Outcome(document, unreachable=any_unreachable(results))
+
+
+def _read_record(app, run_id: str) -> dict:
+    if not re.fullmatch(r"[A-Za-z0-9._-]+", run_id):
+        raise UsageError(f"not a run id: {run_id!r}", where="--run", fix="see .clusterctl/runs/ for run ids")
+    path = app.state.runs_dir / run_id / "run.json"
+    try:
+        return app.state.read_json(path)
+    except (OSError, ValueError):
+        raise StateError(f"no record of run {run_id}", where=str(path),
+                         fix="give a run id from .clusterctl/runs/ (or omit --run for the last run)") from None
+
+
+def _outputs_shared(app, inventory, hosts) -> bool:
+    """True when job.outputs is one filesystem on all nodes (a probe file written on the first)."""
+    from clusterctl.collect import where_files_are
+    from clusterctl.executor import for_each_host, run_commands
+    from clusterctl.models import Command
+
+    if len(hosts) < 2:
+        return False
+    base, container = where_files_are(inventory, inventory.job.outputs)
+    probe = f"{base}/.clusterctl-shared-{random_tokens.token_hex(6)}"
+
+    def in_place(argv):
+        return ("docker", "exec", container, *argv) if container else argv
+
+    made = for_each_host([hosts[0]], lambda t, h: run_commands(t, h, [Command(in_place(("touch", probe)), timeout=20)]),
+                         app.connections)
+    if not made[hosts[0].name].succeeded:
+        return False
+    seen = for_each_host(hosts[1:], lambda t, h: run_commands(t, h, [Command(in_place(("test", "-e", probe)), timeout=20)]),
+                         app.connections)
+    for_each_host([hosts[0]], lambda t, h: run_commands(t, h, [Command(in_place(("rm", "-f", probe)), timeout=20)]),
+                  app.connections)
+    return all(r.succeeded for r in seen.values())
+
+
+def _collect_host(transport, host, inventory, run_id, dest, manifest, secrets, first_rank, fetch_outputs, shared,
+                  compress, on_event):
+    from clusterctl import collect
+    from clusterctl.executor import Event
+    from clusterctl.models import HostResult, HostStatus
+
+    base, container = collect.where_files_are(inventory, inventory.job.outputs)
+    run_dir = f"logs/{run_id}/{host.name}"
+    listing = transport.run(collect.list_command(base, [run_dir], container, run_id if fetch_outputs else ""))
+    if not listing.ok:
+        return HostResult(host.name, HostStatus.FAILED, f"cannot list {base}: {listing.stderr.strip()}")
+    files = collect.parse_listing(listing.stdout)
+    known = manifest["remote"].setdefault(host.name, {})
+    wanted = collect.changed_files(files, known)
+    host_dir = dest / host.name
+    fetched = 0
+    if wanted:
+        part = dest / f".{host.name}.tar.part"
+        done = [0]
+
+        def on_bytes(count: int) -> None:
+            done[0] += count
+            on_event(Event("progress", host.name, data={"key": f"collect:{host.name}", "description": host.name,
+                                                        "completed": done[0], "total": None}))
+
+        try:
+            with open(part, "wb") as sink:
+                result = transport.run_to_sink(collect.tar_command(base, [f.path for f in wanted], container, compress),
+                                               sink, on_bytes)
+            if not result.ok:
+                return HostResult(host.name, HostStatus.FAILED, f"tar on the node failed: {result.stderr.strip()[-300:]}")
+            staging = host_dir / "outputs"
+            written, refused = collect.extract(part, staging, secrets)
+        except OSError as exc:
+            return HostResult(host.name, HostStatus.FAILED, f"writing under {dest} failed: {exc.strerror or exc}. "
+                              "Files collected earlier are intact. fix: free space there or use --dest elsewhere")
+        finally:
+            part.unlink(missing_ok=True)
+        fetched = done[0]
+        for f in wanted:
+            known[f.path] = [f.size, f.mtime]
+        if refused:
+            return HostResult(host.name, HostStatus.FAILED, "; ".join(refused[:5]), data={"files": len(written)})
+    _arrange_logs(host_dir, run_id, host.name, first_rank)
+    if shared and fetch_outputs:
+        _move_shared_outputs(host_dir, dest, run_id)
+    _write_diagnostics(transport, host_dir, inventory, secrets)
+    return HostResult(host.name, HostStatus.CHANGED if wanted else HostStatus.OK,
+                      f"{len(wanted)} new or changed file(s)", data={"files": len(wanted), "bytes": fetched})
+
+
+def _arrange_logs(host_dir: Path, run_id: str, host: str, first_rank: int) -> None:
+    """torchrun's tree -> <host>-agent.log and <host>-r<global rank>.log (stdout, then stderr)."""
+    raw = host_dir / "outputs" / "logs" / run_id / host
+    logs = host_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    if (raw / "agent.log").exists():
+        (logs / f"{host}-agent.log").write_bytes((raw / "agent.log").read_bytes())
+    for attempt in sorted(raw.glob(f"{run_id}_*/attempt_*")):
+        for local in sorted(p for p in attempt.iterdir() if p.is_dir() and p.name.isdigit()):
+            parts = [(local / name).read_bytes() for name in ("stdout.log", "stderr.log") if (local / name).exists()]
+            (logs / f"{host}-r{first_rank + int(local.name)}.log").write_bytes(b"".join(parts))
+
+
+def _move_shared_outputs(host_dir: Path, dest: Path, run_id: str) -> None:
+    source = host_dir / "outputs"
+    target = dest / "outputs"
+    for path in sorted(source.rglob("*")):
+        rel = path.relative_to(source)
+        if path.is_file() and rel.parts[:1] != ("logs",):
+            (target / rel).parent.mkdir(parents=True, exist_ok=True)
+            path.replace(target / rel)
+
+
+def _write_diagnostics(transport, host_dir: Path, inventory, secrets: set) -> None:
+    from clusterctl import collect
+
+    from clusterctl.transport import split_batch
+
+    result = transport.run(collect.diag_command(inventory))
+    diag = host_dir / "diag"
+    diag.mkdir(parents=True, exist_ok=True)
+    for name, text in split_batch(result.stdout).items():
+        if name == "env.txt":
+            text = collect.mask_env_listing(text)
+        (diag / name).write_bytes(collect.mask_values(text.encode(), secrets))
+
+
+def _finish_manifest(dest: Path, manifest: dict, results) -> int:
+    from clusterctl import collect
+
+    files = {}
+    for path in sorted(p for p in dest.rglob("*") if p.is_file() and p.name != collect.MANIFEST
+                       and not p.name.endswith((".part", ".tmp"))):
+        rel = str(path.relative_to(dest))
+        old = manifest["files"].get(rel)
+        stat = path.stat()
+        if old and old.get("size") == stat.st_size and old.get("mtime") == stat.st_mtime:
+            files[rel] = old
+        else:
+            files[rel] = {"size": stat.st_size, "mtime": stat.st_mtime, "sha256": collect.sha256_file(path)}
+    manifest["files"] = files
+    collect.write_manifest(dest, manifest)
+    return len(files)

@@ -1,13 +1,34 @@
-"""`clusterctl status`: not built yet."""
+"""`clusterctl status`: hosts, container state and image, GPUs in use, running ranks."""
 from __future__ import annotations
 
+import argparse
+
 from clusterctl.app import add_cluster_options
-from clusterctl.errors import UsageError
+from clusterctl.cli import Outcome
+from clusterctl.commands import any_unreachable, hosts_document
+from clusterctl.executor import PlannedTask
+
+TASKS = (
+    PlannedTask("running ranks", "process.list", {}),
+    PlannedTask("container", "docker.inspect", {}),
+    PlannedTask("gpus", "checks.gpu_usage", {}),
+)
 
 
-def add_arguments(parser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_cluster_options(parser)
 
 
-def execute(args, app):
-    raise UsageError("this command is not built yet in this version", where="clusterctl status")
+def execute(args, app) -> Outcome:
+    from clusterctl import modules
+    from clusterctl.executor import run_plan
+
+    inventory = app.inventory()
+    report = run_plan(TASKS, inventory, app.connections, modules.resolve)
+    for result in report.hosts.values():
+        data = result.data
+        data["ranks_running"] = len(data.get("ranks", []))
+        data.setdefault("container", "none" if not inventory.uses_container else "?")
+    app.renderer.hosts_table(f"status of {inventory.name}", report.hosts,
+                             extra_columns=("container", "image", "gpus_in_use", "ranks_running"))
+    return Outcome(hosts_document(report.hosts, cluster=inventory.name), unreachable=any_unreachable(report.hosts))

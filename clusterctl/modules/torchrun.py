@@ -14,10 +14,8 @@ How a node runs its part of a job (all files in the node's run dir,
 """
 from __future__ import annotations
 
-import posixpath
-from typing import Optional
-
 from clusterctl.models import Command, EnvVar, Inventory
+from clusterctl.placement import in_container, on_host_or_in_container
 
 LEASE_S = 15
 
@@ -57,35 +55,6 @@ sleep 1; kill "$t" 2>/dev/null
 _WRITE_ENV = 'umask 077; mkdir -p "$1" && rm -f "$1/agent.exit" && cat > "$1/env"'
 
 
-def host_path(inventory: Inventory, container_path: str) -> Optional[str]:
-    """The host path behind a container path when it sits on a bind mount, else None."""
-    if not inventory.uses_container:
-        return container_path
-    best: Optional[tuple[str, str]] = None
-    for volume in inventory.container.volumes:
-        parts = volume.split(":")
-        if len(parts) < 2 or not parts[0].startswith("/"):
-            continue
-        src, dst = parts[0], parts[1].rstrip("/") or "/"
-        if container_path == dst or container_path.startswith(dst + "/"):
-            if best is None or len(dst) > len(best[1]):
-                best = (src, dst)
-    if best is None:
-        return None
-    return posixpath.join(best[0], posixpath.relpath(container_path, best[1]))
-
-
-def _in_place(inventory: Inventory, argv: tuple[str, ...], run_dir: str, detach: bool = False,
-              workdir: Optional[str] = None, interactive: bool = False) -> tuple[tuple[str, ...], str]:
-    """Where a command runs: in the container (docker exec) or on the host; and the dir it sees."""
-    if not inventory.uses_container:
-        return argv, run_dir
-    flags = ["-d"] if detach else []
-    flags += ["-i"] if interactive else []
-    flags += ["-w", workdir] if workdir else []
-    return ("docker", "exec", *flags, inventory.container.name, *argv), run_dir
-
-
 def env_file(env: tuple[tuple[str, str], ...]) -> bytes:
     lines = []
     for name, value in env:
@@ -96,7 +65,7 @@ def env_file(env: tuple[tuple[str, str], ...]) -> bytes:
 
 
 def write_env_command(inventory: Inventory, run_dir: str, env: tuple[tuple[str, str], ...]) -> Command:
-    argv, _ = _in_place(inventory, ("sh", "-c", _WRITE_ENV, "clusterctl-env", run_dir), run_dir, interactive=True)
+    argv = in_container(inventory, ("sh", "-c", _WRITE_ENV, "clusterctl-env", run_dir), interactive=True)
     return Command(argv, stdin=env_file(env), timeout=60)
 
 
@@ -104,31 +73,22 @@ def start_command(inventory: Inventory, run_dir: str, torchrun: tuple[str, ...],
     """Start the wrapper detached from the SSH session; returns at once."""
     workdir = inventory.job.workdir or ""
     wrapper = ("sh", "-c", _WRAPPER, "clusterctl-wrapper", run_dir, str(lease_s), workdir, *torchrun)
-    if inventory.uses_container:
-        argv, _ = _in_place(inventory, wrapper, run_dir, detach=True)
-    else:
-        argv = ("setsid", "-f", *wrapper)
+    argv = in_container(inventory, wrapper, detach=True) if inventory.uses_container else ("setsid", "-f", *wrapper)
     return Command(argv, timeout=60)
 
 
 def poll_command(inventory: Inventory, run_dir: str) -> Command:
-    on_host = host_path(inventory, run_dir)
-    if on_host is not None:  # a bind mount: no docker exec needed
-        return Command(("sh", "-c", _POLL, "clusterctl-poll", on_host), timeout=5)
-    argv, _ = _in_place(inventory, ("sh", "-c", _POLL, "clusterctl-poll", run_dir), run_dir)
-    return Command(argv, timeout=5)
+    argv = on_host_or_in_container(inventory, run_dir, lambda d: ("sh", "-c", _POLL, "clusterctl-poll", d))
+    return Command(argv, timeout=4)
 
 
 def follow_command(inventory: Inventory, run_dir: str) -> Command:
-    on_host = host_path(inventory, run_dir)
-    if on_host is not None:
-        return Command(("sh", "-c", _FOLLOW, "clusterctl-follow", on_host), timeout=None)
-    argv, _ = _in_place(inventory, ("sh", "-c", _FOLLOW, "clusterctl-follow", run_dir), run_dir)
+    argv = on_host_or_in_container(inventory, run_dir, lambda d: ("sh", "-c", _FOLLOW, "clusterctl-follow", d))
     return Command(argv, timeout=None)
 
 
 def tail_command(inventory: Inventory, run_dir: str, lines: int = 30) -> Command:
-    argv, _ = _in_place(inventory, ("tail", "-n", str(lines), f"{run_dir}/agent.log"), run_dir)
+    argv = on_host_or_in_container(inventory, run_dir, lambda d: ("tail", "-n", str(lines), f"{d}/agent.log"))
     return Command(argv, timeout=20)
 
 

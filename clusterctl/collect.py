@@ -1,0 +1,213 @@
+"""collect-logs: what to fetch from a node, how to unpack it safely, and the manifest.
+
+Per node, one tar stream over the node's existing SSH connection (in the container via
+`docker exec` when the files are not on a bind mount). Only files whose size or mtime
+changed since the last collect are sent. Extraction refuses absolute paths, `..`,
+links and special files, and every secret value is masked before anything is written.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Iterable, Optional
+
+from clusterctl.models import MASK, Command, Inventory, looks_secret
+from clusterctl.placement import host_path, in_container
+from clusterctl.transport import batch_command
+
+MANIFEST = "manifest.json"
+
+# $1: base dir, $2: a run id whose files to find anywhere but logs/ ("" for none), the rest:
+# paths relative to the base. Prints "size<TAB>mtime<TAB>path" per file.
+_LIST = r'''
+base=$1 pattern=$2; shift 2
+cd "$base" 2>/dev/null || exit 0
+for p in "$@"; do [ -e "$p" ] && find "$p" -type f ! -name env ! -name lease ! -name '*.pid' -printf '%s\t%T@\t%p\n' 2>/dev/null; done
+[ -n "$pattern" ] && find . -path ./logs -prune -o -path "*$pattern*" -type f -printf '%s\t%T@\t%p\n' 2>/dev/null
+exit 0
+'''
+
+# $1: base dir, $2: gzip|none; file list on stdin (NUL-separated). Writes a tar stream.
+_TAR = r'''
+cd "$1" || exit 3
+if [ "$2" = gzip ]; then exec tar --null -T - -czf - --ignore-failed-read 2>/dev/null
+else exec tar --null -T - -cf - --ignore-failed-read 2>/dev/null; fi
+'''
+
+_KERNEL_EVENTS = ("(dmesg -T 2>/dev/null || journalctl -k --no-pager -n 5000 2>/dev/null)"
+                  " | grep -iE 'oom|killed process|out of memory|nvrm|xid|segfault' | tail -n 200")
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    path: str  # relative to the base dir
+    size: int
+    mtime: float
+
+
+def list_command(base: str, paths: Iterable[str], in_container: Optional[str], run_id_pattern: str = "") -> Command:
+    return _wrap(("sh", "-c", _LIST, "clusterctl-list", base, run_id_pattern, *paths), in_container, timeout=120)
+
+
+def tar_command(base: str, files: list[str], in_container: Optional[str], compress: bool) -> Command:
+    stdin = b"".join(f.encode() + b"\0" for f in files)
+    command = _wrap(("sh", "-c", _TAR, "clusterctl-tar", base, "gzip" if compress else "none"), in_container,
+                    timeout=3600, interactive=True)
+    return Command(command.argv, timeout=command.timeout, stdin=stdin)
+
+
+def diag_command(inventory: Inventory) -> Command:
+    """The node's state at collection time, one section (file name) per tool, in one round trip."""
+    from clusterctl.facts import IBSTAT, NVIDIA_SMI_QUERY
+
+    sections = [
+        ("nvidia-smi-q.txt", NVIDIA_SMI_QUERY), ("ibstat.txt", IBSTAT),
+        ("ip-addr.txt", Command(("ip", "addr"))), ("ip-route.txt", Command(("ip", "route"))),
+        ("dmesg.txt", Command(("sh", "-c", _KERNEL_EVENTS))),
+        ("df-shm.txt", Command(in_container(inventory, ("df", "-B1", "/dev/shm")))),
+    ]
+    if inventory.uses_container:
+        sections += [("docker-inspect.json", Command(("docker", "inspect", inventory.container.name))),
+                     ("env.txt", Command(in_container(inventory, ("env",))))]
+    return batch_command(sections)
+
+
+def _wrap(argv: tuple, container: Optional[str], timeout: float, interactive: bool = False) -> Command:
+    if container:
+        argv = ("docker", "exec", *(("-i",) if interactive else ()), container, *argv)
+    return Command(argv, timeout=timeout)
+
+
+def where_files_are(inventory: Inventory, container_path: str) -> tuple[str, Optional[str]]:
+    """(path to read, container to docker-exec into or None)."""
+    on_host = host_path(inventory, container_path)
+    if on_host is not None:
+        return on_host, None
+    return container_path, inventory.container.name
+
+
+def parse_listing(stdout: str) -> list[RemoteFile]:
+    files = []
+    for line in stdout.splitlines():
+        parts = line.split("\t", 2)
+        if len(parts) == 3:
+            try:
+                files.append(RemoteFile(parts[2].removeprefix("./"), int(parts[0]), float(parts[1])))
+            except ValueError:
+                continue
+    return files
+
+
+# --------------------------------------------------------------------------- secrets
+
+
+def secret_values(inventory: Inventory) -> set[str]:
+    values = set()
+    envs = list(inventory.job.env) + [e for h in inventory.hosts for e in h.env]
+    if inventory.container is not None:
+        envs += list(inventory.container.env)
+    for var in envs:
+        if var.is_secret and len(var.value) >= 4:
+            values.add(var.value)
+    return values
+
+
+def mask_env_listing(text: str) -> str:
+    lines = []
+    for line in text.splitlines():
+        name, sep, value = line.partition("=")
+        lines.append(f"{name}={MASK}" if sep and looks_secret(name) else line)
+    return "\n".join(lines) + "\n"
+
+
+def mask_values(data: bytes, secrets: set[str]) -> bytes:
+    for secret in sorted(secrets, key=len, reverse=True):
+        data = data.replace(secret.encode(), MASK.encode())
+    return data
+
+
+# --------------------------------------------------------------------------- extraction
+
+
+class UnsafeArchive(Exception):
+    pass
+
+
+def safe_member_path(dest: Path, name: str) -> Path:
+    """The destination of a tar member, or UnsafeArchive for absolute paths and escapes."""
+    pure = PurePosixPath(name)
+    if pure.is_absolute() or ".." in pure.parts:
+        raise UnsafeArchive(f"refused {name!r}: absolute path or '..'")
+    target = (dest / pure).resolve()
+    root = dest.resolve()
+    if target != root and root not in target.parents:
+        raise UnsafeArchive(f"refused {name!r}: escapes {dest}")
+    return target
+
+
+def extract(archive: Path, dest: Path, secrets: set[str]) -> tuple[list[Path], list[str]]:
+    """Unpack regular files and directories only; returns (written files, refused names)."""
+    written, refused = [], []
+    with tarfile.open(archive, "r:*") as tar:
+        for member in tar:
+            try:
+                target = safe_member_path(dest, member.name)
+            except UnsafeArchive as exc:
+                refused.append(str(exc))
+                continue
+            if member.isdir():
+                target.mkdir(parents=True, exist_ok=True)
+                continue
+            if not member.isfile():
+                refused.append(f"refused {member.name!r}: {'link' if member.issym() or member.islnk() else 'special file'}")
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            _write_member(tar, member, target, secrets)
+            written.append(target)
+    return written, refused
+
+
+def _write_member(tar: tarfile.TarFile, member: tarfile.TarInfo, target: Path, secrets: set[str]) -> None:
+    source = tar.extractfile(member)
+    tmp = target.with_name(target.name + ".cc-part")
+    if secrets and member.size < 64 << 20:
+        tmp.write_bytes(mask_values(source.read(), secrets))
+    else:
+        with open(tmp, "wb") as handle:
+            while chunk := source.read(1 << 20):
+                handle.write(chunk)
+    os.utime(tmp, (member.mtime, member.mtime))
+    os.replace(tmp, target)
+
+
+# --------------------------------------------------------------------------- manifest
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def read_manifest(dest: Path) -> dict:
+    try:
+        return json.loads((dest / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return {"files": {}, "remote": {}}
+
+
+def write_manifest(dest: Path, manifest: dict) -> None:
+    tmp = dest / (MANIFEST + ".tmp")
+    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True))
+    os.replace(tmp, dest / MANIFEST)
+
+
+def changed_files(listing: list[RemoteFile], known: dict) -> list[RemoteFile]:
+    """Files whose (size, mtime) differ from what the last collect fetched."""
+    return [f for f in listing if known.get(f.path) != [f.size, f.mtime]]

@@ -1,0 +1,93 @@
+"""The facts the planner needs from every node, gathered in one round trip per node.
+
+GPUs are counted where the ranks will run (inside the container when there is one), the
+NIC and source address are those of the route to the master (`ip route get`), and the
+hostname's resolution tells whether it sits on loopback. A node that is unreachable, or
+whose container is not running, is a problem to report, not a fact.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from clusterctl.executor import Connections, for_each_host, run_commands
+from clusterctl.models import Command, HostResult, HostStatus, Inventory
+from clusterctl.placement import in_container
+from clusterctl.topology import NodeFacts
+from clusterctl.transport import batch_command, split_batch
+
+
+@dataclass(frozen=True)
+class NodeProbe:
+    """Parsed facts of one node, beyond what the planner needs (checks read them too)."""
+
+    container_state: Optional[str]  # running | exited | absent | None (no container)
+    gpus: object  # facts.GpuInventory
+    route: object  # facts.RouteInfo
+    hostname: object  # facts.HostnameResolution
+    ib: object  # facts.IbStatus
+
+    def node_facts(self) -> NodeFacts:
+        gpu_ids = self.gpus.indices if self.gpus.count else None
+        return NodeFacts(gpu_ids=gpu_ids, nic=self.route.dev if not self.route.local else None,
+                         address=self.route.src, hostname_on_loopback=self.hostname.loopback_only,
+                         ib_hcas=tuple(self.ib.nccl_ib_hca.split(",")) if self.ib.nccl_ib_hca else ())
+
+
+def probe_command(inventory: Inventory) -> Command:
+    from clusterctl import facts
+
+    sections = [
+        ("gpus", Command(in_container(inventory, facts.NVIDIA_SMI_GPUS.argv))),
+        ("route", facts.route_get_command(inventory.master.address)),
+        ("hostname", facts.HOSTNAME_RESOLUTION),
+        ("ibstat", facts.IBSTAT),
+    ]
+    if inventory.uses_container:
+        name = inventory.container.name
+        sections.insert(0, ("container", Command(("docker", "inspect", "-f", "{{.State.Status}}", name))))
+    return batch_command(sections, timeout=60)
+
+
+def parse_probe(stdout: str, inventory: Inventory) -> NodeProbe:
+    from clusterctl import facts
+
+    sections = split_batch(stdout)
+    state = None
+    if inventory.uses_container:
+        text = sections.get("container", "").strip()
+        state = text if text in ("running", "exited", "created", "paused", "restarting", "dead") else "absent"
+    return NodeProbe(
+        container_state=state,
+        gpus=facts.parse_gpu_csv(sections.get("gpus", "")),
+        route=facts.parse_route_get(sections.get("route", "")),
+        hostname=facts.parse_hostname_resolution(sections.get("hostname", "")),
+        ib=facts.parse_ibstat(sections.get("ibstat", "")),
+    )
+
+
+def probe_nodes(inventory: Inventory, connections: Connections) -> tuple[dict[str, NodeProbe], dict[str, HostResult]]:
+    """(probes of the nodes that answered, results of those that did not)."""
+    command = probe_command(inventory)
+    results = for_each_host(list(inventory.hosts), lambda t, h: run_commands(t, h, [command]), connections)
+    probes, problems = {}, {}
+    for name, result in results.items():
+        if result.succeeded:
+            probes[name] = parse_probe(result.stdout, inventory)
+        else:
+            problems[name] = result
+    return probes, problems
+
+
+def gather_node_facts(inventory: Inventory, connections: Connections) -> tuple[dict[str, NodeFacts], dict[str, HostResult]]:
+    """NodeFacts for the planner, and the nodes not ready to run (unreachable, no container)."""
+    probes, problems = probe_nodes(inventory, connections)
+    for name, probe in probes.items():
+        if probe.container_state not in (None, "running"):
+            problems[name] = HostResult(
+                name, HostStatus.FAILED,
+                f"container {inventory.container.name} is {probe.container_state} on {name} "
+                "(was the node rebooted?). fix: run `clusterctl up` first",
+            )
+    facts = {name: probe.node_facts() for name, probe in probes.items() if name not in problems}
+    return facts, problems
