@@ -32,6 +32,9 @@ COMMANDS = {
     "diagnose": ("diagnose", "name the root cause and fix from a log file or a collected run"),
     "play": ("play", "run a playbook against the active inventory"),
     "sandbox": ("sandbox", "a rehearsal cluster of N nodes on this machine (root, Linux)"),
+    "nccl-test": ("nccl_test", "all-reduce diagnostic: connectivity, small sizes, full sweep, node pairs"),
+    "export": ("export", "write a Kubeflow PyTorchJob, KubeRay RayJob or batch Job from the inventory"),
+    "launch": ("launch", "the entrypoint platforms run on every node (--from-env): checks, then torchrun"),
 }
 
 
