@@ -1,0 +1,56 @@
+"""The inventory YAML (CONTRACT.md's format) describing the sandbox's nodes."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional, Sequence
+
+import yaml
+
+from clusterctl.sandbox.image import python_volumes
+from clusterctl.sandbox.layout import CONTAINER_NAME, Layout, Node
+
+REPO = Path(__file__).resolve().parents[2]
+CONTAINER_OUTPUTS = "/workspace/output"
+JOB_COMMAND = ["examples/generate.py"]
+
+
+def inventory(layout: Layout, nodes: Sequence[Node], image: Optional[str]) -> dict:
+    """With an image: ranks in a `--net=host` container; without: ranks on the node itself.
+    Outputs go to one directory of the machine, shared by all nodes like an NFS mount."""
+    doc: dict = {
+        "name": "sandbox",
+        "ssh": {
+            "user": "root",
+            "port": 22,
+            "identity_file": str(layout.client_key),
+            "known_hosts": str(layout.known_hosts),
+            "host_key_policy": "strict",
+        },
+        "hosts": [{"name": n.name, "address": n.address} for n in nodes],
+    }
+    examples = REPO / "examples"
+    if image:
+        volumes = python_volumes() + [f"{layout.shared_outputs}:{CONTAINER_OUTPUTS}"]
+        if examples.is_dir():
+            volumes.append(f"{examples}:/workspace/examples:ro")
+        doc["container"] = {
+            "image": image,
+            "name": CONTAINER_NAME,
+            "gpus": "none",
+            "shm_size": "256m",
+            "volumes": volumes,
+        }
+        job = {"workdir": "/workspace", "command": list(JOB_COMMAND), "outputs": CONTAINER_OUTPUTS}
+    else:
+        job = {"workdir": str(REPO), "command": list(JOB_COMMAND), "outputs": str(layout.shared_outputs)}
+    doc["rendezvous"] = {"port": 29500}
+    doc["job"] = job
+    return doc
+
+
+def write(layout: Layout, nodes: Sequence[Node], image: Optional[str]) -> Path:
+    layout.shared_outputs.mkdir(exist_ok=True)
+    text = "# Written by `clusterctl sandbox up`; rewritten on every up.\n"
+    text += yaml.safe_dump(inventory(layout, nodes, image), sort_keys=False, default_flow_style=False, width=200)
+    layout.inventory.write_text(text)
+    return layout.inventory

@@ -1,0 +1,213 @@
+"""Names, addresses and paths of the rehearsal cluster. No I/O except the state record.
+
+Everything the sandbox creates is named here, so `down` can find it again even after a
+half-failed `up`: network objects by their `cc-` names, files and pid files under the
+state directory.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+DEFAULT_STATE_DIR = Path("/var/tmp/clusterctl-sandbox")
+
+BRIDGE = "cc-br"
+BRIDGE_ADDRESS = "198.18.0.1"  # 198.18.0.0/15: reserved for benchmarking, used by no real network
+PREFIX_LEN = 24
+BRIDGE_MAC = "02:cc:ff:00:00:01"  # fixed: a bridge otherwise takes its lowest port's MAC, which changes
+REGISTRY = f"{BRIDGE_ADDRESS}:5000"
+BASE_IMAGE = f"{REGISTRY}/sandbox/base:1"
+NETNS_PREFIX = "cc-node"
+NETNS_DIR = Path("/run/netns")
+FIRST_HOST_OCTET = 10  # node i lives at 198.18.0.(10 + i)
+MAX_NODES = 240
+CONTAINER_NAME = "cc-sandbox"
+
+
+@dataclass(frozen=True)
+class Node:
+    """One rehearsal node: a network namespace with its own sshd (and Docker Engine)."""
+
+    index: int
+    state_dir: Path
+
+    @property
+    def name(self) -> str:
+        return f"node{self.index}"
+
+    @property
+    def address(self) -> str:
+        return f"198.18.0.{FIRST_HOST_OCTET + self.index}"
+
+    @property
+    def netns(self) -> str:
+        return f"{NETNS_PREFIX}{self.index}"
+
+    @property
+    def netns_path(self) -> Path:
+        return NETNS_DIR / self.netns
+
+    @property
+    def mac(self) -> str:
+        """Fixed per index: a node rebuilt at the same address keeps its MAC, so neighbour
+        caches of the host and of the other nodes stay right (no multi-second re-ARP stall)."""
+        return f"02:cc:00:00:{self.index >> 8:02x}:{self.index & 0xff:02x}"
+
+    @property
+    def host_veth_mac(self) -> str:
+        return f"02:cc:01:00:{self.index >> 8:02x}:{self.index & 0xff:02x}"
+
+    @property
+    def host_veth(self) -> str:
+        return f"cc-v{self.index}"
+
+    @property
+    def dir(self) -> Path:
+        return self.state_dir / self.name
+
+    @property
+    def hosts_file(self) -> Path:
+        return self.dir / "hosts"
+
+    @property
+    def sshd_config(self) -> Path:
+        return self.dir / "sshd_config"
+
+    @property
+    def sshd_pid(self) -> Path:
+        return self.dir / "sshd.pid"
+
+    @property
+    def sshd_log(self) -> Path:
+        return self.dir / "sshd.log"
+
+    @property
+    def host_key(self) -> Path:
+        return self.dir / "ssh_host_ed25519_key"
+
+    @property
+    def docker_sock(self) -> Path:
+        return self.dir / "docker.sock"
+
+    @property
+    def docker_pid(self) -> Path:
+        return self.dir / "docker.pid"
+
+    @property
+    def docker_launch_pid(self) -> Path:
+        """Written by the launcher before dockerd starts (dockerd writes docker_pid itself)."""
+        return self.dir / "dockerd.launch.pid"
+
+    @property
+    def docker_log(self) -> Path:
+        return self.dir / "dockerd.log"
+
+    @property
+    def docker_data(self) -> Path:
+        return self.dir / "data"
+
+    @property
+    def docker_exec(self) -> Path:
+        return self.dir / "exec"
+
+    @property
+    def docker_host(self) -> str:
+        return f"unix://{self.docker_sock}"
+
+
+def node_index(name: str) -> int:
+    """`node3` -> 3; anything else is not a sandbox node name."""
+    if not name.startswith("node") or not name[4:].isdigit():
+        raise ValueError(f"not a sandbox node name: {name!r}")
+    return int(name[4:])
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The files of one sandbox, all under its state directory."""
+
+    state_dir: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "state_dir", Path(self.state_dir).absolute())
+
+    def node(self, index: int) -> Node:
+        return Node(index, self.state_dir)
+
+    @property
+    def record(self) -> Path:
+        return self.state_dir / "sandbox.json"
+
+    @property
+    def client_key(self) -> Path:
+        return self.state_dir / "id_ed25519"
+
+    @property
+    def authorized_keys(self) -> Path:
+        return self.state_dir / "authorized_keys"
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.state_dir / "known_hosts"
+
+    @property
+    def inventory(self) -> Path:
+        return self.state_dir / "inventory.yaml"
+
+    @property
+    def shared_outputs(self) -> Path:
+        return self.state_dir / "shared-outputs"
+
+    @property
+    def registry_dir(self) -> Path:
+        return self.state_dir / "registry"
+
+    @property
+    def registry_config(self) -> Path:
+        return self.registry_dir / "config.yml"
+
+    @property
+    def registry_pid(self) -> Path:
+        return self.registry_dir / "registry.pid"
+
+    @property
+    def registry_log(self) -> Path:
+        return self.registry_dir / "registry.log"
+
+    @property
+    def registry_storage(self) -> Path:
+        return self.registry_dir / "storage"
+
+    def node_dirs(self) -> list[Node]:
+        """Nodes that have a directory under the state dir (maybe from a half-failed up)."""
+        if not self.state_dir.is_dir():
+            return []
+        found = []
+        for entry in self.state_dir.iterdir():
+            try:
+                found.append(self.node(node_index(entry.name)))
+            except ValueError:
+                continue
+        return sorted(found, key=lambda n: n.index)
+
+
+@dataclass(frozen=True)
+class Record:
+    """What `up` last asked for, so `up` can reconcile and `down`/`status` can report."""
+
+    nodes: int
+    docker: bool
+    image: Optional[str] = None
+
+    def save(self, layout: Layout) -> None:
+        layout.record.write_text(json.dumps({"nodes": self.nodes, "docker": self.docker, "image": self.image}) + "\n")
+
+    @classmethod
+    def load(cls, layout: Layout) -> Optional["Record"]:
+        try:
+            data = json.loads(layout.record.read_text())
+            return cls(int(data["nodes"]), bool(data["docker"]), data.get("image"))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None

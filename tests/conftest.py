@@ -1,0 +1,45 @@
+"""Shared fixtures. `sandbox`: one rehearsal cluster (3 nodes with Docker Engines) for the
+whole session, torn down at its end. Tests marked `sandbox_teardown` change or remove that
+cluster, so they run after every other test."""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+
+def sandbox_skip_reason() -> str | None:
+    if os.environ.get("CLUSTERCTL_SKIP_SANDBOX") == "1":
+        return "CLUSTERCTL_SKIP_SANDBOX=1"
+    if not sys.platform.startswith("linux"):
+        return "the sandbox needs Linux (network namespaces)"
+    if os.geteuid() != 0:
+        return "the sandbox needs root"
+    return None
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "sandbox_teardown: resizes or removes the session sandbox; runs after all other tests")
+
+
+def pytest_collection_modifyitems(config, items):
+    last = [item for item in items if item.get_closest_marker("sandbox_teardown")]
+    if last:
+        items[:] = [item for item in items if not item.get_closest_marker("sandbox_teardown")] + last
+
+
+@pytest.fixture(scope="session")
+def sandbox():
+    """A 3-node sandbox with a Docker Engine per node (clusterctl.sandbox.Sandbox)."""
+    reason = sandbox_skip_reason()
+    if reason:
+        pytest.skip(reason)
+    from clusterctl.sandbox import down, up
+
+    handle = up(3, docker=True)
+    try:
+        yield handle
+    finally:
+        down(handle.state_dir)
