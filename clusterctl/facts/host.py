@@ -1,0 +1,331 @@
+"""Host facts: Docker engine, disk, memory, clock and the Python/torch/NCCL versions.
+
+Each fact is a `Command` plus a pure parser of its output. Parsers never raise on odd
+output: a reason ends up in the fact's `error` field instead.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional, Union
+
+from clusterctl.facts._text import command_missing, strip_provenance
+from clusterctl.models import Command
+
+# --------------------------------------------------------------------------- docker
+
+DOCKER_INFO = Command(argv=("docker", "info", "--format", "{{json .}}"), timeout=30.0)
+
+
+@dataclass(frozen=True)
+class DockerInfo:
+    server_version: Optional[str] = None
+    runtimes: tuple[str, ...] = ()
+    default_runtime: Optional[str] = None
+    cgroup_driver: Optional[str] = None
+    cdi_spec_dirs: tuple[str, ...] = ()
+    error: Optional[str] = None  # why the engine could not be asked (daemon down, no permission)
+
+    @property
+    def has_nvidia_runtime(self) -> bool:
+        return "nvidia" in self.runtimes
+
+    @property
+    def reachable(self) -> bool:
+        return self.error is None and bool(self.server_version)
+
+
+def parse_docker_info(output: Union[str, Mapping[str, Any]]) -> DockerInfo:
+    """`docker info --format '{{json .}}'` text, or the Docker SDK's `client.info()` dict.
+
+    With the daemon down the CLI still prints JSON (client fields only, an empty
+    ServerVersion) on stdout and the reason on stderr; `ServerErrors` carries it in
+    newer clients.
+    """
+    if isinstance(output, Mapping):
+        data: Mapping[str, Any] = output
+        text = ""
+    else:
+        text = strip_provenance(output)
+        data = _first_json_object(text) or {}
+    if not data:
+        return _docker_info_from_text(text)
+    server_errors = [str(e) for e in data.get("ServerErrors") or []]
+    version = data.get("ServerVersion") or None
+    error = None
+    if not version:
+        error = "; ".join(server_errors) or _docker_error(text) or "the Docker daemon did not answer"
+    runtimes = tuple(sorted((data.get("Runtimes") or {}).keys()))
+    return DockerInfo(
+        server_version=version,
+        runtimes=runtimes,
+        default_runtime=data.get("DefaultRuntime") or None,
+        cgroup_driver=data.get("CgroupDriver") or None,
+        cdi_spec_dirs=tuple(data.get("CDISpecDirs") or ()),
+        error=error,
+    )
+
+
+def _docker_info_from_text(text: str) -> DockerInfo:
+    """The human `docker info` layout (or a grep of it): `Runtimes: io.containerd.runc.v2 nvidia runc`."""
+    values = {}
+    for line in text.splitlines():
+        key, sep, value = line.strip().partition(": ")
+        if sep and key in ("Server Version", "Runtimes", "Default Runtime", "Cgroup Driver"):
+            values[key] = value.strip()
+    if not values:
+        return DockerInfo(error=_docker_error(text) or "docker info printed nothing readable")
+    return DockerInfo(
+        server_version=values.get("Server Version"),
+        runtimes=tuple(sorted(values.get("Runtimes", "").split())),
+        default_runtime=values.get("Default Runtime"),
+        cgroup_driver=values.get("Cgroup Driver"),
+        error=_docker_error(text),
+    )
+
+
+def _first_json_object(text: str) -> Optional[dict]:
+    start = text.find("{")
+    if start < 0:
+        return None
+    try:
+        value, _ = json.JSONDecoder().raw_decode(text[start:])
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _docker_error(text: str) -> Optional[str]:
+    if command_missing(text, "docker"):
+        return "docker is not installed (command not found)"
+    for line in text.splitlines():
+        if "Cannot connect to the Docker daemon" in line or "permission denied" in line.lower():
+            return line.strip()
+    return None
+
+
+@dataclass(frozen=True)
+class ContainerState:
+    name: str
+    image: str
+    running: bool
+    status: str
+    network_mode: Optional[str] = None
+    ipc_mode: Optional[str] = None
+    shm_size_bytes: Optional[int] = None
+    gpu_request: Optional[str] = None  # "all", a count, device ids; None when no GPUs asked for
+    error: Optional[str] = None
+
+
+def docker_inspect_command(name: str) -> Command:
+    return Command(argv=("docker", "inspect", "--type", "container", name), timeout=30.0, ok_exit_codes=(0, 1))
+
+
+def parse_docker_inspect(output: Union[str, Mapping[str, Any]]) -> ContainerState:
+    """`docker inspect --type container NAME` (a JSON list), or the SDK's `container.attrs`."""
+    if isinstance(output, Mapping):
+        data: Mapping[str, Any] = output
+    else:
+        text = strip_provenance(output)
+        try:
+            parsed = json.loads(text[text.find("["):]) if "[" in text else None
+        except ValueError:
+            parsed = None
+        if not parsed:
+            reason = text.strip().splitlines()[-1] if text.strip() else "no such container"
+            return ContainerState(name="", image="", running=False, status="missing", error=reason)
+        data = parsed[0]
+    state = data.get("State") or {}
+    host_config = data.get("HostConfig") or {}
+    config = data.get("Config") or {}
+    return ContainerState(
+        name=str(data.get("Name", "")).lstrip("/"),
+        image=str(config.get("Image", "")),
+        running=bool(state.get("Running")),
+        status=str(state.get("Status", "")),
+        network_mode=host_config.get("NetworkMode"),
+        ipc_mode=host_config.get("IpcMode"),
+        shm_size_bytes=host_config.get("ShmSize"),
+        gpu_request=_gpu_request(host_config.get("DeviceRequests") or []),
+    )
+
+
+def _gpu_request(requests: list) -> Optional[str]:
+    for request in requests:
+        capabilities = [c for group in request.get("Capabilities") or [] for c in group]
+        if "gpu" not in capabilities and request.get("Driver") != "nvidia":
+            continue
+        if request.get("DeviceIDs"):
+            return ",".join(request["DeviceIDs"])
+        count = request.get("Count", 0)
+        return "all" if count == -1 else str(count)
+    return None
+
+
+# --------------------------------------------------------------------------- disk, memory, clock
+
+
+@dataclass(frozen=True)
+class DiskUsage:
+    filesystem: str
+    size_bytes: int
+    used_bytes: int
+    avail_bytes: int
+    mount: str
+
+
+def df_command(path: str) -> Command:
+    return Command(argv=("df", "-P", "-B1", path), timeout=30.0)
+
+
+def parse_df(text: str) -> Optional[DiskUsage]:
+    """`df -B1 PATH` (with or without -P); None when df printed no data row."""
+    rows = [line.split() for line in strip_provenance(text).splitlines() if line.strip()]
+    data = [row for row in rows if not row[0].startswith("Filesystem")]
+    if not data:
+        return None
+    # A long device name makes df wrap its row in two lines (without -P): rejoin them.
+    row = data[0] + data[1] if len(data[0]) == 1 and len(data) > 1 else data[0]
+    if len(row) < 6:
+        return None
+    try:
+        size, used, avail = (int(v) for v in row[1:4])
+    except ValueError:
+        return None
+    return DiskUsage(filesystem=row[0], size_bytes=size, used_bytes=used, avail_bytes=avail, mount=" ".join(row[5:]))
+
+
+MEMINFO = Command(argv=("cat", "/proc/meminfo"), timeout=10.0)
+
+
+@dataclass(frozen=True)
+class MemInfo:
+    total_bytes: int
+    available_bytes: int
+
+
+def parse_meminfo(text: str) -> Optional[MemInfo]:
+    values: dict[str, int] = {}
+    for line in strip_provenance(text).splitlines():
+        match = re.match(r"^(\w+):\s+(\d+)\s*(kB)?", line)
+        if match:
+            values[match.group(1)] = int(match.group(2)) * (1024 if match.group(3) else 1)
+    if "MemTotal" not in values:
+        return None
+    available = values.get("MemAvailable", values.get("MemFree", 0))
+    return MemInfo(total_bytes=values["MemTotal"], available_bytes=available)
+
+
+CLOCK = Command(argv=("date", "+%s.%N"), timeout=10.0)
+
+
+def parse_clock(text: str) -> Optional[float]:
+    """Seconds since the epoch from `date +%s.%N` (a date without %N support prints 'N')."""
+    for line in strip_provenance(text).splitlines():
+        match = re.match(r"^\s*(\d+)(?:\.(\d+))?\s*$", line)
+        if match:
+            return float(f"{match.group(1)}.{match.group(2) or 0}")
+        match = re.match(r"^\s*(\d+)\.N\s*$", line)
+        if match:
+            return float(match.group(1))
+    return None
+
+
+def clock_offset(remote_epoch: float, local_before: float, local_after: float) -> float:
+    """The remote clock minus ours, taking our reading at the middle of the round trip."""
+    return remote_epoch - (local_before + local_after) / 2.0
+
+
+# --------------------------------------------------------------------------- versions
+
+# Printed as one JSON line. Imports stay inside try blocks so a broken torch still
+# reports the Python version and the reason.
+VERSIONS_SNIPPET = """\
+import json, platform
+out = {"python": platform.python_version()}
+try:
+    import torch
+except Exception as exc:
+    out["error"] = "%s: %s" % (type(exc).__name__, exc)
+else:
+    out["torch"] = torch.__version__
+    out["cuda"] = torch.version.cuda
+    out["cuda_available"] = bool(torch.cuda.is_available())
+    out["gpu_count"] = torch.cuda.device_count() if out["cuda_available"] else 0
+    out["nccl"] = None
+    if out["cuda_available"]:
+        try:
+            v = torch.cuda.nccl.version()
+            out["nccl"] = ".".join(str(p) for p in v) if isinstance(v, tuple) else str(v)
+        except Exception as exc:
+            out["nccl_error"] = "%s: %s" % (type(exc).__name__, exc)
+print(json.dumps(out))
+"""
+
+
+def versions_command(python: str = "python3") -> Command:
+    return Command(argv=(python, "-c", VERSIONS_SNIPPET), timeout=120.0)
+
+
+@dataclass(frozen=True)
+class Versions:
+    python: Optional[str] = None
+    torch: Optional[str] = None
+    cuda: Optional[str] = None
+    nccl: Optional[str] = None
+    cuda_available: bool = False
+    gpu_count: int = 0
+    error: Optional[str] = None
+
+    @property
+    def key(self) -> tuple:
+        """What must be identical across nodes."""
+        return (self.python, self.torch, self.cuda, self.nccl)
+
+    def describe(self) -> str:
+        if self.error and not self.torch:
+            return f"python {self.python or '?'}, no torch ({self.error})"
+        return f"python {self.python}, torch {self.torch}, cuda {self.cuda or 'none'}, nccl {self.nccl or 'none'}"
+
+
+def parse_versions(text: str) -> Versions:
+    """The snippet's JSON line; also a bare traceback or a missing interpreter."""
+    text = strip_provenance(text)
+    for line in reversed(text.splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                data = json.loads(line)
+            except ValueError:
+                continue
+            return Versions(
+                python=data.get("python"),
+                torch=data.get("torch"),
+                cuda=data.get("cuda"),
+                nccl=_nccl_version(data.get("nccl")),
+                cuda_available=bool(data.get("cuda_available")),
+                gpu_count=int(data.get("gpu_count") or 0),
+                error=data.get("error") or data.get("nccl_error"),
+            )
+    missing = re.search(r"No module named '?torch'?", text)
+    if missing:
+        return Versions(error="ModuleNotFoundError: No module named 'torch'")
+    if re.search(r"python3?\S*: (command )?not found|No such file or directory", text):
+        return Versions(error="python is not installed on this node")
+    last = text.strip().splitlines()[-1] if text.strip() else "the versions snippet printed nothing"
+    return Versions(error=last)
+
+
+def _nccl_version(value: Any) -> Optional[str]:
+    """torch < 2.0 returned NCCL's version as one int (2.18.3 -> 21803)."""
+    if value is None:
+        return None
+    text = str(value)
+    if text.isdigit() and len(text) >= 5:  # NCCL >= 2.9: major*10000 + minor*100 + patch
+        number = int(text)
+        return f"{number // 10000}.{number // 100 % 100}.{number % 100}"
+    if text.isdigit() and len(text) == 4:  # older: major*1000 + minor*100 + patch
+        number = int(text)
+        return f"{number // 1000}.{number // 100 % 10}.{number % 100}"
+    return text
