@@ -228,6 +228,17 @@ class TaskContext:
     vars: Mapping[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class ClusterContext:
+    """What a cluster-scoped module sees (one call for all hosts, e.g. cross-node checks)."""
+
+    hosts: Sequence[Host]
+    inventory: Inventory
+    vars: Mapping[str, Any]
+    connections: "Connections"
+    on_event: OnEvent
+
+
 # A module returns commands to run, a Skip, or a HostAction for engine-level work (Docker API).
 ModuleOutput = Any
 
@@ -293,7 +304,11 @@ def run_plan(
             log_path = step_dir / f"{host.name}.log" if step_dir else None
             return apply_module_output(output, transport, host, on_event, log_path)
 
-        results = for_each_host(alive, action, connections, width)
+        if getattr(module, "cluster_scope", False):
+            ctx = ClusterContext(alive, inventory, variables, connections, on_event)
+            results = module(ctx, **task.args)
+        else:
+            results = for_each_host(alive, action, connections, width)
         for result in results.values():
             on_event(Event("host_done", result.host, result.detail, {"result": result, "task": task.name}))
             previous = report.hosts.get(result.host)

@@ -24,14 +24,26 @@ class NodeProbe:
     container_state: Optional[str]  # running | exited | absent | None (no container)
     gpus: object  # facts.GpuInventory
     route: object  # facts.RouteInfo
+    interfaces: tuple  # facts.Interface
     hostname: object  # facts.HostnameResolution
     ib: object  # facts.IbStatus
 
-    def node_facts(self) -> NodeFacts:
-        gpu_ids = self.gpus.indices if self.gpus.count else None
-        return NodeFacts(gpu_ids=gpu_ids, nic=self.route.dev if not self.route.local else None,
-                         address=self.route.src, hostname_on_loopback=self.hostname.loopback_only,
-                         ib_hcas=tuple(self.ib.nccl_ib_hca.split(",")) if self.ib.nccl_ib_hca else ())
+    def node_facts(self, master_address: str) -> NodeFacts:
+        return node_facts_from(self.gpus, self.route, self.interfaces, self.hostname, self.ib, master_address)
+
+
+def node_facts_from(gpus, route, interfaces, hostname, ib, master_address: str) -> NodeFacts:
+    """The planner's view of a node. On the master itself the route is local (dev lo):
+    its NIC is then the interface that holds the master's address."""
+    from clusterctl import facts
+
+    nic, address = route.dev, route.src
+    if route.local:
+        interface = facts.interface_with_address(interfaces, master_address)
+        nic, address = (interface.name, master_address) if interface else (None, None)
+    hcas = tuple(ib.nccl_ib_hca.split(",")) if ib.nccl_ib_hca else ()
+    return NodeFacts(gpu_ids=gpus.indices if gpus.count else None, nic=nic, address=address,
+                     hostname_on_loopback=hostname.loopback_only, ib_hcas=hcas)
 
 
 def probe_command(inventory: Inventory) -> Command:
@@ -40,6 +52,7 @@ def probe_command(inventory: Inventory) -> Command:
     sections = [
         ("gpus", Command(in_container(inventory, facts.NVIDIA_SMI_GPUS.argv))),
         ("route", facts.route_get_command(inventory.master.address)),
+        ("addr", facts.IP_ADDR),
         ("hostname", facts.HOSTNAME_RESOLUTION),
         ("ibstat", facts.IBSTAT),
     ]
@@ -61,6 +74,7 @@ def parse_probe(stdout: str, inventory: Inventory) -> NodeProbe:
         container_state=state,
         gpus=facts.parse_gpu_csv(sections.get("gpus", "")),
         route=facts.parse_route_get(sections.get("route", "")),
+        interfaces=facts.parse_ip_addr(sections.get("addr", "")),
         hostname=facts.parse_hostname_resolution(sections.get("hostname", "")),
         ib=facts.parse_ibstat(sections.get("ibstat", "")),
     )
@@ -89,5 +103,6 @@ def gather_node_facts(inventory: Inventory, connections: Connections) -> tuple[d
                 f"container {inventory.container.name} is {probe.container_state} on {name} "
                 "(was the node rebooted?). fix: run `clusterctl up` first",
             )
-    facts = {name: probe.node_facts() for name, probe in probes.items() if name not in problems}
+    master = inventory.master.address
+    facts = {name: probe.node_facts(master) for name, probe in probes.items() if name not in problems}
     return facts, problems

@@ -125,6 +125,9 @@ class Renderer:
     def findings(self, findings: list[Finding], title: str = "diagnosis") -> None:
         if self.json_mode:
             return
+        if not findings:
+            self.console.print(f"[green]{_escape(title)}: no failure found[/green]")
+            return
         from rich.table import Table
 
         table = Table(title=title, title_justify="left")

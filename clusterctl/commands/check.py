@@ -1,13 +1,29 @@
-"""`clusterctl check`: not built yet."""
+"""`clusterctl check`: the preflight checks alone, as a table of checks x hosts."""
 from __future__ import annotations
 
+import argparse
+
 from clusterctl.app import add_cluster_options
-from clusterctl.errors import UsageError
+from clusterctl.cli import Outcome
 
 
-def add_arguments(parser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_cluster_options(parser)
+    parser.add_argument("--strict", action="store_true", help="warnings fail too")
 
 
-def execute(args, app):
-    raise UsageError("this command is not built yet in this version", where="clusterctl check")
+def execute(args, app) -> Outcome:
+    from clusterctl.models import CheckStatus
+    from clusterctl.preflight import run_checks
+
+    inventory = app.inventory()
+    checks = run_checks(inventory, list(inventory.hosts), app.connections)
+    app.renderer.checks_table(checks)
+    bad = {CheckStatus.FAIL} | ({CheckStatus.WARN} if args.strict else set())
+    failed = [c for c in checks if c.status in bad]
+    summary = {s.value: sum(1 for c in checks if c.status is s) for s in CheckStatus}
+    app.renderer.message(f"checks: {summary['pass']} pass, {summary['warn']} warn, {summary['fail']} fail",
+                         "red" if failed else "green")
+    unreachable = any(c.check == "ssh" and c.status is CheckStatus.FAIL for c in checks)
+    return Outcome({"ok": not failed, "checks": [c.to_json() for c in checks], "summary": summary},
+                   unreachable=unreachable and len(failed) == sum(1 for c in failed if c.check == "ssh"))

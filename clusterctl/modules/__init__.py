@@ -15,10 +15,15 @@ _DOMAINS = ("shell", "copy", "process", "docker", "checks", "torchrun", "logs")
 _REGISTRY: dict[str, Callable[..., Any]] = {}
 
 
-def module(name: str):
-    """Register a module function under its playbook name (e.g. `docker.container`)."""
+def module(name: str, cluster_scope: bool = False):
+    """Register a module function under its playbook name (e.g. `docker.container`).
+
+    A cluster-scoped module is called once with a `ClusterContext` for all the task's hosts
+    and returns {host: HostResult} (for checks that compare nodes).
+    """
 
     def register(fn):
+        fn.cluster_scope = cluster_scope
         _REGISTRY[name] = fn
         return fn
 

@@ -45,7 +45,13 @@ def gpu_request(gpus: Any) -> Optional[dict]:
     return {"Driver": "", "Count": 0, "DeviceIDs": [str(g) for g in gpus], "Capabilities": [["gpu"]]}
 
 
-def wanted_config(inventory: Inventory, host: Host, has_infiniband: bool) -> dict:
+def memlock_limit(ulimit_output: str) -> int:
+    """`ulimit -H -l` on the node -> the memlock to ask for: -1 (unlimited) or the node's hard cap in bytes."""
+    text = ulimit_output.strip()
+    return int(text) * 1024 if text.isdigit() else -1
+
+
+def wanted_config(inventory: Inventory, host: Host, has_infiniband: bool, memlock: int = -1) -> dict:
     """Everything that defines the container, as JSON-able data (secret values hashed)."""
     spec: ContainerSpec = inventory.container
     gpus = host.gpus if host.gpus is not None else spec.gpus
@@ -60,7 +66,7 @@ def wanted_config(inventory: Inventory, host: Host, has_infiniband: bool) -> dic
         "ipc_mode": spec.ipc,
         "volumes": sorted(spec.volumes),
         "env": {k: _fingerprint(v) for k, v in sorted(env.items())},
-        "ulimits": {"memlock": -1, "stack": STACK_BYTES},
+        "ulimits": {"memlock": memlock, "stack": STACK_BYTES},
         "infiniband": has_infiniband,
     }
 
@@ -87,8 +93,9 @@ def create_kwargs(inventory: Inventory, host: Host, config: dict) -> dict:
               LABEL_CONFIG: json.dumps(config, sort_keys=True), **dict(spec.labels)}
     kwargs = dict(
         image=spec.image, command=list(spec.command), name=spec.name, detach=True, network_mode="host",
-        environment=env, labels=labels, volumes=list(spec.volumes), init=True,
-        ulimits=[Ulimit(name="memlock", soft=-1, hard=-1), Ulimit(name="stack", soft=STACK_BYTES, hard=STACK_BYTES)],
+        environment=env, labels=labels, volumes=list(spec.volumes),
+        ulimits=[Ulimit(name="memlock", soft=config["ulimits"]["memlock"], hard=config["ulimits"]["memlock"]),
+                 Ulimit(name="stack", soft=STACK_BYTES, hard=STACK_BYTES)],
     )
     if config["gpus"]:
         request = config["gpus"]
@@ -203,8 +210,9 @@ def container(ctx, force: bool = False):
         import docker
 
         client = transport.docker()
-        has_ib = transport.run(Command(("test", "-d", "/dev/infiniband"), timeout=30)).exit_code == 0
-        config = wanted_config(inventory, host, has_ib)
+        node = transport.run(Command(("sh", "-c", "test -d /dev/infiniband && echo ib; ulimit -H -l"), timeout=30))
+        lines = node.stdout.split()
+        config = wanted_config(inventory, host, "ib" in lines, memlock_limit(lines[-1] if lines else ""))
         try:
             existing = _existing(client, inventory.container.name)
             if existing is not None:
@@ -285,6 +293,9 @@ def _create_and_start(client, inventory: Inventory, host: Host, config: dict, re
                 data={**data, "cause": "docker_no_gpu_runtime"},
             )
         return HostResult(host.name, HostStatus.FAILED, f"container failed to start: {message}", data=data)
+    if config["ulimits"]["memlock"] != -1:
+        reason += (f"; memlock capped at {config['ulimits']['memlock'] // 1024} KiB by the node's hard limit "
+                   "(NCCL over InfiniBand wants unlimited: LimitMEMLOCK=infinity for dockerd)")
     return HostResult(host.name, HostStatus.CHANGED, reason, data={"container_id": created.id[:12]})
 
 

@@ -12,6 +12,10 @@ from clusterctl.sandbox.layout import CONTAINER_NAME, Layout, Node
 REPO = Path(__file__).resolve().parents[2]
 CONTAINER_OUTPUTS = "/workspace/output"
 JOB_COMMAND = ["examples/generate.py"]
+# The example job, shaped like Wan2.2's generate.py (same flags as inventory/local.yaml).
+JOB_ARGS = ["--task", "t2v-tiny", "--size", "64*48", "--frame_num", "8", "--ulysses_size", "{world_size}",
+            "--num_heads", "24", "--prompt", "{prompt}", "--save_file", "{outputs}/{run_id}.gif"]
+JOB_SHAPE = {"nproc_per_node": 2, "world_size_divides": 24}  # 24 heads: world sizes 2, 4, 6, 8 all fit
 
 
 def inventory(layout: Layout, nodes: Sequence[Node], image: Optional[str]) -> dict:
@@ -43,7 +47,9 @@ def inventory(layout: Layout, nodes: Sequence[Node], image: Optional[str]) -> di
         job = {"workdir": "/workspace", "command": list(JOB_COMMAND), "outputs": CONTAINER_OUTPUTS}
     else:
         job = {"workdir": str(REPO), "command": list(JOB_COMMAND), "outputs": str(layout.shared_outputs)}
+    job.update(args=list(JOB_ARGS), **JOB_SHAPE)
     doc["rendezvous"] = {"port": 29500}
+    doc["checks"] = {"ib": "auto", "shm_min": "128m", "disk_min": "256m"}
     doc["job"] = job
     return doc
 

@@ -1,0 +1,226 @@
+"""Preflight: gather every node's facts in one round trip, then judge them (clusterctl.verdicts).
+
+Steps: (1) a batch probe per node, (2) a clock read, (3) the per-node and cross-node
+verdicts, (4) the rendezvous port: free on the master, then reachable from every worker
+over TCP at the real address and port (a temporary listener on the master; on failure the
+firewall rules of both ends are read and the blocking rule quoted).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+from clusterctl import facts, verdicts
+from clusterctl.executor import Background, Connections, for_each_host, run_commands
+from clusterctl.models import CheckResult, CheckStatus, Command, Host, HostResult, Inventory
+from clusterctl.placement import in_container, on_host_or_in_container
+from clusterctl.transport import batch_command, split_batch
+
+LISTEN_S = 12
+
+_LISTENER = r'''
+import socket, sys, time
+port, expected, seconds = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+s = socket.socket(socket.AF_INET6 if ":" in sys.argv[4] else socket.AF_INET)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[4], port)); s.listen(128); s.settimeout(0.5)
+print("listening", flush=True)
+seen, end = 0, time.time() + seconds
+while seen < expected and time.time() < end:
+    try:
+        c, _ = s.accept(); c.close(); seen += 1
+    except socket.timeout:
+        pass
+print("accepted", seen, flush=True)
+'''
+
+_CONNECT = r'''
+import socket, sys
+try:
+    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=float(sys.argv[3])).close(); print("connected")
+except OSError as e:
+    print("error:", e.strerror or e); sys.exit(1)
+'''
+
+
+@dataclass(frozen=True)
+class Probe:
+    docker: object
+    container: object
+    gpus: object
+    apps: tuple
+    route: object
+    interfaces: tuple
+    hostname: object
+    ib: object
+    shm: object
+    disk: object
+    memory: object
+    versions: object
+    listeners: tuple
+
+
+def probe_command(inventory: Inventory) -> Command:
+    job = inventory.job
+    sections = [
+        ("gpus", Command(in_container(inventory, facts.NVIDIA_SMI_GPUS.argv))),
+        ("apps", facts.NVIDIA_SMI_APPS),
+        ("route", facts.route_get_command(inventory.master.address)),
+        ("addr", facts.IP_ADDR),
+        ("hostname", facts.HOSTNAME_RESOLUTION),
+        ("ibstat", facts.IBSTAT),
+        ("shm", Command(in_container(inventory, ("df", "-B1", "/dev/shm")))),
+        ("disk", Command(on_host_or_in_container(inventory, job.outputs, lambda p: ("df", "-B1", p)))),
+        ("memory", facts.MEMINFO),
+        ("versions", Command(in_container(inventory, facts.versions_command(job.python).argv))),
+        ("ss", facts.SS_LISTEN),
+    ]
+    if inventory.uses_container:
+        sections = [("docker", facts.DOCKER_INFO),
+                    ("container", facts.docker_inspect_command(inventory.container.name))] + sections
+    return batch_command(sections, timeout=120)
+
+
+def parse_probe(stdout: str) -> Probe:
+    s = split_batch(stdout)
+    return Probe(
+        docker=facts.parse_docker_info(s.get("docker", "")), container=facts.parse_docker_inspect(s.get("container", "")),
+        gpus=facts.parse_gpu_csv(s.get("gpus", "")), apps=facts.parse_compute_apps_csv(s.get("apps", "")),
+        route=facts.parse_route_get(s.get("route", "")), interfaces=facts.parse_ip_addr(s.get("addr", "")),
+        hostname=facts.parse_hostname_resolution(s.get("hostname", "")), ib=facts.parse_ibstat(s.get("ibstat", "")),
+        shm=facts.parse_df(s.get("shm", "")), disk=facts.parse_df(s.get("disk", "")),
+        memory=facts.parse_meminfo(s.get("memory", "")), versions=facts.parse_versions(s.get("versions", "")),
+        listeners=facts.parse_ss(s.get("ss", "")),
+    )
+
+
+def run_checks(inventory: Inventory, hosts: Sequence[Host], connections: Connections) -> list[CheckResult]:
+    """Every check on every host; unreachable hosts get a failed `ssh` check."""
+    command = probe_command(inventory)
+    results = for_each_host(list(hosts), lambda t, h: run_commands(t, h, [command]), connections)
+    checks: list[CheckResult] = []
+    probes: dict[str, Probe] = {}
+    for host in hosts:
+        result = results[host.name]
+        checks.append(verdicts.check_ssh(host.name, None if result.succeeded else result.detail, host.address,
+                                         host.ssh.user, host.ssh.port))
+        if result.succeeded:
+            probes[host.name] = parse_probe(result.stdout)
+    checks += _per_node(inventory, probes)
+    checks += _cross_node(inventory, probes, connections)
+    checks += _rendezvous(inventory, probes, connections)
+    return checks
+
+
+def _per_node(inventory: Inventory, probes: dict[str, Probe]) -> list[CheckResult]:
+    spec, settings = inventory.container, inventory.checks
+    out = []
+    for name, p in probes.items():
+        selection = verdicts.gpu_selection(inventory, name)
+        if inventory.uses_container:
+            out += [verdicts.check_docker(name, p.docker), verdicts.check_container(name, spec, p.container, selection),
+                    verdicts.check_gpu_runtime(name, p.docker, selection)]
+        out += [verdicts.check_gpus(name, inventory, p.gpus),
+                verdicts.check_gpu_busy(name, p.apps, p.gpus, selection=selection),
+                verdicts.check_hostname(name, p.hostname),
+                verdicts.check_shm(name, p.shm, settings, spec),
+                verdicts.check_disk(name, p.disk, settings, inventory.job.outputs),
+                verdicts.check_memory(name, p.memory)]
+    return out
+
+
+def _cross_node(inventory: Inventory, probes: dict[str, Probe], connections: Connections) -> list[CheckResult]:
+    from clusterctl.topology import plan
+
+    master = inventory.master.name
+    out = verdicts.check_driver_version({h: p.gpus.driver_version for h, p in probes.items()})
+    out += verdicts.check_nic({h: p.route for h, p in probes.items()}, master,
+                              {h: p.interfaces for h, p in probes.items()},
+                              {h.name: h.nic for h in inventory.hosts if h.name in probes})
+    out += verdicts.check_ib({h: p.ib for h, p in probes.items()}, inventory.checks.ib)
+    out += verdicts.check_versions({h: p.versions for h, p in probes.items()}, inventory.container)
+    out += verdicts.check_clock_skew(_clock_offsets(inventory, probes, connections), inventory.checks)
+    node_facts = {h: _node_facts(p, inventory.master.address) for h, p in probes.items()}
+    if len(node_facts) == len(inventory.hosts):
+        out.append(verdicts.check_topology(lambda: plan(inventory, node_facts)))
+    return out
+
+
+def _node_facts(p: Probe, master_address: str):
+    from clusterctl.nodefacts import node_facts_from
+
+    return node_facts_from(p.gpus, p.route, p.interfaces, p.hostname, p.ib, master_address)
+
+
+def _clock_offsets(inventory: Inventory, probes: dict[str, Probe], connections: Connections) -> dict[str, float]:
+    hosts = [h for h in inventory.hosts if h.name in probes]
+
+    def action(transport, host: Host) -> HostResult:
+        before = time.time()
+        result = run_commands(transport, host, [facts.CLOCK])
+        after = time.time()
+        remote = facts.parse_clock(result.stdout)
+        offset = facts.clock_offset(remote, before, after) if remote is not None else None
+        return HostResult(host.name, result.status, data={"offset": offset})
+
+    results = for_each_host(hosts, action, connections)
+    return {name: r.data["offset"] for name, r in results.items() if r.data.get("offset") is not None}
+
+
+def _rendezvous(inventory: Inventory, probes: dict[str, Probe], connections: Connections) -> list[CheckResult]:
+    master, port = inventory.master, inventory.rendezvous.port
+    if master.name not in probes:
+        return []
+    free = verdicts.check_rdzv_port_free(master.name, port, probes[master.name].listeners)
+    workers = [h for h in inventory.hosts if h.name != master.name and h.name in probes]
+    if free.status is CheckStatus.FAIL or not workers:
+        return [free]
+    errors = _connect_from_workers(inventory, master, workers, connections)
+    out = [free]
+    blocked = {name: err for name, err in errors.items() if err}
+    rules = _firewall_rules(inventory, master, list(blocked), connections) if blocked else {}
+    for worker in workers:
+        out.append(verdicts.check_rdzv_reachable(
+            worker.name, master.name, master.address, port, errors.get(worker.name),
+            worker_rules=rules.get(worker.name, ()), master_rules=rules.get(master.name, ())))
+    return out
+
+
+def _connect_from_workers(inventory: Inventory, master: Host, workers: list[Host],
+                          connections: Connections) -> dict[str, Optional[str]]:
+    """Open a listener on the master's real port and address; connect from every worker."""
+    port, python = inventory.rendezvous.port, inventory.job.python
+    bind = "127.0.0.1" if master.is_local else master.address
+    listen = Command(in_container(inventory, (python, "-c", _LISTENER, str(port), str(len(workers)), str(LISTEN_S), bind)),
+                     timeout=LISTEN_S + 10)
+    listener = Background([master], lambda t, h: run_commands(t, h, [listen]), connections)
+    time.sleep(1.0)  # the listener's python starts; a connect before it is retried below
+    connect = Command(in_container(inventory, (python, "-c", _CONNECT, master.address, str(port), "3")), timeout=15)
+
+    def action(transport, host: Host) -> HostResult:
+        result = run_commands(transport, host, [connect])
+        if not result.succeeded and "refused" in result.stdout:
+            time.sleep(1.5)
+            result = run_commands(transport, host, [connect])
+        return result
+
+    results = for_each_host(workers, action, connections)
+    listener.wait(LISTEN_S + 12)
+    return {name: None if r.succeeded else (r.stdout.strip().removeprefix("error:").strip() or r.detail)
+            for name, r in results.items()}
+
+
+def _firewall_rules(inventory: Inventory, master: Host, workers: list[str], connections: Connections) -> dict:
+    hosts = [master] + [h for h in inventory.hosts if h.name in workers]
+    command = batch_command([("iptables", facts.IPTABLES_SAVE), ("nft", facts.NFT_RULESET), ("ufw", facts.UFW_STATUS)])
+    port = inventory.rendezvous.port
+    results = for_each_host(hosts, lambda t, h: run_commands(t, h, [command]), connections)
+    rules = {}
+    for name, result in results.items():
+        sections = split_batch(result.stdout)
+        found = []
+        for text in sections.values():
+            found += facts.rules_blocking(text, port)
+        rules[name] = tuple(dict.fromkeys(found))
+    return rules
