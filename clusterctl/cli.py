@@ -100,6 +100,7 @@ def main(argv: Optional[Sequence[str]] = None, env: Optional[dict] = None) -> in
     app = App.create(args, env)
     module = _command_module(COMMANDS[args.command][0])
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started ignoring it
     try:
         outcome = module.execute(args, app)
     except ClusterctlError as exc:
@@ -110,6 +111,7 @@ def main(argv: Optional[Sequence[str]] = None, env: Optional[dict] = None) -> in
         app.renderer.error("interrupted")
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
         app.close()
     if args.json:
         emit_json(outcome.document)

@@ -350,15 +350,26 @@ def _node_values(node: Optional[dict]) -> dict:
 
 
 def _unknown(scan: Scan, exceptions_only: bool = False) -> Finding:
-    """Nothing (convincing) matched: quote the most suspicious lines, of the root-cause rank if named."""
+    """Nothing (convincing) matched: quote the most suspicious lines, of the root-cause rank if named.
+
+    An exception that is not a cascade (someone else's crash seen from here) wins, from the
+    root-cause rank first, then from any rank: torchrun's "first observed failure" is often
+    a rank that merely lost its peer a moment before the real culprit's error was recorded.
+    """
     root = min(scan.roots, key=lambda r: r.fields.get("time", ""), default=None)
     lines = [line for line in scan.lines if root is None or root.rank is None or line.rank == root.rank]
-    picked = _suspicious_lines(lines, exceptions_only) or _suspicious_lines(scan.lines, exceptions_only)
+    own = _suspicious_lines(lines, True) or _suspicious_lines(scan.lines, True)
+    picked = own
+    if not own and not exceptions_only:
+        picked = _suspicious_lines(lines) or _suspicious_lines(scan.lines)
     first = picked[0] if picked else None
     evidence = " | ".join(line.text for line in picked)[:EVIDENCE_MAX]
-    rank = root.rank if root and root.rank is not None else (first.rank if first else None)
+    if first is not None and first.rank is not None:
+        rank = first.rank
+    else:
+        rank = root.rank if root and root.rank is not None else None
     host = first.host if first else (root.host if root else None)
-    return Finding("unknown", evidence, UNKNOWN_FIX, host=host, rank=rank, score=WEAK_SCORE if exceptions_only else 0.0)
+    return Finding("unknown", evidence, UNKNOWN_FIX, host=host, rank=rank, score=WEAK_SCORE if own else 0.0)
 
 
 def _suspicious_lines(lines: list[LogLine], exceptions_only: bool = False, limit: int = 3) -> list[LogLine]:

@@ -277,6 +277,7 @@ RULES: tuple[Rule, ...] = (
 CASCADE_PATTERNS: tuple[Pattern[str], ...] = _compile((
     r"ChildFailedError", r"Connection reset by peer", r"Broken pipe", r"RendezvousClosedError",
     r"closing signal SIGTERM", r"Watchdog caught collective", r"exception raised from",
+    r"Connection closed by peer", r"caused by a remote worker crashing", r"no word from the controller",
     r"DistBackendError: NCCL error.*(?:remote process exited|unhandled system error)",
 ))
 
