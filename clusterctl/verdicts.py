@@ -142,6 +142,10 @@ def check_gpus(host: str, inventory: Inventory, gpus: GpuInventory) -> CheckResu
     visible = list(gpus.indices)
     if not visible:
         reason = gpus.error or "nvidia-smi lists no GPU"
+        asked = inventory.uses_container or inventory.host(host).gpus is not None
+        if not asked:  # ranks on the bare host, no GPUs named: a CPU rehearsal is legitimate
+            return _result(host, "gpus", WARN, f"no GPU visible on {host} ({reason}): ranks run on CPU with gloo",
+                           f"set hosts[{host}].gpus: none to say so, or install the NVIDIA driver")
         return _result(host, "gpus", FAIL, f"no GPU visible on {host}: {reason}",
                        f"install the NVIDIA driver on {host} so `nvidia-smi` works, or set hosts[{host}].gpus: none")
     if isinstance(selection, (tuple, list)):

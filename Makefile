@@ -1,0 +1,46 @@
+# The two commands a newcomer needs:
+#   make demo   a 2-node rehearsal cluster (root, Linux) or this machine alone, running the example job
+#   make test   the test suite (installs what it needs)
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+TORCH  ?= torch==2.13.0
+
+.PHONY: demo demo-clean test test-fast deps venv bench clean
+
+$(PY): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH)"
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(PY)
+
+venv: $(PY)
+
+# Debian packages for the rehearsal cluster (as root; a no-op when present or not root).
+deps:
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  missing=""; \
+	  for p in sshd:openssh-server ssh:openssh-client dockerd:docker.io docker-registry:docker-registry \
+	           ip:iproute2 iptables:iptables ibstat:infiniband-diags ps:procps; do \
+	    command -v $${p%%:*} >/dev/null || missing="$$missing $${p#*:}"; done; \
+	  if [ -n "$$missing" ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; fi; \
+	fi
+
+demo: deps $(PY)
+	PYTHON=$(PY) bash examples/demo.sh
+
+demo-clean: $(PY)
+	PYTHON=$(PY) bash examples/demo.sh clean
+
+test: deps $(PY)
+	$(PY) -m pytest -q
+
+test-fast: $(PY)
+	$(PY) -m pytest -q -m "not sandbox and not slow"
+
+bench: deps $(PY)
+	$(PY) bench/run.py
+
+clean: demo-clean
+	rm -rf $(VENV) .clusterctl logs
