@@ -108,19 +108,32 @@ class Renderer:
         self.console.print(table)
 
     def checks_table(self, checks: list[CheckResult]) -> None:
+        """A matrix of checks x hosts, then the detail and fix of everything not passing."""
         if self.json_mode:
             return
         from rich.table import Table
 
         self.stop_progress()
+        hosts = list(dict.fromkeys(c.host or "cluster" for c in checks))
+        cells: dict[tuple[str, str], CheckResult] = {(c.check, c.host or "cluster"): c for c in checks}
         table = Table(title="preflight checks", title_justify="left")
-        for column in ("host", "check", "status", "detail", "fix"):
-            table.add_column(column, overflow="fold")
-        for check in checks:
-            style = CHECK_STYLE[check.status]
-            table.add_row(check.host or "-", check.check, f"[{style}]{check.status.value}[/{style}]",
-                          _escape(check.detail), _escape(check.fix))
+        table.add_column("check")
+        for host in hosts:
+            table.add_column(host, justify="center")
+        for check in dict.fromkeys(c.check for c in checks):
+            row = []
+            for host in hosts:
+                cell = cells.get((check, host))
+                row.append(f"[{CHECK_STYLE[cell.status]}]{cell.status.value}[/]" if cell else "[dim]-[/dim]")
+            table.add_row(check, *row)
         self.console.print(table)
+        for check in checks:
+            if check.status is not CheckStatus.PASS or self.verbose:
+                style = CHECK_STYLE[check.status]
+                self.console.print(f"[{style}]{check.status.value}[/{style}] {_escape(check.host or 'cluster')} "
+                                   f"{check.check}: {_escape(check.detail)}")
+                if check.fix:
+                    self.console.print(f"    [bold]fix:[/bold] {_escape(check.fix)}")
 
     def findings(self, findings: list[Finding], title: str = "diagnosis") -> None:
         if self.json_mode:
