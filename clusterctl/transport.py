@@ -148,7 +148,10 @@ class SSHTransport:
         if ssh.identity_file:
             connect_kwargs["key_filename"] = [os.path.expanduser(ssh.identity_file)]
             connect_kwargs["look_for_keys"] = False
-        config = Config(overrides={"load_ssh_configs": True})
+        # ~/.ssh/config (HostName, User, Port, IdentityFile, ProxyJump) applies; CLUSTERCTL_SSH_CONFIG
+        # names another file (tests, shared jump-host setups).
+        config = Config(runtime_ssh_path=os.environ.get("CLUSTERCTL_SSH_CONFIG") or None,
+                        overrides={"load_ssh_configs": True})
         conn = Connection(
             self.host.address,
             user=ssh.user,
