@@ -75,6 +75,27 @@ def split_batch(stdout: str) -> dict[str, str]:
     return {name: "\n".join(lines) + ("\n" if lines else "") for name, lines in sections.items()}
 
 
+class _Runs:
+    """run/run_to_sink on top of a transport's `_exec(cmd, on_stdout_bytes, on_stderr_bytes)`."""
+
+    def run(self, cmd: Command, on_line: Optional[OnLine] = None) -> CommandResult:
+        out, err = _LineSplitter("stdout", on_line), _LineSplitter("stderr", on_line)
+        result = self._exec(cmd, out.feed, err.feed)
+        return CommandResult(result.exit_code, out.finish(), err.finish(), result.duration, result.timed_out)
+
+    def run_to_sink(self, cmd: Command, sink: BinaryIO, on_bytes: Optional[Callable[[int], None]] = None) -> CommandResult:
+        err = _LineSplitter("stderr", None)
+
+        def write(data: bytes) -> None:
+            sink.write(data)
+            if on_bytes:
+                on_bytes(len(data))
+
+        result = self._exec(cmd, write, err.feed)
+        return CommandResult(result.exit_code, "", err.finish(), result.duration, result.timed_out)
+
+
+
 class _LineSplitter:
     def __init__(self, stream: str, on_line: Optional[OnLine]):
         self.stream, self.on_line, self.partial, self.chunks = stream, on_line, "", []
@@ -125,7 +146,7 @@ class _RejectPolicy:
         )
 
 
-class SSHTransport:
+class SSHTransport(_Runs):
     """One persistent SSH connection to one host, reused by every command of an invocation."""
 
     def __init__(self, host: Host):
@@ -233,22 +254,6 @@ class SSHTransport:
             self._conn = None
 
     # ---- commands
-    def run(self, cmd: Command, on_line: Optional[OnLine] = None) -> CommandResult:
-        out, err = _LineSplitter("stdout", on_line), _LineSplitter("stderr", on_line)
-        result = self._exec(cmd, out.feed, err.feed)
-        return CommandResult(result.exit_code, out.finish(), err.finish(), result.duration, result.timed_out)
-
-    def run_to_sink(self, cmd: Command, sink: BinaryIO, on_bytes: Optional[Callable[[int], None]] = None) -> CommandResult:
-        err = _LineSplitter("stderr", None)
-
-        def write(data: bytes) -> None:
-            sink.write(data)
-            if on_bytes:
-                on_bytes(len(data))
-
-        result = self._exec(cmd, write, err.feed)
-        return CommandResult(result.exit_code, "", err.finish(), result.duration, result.timed_out)
-
     def _exec(self, cmd: Command, on_out, on_err) -> CommandResult:
         start = time.monotonic()
         deadline = start + cmd.timeout if cmd.timeout else None
@@ -338,7 +343,7 @@ def _docker_over_ssh(ssh_client, address: str):
 # --------------------------------------------------------------------------- local
 
 
-class LocalTransport:
+class LocalTransport(_Runs):
     """Runs commands on this machine, without SSH (`connection: local`)."""
 
     def __init__(self, host: Host):
@@ -352,22 +357,6 @@ class LocalTransport:
         if self._docker is not None:
             self._docker.close()
             self._docker = None
-
-    def run(self, cmd: Command, on_line: Optional[OnLine] = None) -> CommandResult:
-        out, err = _LineSplitter("stdout", on_line), _LineSplitter("stderr", on_line)
-        result = self._exec(cmd, out.feed, err.feed)
-        return CommandResult(result.exit_code, out.finish(), err.finish(), result.duration, result.timed_out)
-
-    def run_to_sink(self, cmd: Command, sink: BinaryIO, on_bytes: Optional[Callable[[int], None]] = None) -> CommandResult:
-        err = _LineSplitter("stderr", None)
-
-        def write(data: bytes) -> None:
-            sink.write(data)
-            if on_bytes:
-                on_bytes(len(data))
-
-        result = self._exec(cmd, write, err.feed)
-        return CommandResult(result.exit_code, "", err.finish(), result.duration, result.timed_out)
 
     def _exec(self, cmd: Command, on_out, on_err) -> CommandResult:
         start = time.monotonic()
