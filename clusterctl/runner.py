@@ -8,16 +8,40 @@ and the first failure is named with its diagnosis. The same stop runs on Ctrl-C/
 """
 from __future__ import annotations
 
+import re
 import shlex
 import time
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Mapping, Optional
 
 from clusterctl.executor import Background, Connections, Event, OnEvent, Ticker, for_each_host, run_commands
 from clusterctl.launch import RANK_PREFIX_RE, job_argv, log_dir, placeholder_values, torchrun_argv, torchrun_env
-from clusterctl.models import Host, HostResult, HostStatus, Inventory, MASK, looks_secret
+from clusterctl.models import Command, Host, HostResult, HostStatus, Inventory, MASK, looks_secret
 from clusterctl.modules import process, torchrun
+from clusterctl.placement import in_container
 from clusterctl.topology import Topology
+
+# Writes stdin to "$1/$2" through a temporary name and a rename: nodes sharing one
+# filesystem may write the same file at once, and a rank never reads a half-written one.
+_PUT_FILE = 'umask 022; mkdir -p "$1" && cat > "$1/.$2.$$" && mv -f "$1/.$2.$$" "$1/$2"'
+_FILE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def files_dir(outputs: str, run_id: str) -> str:
+    """Where a run's shipped files land on every node: `<outputs>/logs/<run_id>/.files`.
+
+    One path for all nodes (the job's argv is the same everywhere), beside the nodes' own
+    run dirs; a host name cannot start with a dot, so it never collides with one.
+    """
+    return f"{outputs.rstrip('/') or ''}/logs/{run_id}/.files"
+
+
+def put_file_command(inventory: Inventory, directory: str, name: str, data: bytes) -> Command:
+    """Write `data` to directory/name where the ranks run (in the container when there is one)."""
+    if not _FILE_NAME_RE.fullmatch(name):
+        raise ValueError(f"not a plain file name: {name!r}")
+    argv = in_container(inventory, ("sh", "-c", _PUT_FILE, "clusterctl-put", directory, name), interactive=True)
+    return Command(argv, stdin=data, timeout=60)
 
 
 @dataclass
@@ -48,8 +72,14 @@ class JobOutcome:
 class JobRunner:
     def __init__(self, inventory: Inventory, topology: Topology, run_id: str, prompt: str,
                  connections: Connections, on_event: OnEvent, poll_s: float = 1.0, lost_after_s: float = 7.0,
-                 timeout_s: Optional[float] = None):
+                 timeout_s: Optional[float] = None, files: Optional[Mapping[str, bytes]] = None):
+        """`files`: {name: bytes} written into `files_dir(outputs, run_id)` on every node before
+        torchrun starts (e.g. a rank-side script that job.command points at)."""
         self.inventory, self.topology, self.run_id = inventory, topology, run_id
+        self.files = dict(files or {})
+        for name in self.files:
+            if not _FILE_NAME_RE.fullmatch(name):
+                raise ValueError(f"not a plain file name: {name!r}")
         self.connections, self.on_event = connections, on_event
         self.poll_s, self.lost_after_s, self.timeout_s = poll_s, lost_after_s, timeout_s
         outputs = inventory.job.outputs
@@ -63,11 +93,13 @@ class JobRunner:
 
     # ---- what would run (for --plan and the run record)
     def commands(self) -> dict[str, dict]:
+        shipped = {"files": [f"{files_dir(self.inventory.job.outputs, self.run_id)}/{n}" for n in self.files]} if self.files else {}
         return {
             name: {"argv": list(node.torchrun), "env": {k: (MASK if looks_secret(k) else v) for k, v in node.env},
                    "run_dir": node.run_dir,
                    "command": shlex.join(node.torchrun),
-                   "launched_with": torchrun.start_command(self.inventory, node.run_dir, ("torchrun",)).argv[:4]}
+                   "launched_with": torchrun.start_command(self.inventory, node.run_dir, ("torchrun",)).argv[:4],
+                   **shipped}
             for name, node in self.nodes.items()
         }
 
@@ -93,7 +125,9 @@ class JobRunner:
     def _launch(self) -> dict[str, HostResult]:
         def action(transport, host: Host) -> HostResult:
             node = self.nodes[host.name]
+            where = files_dir(self.inventory.job.outputs, self.run_id)
             commands = [torchrun.write_env_command(self.inventory, node.run_dir, node.env),
+                        *(put_file_command(self.inventory, where, name, data) for name, data in self.files.items()),
                         torchrun.start_command(self.inventory, node.run_dir, node.torchrun)]
             return run_commands(transport, host, commands)
 

@@ -1,0 +1,17 @@
+"""Rank-side programs that clusterctl ships to the nodes and starts with torchrun.
+
+Each file here is self-contained: torch and the standard library only, no clusterctl
+import, because nothing of clusterctl is installed where the ranks run. The controller
+reads a file's bytes with `source(name)` and writes them into the run's directory on
+every node (see runner.JobRunner's `files`).
+"""
+from __future__ import annotations
+
+from importlib import resources
+
+ALLREDUCE_BENCH = "allreduce_bench.py"
+
+
+def source(name: str) -> bytes:
+    """The bytes of one workload file, as shipped to the nodes."""
+    return resources.files(__name__).joinpath(name).read_bytes()
