@@ -389,7 +389,8 @@ def plan(inv: Inventory, facts: Mapping[str, NodeFacts], strict: bool = False) -
     for node_rank, host in enumerate(order):
         f = node_facts[host.name]
         nic = host.nic or f.nic
-        _check_interface(host, f, nic, len(order), notes)
+        if not all(h.is_local for h in order):  # all on this machine: loopback is the right network
+            _check_interface(host, f, nic, len(order), notes)
         view = views[host.name]
         gpu_ids, cvd = None, None
         if view is not None:
