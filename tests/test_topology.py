@@ -331,3 +331,12 @@ def test_nproc_per_node_must_be_auto_or_positive():
         plan(inv(hosts, nproc="many"), gpu_facts(hosts, [1]))
     with pytest.raises(TopologyError):
         plan(inv(hosts, nproc=0), gpu_facts(hosts, [1]))
+
+
+def test_local_nodes_on_one_machine_plan_over_loopback_even_with_the_hostname_on_loopback():
+    hosts = (Host("a", "127.0.0.1", connection="local", gpus=(0,)), Host("b", "127.0.0.1", connection="local", gpus=(1,)))
+    inv = Inventory("t", hosts, job=JobSpec(command=("x.py",), nproc_per_node="auto"))
+    facts = {h.name: NodeFacts(gpu_ids=(0, 1), hostname_on_loopback=True) for h in hosts}
+    topo = plan(inv, facts)
+    assert topo.world_size == 2 and topo.master_addr == "127.0.0.1"
+    assert [n.gpu_ids for n in topo.nodes] == [(0,), (1,)]
