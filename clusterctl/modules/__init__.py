@@ -13,6 +13,7 @@ from typing import Any, Callable, Mapping
 
 _DOMAINS = ("shell", "copy", "process", "docker", "checks", "torchrun", "logs")
 _REGISTRY: dict[str, Callable[..., Any]] = {}
+_loaded = False
 
 
 def module(name: str, cluster_scope: bool = False):
@@ -31,8 +32,11 @@ def module(name: str, cluster_scope: bool = False):
 
 
 def _load_all() -> None:
-    if _REGISTRY:
+    """Import every domain once (a domain imported directly elsewhere registers only itself)."""
+    global _loaded
+    if _loaded:
         return
+    _loaded = True
     for domain in _DOMAINS:
         try:
             importlib.import_module(f"clusterctl.modules.{domain}")
