@@ -4,14 +4,16 @@ The controller polls every node each `poll_s` seconds (which also renews the nod
 lease, see modules/torchrun.py). The run ends when every node's torchrun exited 0, or at
 the first failure: a node whose torchrun exited non-zero, or a node silent for
 `lost_after_s`. Then every other node's ranks are stopped (marker-scoped, this run only)
-and the first failure is named with its diagnosis. The same stop runs on Ctrl-C/SIGTERM.
+and the first failure is named with its diagnosis: the others get a few seconds to report
+first, so that the rank that crashed is named rather than a peer that lost it. The same
+stop runs on Ctrl-C/SIGTERM.
 """
 from __future__ import annotations
 
 import re
 import shlex
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Mapping, Optional
 
 from clusterctl.executor import Background, Connections, Event, OnEvent, Ticker, for_each_host, run_commands
@@ -152,6 +154,8 @@ class JobRunner:
             self._poll_once()
             failed = [n for n in self.nodes.values() if n.failed]
             if failed:
+                if not any(n.lost for n in failed):
+                    failed = self._settle(ticker)
                 first = self._first_failure(failed)
                 self.stop(f"{first['host']} failed")
                 return JobOutcome(1, first)
@@ -165,7 +169,11 @@ class JobRunner:
             ticker.sleep_until_next()
 
     def _poll_once(self) -> None:
-        waiting = [n.host for n in self.nodes.values() if n.exit_code is None and not n.lost]
+        # A node whose connection dropped is reconnected within a few seconds, not within the
+        # inventory's connect_timeout: a node cut off mid-run must count as lost after
+        # `lost_after_s`, and one dead node must not hold up the polls (and leases) of the others.
+        quick = max(1.0, min(self.lost_after_s / 2, 3.0))
+        waiting = [_with_connect_timeout(n.host, quick) for n in self.nodes.values() if n.exit_code is None and not n.lost]
 
         def action(transport, host: Host) -> HostResult:
             node = self.nodes[host.name]
@@ -185,6 +193,16 @@ class JobRunner:
                 node.ended_at = now
                 self.on_event(Event("note", name, f"no answer for {now - node.last_seen:.0f}s: node lost ({result.detail})"))
 
+    def _settle(self, ticker: Ticker, seconds: float = 3.0) -> list[NodeRun]:
+        """Once a node failed, let the others report for a moment before naming the first failure:
+        peers of a crashed rank fail within milliseconds (connection closed), and the culprit's
+        own torchrun may well be the last of them to exit."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and any(n.exit_code is None and not n.lost for n in self.nodes.values()):
+            ticker.sleep_until_next()
+            self._poll_once()
+        return [n for n in self.nodes.values() if n.failed]
+
     def _first_failure(self, failed: list[NodeRun]) -> dict:
         from clusterctl.diagnose import diagnose_text
 
@@ -198,22 +216,23 @@ class JobRunner:
                 "evidence": f"{node.host.name} stopped answering for more than {self.lost_after_s:g}s during the run",
                 "fix": f"check {node.host.name}'s network and power; clusterctl stopped the other nodes, "
                        "and the node stops its own ranks when its lease expires"}]}
-        findings, tails = [], {}
-        for node in candidates:
-            tails[node.host.name] = self._tail(node)
-            findings += diagnose_text(tails[node.host.name], host=node.host.name)
-        findings.sort(key=lambda f: -f.score)
+        tails = self._tails(failed)
+        if all(_lost_a_peer(tails[n.host.name]) for n in candidates):
+            candidates = failed  # the first to exit only saw a peer crash: the crash is elsewhere
+        findings = [f for node in candidates for f in diagnose_text(tails[node.host.name], host=node.host.name)]
+        order = {node.host.name: (_lost_a_peer(tails[node.host.name]), node.ended_at or 0) for node in candidates}
+        findings.sort(key=lambda f: (-f.score, order.get(f.host, (True, 0))))
         top = findings[0] if findings else None
         host = top.host if top and top.host else candidates[0].host.name
         rank = top.rank if top else None
         return {"host": host, "rank": rank, "exit_code": self.nodes[host].exit_code,
                 "log_tail": tails.get(host, "").splitlines()[-15:], "diagnosis": [f.to_json() for f in findings[:5]]}
 
-    def _tail(self, node: NodeRun) -> str:
+    def _tails(self, nodes: list[NodeRun]) -> dict[str, str]:
         def action(transport, host: Host) -> HostResult:
-            return run_commands(transport, host, [torchrun.tail_command(self.inventory, node.run_dir, 200)])
+            return run_commands(transport, host, [torchrun.tail_command(self.inventory, self.nodes[host.name].run_dir, 200)])
 
-        return for_each_host([node.host], action, self.connections)[node.host.name].stdout
+        return {name: r.stdout for name, r in for_each_host([n.host for n in nodes], action, self.connections).items()}
 
     def stop(self, reason: str) -> dict[str, HostResult]:
         """Stop this run's processes on every node that still answers (marker-scoped)."""
@@ -227,6 +246,17 @@ class JobRunner:
         killed = sum(len(process.parse_scan(r.stdout)["ours"]) for r in results.values())
         self.on_event(Event("note", text=f"stopped: {reason}; {killed} process(es) ended on {len(alive)} node(s)"))
         return results
+
+
+def _lost_a_peer(log_tail: str) -> bool:
+    """The log shows a rank that failed because a peer went away (gloo/NCCL connection closed)."""
+    from clusterctl.diagnose.rules import PEER_LOST_PATTERNS
+
+    return any(pattern.search(log_tail) for pattern in PEER_LOST_PATTERNS)
+
+
+def _with_connect_timeout(host: Host, seconds: float) -> Host:
+    return replace(host, ssh=replace(host.ssh, connect_timeout=min(host.ssh.connect_timeout, seconds)))
 
 
 def _launch_failure(failures: dict[str, HostResult]) -> dict:

@@ -13,8 +13,8 @@ from typing import Optional
 
 from clusterctl.diagnose import logformat as fmt
 from clusterctl.diagnose.logformat import LogLine, RootCause
-from clusterctl.diagnose.rules import (CASCADE_PATTERNS, CONTEXT_PATTERNS, RULES, SUSPICIOUS, UNKNOWN_FIX, Rule,
-                                       render_fix, required_literals, template_values)
+from clusterctl.diagnose.rules import (CASCADE_PATTERNS, CONTEXT_PATTERNS, PEER_LOST_PATTERNS, RULES, SUSPICIOUS,
+                                       UNKNOWN_FIX, Rule, render_fix, required_literals, template_values)
 from clusterctl.models import Finding
 
 ROOT_CAUSE_BONUS = 15  # the rank torchrun names as "first observed failure"
@@ -356,20 +356,32 @@ def _unknown(scan: Scan, exceptions_only: bool = False) -> Finding:
     root-cause rank first, then from any rank: torchrun's "first observed failure" is often
     a rank that merely lost its peer a moment before the real culprit's error was recorded.
     """
-    root = min(scan.roots, key=lambda r: r.fields.get("time", ""), default=None)
+    # Every agent names its own "first observed failure": the earliest wins, and on a tie (the
+    # times have 1 s resolution) the one whose rank did not just lose a peer.
+    root = min(scan.roots, key=lambda r: (r.fields.get("time", ""), _lost_a_peer(scan, r)), default=None)
     lines = [line for line in scan.lines if root is None or root.rank is None or line.rank == root.rank]
     own = _suspicious_lines(lines, True) or _suspicious_lines(scan.lines, True)
     picked = own
     if not own and not exceptions_only:
-        picked = _suspicious_lines(lines) or _suspicious_lines(scan.lines)
+        near = [line for line in scan.lines if root is not None and line.host == root.host]
+        picked = _suspicious_lines(lines) or _suspicious_lines(near) or _suspicious_lines(scan.lines)
     first = picked[0] if picked else None
     evidence = " | ".join(line.text for line in picked)[:EVIDENCE_MAX]
+    if not own and root is not None and root.rank is not None:
+        # No exception of its own anywhere (e.g. a rank that called sys.exit(1)): the quoted
+        # lines may be its peers' tracebacks, so name the rank torchrun saw fail first.
+        return Finding("unknown", evidence, UNKNOWN_FIX, host=root.host, rank=root.rank, score=0.0)
     if first is not None and first.rank is not None:
         rank = first.rank
     else:
         rank = root.rank if root and root.rank is not None else None
     host = first.host if first else (root.host if root else None)
     return Finding("unknown", evidence, UNKNOWN_FIX, host=host, rank=rank, score=WEAK_SCORE if own else 0.0)
+
+
+def _lost_a_peer(scan: Scan, root: RootCause) -> bool:
+    return any(p.search(line.text) for line in scan.lines if line.rank == root.rank and line.host == root.host
+               for p in PEER_LOST_PATTERNS)
 
 
 def _suspicious_lines(lines: list[LogLine], exceptions_only: bool = False, limit: int = 3) -> list[LogLine]:

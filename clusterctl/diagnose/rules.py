@@ -98,6 +98,8 @@ RULES: tuple[Rule, ...] = (
         r"shared memory segment.*No space left on device",
         r"NCCL error.*No space left on device",
         r"unable to write to file </torch_\w+>.*No space left",
+        # share_memory_() when posix_fallocate fails (torch's MapAllocator)
+        r"unable to allocate shared memory\(shm\) for file </torch_\w+>: No space left",
         r"DataLoader worker \(pid \d+\) is killed by signal: Bus error",
     ), SHM_FIX, 88),
     # ---------------------------------------------------------------- GPU access
@@ -279,6 +281,12 @@ CASCADE_PATTERNS: tuple[Pattern[str], ...] = _compile((
     r"closing signal SIGTERM", r"Watchdog caught collective", r"exception raised from",
     r"Connection closed by peer", r"caused by a remote worker crashing", r"no word from the controller",
     r"DistBackendError: NCCL error.*(?:remote process exited|unhandled system error)",
+))
+
+# The narrower subset saying that this rank's peer went away (it did not fail by itself).
+PEER_LOST_PATTERNS: tuple[Pattern[str], ...] = _compile((
+    r"Connection (?:closed|reset) by peer", r"caused by a remote worker crashing", r"Broken pipe",
+    r"DistBackendError: NCCL error.*remote process exited",
 ))
 
 # Lines worth quoting when no rule matched.

@@ -34,7 +34,9 @@ while alive "$pid"; do
   age=$(( $(date +%s) - $(stat -c %Y "$dir/lease" 2>/dev/null || echo 0) ))
   if [ "$age" -gt "$lease" ]; then
     echo "clusterctl: no word from the controller for ${age}s (lease ${lease}s): stopping this node's ranks"
-    kill -TERM -"$pid" 2>/dev/null; sleep 5; kill -KILL -"$pid" 2>/dev/null
+    kill -TERM -"$pid" 2>/dev/null
+    i=0; while alive "$pid" && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done
+    kill -KILL -"$pid" 2>/dev/null
   fi
   sleep 1
 done
