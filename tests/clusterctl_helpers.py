@@ -1,0 +1,186 @@
+"""Helpers for the integration tests that drive clusterctl against the rehearsal cluster.
+
+- `Cli(state_dir)`: run `clusterctl ...` in-process (`cli.main(argv, env)`) and get
+  (exit code, the `--json` document); or start it as a subprocess with this interpreter
+  (`sys.executable -m clusterctl`, never a `python` shim from PATH, which may swallow signals).
+- `variant(sb, path, change)`: the sandbox inventory, changed by a function, written elsewhere.
+- Node-side looks: `docker_client`, `container_of`, `processes_with`, `wait_until`.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURE_JOBS = Path(__file__).resolve().parent / "fixtures" / "jobs"
+CONTAINER_OUTPUTS = "/workspace/output"  # where the sandbox inventory mounts sb.shared_outputs
+
+
+class Cli:
+    """clusterctl with its own local state directory (CLUSTERCTL_STATE)."""
+
+    def __init__(self, state_dir: Path):
+        self.state_dir = Path(state_dir)
+        self.env = {**os.environ, "CLUSTERCTL_STATE": str(self.state_dir)}
+
+    def json(self, *args: str) -> tuple[int, dict]:
+        """`clusterctl ARGS --json` in-process: (exit code, the one JSON document on stdout)."""
+        from clusterctl.cli import main
+
+        argv = list(_with_json(args))
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(argv, env=self.env)
+        text = out.getvalue()
+        try:
+            document = json.loads(text)
+        except ValueError:
+            raise AssertionError(f"clusterctl {' '.join(argv)} printed no single JSON document (exit {code}):\n"
+                                 f"stdout: {text[-2000:]}\nstderr: {err.getvalue()[-2000:]}") from None
+        return code, document
+
+    def popen(self, *args: str, json_output: bool = True) -> subprocess.Popen:
+        """`clusterctl ARGS` as a subprocess of this interpreter; stdout/stderr piped, text."""
+        argv = [sys.executable, "-m", "clusterctl", *(_with_json(args) if json_output else args)]
+        return subprocess.Popen(argv, env=self.env, cwd=str(self.state_dir.parent), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+
+    @staticmethod
+    def finish(proc: subprocess.Popen, timeout: float = 180) -> tuple[int, dict, str]:
+        """Wait for a `popen` and parse its JSON: (exit code, document, stderr)."""
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=60)
+            raise AssertionError(f"clusterctl did not finish in {timeout}s; stderr:\n{err[-3000:]}")
+        try:
+            return proc.returncode, json.loads(out), err
+        except ValueError:
+            raise AssertionError(f"no JSON from clusterctl (exit {proc.returncode}):\n{out[-2000:]}\n{err[-3000:]}") from None
+
+
+def _with_json(args: Sequence[str]) -> list[str]:
+    """Insert --json after the subcommand (before a `--` that starts an exec command)."""
+    args = list(args)
+    return args[:1] + ["--json"] + args[1:]
+
+
+# --------------------------------------------------------------------------- inventories
+
+
+def load_inventory(sb) -> dict:
+    return yaml.safe_load(Path(sb.inventory_path).read_text())
+
+
+def variant(sb, path: Path, change: Optional[Callable[[dict], None]] = None) -> Path:
+    """Write the sandbox inventory, changed in place by `change(doc)`, to `path`."""
+    doc = copy.deepcopy(load_inventory(sb))
+    if change is not None:
+        change(doc)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(doc, sort_keys=False, width=200))
+    return path
+
+
+def host_entry(doc: dict, name: str) -> dict:
+    return next(h for h in doc["hosts"] if h["name"] == name)
+
+
+# --------------------------------------------------------------------------- looking at nodes
+
+
+def docker_client(sb, node: str):
+    import docker
+
+    return docker.DockerClient(base_url=sb.docker_host(node), version="1.41", timeout=60)
+
+
+def container_of(sb, node: str, name: str):
+    """The container `name` on `node`'s engine (docker-py object), or None."""
+    import docker
+
+    client = docker_client(sb, node)
+    try:
+        return client.containers.get(name)
+    except docker.errors.NotFound:
+        return None
+    finally:
+        client.close()
+
+
+def processes_with(text: str) -> list[tuple[int, str]]:
+    """(pid, cmdline) of live processes on this machine whose command line contains `text`.
+
+    The sandbox's nodes share this machine's process table (one network namespace each),
+    and so do their containers' processes: one look here sees every node."""
+    found = []
+    me = os.getpid()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            raw = Path(f"/proc/{entry}/cmdline").read_bytes()
+            state = Path(f"/proc/{entry}/stat").read_text().rsplit(") ", 1)[1][:1]
+        except (OSError, IndexError):
+            continue
+        if state != "Z" and text.encode() in raw:
+            found.append((int(entry), raw.replace(b"\0", b" ").decode(errors="replace").strip()))
+    return found
+
+
+def environ_of(pid: int) -> dict:
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    return dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
+
+
+def wait_until(predicate: Callable[[], object], timeout: float, interval: float = 0.25, what: str = "condition"):
+    """Poll `predicate` until it returns something truthy; that value, or AssertionError."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(interval)
+
+
+def alive(proc: subprocess.Popen) -> bool:
+    return proc.poll() is None
+
+
+def stop(proc: Optional[subprocess.Popen]) -> None:
+    """Kill a process this test started (by its own handle) and reap it."""
+    if proc is not None and proc.poll() is None:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def checks_named(document: dict, check: str) -> dict:
+    """{host: check entry} for one check id in a `check`/`up` JSON document."""
+    entries = document.get("checks")
+    if entries is None:  # `up`: checks live per host
+        entries = [c for h in document.get("hosts", {}).values() for c in h.get("checks", [])]
+    return {c["host"]: c for c in entries if c["check"] == check}
+
+
+def run_records(sb, run_id: str) -> dict[int, dict]:
+    """The example job's per-rank JSON records of one run, by rank."""
+    folder = Path(sb.shared_outputs) / "ranks" / run_id
+    return {int(p.stem.removeprefix("rank")): json.loads(p.read_text()) for p in sorted(folder.glob("rank*.json"))}

@@ -1,0 +1,156 @@
+"""`clusterctl run` on the rehearsal cluster (Issue 5): 3 nodes x 2 CPU ranks of the example
+job through real sshd, Docker and torchrun; the prompt byte for byte; fail fast on a failing
+rank and on a node cut off mid-run; Ctrl-C; one run at a time."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from clusterctl_helpers import Cli, load_inventory, processes_with, run_records, variant, wait_until
+
+pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
+
+NODE_OF_RANK = {0: "node1", 1: "node1", 2: "node2", 3: "node2", 4: "node3", 5: "node3"}
+CANARY = "/tmp/cc-prompt-was-run-by-a-shell"
+PROMPT = ("A \"quoted\" cat's 'walk' $(touch " + CANARY + ") `touch " + CANARY + "` $HOME ${PATH} $$ \\ \\n {run_id} %s"
+          "\nsecond line\twith a tab; rm -rf / && echo pwned | cat > x < y * ? [a] ~ # !"
+          "\n猫が草の上を歩く — café, naïve, Ελληνικά, emoji 🐈‍⬛.")
+
+
+@pytest.fixture(scope="module")
+def cli(sandbox, tmp_path_factory):
+    cli = Cli(tmp_path_factory.mktemp("run-state"))
+    code, doc = cli.json("up", str(sandbox.inventory_path))
+    assert code == 0, doc
+    yield cli
+    cli.json("down", "-i", str(sandbox.inventory_path))  # the next module starts from no container
+
+
+@pytest.fixture(scope="module")
+def prompt_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("prompt") / "prompt.txt"
+    path.write_bytes(PROMPT.encode() + b"\n")
+    return path
+
+
+def _with_args(sb, path: Path, *extra: str) -> Path:
+    return variant(sb, path, lambda d: d["job"].update(args=d["job"]["args"] + list(extra)))
+
+
+def _run_dirs(sb) -> set:
+    logs = sb.shared_outputs / "logs"
+    return set(os.listdir(logs)) if logs.is_dir() else set()
+
+
+def _wait_for_stall(sb, before: set, host: str, timeout: float = 90) -> str:
+    """The run id of the run started after `before`, once its stalling rank said so on `host`."""
+
+    def stalling():
+        for run_id in _run_dirs(sb) - before:
+            log = sb.shared_outputs / "logs" / run_id / host / "agent.log"
+            if log.exists() and "stalling" in log.read_text(errors="replace"):
+                return run_id
+        return None
+
+    return wait_until(stalling, timeout, interval=0.5, what=f"a stalling rank on {host}")
+
+
+def _left_over(run_id: str) -> list:
+    return [(pid, cmd) for pid, cmd in processes_with(run_id) if "pytest" not in cmd]
+
+
+def test_the_example_job_runs_on_3_nodes_x_2_ranks_and_every_rank_gets_the_prompt_byte_for_byte(
+        sandbox, cli, prompt_file):
+    doc_inventory = load_inventory(sandbox)
+    user_env = {**doc_inventory["job"].get("env", {}), **doc_inventory["container"].get("env", {})}
+    assert not [name for name in user_env if name.startswith(("NCCL_", "GLOO_"))]
+    code, doc = cli.json("exec", "-i", str(sandbox.inventory_path), "--", "docker", "exec", "cc-sandbox", "python3",
+                         "-c", "import os, socket; print(socket.gethostbyname(socket.gethostname()), "
+                               "*sorted(k for k in os.environ if k.startswith(('NCCL_', 'GLOO_'))))")
+    # the Debian loopback trap, and nothing NCCL/GLOO-ish in the container for clusterctl to lean on
+    assert {e["stdout"].strip() for e in doc["hosts"].values()} == {"127.0.1.1"}
+
+    code, doc = cli.json("run", "-i", str(sandbox.inventory_path), str(prompt_file))
+    assert code == 0 and doc["ok"] is True, doc
+    assert (doc["world_size"], doc["nproc_per_node"], doc["exit_code"]) == (6, 2, 0)
+    assert doc["master"] == {"host": "node1", "address": "198.18.0.11", "port": 29500}
+    run_id = doc["run_id"]
+    assert run_id and "first_failure" not in doc
+    assert (sandbox.shared_outputs / f"{run_id}.gif").read_bytes()[:6] == b"GIF89a"
+
+    records = run_records(sandbox, run_id)
+    assert sorted(records) == list(range(6))
+    for rank, record in records.items():
+        assert record["prompt"] == PROMPT, f"rank {rank} got another prompt"
+        assert record["error"] is None and record["world_size"] == 6
+        assert record["hostname"] == record["node"] == NODE_OF_RANK[rank]
+        assert record["master"] == "198.18.0.11:29500"
+    assert not Path(CANARY).exists()
+
+
+def test_a_failing_rank_stops_every_node_fast_and_is_named_first(sandbox, cli, prompt_file, tmp_path):
+    inventory = _with_args(sandbox, tmp_path / "fail.yaml", "--fail_rank", "3")
+    code, doc = cli.json("run", "-i", str(inventory), str(prompt_file))
+    returned = time.time()
+    assert code == 1 and doc["ok"] is False and doc["exit_code"] != 0
+    first = doc["first_failure"]
+    assert (first["host"], first["rank"]) == ("node2", 3), first
+    assert first["diagnosis"] and first["diagnosis"][0]["host"] == "node2"
+    assert "injected failure on rank 3" in first["diagnosis"][0]["evidence"]
+    records = run_records(sandbox, doc["run_id"])
+    assert records[3]["error"] == "RuntimeError: injected failure on rank 3 (--fail_rank)"
+    assert returned - records[3]["t_end"] < 15, "the run did not stop within 15 s of the failure"
+    assert wait_until(lambda: not _left_over(doc["run_id"]), 10, what="no process of the run") is True
+
+
+def test_a_node_cut_off_mid_run_stops_the_run_and_its_own_ranks_by_lease(sandbox, cli, prompt_file, tmp_path):
+    inventory = _with_args(sandbox, tmp_path / "stall.yaml", "--stall_rank", "4", "--stall_s", "300")
+    before = _run_dirs(sandbox)
+    proc = cli.popen("run", "-i", str(inventory), str(prompt_file))
+    cut = None
+    try:
+        run_id = _wait_for_stall(sandbox, before, "node3")
+        sandbox.ns_exec("node3", ["ip", "link", "set", "eth0", "down"])
+        cut = time.monotonic()
+        code, doc, stderr = Cli.finish(proc, timeout=60)
+        stopped_after = time.monotonic() - cut
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        sandbox.ns_exec("node3", ["ip", "link", "set", "eth0", "up"])
+    assert code == 1 and doc["run_id"] == run_id and doc["exit_code"] != 0
+    assert stopped_after < 15, f"stopped {stopped_after:.1f}s after the cut"
+    assert doc["first_failure"]["host"] == "node3", doc["first_failure"]
+    assert doc["nodes"]["node3"]["lost"] is True
+    # node3 stops its own ranks once its lease (15 s) runs out; the others were stopped by the run
+    remaining = max(1.0, cut + 15 + 5 + 5 - time.monotonic())
+    assert wait_until(lambda: not _left_over(run_id), remaining, interval=0.5, what="no process of the run") is True
+
+
+def test_ctrl_c_stops_every_rank_and_a_second_run_meanwhile_is_refused(sandbox, cli, prompt_file, tmp_path):
+    inventory = _with_args(sandbox, tmp_path / "stall.yaml", "--stall_rank", "0", "--stall_s", "300")
+    before = _run_dirs(sandbox)
+    proc = cli.popen("run", "-i", str(inventory), str(prompt_file))
+    try:
+        run_id = _wait_for_stall(sandbox, before, "node1")
+
+        code, doc = cli.json("run", "-i", str(sandbox.inventory_path), str(prompt_file))  # same controller state
+        assert code == 2 and "already in progress" in doc["error"], doc
+        other = Cli(tmp_path / "another-controller")
+        code, doc = other.json("run", "-i", str(sandbox.inventory_path), str(prompt_file))  # another machine's state
+        assert code == 2 and doc["error"].startswith("a run is already in progress"), doc
+        assert "this cluster already run on node1" in doc["error"]
+
+        proc.send_signal(signal.SIGINT)
+        code, doc, stderr = Cli.finish(proc, timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert code == 130 and doc["exit_code"] == 130 and doc["run_id"] == run_id, (doc, stderr[-2000:])
+    assert wait_until(lambda: not _left_over(run_id), 10, what="no process of the run") is True
