@@ -12,7 +12,7 @@ import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
@@ -114,7 +114,10 @@ def for_each_host(
         started = time.monotonic()
         try:
             transport = connections.get(host)
-            return action(transport, host)
+            result = action(transport, host)
+            if not result.duration:
+                result = replace(result, duration=time.monotonic() - started)
+            return result
         except (UnreachableError, HostKeyError) as exc:
             connections.drop(host.name)
             return _unreachable(host, exc, time.monotonic() - started)

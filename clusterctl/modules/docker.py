@@ -55,7 +55,7 @@ def wanted_config(inventory: Inventory, host: Host, has_infiniband: bool, memloc
     """Everything that defines the container, as JSON-able data (secret values hashed)."""
     spec: ContainerSpec = inventory.container
     gpus = host.gpus if host.gpus is not None else spec.gpus
-    env = {e.name: e.value for e in (*spec.env, *host.env)}
+    env = {e.name: e for e in (*spec.env, *host.env)}
     return {
         "image": spec.image,
         "name": spec.name,
@@ -65,7 +65,7 @@ def wanted_config(inventory: Inventory, host: Host, has_infiniband: bool, memloc
         "shm_size": None if spec.ipc == "host" else spec.shm_size,
         "ipc_mode": spec.ipc,
         "volumes": sorted(spec.volumes),
-        "env": {k: _fingerprint(v) for k, v in sorted(env.items())},
+        "env": {k: _fingerprint(v.value, f"{inventory.name}/{k}", slow=v.is_secret) for k, v in sorted(env.items())},
         "ulimits": {"memlock": memlock, "stack": STACK_BYTES},
         "infiniband": has_infiniband,
     }
@@ -79,7 +79,12 @@ def changed_keys(old: dict, new: dict) -> list[str]:
     return sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
 
 
-def _fingerprint(value: str) -> str:
+def _fingerprint(value: str, salt: str, slow: bool = False) -> str:
+    """Change detection without storing values. Secret values go through scrypt (salted by
+    cluster and name): the label is visible in `docker inspect`, so a fast hash of a weak
+    secret could be brute-forced."""
+    if slow:
+        return "scrypt:" + hashlib.scrypt(value.encode(), salt=salt.encode(), n=1 << 14, r=8, p=1, dklen=12).hex()
     return "sha256:" + hashlib.sha256(value.encode()).hexdigest()[:12]
 
 
