@@ -32,12 +32,13 @@ say "clusterctl up $inventory"
 clusterctl up "$inventory"
 
 say "clusterctl run examples/prompt.txt"
-clusterctl run examples/prompt.txt --json > "$CLUSTERCTL_STATE/last-run.json" || {
-  say "the run failed: collecting what there is"; clusterctl collect-logs; exit 1; }
-run_id=$("$PYTHON" -c 'import json,sys; print(json.load(open(sys.argv[1]))["run_id"])' "$CLUSTERCTL_STATE/last-run.json")
+run_ok=0
+clusterctl run examples/prompt.txt || run_ok=$?
+run_id=$("$PYTHON" -c 'import sys; from clusterctl.state import State; print(State.here().last_run_id())')
 
 say "clusterctl collect-logs"
-clusterctl collect-logs --dest "logs/demo-$run_id"
+clusterctl collect-logs --run "$run_id" --dest "logs/demo-$run_id"
+[ "$run_ok" = 0 ] || { say "the run failed: the diagnosis is above, the logs in logs/demo-$run_id"; exit 1; }
 
 image=$(find "logs/demo-$run_id" -name "$run_id.gif" | head -n 1)
 say "done"
