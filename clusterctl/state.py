@@ -73,6 +73,10 @@ class State:
     def run_dir(self, run_id: str) -> Path:
         return self._ensure(self.runs_dir / run_id)
 
+    def step_logs(self, flow: str) -> Path:
+        """A fresh directory for the per-host step logs of one `up`/`down`/`play`."""
+        return self._ensure(self.root / "steps" / f"{flow}-{self.new_run_id()}")
+
     def last_run_id(self) -> str:
         runs = sorted(p.name for p in self.runs_dir.iterdir() if (p / "run.json").exists()) if self.runs_dir.exists() else []
         if not runs:

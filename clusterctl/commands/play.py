@@ -20,7 +20,7 @@ def execute(args, app) -> Outcome:
 
     playbook = load_playbook(find_playbook(args.playbook))  # fails before any connection
     inventory = app.inventory()
-    run_dir = app.state.run_dir("play-" + app.state.new_run_id())
+    run_dir = app.state.step_logs("play")
     report = run_plan(
         playbook.tasks, inventory, app.connections, modules.resolve,
         variables={"playbook_dir": str(playbook.path.parent.resolve())},

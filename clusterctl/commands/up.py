@@ -32,7 +32,7 @@ def run_flow(args, app, flow: str, title: str, remember: bool = False, variables
     with app.state.lock(f"cluster-{inventory.name}", f"`clusterctl {title}`"):
         if remember:
             app.state.set_active_inventory(path)
-        log_dir = app.state.run_dir(f"{title}-" + app.state.new_run_id())
+        log_dir = app.state.step_logs(title)
         report = run_plan(playbook.tasks, inventory, app.connections, modules.resolve,
                           variables=dict(variables or {}), on_event=app.renderer.on_event, log_dir=log_dir)
     app.renderer.hosts_table(title, report.hosts)
