@@ -4,18 +4,19 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
 TORCH  ?= torch==2.13.0
 
 .PHONY: demo demo-clean test test-fast deps venv bench clean
 
-$(PY): pyproject.toml
+$(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH)"
 	$(PY) -m pip install -q -e '.[test]'
-	touch $(PY)
+	touch $(STAMP)
 
-venv: $(PY)
+venv: $(STAMP)
 
 # Debian packages for the rehearsal cluster (as root; a no-op when present or not root).
 deps:
@@ -27,19 +28,19 @@ deps:
 	  if [ -n "$$missing" ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; fi; \
 	fi
 
-demo: deps $(PY)
+demo: deps $(STAMP)
 	PYTHON=$(PY) bash examples/demo.sh
 
-demo-clean: $(PY)
+demo-clean: $(STAMP)
 	PYTHON=$(PY) bash examples/demo.sh clean
 
-test: deps $(PY)
+test: deps $(STAMP)
 	$(PY) -m pytest -q
 
-test-fast: $(PY)
+test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not sandbox and not slow"
 
-bench: deps $(PY)
+bench: deps $(STAMP)
 	$(PY) bench/run.py
 
 clean: demo-clean
