@@ -34,11 +34,12 @@ demo: deps $(STAMP)
 demo-clean: $(STAMP)
 	PYTHON=$(PY) bash examples/demo.sh clean
 
+# PATH: jobs on `connection: local` hosts run `python3` from PATH, as in an activated venv.
 test: deps $(STAMP)
-	$(PY) -m pytest -q
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not sandbox and not slow"
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q -m "not sandbox and not slow"
 
 bench: deps $(STAMP)
 	$(PY) bench/run.py

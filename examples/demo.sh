@@ -7,6 +7,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
+# The ranks run `python3` from PATH (job.python): make it the environment that has torch.
+PATH="$(cd "$(dirname "$(command -v "$PYTHON")")" && pwd):$PATH"
+export PATH
 clusterctl() { "$PYTHON" -m clusterctl "$@"; }
 say() { printf '\n\033[1m==> %s\033[0m\n' "$*" >&2; }
 

@@ -50,6 +50,7 @@ def command_missing(text: str, tool: str) -> bool:
     name = re.escape(tool)
     patterns = (
         rf"{name}: (command )?not found",  # bash: ...: command not found / dash: ...: not found
+        rf"{name}: Permission denied",  # on PATH but not executable for this user
         rf"command not found: {name}",  # zsh
         rf"{name}\W*: (No such file or directory|executable file not found)",
         rf"exec: \W*{name}\W*: executable file not found",

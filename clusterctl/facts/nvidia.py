@@ -129,8 +129,8 @@ def parse_gpu_csv(text: str, fields: Sequence[str] = GPU_QUERY_FIELDS) -> GpuInv
     gpus = []
     for row in rows:
         index = to_int(_cell(row, columns, "index"))
-        if index is None:
-            continue
+        if index is None or len(row) < min(len(fields), len(columns)):
+            continue  # not a data row (an error message, a truncated line)
         gpus.append(Gpu(
             index=index,
             name=_cell(row, columns, "name") or "",
