@@ -264,7 +264,8 @@ def _launch_failure(failures: dict[str, HostResult]) -> dict:
     cause = "node_unreachable" if result.status is HostStatus.UNREACHABLE else "unknown"
     return {"host": name, "rank": None, "diagnosis": [{
         "cause": cause, "host": name, "rank": None, "evidence": result.detail,
-        "fix": "run `clusterctl up` (the container must be running) and `clusterctl check`"}]}
+        "fix": "the node could not start torchrun (see the evidence): check that job.outputs is writable there, "
+               "run `clusterctl up` if the container is gone, and `clusterctl check`"}]}
 
 
 def ensure_no_run_in_progress(inventory: Inventory, connections: Connections) -> Optional[str]:

@@ -28,7 +28,10 @@ if [ "$(id -u)" = 0 ] && [ "$(uname -s)" = Linux ]; then
   inventory=$(clusterctl sandbox up 2 --docker)
 else
   say "not root: no rehearsal cluster; running on this machine alone with inventory/local.yaml"
-  inventory=inventory/local.yaml
+  # the same inventory, with outputs in this checkout (a shared /tmp path may belong to another user)
+  mkdir -p "$CLUSTERCTL_STATE"
+  inventory=$CLUSTERCTL_STATE/local.yaml
+  sed "s#^  outputs: .*#  outputs: $PWD/$CLUSTERCTL_STATE/outputs#" inventory/local.yaml > "$inventory"
 fi
 
 say "clusterctl up $inventory"
