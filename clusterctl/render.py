@@ -29,6 +29,7 @@ class Renderer:
         self.console = Console(file=stream or sys.stderr, highlight=False, soft_wrap=True)
         self._lock = threading.Lock()
         self._progress = None
+        self._live = None
         self._bars: dict[str, int] = {}
 
     # ---- live events
@@ -63,6 +64,30 @@ class Renderer:
 
     def _on_error(self, event: Event) -> None:
         self.console.print(f"[bold red]error:[/bold red] {_escape(event.text)}")
+
+    def _on_status(self, event: Event) -> None:
+        """The live run view: a compact line per node under the streaming log (terminals only)."""
+        if not self.console.is_terminal:
+            return
+        from rich.live import Live
+        from rich.table import Table
+
+        table = Table.grid(padding=(0, 2))
+        for name, node in event.data["nodes"].items():
+            style = {"lost": "bold red", "running": "cyan"}.get(node["state"], "green" if node["state"] == "exited 0" else "yellow")
+            if node["state"].startswith("exited") and node["state"] != "exited 0":
+                style = "bold red"
+            table.add_row(f"[bold]{_escape(name)}[/bold]", f"[{style}]{node['state']}[/{style}]",
+                          f"ranks {node['ranks']}", f"[dim]{_escape(node['last'])}[/dim]")
+        if self._live is None:
+            self._live = Live(table, console=self.console, transient=True, auto_refresh=False)
+            self._live.start()
+        self._live.update(table, refresh=True)
+
+    def stop_live(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
 
     def _on_progress(self, event: Event) -> None:
         """data: {key, description, completed, total}; a bar per key (e.g. a pull on one host)."""
@@ -176,6 +201,7 @@ class Renderer:
             self.console.print("  " + _escape(command["command"]))
 
     def run_summary(self, record: Mapping) -> None:
+        self.stop_live()
         if self.json_mode:
             return
         from rich.table import Table
@@ -210,6 +236,7 @@ class Renderer:
 
     def error(self, text: str) -> None:
         self.stop_progress()
+        self.stop_live()
         self.console.print(f"[bold red]error:[/bold red] {_escape(text)}")
 
 

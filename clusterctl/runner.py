@@ -56,6 +56,16 @@ class NodeRun:
     lost: bool = False
     last_seen: float = field(default_factory=time.monotonic)
     ended_at: Optional[float] = None
+    last_line: str = ""
+    ranks_seen: set = field(default_factory=set)
+
+    @property
+    def state(self) -> str:
+        if self.lost:
+            return "lost"
+        if self.exit_code is not None:
+            return f"exited {self.exit_code}"
+        return "running" if self.ranks_seen else "rendezvous"
 
     @property
     def failed(self) -> bool:
@@ -143,6 +153,9 @@ class JobRunner:
             match = RANK_PREFIX_RE.match(line)
             prefix = f"[{host.name} r{match.group('rank')}]" if match else f"[{host.name}]"
             text = line[match.end():] if match else line
+            if match:
+                node.ranks_seen.add(int(match.group("rank")))
+            node.last_line = text
             self.on_event(Event("line", host.name, text, {"prefix": prefix, "stream": stream}))
 
         transport.run(torchrun.follow_command(self.inventory, node.run_dir), on_line=on_line)
@@ -152,6 +165,7 @@ class JobRunner:
         ticker = Ticker(self.poll_s)
         while True:
             self._poll_once()
+            self._report_status()
             failed = [n for n in self.nodes.values() if n.failed]
             if failed:
                 if not any(n.lost for n in failed):
@@ -167,6 +181,12 @@ class JobRunner:
                     "cause": "unknown", "host": None, "rank": None, "evidence": f"the job ran past --timeout {self.timeout_s:g}s",
                     "fix": "raise --timeout, or look at the live log for the rank that stopped progressing"}]})
             ticker.sleep_until_next()
+
+    def _report_status(self) -> None:
+        """One status line per node for the live view: state, ranks heard from, last log line."""
+        nodes = {name: {"state": n.state, "ranks": f"{len(n.ranks_seen)}/{len(self.topology.node(name).ranks)}",
+                        "last": n.last_line[-80:]} for name, n in self.nodes.items()}
+        self.on_event(Event("status", data={"nodes": nodes}))
 
     def _poll_once(self) -> None:
         # A node whose connection dropped is reconnected within a few seconds, not within the
