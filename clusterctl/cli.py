@@ -35,6 +35,7 @@ COMMANDS = {
     "nccl-test": ("nccl_test", "all-reduce diagnostic: connectivity, small sizes, full sweep, node pairs"),
     "export": ("export", "write a Kubeflow PyTorchJob, KubeRay RayJob or batch Job from the inventory"),
     "launch": ("launch", "the entrypoint platforms run on every node (--from-env): checks, then torchrun"),
+    "completion": ("completion", "print a shell completion script: source <(clusterctl completion bash)"),
 }
 
 
