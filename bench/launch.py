@@ -1,0 +1,71 @@
+"""Launch latency: from the moment `clusterctl run` starts to every rank past its first
+collective, on the Docker sandbox (nodes x 2 CPU ranks, gloo).
+
+The example job (examples/generate.py) writes one JSON record per rank with wall-clock
+timestamps: process start (before `import torch`), after init_process_group, after the
+first collective, end. Each is reported relative to the wall time just before the
+`clusterctl run` process was started; the launch figure is the slowest rank's first
+collective.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from pathlib import Path
+
+from common import REPO, clusterctl_argv, clusterctl_env, log, timed
+
+STAGES = ("t_start", "t_init", "t_first_collective", "t_end")
+
+
+def one_run(sandbox, env: dict) -> dict:
+    started = time.time()
+    sample = timed(clusterctl_argv("run", "-i", sandbox.inventory_path, REPO / "examples" / "prompt.txt", "--json"),
+                   env=env, timeout=600)
+    stdout = sample.pop("_stdout", b"")
+    try:
+        document = json.loads(stdout.decode() or "{}")
+    except ValueError:
+        document = {}
+    run_id = document.get("run_id")
+    sample["run_id"] = run_id
+    ranks = _rank_records(Path(sandbox.shared_outputs), run_id)
+    sample["ranks"] = len(ranks)
+    for stage in STAGES:
+        values = [r[stage] - started for r in ranks if isinstance(r.get(stage), (int, float))]
+        if values and len(values) == len(ranks):
+            sample[stage] = {"max": round(max(values), 3), "min": round(min(values), 3)}
+    if sample["rc"] == 0 and "t_first_collective" not in sample:
+        sample["rc"], sample["err"] = 1, f"no complete rank records for run {run_id}"
+    return sample
+
+
+def _rank_records(outputs: Path, run_id) -> list[dict]:
+    if not run_id:
+        return []
+    records = []
+    for path in sorted((outputs / "ranks" / run_id).glob("rank*.json")):
+        try:
+            records.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue
+    return records
+
+
+def measure(sandbox, state_dir: Path, reps: int) -> dict:
+    n = len(sandbox.nodes)
+    env = clusterctl_env(state_dir)
+    log(f"launch: clusterctl run on {n} nodes x 2 ranks, {reps} runs")
+    samples = []
+    for index in range(reps):
+        sample = one_run(sandbox, env)
+        samples.append(sample)
+        first = sample.get("t_first_collective", {}).get("max")
+        log(f"  run {index + 1}/{reps}: {sample['run_id']} exit {sample['rc']}, all ranks past the first collective "
+            f"at {first if first is not None else '?'}s, command {sample['wall']:.2f}s"
+            + (f": {sample.get('err', '')[-300:]}" if sample["rc"] else ""))
+    good = [s for s in samples if s["rc"] == 0]
+    return {"nodes": n, "ranks_per_node": 2, "samples": {"clusterctl run": samples},
+            "last_run_id": good[-1]["run_id"] if good else None,
+            "median_first_collective": statistics.median(s["t_first_collective"]["max"] for s in good) if good else None}

@@ -1,0 +1,243 @@
+"""bench/results.json -> verdicts (printed), docs/benchmarks.md (from bench/benchmarks.md.in) and the plot."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Optional
+
+from common import BENCH, REPO, VENV, summary
+
+TEMPLATE = BENCH / "benchmarks.md.in"
+DOC = REPO / "docs" / "benchmarks.md"
+PLOT = REPO / "docs" / "benchmarks.png"
+PASS, FAIL, NA = "PASS", "FAIL", "n/a"
+
+
+def _s(x: Optional[float], digits: int = 2) -> str:
+    return "–" if x is None else f"{x:.{digits}f}"
+
+
+def _summaries(block: Optional[dict]) -> dict:
+    return {tool: summary(samples) for tool, samples in (block or {}).get("samples", {}).items()}
+
+
+def _cell(stat: dict) -> str:
+    if stat["median"] is None:
+        return "–"
+    text = f"**{stat['median']:.2f}** ({stat['min']:.2f}–{stat['max']:.2f})"
+    return text + (f" ⚠ {stat['failed']} failed" if stat["failed"] else "")
+
+
+# --------------------------------------------------------------------------- tables
+
+
+def machine_table(m: dict) -> str:
+    rows = [("CPU", f"{m.get('nproc')} × {m.get('cpu_model')} (`nproc`, `lscpu`)"), ("memory", f"{m.get('memory_gib')} GiB"),
+            ("kernel", m.get("kernel")), ("OS", m.get("os")), ("Python", m.get("python")),
+            ("OpenSSH", m.get("openssh")), ("ansible-core", m.get("ansible_core")), ("pdsh", m.get("pdsh")),
+            ("paramiko", m.get("paramiko")), ("Docker", m.get("docker")), ("measured", m.get("date"))]
+    return "| | |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)
+
+
+def fanout_table(results: dict) -> str:
+    fanout = results.get("fanout") or {}
+    sizes = sorted(fanout, key=int)
+    if not sizes:
+        return "_not measured_"
+    tools = list(next(iter(fanout.values()))["samples"])
+    head = "| tool | " + " | ".join(f"{n} nodes: wall s" for n in sizes) + " | " + \
+        " | ".join(f"CPU ms/host @{n}" for n in sizes) + " |"
+    lines = [head, "|---" * (1 + 2 * len(sizes)) + "|"]
+    for tool in tools:
+        stats = [summary(fanout[n]["samples"][tool]) for n in sizes]
+        cpu = [_s(s["cpu"] / int(n) * 1000, 0) if s["cpu"] is not None else "–" for s, n in zip(stats, sizes)]
+        lines.append(f"| {tool} | " + " | ".join(_cell(s) for s in stats) + " | " + " | ".join(cpu) + " |")
+    return "\n".join(lines)
+
+
+def simple_table(block: Optional[dict], per: int = 1, per_label: str = "") -> str:
+    if not block:
+        return "_not measured_"
+    n = block.get("nodes")
+    lines = [f"| tool | wall s, median (min–max) | rounds | CPU s (median) |"
+             + (f" CPU ms per host {per_label} |" if n else ""), "|---|---|---|---|" + ("---|" if n else "")]
+    for tool, stat in _summaries(block).items():
+        row = f"| {tool} | {_cell(stat)} | {stat['n']} | {_s(stat['cpu'])} |"
+        if n:
+            row += f" {_s(stat['cpu'] / (n * per) * 1000, 1) if stat['cpu'] is not None else '–'} |"
+        lines.append(row)
+    return "\n".join(lines)
+
+
+def playbook_tables(results: dict) -> str:
+    books = results.get("playbook") or {}
+    if not books:
+        return "_not measured_"
+    parts = []
+    for n in sorted(books, key=int):
+        parts.append(f"**{n} nodes, {books[n]['tasks']} tasks**\n\n" +
+                     simple_table(books[n], per=books[n]["tasks"], per_label="per task"))
+    return "\n\n".join(parts)
+
+
+def up_tables(results: dict) -> str:
+    parts = []
+    warm = results.get("up_warm")
+    if warm:
+        first = warm.get("first", {})
+        parts.append(f"**warm, {warm['nodes']} Docker nodes** (the converging run before it: "
+                     f"{_s(first.get('wall'))} s, exit {first.get('rc')})\n\n" + simple_table(warm))
+    cold = results.get("up_cold")
+    if cold:
+        parts.append(f"**cold, {cold['nodes']} Docker nodes** (image removed from every engine first)\n\n"
+                     + simple_table(cold))
+    return "\n\n".join(parts) or "_not measured_"
+
+
+def launch_table(results: dict) -> str:
+    block = results.get("launch")
+    if not block:
+        return "_not measured_"
+    import statistics
+
+    good = [s for s in block["samples"]["clusterctl run"] if s["rc"] == 0]
+    lines = ["| stage (seconds after `clusterctl run` started) | first rank, median | last rank, median |",
+             "|---|---|---|"]
+    names = {"t_start": "rank process started (before `import torch`)", "t_init": "past init_process_group",
+             "t_first_collective": "past the first collective", "t_end": "done (generation, GIF, barrier)"}
+    for stage, name in names.items():
+        values = [s[stage] for s in good if stage in s]
+        if values:
+            lines.append(f"| {name} | {statistics.median(v['min'] for v in values):.2f} | "
+                         f"**{statistics.median(v['max'] for v in values):.2f}** |")
+    walls = [s["wall"] for s in good]
+    if walls:
+        lines.append(f"| `clusterctl run` returned | | {statistics.median(walls):.2f} |")
+    failed = len(block["samples"]["clusterctl run"]) - len(good)
+    return "\n".join(lines) + f"\n\n{block['nodes']} nodes × {block['ranks_per_node']} CPU ranks (gloo), " \
+        f"{len(good)} runs" + (f", {failed} failed" if failed else "") + "."
+
+
+def collect_tables(results: dict) -> str:
+    block = results.get("collect")
+    if not block:
+        return "_not measured_"
+    total = block["bytes"]
+    parts = []
+    for key, title in (("shared", "shared outputs (clusterctl fetches them once, through the first node)"),
+                       ("per_node", "per-node directories (one stream per node for every tool)")):
+        if key not in block:
+            continue
+        lines = [f"**{title}**", "", "| tool | wall s, median (min–max) | MB/s (median) | CPU s |", "|---|---|---|---|"]
+        for tool, stat in _summaries(block[key]).items():
+            mbps = total / stat["median"] / 1e6 if stat["median"] else None
+            lines.append(f"| {tool} | {_cell(stat)} | {_s(mbps, 0)} | {_s(stat['cpu'])} |")
+        parts.append("\n".join(lines))
+    return f"{block['nodes']} nodes × {block['blob_mb']} MiB of random data ({total / 1e6:.0f} MB).\n\n" + "\n\n".join(parts)
+
+
+def phases_table(results: dict) -> str:
+    phases = results.get("phases") or {}
+    return ", ".join(f"{k} {v:.0f} s" for k, v in phases.items()) or "–"
+
+
+# --------------------------------------------------------------------------- verdicts
+
+
+def _median(block: Optional[dict], tool: str) -> Optional[float]:
+    if not block or tool not in block.get("samples", {}):
+        return None
+    return summary(block["samples"][tool])["median"]
+
+
+def verdicts(results: dict) -> list[tuple[str, str, str]]:
+    out = []
+    fanout = results.get("fanout") or {}
+    for n in ("16", "32"):
+        cc = _median(fanout.get(n), "clusterctl")
+        ans = _median(fanout.get(n), "ansible (forks 5)")
+        floor = _median(fanout.get(n), "parallel ssh")
+        if cc and ans:
+            out.append((f"fan-out @{n}: ≥ 1.5× faster than Ansible (default forks)", f"{ans / cc:.1f}× "
+                        f"({cc:.2f} s vs {ans:.2f} s)", PASS if ans / cc >= 1.5 else FAIL))
+        else:
+            out.append((f"fan-out @{n}: ≥ 1.5× faster than Ansible (default forks)", "not measured", NA))
+        if cc and floor:
+            out.append((f"fan-out @{n}: within 1.3× of parallel OpenSSH", f"{cc / floor:.2f}× "
+                        f"({cc:.2f} s vs {floor:.2f} s)", PASS if cc / floor <= 1.3 else FAIL))
+    small, big = _median(fanout.get("4"), "clusterctl"), _median(fanout.get("32"), "clusterctl")
+    out.append(("fan-out 4 → 32 nodes grows ≤ 2.5×", f"{big / small:.2f}× ({small:.2f} → {big:.2f} s)"
+                if small and big else "not measured", (PASS if big / small <= 2.5 else FAIL) if small and big else NA))
+    book = (results.get("playbook") or {}).get("16")
+    cc, ans = _median(book, "clusterctl play"), _median(book, "ansible-playbook (forks 5)")
+    out.append(("6-task playbook @16: ≥ 3× faster than ansible-playbook",
+                f"{ans / cc:.1f}× ({cc:.2f} s vs {ans:.2f} s)" if cc and ans else "not measured",
+                (PASS if ans / cc >= 3 else FAIL) if cc and ans else NA))
+    warm = results.get("up_warm")
+    w = _median(warm, "clusterctl up (warm)")
+    nodes = warm["nodes"] if warm else 16
+    out.append((f"`up` warm on 16 nodes < 3 s", f"{w:.2f} s on {nodes} nodes" if w else "not measured",
+                (PASS if w < 3 and nodes >= 16 else (FAIL if w >= 3 else f"{PASS} ({nodes} nodes)")) if w else NA))
+    h = _median(results.get("help"), "clusterctl --help")
+    out.append(("`clusterctl --help` < 0.3 s", f"{h:.3f} s" if h else "not measured",
+                (PASS if h < 0.3 else FAIL) if h else NA))
+    block = results.get("collect") or {}
+    per = block.get("per_node")
+    cc, scp = _median(per, "clusterctl collect-logs"), _median(per, "scp -r, parallel")
+    out.append(("collect-logs ≥ 80 % of parallel scp throughput (per-node dirs)",
+                f"{scp / cc * 100:.0f} % ({cc:.2f} s vs {scp:.2f} s)" if cc and scp else "not measured",
+                (PASS if scp / cc >= 0.8 else FAIL) if cc and scp else NA))
+    shared = block.get("shared")
+    cc, scp1, scpn = (_median(shared, t) for t in ("clusterctl collect-logs", "scp, 1 stream", "scp, parallel"))
+    if cc and scp1 and scpn:
+        out.append(("collect-logs, shared outputs (fetched once): vs 1 scp stream / vs 3 parallel scps",
+                    f"{scp1 / cc * 100:.0f} % / {scpn / cc * 100:.0f} %", "info"))
+    return out
+
+
+def verdict_table(rows) -> str:
+    return "| goal | measured | verdict |\n|---|---|---|\n" + "\n".join(f"| {g} | {m} | **{v}** |" for g, m, v in rows)
+
+
+# --------------------------------------------------------------------------- publish
+
+
+def render(results: dict) -> str:
+    text = TEMPLATE.read_text()
+    values = {
+        "machine": machine_table(results.get("machine", {})),
+        "verdicts": verdict_table(verdicts(results)),
+        "fanout": fanout_table(results),
+        "help": simple_table(results.get("help")),
+        "playbook": playbook_tables(results),
+        "up": up_tables(results),
+        "launch": launch_table(results),
+        "collect": collect_tables(results),
+        "phases": phases_table(results),
+        "config": ", ".join(f"{k} {v}" for k, v in (results.get("config") or {}).items()),
+    }
+    return re.sub(r"\{\{(\w+)\}\}", lambda m: values.get(m.group(1), m.group(0)), text)
+
+
+def publish(results: dict) -> int:
+    rows = verdicts(results)
+    DOC.write_text(render(results))
+    python = VENV / "bin" / "python"
+    if python.exists() and results.get("fanout"):
+        subprocess.run([str(python), str(BENCH / "plot.py"), str(BENCH / "results.json"), str(PLOT)], check=False)
+    width = max(len(g) for g, _, _ in rows)
+    print("\nverdicts:")
+    for goal, measured, verdict in rows:
+        print(f"  {verdict:5s} {goal:{width}s}  {measured}")
+    print(f"\nwritten: {DOC.relative_to(REPO)}, {PLOT.relative_to(REPO)}, bench/results.json")
+    return 0
+
+
+if __name__ == "__main__":
+    import json
+
+    from common import RESULTS
+
+    sys.exit(publish(json.loads(RESULTS.read_text())))

@@ -1,0 +1,149 @@
+"""`make bench`: clusterctl against Ansible, pdsh, OpenSSH and scp on rehearsal clusters.
+
+    python bench/run.py                  # everything (~15 min on 2 cores), then the sandbox goes down
+    python bench/run.py --quick          # fewer sizes and rounds, for trying changes
+    python bench/run.py --only fanout,help
+    python bench/run.py --report         # re-render docs/benchmarks.md and the plot from bench/results.json
+
+Needs root on Linux (the sandbox: network namespaces, sshd, Docker Engines), pdsh and
+OpenSSH; installs ansible-core and matplotlib into bench/.venv. Results go to
+bench/results.json, docs/benchmarks.md and docs/benchmarks.png; verdicts against the
+goals are printed at the end.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import common  # noqa: E402
+from common import WORK, fresh_dir, log  # noqa: E402
+
+SECTIONS = ("help", "fanout", "playbook", "up", "launch", "collect")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="sizes 4 and 16, 3 rounds: a smoke run")
+    parser.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated subset of {','.join(SECTIONS)}")
+    parser.add_argument("--sizes", default=None, help="fan-out node counts (default 4,16,32)")
+    parser.add_argument("--playbook-sizes", default=None, help="playbook node counts (default 4,16)")
+    parser.add_argument("--docker-nodes", type=int, default=16, help="nodes for `up` warm (default 16)")
+    parser.add_argument("--reps", type=int, default=None, help="rounds for the fast measurements (default 7)")
+    parser.add_argument("--take-over", action="store_true",
+                        help="use (and finally remove) a sandbox that is already up instead of refusing")
+    parser.add_argument("--keep", action="store_true", help="leave the sandbox up at the end")
+    parser.add_argument("--report", action="store_true", help="only re-render the report from bench/results.json")
+    args = parser.parse_args(argv)
+    args.only = [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = [s for s in args.only if s not in SECTIONS]
+    if unknown:
+        parser.error(f"unknown sections: {', '.join(unknown)}")
+    if args.sizes is None:
+        args.sizes = "4,16" if args.quick else "4,16,32"
+    if args.playbook_sizes is None:
+        args.playbook_sizes = "16" if args.quick else "4,16"
+    args.sizes = [int(s) for s in args.sizes.split(",")]
+    args.playbook_sizes = [int(s) for s in args.playbook_sizes.split(",")]
+    if args.reps is None:
+        args.reps = 3 if args.quick else 7
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    import report
+
+    if args.report:
+        return report.publish(common.load())
+    bin_dir = common.ensure_bench_venv()
+    from clusterctl.sandbox import down, status, up
+
+    if status()["up"] and not args.take_over:
+        log("a rehearsal cluster is already up (someone may be using it): refusing to reshape it. "
+            "Take it down first (clusterctl sandbox down) or pass --take-over.")
+        return 2
+    results = common.load() if args.only != list(SECTIONS) else {}
+    results["machine"] = common.machine()
+    results["config"] = {"reps": args.reps, "quick": args.quick, "sizes": args.sizes,
+                         "playbook_sizes": args.playbook_sizes, "docker_nodes": args.docker_nodes}
+    phases = results.setdefault("phases", {})
+    fresh_dir(WORK)
+    started = time.monotonic()
+
+    def phase(name: str, fn):
+        t0 = time.monotonic()
+        try:
+            return fn()
+        finally:
+            phases[name] = round(time.monotonic() - t0, 1)
+            common.save(results)
+
+    try:
+        if "help" in args.only:
+            import fanout
+
+            results["help"] = phase("help", lambda: fanout.measure_help(max(args.reps, 10)))
+        if "fanout" in args.only or "playbook" in args.only:
+            _without_docker(args, results, phase, up, bin_dir)
+        if {"up", "launch", "collect"} & set(args.only):
+            _with_docker(args, results, phase, up)
+    finally:
+        if not args.keep:
+            log("bringing the sandbox down")
+            phase("sandbox down", down)
+        phases["total"] = round(time.monotonic() - started, 1)
+        common.save(results)
+    return report.publish(results)
+
+
+def _without_docker(args, results, phase, up, bin_dir) -> None:
+    import fanout
+    import playbook
+
+    sizes = sorted(set(args.sizes if "fanout" in args.only else []) | set(
+        args.playbook_sizes if "playbook" in args.only else []))
+    for n in sizes:
+        log(f"sandbox: {n} nodes, no docker")
+        sandbox = phase(f"sandbox up {n}", lambda: up(n, docker=False))
+        if "fanout" in args.only and n in args.sizes:
+            results.setdefault("fanout", {})[str(n)] = phase(f"fanout {n}", lambda: fanout.measure(sandbox, bin_dir, args.reps))
+        if "playbook" in args.only and n in args.playbook_sizes:
+            results.setdefault("playbook", {})[str(n)] = phase(
+                f"playbook {n}", lambda: playbook.measure(sandbox, bin_dir, max(5, args.reps - 2), 3))
+
+
+def _with_docker(args, results, phase, up) -> None:
+    import collect
+    import launch
+    import up as up_bench
+
+    if "up" in args.only:
+        n = args.docker_nodes
+        log(f"sandbox: {n} nodes with Docker Engines")
+        sandbox = phase(f"sandbox up {n} --docker", lambda: up(n, docker=True))
+        results["up_warm"] = phase(f"up warm {n}", lambda: up_bench.measure_warm(sandbox, max(5, args.reps - 2)))
+    log("sandbox: 4 nodes with Docker Engines")
+    sandbox = phase("sandbox up 4 --docker", lambda: up(4, docker=True))
+    state = fresh_dir(WORK / "docker-state")
+    if "up" in args.only:
+        results["up_cold"] = phase("up cold 4", lambda: up_bench.measure_cold(sandbox, 3 if args.quick else 5))
+    else:
+        phase("up 4", lambda: common.timed(up_bench.up_argv(sandbox), env=common.clusterctl_env(state)))
+    run_id = None
+    if "launch" in args.only or "collect" in args.only:
+        reps = (3 if args.quick else 5) if "launch" in args.only else 1
+        results["launch"] = launch_result = phase("launch", lambda: launch.measure(sandbox, state, reps))
+        run_id = launch_result["last_run_id"]
+    if "collect" in args.only:
+        if run_id is None:
+            log("collect: no successful run to collect; skipped")
+        else:
+            results["collect"] = phase("collect", lambda: collect.measure(sandbox, state, run_id, max(5, args.reps - 2)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
