@@ -8,6 +8,7 @@ barrier between tasks; a host that fails leaves the play, the others carry on.
 """
 from __future__ import annotations
 
+import os
 import re
 import threading
 import time
@@ -112,6 +113,7 @@ def for_each_host(
 
     def one(host: Host) -> HostResult:
         started = time.monotonic()
+        transport = None
         try:
             transport = connections.get(host)
             result = action(transport, host)
@@ -124,6 +126,11 @@ def for_each_host(
         except ClusterctlError as exc:
             return HostResult(host.name, HostStatus.FAILED, detail=str(exc), duration=time.monotonic() - started)
         except Exception as exc:  # the edge: one host's bug never unwinds the pool
+            if transport is not None and not getattr(transport, "alive", True):
+                connections.drop(host.name)
+                return HostResult(host.name, HostStatus.UNREACHABLE, duration=time.monotonic() - started, detail=(
+                    f"the connection to {host.address} was lost ({type(exc).__name__}: {exc}). "
+                    "fix: check the host and its network, then rerun; what completed is kept"))
             return HostResult(
                 host.name, HostStatus.FAILED, detail=f"internal error: {type(exc).__name__}: {exc}",
                 duration=time.monotonic() - started,
@@ -131,8 +138,15 @@ def for_each_host(
 
     if not hosts:
         return {}
-    with ThreadPoolExecutor(max_workers=max(1, min(width, len(hosts))), thread_name_prefix="host") as pool:
+    pool = ThreadPoolExecutor(max_workers=max(1, min(width, len(hosts))), thread_name_prefix="host")
+    try:
         results = list(pool.map(one, hosts))
+    except BaseException:
+        # Ctrl-C/SIGTERM: return at once instead of waiting for every host's action (a pull can
+        # take minutes); the caller closes the connections, which ends the actions still running.
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
     return {r.host: r for r in results}
 
 
@@ -152,8 +166,10 @@ class HostLog:
         self.path = path
         self._handle = None
         if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            self._handle = open(path, "a", encoding="utf-8")
+            from clusterctl.state import private_dir
+
+            private_dir(path.parent)  # step logs hold command lines and outputs: 0700 / 0600
+            self._handle = os.fdopen(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "a", encoding="utf-8")
 
     def write(self, text: str) -> None:
         if self._handle is not None:
@@ -213,10 +229,16 @@ def _line_forwarder(host_name: str, on_event: OnEvent, log: HostLog):
 
 
 def _failure_detail(command: Command, result: CommandResult) -> str:
+    shown = _shorten(command.display)
     if result.timed_out:
-        return f"timed out after {command.timeout:g}s: {command.display}"
-    tail = (result.stderr.strip() or result.stdout.strip()).splitlines()[-3:]
-    return f"exit {result.exit_code}: {command.display}" + ("\n" + "\n".join(tail) if tail else "")
+        return f"timed out after {command.timeout:g}s: {shown}"
+    tail = [_shorten(line) for line in (result.stderr.strip() or result.stdout.strip()).splitlines()[-3:]]
+    return f"exit {result.exit_code}: {shown}" + ("\n" + "\n".join(tail) if tail else "")
+
+
+def _shorten(text: str, limit: int = 600) -> str:
+    """A command line or output line fit for a report (a job's argv may hold a 100 KB prompt)."""
+    return text if len(text) <= limit else f"{text[:limit // 2]} ...[{len(text) - limit} characters]... {text[-limit // 2:]}"
 
 
 # --------------------------------------------------------------------------- plays

@@ -192,7 +192,7 @@ def expect_choice(doc: _Doc, value: Any, path: tuple, choices: tuple) -> str:
 
 def expect_safe_name(doc: _Doc, value: Any, path: tuple) -> str:
     text = value if isinstance(value, str) else None
-    if text is None or not HOST_NAME_RE.match(text):
+    if text is None or not HOST_NAME_RE.fullmatch(text):
         doc.fail(path, f"{_key(path)} {describe(value)} is not a safe name: names must match "
                  f"{HOST_NAME_RE.pattern} (letters, digits, . _ -; at most 63; no spaces or shell characters)",
                  "rename it, e.g. node-01; the address: key can still hold any host name or IP")
@@ -307,7 +307,7 @@ def expect_env(doc: _Doc, value: Any, path: tuple) -> tuple[EnvVar, ...]:
 
 
 def _env_var(doc: _Doc, name: Any, raw: Any, path: tuple) -> EnvVar:
-    if not isinstance(name, str) or not ENV_NAME_RE.match(name):
+    if not isinstance(name, str) or not ENV_NAME_RE.fullmatch(name):
         doc.fail(path, f"'{name}' is not a valid environment variable name",
                  "use letters, digits and _ (e.g. NCCL_DEBUG)")
     secret = False
@@ -424,7 +424,7 @@ def _host(doc: _Doc, item: Any, path: tuple, ssh: SSHSettings) -> Host:
 
 def _nic(doc: _Doc, value: Any, path: tuple) -> str:
     text = expect_text(doc, value, path)
-    if not NIC_RE.match(text):
+    if not NIC_RE.fullmatch(text):
         doc.fail(path, f"nic '{text}' is not a network interface name", "write the interface, e.g. nic: eth0 or bond0")
     return text
 
@@ -519,7 +519,7 @@ def _ipc(doc: _Doc, value: Any, path: tuple) -> str:
 
 
 def _container_name(doc: _Doc, value: Any, path: tuple) -> str:
-    if not isinstance(value, str) or not CONTAINER_NAME_RE.match(value):
+    if not isinstance(value, str) or not CONTAINER_NAME_RE.fullmatch(value):
         doc.fail(path, f"container name {describe(value)} is not valid for docker ([a-zA-Z0-9][a-zA-Z0-9_.-]+)",
                  "use letters, digits, _ . - (at least 2 characters), e.g. name: wan22")
     return value
@@ -546,7 +546,7 @@ def _volume(doc: _Doc, volume: str, path: tuple) -> str:
         doc.fail(path, f"volume '{volume}' has mode '{parts[2]}'; the mode is ro or rw", fix)
     if not target.startswith("/") or posixpath.normpath(target) == "/":
         doc.fail(path, f"volume '{volume}': the container path '{target}' must be absolute and not /", fix)
-    if not source.startswith("/") and not CONTAINER_NAME_RE.match(source):
+    if not source.startswith("/") and not CONTAINER_NAME_RE.fullmatch(source):
         doc.fail(path, f"volume '{volume}': the host path '{source}' is neither absolute nor a volume name "
                  "(no shell expands ~, $HOME or $(pwd) here)", fix)
     return posixpath.normpath(target)

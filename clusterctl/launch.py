@@ -104,9 +104,10 @@ def _expand(element: str, values: Mapping[str, str], where: str) -> str:
     expanded = _PLACEHOLDER_RE.sub(one, element)
     if "\x00" in expanded:
         raise UsageError("an argument contains a NUL byte, which no process argv can carry", where, "remove the NUL byte from the prompt file")
-    if len(expanded.encode("utf-8", "surrogateescape")) > MAX_ARG_BYTES:
-        raise UsageError(f"an argument is {len(expanded)} characters; Linux refuses arguments over 128 KiB", where,
-                         "shorten the prompt, or let the job read it from a file")
+    size = len(expanded.encode("utf-8", "surrogateescape"))
+    if size > MAX_ARG_BYTES:
+        raise UsageError(f"an argument is {size} bytes; Linux refuses a single argument over 128 KiB ({MAX_ARG_BYTES} bytes)",
+                         where, "shorten the prompt, or let the job read it from a file on a shared volume")
     return expanded
 
 

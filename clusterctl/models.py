@@ -181,6 +181,9 @@ class Command:
     cwd: Optional[str] = None
     ok_exit_codes: tuple[int, ...] = (0,)
     changes: bool = False  # a zero exit means the host changed
+    # stdin stays open while it runs, so it reads EOF exactly when this connection ends (a helper
+    # that must not outlive an interrupted or killed clusterctl watches for that)
+    stdin_open: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "argv", tuple(str(a) for a in self.argv))

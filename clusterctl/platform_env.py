@@ -230,7 +230,7 @@ def run_id_from(identity: NodeIdentity, env: Mapping[str, str]) -> str:
 
 
 def check_run_id(value: str, where: str) -> str:
-    if not _RUN_ID_RE.match(value):
+    if not _RUN_ID_RE.fullmatch(value):
         raise UsageError(f"run id {value!r} is not a safe name", where,
                          "use letters, digits, . _ - (it names log directories and the rendezvous)")
     return value

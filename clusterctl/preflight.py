@@ -19,19 +19,23 @@ from clusterctl.transport import batch_command, split_batch
 
 LISTEN_S = 12
 
+# Ends when every worker connected, after `seconds`, or as soon as its stdin reaches EOF: stdin is
+# held open by the controller's connection, so an interrupted or killed clusterctl never leaves
+# the rendezvous port taken for the next `up`/`run`.
 _LISTENER = r'''
-import socket, sys, time
+import os, select, socket, sys, time
 port, expected, seconds = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
 s = socket.socket(socket.AF_INET6 if ":" in sys.argv[4] else socket.AF_INET)
 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind((sys.argv[4], port)); s.listen(128); s.settimeout(0.5)
+s.bind((sys.argv[4], port)); s.listen(128)
 print("listening", flush=True)
 seen, end = 0, time.time() + seconds
 while seen < expected and time.time() < end:
-    try:
+    ready, _, _ = select.select([s, sys.stdin], [], [], 0.5)
+    if sys.stdin in ready and not os.read(sys.stdin.fileno(), 1024):
+        break
+    if s in ready:
         c, _ = s.accept(); c.close(); seen += 1
-    except socket.timeout:
-        pass
 print("accepted", seen, flush=True)
 '''
 
@@ -196,8 +200,8 @@ def _connect_from_workers(inventory: Inventory, master: Host, workers: list[Host
     """Open a listener on the master's real port and address; connect from every worker."""
     port, python = inventory.rendezvous.port, inventory.job.python
     bind = "127.0.0.1" if master.is_local else master.address
-    listen = Command(in_container(inventory, (python, "-c", _LISTENER, str(port), str(len(workers)), str(LISTEN_S), bind)),
-                     timeout=LISTEN_S + 10)
+    listen = Command(in_container(inventory, (python, "-c", _LISTENER, str(port), str(len(workers)), str(LISTEN_S), bind),
+                                  interactive=True), timeout=LISTEN_S + 10, stdin_open=True)
     listener = Background([master], lambda t, h: run_commands(t, h, [listen]), connections)
     time.sleep(1.0)  # the listener's python starts; a connect before it is retried below
     connect = Command(in_container(inventory, (python, "-c", _CONNECT, master.address, str(port), "3")), timeout=15)

@@ -16,12 +16,15 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Mapping, Optional
 
+from clusterctl.collect import secret_values
+from clusterctl.errors import UsageError
 from clusterctl.executor import Background, Connections, Event, OnEvent, Ticker, for_each_host, run_commands
-from clusterctl.launch import RANK_PREFIX_RE, job_argv, log_dir, placeholder_values, torchrun_argv, torchrun_env
+from clusterctl.launch import MAX_ARG_BYTES, RANK_PREFIX_RE, job_argv, log_dir, placeholder_values, torchrun_argv, torchrun_env
 from clusterctl.models import Command, Host, HostResult, HostStatus, Inventory, MASK, looks_secret
 from clusterctl.modules import process, torchrun
 from clusterctl.placement import in_container
 from clusterctl.topology import Topology
+from clusterctl.transport import remote_argv
 
 # Writes stdin to "$1/$2" through a temporary name and a rename: nodes sharing one
 # filesystem may write the same file at once, and a rank never reads a half-written one.
@@ -102,12 +105,18 @@ class JobRunner:
                    *torchrun.job_env(inventory, plan.host.env))
             command = torchrun_argv(topology, plan, run_id, argv, python=inventory.job.python, outputs=outputs)
             self.nodes[plan.host.name] = NodeRun(plan.host, log_dir(outputs, run_id, plan.host.name), command, env)
+            _check_command_line(plan.host.name, torchrun.start_command(inventory, self.nodes[plan.host.name].run_dir,
+                                                                        command), len(prompt.encode()))
+        self._secret_values = sorted(secret_values(inventory), key=len, reverse=True)
+        self._secret_names = {e.name for e in (*inventory.job.env, *(inventory.container.env if inventory.container else ()),
+                                               *(e for h in inventory.hosts for e in h.env)) if e.is_secret}
 
     # ---- what would run (for --plan and the run record)
     def commands(self) -> dict[str, dict]:
         shipped = {"files": [f"{files_dir(self.inventory.job.outputs, self.run_id)}/{n}" for n in self.files]} if self.files else {}
         return {
-            name: {"argv": list(node.torchrun), "env": {k: (MASK if looks_secret(k) else v) for k, v in node.env},
+            name: {"argv": list(node.torchrun),
+                   "env": {k: (MASK if looks_secret(k) or k in self._secret_names else v) for k, v in node.env},
                    "run_dir": node.run_dir,
                    "command": shlex.join(node.torchrun),
                    "launched_with": torchrun.start_command(self.inventory, node.run_dir, ("torchrun",)).argv[:4],
@@ -152,7 +161,7 @@ class JobRunner:
         def on_line(stream: str, line: str) -> None:
             match = RANK_PREFIX_RE.match(line)
             prefix = f"[{host.name} r{match.group('rank')}]" if match else f"[{host.name}]"
-            text = line[match.end():] if match else line
+            text = self._mask(line[match.end():] if match else line)
             if match:
                 node.ranks_seen.add(int(match.group("rank")))
             node.last_line = text
@@ -252,7 +261,13 @@ class JobRunner:
         def action(transport, host: Host) -> HostResult:
             return run_commands(transport, host, [torchrun.tail_command(self.inventory, self.nodes[host.name].run_dir, 200)])
 
-        return {name: r.stdout for name, r in for_each_host([n.host for n in nodes], action, self.connections).items()}
+        return {name: self._mask(r.stdout) for name, r in for_each_host([n.host for n in nodes], action, self.connections).items()}
+
+    def _mask(self, text: str) -> str:
+        """What a job prints of its secrets (a config dump) never reaches the terminal or the run record."""
+        for value in self._secret_values:
+            text = text.replace(value, MASK)
+        return text
 
     def stop(self, reason: str) -> dict[str, HostResult]:
         """Stop this run's processes on every node that still answers (marker-scoped)."""
@@ -266,6 +281,19 @@ class JobRunner:
         killed = sum(len(process.parse_scan(r.stdout)["ours"]) for r in results.values())
         self.on_event(Event("note", text=f"stopped: {reason}; {killed} process(es) ended on {len(alive)} node(s)"))
         return results
+
+
+def _check_command_line(host: str, command: Command, prompt_bytes: int) -> None:
+    """ssh hands the remote shell the whole command as one argument, which Linux caps at 128 KiB:
+    refuse before launching anything rather than fail on every node with "Argument list too long"."""
+    size = len(shlex.join(remote_argv(command)).encode())
+    if size > MAX_ARG_BYTES:
+        raise UsageError(
+            f"the command that starts torchrun on {host} is {size} bytes once quoted for the remote shell "
+            f"(the prompt is {prompt_bytes} of them); Linux refuses a command line over 128 KiB "
+            f"({MAX_ARG_BYTES} bytes) in one argument, and ssh passes the whole command as one",
+            where="PROMPT_FILE", fix="shorten the prompt (quotes and $ take more room once escaped), "
+            "or have the job read it from a file on a shared volume")
 
 
 def _lost_a_peer(log_tail: str) -> bool:

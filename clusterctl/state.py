@@ -17,6 +17,21 @@ from typing import Iterator, Optional
 from clusterctl.errors import StateError
 
 
+def private_dir(path: Path) -> Path:
+    """mkdir -p where every directory created gets mode 0700 (Path.mkdir gives the parents it
+    creates the default mode, so a fresh .clusterctl/ would be world-readable)."""
+    missing, parent = [], path
+    while not parent.exists() and parent != parent.parent:
+        missing.append(parent)
+        parent = parent.parent
+    for directory in reversed(missing):
+        try:
+            directory.mkdir(mode=0o700)
+        except FileExistsError:  # another process made it meanwhile
+            pass
+    return path
+
+
 class State:
     def __init__(self, root: Path):
         self.root = root
@@ -28,8 +43,7 @@ class State:
 
     # ---- files
     def _ensure(self, path: Path) -> Path:
-        path.mkdir(parents=True, exist_ok=True, mode=0o700)
-        return path
+        return private_dir(path)
 
     def write_json(self, path: Path, data) -> None:
         self._ensure(path.parent)

@@ -26,6 +26,7 @@ from clusterctl.models import Command, CommandResult, Host
 OnLine = Callable[[str, str], None]  # (stream "stdout"|"stderr", line without newline)
 DOCKER_API_VERSION = "1.41"  # Docker 20.10+; every engine we support speaks it
 _READ_SIZE = 1 << 16
+DEAD_PEER_S = 10  # an SSH connection whose peer stays silent this long is dropped
 _known_hosts_lock = threading.Lock()
 
 
@@ -235,7 +236,7 @@ class SSHTransport(_Runs):
                 fix="check that the host is up, sshd listens on that port, and no firewall drops it",
             ) from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        _detect_dead_peer(sock)
         return sock
 
     @property
@@ -244,6 +245,12 @@ class SSHTransport(_Runs):
         if transport is None or not transport.is_active():
             raise UnreachableError("the SSH connection was lost", where=self.host.name, fix="check the host and its network")
         return transport
+
+    @property
+    def alive(self) -> bool:
+        """False once the connection is gone (closed, or dropped as a dead peer)."""
+        transport = self._conn.client.get_transport() if self._conn else None
+        return transport is not None and transport.is_active()
 
     def close(self) -> None:
         if self._docker is not None:
@@ -263,7 +270,8 @@ class SSHTransport(_Runs):
             channel.exec_command(shlex.join(remote_argv(cmd)))
             if cmd.stdin:
                 channel.sendall(cmd.stdin)
-            channel.shutdown_write()
+            if not cmd.stdin_open:
+                channel.shutdown_write()
             timed_out = self._pump(channel, on_out, on_err, deadline)
             code = None if timed_out else channel.recv_exit_status()
             channel.close()
@@ -307,6 +315,23 @@ class SSHTransport(_Runs):
         if self._docker is None:
             self._docker = _docker_over_ssh(self._conn.client, self.host.address)
         return self._docker
+
+
+def _detect_dead_peer(sock: socket.socket, seconds: int = DEAD_PEER_S) -> None:
+    """Have the kernel drop the connection once the peer has been silent for about `seconds`.
+
+    A host cut off the network sends no FIN or RST: without this, a command or a Docker API
+    stream (a pull) waits on the dead connection until TCP gives up, a quarter of an hour later.
+    Keepalive probes cover an idle connection, TCP_USER_TIMEOUT one with data in flight; a node
+    that is merely busy still answers the probes (its kernel does, not sshd).
+    """
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    idle, interval = max(1, seconds // 3), max(1, seconds // 6)
+    for option, value in (("TCP_KEEPIDLE", idle), ("TCP_KEEPINTVL", interval),
+                          ("TCP_KEEPCNT", max(1, (seconds - idle) // interval)),
+                          ("TCP_USER_TIMEOUT", seconds * 1000)):
+        if hasattr(socket, option):  # Linux; elsewhere the system's keepalive defaults apply
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, option), value)
 
 
 def _docker_over_ssh(ssh_client, address: str):
@@ -353,6 +378,8 @@ class LocalTransport(_Runs):
     def open(self) -> "LocalTransport":
         return self
 
+    alive = True
+
     def close(self) -> None:
         if self._docker is not None:
             self._docker.close()
@@ -364,7 +391,7 @@ class LocalTransport(_Runs):
         try:
             proc = subprocess.Popen(
                 remote_argv(cmd),
-                stdin=subprocess.PIPE if cmd.stdin else subprocess.DEVNULL,
+                stdin=subprocess.PIPE if cmd.stdin or cmd.stdin_open else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
@@ -373,11 +400,13 @@ class LocalTransport(_Runs):
             on_err(f"{cmd.argv[0]}: {exc.strerror}\n".encode())
             return CommandResult(127, "", "", time.monotonic() - start)
         if cmd.stdin:
-            threading.Thread(target=_feed_stdin, args=(proc, cmd.stdin), daemon=True).start()
+            threading.Thread(target=_feed_stdin, args=(proc, cmd.stdin, not cmd.stdin_open), daemon=True).start()
         timed_out = _pump_pipes(proc, on_out, on_err, deadline)
         if timed_out:
             proc.kill()
         code = proc.wait()
+        if proc.stdin is not None:
+            proc.stdin.close()
         return CommandResult(None if timed_out else code, "", "", time.monotonic() - start, timed_out)
 
     def docker(self):
@@ -390,11 +419,13 @@ class LocalTransport(_Runs):
         return self._docker
 
 
-def _feed_stdin(proc: subprocess.Popen, data: bytes) -> None:
+def _feed_stdin(proc: subprocess.Popen, data: bytes, close: bool = True) -> None:
     try:
         proc.stdin.write(data)
-        proc.stdin.close()
-    except OSError:
+        proc.stdin.flush()
+        if close:
+            proc.stdin.close()
+    except (OSError, ValueError):  # the process exited (or its stdin was closed) meanwhile
         pass
 
 

@@ -99,6 +99,10 @@ def check_container(host: str, spec: Optional[ContainerSpec], state: Optional[Co
     """The job container as `docker inspect` shows it, against `container:` in the inventory."""
     if spec is None or spec.runtime != "docker":
         return _result(host, "container", PASS, "no container: the job runs on the bare host")
+    if state is not None and state.error and "Cannot connect to the Docker daemon" in state.error:
+        return _result(host, "container", FAIL, f"container {spec.name} cannot be inspected: the Docker engine on {host} "
+                       f"is not reachable ({state.error})", f"start the daemon on {host} (see the docker check), "
+                       "then `clusterctl up` restarts the container")
     if state is None or state.error or state.status == "missing":
         reason = state.error if state and state.error else "not found"
         return _result(host, "container", FAIL, f"container {spec.name} does not exist ({reason})",

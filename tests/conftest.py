@@ -1,6 +1,7 @@
 """Shared fixtures. `sandbox`: one rehearsal cluster (3 nodes with Docker Engines) for the
 whole session, torn down at its end. Tests marked `sandbox_teardown` change or remove that
-cluster, so they run after every other test."""
+cluster, so they run after every other test. `reliability`: declare a row of
+docs/reliability.md (tests/reliability.py), written out at the end of the session."""
 from __future__ import annotations
 
 import os
@@ -22,6 +23,37 @@ def sandbox_skip_reason() -> str | None:
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "sandbox_teardown: resizes or removes the session sandbox; runs after all other tests")
+
+
+_RECORDER = None
+
+
+def _recorder():
+    global _RECORDER
+    if _RECORDER is None:
+        from reliability import Recorder
+
+        _RECORDER = Recorder()
+    return _RECORDER
+
+
+@pytest.fixture
+def reliability(request):
+    """`reliability(case, expected)` -> a row to `.observe(observed, seconds)` (tests/reliability.py)."""
+    return lambda case, expected: _recorder().declare(request.node.nodeid, case, expected)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = (yield).get_result()
+    if report.when == "call" or (report.when == "setup" and not report.passed):
+        message = str(report.longrepr).strip().splitlines()[-1][:300] if report.failed and report.longrepr else ""
+        _recorder().outcome(item.nodeid, report.outcome, report.duration, message)
+
+
+def pytest_sessionfinish(session):
+    if _RECORDER is not None:
+        _RECORDER.write()
 
 
 def pytest_collection_modifyitems(config, items):

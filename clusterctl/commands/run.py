@@ -51,6 +51,7 @@ def execute(args, app) -> Outcome:
 
     prompt = read_prompt(args.prompt_file)
     inventory = app.inventory()
+    _check_prompt_fits(prompt, inventory, args.prompt_file)
     with app.state.lock(f"run-{inventory.name}", "a `clusterctl run`"):
         facts, problems = gather_node_facts(inventory, app.connections)
         if problems:
@@ -83,6 +84,18 @@ def execute(args, app) -> Outcome:
     if outcome.first_failure:
         document["first_failure"] = outcome.first_failure
     return Outcome(document, interrupted=outcome.interrupted)
+
+
+def _check_prompt_fits(prompt: str, inventory, path: Path) -> None:
+    """A prompt over Linux's limit for one argument can never reach the job: say so before connecting."""
+    from clusterctl.launch import MAX_ARG_BYTES
+
+    size = len(prompt.encode())
+    if size > MAX_ARG_BYTES and any("{prompt}" in a for a in (*inventory.job.command, *inventory.job.args)):
+        raise UsageError(f"the prompt is {size} bytes and becomes one argument of the job; Linux refuses a single "
+                         f"argument over 128 KiB ({MAX_ARG_BYTES} bytes)", where=str(path),
+                         fix="shorten the prompt, or have the job read it from a file on a shared volume "
+                             "(pass the file's path in job.args instead of {prompt})")
 
 
 def _summary(inventory, topology, run_id: str) -> dict:

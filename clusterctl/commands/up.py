@@ -2,6 +2,10 @@
 from __future__ import annotations
 
 import argparse
+import getpass
+import os
+import socket
+from contextlib import contextmanager
 
 from clusterctl.cli import Outcome
 from clusterctl.commands import any_unreachable, hosts_document
@@ -20,6 +24,41 @@ def execute(args, app) -> Outcome:
     return run_flow(args, app, args.playbook, title="up", remember=True, variables={"force": args.force})
 
 
+@contextmanager
+def cluster_lock(app, inventory, title: str):
+    """Hold the cluster's lock on the master node (modules/lock.py) while the flow runs: another
+    controller's `up`/`down` on the same cluster is refused instead of interleaving with ours. A
+    master that cannot be reached is no reason to stop: the flow reports it like any host."""
+    from clusterctl.errors import StateError
+    from clusterctl.executor import Event, for_each_host, run_commands
+    from clusterctl.modules import lock
+
+    master = inventory.master
+    owner = f"`clusterctl {title}` by {_user()}@{socket.gethostname()} (pid {os.getpid()})"
+    command = lock.acquire_command(f"cluster-{inventory.name}", owner, via_ssh=not master.is_local)
+    result = for_each_host([master], lambda t, h: run_commands(t, h, [command]), app.connections)[master.name]
+    holder, text = lock.parse_acquire(result.stdout) if result.succeeded else (None, "")
+    if holder is None and text:
+        raise StateError(f"`clusterctl {title}` is already in progress on this cluster from another controller: {text}",
+                         where=f"{master.name}:/tmp/clusterctl-locks-*/cluster-{inventory.name}.lock",
+                         fix=f"wait for it to finish. If that clusterctl is gone, its lock goes with its SSH "
+                             f"connection; to clear it at once, kill the lock's holder (the pid named above) on {master.name}")
+    if holder is None:
+        app.renderer.on_event(Event("note", master.name, "cluster lock not taken (" + (
+            result.detail or result.stdout.strip() or "no answer") + "); going on with the local lock only"))
+    yield
+    if holder is not None:  # on an exception, our connection closing releases it
+        for_each_host([master], lambda t, h: run_commands(t, h, [lock.release_command(f"cluster-{inventory.name}", holder)]),
+                      app.connections)
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:  # no login name in the environment nor in the password database
+        return f"uid {os.getuid()}"
+
+
 def run_flow(args, app, flow: str, title: str, remember: bool = False, variables=None) -> Outcome:
     """Shared by up/down: validate everything, lock the cluster, run the flow's playbook."""
     from clusterctl import modules
@@ -29,7 +68,8 @@ def run_flow(args, app, flow: str, title: str, remember: bool = False, variables
     playbook = load_playbook(find_playbook(flow))
     path = app.inventory_path(getattr(args, "inventory", None) or getattr(args, "inventory_opt", None))
     inventory = app.inventory(str(path))
-    with app.state.lock(f"cluster-{inventory.name}", f"`clusterctl {title}`"):
+    with app.state.lock(f"cluster-{inventory.name}", f"`clusterctl {title}`"), \
+            cluster_lock(app, inventory, title):
         if remember:
             app.state.set_active_inventory(path)
         log_dir = app.state.step_logs(title)

@@ -141,13 +141,65 @@ def pull(ctx):
             if image is None:
                 return HostResult(host.name, HostStatus.FAILED, f"image {spec.image} is not on the node and container.pull is never")
         except docker.errors.APIError as exc:
-            return HostResult(host.name, HostStatus.FAILED, f"pull of {spec.image} failed: {_api_message(exc)}",
+            return HostResult(host.name, HostStatus.FAILED, pull_failure(spec.image, _api_message(exc)),
                               data={"image": spec.image})
         data = {"image": spec.image, "image_id": image.id, "repo_digests": image.attrs.get("RepoDigests", [])}
         detail = f"pulled {spec.image}" if changed else ""
         return HostResult(host.name, HostStatus.CHANGED if changed else HostStatus.OK, detail, data=data)
 
-    return action
+    return engine_action(action)
+
+
+_UNREACHABLE_MARKERS = ("connection refused", "no such host", "i/o timeout", "network is unreachable",
+                        "no route to host", "tls handshake timeout", "connection reset", "dial tcp")
+
+
+def registry_of(ref: str) -> str:
+    """The registry an image reference pulls from (Docker's rule: a first part with . or : or localhost)."""
+    first = ref.split("/", 1)[0]
+    return first if "/" in ref and ("." in first or ":" in first or first == "localhost") else "docker.io"
+
+
+def pull_failure(ref: str, message: str) -> str:
+    """A failed pull, named by its cause (the registry, the tag, the credentials) with the fix."""
+    registry, lowered = registry_of(ref), message.lower()
+    if any(marker in lowered for marker in _UNREACHABLE_MARKERS):
+        return (f"pull of {ref} failed: registry {registry} is not reachable from this node ({message}). "
+                f"fix: check that the registry runs and that this node reaches it (`curl http://{registry}/v2/` "
+                "there), or `docker load` the image on every node and set container.pull: never")
+    if "http response to https client" in lowered:
+        return (f"pull of {ref} failed: registry {registry} speaks plain HTTP ({message}). fix: add "
+                f'"insecure-registries": ["{registry}"] to /etc/docker/daemon.json on the node and restart docker')
+    if any(marker in lowered for marker in ("unauthorized", "denied", "authentication required")):
+        return (f"pull of {ref} failed: registry {registry} refused it ({message}). "
+                f"fix: `docker login {registry}` on every node as ssh.user, or check the repository name")
+    if "manifest unknown" in lowered or "not found" in lowered:
+        return (f"pull of {ref} failed: registry {registry} has no such image ({message}). "
+                "fix: check container.image (repository and tag), or push the image first")
+    return f"pull of {ref} failed: {message}"
+
+
+def engine_action(action):
+    """Wrap a HostAction that talks to the engine: an engine that does not answer (dockerd stopped,
+    socket missing) is a failure that says so, with the fix; a lost SSH connection is left to the
+    executor, which reports the host unreachable."""
+
+    def run(transport, host) -> HostResult:
+        import requests
+
+        try:
+            return action(transport, host)
+        except requests.exceptions.ConnectionError as exc:
+            if not getattr(transport, "alive", True):
+                raise
+            probe = transport.run(Command(("docker", "version", "--format", "{{.Server.Version}}"), timeout=20))
+            said = (probe.stderr.strip() or probe.stdout.strip()).splitlines()[-1:] or [str(exc)]
+            return HostResult(host.name, HostStatus.FAILED,
+                              f"docker engine not reachable on {host.name}: {said[0]}. fix: start it on {host.name} "
+                              "(`systemctl enable --now docker`), check that `docker info` works there for ssh.user, "
+                              "then rerun `clusterctl up`", data={"engine": "unreachable"})
+
+    return run
 
 
 def _local_image(client, ref: str):
@@ -233,7 +285,7 @@ def container(ctx, force: bool = False):
         except docker.errors.APIError as exc:
             return HostResult(host.name, HostStatus.FAILED, f"docker: {_api_message(exc)}")
 
-    return action
+    return engine_action(action)
 
 
 def _existing(client, name: str):
@@ -320,7 +372,7 @@ def remove(ctx):
         existing.remove(force=True)
         return HostResult(host.name, HostStatus.CHANGED, f"removed container {existing.name}")
 
-    return action
+    return engine_action(action)
 
 
 @module("docker.inspect")
@@ -338,7 +390,7 @@ def inspect(ctx):
         return HostResult(host.name, HostStatus.OK, data={"container": existing.status, "image": image,
                                                           "container_id": existing.id[:12]})
 
-    return action
+    return engine_action(action)
 
 
 def _api_message(exc) -> str:
