@@ -179,8 +179,7 @@ def connect(ctx, args):
         raise RuntimeError(f"the first all_reduce summed to {one.item()}, expected {ctx.world}")
     mine = {"rank": ctx.rank, "host": ctx.host, "local_rank": ctx.local_rank, "pid": os.getpid(),
             "start_to_connected_s": round(t_first - T_START, 3), "started_at": round(T_START, 3)}
-    everyone = [None] * ctx.world
-    dist.all_gather_object(everyone, mine)
+    everyone = gather_json(ctx, mine)
     ctx.say(f"connected: {ctx.world} ranks, backend {ctx.backend}, init {t_init - t0:.2f}s, "
             f"first all_reduce {t_first - t_init:.2f}s")
     latest = max(everyone, key=lambda r: r["started_at"])
@@ -189,6 +188,21 @@ def connect(ctx, args):
               "start_skew_s": round(latest["started_at"] - min(r["started_at"] for r in everyone), 3),
               "last_to_start": {"rank": latest["rank"], "host": latest["host"]},
               "ranks": everyone, **_versions(ctx)})
+
+
+def gather_json(ctx, obj, width=2048):
+    """Every rank's small JSON object, without numpy (which all_gather_object needs and
+    minimal images lack): length-prefixed bytes in a uint8 tensor, all_gather'ed."""
+    data = json.dumps(obj).encode()[:width]
+    buf = torch.zeros(width + 4, dtype=torch.uint8, device=ctx.device)
+    buf[:4 + len(data)] = torch.tensor(list(len(data).to_bytes(4, "little") + data), dtype=torch.uint8)
+    gathered = [torch.zeros_like(buf) for _ in range(ctx.world)]
+    dist.all_gather(gathered, buf)
+    objects = []
+    for tensor in gathered:
+        raw = bytes(tensor.cpu().tolist())
+        objects.append(json.loads(raw[4:4 + int.from_bytes(raw[:4], "little")]))
+    return objects
 
 
 def expected_sums(world):
