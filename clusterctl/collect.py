@@ -22,12 +22,15 @@ from clusterctl.transport import batch_command
 MANIFEST = "manifest.json"
 
 # $1: base dir, $2: a run id whose files to find anywhere but logs/ ("" for none), the rest:
-# paths relative to the base. Prints "size<TAB>mtime<TAB>path" per file.
+# paths relative to the base. Prints "size<TAB>mtime<TAB>path" per file, and "link<TAB>path<TAB>
+# target" per symbolic link: links are never followed (one to /etc would fetch the node's /etc).
 _LIST = r'''
 base=$1 pattern=$2; shift 2
 cd "$base" 2>/dev/null || exit 0
-for p in "$@"; do [ -e "$p" ] && find "$p" -type f ! -name env ! -name lease ! -name '*.pid' -printf '%s\t%T@\t%p\n' 2>/dev/null; done
-[ -n "$pattern" ] && find . -path ./logs -prune -o -path "*$pattern*" -type f -printf '%s\t%T@\t%p\n' 2>/dev/null
+for p in "$@"; do [ -e "$p" ] && find "$p" \( -type f ! -name env ! -name lease ! -name '*.pid' -printf '%s\t%T@\t%p\n' \) \
+  -o \( -type l -printf 'link\t%p\t%l\n' \) 2>/dev/null; done
+[ -n "$pattern" ] && find . -path ./logs -prune -o -path "*$pattern*" \( -type f -printf '%s\t%T@\t%p\n' -o -type l \
+  -printf 'link\t%p\t%l\n' \) 2>/dev/null
 exit 0
 '''
 
@@ -88,6 +91,16 @@ def where_files_are(inventory: Inventory, container_path: str) -> tuple[str, Opt
     if on_host is not None:
         return on_host, None
     return container_path, inventory.container.name
+
+
+def parse_links(stdout: str) -> list[tuple[str, str]]:
+    """(path, target) of the symbolic links a listing found: reported, never followed."""
+    links = []
+    for line in stdout.splitlines():
+        parts = line.split("\t", 2)
+        if len(parts) == 3 and parts[0] == "link":
+            links.append((parts[1].removeprefix("./"), parts[2]))
+    return links
 
 
 def parse_listing(stdout: str) -> list[RemoteFile]:
@@ -174,14 +187,18 @@ def extract(archive: Path, dest: Path, secrets: set[str]) -> tuple[list[Path], l
 def _write_member(tar: tarfile.TarFile, member: tarfile.TarInfo, target: Path, secrets: set[str]) -> None:
     source = tar.extractfile(member)
     tmp = target.with_name(target.name + ".cc-part")
-    if secrets and member.size < 64 << 20:
-        tmp.write_bytes(mask_values(source.read(), secrets))
-    else:
-        with open(tmp, "wb") as handle:
-            while chunk := source.read(1 << 20):
-                handle.write(chunk)
-    os.utime(tmp, (member.mtime, member.mtime))
-    os.replace(tmp, target)
+    try:
+        if secrets and member.size < 64 << 20:
+            tmp.write_bytes(mask_values(source.read(), secrets))
+        else:
+            with open(tmp, "wb") as handle:
+                while chunk := source.read(1 << 20):
+                    handle.write(chunk)
+        os.utime(tmp, (member.mtime, member.mtime))
+        os.replace(tmp, target)
+    except BaseException:  # a full disk, an interrupt: no half-written file stays behind
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 # --------------------------------------------------------------------------- manifest
@@ -203,9 +220,30 @@ def read_manifest(dest: Path) -> dict:
 
 
 def write_manifest(dest: Path, manifest: dict) -> None:
-    tmp = dest / (MANIFEST + ".tmp")
-    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True))
-    os.replace(tmp, dest / MANIFEST)
+    write_file(dest / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True).encode())
+
+
+def write_file(path: Path, data: bytes) -> None:
+    """Replace `path` with `data` whole or not at all: on a full disk the earlier file stays intact."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+LOCAL_WRITE_ERRORS = {28: "no space left", 122: "disk quota exceeded", 30: "read-only file system",
+                      13: "permission denied", 27: "file too large", 5: "I/O error"}  # errno -> what it means
+
+
+def local_write_failure(dest: Path, exc: OSError) -> Optional[str]:
+    """What to tell about a failed write under dest (None when the error is not about the local disk)."""
+    if exc.errno not in LOCAL_WRITE_ERRORS:
+        return None
+    return (f"writing under {dest} failed: {exc.strerror or LOCAL_WRITE_ERRORS[exc.errno]}. Files collected "
+            "earlier are intact. fix: free space there, or collect elsewhere with --dest DIR")
 
 
 def changed_files(listing: list[RemoteFile], known: dict) -> list[RemoteFile]:

@@ -88,12 +88,22 @@ class _Runs:
         err = _LineSplitter("stderr", None)
 
         def write(data: bytes) -> None:
-            sink.write(data)
+            try:
+                sink.write(data)
+            except OSError as exc:  # the local disk, not the connection: kept apart from network errors
+                raise _SinkError(exc) from None
             if on_bytes:
                 on_bytes(len(data))
 
-        result = self._exec(cmd, write, err.feed)
+        try:
+            result = self._exec(cmd, write, err.feed)
+        except _SinkError as exc:
+            raise exc.args[0] from None
         return CommandResult(result.exit_code, "", err.finish(), result.duration, result.timed_out)
+
+
+class _SinkError(Exception):
+    """A write to the local sink failed (e.g. a full disk); carries the OSError."""
 
 
 

@@ -31,6 +31,7 @@ def execute(args, app) -> Outcome:
     from clusterctl import collect
     from clusterctl.diagnose import diagnose_path
     from clusterctl.executor import Event, for_each_host
+    from clusterctl.models import HostResult, HostStatus
 
     run_id = args.run or app.state.last_run_id()
     record = _read_record(app, run_id)
@@ -48,14 +49,30 @@ def execute(args, app) -> Outcome:
     outputs_owner = hosts[0].name if shared else None
 
     def action(transport, host):
-        return _collect_host(transport, host, inventory, run_id, dest, manifest, secrets, ranks[host.name],
-                             fetch_outputs=(outputs_owner in (None, host.name)), shared=shared,
-                             compress=args.compress, on_event=app.renderer.on_event)
+        try:
+            return _collect_host(transport, host, inventory, run_id, dest, manifest, secrets, ranks[host.name],
+                                 fetch_outputs=(outputs_owner in (None, host.name)), shared=shared,
+                                 compress=args.compress, on_event=app.renderer.on_event)
+        except OSError as exc:  # the local disk (full, read-only, quota): say so, not "internal error"
+            message = collect.local_write_failure(dest, exc)
+            if message is None:
+                raise
+            return HostResult(host.name, HostStatus.FAILED, message)
 
     started = time.monotonic()
     results = for_each_host(hosts, action, app.connections)
     app.renderer.stop_progress()
-    files = _finish_manifest(dest, manifest, results)
+    try:
+        files = _finish_manifest(dest, manifest, results)
+    except OSError as exc:
+        message = collect.local_write_failure(dest, exc)
+        if message is None:
+            raise
+        app.renderer.hosts_table(f"collect-logs {run_id} -> {dest}", results, extra_columns=("files", "bytes"))
+        app.renderer.error(message)
+        from clusterctl.commands import hosts_document
+
+        return Outcome({**hosts_document(results, run_id=run_id, dest=str(dest)), "ok": False, "error": message})
     findings = diagnose_path(dest)
     if record.get("exit_code") == 0 and findings and findings[0].cause == "unknown":
         findings = []  # a run that succeeded: nothing to diagnose
@@ -119,6 +136,7 @@ def _collect_host(transport, host, inventory, run_id, dest, manifest, secrets, f
     if not listing.ok:
         return HostResult(host.name, HostStatus.FAILED, f"cannot list {base}: {listing.stderr.strip()}")
     files = collect.parse_listing(listing.stdout)
+    links = [f"{path} -> {target}" for path, target in collect.parse_links(listing.stdout)]
     known = manifest["remote"].setdefault(host.name, {})
     wanted = collect.changed_files(files, known)
     host_dir = dest / host.name
@@ -141,8 +159,10 @@ def _collect_host(transport, host, inventory, run_id, dest, manifest, secrets, f
             staging = host_dir / "outputs"
             written, refused = collect.extract(part, staging, secrets)
         except OSError as exc:
-            return HostResult(host.name, HostStatus.FAILED, f"writing under {dest} failed: {exc.strerror or exc}. "
-                              "Files collected earlier are intact. fix: free space there or use --dest elsewhere")
+            message = collect.local_write_failure(dest, exc)
+            if message is None:
+                raise
+            return HostResult(host.name, HostStatus.FAILED, message)
         finally:
             part.unlink(missing_ok=True)
         fetched = done[0]
@@ -154,21 +174,25 @@ def _collect_host(transport, host, inventory, run_id, dest, manifest, secrets, f
     if shared and fetch_outputs:
         _move_shared_outputs(host_dir, dest, run_id)
     _write_diagnostics(transport, host_dir, inventory, secrets)
+    note = f"; {len(links)} symlink(s) not followed: {', '.join(links[:5])}" if links else ""
     return HostResult(host.name, HostStatus.CHANGED if wanted else HostStatus.OK,
-                      f"{len(wanted)} new or changed file(s)", data={"files": len(wanted), "bytes": fetched})
+                      f"{len(wanted)} new or changed file(s){note}",
+                      data={"files": len(wanted), "bytes": fetched, "links_not_followed": links})
 
 
 def _arrange_logs(host_dir: Path, run_id: str, host: str, first_rank: int) -> None:
     """torchrun's tree -> <host>-agent.log and <host>-r<global rank>.log (stdout, then stderr)."""
+    from clusterctl import collect
+
     raw = host_dir / "outputs" / "logs" / run_id / host
     logs = host_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     if (raw / "agent.log").exists():
-        (logs / f"{host}-agent.log").write_bytes((raw / "agent.log").read_bytes())
+        collect.write_file(logs / f"{host}-agent.log", (raw / "agent.log").read_bytes())
     for attempt in sorted(raw.glob(f"{run_id}_*/attempt_*")):
         for local in sorted(p for p in attempt.iterdir() if p.is_dir() and p.name.isdigit()):
             parts = [(local / name).read_bytes() for name in ("stdout.log", "stderr.log") if (local / name).exists()]
-            (logs / f"{host}-r{first_rank + int(local.name)}.log").write_bytes(b"".join(parts))
+            collect.write_file(logs / f"{host}-r{first_rank + int(local.name)}.log", b"".join(parts))
 
 
 def _move_shared_outputs(host_dir: Path, dest: Path, run_id: str) -> None:
@@ -192,7 +216,7 @@ def _write_diagnostics(transport, host_dir: Path, inventory, secrets: set) -> No
     for name, text in split_batch(result.stdout).items():
         if name == "env.txt":
             text = collect.mask_env_listing(text)
-        (diag / name).write_bytes(collect.mask_values(text.encode(), secrets))
+        collect.write_file(diag / name, collect.mask_values(text.encode(), secrets))
 
 
 def _finish_manifest(dest: Path, manifest: dict, results) -> int:
@@ -200,7 +224,7 @@ def _finish_manifest(dest: Path, manifest: dict, results) -> int:
 
     files = {}
     for path in sorted(p for p in dest.rglob("*") if p.is_file() and p.name != collect.MANIFEST
-                       and not p.name.endswith((".part", ".tmp"))):
+                       and not p.name.endswith((".part", ".cc-part", ".tmp"))):
         rel = str(path.relative_to(dest))
         old = manifest["files"].get(rel)
         stat = path.stat()
