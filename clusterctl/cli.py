@@ -6,7 +6,7 @@ This is the only place that maps outcomes to exit codes:
   2  bad input (inventory, playbook, arguments, state) — nothing was touched
   3  a host was unreachable (and nothing else failed)
   130 interrupted (Ctrl-C / SIGTERM), after cleaning up
-Heavy imports (fabric, docker, rich, yaml) happen inside the commands, so `--help` is fast.
+Heavy imports (paramiko, docker, rich, yaml) happen inside the commands, so `--help` is fast.
 """
 from __future__ import annotations
 

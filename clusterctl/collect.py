@@ -13,24 +13,27 @@ import os
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Iterable, Optional
+from typing import BinaryIO, Iterable, Optional
 
 from clusterctl.models import MASK, Command, Inventory, looks_secret
 from clusterctl.placement import host_path, in_container
-from clusterctl.transport import batch_command
+from clusterctl.transport import batch_command, split_batch
 
 MANIFEST = "manifest.json"
+
+LISTED = "clusterctl-listing-done"  # the listing's last line: a listing without it did not run to the end
 
 # $1: base dir, $2: a run id whose files to find anywhere but logs/ ("" for none), the rest:
 # paths relative to the base. Prints "size<TAB>mtime<TAB>path" per file, and "link<TAB>path<TAB>
 # target" per symbolic link: links are never followed (one to /etc would fetch the node's /etc).
 _LIST = r'''
 base=$1 pattern=$2; shift 2
-cd "$base" 2>/dev/null || exit 0
+cd "$base" 2>/dev/null || { echo clusterctl-listing-done; exit 0; }
 for p in "$@"; do [ -e "$p" ] && find "$p" \( -type f ! -name env ! -name lease ! -name '*.pid' -printf '%s\t%T@\t%p\n' \) \
   -o \( -type l -printf 'link\t%p\t%l\n' \) 2>/dev/null; done
 [ -n "$pattern" ] && find . -path ./logs -prune -o -path "*$pattern*" \( -type f -printf '%s\t%T@\t%p\n' -o -type l \
   -printf 'link\t%p\t%l\n' \) 2>/dev/null
+echo clusterctl-listing-done
 exit 0
 '''
 
@@ -63,8 +66,59 @@ def tar_command(base: str, files: list[str], in_container: Optional[str], compre
     return Command(command.argv, timeout=command.timeout, stdin=stdin)
 
 
+def probe_command(probe: str, in_container: Optional[str], remove: bool = False) -> Command:
+    """Leave (or remove) the file that tells whether the outputs directory is shared by the nodes."""
+    return _wrap(("rm", "-f", probe) if remove else ("touch", probe), in_container, timeout=20)
+
+
+def in_place(argv: tuple, container: Optional[str]) -> tuple:
+    """argv run where the files are: in the container when they are not on a bind mount."""
+    return _wrap(argv, container, timeout=20).argv
+
+
+@dataclass(frozen=True)
+class Survey:
+    """What one round trip to a node found: its files (None: the listing failed), which of the
+    asked-about run directories exist there, and its diagnostics (file name -> text)."""
+
+    files: Optional[list]
+    listing_error: str
+    run_dirs: frozenset
+    diag: dict
+    links: tuple = ()  # (path, target) of symbolic links: reported, not followed
+
+
+# $1: base dir, the rest: directories relative to it. Prints those that exist.
+_DIRS = 'cd "$1" 2>/dev/null || exit 0; shift; for d in "$@"; do [ -d "$d" ] && printf "%s\\n" "$d"; done; exit 0'
+
+
+def survey_command(inventory: Inventory, base: str, paths: list[str], in_container: Optional[str],
+                   run_id_pattern: str, run_dirs: list[str]) -> Command:
+    """One round trip per node: the listing, which run directories it sees, and the diagnostics."""
+    sections = [("clusterctl-listing", list_command(base, paths, in_container, run_id_pattern))]
+    if run_dirs:
+        sections.append(("clusterctl-run-dirs", _wrap(("sh", "-c", _DIRS, "clusterctl-dirs", base, *run_dirs),
+                                                      in_container, timeout=20)))
+    return batch_command(sections + diag_sections(inventory), timeout=120)
+
+
+def parse_survey(stdout: str) -> Survey:
+    sections = split_batch(stdout)
+    listing = sections.pop("clusterctl-listing", "")
+    lines = listing.rstrip("\n").splitlines()
+    done = bool(lines) and lines[-1] == LISTED
+    files = parse_listing("\n".join(lines[:-1])) if done else None
+    dirs = frozenset(line for line in sections.pop("clusterctl-run-dirs", "").splitlines() if line)
+    return Survey(files, "" if done else (listing.strip()[-300:] or "no output"), dirs, sections,
+                  tuple(parse_links(listing)))
+
+
 def diag_command(inventory: Inventory) -> Command:
     """The node's state at collection time, one section (file name) per tool, in one round trip."""
+    return batch_command(diag_sections(inventory))
+
+
+def diag_sections(inventory: Inventory) -> list:
     from clusterctl.facts import IBSTAT, NVIDIA_SMI_QUERY
 
     sections = [
@@ -76,7 +130,7 @@ def diag_command(inventory: Inventory) -> Command:
     if inventory.uses_container:
         sections += [("docker-inspect.json", Command(("docker", "inspect", inventory.container.name))),
                      ("env.txt", Command(in_container(inventory, ("env",))))]
-    return batch_command(sections)
+    return sections
 
 
 def _wrap(argv: tuple, container: Optional[str], timeout: float, interactive: bool = False) -> Command:
@@ -162,46 +216,75 @@ def safe_member_path(dest: Path, name: str) -> Path:
     return target
 
 
-def extract(archive: Path, dest: Path, secrets: set[str]) -> tuple[list[Path], list[str]]:
+def extract(archive: Path, dest: Path, secrets: set[str], digests: Optional[dict] = None) -> tuple[list[Path], list[str]]:
     """Unpack regular files and directories only; returns (written files, refused names)."""
-    written, refused = [], []
     with tarfile.open(archive, "r:*") as tar:
-        for member in tar:
-            try:
-                target = safe_member_path(dest, member.name)
-            except UnsafeArchive as exc:
-                refused.append(str(exc))
-                continue
-            if member.isdir():
-                target.mkdir(parents=True, exist_ok=True)
-                continue
-            if not member.isfile():
-                refused.append(f"refused {member.name!r}: {'link' if member.issym() or member.islnk() else 'special file'}")
-                continue
-            target.parent.mkdir(parents=True, exist_ok=True)
-            _write_member(tar, member, target, secrets)
-            written.append(target)
+        return _extract_members(tar, dest, secrets, digests)
+
+
+def extract_stream(stream: BinaryIO, dest: Path, secrets: set[str], digests: Optional[dict] = None) -> tuple[list[Path], list[str]]:
+    """Like `extract`, from a tar stream as it arrives (the SSH channel itself: no archive on disk)."""
+    with tarfile.open(fileobj=stream, mode="r|*", bufsize=4 << 20) as tar:  # whole channel reads: no slicing
+        return _extract_members(tar, dest, secrets, digests)
+
+
+def _extract_members(tar: tarfile.TarFile, dest: Path, secrets: set[str], digests: Optional[dict]) -> tuple[list[Path], list[str]]:
+    written, refused = [], []
+    for member in tar:
+        try:
+            target = safe_member_path(dest, member.name)
+        except UnsafeArchive as exc:
+            refused.append(str(exc))
+            continue
+        if member.isdir():
+            target.mkdir(parents=True, exist_ok=True)
+            continue
+        if not member.isfile():
+            refused.append(f"refused {member.name!r}: {'link' if member.issym() or member.islnk() else 'special file'}")
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        digest = _write_member(tar, member, target, secrets)
+        if digests is not None:
+            digests[_identity(target.stat())] = digest
+        written.append(target)
     return written, refused
 
 
-def _write_member(tar: tarfile.TarFile, member: tarfile.TarInfo, target: Path, secrets: set[str]) -> None:
+def _write_member(tar: tarfile.TarFile, member: tarfile.TarInfo, target: Path, secrets: set[str]) -> str:
+    """Write one member (secrets masked); returns the sha256 of what was written, computed on the way."""
     source = tar.extractfile(member)
     tmp = target.with_name(target.name + ".cc-part")
+    digest = hashlib.sha256()
     try:
         if secrets and member.size < 64 << 20:
-            tmp.write_bytes(mask_values(source.read(), secrets))
+            data = mask_values(source.read(), secrets)
+            digest.update(data)
+            tmp.write_bytes(data)
         else:
             with open(tmp, "wb") as handle:
                 while chunk := source.read(1 << 20):
+                    digest.update(chunk)  # hashlib releases the GIL: hosts hash in parallel
                     handle.write(chunk)
         os.utime(tmp, (member.mtime, member.mtime))
         os.replace(tmp, target)
     except BaseException:  # a full disk, an interrupt: no half-written file stays behind
         tmp.unlink(missing_ok=True)
         raise
+    return digest.hexdigest()
+
+
+def _identity(stat: os.stat_result) -> tuple:
+    """A file as it was written: renames keep it, any rewrite changes it."""
+    return stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns
 
 
 # --------------------------------------------------------------------------- manifest
+
+
+def known_sha256(path: Path, stat: os.stat_result, digests: Optional[dict]) -> str:
+    """The sha256 computed while the file was unpacked, else read from disk."""
+    digest = digests.get(_identity(stat)) if digests else None
+    return digest or sha256_file(path)
 
 
 def sha256_file(path: Path) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import re
 import secrets as random_tokens
+import tarfile
 import time
 from pathlib import Path
 
@@ -42,16 +43,19 @@ def execute(args, app) -> Outcome:
     except OSError as exc:
         raise UsageError(f"cannot create {dest}: {exc.strerror}", where="--dest", fix="choose a writable directory")
     manifest = collect.read_manifest(dest)
+    digests: dict = {}  # sha256 of each unpacked file, computed while it was written
     secrets = collect.secret_values(inventory)
     ranks = {n["host"]: n["ranks"][0] for n in record["topology"]}
     hosts = [h for h in inventory.hosts if h.name in ranks]
-    shared = _outputs_shared(app, inventory, hosts)
-    outputs_owner = hosts[0].name if shared else None
+    started = time.monotonic()
+    surveys, shared, failed = _survey(app, inventory, hosts, run_id)
+    owner = hosts[0].name if shared else None
 
     def action(transport, host):
         try:
             return _collect_host(transport, host, inventory, run_id, dest, manifest, secrets, ranks[host.name],
-                                 fetch_outputs=(outputs_owner in (None, host.name)), shared=shared,
+                                 surveys[host.name], fetch_outputs=(owner in (None, host.name)), shared=shared,
+                                 digests=digests,
                                  compress=args.compress, on_event=app.renderer.on_event)
         except OSError as exc:  # the local disk (full, read-only, quota): say so, not "internal error"
             message = collect.local_write_failure(dest, exc)
@@ -59,11 +63,11 @@ def execute(args, app) -> Outcome:
                 raise
             return HostResult(host.name, HostStatus.FAILED, message)
 
-    started = time.monotonic()
-    results = for_each_host(hosts, action, app.connections)
+    results = {**failed, **for_each_host([h for h in hosts if h.name in surveys], action, app.connections)}
+    results = {h.name: results[h.name] for h in hosts}
     app.renderer.stop_progress()
     try:
-        files = _finish_manifest(dest, manifest, results)
+        files = _finish_manifest(dest, manifest, digests)
     except OSError as exc:
         message = collect.local_write_failure(dest, exc)
         if message is None:
@@ -99,50 +103,87 @@ def _read_record(app, run_id: str) -> dict:
                          fix="give a run id from .clusterctl/runs/ (or omit --run for the last run)") from None
 
 
-def _outputs_shared(app, inventory, hosts) -> bool:
-    """True when job.outputs is one filesystem on all nodes (a probe file written on the first)."""
-    from clusterctl.collect import where_files_are
+def _survey(app, inventory, hosts, run_id: str):
+    """One round trip per node before any transfer: its files, which nodes' run directories it
+    sees, and its diagnostics. job.outputs is one filesystem on all nodes when every node sees
+    every node's run directory. When that evidence is incomplete (a node wrote none), a probe file
+    written on the first node decides (two more round trips). Returns ({host: Survey}, shared,
+    {host: failed result})."""
+    from clusterctl import collect
+    from clusterctl.executor import for_each_host
+    from clusterctl.models import HostResult, HostStatus
+
+    base, container = collect.where_files_are(inventory, inventory.job.outputs)
+    run_dirs = {h.name: f"logs/{run_id}/{h.name}" for h in hosts}
+    surveys = {}
+
+    def survey(transport, host):
+        command = collect.survey_command(inventory, base, [run_dirs[host.name]], container, run_id,
+                                         list(run_dirs.values()) if len(hosts) > 1 else [])
+        surveys[host.name] = collect.parse_survey(transport.run(command).stdout)
+        return HostResult(host.name, HostStatus.OK)
+
+    failed = {name: r for name, r in for_each_host(hosts, survey, app.connections).items() if not r.succeeded}
+    reached = [h for h in hosts if h.name in surveys]
+    shared = _shared_by_run_dirs(reached, surveys, run_dirs)
+    if shared is None:
+        shared = _shared_by_probe(app, reached, base, container)
+    return surveys, shared, failed
+
+
+def _shared_by_run_dirs(hosts, surveys, run_dirs) -> "bool | None":
+    """True: every node sees every node's run directory; False: each sees only its own; None: unclear."""
+    if len(hosts) < 2:
+        return False
+    dirs = {run_dirs[h.name] for h in hosts}
+    seen = {h.name: surveys[h.name].run_dirs & dirs for h in hosts}
+    if any(run_dirs[h.name] not in seen[h.name] for h in hosts):
+        return None  # a node without its run directory proves nothing either way
+    if all(seen[h.name] == dirs for h in hosts):
+        return True
+    if all(seen[h.name] == {run_dirs[h.name]} for h in hosts):
+        return False
+    return None
+
+
+def _shared_by_probe(app, hosts, base: str, container) -> bool:
+    """A probe file written on the first node: shared when every other node sees it."""
+    from clusterctl import collect
     from clusterctl.executor import for_each_host, run_commands
-    from clusterctl.models import Command
 
     if len(hosts) < 2:
         return False
-    base, container = where_files_are(inventory, inventory.job.outputs)
     probe = f"{base}/.clusterctl-shared-{random_tokens.token_hex(6)}"
 
-    def in_place(argv):
-        return ("docker", "exec", container, *argv) if container else argv
+    def run(command):
+        return lambda transport, host: run_commands(transport, host, [command])
 
-    made = for_each_host([hosts[0]], lambda t, h: run_commands(t, h, [Command(in_place(("touch", probe)), timeout=20)]),
-                         app.connections)
+    made = for_each_host(hosts[:1], run(collect.probe_command(probe, container)), app.connections)
     if not made[hosts[0].name].succeeded:
         return False
-    seen = for_each_host(hosts[1:], lambda t, h: run_commands(t, h, [Command(in_place(("test", "-e", probe)), timeout=20)]),
-                         app.connections)
-    for_each_host([hosts[0]], lambda t, h: run_commands(t, h, [Command(in_place(("rm", "-f", probe)), timeout=20)]),
-                  app.connections)
+    test = collect.Command(collect.in_place(("test", "-e", probe), container), timeout=20)
+    seen = for_each_host(hosts[1:], run(test), app.connections)
+    for_each_host(hosts[:1], run(collect.probe_command(probe, container, remove=True)), app.connections)
     return all(r.succeeded for r in seen.values())
 
 
-def _collect_host(transport, host, inventory, run_id, dest, manifest, secrets, first_rank, fetch_outputs, shared,
-                  compress, on_event):
+def _collect_host(transport, host, inventory, run_id, dest, manifest, secrets, first_rank, survey, fetch_outputs,
+                  shared, compress, on_event, digests=None):
     from clusterctl import collect
     from clusterctl.executor import Event
     from clusterctl.models import HostResult, HostStatus
 
     base, container = collect.where_files_are(inventory, inventory.job.outputs)
     run_dir = f"logs/{run_id}/{host.name}"
-    listing = transport.run(collect.list_command(base, [run_dir], container, run_id if fetch_outputs else ""))
-    if not listing.ok:
-        return HostResult(host.name, HostStatus.FAILED, f"cannot list {base}: {listing.stderr.strip()}")
-    files = collect.parse_listing(listing.stdout)
-    links = [f"{path} -> {target}" for path, target in collect.parse_links(listing.stdout)]
+    if survey.files is None:
+        return HostResult(host.name, HostStatus.FAILED, f"cannot list {base}: {survey.listing_error}")
+    # every node listed the run's outputs too; with shared outputs only the first one fetches them
+    files = [f for f in survey.files if fetch_outputs or f.path.startswith(run_dir + "/")]
     known = manifest["remote"].setdefault(host.name, {})
     wanted = collect.changed_files(files, known)
     host_dir = dest / host.name
     fetched = 0
     if wanted:
-        part = dest / f".{host.name}.tar.part"
         done = [0]
 
         def on_bytes(count: int) -> None:
@@ -150,21 +191,29 @@ def _collect_host(transport, host, inventory, run_id, dest, manifest, secrets, f
             on_event(Event("progress", host.name, data={"key": f"collect:{host.name}", "description": host.name,
                                                         "completed": done[0], "total": None}))
 
+        staging = host_dir / "outputs"
+
+        def unpack(stream):
+            try:
+                return collect.extract_stream(stream, staging, secrets, digests)
+            except tarfile.TarError as exc:  # judged after the exit status: tar's own failure explains it better
+                return exc
+
         try:
-            with open(part, "wb") as sink:
-                result = transport.run_to_sink(collect.tar_command(base, [f.path for f in wanted], container, compress),
-                                               sink, on_bytes)
-            if not result.ok:
-                return HostResult(host.name, HostStatus.FAILED, f"tar on the node failed: {result.stderr.strip()[-300:]}")
-            staging = host_dir / "outputs"
-            written, refused = collect.extract(part, staging, secrets)
+            # unpacked while it arrives: no archive written to disk and read back, sha256 on the way
+            result, unpacked = transport.run_reading(
+                collect.tar_command(base, [f.path for f in wanted], container, compress), unpack, on_bytes)
         except OSError as exc:
             message = collect.local_write_failure(dest, exc)
             if message is None:
                 raise
             return HostResult(host.name, HostStatus.FAILED, message)
-        finally:
-            part.unlink(missing_ok=True)
+        if not result.ok:
+            return HostResult(host.name, HostStatus.FAILED, f"tar on the node failed: {result.stderr.strip()[-300:]}"
+                              + (" (timed out)" if result.timed_out else ""))
+        if isinstance(unpacked, tarfile.TarError):
+            return HostResult(host.name, HostStatus.FAILED, f"the tar stream from the node is damaged: {unpacked}")
+        written, refused = unpacked
         fetched = done[0]
         for f in wanted:
             known[f.path] = [f.size, f.mtime]
@@ -173,7 +222,9 @@ def _collect_host(transport, host, inventory, run_id, dest, manifest, secrets, f
     _arrange_logs(host_dir, run_id, host.name, first_rank)
     if shared and fetch_outputs:
         _move_shared_outputs(host_dir, dest, run_id)
-    _write_diagnostics(transport, host_dir, inventory, secrets)
+    _write_diagnostics(host_dir, survey.diag, secrets)
+    links = [f"{path} -> {target}" for path, target in survey.links
+             if fetch_outputs or path.startswith(run_dir + "/")]
     note = f"; {len(links)} symlink(s) not followed: {', '.join(links[:5])}" if links else ""
     return HostResult(host.name, HostStatus.CHANGED if wanted else HostStatus.OK,
                       f"{len(wanted)} new or changed file(s){note}",
@@ -205,21 +256,18 @@ def _move_shared_outputs(host_dir: Path, dest: Path, run_id: str) -> None:
             path.replace(target / rel)
 
 
-def _write_diagnostics(transport, host_dir: Path, inventory, secrets: set) -> None:
+def _write_diagnostics(host_dir: Path, sections: dict, secrets: set) -> None:
     from clusterctl import collect
 
-    from clusterctl.transport import split_batch
-
-    result = transport.run(collect.diag_command(inventory))
     diag = host_dir / "diag"
     diag.mkdir(parents=True, exist_ok=True)
-    for name, text in split_batch(result.stdout).items():
+    for name, text in sections.items():
         if name == "env.txt":
             text = collect.mask_env_listing(text)
         collect.write_file(diag / name, collect.mask_values(text.encode(), secrets))
 
 
-def _finish_manifest(dest: Path, manifest: dict, results) -> int:
+def _finish_manifest(dest: Path, manifest: dict, digests: dict) -> int:
     from clusterctl import collect
 
     files = {}
@@ -231,7 +279,7 @@ def _finish_manifest(dest: Path, manifest: dict, results) -> int:
         if old and old.get("size") == stat.st_size and old.get("mtime") == stat.st_mtime:
             files[rel] = old
         else:
-            files[rel] = {"size": stat.st_size, "mtime": stat.st_mtime, "sha256": collect.sha256_file(path)}
+            files[rel] = {"size": stat.st_size, "mtime": stat.st_mtime, "sha256": collect.known_sha256(path, stat, digests)}
     manifest["files"] = files
     collect.write_manifest(dest, manifest)
     return len(files)

@@ -1,0 +1,172 @@
+"""The pieces behind the benchmark fixes: known_hosts parsed once, ProxyJump specs, the chunk
+buffers of SSH channels, streamed tar extraction with hashes, and collect-logs' one-round survey."""
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import tarfile
+import time
+
+import pytest
+
+from clusterctl import collect, transport
+from clusterctl.commands.collect import _shared_by_run_dirs
+from clusterctl.models import Command, Host
+
+KEY_A = "AAAAC3NzaC1lZDI1NTE5AAAAIKff8RpCBCXswXR7eK/XMxHrVbSYFy7i+/lJKVVNpKiD"
+KEY_B = "AAAAC3NzaC1lZDI1NTE5AAAAIMmuHiYyb1n7wCN/Uq+uAFKO0RgmFD0mvkIL5JCoW0Zp"
+
+
+def _known_hosts(tmp_path, lines):
+    path = tmp_path / "known_hosts"
+    path.write_text("".join(line + "\n" for line in lines))
+    return path
+
+
+def test_known_hosts_lookup_matches_plain_bracketed_and_hashed_names(tmp_path):
+    paramiko = transport._paramiko()
+    hashed = paramiko.HostKeys.hash_host("10.0.0.3")
+    path = _known_hosts(tmp_path, [
+        f"10.0.0.1,node1 ssh-ed25519 {KEY_A}",
+        f"[10.0.0.2]:2222 ssh-ed25519 {KEY_B}",
+        f"{hashed} ssh-ed25519 {KEY_A}",
+        "# a comment",
+        "@cert-authority *.example ssh-ed25519 " + KEY_B,
+    ])
+    assert [k.get_base64() for k in transport._known_keys(path, "10.0.0.1")] == [KEY_A]
+    assert [k.get_base64() for k in transport._known_keys(path, "node1")] == [KEY_A]
+    assert [k.get_base64() for k in transport._known_keys(path, "[10.0.0.2]:2222")] == [KEY_B]
+    assert transport._known_keys(path, "10.0.0.2") == []
+    assert [k.get_base64() for k in transport._known_keys(path, "10.0.0.3")] == [KEY_A]
+    assert transport._known_keys(tmp_path / "missing", "10.0.0.1") == []
+
+
+def test_the_first_key_of_a_type_wins_and_a_changed_file_is_read_again(tmp_path):
+    path = _known_hosts(tmp_path, [f"10.0.0.1 ssh-ed25519 {KEY_A}", f"10.0.0.1 ssh-ed25519 {KEY_B}"])
+    assert [k.get_base64() for k in transport._known_keys(path, "10.0.0.1")] == [KEY_A]
+    path.write_text(f"10.0.0.1 ssh-ed25519 {KEY_B}\n")
+    os.utime(path, ns=(time.time_ns(), time.time_ns() + 10**9))
+    assert [k.get_base64() for k in transport._known_keys(path, "10.0.0.1")] == [KEY_B]
+
+
+@pytest.mark.parametrize("spec, parsed", [
+    ("bastion", (None, "bastion", None)),
+    ("ops@bastion:2222", ("ops", "bastion", 2222)),
+    ("ops@[fd00::1]:22", ("ops", "fd00::1", 22)),
+    ("[fd00::1]", (None, "fd00::1", None)),
+])
+def test_proxy_jump_hops_are_read_like_openssh(spec, parsed):
+    assert transport._split_hop(spec) == parsed
+
+
+def test_an_inventory_proxy_jump_becomes_hops_in_order(monkeypatch, tmp_path):
+    config = tmp_path / "ssh_config"
+    config.write_text("Host node7\n  HostName 10.0.0.7\n  User ops\n  IdentityFile ~/.ssh/n7\n")
+    monkeypatch.setenv("CLUSTERCTL_SSH_CONFIG", str(config))
+    target = transport._resolve("node7", None, None, "a@jump1:2200,jump2")
+    assert (target.hostname, target.port, target.user) == ("10.0.0.7", 22, "ops")
+    assert target.identity_files == [os.path.expanduser("~/.ssh/n7")]
+    assert [(j.hostname, j.port, j.user) for j in target.jumps][0] == ("jump1", 2200, "a")
+    assert [j.hostname for j in target.jumps] == ["jump1", "jump2"]
+    assert target.known_hosts_name == "10.0.0.7"
+    assert transport._resolve("10.0.0.8", "root", 2222, None).known_hosts_name == "[10.0.0.8]:2222"
+
+
+def test_chunk_buffers_return_what_was_fed_in_order_whole_or_in_parts():
+    pipe = transport._make_chunk_pipe(transport._paramiko().buffered_pipe)()
+    for part in (b"abc", b"defg", b"h"):
+        pipe.feed(part)
+    assert len(pipe) == 8 and pipe.read_ready()
+    assert pipe.read(2) == b"ab"
+    assert pipe.read(4) == b"cdef"
+    assert pipe.read(100) == b"gh"
+    assert not pipe.read_ready()
+    with pytest.raises(transport._paramiko().buffered_pipe.PipeTimeout):
+        pipe.read(10, timeout=0.01)
+    pipe.feed(b"tail")
+    assert pipe.empty() == b"tail"
+    pipe.close()
+    assert pipe.read(10) == b""
+
+
+def _tar_bytes(files: dict) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime = len(data), 1_700_000_000
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+class _Trickle:
+    """A stream that hands out a few bytes at a time, like a slow channel."""
+
+    def __init__(self, data: bytes, step: int):
+        self.data, self.step, self.pos = data, step, 0
+
+    def read(self, size=-1):
+        n = self.step if size is None or size < 0 else min(size, self.step)
+        out = self.data[self.pos:self.pos + n]
+        self.pos += len(out)
+        return out
+
+
+def test_a_streamed_tar_is_unpacked_safely_masked_and_hashed_on_the_way(tmp_path):
+    blob = os.urandom(300_000)
+    archive = _tar_bytes({"logs/r1/node1/agent.log": b"token s3cret-value here\n", "out/blob.bin": blob,
+                          "../escape.txt": b"no"})
+    digests = {}
+    written, refused = collect.extract_stream(_Trickle(archive, 7_000), tmp_path / "d", {"s3cret-value"}, digests)
+    assert sorted(p.relative_to(tmp_path / "d").as_posix() for p in written) == ["logs/r1/node1/agent.log", "out/blob.bin"]
+    assert refused and "escape" in refused[0]
+    log = tmp_path / "d/logs/r1/node1/agent.log"
+    assert log.read_bytes() == b"token *** here\n"
+    for path in written:
+        stat = path.stat()
+        assert collect.known_sha256(path, stat, digests) == hashlib.sha256(path.read_bytes()).hexdigest()
+        assert collect._identity(stat) in digests
+    moved = tmp_path / "moved.bin"
+    (tmp_path / "d/out/blob.bin").rename(moved)  # a rename keeps the recorded hash
+    assert collect._identity(moved.stat()) in digests
+
+
+def test_the_survey_reads_the_listing_the_run_directories_and_the_diagnostics():
+    stdout = (f"{transport.BATCH_MARK}clusterctl-listing\n12\t1700000000.5\tlogs/r/n1/agent.log\n"
+              f"{collect.LISTED}\n{transport.BATCH_MARK}clusterctl-run-dirs\nlogs/r/n1\nlogs/r/n2\n"
+              f"{transport.BATCH_MARK}ip-addr.txt\n1: lo\n")
+    survey = collect.parse_survey(stdout)
+    assert [(f.path, f.size) for f in survey.files] == [("logs/r/n1/agent.log", 12)]
+    assert survey.run_dirs == {"logs/r/n1", "logs/r/n2"}
+    assert survey.diag == {"ip-addr.txt": "1: lo\n"}
+    broken = collect.parse_survey(f"{transport.BATCH_MARK}clusterctl-listing\nError: No such container\n")
+    assert broken.files is None and "No such container" in broken.listing_error
+
+
+def _survey(dirs):
+    return collect.Survey([], "", frozenset(dirs), {})
+
+
+@pytest.mark.parametrize("seen, expected", [
+    ({"a": {"A", "B"}, "b": {"A", "B"}}, True),
+    ({"a": {"A"}, "b": {"B"}}, False),
+    ({"a": {"A"}, "b": set()}, None),  # b wrote no run directory: the probe decides
+    ({"a": {"A", "B"}, "b": {"B"}}, None),
+])
+def test_outputs_are_shared_when_every_node_sees_every_run_directory(seen, expected):
+    hosts = [Host("a", "10.0.0.1"), Host("b", "10.0.0.2")]
+    surveys = {name: _survey(dirs) for name, dirs in seen.items()}
+    assert _shared_by_run_dirs(hosts, surveys, {"a": "A", "b": "B"}) is expected
+    assert _shared_by_run_dirs(hosts[:1], surveys, {"a": "A", "b": "B"}) is False
+
+
+def test_run_reading_hands_a_local_commands_output_to_the_consumer(tmp_path):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "f.txt").write_bytes(b"hello")
+    local = transport.LocalTransport(Host("me", "127.0.0.1", connection="local"))
+    command = collect.tar_command(str(tmp_path / "src"), ["f.txt"], None, compress=False)
+    result, (written, refused) = local.run_reading(command, lambda s: collect.extract_stream(s, tmp_path / "d", set()))
+    assert result.ok and not refused and (tmp_path / "d" / "f.txt").read_bytes() == b"hello"
+    failed, value = local.run_reading(Command(("sh", "-c", "exit 3")), lambda s: s.read())
+    assert failed.exit_code == 3 and value is None
