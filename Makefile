@@ -42,7 +42,7 @@ test-fast: $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q -m "not sandbox and not slow"
 
 bench: deps $(STAMP)
-	$(PY) bench/run.py
+	$(PY) bench/run.py $(BENCH_ARGS)
 
 clean: demo-clean
 	rm -rf $(VENV) .clusterctl logs

@@ -20,7 +20,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from common import WORK, clusterctl_argv, clusterctl_env, fresh_dir, log, rounds, ssh_options, timed, timed_parallel
+from common import BEFORE, BEFORE_LABEL, WORK, clusterctl_argv, clusterctl_env, fresh_dir, log, rounds, ssh_options, timed, timed_parallel
 
 BLOB_MB = 200
 
@@ -44,16 +44,18 @@ def measure(sandbox, state_dir: Path, run_id: str, reps: int, nodes: int = 3) ->
     hosts = sandbox.nodes[:nodes]
     outputs = Path(sandbox.shared_outputs)
     work = fresh_dir(WORK / "collect")
-    env = clusterctl_env(state_dir)
     limit = ",".join(n.name for n in hosts)
     results = {"nodes": nodes, "blob_mb": BLOB_MB, "bytes": nodes * BLOB_MB << 20, "run_id": run_id}
 
-    def clusterctl_collect() -> dict:
+    def clusterctl_collect(before: bool = False) -> dict:
         dest = _dest(work, "cc")
         try:
-            return timed(clusterctl_argv("collect-logs", "--run", run_id, "--limit", limit, "--dest", dest), env=env)
+            return timed(clusterctl_argv("collect-logs", "--run", run_id, "--limit", limit, "--dest", dest),
+                         env=clusterctl_env(state_dir, before=before))
         finally:
             shutil.rmtree(dest, ignore_errors=True)
+
+    before = {BEFORE_LABEL: lambda: clusterctl_collect(before=True)} if BEFORE else {}
 
     def scp(parallel_argvs) -> dict:
         try:
@@ -71,6 +73,7 @@ def measure(sandbox, state_dir: Path, run_id: str, reps: int, nodes: int = 3) ->
         log(f"collect (shared outputs), {reps} rounds")
         results["shared"] = {"samples": rounds(reps, {
             "clusterctl collect-logs": clusterctl_collect,
+            **before,
             "scp, 1 stream": lambda: scp([scp_argv(sandbox, hosts[0], [str(b) for b in blobs], _dest(work, "scp0"))]),
             "scp, parallel": lambda: scp([scp_argv(sandbox, n, [str(b)], _dest(work, f"scp{i}"))
                                           for i, (n, b) in enumerate(zip(hosts, blobs))]),
@@ -88,6 +91,7 @@ def measure(sandbox, state_dir: Path, run_id: str, reps: int, nodes: int = 3) ->
         log(f"collect (per-node directories), {reps} rounds")
         results["per_node"] = {"samples": rounds(reps, {
             "clusterctl collect-logs": clusterctl_collect,
+            **before,
             "scp -r, parallel": lambda: scp([scp_argv(sandbox, n, [str(d)], _dest(work, f"scp{i}"), recursive=True)
                                             for i, (n, d) in enumerate(zip(hosts, dirs))]),
         })}

@@ -26,6 +26,10 @@ VENV = BENCH / ".venv"  # ansible-core and matplotlib, kept apart from clusterct
 WORK = BENCH / "work"  # scratch: state dirs, inventories, collected files (gitignored)
 RESULTS = BENCH / "results.json"
 PY = sys.executable
+# A copy of clusterctl from before the performance fixes (`--before DIR`, e.g. from
+# `git archive <commit> clusterctl | tar -x -C DIR`): measured as one more competitor.
+BEFORE: Optional[Path] = Path(os.environ["BENCH_BEFORE"]) if os.environ.get("BENCH_BEFORE") else None
+BEFORE_LABEL = "clusterctl (before fixes)"
 BENCH_PACKAGES = ("ansible-core", "matplotlib")
 
 
@@ -139,9 +143,12 @@ def _has_matplotlib(python: Path) -> bool:
                                               capture_output=True).returncode == 0
 
 
-def clusterctl_env(state_dir: Path) -> dict:
+def clusterctl_env(state_dir: Path, before: bool = False) -> dict:
     env = dict(os.environ, CLUSTERCTL_STATE=str(state_dir), NO_COLOR="1", COLUMNS="120")
     env.pop("CLUSTERCTL_SSH_CONFIG", None)
+    env.pop("BENCH_BEFORE", None)
+    if before:
+        env["PYTHONPATH"] = str(BEFORE)  # ahead of the editable install's finder
     return env
 
 

@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 from typing import Sequence
 
-from common import PY, WORK, clusterctl_argv, clusterctl_env, fresh_dir, log, rounds, ssh_options, timed, timed_parallel
+from common import BEFORE, BEFORE_LABEL, PY, WORK, clusterctl_argv, clusterctl_env, fresh_dir, log, rounds, ssh_options, timed, timed_parallel
 
 ANSIBLE_DEFAULT_SSH_ARGS = "-C -o ControlMaster=auto -o ControlPersist=60s"
 
@@ -100,8 +100,11 @@ def competitors(sandbox, bin_dir: Path, work: Path) -> dict:
     pdsh, pdsh_env = pdsh_argv(sandbox)
     ssh_argvs = parallel_ssh_argvs(sandbox)
     cc_env = clusterctl_env(state)
+    exec_argv = clusterctl_argv("exec", "-i", sandbox.inventory_path, "--", "true")
+    before = {BEFORE_LABEL: lambda: timed(exec_argv, env=clusterctl_env(state, before=True))} if BEFORE else {}
     return {
-        "clusterctl": lambda: timed(clusterctl_argv("exec", "-i", sandbox.inventory_path, "--", "true"), env=cc_env),
+        "clusterctl": lambda: timed(exec_argv, env=cc_env),
+        **before,
         "ansible (forks 5)": lambda: ansible.raw(None),
         "ansible (forks N)": lambda: ansible.raw(n),
         "pdsh": lambda: timed(pdsh, env=pdsh_env),
@@ -120,8 +123,11 @@ def measure(sandbox, bin_dir: Path, reps: int) -> dict:
 def measure_help(reps: int) -> dict:
     """`clusterctl --help` (import and argument parsing), next to a bare `python -c pass`."""
     log(f"clusterctl --help, {reps} rounds")
+    before = {f"{BEFORE_LABEL} --help": lambda: timed(clusterctl_argv("--help"), env=clusterctl_env(WORK, before=True))
+              } if BEFORE else {}
     samples = rounds(reps, {
         "clusterctl --help": lambda: timed(clusterctl_argv("--help")),
+        **before,
         "python -c pass": lambda: timed([PY, "-c", "pass"]),
     })
     return {"samples": samples}

@@ -19,6 +19,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 STYLE = {
     "clusterctl": ("tab:blue", "o", "-"),
+    "clusterctl (before fixes)": ("tab:cyan", "o", "--"),
     "ansible (forks 5)": ("tab:red", "s", "-"),
     "ansible (forks N)": ("tab:orange", "s", "--"),
     "pdsh": ("tab:green", "^", "-"),

@@ -30,13 +30,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="sizes 4 and 16, 3 rounds: a smoke run")
     parser.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated subset of {','.join(SECTIONS)}")
     parser.add_argument("--sizes", default=None, help="fan-out node counts (default 4,16,32)")
-    parser.add_argument("--playbook-sizes", default=None, help="playbook node counts (default 4,16)")
+    parser.add_argument("--playbook-sizes", default=None, help="playbook node counts (default 16)")
     parser.add_argument("--docker-nodes", type=int, default=16, help="nodes for `up` warm (default 16)")
-    parser.add_argument("--reps", type=int, default=None, help="rounds for the fast measurements (default 7)")
+    parser.add_argument("--reps", type=int, default=None, help="rounds for the fast measurements (default 5)")
     parser.add_argument("--take-over", action="store_true",
                         help="use (and finally remove) a sandbox that is already up instead of refusing")
     parser.add_argument("--keep", action="store_true", help="leave the sandbox up at the end")
     parser.add_argument("--report", action="store_true", help="only re-render the report from bench/results.json")
+    parser.add_argument("--before", type=Path, default=None,
+                        help="a directory holding clusterctl/ from before the fixes: measured alongside")
     args = parser.parse_args(argv)
     args.only = [s.strip() for s in args.only.split(",") if s.strip()]
     unknown = [s for s in args.only if s not in SECTIONS]
@@ -45,16 +47,21 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.sizes is None:
         args.sizes = "4,16" if args.quick else "4,16,32"
     if args.playbook_sizes is None:
-        args.playbook_sizes = "16" if args.quick else "4,16"
+        args.playbook_sizes = "16"
     args.sizes = [int(s) for s in args.sizes.split(",")]
     args.playbook_sizes = [int(s) for s in args.playbook_sizes.split(",")]
     if args.reps is None:
-        args.reps = 3 if args.quick else 7
+        args.reps = 3 if args.quick else 5
     return args
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.before:
+        import os
+
+        os.environ["BENCH_BEFORE"] = str(args.before.resolve())
+        common.BEFORE = args.before.resolve()
     import report
 
     if args.report:
@@ -113,7 +120,7 @@ def _without_docker(args, results, phase, up, bin_dir) -> None:
             results.setdefault("fanout", {})[str(n)] = phase(f"fanout {n}", lambda: fanout.measure(sandbox, bin_dir, args.reps))
         if "playbook" in args.only and n in args.playbook_sizes:
             results.setdefault("playbook", {})[str(n)] = phase(
-                f"playbook {n}", lambda: playbook.measure(sandbox, bin_dir, max(5, args.reps - 2), 3))
+                f"playbook {n}", lambda: playbook.measure(sandbox, bin_dir, max(5, args.reps), 3))
 
 
 def _with_docker(args, results, phase, up) -> None:
@@ -125,7 +132,7 @@ def _with_docker(args, results, phase, up) -> None:
         n = args.docker_nodes
         log(f"sandbox: {n} nodes with Docker Engines")
         sandbox = phase(f"sandbox up {n} --docker", lambda: up(n, docker=True))
-        results["up_warm"] = phase(f"up warm {n}", lambda: up_bench.measure_warm(sandbox, max(5, args.reps - 2)))
+        results["up_warm"] = phase(f"up warm {n}", lambda: up_bench.measure_warm(sandbox, max(5, args.reps)))
     log("sandbox: 4 nodes with Docker Engines")
     sandbox = phase("sandbox up 4 --docker", lambda: up(4, docker=True))
     state = fresh_dir(WORK / "docker-state")
@@ -135,14 +142,14 @@ def _with_docker(args, results, phase, up) -> None:
         phase("up 4", lambda: common.timed(up_bench.up_argv(sandbox), env=common.clusterctl_env(state)))
     run_id = None
     if "launch" in args.only or "collect" in args.only:
-        reps = (3 if args.quick else 5) if "launch" in args.only else 1
+        reps = 3 if "launch" in args.only else 1
         results["launch"] = launch_result = phase("launch", lambda: launch.measure(sandbox, state, reps))
         run_id = launch_result["last_run_id"]
     if "collect" in args.only:
         if run_id is None:
             log("collect: no successful run to collect; skipped")
         else:
-            results["collect"] = phase("collect", lambda: collect.measure(sandbox, state, run_id, max(5, args.reps - 2)))
+            results["collect"] = phase("collect", lambda: collect.measure(sandbox, state, run_id, max(5, args.reps)))
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ from __future__ import annotations
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
-from common import WORK, clusterctl_argv, clusterctl_env, fresh_dir, log, rounds, timed
+from common import BEFORE, BEFORE_LABEL, WORK, clusterctl_argv, clusterctl_env, fresh_dir, log, rounds, timed
 
 
 def up_argv(sandbox) -> list[str]:
@@ -25,7 +25,9 @@ def measure_warm(sandbox, reps: int) -> dict:
     if first["rc"] != 0:
         log(f"  first up failed: {first.get('err', '')[-400:]}")
     log(f"  first up: {first['wall']:.2f}s")
-    samples = rounds(reps, {"clusterctl up (warm)": lambda: timed(up_argv(sandbox), env=env)})
+    before = {f"{BEFORE_LABEL} up (warm)": lambda: timed(up_argv(sandbox), env=clusterctl_env(
+        WORK / f"up-warm-{n}", before=True))} if BEFORE else {}
+    samples = rounds(reps, {"clusterctl up (warm)": lambda: timed(up_argv(sandbox), env=env), **before})
     return {"nodes": n, "first": first, "samples": samples}
 
 
