@@ -39,8 +39,8 @@ def _recorder():
 
 @pytest.fixture
 def reliability(request):
-    """`reliability(case, expected)` -> a row to `.observe(observed, seconds)` (tests/reliability.py)."""
-    return lambda case, expected: _recorder().declare(request.node.nodeid, case, expected)
+    """`reliability(case, expected, section=None)` -> a row to `.observe(observed, seconds)` (tests/reliability.py)."""
+    return lambda case, expected, section=None: _recorder().declare(request.node.nodeid, case, expected, section)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -1,6 +1,6 @@
 """The rows of docs/reliability.md, recorded by the reliability tests while they run.
 
-A reliability test declares its row first (`row = reliability("case", "expected")`), then says
+A reliability test declares its row first (`row = reliability("case", "expected", section=...)`), then says
 what it saw (`row.observe("exit 3 in 4.1 s; node3 unreachable: ...", seconds=4.1)`). The
 session writes every row, with the test's outcome, to `.pytest_reliability.json` at the root of
 the checkout (gitignored); `bench/reliability_table.py` renders docs/reliability.md from it.
@@ -23,14 +23,8 @@ from typing import Optional
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / ".pytest_reliability.json"
 
-GROUPS = {  # test file -> section of the table
-    "test_reliability_faults.py": "Faults",
-    "test_reliability_interrupts.py": "Interrupts",
-    "test_reliability_concurrency.py": "Concurrency",
-    "test_reliability_input.py": "Hostile input",
-    "test_reliability_secrets.py": "Secrets",
-    "test_reliability_ssh.py": "SSH trust",
-}
+SECTIONS = ("Faults", "Interrupts", "Concurrency", "Hostile input", "Secrets", "SSH trust")
+DEFAULT_SECTION = {"test_reliability_input.py": "Hostile input", "test_reliability_ssh.py": "SSH trust"}
 
 # Cases covered by the integration tests of Issues 2-6: node id -> (section, case, expected).
 COVERED = {
@@ -64,7 +58,7 @@ class Row(dict):
     def observe(self, observed: str, seconds: Optional[float] = None) -> None:
         self["observed"] = observed
         if seconds is not None:
-            self["seconds"] = round(seconds, 1)
+            self["seconds"] = round(seconds, 2 if seconds < 1 else 1)
 
 
 class Recorder:
@@ -73,8 +67,9 @@ class Recorder:
         self.covered: dict[str, dict] = {}
         self.started = time.time()
 
-    def declare(self, nodeid: str, case: str, expected: str) -> Row:
-        section = GROUPS.get(Path(nodeid.split("::")[0]).name, "Other")
+    def declare(self, nodeid: str, case: str, expected: str, section: Optional[str] = None) -> Row:
+        section = section or DEFAULT_SECTION.get(Path(nodeid.split("::")[0]).name, "Other")
+        assert section in SECTIONS, section
         row = Row(section=section, case=case, expected=expected, observed="", seconds=None, test=nodeid,
                   outcome="running")
         self.rows.append(row)

@@ -102,7 +102,7 @@ def _collect(cli, inventory, run_id: str, dest: Path) -> tuple[int, dict, float]
 
 def test_a_100_kb_prompt_reaches_every_rank_byte_for_byte(sandbox, finished_run, reliability):
     row = reliability("a 100 KB prompt (under the 128 KiB command-line limit once quoted)",
-                      "accepted; every rank receives it byte for byte")
+                      "accepted; every rank receives it byte for byte", section="Hostile input")
     doc, sha = finished_run
     results = {p.name: p.read_text() for p in (sandbox.shared_outputs / doc["run_id"]).glob("rank*.txt")}
     assert sorted(results) == ["rank0.txt", "rank1.txt", "rank2.txt"]
@@ -113,7 +113,7 @@ def test_a_100_kb_prompt_reaches_every_rank_byte_for_byte(sandbox, finished_run,
 
 def test_a_prompt_too_long_once_quoted_is_refused_before_launching(sandbox, cluster, reliability):
     row = reliability("a 78 KB prompt full of quotes (over 128 KiB once quoted for the remote shell)",
-                      "refused before launching (exit 2), naming the limit and the fix; nothing launched")
+                      "refused before launching (exit 2), naming the limit and the fix; nothing launched", section="Hostile input")
     cli, inventory, where = cluster
     prompt = where / "quoty.txt"
     prompt.write_text(QUOTY_PROMPT + "\n")
@@ -132,7 +132,7 @@ def test_a_prompt_too_long_once_quoted_is_refused_before_launching(sandbox, clus
 
 def test_sigterm_mid_run_stops_every_rank_and_the_next_run_works(sandbox, cluster, tmp_path, reliability):
     row = reliability("SIGTERM to `run` mid-run", "exit 130 within 10 s, every rank stopped (marker scan: no "
-                      "process of the run) within 10 s; the next `run` works without --force")
+                      "process of the run) within 10 s; the next `run` works without --force", section="Interrupts")
     cli, _, where = cluster
     inventory = _tiny_job(sandbox, tmp_path / "sleepy.yaml", "--sleep", "300")
     prompt = where / "cat.txt"
@@ -170,7 +170,7 @@ def test_sigint_or_sigterm_mid_collect_leaves_no_partial_file_and_the_next_colle
         for name, signum in (("SIGINT", signal.SIGINT), ("SIGTERM", signal.SIGTERM)):
             row = reliability(f"{name} to `collect-logs` mid-transfer",
                               "exit 130 within 5 s; no tar left on the node; no partial file in dest; the next "
-                              "collect fetches everything intact")
+                              "collect fetches everything intact", section="Interrupts")
             with slow_uplink(sandbox, "node1"):
                 watched = Watched(cli.popen("collect-logs", "-i", str(inventory), "--run", run_id, "--dest", str(dest),
                                             json_output=False))
@@ -204,7 +204,7 @@ def test_a_full_local_disk_during_collect_is_a_clear_error_and_earlier_files_sta
         sandbox, cluster, finished_run, tmp_path, reliability):
     row = reliability("the local disk full during `collect-logs` (a 1 MiB tmpfs as --dest)",
                       "exit non-zero; the error says free space / --dest; the files of an earlier collect intact; "
-                      "no partial file")
+                      "no partial file", section="Faults")
     cli, inventory, _ = cluster
     doc, _ = finished_run
     run_id = doc["run_id"]
@@ -243,7 +243,7 @@ def test_symlinks_and_dotted_names_in_the_outputs_are_refused_or_kept_inside_des
                                                                                    tmp_path, reliability):
     row = reliability("outputs holding a symlink to /etc, a symlink to /etc/passwd and a file named with '..' "
                       "(planted on the nodes, then `collect-logs`)", "the links are not followed: refused and "
-                      "reported; the odd name lands inside dest; nothing is written outside dest")
+                      "reported; the odd name lands inside dest; nothing is written outside dest", section="Hostile input")
     cli, inventory, _ = cluster
     doc, _ = finished_run
     run_id = doc["run_id"]
@@ -285,7 +285,7 @@ def test_secret_values_never_reach_the_terminal_the_state_dir_or_collected_files
                                                                                  reliability):
     row = reliability("secret values (names with TOKEN/KEY/PASSWORD/SECRET, and `secret: true`) in job, "
                       "container and host env, printed by the job itself", "never in the output of up/run/run "
-                      "--plan/check/status/exec -v (human and --json), the state dir, or collected files")
+                      "--plan/check/status/exec -v (human and --json), the state dir, or collected files", section="Secrets")
     cli, inventory, where = cluster
     prompt = where / "cat.txt"
     prompt.write_text("a cat\n")
@@ -312,7 +312,7 @@ def test_secret_values_never_reach_the_terminal_the_state_dir_or_collected_files
 
 def test_state_files_are_0600_and_state_directories_0700(cluster, finished_run, tmp_path, reliability):
     row = reliability("modes of the local state (.clusterctl): run.json, active.json, locks, step logs",
-                      "files 0600, directories 0700 (created by clusterctl at every level)")
+                      "files 0600, directories 0700 (created by clusterctl at every level)", section="Secrets")
     cli, inventory, _ = cluster
     playbook = tmp_path / "hello.yaml"
     playbook.write_text("- name: Say hello\n  shell: echo hello\n")

@@ -115,7 +115,7 @@ def test_a_node_unreachable_at_up_is_named_while_the_others_proceed_and_a_later_
         sandbox, cli, base, reliability):
     row = reliability("a node unreachable at `up` (its sshd stopped)",
                       "the others proceed; that node `unreachable` within ssh.connect_timeout; exit 3; "
-                      "a later `up` completes that node only (the others `ok`)")
+                      "a later `up` completes that node only (the others `ok`)", section="Faults")
     client = docker_client(sandbox, "node2")
     try:
         client.containers.get("cc-sandbox").remove(force=True)  # node2 is missing its container, like a new node
@@ -140,7 +140,7 @@ def test_a_node_unreachable_at_up_is_named_while_the_others_proceed_and_a_later_
     assert _statuses(again) == {"node1": "ok", "node2": "changed", "node3": "ok"}
     assert container_of(sandbox, "node2", "cc-sandbox").status == "running"
     row.observe(f"exit 3 after {elapsed:.1f} s; node2 `unreachable` in {node2['duration_s']:.1f} s "
-                f"({node2['detail'].splitlines()[0][:90]}); node1, node3 `ok`. Next `up`: exit 0, node2 `changed` "
+                f"({node2['detail'].split(' (fix:')[0]}); node1, node3 `ok`. Next `up`: exit 0, node2 `changed` "
                 "(container created), node1, node3 `ok`", seconds=node2["duration_s"])
 
 
@@ -148,7 +148,7 @@ def test_a_link_cut_mid_pull_makes_that_node_unreachable_in_bounded_time_and_lea
         sandbox, cli, base, big, reliability):
     row = reliability("a node's network cut in the middle of the image pull",
                       "that node `unreachable` within ~25 s (dead-peer detection), the others' containers start, "
-                      "exit 3, no half-created container on that node")
+                      "exit 3, no half-created container on that node", section="Faults")
     inventory, image = big
     _forget(sandbox, image, "cc-rel-big")
     proc = cut = None
@@ -185,7 +185,7 @@ def test_the_registry_down_at_pull_time_fails_the_pull_naming_the_registry(sandb
     from clusterctl.sandbox import registry
 
     row = reliability("the image registry down when `up` pulls",
-                      "the pull fails on every node with an error naming the registry and the fix; no container")
+                      "the pull fails on every node with an error naming the registry and the fix; no container", section="Faults")
     repository = sandbox.image.rsplit(":", 1)[0]
     image = f"{repository}:rel-regdown"
     sandbox.push_image(image, {"/etc/rel-regdown": b"x\n"})
@@ -211,10 +211,10 @@ def test_dockerd_stopped_is_named_by_up_and_check_and_after_the_reboot_run_says_
         sandbox, cli, base, tmp_path, reliability):
     docker_row = reliability("dockerd stopped on one node",
                              "`up` and `check` name the node and the cause (Docker engine not reachable) with the "
-                             "fix; the other nodes are fine")
+                             "fix; the other nodes are fine", section="Faults")
     reboot_row = reliability("a node rebooted between `up` and `run` (dockerd restarted, so its container stopped; "
                              "sshd restarted)", "`run` notices the stopped container, names the node, says to run "
-                             "`up`; exit non-zero; nothing launched; the next `up` restarts the container")
+                             "`up`; exit non-zero; nothing launched; the next `up` restarts the container", section="Faults")
     sandbox.stop_dockerd("node3")
     try:
         started = time.monotonic()
@@ -281,7 +281,7 @@ def test_an_interrupted_pull_stops_at_once_leaves_no_container_and_the_next_up_w
     for name, signum in SIGNALS.items():
         row = reliability(f"{name} to `up` during the image pull",
                           "exit 130 within 5 s (not once the pull ends); no container anywhere; the next `up` "
-                          "works without --force")
+                          "works without --force", section="Interrupts")
         _forget(sandbox, image, "cc-rel-big")
         with slow_link(sandbox, "node2"):
             code, took, stderr = _interrupt_up_when(cli, inventory, lambda: _has_image(sandbox, "node1", image), signum)
@@ -303,7 +303,7 @@ def test_an_interrupted_container_start_leaves_only_complete_containers_and_the_
     for name, signum in SIGNALS.items():
         row = reliability(f"{name} to `up` while it creates and starts the containers",
                           "exit 130 within 5 s; each node has no container or a complete one (clusterctl's labels "
-                          "and configuration); the next `up` works without --force")
+                          "and configuration); the next `up` works without --force", section="Interrupts")
         cli.json("down", "-i", str(inventory))
         code, took, stderr = _interrupt_up_when(
             cli, inventory, lambda: any(container_of(sandbox, n, "cc-rel-start") for n in NODES), signum)
@@ -324,7 +324,7 @@ def test_an_interrupted_preflight_leaves_no_listener_on_the_rendezvous_port(sand
     for name, command in (("SIGINT", "check"), ("SIGTERM", "up")):
         row = reliability(f"{name} to `{command}` during the preflight checks (its rendezvous probe listening on "
                           "the master)", "exit 130 within 5 s; the probe listener gone at once (port 29500 free); "
-                          "the next `up` passes every check")
+                          "the next `up` passes every check", section="Interrupts")
         args = ("check", "-i", str(base)) if command == "check" else ("up", str(base))
         watched = Watched(cli.popen(*args, json_output=False))
         try:
@@ -337,7 +337,8 @@ def test_an_interrupted_preflight_leaves_no_listener_on_the_rendezvous_port(sand
             watched.kill()
         assert code == 130, watched.stderr[-2000:]
         assert took < 5
-        assert not processes_with("import os, select, socket")
+        wait_until(lambda: not processes_with("import os, select, socket"), 5, interval=0.05,
+                   what="the probe listener to exit")
         row.observe(f"exit 130 {took:.1f} s after {name}; port 29500 free on node1 {freed:.1f} s later", seconds=took)
     code, doc = cli.json("up", str(base))
     assert code == 0, doc
@@ -353,10 +354,10 @@ def test_a_second_up_meanwhile_is_refused_by_the_local_lock_and_from_elsewhere_b
         sandbox, cli, base, tmp_path, reliability):
     same = reliability("two `up`s at once from one state directory",
                        "the second refused at once (exit 2, 'already in progress', the holder's pid) by the local "
-                       "lock; the first completes untouched")
+                       "lock; the first completes untouched", section="Concurrency")
     elsewhere = reliability("two `up`s at once from two state directories (two controllers)",
                             "the second refused (exit 2) by the lock on the master node, naming the holder, before "
-                            "touching any node; once the first ends, `up` from the second works")
+                            "touching any node; once the first ends, `up` from the second works", section="Concurrency")
     other = Cli(tmp_path / "another-controller")
     first = Watched(cli.popen("up", str(base), json_output=False))
     try:
