@@ -281,6 +281,10 @@ class SSHTransport(_Runs):
             open_timeout = min(self.host.ssh.connect_timeout, cmd.timeout or self.host.ssh.connect_timeout)
             channel = self._transport.open_session(timeout=open_timeout)
             _use_chunk_buffers(channel)  # before exec: no data has arrived yet
+            if self.host.ssh.forward_agent:  # off unless the inventory asks (ssh.forward_agent: true)
+                import paramiko.agent
+
+                paramiko.agent.AgentRequestHandler(channel)
             channel.exec_command(shlex.join(remote_argv(cmd)))
             if cmd.stdin:
                 channel.sendall(cmd.stdin)
