@@ -35,18 +35,21 @@ def write_playbooks(work: Path) -> tuple[Path, Path]:
     return clusterctl_book, ansible_book
 
 
-def measure(sandbox, bin_dir: Path, reps: int, ansible_reps: int) -> dict:
+def measure(sandbox, bin_dir: Path, reps: int, ansible_reps: int, forks_n: bool = True) -> dict:
     n = len(sandbox.nodes)
     work = fresh_dir(WORK / f"playbook-{n}")
     ours, theirs = write_playbooks(work)
     cc_env = clusterctl_env(fresh_dir(work / "state"))
     ansible = Ansible(bin_dir, sandbox, work)
     log(f"6-task playbook on {n} nodes: clusterctl {reps} rounds, ansible-playbook {ansible_reps}")
-    samples = rounds(ansible_reps, {
+    competitors = {
         "clusterctl play": lambda: timed(clusterctl_argv("play", "-i", sandbox.inventory_path, ours), env=cc_env),
         "ansible-playbook (forks 5)": lambda: ansible.run("ansible-playbook", [str(theirs)]),
         "ansible-playbook (forks N)": lambda: ansible.run("ansible-playbook", ["-f", str(n), str(theirs)]),
-    })
+    }
+    if not forks_n:
+        del competitors["ansible-playbook (forks N)"]
+    samples = rounds(ansible_reps, competitors)
     if reps > ansible_reps:
         extra = rounds(reps - ansible_reps, {
             "clusterctl play": lambda: timed(clusterctl_argv("play", "-i", sandbox.inventory_path, ours), env=cc_env)})

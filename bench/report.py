@@ -12,6 +12,7 @@ from common import BENCH, REPO, VENV, summary
 TEMPLATE = BENCH / "benchmarks.md.in"
 DOC = REPO / "docs" / "benchmarks.md"
 PLOT = REPO / "docs" / "benchmarks.png"
+NOTES = BENCH / "notes.md"
 PASS, FAIL, NA = "PASS", "FAIL", "n/a"
 
 
@@ -217,6 +218,7 @@ def render(results: dict) -> str:
         "collect": collect_tables(results),
         "phases": phases_table(results),
         "config": ", ".join(f"{k} {v}" for k, v in (results.get("config") or {}).items()),
+        "notes": NOTES.read_text().strip() if NOTES.exists() else "",  # hand-written: what remains and why
     }
     return re.sub(r"\{\{(\w+)\}\}", lambda m: values.get(m.group(1), m.group(0)), text)
 

@@ -120,7 +120,8 @@ def _without_docker(args, results, phase, up, bin_dir) -> None:
             results.setdefault("fanout", {})[str(n)] = phase(f"fanout {n}", lambda: fanout.measure(sandbox, bin_dir, args.reps))
         if "playbook" in args.only and n in args.playbook_sizes:
             results.setdefault("playbook", {})[str(n)] = phase(
-                f"playbook {n}", lambda: playbook.measure(sandbox, bin_dir, max(5, args.reps), 3))
+                f"playbook {n}", lambda: playbook.measure(sandbox, bin_dir, max(5, args.reps), 2 if args.quick else 3,
+                                                          forks_n=not args.quick))
 
 
 def _with_docker(args, results, phase, up) -> None:
