@@ -7,17 +7,20 @@ firewall rules of both ends are read and the blocking rule quoted).
 """
 from __future__ import annotations
 
+import json
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional, Sequence
 
 from clusterctl import facts, verdicts
 from clusterctl.executor import Background, Connections, for_each_host, run_commands
-from clusterctl.models import CheckResult, CheckStatus, Command, Host, HostResult, Inventory
+from clusterctl.models import CheckResult, CheckStatus, Command, Host, HostResult, HostStatus, Inventory
 from clusterctl.placement import in_container, on_host_or_in_container
-from clusterctl.transport import batch_command, split_batch
+from clusterctl.transport import BATCH_MARK, TcpForwardingDisabled, batch_command, split_batch
 
-LISTEN_S = 12
+LISTEN_S = 6  # the listener's life: workers connect (3 s timeout each, in parallel) well within it
+LISTEN_READY_S = 8.0  # the listener's python (in the container) prints "listening" within this
 
 # Ends when every worker connected, after `seconds`, or as soon as its stdin reaches EOF: stdin is
 # held open by the controller's connection, so an interrupted or killed clusterctl never leaves
@@ -65,29 +68,88 @@ class Probe:
     listeners: tuple
 
 
-def probe_command(inventory: Inventory) -> Command:
-    job = inventory.job
+IN_CONTAINER = ("gpus", "shm", "versions")  # sections read where the ranks run
+# The master's listeners; owners (`ss -p` reads every process's fds) only when the port is taken.
+_LISTENERS = 'if ss -ltnH | awk \'{print $4}\' | grep -q ":$1$"; then ss -ltnpH; else ss -ltnH; fi'
+
+
+def probe_command(inventory: Inventory, host: Host, container_cli: bool = True) -> Command:
+    """One round trip per node. With a container and `container_cli`, `docker info`, `docker
+    inspect` and one `docker exec` for what is read inside; without `container_cli` those come
+    from the engine API instead (`probe_node`)."""
     sections = [
-        ("gpus", Command(in_container(inventory, facts.NVIDIA_SMI_GPUS.argv))),
         ("apps", facts.NVIDIA_SMI_APPS),
         ("route", facts.route_get_command(inventory.master.address)),
         ("addr", facts.IP_ADDR),
         ("hostname", facts.HOSTNAME_RESOLUTION),
         ("ibstat", facts.IBSTAT),
-        ("shm", Command(in_container(inventory, ("df", "-B1", "/dev/shm")))),
-        ("disk", Command(on_host_or_in_container(inventory, job.outputs, lambda p: ("df", "-B1", p)))),
+        ("disk", Command(on_host_or_in_container(inventory, inventory.job.outputs, lambda p: ("df", "-B1", p)))),
         ("memory", facts.MEMINFO),
-        ("versions", Command(in_container(inventory, facts.versions_command(job.python).argv))),
-        ("ss", facts.SS_LISTEN),
     ]
-    if inventory.uses_container:
-        sections = [("docker", facts.DOCKER_INFO),
-                    ("container", facts.docker_inspect_command(inventory.container.name))] + sections
+    if host.name == inventory.master.name:
+        sections.append(("ss", Command(("sh", "-c", _LISTENERS, "sh", str(inventory.rendezvous.port)))))
+    if not inventory.uses_container:
+        return batch_command(_inside(inventory) + sections, timeout=120)
+    if container_cli:
+        sections = [("docker", facts.DOCKER_INFO), ("container", facts.docker_inspect_command(inventory.container.name)),
+                    ("in_container", Command(in_container(inventory, _inside_script(inventory))))] + sections
     return batch_command(sections, timeout=120)
+
+
+def _inside(inventory: Inventory) -> list[tuple[str, Command]]:
+    return [("gpus", facts.NVIDIA_SMI_GPUS), ("shm", Command(("df", "-B1", "/dev/shm"))),
+            ("versions", facts.versions_command(inventory.job.python))]
+
+
+def _inside_script(inventory: Inventory) -> tuple[str, ...]:
+    """The in-container sections as one `sh -c` (its section marks read as the outer batch's)."""
+    return batch_command(_inside(inventory)).argv
+
+
+def probe_node(inventory: Inventory, transport, host: Host) -> HostResult:
+    """The batch probe. With a container, the engine's info, the container's state and the
+    in-container sections come through the engine API over the node's connection (in `up`, the
+    client its docker tasks opened), so no docker CLI process starts for them; where the API
+    cannot be reached that way, the CLI reads them and says why (not installed, daemon down,
+    no access)."""
+    engine = _engine_sections(transport, inventory) if inventory.uses_container else None
+    result = run_commands(transport, host, [probe_command(inventory, host, container_cli=engine is None)])
+    if engine is None or not result.succeeded:
+        return result
+    return replace(result, stdout=engine + result.stdout)
+
+
+def _engine_sections(transport, inventory: Inventory) -> Optional[str]:
+    """docker info, inspect and the in-container batch as the sections the CLI would print."""
+    name = inventory.container.name
+    try:
+        import docker
+
+        client = transport.docker()
+        info = client.info()
+        try:
+            attrs = client.api.inspect_container(name)
+        except docker.errors.NotFound:
+            attrs = None
+        if attrs is None:
+            inspected = inside = f"[]\nError: No such container: {name}"
+        elif not (attrs.get("State") or {}).get("Running"):
+            inspected = json.dumps([attrs])
+            inside = f"Error response from daemon: container {name} is not running"
+        else:
+            inspected = json.dumps([attrs])
+            created = client.api.exec_create(name, list(_inside_script(inventory)), stdout=True, stderr=True)
+            inside = client.api.exec_start(created["Id"]).decode("utf-8", errors="replace")
+    except Exception:  # no engine, no access, no dial-stdio: the CLI says which
+        return None
+    return (f"{BATCH_MARK}docker\n{json.dumps(info)}\n{BATCH_MARK}container\n{inspected}\n"
+            f"{BATCH_MARK}in_container\n{inside}\n")
 
 
 def parse_probe(stdout: str) -> Probe:
     s = split_batch(stdout)
+    for name in IN_CONTAINER:  # no container to exec into: each section shows docker's error
+        s.setdefault(name, s.get("in_container", ""))
     return Probe(
         docker=facts.parse_docker_info(s.get("docker", "")), container=facts.parse_docker_inspect(s.get("container", "")),
         gpus=facts.parse_gpu_csv(s.get("gpus", "")), apps=facts.parse_compute_apps_csv(s.get("apps", "")),
@@ -101,8 +163,7 @@ def parse_probe(stdout: str) -> Probe:
 
 def run_checks(inventory: Inventory, hosts: Sequence[Host], connections: Connections) -> list[CheckResult]:
     """Every check on every host; unreachable hosts get a failed `ssh` check."""
-    command = probe_command(inventory)
-    results = for_each_host(list(hosts), lambda t, h: run_commands(t, h, [command]), connections)
+    results = for_each_host(list(hosts), lambda t, h: probe_node(inventory, t, h), connections)
     checks: list[CheckResult] = []
     probes: dict[str, Probe] = {}
     for host in hosts:
@@ -197,26 +258,39 @@ def _rendezvous(inventory: Inventory, probes: dict[str, Probe], connections: Con
 
 def _connect_from_workers(inventory: Inventory, master: Host, workers: list[Host],
                           connections: Connections) -> dict[str, Optional[str]]:
-    """Open a listener on the master's real port and address; connect from every worker."""
+    """Open a listener on the master's real port and address; connect from every worker.
+
+    The connects are made by each worker's sshd (`Transport.connect_tcp`): from the worker's
+    network stack and firewall (the container shares them: --net=host) with no process started
+    there. A worker whose sshd forbids TCP forwarding connects with the image's python instead."""
     port, python = inventory.rendezvous.port, inventory.job.python
     bind = "127.0.0.1" if master.is_local else master.address
     listen = Command(in_container(inventory, (python, "-c", _LISTENER, str(port), str(len(workers)), str(LISTEN_S), bind),
                                   interactive=True), timeout=LISTEN_S + 10, stdin_open=True)
-    listener = Background([master], lambda t, h: run_commands(t, h, [listen]), connections)
-    time.sleep(1.0)  # the listener's python starts; a connect before it is retried below
+    listening = threading.Event()
+
+    def on_listener_event(event) -> None:
+        if event.kind == "line" and event.text.strip() == "listening":
+            listening.set()
+
+    listener = Background([master], lambda t, h: run_commands(t, h, [listen], on_event=on_listener_event, stream=True),
+                          connections)
+    deadline = time.monotonic() + LISTEN_READY_S
+    while not listening.wait(0.05) and time.monotonic() < deadline and not listener.wait(0):
+        pass
     connect = Command(in_container(inventory, (python, "-c", _CONNECT, master.address, str(port), "3")), timeout=15)
 
     def action(transport, host: Host) -> HostResult:
-        result = run_commands(transport, host, [connect])
-        if not result.succeeded and "refused" in result.stdout:
-            time.sleep(1.5)
+        try:
+            error = transport.connect_tcp(master.address, port, timeout=3.0)
+        except TcpForwardingDisabled:
             result = run_commands(transport, host, [connect])
-        return result
+            error = None if result.succeeded else (result.stdout.strip().removeprefix("error:").strip() or result.detail)
+        return HostResult(host.name, HostStatus.OK if error is None else HostStatus.FAILED, detail=error or "")
 
     results = for_each_host(workers, action, connections)
     listener.wait(LISTEN_S + 12)
-    return {name: None if r.succeeded else (r.stdout.strip().removeprefix("error:").strip() or r.detail)
-            for name, r in results.items()}
+    return {name: None if r.succeeded else r.detail for name, r in results.items()}
 
 
 def _firewall_rules(inventory: Inventory, master: Host, workers: list[str], connections: Connections) -> dict:

@@ -11,6 +11,7 @@ OpenSSH's StrictHostKeyChecking=accept-new) and still refuses changed ones.
 from __future__ import annotations
 
 import getpass
+import itertools
 import os
 import select
 import shlex
@@ -45,9 +46,15 @@ class Transport(Protocol):
     def run_reading(self, cmd: Command, consume: Callable[[BinaryIO], Any],
                     on_bytes: Optional[Callable[[int], None]] = None) -> tuple[CommandResult, Any]: ...
 
+    def connect_tcp(self, address: str, port: int, timeout: float) -> Optional[str]: ...
+
     def docker(self): ...
 
     def close(self) -> None: ...
+
+
+class TcpForwardingDisabled(Exception):
+    """The node's sshd refuses direct-tcpip channels (AllowTcpForwarding no)."""
 
 
 def remote_argv(cmd: Command) -> list[str]:
@@ -292,6 +299,29 @@ class SSHTransport(_Runs):
                 channel.shutdown_write()
         return _ChannelStream(channel, deadline, self.host.name, cmd)
 
+    # ---- a TCP connect from the node
+    def connect_tcp(self, address: str, port: int, timeout: float) -> Optional[str]:
+        """Connect from this node to address:port and close again: None when it connected, else
+        why not. The node's sshd makes the connection (a direct-tcpip channel), so it leaves from
+        the node's own network stack and firewall, with no process started there. Raises
+        TcpForwardingDisabled where the node's sshd forbids such channels."""
+        paramiko = _paramiko()
+        transport = self._transport
+        failures = _open_failures(transport)
+        try:
+            channel = transport.open_channel("direct-tcpip", (address, port), ("127.0.0.1", 0), timeout=timeout)
+        except paramiko.ChannelException as exc:
+            if exc.code == 1:  # SSH_OPEN_ADMINISTRATIVELY_PROHIBITED
+                raise TcpForwardingDisabled(str(exc)) from None
+            return failures.pop() if failures else f"connect failed ({exc.text})"
+        except paramiko.SSHException:
+            if not transport.is_active():
+                raise UnreachableError("the SSH connection was lost", where=self.host.name,
+                                       fix="check the host and its network") from None
+            return f"timed out after {timeout:g} s"
+        channel.close()
+        return None
+
     # ---- docker
     def docker(self):
         """A docker-py client whose API requests ride this SSH connection (`docker system dial-stdio`)."""
@@ -311,6 +341,40 @@ _paramiko_module = None
 _setup_lock = threading.Lock()
 _ssh_configs: dict = {}
 _known_hosts_files: dict = {}
+
+
+class _OpenFailureLog:
+    """sshd's reason for a refused channel ("Connection refused", "No route to host"): paramiko
+    keeps it only in a log record of the connection's own log channel, caught here (and not
+    printed)."""
+
+    def __init__(self):
+        self.reasons: list[str] = []
+
+    def filter(self, record) -> bool:
+        message = record.getMessage()
+        if " open FAILED: " in message:
+            self.reasons.append(message.split(" open FAILED: ", 1)[1].rsplit(": ", 1)[0])
+            return False
+        return True
+
+
+_log_channels = itertools.count(1)
+
+
+def _open_failures(transport) -> list:
+    """The reasons list of `transport`'s channel-open failures (its log channel gets a filter once)."""
+    import logging
+
+    failures = getattr(transport, "_clusterctl_open_failures", None)
+    if failures is None:
+        name = f"paramiko.transport.clusterctl.{next(_log_channels)}"
+        transport.set_log_channel(name)
+        failures = _OpenFailureLog()
+        logging.getLogger(name).addFilter(failures)
+        transport._clusterctl_open_failures = failures
+    failures.reasons.clear()
+    return failures.reasons
 
 
 def _paramiko():
@@ -763,6 +827,13 @@ class LocalTransport(_Runs):
         if self._docker is not None:
             self._docker.close()
             self._docker = None
+
+    def connect_tcp(self, address: str, port: int, timeout: float) -> Optional[str]:
+        try:
+            socket.create_connection((address, port), timeout=timeout).close()
+        except OSError as exc:
+            return "timed out" if isinstance(exc, socket.timeout) else (exc.strerror or str(exc))
+        return None
 
     def _exec(self, cmd: Command, on_out, on_err) -> CommandResult:
         start = time.monotonic()

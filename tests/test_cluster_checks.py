@@ -75,6 +75,23 @@ def test_a_firewall_rule_on_the_master_fails_rdzv_reachable_for_that_worker_and_
     assert code == 0 and checks_named(doc, "rdzv_reachable")["node3"]["status"] == "pass"
 
 
+def test_a_rejecting_rule_on_a_worker_fails_rdzv_reachable_with_the_reason_its_sshd_gave(sandbox, cli):
+    # The worker's own sshd makes the connect (an SSH direct-tcpip channel): its errno comes back.
+    reject = ["OUTPUT", "-p", "tcp", "--dport", "29500", "-d", "198.18.0.11", "-j", "REJECT", "--reject-with",
+              "tcp-reset"]
+    sandbox.ns_exec("node2", ["iptables", "-A", *reject])
+    try:
+        code, doc = _check(cli, sandbox.inventory_path)
+    finally:
+        sandbox.ns_exec("node2", ["iptables", "-D", *reject])
+    assert code == 1 and _failed(doc) == [("node2", "rdzv_reachable")]
+    node2 = checks_named(doc, "rdzv_reachable")["node2"]
+    assert "Connection refused" in node2["detail"]
+    assert "on node2: '-A OUTPUT -d 198.18.0.11/32 -p tcp -m tcp --dport 29500 -j REJECT --reject-with tcp-reset'" \
+        in node2["detail"], node2
+    assert "on node2 allow outgoing 29500" in node2["fix"]
+
+
 def test_a_listener_on_the_rendezvous_port_fails_rdzv_port_free_and_names_its_pid(sandbox, cli):
     holder = subprocess.Popen(sandbox.ns_argv("node1", [sys.executable, "-c", HOLD_PORT]))
     try:

@@ -11,8 +11,10 @@ import time
 
 import pytest
 
-from clusterctl_helpers import Cli, container_of, docker_client, processes_with, variant, wait_until
+from clusterctl_helpers import REPO, Cli, container_of, docker_client, processes_with, variant, wait_until
 from reliability import Watched, slow_link
+
+DROP_FROM_NODE3 = ["INPUT", "-p", "tcp", "--dport", "29500", "-s", "198.18.0.13", "-j", "DROP"]
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
 
@@ -321,11 +323,15 @@ def test_an_interrupted_container_start_leaves_only_complete_containers_and_the_
 
 
 def test_an_interrupted_preflight_leaves_no_listener_on_the_rendezvous_port(sandbox, cli, base, reliability):
+    # node3's connects are dropped on node1, so the probe listens for its whole time (a healthy
+    # probe is over in ~0.1 s, too soon to be interrupted on purpose)
     for name, command in (("SIGINT", "check"), ("SIGTERM", "up")):
         row = reliability(f"{name} to `{command}` during the preflight checks (its rendezvous probe listening on "
-                          "the master)", "exit 130 within 5 s; the probe listener gone at once (port 29500 free); "
+                          "the master, waiting for a worker whose connects a rule drops)",
+                          "exit 130 within 5 s; the probe listener gone at once (port 29500 free); "
                           "the next `up` passes every check", section="Interrupts")
         args = ("check", "-i", str(base)) if command == "check" else ("up", str(base))
+        sandbox.ns_exec("node1", ["iptables", "-A", *DROP_FROM_NODE3])
         watched = Watched(cli.popen(*args, json_output=False))
         try:
             wait_until(lambda: _listener_on(sandbox, "node1"), 60, interval=0.05, what="the rendezvous probe on node1")
@@ -335,6 +341,7 @@ def test_an_interrupted_preflight_leaves_no_listener_on_the_rendezvous_port(sand
             freed = time.monotonic() - exited
         finally:
             watched.kill()
+            sandbox.ns_exec("node1", ["iptables", "-D", *DROP_FROM_NODE3])
         assert code == 130, watched.stderr[-2000:]
         assert took < 5
         wait_until(lambda: not processes_with("import os, select, socket"), 5, interval=0.05,
@@ -359,9 +366,12 @@ def test_a_second_up_meanwhile_is_refused_by_the_local_lock_and_from_elsewhere_b
                             "the second refused (exit 2) by the lock on the master node, naming the holder, before "
                             "touching any node; once the first ends, `up` from the second works", section="Concurrency")
     other = Cli(tmp_path / "another-controller")
-    first = Watched(cli.popen("up", str(base), json_output=False))
+    # the first `up` holds its locks for a while: a leading task sleeps (a warm `up` is over in ~1 s)
+    slow = tmp_path / "slow-up.yaml"
+    slow.write_text("- name: Take a while\n  shell: sleep 6\n" + (REPO / "playbooks" / "up.yaml").read_text())
+    first = Watched(cli.popen("up", "--playbook", str(slow), str(base), json_output=False))
     try:
-        first.wait_for("TASK", 60)
+        first.wait_for("TASK Take a while", 60)
         started = time.monotonic()
         code, doc = cli.json("up", str(base))
         refused_in = time.monotonic() - started

@@ -239,33 +239,45 @@ def clock_offset(remote_epoch: float, local_before: float, local_after: float) -
 
 # --------------------------------------------------------------------------- versions
 
-# Printed as one JSON line. Imports stay inside try blocks so a broken torch still
-# reports the Python version and the reason.
+# Printed as one JSON line. torch is located and read, not imported: importing it costs
+# ~2 s of CPU per node (and on a shared 2-core rehearsal machine, 16 nodes' imports are
+# most of `up`). The version and CUDA come from torch/version.py, NCCL from the
+# nvidia-nccl wheel beside torch, which torch loads (none: NCCL is linked into torch).
 VERSIONS_SNIPPET = """\
-import json, platform
-out = {"python": platform.python_version()}
+import json, os, re, sys
+out = {"python": "%d.%d.%d" % sys.version_info[:3]}
 try:
-    import torch
+    from importlib import util
+    spec = util.find_spec("torch")
+    if spec is None or not spec.origin:
+        raise ModuleNotFoundError("No module named 'torch'")
+    try:
+        with open(os.path.join(os.path.dirname(spec.origin), "version.py")) as f:
+            text = f.read()
+    except OSError:  # not a wheel's layout: ask torch itself
+        import torch
+        version = getattr(torch, "version", None)
+        text = "__version__ = '%s'\\ncuda = '%s'\\n" % (torch.__version__, getattr(version, "cuda", None) or "")
+    found = re.search(r"^__version__\\s*=\\s*['\\"]([^'\\"]+)", text, re.M)
+    out["torch"] = found.group(1) if found else None
+    found = re.search(r"^cuda\\b[^=\\n]*=\\s*['\\"]([^'\\"]+)", text, re.M)
+    out["cuda"] = found.group(1) if found else None
+    out["nccl"] = None
+    if out["cuda"]:
+        out["nccl"] = "bundled"
+        site = os.path.dirname(os.path.dirname(spec.origin))
+        for entry in sorted(os.listdir(site)):
+            found = re.match(r"nvidia_nccl_cu\\d+-([\\w.]+)\\.dist-info$", entry)
+            if found:
+                out["nccl"] = found.group(1)
 except Exception as exc:
     out["error"] = "%s: %s" % (type(exc).__name__, exc)
-else:
-    out["torch"] = torch.__version__
-    out["cuda"] = torch.version.cuda
-    out["cuda_available"] = bool(torch.cuda.is_available())
-    out["gpu_count"] = torch.cuda.device_count() if out["cuda_available"] else 0
-    out["nccl"] = None
-    if out["cuda_available"]:
-        try:
-            v = torch.cuda.nccl.version()
-            out["nccl"] = ".".join(str(p) for p in v) if isinstance(v, tuple) else str(v)
-        except Exception as exc:
-            out["nccl_error"] = "%s: %s" % (type(exc).__name__, exc)
 print(json.dumps(out))
 """
 
 
 def versions_command(python: str = "python3") -> Command:
-    return Command(argv=(python, "-c", VERSIONS_SNIPPET), timeout=120.0)
+    return Command(argv=(python, "-c", VERSIONS_SNIPPET), timeout=60.0)
 
 
 @dataclass(frozen=True)

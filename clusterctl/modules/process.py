@@ -33,9 +33,12 @@ if command -v nvidia-smi >/dev/null 2>&1; then
     case " $ours " in *" $p "*) ;; *) foreign="$foreign $p"; show gpu "$p";; esac
   done
 fi
-for p in $(ss -ltnpH "sport = :$port" 2>/dev/null | grep -o 'pid=[0-9]*' | cut -d= -f2 | sort -u); do
-  case " $ours " in *" $p "*) ;; *) foreign="$foreign $p"; show port "$p";; esac
-done
+# `ss -p` reads every process's fds: only when something listens on the port at all
+if ss -ltnH "sport = :$port" 2>/dev/null | grep -q .; then
+  for p in $(ss -ltnpH "sport = :$port" 2>/dev/null | grep -o 'pid=[0-9]*' | cut -d= -f2 | sort -u); do
+    case " $ours " in *" $p "*) ;; *) foreign="$foreign $p"; show port "$p";; esac
+  done
+fi
 victims=""
 [ "$mode" = kill ] && victims="$ours"
 [ "$mode" = kill-foreign ] && victims="$ours $foreign"

@@ -1,6 +1,7 @@
 """The inventory YAML (CONTRACT.md's format) describing the sandbox's nodes."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -14,8 +15,13 @@ CONTAINER_OUTPUTS = "/workspace/output"
 JOB_COMMAND = ["examples/generate.py"]
 # The example job, shaped like Wan2.2's generate.py (same flags as inventory/local.yaml).
 JOB_ARGS = ["--task", "t2v-tiny", "--size", "64*48", "--frame_num", "8", "--ulysses_size", "{world_size}",
-            "--num_heads", "24", "--prompt", "{prompt}", "--save_file", "{outputs}/{run_id}.gif"]
-JOB_SHAPE = {"nproc_per_node": 2, "world_size_divides": 24}  # 24 heads: world sizes 2, 4, 6, 8 all fit
+            "--num_heads", "{heads}", "--prompt", "{prompt}", "--save_file", "{outputs}/{run_id}.gif"]
+NPROC_PER_NODE = 2
+
+
+def attention_heads(node_count: int) -> int:
+    """24 heads (world sizes 2, 4, 6, 8 all fit), more where the whole cluster's world size needs them."""
+    return math.lcm(24, NPROC_PER_NODE * node_count)
 
 
 def inventory(layout: Layout, nodes: Sequence[Node], image: Optional[str]) -> dict:
@@ -47,7 +53,9 @@ def inventory(layout: Layout, nodes: Sequence[Node], image: Optional[str]) -> di
         job = {"workdir": "/workspace", "command": list(JOB_COMMAND), "outputs": CONTAINER_OUTPUTS}
     else:
         job = {"workdir": str(REPO), "command": list(JOB_COMMAND), "outputs": str(layout.shared_outputs)}
-    job.update(args=list(JOB_ARGS), **JOB_SHAPE)
+    heads = attention_heads(len(nodes))
+    job.update(args=[a.replace("{heads}", str(heads)) for a in JOB_ARGS],
+               nproc_per_node=NPROC_PER_NODE, world_size_divides=heads)
     doc["rendezvous"] = {"port": 29500}
     doc["checks"] = {"ib": "auto", "shm_min": "128m", "disk_min": "256m"}
     doc["job"] = job

@@ -72,6 +72,11 @@ class Node:
         return self.dir / "hosts"
 
     @property
+    def bashrc(self) -> Path:
+        """What root's ~/.bashrc reads as on the node: Debian's stock file (see nodes.py)."""
+        return self.dir / "bashrc"
+
+    @property
     def sshd_config(self) -> Path:
         return self.dir / "sshd_config"
 
