@@ -59,6 +59,9 @@ def timed(argv: Sequence[str], env: Optional[Mapping[str, str]] = None, cwd: Opt
     """Run one command to completion; its wall time, CPU time (with all its children) and exit status."""
     before = _rusage_children()
     started = time.perf_counter()
+    if cwd is None:  # not the checkout: `python -m` puts the cwd first on sys.path, ahead of PYTHONPATH
+        WORK.mkdir(parents=True, exist_ok=True)
+        cwd = WORK
     try:
         done = subprocess.run([str(a) for a in argv], env=dict(env) if env else None, cwd=cwd,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
@@ -141,6 +144,14 @@ def ensure_bench_venv() -> Path:
 def _has_matplotlib(python: Path) -> bool:
     return python.exists() and subprocess.run([str(python), "-c", "import matplotlib"],
                                               capture_output=True).returncode == 0
+
+
+def compile_sources() -> None:
+    """Bytecode for clusterctl (and the before-fixes copy), even where PYTHONDONTWRITEBYTECODE is set."""
+    import compileall
+
+    for tree in [REPO / "clusterctl"] + ([BEFORE / "clusterctl"] if BEFORE else []):
+        compileall.compile_dir(str(tree), quiet=1)
 
 
 def clusterctl_env(state_dir: Path, before: bool = False) -> dict:

@@ -67,6 +67,7 @@ def main(argv=None) -> int:
     if args.report:
         return report.publish(common.load())
     bin_dir = common.ensure_bench_venv()
+    common.compile_sources()  # as after `pip install`: no process pays for compiling clusterctl's modules
     from clusterctl.sandbox import down, status, up
 
     if status()["up"] and not args.take_over:

@@ -32,6 +32,10 @@ _READ_SIZE = 1 << 16
 # Take everything a channel has buffered in one recv: paramiko's buffer drops what was read from
 # its front (`del buf[:n]`), so reading a full window in 64 KiB pieces costs O(window²) memmoves.
 _CHANNEL_READ = 1 << 30
+# With our chunk buffers (below) a bulk reader waits until this much is buffered (or the output
+# ends, or _FILL_WAIT_S passes) and takes it in one read.
+_CHUNKED_READ = 512 << 10
+_FILL_WAIT_S = 0.02
 DEAD_PEER_S = 10  # an SSH connection whose peer stays silent this long is dropped
 _known_hosts_lock = threading.Lock()
 
@@ -555,7 +559,7 @@ def _make_chunk_pipe(module):
     class ChunkPipe(base):
         def __init__(self):
             super().__init__()
-            self._chunks, self._size = [], 0
+            self._chunks, self._size, self._want = [], 0, 0
 
         def feed(self, data):
             with self._lock:
@@ -563,7 +567,23 @@ def _make_chunk_pipe(module):
                     self._event.set()
                 self._chunks.append(bytes(data) if not isinstance(data, bytes) else data)
                 self._size += len(data)
-                self._cv.notify_all()
+                if self._size >= self._want:
+                    self._cv.notify_all()
+
+        def wait_for(self, nbytes: int, timeout: float) -> None:
+            """Until `nbytes` are buffered, the channel's input ends, or `timeout` passes: a bulk
+            reader then wakes once per many packets instead of once per packet."""
+            with self._lock:
+                end = time.monotonic() + timeout
+                self._want = nbytes
+                try:
+                    while self._size < nbytes and not self._closed:
+                        remaining = end - time.monotonic()
+                        if remaining <= 0:
+                            break
+                        self._cv.wait(remaining)
+                finally:
+                    self._want = 0
 
         def read_ready(self):
             with self._lock:
@@ -752,6 +772,8 @@ class _ChannelStream:
         self.errors = _ssh_errors(host_name, cmd)
         self.poller = select.poll()
         self.poller.register(channel.fileno(), select.POLLIN)  # paramiko sets this pipe on new data and on EOF
+        chunked = _chunk_pipe_class and isinstance(getattr(channel, "in_buffer", None), _chunk_pipe_class)
+        self.read_size = _CHUNKED_READ if chunked else _CHANNEL_READ
 
     def next(self) -> Optional[tuple[str, bytes]]:
         """("stdout" | "stderr", data), or None at EOF. Raises _Deadline past the timeout."""
@@ -759,9 +781,11 @@ class _ChannelStream:
         with self.errors:
             while True:
                 if channel.recv_ready():
-                    return "stdout", channel.recv(_CHANNEL_READ)
+                    if self.read_size == _CHUNKED_READ:
+                        channel.in_buffer.wait_for(self.read_size, _FILL_WAIT_S)
+                    return "stdout", channel.recv(self.read_size)
                 if channel.recv_stderr_ready():
-                    return "stderr", channel.recv_stderr(_CHANNEL_READ)
+                    return "stderr", channel.recv_stderr(self.read_size)
                 if channel.eof_received or channel.closed:
                     if channel.recv_ready() or channel.recv_stderr_ready():
                         continue  # data that arrived just before the EOF

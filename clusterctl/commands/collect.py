@@ -31,8 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def execute(args, app) -> Outcome:
     from clusterctl import collect
     from clusterctl.diagnose import diagnose_path
-    from clusterctl.executor import Event, for_each_host
+    from clusterctl.executor import Background, Event, for_each_host, run_commands
     from clusterctl.models import HostResult, HostStatus
+    from clusterctl.transport import split_batch
 
     run_id = args.run or app.state.last_run_id()
     record = _read_record(app, run_id)
@@ -42,6 +43,7 @@ def execute(args, app) -> Outcome:
         dest.mkdir(parents=True, exist_ok=True, mode=0o700)
     except OSError as exc:
         raise UsageError(f"cannot create {dest}: {exc.strerror}", where="--dest", fix="choose a writable directory")
+    collect.keep_freed_buffers()
     manifest = collect.read_manifest(dest)
     digests: dict = {}  # sha256 of each unpacked file, computed while it was written
     secrets = collect.secret_values(inventory)
@@ -63,10 +65,18 @@ def execute(args, app) -> Outcome:
                 raise
             return HostResult(host.name, HostStatus.FAILED, message)
 
-    results = {**failed, **for_each_host([h for h in hosts if h.name in surveys], action, app.connections)}
+    reached = [h for h in hosts if h.name in surveys]
+    # the nodes' state at collection time, read on a second channel while the files stream
+    diagnostics = Background(reached, lambda t, h: run_commands(t, h, [collect.diag_command(inventory)]),
+                             app.connections)
+    results = {**failed, **for_each_host(reached, action, app.connections)}
     results = {h.name: results[h.name] for h in hosts}
+    diagnostics.wait(collect.DIAG_TIMEOUT_S + 10)
     app.renderer.stop_progress()
     try:
+        for name, diag in list(diagnostics.results.items()):
+            if diag.succeeded:
+                _write_diagnostics(dest / name, split_batch(diag.stdout), secrets)
         files = _finish_manifest(dest, manifest, digests)
     except OSError as exc:
         message = collect.local_write_failure(dest, exc)
@@ -222,7 +232,6 @@ def _collect_host(transport, host, inventory, run_id, dest, manifest, secrets, f
     _arrange_logs(host_dir, run_id, host.name, first_rank)
     if shared and fetch_outputs:
         _move_shared_outputs(host_dir, dest, run_id)
-    _write_diagnostics(host_dir, survey.diag, secrets)
     links = [f"{path} -> {target}" for path, target in survey.links
              if fetch_outputs or path.startswith(run_dir + "/")]
     note = f"; {len(links)} symlink(s) not followed: {', '.join(links[:5])}" if links else ""
