@@ -27,7 +27,8 @@ WORK = BENCH / "work"  # scratch: state dirs, inventories, collected files (giti
 RESULTS = BENCH / "results.json"
 PY = sys.executable
 # A copy of clusterctl from before the performance fixes (`--before DIR`, e.g. from
-# `git archive <commit> clusterctl | tar -x -C DIR`): measured as one more competitor.
+# `git archive <commit> clusterctl | tar -x -C DIR`, plus what it needed besides in DIR/deps:
+# `pip install --target DIR/deps fabric`): measured as one more competitor.
 BEFORE: Optional[Path] = Path(os.environ["BENCH_BEFORE"]) if os.environ.get("BENCH_BEFORE") else None
 BEFORE_LABEL = "clusterctl (before fixes)"
 BENCH_PACKAGES = ("ansible-core", "matplotlib")
@@ -158,8 +159,8 @@ def clusterctl_env(state_dir: Path, before: bool = False) -> dict:
     env = dict(os.environ, CLUSTERCTL_STATE=str(state_dir), NO_COLOR="1", COLUMNS="120")
     env.pop("CLUSTERCTL_SSH_CONFIG", None)
     env.pop("BENCH_BEFORE", None)
-    if before:
-        env["PYTHONPATH"] = str(BEFORE)  # ahead of the editable install's finder
+    if before:  # ahead of the editable install's finder; DIR/deps: what that version needed besides
+        env["PYTHONPATH"] = os.pathsep.join(str(p) for p in (BEFORE, BEFORE / "deps") if p.is_dir())
     return env
 
 

@@ -38,7 +38,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--keep", action="store_true", help="leave the sandbox up at the end")
     parser.add_argument("--report", action="store_true", help="only re-render the report from bench/results.json")
     parser.add_argument("--before", type=Path, default=None,
-                        help="a directory holding clusterctl/ from before the fixes: measured alongside")
+                        help="a directory holding clusterctl/ from before the fixes (and its extra dependencies in "
+                             "DIR/deps): measured alongside")
     args = parser.parse_args(argv)
     args.only = [s.strip() for s in args.only.split(",") if s.strip()]
     unknown = [s for s in args.only if s not in SECTIONS]

@@ -443,6 +443,15 @@ def test_versions_from_a_bare_traceback_or_a_missing_python():
     assert "not installed" in facts.parse_versions("bash: line 1: python3: command not found\n").error
 
 
+def test_versions_read_without_importing_torch_match_what_torch_reports_on_a_gpu_machine():
+    # Both captured on one H200 machine: the snippet's reading, and torch imported (NCCL from the runtime).
+    read = facts.parse_versions(fixture("versions/h200_read_not_imported.json"))
+    imported = json.loads(fixture("versions/h200_torch_imported.json"))
+    assert (read.torch, read.cuda, read.nccl) == (imported["torch"], imported["cuda"], imported["nccl"]) \
+        == ("2.11.0+cu130", "13.0", "2.28.9")
+    assert read.key == facts.parse_versions(fixture("versions/h100_torch_cu130.json")).key
+
+
 def test_versions_snippet_reads_torch_without_importing_it(tmp_path):
     # Run for real with this interpreter; a `torch` shadowing the real one proves no import happens.
     import subprocess
