@@ -131,10 +131,20 @@ def diag_sections(inventory: Inventory) -> list:
         ("dmesg.txt", Command(("sh", "-c", _KERNEL_EVENTS))),
         ("df-shm.txt", Command(in_container(inventory, ("df", "-B1", "/dev/shm")))),
     ]
-    if inventory.uses_container:
-        sections += [("docker-inspect.json", Command(("docker", "inspect", inventory.container.name))),
-                     ("env.txt", Command(in_container(inventory, ("env",))))]
+    if inventory.uses_container:  # env.txt comes from the inspect output (`with_container_env`)
+        sections.append(("docker-inspect.json", Command(("docker", "inspect", inventory.container.name))))
     return sections
+
+
+def with_container_env(sections: dict) -> dict:
+    """The diagnostics plus env.txt: the environment every process in the container starts with
+    (Config.Env of `docker inspect`), read without a `docker exec` (~90 ms of the node's CPU)."""
+    try:
+        inspected = json.loads(sections.get("docker-inspect.json") or "[]")
+        env = (inspected[0]["Config"]["Env"] or []) if inspected else None
+    except (ValueError, LookupError, TypeError):
+        env = None
+    return sections if env is None else {**sections, "env.txt": "".join(f"{line}\n" for line in env)}
 
 
 def _wrap(argv: tuple, container: Optional[str], timeout: float, interactive: bool = False) -> Command:

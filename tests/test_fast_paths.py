@@ -2,6 +2,7 @@
 buffers of SSH channels, streamed tar extraction with hashes, and collect-logs' one-round survey."""
 from __future__ import annotations
 
+import json
 import hashlib
 import io
 import os
@@ -170,3 +171,13 @@ def test_run_reading_hands_a_local_commands_output_to_the_consumer(tmp_path):
     assert result.ok and not refused and (tmp_path / "d" / "f.txt").read_bytes() == b"hello"
     failed, value = local.run_reading(Command(("sh", "-c", "exit 3")), lambda s: s.read())
     assert failed.exit_code == 3 and value is None
+
+
+def test_env_txt_is_the_containers_environment_from_docker_inspect():
+    inspected = json.dumps([{"Config": {"Env": ["PATH=/usr/bin", "MY_PASSWORD=hunter22", "NCCL_DEBUG=INFO"]}}])
+    sections = collect.with_container_env({"docker-inspect.json": inspected, "ip-addr.txt": "1: lo\n"})
+    assert sections["env.txt"] == "PATH=/usr/bin\nMY_PASSWORD=hunter22\nNCCL_DEBUG=INFO\n"
+    assert sections["ip-addr.txt"] == "1: lo\n"
+    missing = {"docker-inspect.json": "[]\nError: No such object: cc-job\n"}
+    assert collect.with_container_env(missing) == missing  # no container: no env.txt
+    assert "env.txt" not in collect.with_container_env({})  # no container in the inventory

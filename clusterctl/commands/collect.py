@@ -76,7 +76,7 @@ def execute(args, app) -> Outcome:
     try:
         for name, diag in list(diagnostics.results.items()):
             if diag.succeeded:
-                _write_diagnostics(dest / name, split_batch(diag.stdout), secrets)
+                _write_diagnostics(dest / name, collect.with_container_env(split_batch(diag.stdout)), secrets)
         files = _finish_manifest(dest, manifest, digests)
     except OSError as exc:
         message = collect.local_write_failure(dest, exc)
