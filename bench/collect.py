@@ -9,7 +9,8 @@ like an NFS mount, so two layouts are measured:
   stream), and three scps at once, one per node.
 - per node: `<outputs>/logs/<run_id>/<node>/blob.bin`, the node's own run directory,
   which collect-logs fetches from each node (what a cluster without shared storage
-  looks like). Competitor: three `scp -r` of those directories at once.
+  looks like). Competitors: three `scp -r` of those directories at once (the goal's
+  figure), and one `scp -r` naming all three (which copies them one after another).
 
 Every round starts from an empty destination. Throughput is blob bytes / wall time of
 the whole command (process start, listing, transfer, unpacking, manifest, diagnosis).
@@ -34,6 +35,12 @@ def write_blob(path: Path, mb: int = BLOB_MB) -> None:
 def scp_argv(sandbox, node, sources: list[str], dest: Path, recursive: bool = False) -> list[str]:
     return ["scp", "-q", *(["-r"] if recursive else []), *ssh_options(sandbox.identity_file, sandbox.known_hosts),
             *(f"root@{node.address}:{s}" for s in sources), str(dest)]
+
+
+def _scp_hosts_argv(sandbox, hosts, dirs, dest: Path) -> list[str]:
+    """One scp command naming every node's directory: scp copies them one after another."""
+    return ["scp", "-q", "-r", *ssh_options(sandbox.identity_file, sandbox.known_hosts),
+            *(f"root@{n.address}:{d}" for n, d in zip(hosts, dirs)), str(dest)]
 
 
 def _dest(work: Path, name: str) -> Path:
@@ -94,6 +101,7 @@ def measure(sandbox, state_dir: Path, run_id: str, reps: int, nodes: int = 3) ->
             **before,
             "scp -r, parallel": lambda: scp([scp_argv(sandbox, n, [str(d)], _dest(work, f"scp{i}"), recursive=True)
                                             for i, (n, d) in enumerate(zip(hosts, dirs))]),
+            "scp -r, one command": lambda: scp([_scp_hosts_argv(sandbox, hosts, dirs, _dest(work, "scp0"))]),
         })}
     finally:
         for d in dirs:

@@ -190,6 +190,10 @@ def verdicts(results: dict) -> list[tuple[str, str, str]]:
     out.append(("collect-logs ≥ 80 % of parallel scp throughput (per-node dirs)",
                 f"{scp / cc * 100:.0f} % ({cc:.2f} s vs {scp:.2f} s)" if cc and scp else "not measured",
                 (PASS if scp / cc >= 0.8 else FAIL) if cc and scp else NA))
+    one = _median(per, "scp -r, one command")
+    if cc and one:
+        out.append(("collect-logs (per-node dirs) vs one `scp -r` of the same three directories",
+                    f"{one / cc * 100:.0f} % ({cc:.2f} s vs {one:.2f} s)", "info"))
     shared = block.get("shared")
     cc, scp1, scpn = (_median(shared, t) for t in ("clusterctl collect-logs", "scp, 1 stream", "scp, parallel"))
     if cc and scp1 and scpn:

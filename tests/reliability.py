@@ -128,6 +128,16 @@ class Watched:
             time.sleep(0.05)
         return time.monotonic() - started
 
+    def wait_until(self, predicate, timeout: float, what: str):
+        """Poll `predicate` while clusterctl runs; AssertionError (with its stderr) when it exits or time is up."""
+        started = time.monotonic()
+        while not predicate():
+            if self.proc.poll() is not None:
+                raise AssertionError(f"clusterctl exited {self.proc.returncode} before {what}:\n{self.stderr[-3000:]}")
+            if time.monotonic() - started > timeout:
+                raise AssertionError(f"no {what} after {timeout}s:\n{self.stderr[-3000:]}")
+            time.sleep(0.05)
+
     def signal_and_wait(self, signum: int, timeout: float = 30) -> tuple[int, float]:
         """Send `signum`; (exit code, seconds until exit)."""
         sent = time.monotonic()

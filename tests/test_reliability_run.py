@@ -24,6 +24,8 @@ from reliability import Watched, slow_uplink
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
 
 NODES = ("node1", "node2", "node3")
+# collect-logs' tar on a node (sh execs it at once: the wrapper's "clusterctl-tar" name is gone by then)
+TAR_ON_A_NODE = "tar\0--null\0-T\0-\0"
 JOBS_DIR = "cc-rel-jobs"
 SECRETS = {  # name -> value, in every place an inventory can hold one
     "HF_TOKEN": "hf_reltoken_9f8e7d6c",  # job.env, a secret-looking name
@@ -175,14 +177,14 @@ def test_sigint_or_sigterm_mid_collect_leaves_no_partial_file_and_the_next_colle
                 watched = Watched(cli.popen("collect-logs", "-i", str(inventory), "--run", run_id, "--dest", str(dest),
                                             json_output=False))
                 try:
-                    wait_until(lambda: processes_with("clusterctl-tar"), 60, interval=0.05, what="a tar on node1")
+                    watched.wait_until(lambda: processes_with(TAR_ON_A_NODE), 60, what="a tar on node1")
                     time.sleep(1.0)  # bytes are flowing
                     code, took = watched.signal_and_wait(signum)
                 finally:
                     watched.kill()
             assert code == 130, watched.stderr[-2000:]
             assert took < 5
-            wait_until(lambda: not processes_with("clusterctl-tar"), 10, what="no tar left on the nodes")
+            wait_until(lambda: not processes_with(TAR_ON_A_NODE), 10, what="no tar left on the nodes")
             partial = [p for p in dest.rglob("*") if p.is_file() and (".part" in p.name or p.name.endswith(".tmp"))]
             assert not partial, partial
             copy = dest / "outputs" / run_id / "large-output.bin"
