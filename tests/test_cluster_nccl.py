@@ -25,7 +25,7 @@ def cli(sandbox, tmp_path_factory):
 def test_nccl_test_sweeps_three_nodes_over_gloo_with_exact_sums(sandbox, cli):
     code, doc = cli.json("nccl-test", "-i", str(sandbox.inventory_path), "--max-size", "1M", "--iters", "3",
                          "--warmup", "1")
-    assert code == 0, doc
+    assert code == 0, {k: doc.get(k) for k in ("error", "errors", "stages", "findings", "exit_code", "hosts")}
     assert doc["nnodes"] == 3 and doc["world_size"] == 6
     assert doc["sizes"] and all(size["correct"] for size in doc["sizes"])
     assert max(size["size"] for size in doc["sizes"]) == 1 << 20
@@ -39,7 +39,7 @@ def test_pairs_name_the_node_behind_a_slow_link(sandbox, cli):
                              "--min-size", "1M", "--iters", "3", "--warmup", "1")
     finally:
         sandbox.ns_exec("node3", ["tc", "qdisc", "del", "dev", "eth0", "root"], check=False)
-    assert len(doc["pairs"]) == 3, doc
+    assert len(doc.get("pairs") or ()) == 3, {k: doc.get(k) for k in ("error", "errors", "stages", "findings", "hosts")}
     assert doc["slowest_node"] == "node3", doc
     slowest_pair = doc["pairs"][0]
     assert "node3" in str(slowest_pair)
