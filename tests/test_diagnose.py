@@ -199,6 +199,17 @@ def test_gpu_ordinal_fix_quotes_nproc_and_visible_gpus(tmp_path: Path):
     assert "nproc_per_node: auto or 1" in first.fix
 
 
+def test_gpu_ordinal_fix_counts_the_gpus_cuda_visible_devices_leaves(tmp_path: Path):
+    # nvidia-smi attaches 8; the container's CUDA_VISIBLE_DEVICES leaves the ranks 2
+    root = tmp_path / "run"
+    _write(root / "manifest.json", json.dumps({"nproc_per_node": 4}))
+    _write(root / "n1" / "logs" / "n1-r2.log", "RuntimeError: CUDA error: invalid device ordinal\n")
+    _write(root / "n1" / "diag" / "nvidia-smi-q.txt", "Driver Version : 570.86.15\nAttached GPUs : 8\n")
+    _write(root / "n1" / "diag" / "env.txt", "PATH=/usr/bin\nCUDA_VISIBLE_DEVICES=0,1\n")
+    first = diagnose_path(root)[0]
+    assert first.fix.startswith("job.nproc_per_node (4) exceeds the 2 GPUs this node exposes"), first.fix
+
+
 # --------------------------------------------------------------------------- formats
 
 

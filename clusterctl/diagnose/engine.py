@@ -210,15 +210,25 @@ def _node_diagnostics(root: Path) -> dict:
         files = {p.name: _read(p) for p in diag.iterdir() if p.is_file()}
         smi = files.get("nvidia-smi-q.txt", "")
         inspect = files.get("docker-inspect.json", "")
+        env = fmt.env_vars(files.get("env.txt", ""))
         nodes[diag.parent.name] = {
             **{k: v for k, v in _context_from_text(smi).items() if k in ("gpus", "driver")},
+            **_visible_gpus(env.get("CUDA_VISIBLE_DEVICES")),
             "shm_bytes": fmt.shm_size_bytes(files.get("df-shm.txt", "")) or fmt.docker_shm_bytes(inspect),
-            "env": fmt.env_vars(files.get("env.txt", "")),
+            "env": env,
             "ifaces": fmt.interface_names(files.get("ip-addr.txt", "")),
             "image": fmt.docker_image_id(inspect),
             "fabric": FABRIC_NOT_READY.search(smi),
         }
     return nodes
+
+
+def _visible_gpus(cuda_visible_devices: Optional[str]) -> dict:
+    """The GPUs the container's CUDA_VISIBLE_DEVICES leaves to the ranks, which is what an
+    "invalid device ordinal" is about, however many nvidia-smi attaches ({} when unset)."""
+    if cuda_visible_devices is None or cuda_visible_devices.strip().lower() in ("", "all"):
+        return {}
+    return {"gpus": str(len([d for d in cuda_visible_devices.split(",") if d.strip()]))}
 
 
 def _join_node_diagnostics(scan: Scan) -> None:
