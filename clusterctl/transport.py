@@ -32,8 +32,8 @@ _READ_SIZE = 1 << 16
 # Take everything a channel has buffered in one recv: paramiko's buffer drops what was read from
 # its front (`del buf[:n]`), so reading a full window in 64 KiB pieces costs O(window²) memmoves.
 _CHANNEL_READ = 1 << 30
-# With our chunk buffers (below) a bulk reader waits until this much is buffered (or the output
-# ends, or _FILL_WAIT_S passes) and takes it in one read.
+# With our chunk buffers (below) reads take at most this much; a bulk reader (run_reading) waits
+# until it is buffered (or the output ends, or _FILL_WAIT_S passes) and takes it in one read.
 _CHUNKED_READ = 512 << 10
 _FILL_WAIT_S = 0.02
 DEAD_PEER_S = 10  # an SSH connection whose peer stays silent this long is dropped
@@ -272,7 +272,7 @@ class SSHTransport(_Runs):
         """Streams: `consume` reads the output as it arrives, in this thread (no spool file)."""
         start = time.monotonic()
         err = _LineSplitter("stderr", None)
-        stream = self._start(cmd)
+        stream = self._start(cmd, bulk=True)
         reader = _StdoutReader(stream, err.feed, on_bytes)
         value = None
         try:
@@ -286,7 +286,7 @@ class SSHTransport(_Runs):
             stream.close()
         return CommandResult(code, "", err.finish(), time.monotonic() - start, timed_out), value
 
-    def _start(self, cmd: Command) -> "_ChannelStream":
+    def _start(self, cmd: Command, bulk: bool = False) -> "_ChannelStream":
         deadline = time.monotonic() + cmd.timeout if cmd.timeout else None
         with _ssh_errors(self.host.name, cmd):
             open_timeout = min(self.host.ssh.connect_timeout, cmd.timeout or self.host.ssh.connect_timeout)
@@ -301,7 +301,7 @@ class SSHTransport(_Runs):
                 channel.sendall(cmd.stdin)
             if not cmd.stdin_open:
                 channel.shutdown_write()
-        return _ChannelStream(channel, deadline, self.host.name, cmd)
+        return _ChannelStream(channel, deadline, self.host.name, cmd, bulk)
 
     # ---- a TCP connect from the node
     def connect_tcp(self, address: str, port: int, timeout: float) -> Optional[str]:
@@ -767,13 +767,15 @@ class _ssh_errors:
 class _ChannelStream:
     """The output of one running channel, chunk by chunk, until EOF, then its exit status."""
 
-    def __init__(self, channel, deadline: Optional[float], host_name: str, cmd: Command):
+    def __init__(self, channel, deadline: Optional[float], host_name: str, cmd: Command, bulk: bool = False):
         self.channel, self.deadline = channel, deadline
         self.errors = _ssh_errors(host_name, cmd)
         self.poller = select.poll()
         self.poller.register(channel.fileno(), select.POLLIN)  # paramiko sets this pipe on new data and on EOF
         chunked = _chunk_pipe_class and isinstance(getattr(channel, "in_buffer", None), _chunk_pipe_class)
         self.read_size = _CHUNKED_READ if chunked else _CHANNEL_READ
+        # a bulk reader (run_reading) waits for a full read; a command's lines pass on at once
+        self.fill = bool(chunked and bulk)
 
     def next(self) -> Optional[tuple[str, bytes]]:
         """("stdout" | "stderr", data), or None at EOF. Raises _Deadline past the timeout."""
@@ -781,7 +783,7 @@ class _ChannelStream:
         with self.errors:
             while True:
                 if channel.recv_ready():
-                    if self.read_size == _CHUNKED_READ:
+                    if self.fill:
                         channel.in_buffer.wait_for(self.read_size, _FILL_WAIT_S)
                     return "stdout", channel.recv(self.read_size)
                 if channel.recv_stderr_ready():
