@@ -26,9 +26,13 @@ from clusterctl.placement import in_container
 from clusterctl.topology import Topology
 from clusterctl.transport import remote_argv
 
-# Writes stdin to "$1/$2" through a temporary name and a rename: nodes sharing one
+# Writes stdin to "$1/$2" through a temporary file and a rename: nodes sharing one
 # filesystem may write the same file at once, and a rank never reads a half-written one.
-_PUT_FILE = 'umask 022; mkdir -p "$1" && cat > "$1/.$2.$$" && mv -f "$1/.$2.$$" "$1/$2"'
+# The temporary name comes from mktemp (O_EXCL), not `$$`: containers have PID namespaces
+# of their own, so shells on different nodes share PIDs, and with them a `.name.$$` file.
+_PUT_FILE = r'''umask 022; mkdir -p "$1" && tmp=$(mktemp "$1/.$2.XXXXXX") || exit 1
+cat > "$tmp" && chmod 644 "$tmp" && mv -f "$tmp" "$1/$2" && exit 0
+rm -f "$tmp"; exit 1'''
 _FILE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 

@@ -8,6 +8,10 @@ How a node runs its part of a job (all files in the node's run dir,
   session (`docker exec -d`, or `setsid -f` on the host), so a closed SSH session never
   kills the job (the `sighup_session_closed` class). It writes `agent.pid`, sends
   torchrun's output to `agent.log`, and `agent.exit` when torchrun ends.
+- Only torchrun and its ranks get the job's environment (with the marker, see
+  modules/process.py), not the wrapper: stopping a run kills what carries the marker, and
+  the wrapper then still writes `agent.exit` and ends, leaving nothing marked behind (its
+  own `sleep 1` once outlived a stop and made the next run see "a run in progress").
 - The lease: the controller touches `lease` every poll. If it goes silent for
   `lease_s` seconds (controller killed, node cut off), the wrapper stops the node's
   ranks by itself: no node waits forever for peers that are gone.
@@ -23,10 +27,9 @@ _WRAPPER = r'''
 dir=$1 lease=$2 workdir=$3; shift 3
 mkdir -p "$dir" || exit 1
 exec </dev/null >>"$dir/agent.log" 2>&1
-while IFS= read -r kv; do export "$kv"; done < "$dir/env"
 if [ -n "$workdir" ] && ! cd "$workdir"; then echo 127 > "$dir/agent.exit"; exit 1; fi
 touch "$dir/lease"
-setsid "$@" &
+( while IFS= read -r kv; do export "$kv"; done < "$dir/env"; exec setsid "$@" ) &
 pid=$!
 echo "$pid" > "$dir/agent.pid"
 alive() { s=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -c1); [ -n "$s" ] && [ "$s" != Z ]; }

@@ -1,0 +1,78 @@
+"""The node-side shell pieces a run is made of, run for real on this machine: the torchrun
+wrapper with its marker-scoped stop, and the file put that nodes sharing one filesystem
+run at the same moment."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from clusterctl.models import Host, Inventory, JobSpec, RendezvousSpec
+from clusterctl.modules import process, torchrun
+from clusterctl.runner import put_file_command
+
+
+def _inventory(name: str) -> Inventory:
+    return Inventory(name=name, hosts=(Host("n1", "127.0.0.1"),), rendezvous=RendezvousSpec(port=1),
+                     job=JobSpec(command=("job",), nproc_per_node=1, outputs="/out"))
+
+
+def _run(command, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(command.argv, input=command.stdin, capture_output=True, timeout=30, **kwargs)
+
+
+def _wait_for(path: Path, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
+
+
+def test_a_stopped_run_leaves_nothing_that_carries_the_marker(tmp_path):
+    """Stop kills what carries the marker; the wrapper (unmarked) then writes agent.exit and ends.
+    Its own `sleep 1` once carried the marker, outlived the stop and refused the next run."""
+    cluster = f"wrapper-test-{uuid.uuid4().hex[:8]}"
+    inventory, run_dir = _inventory(cluster), tmp_path / "run"
+    env = (*process.marker_env(cluster, "n1", "r1"), ("GREETING", "hello world"))
+    assert _run(torchrun.write_env_command(inventory, str(run_dir), env)).returncode == 0
+    job = ("sh", "-c", 'echo "$GREETING"; exec sleep 60')
+    assert _run(torchrun.start_command(inventory, str(run_dir), job)).returncode == 0
+    _wait_for(run_dir / "agent.pid")
+    scan = process.scan_command(cluster, "n1", 1, "list")
+    deadline = time.monotonic() + 10
+    while not process.parse_scan(_run(scan, text=True).stdout)["ours"]:
+        assert time.monotonic() < deadline, "the job never showed up with its marker"
+        time.sleep(0.05)
+    ours = process.parse_scan(_run(scan, text=True).stdout)["ours"]
+    assert [p["pid"] for p in ours] == [int((run_dir / "agent.pid").read_text())]  # the job alone, not the wrapper
+
+    assert _run(process.scan_command(cluster, "n1", 1, "kill", "r1")).returncode == 0
+    _wait_for(run_dir / "agent.exit")
+    assert int((run_dir / "agent.exit").read_text()) != 0
+    assert process.parse_scan(_run(scan, text=True).stdout)["ours"] == []
+    assert "hello world" in (run_dir / "agent.log").read_text()
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare(1)")
+def test_nodes_whose_shells_share_a_pid_put_the_same_file_at_once(tmp_path):
+    """Containers on different nodes have PID namespaces of their own, so their shells share
+    PIDs: a temporary name made of `$$` collided, and all but one node failed with
+    "mv: cannot stat". Here each writer runs as PID 1 of its own PID namespace."""
+    data = os.urandom(4 << 20)
+    command = put_file_command(_inventory("t"), str(tmp_path / "files"), "bench.py", data)
+    for _ in range(3):
+        writers = [subprocess.Popen(["unshare", "--pid", "--fork", *command.argv], stdin=subprocess.PIPE,
+                                    stderr=subprocess.PIPE) for _ in range(3)]
+        for writer in writers:
+            writer.stdin.write(data)
+            writer.stdin.close()
+        failures = [writer.stderr.read().decode() for writer in writers if writer.wait(30) != 0]
+        assert failures == []
+    assert os.listdir(tmp_path / "files") == ["bench.py"]
+    assert (tmp_path / "files" / "bench.py").read_bytes() == data
+    assert (tmp_path / "files" / "bench.py").stat().st_mode & 0o777 == 0o644
