@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from clusterctl.facts import parse_df
 from clusterctl_helpers import (CONTAINER_OUTPUTS, FIXTURE_JOBS, Cli, container_of, stop, variant,
                                 wait_until)
 
@@ -87,7 +88,8 @@ def test_collect_gets_logs_outputs_and_diagnostics_once_with_a_manifest_and_no_s
         agent_log = (dest / host / "logs" / f"{host}-agent.log").read_text()
         assert f"[{host} rank{rank}]: [faults rank {rank}] all_reduce: 3" in agent_log  # torchrun's copy
         diag = dest / host / "diag"
-        assert "/dev/shm" in (diag / "df-shm.txt").read_text()
+        shm = parse_df((diag / "df-shm.txt").read_text())  # read from the host, not by a docker exec
+        assert shm.mount == "/dev/shm" and shm.size_bytes == 256 << 20, (diag / "df-shm.txt").read_text()
         assert "198.18.0." in (diag / "ip-addr.txt").read_text()
         assert json.loads((diag / "docker-inspect.json").read_text())[0]["Name"] == "/cc-sandbox"
         assert "MY_PASSWORD=***" in (diag / "env.txt").read_text()

@@ -76,3 +76,37 @@ def test_nodes_whose_shells_share_a_pid_put_the_same_file_at_once(tmp_path):
     assert os.listdir(tmp_path / "files") == ["bench.py"]
     assert (tmp_path / "files" / "bench.py").read_bytes() == data
     assert (tmp_path / "files" / "bench.py").stat().st_mode & 0o777 == 0o644
+
+
+def _fake_docker(tmp_path: Path, pid: str) -> dict:
+    """A `docker` on PATH that answers `inspect -f` with `pid` and `exec` with a df of its own."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "docker"
+    script.write_text(f'#!/bin/sh\ncase "$1" in\n  inspect) echo "{pid}";;\n'
+                      '  exec) echo "Filesystem 1B-blocks Used Available Use% Mounted on"; '
+                      'echo "shm 111 0 111 0% /dev/shm";;\nesac\n')
+    script.chmod(0o755)
+    return dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}")
+
+
+def test_a_containers_shm_is_read_from_the_host_through_its_pid(tmp_path):
+    from clusterctl.collect import _CONTAINER_SHM
+    from clusterctl.facts import parse_df
+
+    env = _fake_docker(tmp_path, str(os.getpid()))  # this process: its /dev/shm is the host's
+    out = subprocess.run(["sh", "-c", _CONTAINER_SHM, "shm", "ctr"], env=env, capture_output=True, text=True,
+                         check=True).stdout
+    usage, fs = parse_df(out), os.statvfs("/dev/shm")
+    assert usage.mount == "/dev/shm" and usage.size_bytes == fs.f_frsize * fs.f_blocks
+    assert usage.avail_bytes == fs.f_frsize * fs.f_bavail
+
+
+def test_without_the_containers_pid_the_shm_is_read_by_docker_exec(tmp_path):
+    from clusterctl.collect import _CONTAINER_SHM
+    from clusterctl.facts import parse_df
+
+    env = _fake_docker(tmp_path, "")  # inspect found nothing (or /proc/PID/root is not ours to read)
+    out = subprocess.run(["sh", "-c", _CONTAINER_SHM, "shm", "ctr"], env=env, capture_output=True, text=True,
+                         check=True).stdout
+    assert parse_df(out).size_bytes == 111

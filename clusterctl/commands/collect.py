@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import re
 import secrets as random_tokens
-import tarfile
 import time
 from pathlib import Path
 
@@ -182,6 +181,7 @@ def _collect_host(transport, host, inventory, run_id, dest, manifest, secrets, f
     from clusterctl import collect
     from clusterctl.executor import Event
     from clusterctl.models import HostResult, HostStatus
+    from clusterctl.tarstream import DamagedStream
 
     base, container = collect.where_files_are(inventory, inventory.job.outputs)
     run_dir = f"logs/{run_id}/{host.name}"
@@ -206,7 +206,7 @@ def _collect_host(transport, host, inventory, run_id, dest, manifest, secrets, f
         def unpack(stream):
             try:
                 return collect.extract_stream(stream, staging, secrets, digests)
-            except tarfile.TarError as exc:  # judged after the exit status: tar's own failure explains it better
+            except DamagedStream as exc:  # judged after the exit status: tar's own failure explains it better
                 return exc
 
         try:
@@ -221,7 +221,7 @@ def _collect_host(transport, host, inventory, run_id, dest, manifest, secrets, f
         if not result.ok:
             return HostResult(host.name, HostStatus.FAILED, f"tar on the node failed: {result.stderr.strip()[-300:]}"
                               + (" (timed out)" if result.timed_out else ""))
-        if isinstance(unpacked, tarfile.TarError):
+        if isinstance(unpacked, DamagedStream):
             return HostResult(host.name, HostStatus.FAILED, f"the tar stream from the node is damaged: {unpacked}")
         written, refused = unpacked
         fetched = done[0]
