@@ -18,6 +18,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
+from clusterctl import __version__
+
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 # command name -> (module under clusterctl.commands, one-line help)
@@ -69,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="clusterctl",
         description="Run distributed PyTorch jobs on bare-metal GPU nodes over SSH and Docker.",
     )
-    parser.add_argument("--version", action="version", version="clusterctl 0.1.0")
+    parser.add_argument("--version", action="version", version=f"clusterctl {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():
         command_parser = sub.add_parser(name, help=help_text, description=help_text)

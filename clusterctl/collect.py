@@ -78,13 +78,12 @@ def in_place(argv: tuple, container: Optional[str]) -> tuple:
 
 @dataclass(frozen=True)
 class Survey:
-    """What one round trip to a node found: its files (None: the listing failed), which of the
-    asked-about run directories exist there, and its diagnostics (file name -> text)."""
+    """What one round trip to a node found: its files (None: the listing failed) and which of the
+    asked-about run directories exist there."""
 
     files: Optional[list]
     listing_error: str
     run_dirs: frozenset
-    diag: dict
     links: tuple = ()  # (path, target) of symbolic links: reported, not followed
 
 
@@ -110,8 +109,7 @@ def parse_survey(stdout: str) -> Survey:
     done = bool(lines) and lines[-1] == LISTED
     files = parse_listing("\n".join(lines[:-1])) if done else None
     dirs = frozenset(line for line in sections.pop("clusterctl-run-dirs", "").splitlines() if line)
-    return Survey(files, "" if done else (listing.strip()[-300:] or "no output"), dirs, sections,
-                  tuple(parse_links(listing)))
+    return Survey(files, "" if done else (listing.strip()[-300:] or "no output"), dirs, tuple(parse_links(listing)))
 
 
 DIAG_TIMEOUT_S = 120

@@ -48,7 +48,7 @@ class Member:
 
 class TarStream:
     """Iterate the members of the tar stream `read(n)` delivers (b"" at its end); for each,
-    `data()` yields its bytes as memoryviews (valid until the next read). Data a caller does not
+    `data()` yields its bytes as memoryviews of the chunks as they were read. Data a caller does not
     take is skipped."""
 
     def __init__(self, read: Callable[[int], bytes]):

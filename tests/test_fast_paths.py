@@ -51,6 +51,29 @@ def test_the_first_key_of_a_type_wins_and_a_changed_file_is_read_again(tmp_path)
     assert [k.get_base64() for k in transport._known_keys(path, "10.0.0.1")] == [KEY_B]
 
 
+def _keygen(path, passphrase: str = "") -> None:
+    import subprocess
+
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", passphrase, "-f", str(path)], check=True)
+
+
+def test_a_private_key_is_read_once_per_process_and_again_when_it_changes(tmp_path):
+    plain, locked, certified = tmp_path / "plain", tmp_path / "locked", tmp_path / "certified"
+    _keygen(plain)
+    _keygen(locked, "a passphrase")
+    _keygen(certified)
+    (tmp_path / "certified-cert.pub").write_text("a certificate beside it\n")
+    paths = [str(tmp_path / "missing"), str(locked), str(certified), str(plain)]
+    path, key = transport._first_loadable_key(paths)  # the locked and the certified key: paramiko's own way
+    assert path == str(plain) and key.get_name() == "ssh-ed25519"
+    assert transport._first_loadable_key(paths)[1] is key  # not read again
+    plain.unlink()
+    _keygen(plain)
+    path, again = transport._first_loadable_key(paths)
+    assert path == str(plain) and again.get_base64() != key.get_base64()
+    assert transport._first_loadable_key([str(locked)]) == (None, None)
+
+
 @pytest.mark.parametrize("spec, parsed", [
     ("bastion", (None, "bastion", None)),
     ("ops@bastion:2222", ("ops", "bastion", 2222)),
@@ -133,20 +156,19 @@ def test_a_streamed_tar_is_unpacked_safely_masked_and_hashed_on_the_way(tmp_path
     assert collect._identity(moved.stat()) in digests
 
 
-def test_the_survey_reads_the_listing_the_run_directories_and_the_diagnostics():
+def test_the_survey_reads_the_listing_and_the_run_directories():
     stdout = (f"{transport.BATCH_MARK}clusterctl-listing\n12\t1700000000.5\tlogs/r/n1/agent.log\n"
               f"{collect.LISTED}\n{transport.BATCH_MARK}clusterctl-run-dirs\nlogs/r/n1\nlogs/r/n2\n"
               f"{transport.BATCH_MARK}ip-addr.txt\n1: lo\n")
     survey = collect.parse_survey(stdout)
     assert [(f.path, f.size) for f in survey.files] == [("logs/r/n1/agent.log", 12)]
     assert survey.run_dirs == {"logs/r/n1", "logs/r/n2"}
-    assert survey.diag == {"ip-addr.txt": "1: lo\n"}
     broken = collect.parse_survey(f"{transport.BATCH_MARK}clusterctl-listing\nError: No such container\n")
     assert broken.files is None and "No such container" in broken.listing_error
 
 
 def _survey(dirs):
-    return collect.Survey([], "", frozenset(dirs), {})
+    return collect.Survey([], "", frozenset(dirs))
 
 
 @pytest.mark.parametrize("seen, expected", [
