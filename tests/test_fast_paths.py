@@ -12,6 +12,7 @@ import time
 import pytest
 
 from clusterctl import collect, transport
+from clusterctl.transport import paramiko_setup, ssh_files
 from clusterctl.commands.collect import _shared_by_run_dirs
 from clusterctl.models import Command, Host
 
@@ -26,7 +27,7 @@ def _known_hosts(tmp_path, lines):
 
 
 def test_known_hosts_lookup_matches_plain_bracketed_and_hashed_names(tmp_path):
-    paramiko = transport._paramiko()
+    paramiko = paramiko_setup._paramiko()
     hashed = paramiko.HostKeys.hash_host("10.0.0.3")
     path = _known_hosts(tmp_path, [
         f"10.0.0.1,node1 ssh-ed25519 {KEY_A}",
@@ -35,20 +36,20 @@ def test_known_hosts_lookup_matches_plain_bracketed_and_hashed_names(tmp_path):
         "# a comment",
         "@cert-authority *.example ssh-ed25519 " + KEY_B,
     ])
-    assert [k.get_base64() for k in transport._known_keys(path, "10.0.0.1")] == [KEY_A]
-    assert [k.get_base64() for k in transport._known_keys(path, "node1")] == [KEY_A]
-    assert [k.get_base64() for k in transport._known_keys(path, "[10.0.0.2]:2222")] == [KEY_B]
-    assert transport._known_keys(path, "10.0.0.2") == []
-    assert [k.get_base64() for k in transport._known_keys(path, "10.0.0.3")] == [KEY_A]
-    assert transport._known_keys(tmp_path / "missing", "10.0.0.1") == []
+    assert [k.get_base64() for k in ssh_files._known_keys(path, "10.0.0.1")] == [KEY_A]
+    assert [k.get_base64() for k in ssh_files._known_keys(path, "node1")] == [KEY_A]
+    assert [k.get_base64() for k in ssh_files._known_keys(path, "[10.0.0.2]:2222")] == [KEY_B]
+    assert ssh_files._known_keys(path, "10.0.0.2") == []
+    assert [k.get_base64() for k in ssh_files._known_keys(path, "10.0.0.3")] == [KEY_A]
+    assert ssh_files._known_keys(tmp_path / "missing", "10.0.0.1") == []
 
 
 def test_the_first_key_of_a_type_wins_and_a_changed_file_is_read_again(tmp_path):
     path = _known_hosts(tmp_path, [f"10.0.0.1 ssh-ed25519 {KEY_A}", f"10.0.0.1 ssh-ed25519 {KEY_B}"])
-    assert [k.get_base64() for k in transport._known_keys(path, "10.0.0.1")] == [KEY_A]
+    assert [k.get_base64() for k in ssh_files._known_keys(path, "10.0.0.1")] == [KEY_A]
     path.write_text(f"10.0.0.1 ssh-ed25519 {KEY_B}\n")
     os.utime(path, ns=(time.time_ns(), time.time_ns() + 10**9))
-    assert [k.get_base64() for k in transport._known_keys(path, "10.0.0.1")] == [KEY_B]
+    assert [k.get_base64() for k in ssh_files._known_keys(path, "10.0.0.1")] == [KEY_B]
 
 
 def _keygen(path, passphrase: str = "") -> None:
@@ -64,14 +65,14 @@ def test_a_private_key_is_read_once_per_process_and_again_when_it_changes(tmp_pa
     _keygen(certified)
     (tmp_path / "certified-cert.pub").write_text("a certificate beside it\n")
     paths = [str(tmp_path / "missing"), str(locked), str(certified), str(plain)]
-    path, key = transport._first_loadable_key(paths)  # the locked and the certified key: paramiko's own way
+    path, key = ssh_files._first_loadable_key(paths)  # the locked and the certified key: paramiko's own way
     assert path == str(plain) and key.get_name() == "ssh-ed25519"
-    assert transport._first_loadable_key(paths)[1] is key  # not read again
+    assert ssh_files._first_loadable_key(paths)[1] is key  # not read again
     plain.unlink()
     _keygen(plain)
-    path, again = transport._first_loadable_key(paths)
+    path, again = ssh_files._first_loadable_key(paths)
     assert path == str(plain) and again.get_base64() != key.get_base64()
-    assert transport._first_loadable_key([str(locked)]) == (None, None)
+    assert ssh_files._first_loadable_key([str(locked)]) == (None, None)
 
 
 @pytest.mark.parametrize("spec, parsed", [
@@ -81,24 +82,24 @@ def test_a_private_key_is_read_once_per_process_and_again_when_it_changes(tmp_pa
     ("[fd00::1]", (None, "fd00::1", None)),
 ])
 def test_proxy_jump_hops_are_read_like_openssh(spec, parsed):
-    assert transport._split_hop(spec) == parsed
+    assert ssh_files._split_hop(spec) == parsed
 
 
 def test_an_inventory_proxy_jump_becomes_hops_in_order(monkeypatch, tmp_path):
     config = tmp_path / "ssh_config"
     config.write_text("Host node7\n  HostName 10.0.0.7\n  User ops\n  IdentityFile ~/.ssh/n7\n")
     monkeypatch.setenv("CLUSTERCTL_SSH_CONFIG", str(config))
-    target = transport._resolve("node7", None, None, "a@jump1:2200,jump2")
+    target = ssh_files._resolve("node7", None, None, "a@jump1:2200,jump2")
     assert (target.hostname, target.port, target.user) == ("10.0.0.7", 22, "ops")
     assert target.identity_files == [os.path.expanduser("~/.ssh/n7")]
     assert [(j.hostname, j.port, j.user) for j in target.jumps][0] == ("jump1", 2200, "a")
     assert [j.hostname for j in target.jumps] == ["jump1", "jump2"]
     assert target.known_hosts_name == "10.0.0.7"
-    assert transport._resolve("10.0.0.8", "root", 2222, None).known_hosts_name == "[10.0.0.8]:2222"
+    assert ssh_files._resolve("10.0.0.8", "root", 2222, None).known_hosts_name == "[10.0.0.8]:2222"
 
 
 def test_chunk_buffers_return_what_was_fed_in_order_whole_or_in_parts():
-    pipe = transport._make_chunk_pipe(transport._paramiko().buffered_pipe)()
+    pipe = paramiko_setup._make_chunk_pipe(paramiko_setup._paramiko().buffered_pipe)()
     for part in (b"abc", b"defg", b"h"):
         pipe.feed(part)
     assert len(pipe) == 8 and pipe.read_ready()
@@ -106,7 +107,7 @@ def test_chunk_buffers_return_what_was_fed_in_order_whole_or_in_parts():
     assert pipe.read(4) == b"cdef"
     assert pipe.read(100) == b"gh"
     assert not pipe.read_ready()
-    with pytest.raises(transport._paramiko().buffered_pipe.PipeTimeout):
+    with pytest.raises(paramiko_setup._paramiko().buffered_pipe.PipeTimeout):
         pipe.read(10, timeout=0.01)
     pipe.feed(b"tail")
     assert pipe.empty() == b"tail"

@@ -1,0 +1,123 @@
+"""What every transport shares: the `Transport` interface, the argv actually run (env and
+cwd folded in), several commands in one round trip (batches), and output split into lines.
+"""
+from __future__ import annotations
+
+import shlex
+from typing import Any, BinaryIO, Callable, Optional, Protocol
+
+from clusterctl.models import Command, CommandResult, Host
+
+OnLine = Callable[[str, str], None]  # (stream "stdout"|"stderr", line without newline)
+
+
+DOCKER_API_VERSION = "1.41"  # Docker 20.10+; every engine we support speaks it
+
+
+class Transport(Protocol):
+    host: Host
+
+    def run(self, cmd: Command, on_line: Optional[OnLine] = None) -> CommandResult: ...
+
+    def run_to_sink(self, cmd: Command, sink: BinaryIO, on_bytes: Optional[Callable[[int], None]] = None) -> CommandResult: ...
+
+    def run_reading(self, cmd: Command, consume: Callable[[BinaryIO], Any],
+                    on_bytes: Optional[Callable[[int], None]] = None) -> tuple[CommandResult, Any]: ...
+
+    def connect_tcp(self, address: str, port: int, timeout: float) -> Optional[str]: ...
+
+    def docker(self): ...
+
+    def close(self) -> None: ...
+
+
+class TcpForwardingDisabled(Exception):
+    """The node's sshd refuses direct-tcpip channels (AllowTcpForwarding no)."""
+
+
+def remote_argv(cmd: Command) -> list[str]:
+    """The argv actually executed: env and cwd folded in without a shell around user data."""
+    argv = list(cmd.argv)
+    if cmd.cwd:
+        argv = ["sh", "-c", 'cd "$1" && shift && exec "$@"', "sh", cmd.cwd, *argv]
+    if cmd.env:
+        argv = ["env", *(f"{k}={v}" for k, v in cmd.env), *argv]
+    return argv
+
+
+BATCH_MARK = "@@@clusterctl-section "
+
+
+def batch_command(sections: "list[tuple[str, Command]]", timeout: float = 120.0) -> Command:
+    """Several commands in one round trip; each section's output (stdout+stderr) is kept apart.
+
+    Exit codes are not kept: facts judge their own output. Split with `split_batch`.
+    """
+    script = "\n".join(f"echo '{BATCH_MARK}{name}'; {shlex.join(remote_argv(cmd))} 2>&1" for name, cmd in sections)
+    return Command(("sh", "-c", script + "\nexit 0"), timeout=timeout)
+
+
+def split_batch(stdout: str) -> dict[str, str]:
+    sections: dict[str, list[str]] = {}
+    current = None
+    for line in stdout.splitlines():
+        if line.startswith(BATCH_MARK):
+            current = line[len(BATCH_MARK):].strip()
+            sections[current] = []
+        elif current is not None:
+            sections[current].append(line)
+    return {name: "\n".join(lines) + ("\n" if lines else "") for name, lines in sections.items()}
+
+
+class _Runs:
+    """run/run_to_sink on top of a transport's `_exec(cmd, on_stdout_bytes, on_stderr_bytes)`."""
+
+    def run(self, cmd: Command, on_line: Optional[OnLine] = None) -> CommandResult:
+        out, err = _LineSplitter("stdout", on_line), _LineSplitter("stderr", on_line)
+        result = self._exec(cmd, out.feed, err.feed)
+        return CommandResult(result.exit_code, out.finish(), err.finish(), result.duration, result.timed_out)
+
+    def run_to_sink(self, cmd: Command, sink: BinaryIO, on_bytes: Optional[Callable[[int], None]] = None) -> CommandResult:
+        err = _LineSplitter("stderr", None)
+
+        def write(data: bytes) -> None:
+            sink.write(data)
+            if on_bytes:
+                on_bytes(len(data))
+
+        result = self._exec(cmd, write, err.feed)
+        return CommandResult(result.exit_code, "", err.finish(), result.duration, result.timed_out)
+
+    def run_reading(self, cmd: Command, consume: Callable[[BinaryIO], Any],
+                    on_bytes: Optional[Callable[[int], None]] = None) -> tuple[CommandResult, Any]:
+        """Run `cmd` and hand its stdout to `consume(file)`; returns (result, what consume returned,
+        or None when the command failed or timed out). Here: spooled to a temporary file first;
+        SSHTransport streams instead."""
+        import tempfile
+
+        with tempfile.TemporaryFile() as spool:
+            result = self.run_to_sink(cmd, spool, on_bytes)
+            if not result.ok:
+                return result, None
+            spool.seek(0)
+            return result, consume(spool)
+
+
+class _LineSplitter:
+    def __init__(self, stream: str, on_line: Optional[OnLine]):
+        self.stream, self.on_line, self.partial, self.chunks = stream, on_line, "", []
+
+    def feed(self, data: bytes) -> None:
+        text = data.decode("utf-8", errors="replace")
+        self.chunks.append(text)
+        if self.on_line is None:
+            return
+        lines = (self.partial + text).split("\n")
+        self.partial = lines.pop()
+        for line in lines:
+            self.on_line(self.stream, line.rstrip("\r"))
+
+    def finish(self) -> str:
+        if self.on_line is not None and self.partial:
+            self.on_line(self.stream, self.partial)
+        return "".join(self.chunks)

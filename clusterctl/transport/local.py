@@ -1,0 +1,102 @@
+"""Commands on this machine, without SSH (`connection: local`)."""
+from __future__ import annotations
+
+import os
+import select
+import socket
+import subprocess
+import threading
+import time
+from typing import Optional
+
+from clusterctl.models import Command, CommandResult, Host
+from clusterctl.transport.base import DOCKER_API_VERSION, _Runs, remote_argv
+
+_READ_SIZE = 1 << 16
+
+
+class LocalTransport(_Runs):
+    """Runs commands on this machine, without SSH (`connection: local`)."""
+
+    def __init__(self, host: Host):
+        self.host = host
+        self._docker = None
+
+    def open(self) -> "LocalTransport":
+        return self
+
+    alive = True
+
+    def close(self) -> None:
+        if self._docker is not None:
+            self._docker.close()
+            self._docker = None
+
+    def connect_tcp(self, address: str, port: int, timeout: float) -> Optional[str]:
+        try:
+            socket.create_connection((address, port), timeout=timeout).close()
+        except OSError as exc:
+            return "timed out" if isinstance(exc, socket.timeout) else (exc.strerror or str(exc))
+        return None
+
+    def _exec(self, cmd: Command, on_out, on_err) -> CommandResult:
+        start = time.monotonic()
+        deadline = start + cmd.timeout if cmd.timeout else None
+        try:
+            proc = subprocess.Popen(
+                remote_argv(cmd),
+                stdin=subprocess.PIPE if cmd.stdin or cmd.stdin_open else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            on_err(f"{cmd.argv[0]}: {exc.strerror}\n".encode())
+            return CommandResult(127, "", "", time.monotonic() - start)
+        if cmd.stdin:
+            threading.Thread(target=_feed_stdin, args=(proc, cmd.stdin, not cmd.stdin_open), daemon=True).start()
+        timed_out = _pump_pipes(proc, on_out, on_err, deadline)
+        if timed_out:
+            proc.kill()
+        code = proc.wait()
+        if proc.stdin is not None:
+            proc.stdin.close()
+        return CommandResult(None if timed_out else code, "", "", time.monotonic() - start, timed_out)
+
+    def docker(self):
+        if self._docker is None:
+            import docker
+
+            self._docker = docker.DockerClient(
+                base_url=os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock"), version=DOCKER_API_VERSION
+            )
+        return self._docker
+
+
+def _feed_stdin(proc: subprocess.Popen, data: bytes, close: bool = True) -> None:
+    try:
+        proc.stdin.write(data)
+        proc.stdin.flush()
+        if close:
+            proc.stdin.close()
+    except (OSError, ValueError):  # the process exited (or its stdin was closed) meanwhile
+        pass
+
+
+def _pump_pipes(proc: subprocess.Popen, on_out, on_err, deadline: Optional[float]) -> bool:
+    poller = select.poll()
+    handlers = {proc.stdout.fileno(): on_out, proc.stderr.fileno(): on_err}
+    for fd in handlers:
+        poller.register(fd, select.POLLIN | select.POLLHUP)
+    while handlers:
+        wait = None if deadline is None else deadline - time.monotonic()
+        if wait is not None and wait <= 0:
+            return True
+        for fd, _event in poller.poll(None if wait is None else wait * 1000):
+            data = os.read(fd, _READ_SIZE)
+            if data:
+                handlers[fd](data)
+            else:
+                poller.unregister(fd)
+                del handlers[fd]
+    return False

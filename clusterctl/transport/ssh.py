@@ -1,0 +1,360 @@
+"""One persistent SSH connection per host, reused by every command of an invocation: commands on
+channels (streamed, or read by a consumer as they arrive), TCP connects made by the node's sshd,
+and Docker's engine API over the same connection.
+"""
+from __future__ import annotations
+
+import os
+import select
+import shlex
+import time
+from pathlib import Path
+from typing import Any, BinaryIO, Callable, Optional
+
+from clusterctl.errors import HostKeyError, UnreachableError
+from clusterctl.models import Command, CommandResult, Host
+from clusterctl.transport.base import DOCKER_API_VERSION, TcpForwardingDisabled, _LineSplitter, _Runs, remote_argv
+from clusterctl.transport.paramiko_setup import (_new_transport, _open_failures, _paramiko, _tcp_socket,
+                                                 _use_chunk_buffers)
+from clusterctl.transport.ssh_files import (_AcceptNewPolicy, _RejectPolicy, _Target, _first_loadable_key, _known_keys,
+                                            _resolve)
+
+# Take everything a channel has buffered in one recv: paramiko's buffer drops what was read from
+# its front (`del buf[:n]`), so reading a full window in 64 KiB pieces costs O(window²) memmoves.
+_CHANNEL_READ = 1 << 30
+
+
+# With our chunk buffers (below) reads take at most this much; a bulk reader (run_reading) waits
+# until it is buffered (or the output ends, or _FILL_WAIT_S passes) and takes it in one read.
+_CHUNKED_READ = 512 << 10
+
+
+_FILL_WAIT_S = 0.02
+
+
+class SSHTransport(_Runs):
+    """One persistent SSH connection to one host, reused by every command of an invocation."""
+
+    def __init__(self, host: Host):
+        self.host = host
+        self._client = None
+        self._jumps: list = []  # clients of ProxyJump hops, closed with this one
+        self._docker = None
+
+    # ---- connection
+    def open(self) -> "SSHTransport":
+        """Connect with paramiko directly (no Fabric: its import pulls in Invoke, ~50 ms per process).
+
+        ~/.ssh/config (HostName, User, Port, IdentityFile, ProxyJump, ProxyCommand) applies;
+        CLUSTERCTL_SSH_CONFIG names another file (tests, shared jump-host setups). Jump hosts
+        are verified against the same known_hosts and policy as the node itself.
+        """
+        ssh = self.host.ssh
+        target = _resolve(self.host.address, ssh.user, ssh.port, ssh.proxy_jump)
+        keys = ([os.path.expanduser(ssh.identity_file)] if ssh.identity_file else []) + target.identity_files
+        try:
+            sock = self._socket(target, keys)
+            self._client = _connect(target, sock, keys, self.host, look_for_keys=not ssh.identity_file)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _socket(self, target: "_Target", keys: list[str]):
+        """A TCP socket to the node, a channel through the jump hosts, or a ProxyCommand."""
+        ssh = self.host.ssh
+        if target.jumps:
+            via = None
+            for hop in target.jumps:  # first hop first; each later hop is reached through the previous
+                hop_sock = via.get_transport().open_channel(
+                    "direct-tcpip", (hop.hostname, hop.port), ("", 0), timeout=ssh.connect_timeout
+                ) if via else _tcp_socket(hop.hostname, hop.port, ssh.connect_timeout)
+                via = _connect(hop, hop_sock, keys + hop.identity_files, self.host, look_for_keys=True)
+                self._jumps.append(via)
+            try:
+                return via.get_transport().open_channel(
+                    "direct-tcpip", (target.hostname, target.port), ("", 0), timeout=ssh.connect_timeout)
+            except Exception as exc:  # paramiko.ChannelException: the jump host could not reach the node
+                raise UnreachableError(f"cannot reach {target.hostname}:{target.port} through "
+                                       f"{target.jumps[-1].hostname}: {exc}", where=self.host.name,
+                                       fix="check the address and that the jump host can reach it") from None
+        if target.proxy_command:
+            return _paramiko().ProxyCommand(target.proxy_command)
+        return _tcp_socket(target.hostname, target.port, ssh.connect_timeout)
+
+    @property
+    def _transport(self):
+        transport = self._client.get_transport() if self._client else None
+        if transport is None or not transport.is_active():
+            raise UnreachableError("the SSH connection was lost", where=self.host.name, fix="check the host and its network")
+        return transport
+
+    @property
+    def alive(self) -> bool:
+        """False once the connection is gone (closed, or dropped as a dead peer)."""
+        transport = self._client.get_transport() if self._client else None
+        return transport is not None and transport.is_active()
+
+    def close(self) -> None:
+        if self._docker is not None:
+            self._docker.close()
+            self._docker = None
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        for jump in reversed(self._jumps):
+            jump.close()
+        self._jumps = []
+
+    # ---- commands
+    def _exec(self, cmd: Command, on_out, on_err) -> CommandResult:
+        start = time.monotonic()
+        stream = self._start(cmd)
+        try:
+            while (chunk := stream.next()) is not None:
+                (on_out if chunk[0] == "stdout" else on_err)(chunk[1])
+            code, timed_out = stream.exit_status()
+        except _Deadline:
+            code, timed_out = None, True
+        finally:
+            stream.close()
+        return CommandResult(code, "", "", time.monotonic() - start, timed_out)
+
+    def run_reading(self, cmd: Command, consume: Callable[[BinaryIO], Any],
+                    on_bytes: Optional[Callable[[int], None]] = None) -> tuple[CommandResult, Any]:
+        """Streams: `consume` reads the output as it arrives, in this thread (no spool file)."""
+        start = time.monotonic()
+        err = _LineSplitter("stderr", None)
+        stream = self._start(cmd, bulk=True)
+        reader = _StdoutReader(stream, err.feed, on_bytes)
+        value = None
+        try:
+            value = consume(reader)
+            while reader.read(_CHANNEL_READ):  # what the consumer left (tar's end-of-archive padding)
+                pass
+            code, timed_out = stream.exit_status()
+        except _Deadline:
+            code, timed_out, value = None, True, None
+        finally:
+            stream.close()
+        return CommandResult(code, "", err.finish(), time.monotonic() - start, timed_out), value
+
+    def _start(self, cmd: Command, bulk: bool = False) -> "_ChannelStream":
+        deadline = time.monotonic() + cmd.timeout if cmd.timeout else None
+        with _ssh_errors(self.host.name, cmd):
+            open_timeout = min(self.host.ssh.connect_timeout, cmd.timeout or self.host.ssh.connect_timeout)
+            channel = self._transport.open_session(timeout=open_timeout)
+            _use_chunk_buffers(channel)  # before exec: no data has arrived yet
+            if self.host.ssh.forward_agent:  # off unless the inventory asks (ssh.forward_agent: true)
+                import paramiko.agent
+
+                paramiko.agent.AgentRequestHandler(channel)
+            channel.exec_command(shlex.join(remote_argv(cmd)))
+            if cmd.stdin:
+                channel.sendall(cmd.stdin)
+            if not cmd.stdin_open:
+                channel.shutdown_write()
+        return _ChannelStream(channel, deadline, self.host.name, cmd, bulk)
+
+    # ---- a TCP connect from the node
+    def connect_tcp(self, address: str, port: int, timeout: float) -> Optional[str]:
+        """Connect from this node to address:port and close again: None when it connected, else
+        why not. The node's sshd makes the connection (a direct-tcpip channel), so it leaves from
+        the node's own network stack and firewall, with no process started there. Raises
+        TcpForwardingDisabled where the node's sshd forbids such channels."""
+        paramiko = _paramiko()
+        transport = self._transport
+        failures = _open_failures(transport)
+        try:
+            channel = transport.open_channel("direct-tcpip", (address, port), ("127.0.0.1", 0), timeout=timeout)
+        except paramiko.ChannelException as exc:
+            if exc.code == 1:  # SSH_OPEN_ADMINISTRATIVELY_PROHIBITED
+                raise TcpForwardingDisabled(str(exc)) from None
+            return failures.pop() if failures else f"connect failed ({exc.text})"
+        except paramiko.SSHException:
+            if not transport.is_active():
+                raise UnreachableError("the SSH connection was lost", where=self.host.name,
+                                       fix="check the host and its network") from None
+            return f"timed out after {timeout:g} s"
+        channel.close()
+        return None
+
+    # ---- docker
+    def docker(self):
+        """A docker-py client whose API requests ride this SSH connection (`docker system dial-stdio`)."""
+        if self._docker is None:
+            self._docker = _docker_over_ssh(self._client, self.host.address)
+        return self._docker
+
+
+def _connect(target: _Target, sock, keys: list, host: Host, look_for_keys: bool):
+    """An authenticated SSHClient over `sock`, the host key verified against the inventory's known_hosts."""
+    paramiko = _paramiko()
+    first_path, first_key = _first_loadable_key(keys)
+    keys = [path for path in keys if path != first_path]  # tried after the loaded key, by paramiko
+    ssh = host.ssh
+    known_hosts = Path(os.path.expanduser(ssh.known_hosts))
+    client = paramiko.SSHClient()
+    for key in _known_keys(known_hosts, target.known_hosts_name):
+        client.get_host_keys().add(target.known_hosts_name, key.get_name(), key)
+    client.set_missing_host_key_policy(
+        _AcceptNewPolicy(known_hosts) if ssh.host_key_policy == "accept-new" else _RejectPolicy(known_hosts))
+    try:
+        client.connect(
+            target.hostname, target.port, username=target.user, sock=sock, timeout=None,
+            pkey=first_key, key_filename=keys or None, look_for_keys=look_for_keys,
+            allow_agent=ssh.forward_agent or look_for_keys, banner_timeout=ssh.connect_timeout,
+            auth_timeout=ssh.connect_timeout, transport_factory=_new_transport,
+        )
+    except HostKeyError:
+        client.close()
+        raise
+    except paramiko.BadHostKeyException as exc:
+        client.close()
+        raise HostKeyError(
+            f"host key for {target.hostname} CHANGED (got {exc.key.get_name()} "
+            f"{exc.key.get_fingerprint().hex()}, known_hosts has a different key): refusing to connect",
+            where=host.name,
+            fix=f"if the host was really reinstalled: ssh-keygen -f {known_hosts} -R {target.known_hosts_name}; "
+            "otherwise treat this as a possible man-in-the-middle",
+        ) from None
+    except paramiko.AuthenticationException as exc:
+        client.close()
+        raise UnreachableError(
+            f"authentication failed as {target.user}@{target.hostname}: {exc}",
+            where=host.name,
+            fix="check ssh.user and ssh.identity_file in the inventory (or the agent)",
+        ) from None
+    except (OSError, paramiko.SSHException, EOFError) as exc:
+        client.close()
+        raise UnreachableError(
+            f"cannot connect to {target.hostname}:{target.port}: {exc or type(exc).__name__}",
+            where=host.name,
+            fix="check that sshd runs there, the address/port in the inventory, and routing/firewalls",
+        ) from None
+    client.get_transport().set_keepalive(15)
+    return client
+
+
+def _docker_over_ssh(ssh_client, address: str):
+    import docker
+    from docker.transport.basehttpadapter import BaseHTTPAdapter
+    from docker.transport.sshconn import SSHConnectionPool
+
+    class ExistingSSHAdapter(BaseHTTPAdapter):
+        """Hands docker-py a pool of `docker system dial-stdio` channels on our connection."""
+
+        def __init__(self):
+            super().__init__()
+            self.pool = SSHConnectionPool(ssh_client=ssh_client, timeout=300, maxsize=4, host=address)
+
+        def get_connection(self, url, proxies=None):
+            return self.pool
+
+        def get_connection_with_tls_context(self, request, verify, proxies=None, cert=None):
+            return self.pool
+
+        def close(self):
+            self.pool.close()
+
+    api = docker.APIClient(base_url="tcp://127.0.0.1:9", version=DOCKER_API_VERSION, timeout=300)
+    adapter = ExistingSSHAdapter()
+    api.mount("http+docker://ssh", adapter)
+    api._custom_adapter = adapter
+    api.base_url = "http+docker://ssh"
+    client = docker.DockerClient.__new__(docker.DockerClient)
+    client.api = api
+    return client
+
+
+class _Deadline(Exception):
+    """The command's timeout passed while its output was being read."""
+
+
+class _ssh_errors:
+    """Connection problems while running a command -> UnreachableError (a consumer's own errors pass)."""
+
+    def __init__(self, host_name: str, cmd: Command):
+        self.host_name, self.cmd = host_name, cmd
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        if exc is None or isinstance(exc, (_Deadline, UnreachableError)):
+            return False
+        if isinstance(exc, (OSError, EOFError)):
+            raise UnreachableError(f"connection lost while running {self.cmd.argv[0]}: {exc}", where=self.host_name) from None
+        if type(exc).__module__.startswith("paramiko"):  # SSHException, ChannelException
+            raise UnreachableError(f"SSH error while running {self.cmd.argv[0]}: {exc}", where=self.host_name) from None
+        return False
+
+
+class _ChannelStream:
+    """The output of one running channel, chunk by chunk, until EOF, then its exit status."""
+
+    def __init__(self, channel, deadline: Optional[float], host_name: str, cmd: Command, bulk: bool = False):
+        self.channel, self.deadline = channel, deadline
+        self.errors = _ssh_errors(host_name, cmd)
+        self.poller = select.poll()
+        self.poller.register(channel.fileno(), select.POLLIN)  # paramiko sets this pipe on new data and on EOF
+        chunked = hasattr(getattr(channel, "in_buffer", None), "wait_for")  # our chunk buffer (paramiko_setup)
+        self.read_size = _CHUNKED_READ if chunked else _CHANNEL_READ
+        # a bulk reader (run_reading) waits for a full read; a command's lines pass on at once
+        self.fill = bool(chunked and bulk)
+
+    def next(self) -> Optional[tuple[str, bytes]]:
+        """("stdout" | "stderr", data), or None at EOF. Raises _Deadline past the timeout."""
+        channel = self.channel
+        with self.errors:
+            while True:
+                if channel.recv_ready():
+                    if self.fill:
+                        channel.in_buffer.wait_for(self.read_size, _FILL_WAIT_S)
+                    return "stdout", channel.recv(self.read_size)
+                if channel.recv_stderr_ready():
+                    return "stderr", channel.recv_stderr(self.read_size)
+                if channel.eof_received or channel.closed:
+                    if channel.recv_ready() or channel.recv_stderr_ready():
+                        continue  # data that arrived just before the EOF
+                    return None
+                wait = 1.0 if self.deadline is None else self.deadline - time.monotonic()
+                if wait <= 0:
+                    raise _Deadline()
+                self.poller.poll(min(wait, 1.0) * 1000)
+
+    def exit_status(self) -> tuple[Optional[int], bool]:
+        """(exit code, timed out) once the output has ended."""
+        remaining = None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
+        if self.channel.status_event.wait(remaining):
+            return self.channel.recv_exit_status(), False
+        return None, True
+
+    def close(self) -> None:
+        with self.errors:
+            self.channel.close()
+
+
+class _StdoutReader:
+    """A read-only file over a channel's stdout (stderr goes to `on_err`), for stream consumers."""
+
+    def __init__(self, stream: _ChannelStream, on_err, on_bytes):
+        self.stream, self.on_err, self.on_bytes = stream, on_err, on_bytes
+        self.chunk, self.pos = b"", 0
+
+    def read(self, size: int = -1) -> bytes:
+        while self.pos >= len(self.chunk):
+            item = self.stream.next()
+            if item is None:
+                return b""
+            if item[0] == "stderr":
+                self.on_err(item[1])
+                continue
+            self.chunk, self.pos = item[1], 0
+            if self.on_bytes:
+                self.on_bytes(len(self.chunk))
+        if size is None or size < 0 or (self.pos == 0 and size >= len(self.chunk)):
+            size = len(self.chunk) - self.pos
+        data = self.chunk[self.pos:self.pos + size] if (self.pos, size) != (0, len(self.chunk)) else self.chunk
+        self.pos += len(data)
+        return data
