@@ -12,10 +12,10 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import BinaryIO, Iterable, Optional
+from typing import BinaryIO, Callable, Iterable, Optional
 
 from clusterctl.models import MASK, Command, Inventory, looks_secret
-from clusterctl.placement import host_path, in_container
+from clusterctl.placement import host_path
 from clusterctl.tarstream import Member, TarStream
 from clusterctl.transport import batch_command, split_batch
 
@@ -299,21 +299,64 @@ def _write_member(tar: TarStream, member: Member, target: Path, secrets: set[str
     tmp = target.with_name(target.name + ".cc-part")
     digest = hashlib.sha256()
     try:
-        if secrets and member.size < 64 << 20:
-            data = mask_values(b"".join(bytes(piece) for piece in tar.data()), secrets)
-            digest.update(data)
-            tmp.write_bytes(data)
-        else:
-            with open(tmp, "wb") as handle:
+        with open(tmp, "wb") as handle:
+            def write(data) -> None:
+                digest.update(data)  # hashlib and write release the GIL: hosts hash in parallel
+                handle.write(data)
+
+            if secrets:
+                masking = StreamMask(secrets, write)
                 for piece in tar.data():
-                    digest.update(piece)  # hashlib and write release the GIL: hosts hash in parallel
-                    handle.write(piece)
+                    masking.write(bytes(piece))
+                masking.close()
+            else:
+                for piece in tar.data():
+                    write(piece)
         os.utime(tmp, (member.mtime, member.mtime))
         os.replace(tmp, target)
     except BaseException:  # a full disk, an interrupt: no half-written file stays behind
         tmp.unlink(missing_ok=True)
         raise
     return digest.hexdigest()
+
+
+class StreamMask:
+    """`mask_values` over a stream of pieces, for files of any size: a secret split between two
+    pieces is masked too. What could be the start of a secret is held back until the next piece."""
+
+    def __init__(self, secrets: set[str], write: Callable[[bytes], None]):
+        self.secrets = sorted({secret.encode() for secret in secrets}, key=len, reverse=True)
+        self.keep = max(len(secret) for secret in self.secrets) - 1
+        self.write_out = write
+        self.pending = b""
+
+    def write(self, data: bytes) -> None:
+        data = self.pending + data if self.pending else data
+        cut = self._safe_cut(data, max(0, len(data) - self.keep))
+        self.pending = data[cut:]
+        if cut:
+            self.write_out(self._mask(data[:cut]))
+
+    def close(self) -> None:
+        if self.pending:
+            self.write_out(self._mask(self.pending))
+        self.pending = b""
+
+    def _safe_cut(self, data: bytes, cut: int) -> int:
+        """`cut`, moved back to the start of any secret that would straddle it."""
+        moved = True
+        while moved and cut:
+            moved = False
+            for secret in self.secrets:
+                found = data.find(secret, max(0, cut - len(secret) + 1), cut + len(secret) - 1)
+                if found != -1 and found < cut < found + len(secret):
+                    cut, moved = found, True
+        return cut
+
+    def _mask(self, data: bytes) -> bytes:
+        for secret in self.secrets:
+            data = data.replace(secret, MASK.encode())
+        return data
 
 
 def _identity(stat: os.stat_result) -> tuple:

@@ -204,3 +204,36 @@ def test_env_txt_is_the_containers_environment_from_docker_inspect():
     missing = {"docker-inspect.json": "[]\nError: No such object: cc-job\n"}
     assert collect.with_container_env(missing) == missing  # no container: no env.txt
     assert "env.txt" not in collect.with_container_env({})  # no container in the inventory
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_secrets_are_masked_in_a_stream_of_any_chunking_even_across_pieces(seed):
+    import random
+
+    rng = random.Random(seed)
+    secrets = {"hunter2-long-password", "tok3n", "s3cret-value"}
+    parts = []
+    for _ in range(200):
+        parts.append(bytes(rng.getrandbits(8) for _ in range(rng.randint(0, 40))))
+        if rng.random() < 0.3:
+            parts.append(rng.choice(sorted(secrets)).encode())
+    data = b"".join(parts)
+    out = []
+    masking = collect.StreamMask(secrets, out.append)
+    pos = 0
+    while pos < len(data):
+        step = rng.choice([1, 2, 5, 7, 64, 4096])
+        masking.write(data[pos:pos + step])
+        pos += step
+    masking.close()
+    masked = b"".join(out)
+    assert masked == collect.mask_values(data, secrets)
+    assert not any(secret.encode() in masked for secret in secrets)
+
+
+def test_a_large_streamed_member_is_masked_too(tmp_path):
+    blob = os.urandom(3 << 20) + b"the token s3cret-value sits here" + os.urandom(1 << 20)
+    archive = _tar_bytes({"out/big.bin": blob})
+    written, _ = collect.extract_stream(_Trickle(archive, 100_000), tmp_path / "d", {"s3cret-value"})
+    data = (tmp_path / "d/out/big.bin").read_bytes()
+    assert b"s3cret-value" not in data and b"the token *** sits here" in data
