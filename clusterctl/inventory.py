@@ -4,7 +4,9 @@ Formats (auto-detected): clusterctl YAML (see CONTRACT.md), Ansible YAML, Ansibl
 MPI/DeepSpeed hostfiles. The foreign formats are translated into clusterctl data by
 `inventory_formats` and then pass through the same checks, so every format gets the same
 errors. Every error is an `InventoryError` naming what is wrong, where (`file:line` and
-the key path, e.g. `inventory/h20.yaml:7 hosts[1].address`) and how to fix it.
+the key path, e.g. `inventory/h20.yaml:7 hosts[1].address`) and how to fix it. Each value is
+read by an `expect_*` parser of `inventory_values`; this module reads the sections and checks
+what spans them (unique hosts, the master, local GPUs).
 
 Not done here, on purpose: reading ~/.ssh/config (the transport resolves host aliases at
 connect time, so addresses are kept as written) and anything that needs the network.
@@ -15,29 +17,25 @@ import ipaddress
 import os
 import posixpath
 import re
-import string
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, NoReturn, Optional, Union
+from typing import Any, Optional, Union
 
 from clusterctl.errors import InventoryError
 from clusterctl.inventory_formats import (
     convert_ansible_yaml, did_you_mean, dump_inventory, format_size, looks_like_ansible_yaml, parse_ansible_ini,
     parse_hostfile, parse_size, sniff_format,
 )
-from clusterctl.models import (
-    MASK, CheckSettings, ContainerSpec, EnvVar, Host, Inventory, JobSpec, RendezvousSpec, SSHSettings,
+from clusterctl.inventory_values import (
+    Doc, HOST_NAME_RE, PLACEHOLDERS, check_placeholders, describe, expect_address, expect_bool, expect_choice,
+    expect_env, expect_gpus, expect_ib, expect_int, expect_nproc, expect_number, expect_outputs, expect_policy,
+    expect_port, expect_remote_dir, expect_safe_name, expect_size, expect_text, expect_text_list, expect_user,
 )
+from clusterctl.models import CheckSettings, ContainerSpec, Host, Inventory, JobSpec, RendezvousSpec, SSHSettings
 from clusterctl.yamlsource import Locator, parse_yaml, read_text
 
-HOST_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 CONTAINER_NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]+$")
-ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 NIC_RE = re.compile(r"^[\^=]?[A-Za-z0-9_.:@-]{1,15}(,[A-Za-z0-9_.:@-]{1,15})*$")
-PLACEHOLDERS = ("prompt", "world_size", "nnodes", "nproc_per_node", "run_id", "outputs")
-SYSTEM_DIRS = ("/", "/etc", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/proc", "/sys", "/dev", "/boot", "/root",
-               "/var")
-SYSTEM_TREES = ("/proc", "/sys", "/dev", "/etc", "/usr", "/bin", "/sbin", "/boot", "/lib", "/lib64")
 LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost")
 
 TOP_KEYS = ("name", "ssh", "hosts", "container", "rendezvous", "job", "checks")
@@ -51,336 +49,19 @@ RENDEZVOUS_KEYS = ("port", "master", "join_timeout")
 JOB_KEYS = ("command", "args", "workdir", "nproc_per_node", "world_size_divides", "outputs", "env", "python")
 CHECK_KEYS = ("ib", "shm_min", "disk_min", "clock_skew_warn")
 
-# keys written in the wrong section -> the section they belong to
-_HOME = {"user": "ssh", "identity_file": "ssh", "known_hosts": "ssh", "host_key_policy": "ssh", "proxy_jump": "ssh",
-         "image": "container", "shm_size": "container", "volumes": "container", "ipc": "container",
-         "pull": "container", "nproc_per_node": "job", "args": "job", "outputs": "job", "workdir": "job",
-         "world_size_divides": "job", "ib": "checks", "shm_min": "checks", "disk_min": "checks",
-         "master": "rendezvous", "join_timeout": "rendezvous", "address": "hosts"}
-# other tools' words -> ours
-_ALIASES = {"ip": "address", "host": "address", "hostname": "address", "ansible_host": "address",
-            "ssh_port": "port", "ansible_port": "port", "username": "user", "ansible_user": "user",
-            "key": "identity_file", "key_file": "identity_file", "private_key": "identity_file",
-            "ssh_key": "identity_file", "gpu": "gpus", "interface": "nic", "iface": "nic", "ifname": "nic",
-            "nproc": "nproc_per_node", "cmd": "command", "argv": "args", "output": "outputs",
-            "output_dir": "outputs", "shm": "shm_size", "environment": "env", "group": "groups"}
-_INSECURE_POLICIES = {"off", "no", "false", "auto-add", "autoadd", "auto_add", "ignore", "accept", "insecure",
-                      "none", "warn", "yes", "true", "on"}
-
-
-class _Doc:
-    """One inventory being validated: its Locator, its directory, and error helpers."""
-
-    def __init__(self, locator: Locator, base_dir: Path):
-        self.locator = locator
-        self.base_dir = base_dir
-
-    def where(self, path: tuple) -> str:
-        label = self.locator.label(path)
-        return f"{self.locator.where(path)} {label}" if label else self.locator.where(path)
-
-    def fail(self, path: tuple, what: str, fix: str) -> NoReturn:
-        raise InventoryError(what, where=self.where(path), fix=fix)
-
-    def name_of(self, path: tuple) -> str:
-        return self.locator.label(path) or "the inventory"
-
-    def mapping(self, value: Any, path: tuple, allowed: tuple) -> dict:
-        """`value` as a mapping with only `allowed` keys (None -> {})."""
-        if value is None:
-            return {}
-        if not isinstance(value, dict):
-            self.fail(path, f"{self.name_of(path)} must be a mapping, got {describe(value)}",
-                      f"write it as `key: value` lines; allowed keys: {', '.join(allowed)}")
-        for key in value:
-            if key not in allowed:
-                self.unknown_key(key, path, allowed)
-        return value
-
-    def unknown_key(self, key: Any, path: tuple, allowed: tuple) -> NoReturn:
-        where_in = f" in {self.name_of(path)}" if path else ""
-        alias = _ALIASES.get(str(key))
-        if alias in allowed:
-            self.fail(path + (key,), f"unknown key '{key}'{where_in} (did you mean '{alias}'?)",
-                      f"rename '{key}' to '{alias}'")
-        hint = did_you_mean(key, allowed)
-        home = _HOME.get(str(key))
-        if not hint and home and (path[-1:] != (home,)):
-            self.fail(path + (key,), f"unknown key '{key}'{where_in}: it belongs under {home}:",
-                      f"move '{key}' into the {home}: section")
-        self.fail(path + (key,), f"unknown key '{key}'{where_in}{hint}",
-                  f"{'rename it' if hint else 'remove it'}; allowed keys here: {', '.join(allowed)}")
-
-    def value(self, data: dict, key: str, path: tuple, parse, default: Any = None) -> Any:
-        """Parse data[key] with `parse(doc, value, path)`; absent or null -> default."""
-        if data.get(key) is None:
-            return default
-        return parse(self, data[key], path + (key,))
-
-    def local_path(self, value: Any, path: tuple) -> str:
-        """A path on this machine: `~` expanded, relative to the inventory's directory."""
-        text = expect_text(self, value, path)
-        expanded = Path(os.path.expanduser(text))
-        return os.path.normpath(expanded if expanded.is_absolute() else self.base_dir / expanded)
-
-
-def describe(value: Any) -> str:
-    if value is None:
-        return "nothing (null)"
-    if isinstance(value, bool):
-        return f"{str(value).lower()} (a boolean; YAML reads yes/no/on/off as booleans)"
-    if isinstance(value, (int, float)):
-        return f"{value} (a number)"
-    if isinstance(value, str):
-        return f"'{value}' (text)"
-    return "a list" if isinstance(value, list) else "a mapping" if isinstance(value, dict) else type(value).__name__
-
-
-def _key(path: tuple) -> str:
-    return str(path[-1]) if path else "value"
-
-
-# ------------------------------------------------------------------ value parsers
-
-
-def expect_text(doc: _Doc, value: Any, path: tuple) -> str:
-    if not isinstance(value, str) or not value.strip():
-        doc.fail(path, f"{_key(path)} must be non-empty text, got {describe(value)}",
-                 f"write {_key(path)}: followed by the text (quote it if it starts with a digit or symbol)")
-    return value
-
-
-_EXAMPLES = {"port": 22, "slots": 8, "join_timeout": 120, "world_size_divides": 40, "nproc_per_node": 8}
-
-
-def expect_int(doc: _Doc, value: Any, path: tuple, low: int = 1, high: Optional[int] = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        example = _EXAMPLES.get(_key(path), max(low, 1))
-        if isinstance(value, str) and value.strip().isdigit():
-            fix = f"remove the quotes: {_key(path)}: {value.strip()}"
-        else:
-            fix = f"write a whole number, e.g. {_key(path)}: {example}"
-        doc.fail(path, f"{_key(path)} must be a whole number, got {describe(value)}", fix)
-    if value < low or (high is not None and value > high):
-        bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
-        doc.fail(path, f"{_key(path)} must be {bounds}, got {value}", f"use a value {bounds}")
-    return value
-
-
-def expect_number(doc: _Doc, value: Any, path: tuple, low: float = 0.0, strict: bool = True) -> float:
-    bad = isinstance(value, bool) or not isinstance(value, (int, float))
-    if bad or value < low or (strict and value == low):
-        bound = f"greater than {low:g}" if strict else f"at least {low:g}"
-        doc.fail(path, f"{_key(path)} must be a number {bound} (seconds), got {describe(value)}",
-                 f"write {_key(path)}: 10 (a plain number, no unit)")
-    return float(value)
-
-
-def expect_bool(doc: _Doc, value: Any, path: tuple) -> bool:
-    if not isinstance(value, bool):
-        doc.fail(path, f"{_key(path)} must be true or false, got {describe(value)}", f"write {_key(path)}: true")
-    return value
-
-
-def expect_choice(doc: _Doc, value: Any, path: tuple, choices: tuple) -> str:
-    if value not in choices or not isinstance(value, str):
-        doc.fail(path, f"{_key(path)} must be one of {' | '.join(choices)}, got {describe(value)}"
-                 f"{did_you_mean(value, choices) if isinstance(value, str) else ''}",
-                 f"write {_key(path)}: {choices[0]}")
-    return value
-
-
-def expect_safe_name(doc: _Doc, value: Any, path: tuple) -> str:
-    text = value if isinstance(value, str) else None
-    if text is None or not HOST_NAME_RE.fullmatch(text):
-        doc.fail(path, f"{_key(path)} {describe(value)} is not a safe name: names must match "
-                 f"{HOST_NAME_RE.pattern} (letters, digits, . _ -; at most 63; no spaces or shell characters)",
-                 "rename it, e.g. node-01; the address: key can still hold any host name or IP")
-    return text
-
-
-def expect_port(doc: _Doc, value: Any, path: tuple) -> int:
-    if value == 0 and not isinstance(value, bool) and "rendezvous" in path:
-        doc.fail(path, "rendezvous port 0 asks each node's launcher for a random free port, so nodes never meet "
-                 "(a launcher_args mistake)", "use a fixed free port on the master, e.g. rendezvous: {port: 29500}")
-    return expect_int(doc, value, path, 1, 65535)
-
-
-def expect_gpus(doc: _Doc, value: Any, path: tuple) -> Union[str, int, tuple]:
-    """all | none | a count | a list of distinct device ids."""
-    fix = "write gpus: all, gpus: none, gpus: 4 (a count) or gpus: [0, 1, 2] (device ids)"
-    if isinstance(value, str):
-        if value in ("all", "none"):
-            return value
-        if re.fullmatch(r"\s*\d+(\s*,\s*\d+)+\s*", value):
-            fix = f"write the ids as a list: gpus: [{', '.join(p.strip() for p in value.split(','))}]"
-        doc.fail(path, f"gpus must be all, none, a count or a list of device ids, got {describe(value)}", fix)
-    if isinstance(value, int) and not isinstance(value, bool):
-        if value < 1:
-            doc.fail(path, f"gpus: {value} selects no GPU", "write gpus: none to run without GPUs")
-        return value
-    if isinstance(value, list) and value:
-        for index, item in enumerate(value):
-            if isinstance(item, bool) or not isinstance(item, int) or item < 0:
-                doc.fail(path + (index,), f"GPU id must be a whole number >= 0, got {describe(item)}", fix)
-        duplicates = sorted({i for i in value if value.count(i) > 1})
-        if duplicates:
-            doc.fail(path, f"GPU {duplicates[0]} is listed twice in gpus", "list each device id once")
-        return tuple(value)
-    doc.fail(path, f"gpus must be all, none, a count or a list of device ids, got {describe(value)}", fix)
-
-
-def expect_size(doc: _Doc, value: Any, path: tuple) -> str:
-    """A size with a unit (16g, 512m, 2Gi, 1.5GB); returns the text as written."""
-    fix = f"write a size with a unit, e.g. {_key(path)}: 16g (k, m, g, t; binary units, like docker)"
-    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        doc.fail(path, f"{_key(path)} must be a size like 16g, got {describe(value)}", fix)
-    if not isinstance(value, str):
-        doc.fail(path, f"{_key(path)}: {value} has no unit, so it would mean {value} bytes", fix)
-    try:
-        if parse_size(value) <= 0:
-            raise ValueError(value)
-    except ValueError:
-        doc.fail(path, f"{_key(path)} must be a size like 16g, 512m or 2Gi, got {describe(value)}", fix)
-    return value.strip()
-
-
-def expect_remote_dir(doc: _Doc, value: Any, path: tuple) -> str:
-    text = expect_text(doc, value, path)
-    if not text.startswith("/"):
-        doc.fail(path, f"{_key(path)} must be an absolute path (on the host or in the container), got '{text}'",
-                 f"write the full path, e.g. {_key(path)}: /workspace/output")
-    return posixpath.normpath(text).replace("//", "/")
-
-
-def expect_outputs(doc: _Doc, value: Any, path: tuple) -> str:
-    text = expect_remote_dir(doc, value, path)
-    if text in SYSTEM_DIRS or any(text.startswith(tree + "/") for tree in SYSTEM_TREES):
-        doc.fail(path, f"outputs: {text} is a system directory; runs write and clean files there",
-                 "use a directory of its own, e.g. outputs: /workspace/output or /data/clusterctl/outputs")
-    return text
-
-
-def expect_text_list(doc: _Doc, value: Any, path: tuple) -> tuple[str, ...]:
-    """argv-like lists: text items; numbers are kept exactly as written (`010` stays "010")."""
-    if isinstance(value, str):
-        if value.split() != [value]:
-            doc.fail(path, f"{_key(path)} must be a list (argv), got the text '{value}'",
-                     f"write {_key(path)}: {list(value.split())} so arguments are never re-split by a shell")
-        return (value,)
-    if not isinstance(value, list):
-        doc.fail(path, f"{_key(path)} must be a list of strings, got {describe(value)}", f"write {_key(path)}: [a, b]")
-    items = []
-    for index, item in enumerate(value):
-        if isinstance(item, dict) and len(item) == 1 and next(iter(item.values())) is None:
-            name = next(iter(item))
-            doc.fail(path + (index,), f"{{{name}}} without quotes is a YAML mapping, not a placeholder",
-                     f'quote it: "{{{name}}}"')
-        if isinstance(item, int) and not isinstance(item, bool):
-            items.append(doc.locator.raw(path + (index,)) or str(item))
-        elif isinstance(item, str):
-            items.append(item)
-        else:
-            doc.fail(path + (index,), f"{_key(path)} items must be text, got {describe(item)}",
-                     'quote the item, e.g. "10" or "true"')
-    return tuple(items)
-
-
-def check_placeholders(doc: _Doc, items: tuple, path: tuple) -> None:
-    valid = ", ".join("{" + p + "}" for p in PLACEHOLDERS)
-    for index, item in enumerate(items):
-        try:
-            fields = [f for _, f, _, _ in string.Formatter().parse(item) if f is not None]
-        except ValueError as exc:
-            doc.fail(path + (index,), f"bad braces in '{item}': {exc}", "write a literal { or } as {{ or }}")
-        for name in fields:
-            if name not in PLACEHOLDERS:
-                doc.fail(path + (index,), f"unknown placeholder {{{name}}}{did_you_mean(name, PLACEHOLDERS)}; "
-                         f"valid placeholders: {valid}", f"use one of {valid} (write a literal brace as {{{{ or }}}})")
-
-
-def expect_env(doc: _Doc, value: Any, path: tuple) -> tuple[EnvVar, ...]:
-    if isinstance(value, list):
-        doc.fail(path, "env must be a mapping NAME: value, not a list", "write env: {NCCL_DEBUG: INFO}")
-    entries = doc.mapping(value, path, tuple(value) if isinstance(value, dict) else ())
-    return tuple(_env_var(doc, name, raw, path + (name,)) for name, raw in entries.items())
-
-
-def _env_var(doc: _Doc, name: Any, raw: Any, path: tuple) -> EnvVar:
-    if not isinstance(name, str) or not ENV_NAME_RE.fullmatch(name):
-        doc.fail(path, f"'{name}' is not a valid environment variable name",
-                 "use letters, digits and _ (e.g. NCCL_DEBUG)")
-    secret = False
-    if isinstance(raw, dict):
-        entry = doc.mapping(raw, path, ("value", "secret"))
-        secret = doc.value(entry, "secret", path, expect_bool, False)
-        raw, path = entry.get("value"), path + ("value",)
-    if not isinstance(raw, str):
-        shown = doc.locator.raw(path) or describe(raw)
-        doc.fail(path, f"env value of {name} must be text, got {describe(raw)}",
-                 f'quote it: {name}: "{shown if raw is not None else ""}"')
-    if raw == MASK:
-        doc.fail(path, f"env value of {name} is '{MASK}', a masked secret from a printed inventory",
-                 "put the real value back (or set it in the environment on the hosts)")
-    return EnvVar(name, raw, secret)
-
-
-def expect_address(doc: _Doc, value: Any, path: tuple) -> str:
-    text = expect_text(doc, value, path).strip()
-    if "@" in text:
-        doc.fail(path, f"address '{text}' contains a user", f"write address: {text.split('@')[-1]} and user: "
-                 f"{text.split('@')[0]}")
-    if re.fullmatch(r"[^:]+:\d+", text):
-        host, port = text.split(":")
-        doc.fail(path, f"address '{text}' contains a port", f"write address: {host} and port: {port}")
-    if text.startswith("-") or not re.fullmatch(r"[A-Za-z0-9._:%-]+", text):
-        doc.fail(path, f"address '{text}' is not a host name or IP address",
-                 "write a DNS name, an ~/.ssh/config alias or an IP, e.g. address: 10.0.0.5")
-    return text
-
-
-def expect_user(doc: _Doc, value: Any, path: tuple) -> str:
-    text = expect_text(doc, value, path)
-    if text.startswith("-") or not re.fullmatch(r"[A-Za-z0-9._][A-Za-z0-9._@$-]*", text):
-        doc.fail(path, f"user '{text}' is not a valid login name", "write the remote login, e.g. user: root")
-    return text
-
-
-def expect_policy(doc: _Doc, value: Any, path: tuple) -> str:
-    if isinstance(value, bool) or str(value).lower() in _INSECURE_POLICIES:
-        doc.fail(path, f"host_key_policy {describe(value)} would accept any host key: clusterctl always verifies "
-                 "host keys", "use strict (add keys first: ssh-keyscan -H HOST >> ~/.ssh/known_hosts) or "
-                 "accept-new (records keys of new hosts, refuses changed ones)")
-    return expect_choice(doc, value, path, ("strict", "accept-new"))
-
-
-def expect_ib(doc: _Doc, value: Any, path: tuple) -> str:
-    if value is False:  # YAML 1.1 reads an unquoted `off` as false
-        return "off"
-    return expect_choice(doc, value, path, ("auto", "required", "off"))
-
-
-def expect_nproc(doc: _Doc, value: Any, path: tuple) -> Union[int, str]:
-    if value == "auto":
-        return value
-    if isinstance(value, int) and not isinstance(value, bool):
-        return expect_int(doc, value, path, 1)
-    doc.fail(path, f"nproc_per_node must be a whole number or auto, got {describe(value)}",
-             "write nproc_per_node: auto (one rank per visible GPU) or a number, e.g. 8")
-
 
 # ------------------------------------------------------------------ sections
 
 
-def _ssh_settings(doc: _Doc, data: Any) -> SSHSettings:
+def _ssh_settings(doc: Doc, data: Any) -> SSHSettings:
     path = ("ssh",)
     ssh = doc.mapping(data, path, SSH_KEYS)
     default = SSHSettings()
     return SSHSettings(
         user=doc.value(ssh, "user", path, expect_user),
         port=doc.value(ssh, "port", path, expect_port),
-        identity_file=doc.value(ssh, "identity_file", path, _Doc.local_path),
-        known_hosts=doc.value(ssh, "known_hosts", path, _Doc.local_path) or os.path.expanduser(default.known_hosts),
+        identity_file=doc.value(ssh, "identity_file", path, Doc.local_path),
+        known_hosts=doc.value(ssh, "known_hosts", path, Doc.local_path) or os.path.expanduser(default.known_hosts),
         host_key_policy=doc.value(ssh, "host_key_policy", path, expect_policy, default.host_key_policy),
         connect_timeout=doc.value(ssh, "connect_timeout", path, expect_number, default.connect_timeout),
         command_timeout=doc.value(ssh, "command_timeout", path, expect_number, default.command_timeout),
@@ -389,14 +70,14 @@ def _ssh_settings(doc: _Doc, data: Any) -> SSHSettings:
     )
 
 
-def _proxy_jump(doc: _Doc, value: Any, path: tuple) -> str:
+def _proxy_jump(doc: Doc, value: Any, path: tuple) -> str:
     text = expect_text(doc, value, path)
     if text.startswith("-") or re.search(r"\s", text):
         doc.fail(path, f"proxy_jump '{text}' is not [user@]host[:port]", "write proxy_jump: admin@bastion:22")
     return text
 
 
-def _host(doc: _Doc, item: Any, path: tuple, ssh: SSHSettings) -> Host:
+def _host(doc: Doc, item: Any, path: tuple, ssh: SSHSettings) -> Host:
     if isinstance(item, str):
         doc.fail(path, f"host entry '{item}' is text, not a mapping", f"write - {{name: {item}, address: {item}}}")
     entry = doc.mapping(item, path, HOST_KEYS)
@@ -410,7 +91,7 @@ def _host(doc: _Doc, item: Any, path: tuple, ssh: SSHSettings) -> Host:
                  "add address: (an IP, DNS name or ~/.ssh/config alias), or connection: local for this machine")
     host_ssh = replace(ssh, port=doc.value(entry, "port", path, expect_port, ssh.port),
                        user=doc.value(entry, "user", path, expect_user, ssh.user),
-                       identity_file=doc.value(entry, "identity_file", path, _Doc.local_path, ssh.identity_file))
+                       identity_file=doc.value(entry, "identity_file", path, Doc.local_path, ssh.identity_file))
     groups = entry.get("groups")
     groups = [groups] if isinstance(groups, str) else groups
     if groups is not None and not isinstance(groups, list):
@@ -422,14 +103,14 @@ def _host(doc: _Doc, item: Any, path: tuple, ssh: SSHSettings) -> Host:
                 nic=doc.value(entry, "nic", path, _nic), env=doc.value(entry, "env", path, expect_env, ()))
 
 
-def _nic(doc: _Doc, value: Any, path: tuple) -> str:
+def _nic(doc: Doc, value: Any, path: tuple) -> str:
     text = expect_text(doc, value, path)
     if not NIC_RE.fullmatch(text):
         doc.fail(path, f"nic '{text}' is not a network interface name", "write the interface, e.g. nic: eth0 or bond0")
     return text
 
 
-def _hosts(doc: _Doc, data: dict, ssh: SSHSettings, gpus_default: Any) -> tuple[Host, ...]:
+def _hosts(doc: Doc, data: dict, ssh: SSHSettings, gpus_default: Any) -> tuple[Host, ...]:
     items = data.get("hosts")
     if "hosts" not in data:
         doc.fail((), "the inventory has no hosts: section", "add hosts:\n  - {name: node-01, address: 10.0.0.1}")
@@ -443,7 +124,7 @@ def _hosts(doc: _Doc, data: dict, ssh: SSHSettings, gpus_default: Any) -> tuple[
     return hosts
 
 
-def _check_unique(doc: _Doc, hosts: tuple[Host, ...], gpus_default: Any) -> None:
+def _check_unique(doc: Doc, hosts: tuple[Host, ...], gpus_default: Any) -> None:
     names: dict[str, int] = {}
     endpoints: dict[tuple, int] = {}
     for index, host in enumerate(hosts):
@@ -463,7 +144,7 @@ def _check_unique(doc: _Doc, hosts: tuple[Host, ...], gpus_default: Any) -> None
     _check_local_gpus(doc, hosts, gpus_default)
 
 
-def _check_local_gpus(doc: _Doc, hosts: tuple[Host, ...], gpus_default: Any) -> None:
+def _check_local_gpus(doc: Doc, hosts: tuple[Host, ...], gpus_default: Any) -> None:
     """Several local hosts are fine only if they cannot grab the same GPU."""
     seen: list[tuple[int, Any]] = []
     for index, host in enumerate(hosts):
@@ -480,7 +161,7 @@ def _check_local_gpus(doc: _Doc, hosts: tuple[Host, ...], gpus_default: Any) -> 
         seen.append((index, gpus))
 
 
-def _container(doc: _Doc, data: Any) -> Optional[ContainerSpec]:
+def _container(doc: Doc, data: Any) -> Optional[ContainerSpec]:
     if data is None:
         return None
     path, default = ("container",), ContainerSpec(image="")
@@ -507,25 +188,25 @@ def _container(doc: _Doc, data: Any) -> Optional[ContainerSpec]:
     )
 
 
-def _image(doc: _Doc, value: Any, path: tuple) -> str:
+def _image(doc: Doc, value: Any, path: tuple) -> str:
     text = expect_text(doc, value, path)
     if re.search(r"\s", text) or text.startswith("-"):
         doc.fail(path, f"image '{text}' is not an image reference", "write image: registry/name:tag")
     return text
 
 
-def _ipc(doc: _Doc, value: Any, path: tuple) -> str:
+def _ipc(doc: Doc, value: Any, path: tuple) -> str:
     return expect_choice(doc, value, path, ("host",))
 
 
-def _container_name(doc: _Doc, value: Any, path: tuple) -> str:
+def _container_name(doc: Doc, value: Any, path: tuple) -> str:
     if not isinstance(value, str) or not CONTAINER_NAME_RE.fullmatch(value):
         doc.fail(path, f"container name {describe(value)} is not valid for docker ([a-zA-Z0-9][a-zA-Z0-9_.-]+)",
                  "use letters, digits, _ . - (at least 2 characters), e.g. name: wan22")
     return value
 
 
-def _volumes(doc: _Doc, value: Any, path: tuple) -> tuple[str, ...]:
+def _volumes(doc: Doc, value: Any, path: tuple) -> tuple[str, ...]:
     items = expect_text_list(doc, value if isinstance(value, list) else [value], path)
     targets: dict[str, int] = {}
     for index, volume in enumerate(items):
@@ -536,7 +217,7 @@ def _volumes(doc: _Doc, value: Any, path: tuple) -> tuple[str, ...]:
     return items
 
 
-def _volume(doc: _Doc, volume: str, path: tuple) -> str:
+def _volume(doc: Doc, volume: str, path: tuple) -> str:
     parts = volume.split(":")
     fix = 'write "HOST_PATH:CONTAINER_PATH" or "HOST_PATH:CONTAINER_PATH:ro", e.g. "/data/models:/models:ro"'
     if len(parts) not in (2, 3) or not all(parts):
@@ -552,12 +233,12 @@ def _volume(doc: _Doc, volume: str, path: tuple) -> str:
     return posixpath.normpath(target)
 
 
-def _labels(doc: _Doc, value: Any, path: tuple) -> tuple[tuple[str, str], ...]:
+def _labels(doc: Doc, value: Any, path: tuple) -> tuple[tuple[str, str], ...]:
     labels = doc.mapping(value, path, tuple(value) if isinstance(value, dict) else ())
     return tuple((str(k), expect_text(doc, v, path + (k,))) for k, v in labels.items())
 
 
-def _rendezvous(doc: _Doc, data: Any, hosts: tuple[Host, ...]) -> RendezvousSpec:
+def _rendezvous(doc: Doc, data: Any, hosts: tuple[Host, ...]) -> RendezvousSpec:
     path, default = ("rendezvous",), RendezvousSpec()
     spec = doc.mapping(data, path, RENDEZVOUS_KEYS)
     master = doc.value(spec, "master", path, expect_text)
@@ -585,7 +266,7 @@ def _is_loopback(address: str) -> bool:
         return address.lower() in LOOPBACK_NAMES
 
 
-def _job(doc: _Doc, data: Any) -> JobSpec:
+def _job(doc: Doc, data: Any) -> JobSpec:
     path, default = ("job",), JobSpec()
     spec = doc.mapping(data, path, JOB_KEYS)
     args = doc.value(spec, "args", path, expect_text_list, ())
@@ -601,7 +282,7 @@ def _job(doc: _Doc, data: Any) -> JobSpec:
     )
 
 
-def _checks(doc: _Doc, data: Any) -> CheckSettings:
+def _checks(doc: Doc, data: Any) -> CheckSettings:
     path, default = ("checks",), CheckSettings()
     spec = doc.mapping(data, path, CHECK_KEYS)
     shm, disk = doc.value(spec, "shm_min", path, expect_size), doc.value(spec, "disk_min", path, expect_size)
@@ -613,7 +294,7 @@ def _checks(doc: _Doc, data: Any) -> CheckSettings:
     )
 
 
-def _check_nproc_fits(doc: _Doc, inv: Inventory) -> None:
+def _check_nproc_fits(doc: Doc, inv: Inventory) -> None:
     """nproc_per_node: N needs N GPUs on every host that lists or counts them."""
     nproc = inv.job.nproc_per_node
     if not isinstance(nproc, int):
@@ -629,7 +310,7 @@ def _check_nproc_fits(doc: _Doc, inv: Inventory) -> None:
                      f"set nproc_per_node: {count} (or auto), or give {host.name} more GPUs")
 
 
-def _top_level(doc: _Doc, data: Any) -> dict:
+def _top_level(doc: Doc, data: Any) -> dict:
     if data is None:
         doc.fail((), "the inventory is empty", "write at least hosts:\n  - {name: node-01, address: 10.0.0.1}")
     if isinstance(data, list):
@@ -646,7 +327,7 @@ def build_inventory(data: Any, locator: Locator, *, base_dir: Path, default_name
     """Validated clusterctl inventory data (with its Locator) -> Inventory."""
     if locator.line(()) is None:  # an empty document: point at its first line
         locator.record((), 1)
-    doc = _Doc(locator, base_dir)
+    doc = Doc(locator, base_dir)
     top = _top_level(doc, data)
     ssh = _ssh_settings(doc, top.get("ssh"))
     container = _container(doc, top.get("container"))
