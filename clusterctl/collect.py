@@ -325,6 +325,7 @@ class StreamMask:
     pieces is masked too. What could be the start of a secret is held back until the next piece."""
 
     def __init__(self, secrets: set[str], write: Callable[[bytes], None]):
+        self.texts = secrets
         self.secrets = sorted({secret.encode() for secret in secrets}, key=len, reverse=True)
         self.keep = max(len(secret) for secret in self.secrets) - 1
         self.write_out = write
@@ -335,11 +336,11 @@ class StreamMask:
         cut = self._safe_cut(data, max(0, len(data) - self.keep))
         self.pending = data[cut:]
         if cut:
-            self.write_out(self._mask(data[:cut]))
+            self.write_out(mask_values(data[:cut], self.texts))
 
     def close(self) -> None:
         if self.pending:
-            self.write_out(self._mask(self.pending))
+            self.write_out(mask_values(self.pending, self.texts))
         self.pending = b""
 
     def _safe_cut(self, data: bytes, cut: int) -> int:
@@ -352,11 +353,6 @@ class StreamMask:
                 if found != -1 and found < cut < found + len(secret):
                     cut, moved = found, True
         return cut
-
-    def _mask(self, data: bytes) -> bytes:
-        for secret in self.secrets:
-            data = data.replace(secret, MASK.encode())
-        return data
 
 
 def _identity(stat: os.stat_result) -> tuple:

@@ -97,8 +97,10 @@ def probe_command(inventory: Inventory, host: Host, container_cli: bool = True) 
 
 
 def _inside(inventory: Inventory) -> list[tuple[str, Command]]:
-    return [("gpus", facts.NVIDIA_SMI_GPUS), ("shm", Command(("df", "-B1", "/dev/shm"))),
-            ("versions", facts.versions_command(inventory.job.python))]
+    """The IN_CONTAINER sections."""
+    commands = {"gpus": facts.NVIDIA_SMI_GPUS, "shm": Command(("df", "-B1", "/dev/shm")),
+                "versions": facts.versions_command(inventory.job.python)}
+    return [(name, commands[name]) for name in IN_CONTAINER]
 
 
 def _inside_script(inventory: Inventory) -> tuple[str, ...]:

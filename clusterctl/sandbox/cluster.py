@@ -17,7 +17,7 @@ from typing import Callable, Iterable, Mapping, Optional, Sequence
 from clusterctl.errors import SandboxError
 from clusterctl.sandbox import engine, image, inventory_file, network, registry, sshd
 from clusterctl.sandbox.layout import BASE_IMAGE, DEFAULT_STATE_DIR, MAX_NODES, REGISTRY, Layout, Node, Record
-from clusterctl.sandbox.nodes import net_argv, write_hosts_file
+from clusterctl.sandbox.nodes import net_argv, write_node_files
 from clusterctl.sandbox.system import ensure_packages, require_root_linux, run, unmount_under
 
 
@@ -156,7 +156,7 @@ def up(n: int, docker: bool = False, state_dir: Path = DEFAULT_STATE_DIR) -> San
     nodes = [layout.node(i) for i in range(1, n + 1)]
     for node in nodes:
         node.dir.mkdir(exist_ok=True)
-        write_hosts_file(node)
+        write_node_files(node)
         sshd.ensure_key(node.host_key, node.name)
         network.ensure_node(node)
 

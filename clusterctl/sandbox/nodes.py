@@ -41,7 +41,8 @@ def hosts_text(node: Node) -> str:
     )
 
 
-def write_hosts_file(node: Node) -> None:
+def write_node_files(node: Node) -> None:
+    """The files the node's daemons see over the machine's own: /etc/hosts and root's ~/.bashrc."""
     node.hosts_file.write_text(hosts_text(node))
     node.bashrc.write_text(STOCK_BASHRC.read_text() if STOCK_BASHRC.is_file() else "")
 
