@@ -36,7 +36,7 @@ class App:
         return Path(given) if given else self.state.active_inventory()
 
     def inventory(self, explicit: Optional[str] = None) -> Inventory:
-        from clusterctl.inventory import load_inventory
+        from clusterctl.inventory.load import load_inventory
 
         inventory = load_inventory(self.inventory_path(explicit))
         limit = getattr(self.args, "limit", None)

@@ -256,3 +256,15 @@ class Finding:
 
     def to_json(self) -> dict:
         return {"cause": self.cause, "host": self.host, "rank": self.rank, "evidence": self.evidence, "fix": self.fix}
+
+
+def secret_values(inventory: Inventory) -> set[str]:
+    """The values of `secret: true` variables (4 characters or more), to be masked wherever text is written."""
+    values = set()
+    envs = list(inventory.job.env) + [e for h in inventory.hosts for e in h.env]
+    if inventory.container is not None:
+        envs += list(inventory.container.env)
+    for var in envs:
+        if var.is_secret and len(var.value) >= 4:
+            values.add(var.value)
+    return values

@@ -21,7 +21,7 @@ from typing import Any, Optional
 from clusterctl import modules
 from clusterctl.errors import PlaybookError
 from clusterctl.executor import PlannedTask
-from clusterctl.yamlsource import load_yaml
+from clusterctl.inventory.yamlsource import load_yaml
 
 TASK_KEYWORDS = ("name", "hosts")
 BUILTIN_DIR = Path(__file__).resolve().parent.parent / "playbooks"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterctl.facts import parse_df
+from clusterctl.preflight.facts import parse_df
 from clusterctl_helpers import (CONTAINER_OUTPUTS, FIXTURE_JOBS, Cli, container_of, stop, variant,
                                 wait_until)
 

@@ -13,12 +13,12 @@ import yaml
 
 from clusterctl.cli import main
 from clusterctl.errors import TopologyError, UsageError
-from clusterctl.inventory import load_inventory
+from clusterctl.inventory.load import load_inventory
 from clusterctl.k8s import (
     ExportOptions, build, parse_node_selector, parse_pvc, parse_request_limit, parse_toleration, quantity_value,
 )
 from clusterctl.k8s.manifests import RAY_DRIVER
-from clusterctl.topology import NodeFacts, plan
+from clusterctl.job.topology import NodeFacts, plan
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "shared" / "schemas"
 WAN_INVENTORY = """\

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterctl import facts
+from clusterctl.preflight import facts
 from clusterctl.models import CommandResult
 
 TOOLS = Path(__file__).parent / "fixtures" / "tools"

@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from clusterctl import collect, transport
+from clusterctl import transport
+from clusterctl.collect import fetch as collect
 from clusterctl.transport import paramiko_setup, ssh_files
 from clusterctl.commands.collect import _shared_by_run_dirs
 from clusterctl.models import Command, Host

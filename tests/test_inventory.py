@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from clusterctl.errors import InventoryError, PlaybookError
-from clusterctl.inventory import dump_inventory, format_size, load_inventory, parse_inventory, parse_size
-from clusterctl.yamlsource import MAX_BYTES, YamlError, load_yaml
+from clusterctl.inventory.load import dump_inventory, format_size, load_inventory, parse_inventory, parse_size
+from clusterctl.inventory.yamlsource import MAX_BYTES, YamlError, load_yaml
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures" / "inventories"

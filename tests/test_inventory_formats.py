@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from clusterctl.errors import InventoryError
-from clusterctl.inventory import dump_inventory, load_inventory
-from clusterctl.inventory_formats import expand_host_pattern, looks_like_ansible_yaml, sniff_format
+from clusterctl.inventory.load import dump_inventory, load_inventory
+from clusterctl.inventory.ansible import expand_host_pattern, looks_like_ansible_yaml
+from clusterctl.inventory.formats import sniff_format
 
 GOOD = Path(__file__).parent / "fixtures" / "inventories" / "good"
 

@@ -17,10 +17,10 @@ from clusterctl.cli import main
 from clusterctl.commands.launch import node_checks, node_command, probe_node
 from clusterctl.errors import TopologyError, UsageError
 from clusterctl.models import CheckSettings, CheckStatus, EnvVar, Inventory, JobSpec, RendezvousSpec
-from clusterctl.platform_env import (
+from clusterctl.job.platform import (
     detect_platform, explain_rendezvous_failure, node_identity, node_inventory, plan_node, run_id_from,
 )
-from clusterctl.topology import NodeFacts
+from clusterctl.job.topology import NodeFacts
 
 REPO = Path(__file__).resolve().parents[1]
 TOOLS = REPO / "tests" / "fixtures" / "tools"

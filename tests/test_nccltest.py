@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from clusterctl import nccltest as nt
+from clusterctl.nccltest import plan as nt
 from clusterctl.models import ContainerSpec, Host, Inventory, JobSpec, RendezvousSpec
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCH = ROOT / "clusterctl" / "workloads" / "allreduce_bench.py"
+BENCH = ROOT / "clusterctl" / "nccltest" / "allreduce_bench.py"
 REAL = ROOT / "tests" / "fixtures" / "tools" / "real-h200"
 TOPO = ROOT / "tests" / "fixtures" / "tools" / "nvidia_smi"
 H200 = nt.LinkClass("nvlink-hopper", 325.0, "test")
@@ -261,7 +261,7 @@ def inventory(container: bool = False, outputs: str = "/out") -> Inventory:
 
 
 def test_files_are_put_through_a_rename_in_the_container_when_there_is_one():
-    from clusterctl.runner import files_dir, put_file_command
+    from clusterctl.job.runner import files_dir, put_file_command
 
     assert files_dir("/out/", "r1") == "/out/logs/r1/.files"
     on_host = put_file_command(inventory(), "/out/logs/r1/.files", "bench.py", b"print(1)")
@@ -274,7 +274,7 @@ def test_files_are_put_through_a_rename_in_the_container_when_there_is_one():
 
 
 def test_the_put_command_writes_the_file_where_the_job_reads_it(tmp_path):
-    from clusterctl.runner import put_file_command
+    from clusterctl.job.runner import put_file_command
 
     command = put_file_command(inventory(), str(tmp_path / "a" / "b"), "bench.py", b"#!/bin/sh\n\x00binary\n")
     subprocess.run(command.argv, input=command.stdin, check=True)
@@ -284,8 +284,8 @@ def test_the_put_command_writes_the_file_where_the_job_reads_it(tmp_path):
 
 def test_the_benchmark_inventory_runs_the_shipped_script_with_the_options():
     from clusterctl.commands.nccl_test import bench_inventory
-    from clusterctl.runner import JobRunner
-    from clusterctl.topology import NodeFacts, plan
+    from clusterctl.job.runner import JobRunner
+    from clusterctl.job.topology import NodeFacts, plan
 
     args = Namespace(stage="small", iters=7, warmup=2, connect_timeout=30.0)
     bench, result = bench_inventory(inventory(), args, (8, 1 << 20), "r1")
@@ -306,7 +306,7 @@ def test_the_benchmark_inventory_runs_the_shipped_script_with_the_options():
 
 
 def test_the_workload_shipped_is_the_file_in_the_package():
-    from clusterctl.workloads import ALLREDUCE_BENCH, source
+    from clusterctl.nccltest import ALLREDUCE_BENCH, source
 
     assert source(ALLREDUCE_BENCH) == BENCH.read_bytes()
     assert b"import clusterctl" not in source(ALLREDUCE_BENCH) and b"from clusterctl" not in source(ALLREDUCE_BENCH)
@@ -334,7 +334,7 @@ def test_nvlink_is_read_from_real_topology_matrices():
 
 
 def test_the_real_h200_captures_parse_with_the_fact_parsers():
-    from clusterctl import facts
+    from clusterctl.preflight import facts
 
     gpus = facts.parse_gpu_csv((REAL / "nvidia_smi_query_gpu.csv").read_text())
     assert gpus.count == 2 and {g.name for g in gpus.gpus} == {"NVIDIA H200"}

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from clusterctl.models import Host, Inventory, JobSpec, RendezvousSpec
-from clusterctl.modules import process, torchrun
-from clusterctl.runner import put_file_command
+from clusterctl.job import agent as torchrun
+from clusterctl.modules import process
+from clusterctl.job.runner import put_file_command
 
 
 def _inventory(name: str) -> Inventory:
@@ -91,8 +92,8 @@ def _fake_docker(tmp_path: Path, pid: str) -> dict:
 
 
 def test_a_containers_shm_is_read_from_the_host_through_its_pid(tmp_path):
-    from clusterctl.collect import _CONTAINER_SHM
-    from clusterctl.facts import parse_df
+    from clusterctl.collect.fetch import _CONTAINER_SHM
+    from clusterctl.preflight.facts import parse_df
 
     env = _fake_docker(tmp_path, str(os.getpid()))  # this process: its /dev/shm is the host's
     out = subprocess.run(["sh", "-c", _CONTAINER_SHM, "shm", "ctr"], env=env, capture_output=True, text=True,
@@ -103,8 +104,8 @@ def test_a_containers_shm_is_read_from_the_host_through_its_pid(tmp_path):
 
 
 def test_without_the_containers_pid_the_shm_is_read_by_docker_exec(tmp_path):
-    from clusterctl.collect import _CONTAINER_SHM
-    from clusterctl.facts import parse_df
+    from clusterctl.collect.fetch import _CONTAINER_SHM
+    from clusterctl.preflight.facts import parse_df
 
     env = _fake_docker(tmp_path, "")  # inspect found nothing (or /proc/PID/root is not ours to read)
     out = subprocess.run(["sh", "-c", _CONTAINER_SHM, "shm", "ctr"], env=env, capture_output=True, text=True,

@@ -152,7 +152,7 @@ def _tar(members) -> bytes:
 
 
 def test_a_crafted_tar_stream_cannot_write_outside_the_collect_destination(tmp_path, reliability):
-    from clusterctl.collect import extract
+    from clusterctl.collect.fetch import extract
 
     row = reliability("a tar stream from a node with ../, absolute paths, symlinks, hard links and devices "
                       "(collect.extract, unit level)", "each refused and reported; only the plain files are written, "

@@ -29,7 +29,7 @@ def _exec(cli: Cli, inventory, *argv: str, env: dict, timeout: float = 60) -> tu
 
 
 def test_agent_forwarding_is_off_unless_the_inventory_asks_for_it(sandbox, tmp_path, reliability):
-    from clusterctl.inventory import load_inventory
+    from clusterctl.inventory.load import load_inventory
 
     row = reliability("SSH agent forwarding, with an ssh-agent running on the controller",
                       "off by default: no SSH_AUTH_SOCK on any node (ssh.forward_agent defaults to false)")

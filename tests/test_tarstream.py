@@ -11,7 +11,7 @@ import tarfile
 
 import pytest
 
-from clusterctl.tarstream import READ_SIZE, DamagedStream, TarStream
+from clusterctl.collect.tarstream import READ_SIZE, DamagedStream, TarStream
 
 LONG_DIR = "d" * 120
 NAMES = {

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterctl import facts, verdicts
+from clusterctl.preflight import facts, verdicts
 from clusterctl.errors import TopologyError
 from clusterctl.models import CheckSettings, CheckStatus, ContainerSpec, Host, Inventory, JobSpec
 

@@ -14,7 +14,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def execute(args, app) -> Outcome:
     from clusterctl.models import CheckStatus
-    from clusterctl.preflight import run_checks
+    from clusterctl.preflight.probe import run_checks
 
     inventory = app.inventory()
     checks = run_checks(inventory, list(inventory.hosts), app.connections)

@@ -28,10 +28,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args, app) -> Outcome:
-    from clusterctl import collect
+    from clusterctl.collect import fetch
     from clusterctl.diagnose import diagnose_path
     from clusterctl.executor import Background, Event, for_each_host, run_commands
-    from clusterctl.models import HostResult, HostStatus
+    from clusterctl.models import HostResult, HostStatus, secret_values
     from clusterctl.transport import split_batch
 
     run_id = args.run or app.state.last_run_id()
@@ -42,10 +42,10 @@ def execute(args, app) -> Outcome:
         dest.mkdir(parents=True, exist_ok=True, mode=0o700)
     except OSError as exc:
         raise UsageError(f"cannot create {dest}: {exc.strerror}", where="--dest", fix="choose a writable directory")
-    collect.keep_freed_buffers()
-    manifest = collect.read_manifest(dest)
+    fetch.keep_freed_buffers()
+    manifest = fetch.read_manifest(dest)
     digests: dict = {}  # sha256 of each unpacked file, computed while it was written
-    secrets = collect.secret_values(inventory)
+    secrets = secret_values(inventory)
     ranks = {n["host"]: n["ranks"][0] for n in record["topology"]}
     hosts = [h for h in inventory.hosts if h.name in ranks]
     started = time.monotonic()
@@ -59,26 +59,26 @@ def execute(args, app) -> Outcome:
                                  digests=digests,
                                  compress=args.compress, on_event=app.renderer.on_event)
         except OSError as exc:  # the local disk (full, read-only, quota): say so, not "internal error"
-            message = collect.local_write_failure(dest, exc)
+            message = fetch.local_write_failure(dest, exc)
             if message is None:
                 raise
             return HostResult(host.name, HostStatus.FAILED, message)
 
     reached = [h for h in hosts if h.name in surveys]
     # the nodes' state at collection time, read on a second channel while the files stream
-    diagnostics = Background(reached, lambda t, h: run_commands(t, h, [collect.diag_command(inventory)]),
+    diagnostics = Background(reached, lambda t, h: run_commands(t, h, [fetch.diag_command(inventory)]),
                              app.connections)
     results = {**failed, **for_each_host(reached, action, app.connections)}
     results = {h.name: results[h.name] for h in hosts}
-    diagnostics.wait(collect.DIAG_TIMEOUT_S + 10)
+    diagnostics.wait(fetch.DIAG_TIMEOUT_S + 10)
     app.renderer.stop_progress()
     try:
         for name, diag in list(diagnostics.results.items()):
             if diag.succeeded:
-                _write_diagnostics(dest / name, collect.with_container_env(split_batch(diag.stdout)), secrets)
+                _write_diagnostics(dest / name, fetch.with_container_env(split_batch(diag.stdout)), secrets)
         files = _finish_manifest(dest, manifest, digests)
     except OSError as exc:
-        message = collect.local_write_failure(dest, exc)
+        message = fetch.local_write_failure(dest, exc)
         if message is None:
             raise
         app.renderer.hosts_table(f"collect-logs {run_id} -> {dest}", results, extra_columns=("files", "bytes"))
@@ -118,18 +118,18 @@ def _survey(app, inventory, hosts, run_id: str):
     every node's run directory. When that evidence is incomplete (a node wrote none), a probe file
     written on the first node decides (two more round trips). Returns ({host: Survey}, shared,
     {host: failed result})."""
-    from clusterctl import collect
+    from clusterctl.collect import fetch
     from clusterctl.executor import for_each_host
     from clusterctl.models import HostResult, HostStatus
 
-    base, container = collect.where_files_are(inventory, inventory.job.outputs)
+    base, container = fetch.where_files_are(inventory, inventory.job.outputs)
     run_dirs = {h.name: f"logs/{run_id}/{h.name}" for h in hosts}
     surveys = {}
 
     def survey(transport, host):
-        command = collect.survey_command(inventory, base, [run_dirs[host.name]], container, run_id,
+        command = fetch.survey_command(inventory, base, [run_dirs[host.name]], container, run_id,
                                          list(run_dirs.values()) if len(hosts) > 1 else [])
-        surveys[host.name] = collect.parse_survey(transport.run(command).stdout)
+        surveys[host.name] = fetch.parse_survey(transport.run(command).stdout)
         return HostResult(host.name, HostStatus.OK)
 
     failed = {name: r for name, r in for_each_host(hosts, survey, app.connections).items() if not r.succeeded}
@@ -157,7 +157,7 @@ def _shared_by_run_dirs(hosts, surveys, run_dirs) -> "bool | None":
 
 def _shared_by_probe(app, hosts, base: str, container) -> bool:
     """A probe file written on the first node: shared when every other node sees it."""
-    from clusterctl import collect
+    from clusterctl.collect import fetch
     from clusterctl.executor import for_each_host, run_commands
 
     if len(hosts) < 2:
@@ -167,30 +167,30 @@ def _shared_by_probe(app, hosts, base: str, container) -> bool:
     def run(command):
         return lambda transport, host: run_commands(transport, host, [command])
 
-    made = for_each_host(hosts[:1], run(collect.probe_command(probe, container)), app.connections)
+    made = for_each_host(hosts[:1], run(fetch.probe_command(probe, container)), app.connections)
     if not made[hosts[0].name].succeeded:
         return False
-    test = collect.Command(collect.in_place(("test", "-e", probe), container), timeout=20)
+    test = fetch.Command(fetch.in_place(("test", "-e", probe), container), timeout=20)
     seen = for_each_host(hosts[1:], run(test), app.connections)
-    for_each_host(hosts[:1], run(collect.probe_command(probe, container, remove=True)), app.connections)
+    for_each_host(hosts[:1], run(fetch.probe_command(probe, container, remove=True)), app.connections)
     return all(r.succeeded for r in seen.values())
 
 
 def _collect_host(transport, host, inventory, run_id, dest, manifest, secrets, first_rank, survey, fetch_outputs,
                   shared, compress, on_event, digests=None):
-    from clusterctl import collect
+    from clusterctl.collect import fetch
     from clusterctl.executor import Event
     from clusterctl.models import HostResult, HostStatus
-    from clusterctl.tarstream import DamagedStream
+    from clusterctl.collect.tarstream import DamagedStream
 
-    base, container = collect.where_files_are(inventory, inventory.job.outputs)
+    base, container = fetch.where_files_are(inventory, inventory.job.outputs)
     run_dir = f"logs/{run_id}/{host.name}"
     if survey.files is None:
         return HostResult(host.name, HostStatus.FAILED, f"cannot list {base}: {survey.listing_error}")
     # every node listed the run's outputs too; with shared outputs only the first one fetches them
     files = [f for f in survey.files if fetch_outputs or f.path.startswith(run_dir + "/")]
     known = manifest["remote"].setdefault(host.name, {})
-    wanted = collect.changed_files(files, known)
+    wanted = fetch.changed_files(files, known)
     host_dir = dest / host.name
     fetched = 0
     if wanted:
@@ -205,16 +205,16 @@ def _collect_host(transport, host, inventory, run_id, dest, manifest, secrets, f
 
         def unpack(stream):
             try:
-                return collect.extract_stream(stream, staging, secrets, digests)
+                return fetch.extract_stream(stream, staging, secrets, digests)
             except DamagedStream as exc:  # judged after the exit status: tar's own failure explains it better
                 return exc
 
         try:
             # unpacked while it arrives: no archive written to disk and read back, sha256 on the way
             result, unpacked = transport.run_reading(
-                collect.tar_command(base, [f.path for f in wanted], container, compress), unpack, on_bytes)
+                fetch.tar_command(base, [f.path for f in wanted], container, compress), unpack, on_bytes)
         except OSError as exc:
-            message = collect.local_write_failure(dest, exc)
+            message = fetch.local_write_failure(dest, exc)
             if message is None:
                 raise
             return HostResult(host.name, HostStatus.FAILED, message)
@@ -242,17 +242,17 @@ def _collect_host(transport, host, inventory, run_id, dest, manifest, secrets, f
 
 def _arrange_logs(host_dir: Path, run_id: str, host: str, first_rank: int) -> None:
     """torchrun's tree -> <host>-agent.log and <host>-r<global rank>.log (stdout, then stderr)."""
-    from clusterctl import collect
+    from clusterctl.collect import fetch
 
     raw = host_dir / "outputs" / "logs" / run_id / host
     logs = host_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     if (raw / "agent.log").exists():
-        collect.write_file(logs / f"{host}-agent.log", (raw / "agent.log").read_bytes())
+        fetch.write_file(logs / f"{host}-agent.log", (raw / "agent.log").read_bytes())
     for attempt in sorted(raw.glob(f"{run_id}_*/attempt_*")):
         for local in sorted(p for p in attempt.iterdir() if p.is_dir() and p.name.isdigit()):
             parts = [(local / name).read_bytes() for name in ("stdout.log", "stderr.log") if (local / name).exists()]
-            collect.write_file(logs / f"{host}-r{first_rank + int(local.name)}.log", b"".join(parts))
+            fetch.write_file(logs / f"{host}-r{first_rank + int(local.name)}.log", b"".join(parts))
 
 
 def _move_shared_outputs(host_dir: Path, dest: Path, run_id: str) -> None:
@@ -266,21 +266,21 @@ def _move_shared_outputs(host_dir: Path, dest: Path, run_id: str) -> None:
 
 
 def _write_diagnostics(host_dir: Path, sections: dict, secrets: set) -> None:
-    from clusterctl import collect
+    from clusterctl.collect import fetch
 
     diag = host_dir / "diag"
     diag.mkdir(parents=True, exist_ok=True)
     for name, text in sections.items():
         if name == "env.txt":
-            text = collect.mask_env_listing(text)
-        collect.write_file(diag / name, collect.mask_values(text.encode(), secrets))
+            text = fetch.mask_env_listing(text)
+        fetch.write_file(diag / name, fetch.mask_values(text.encode(), secrets))
 
 
 def _finish_manifest(dest: Path, manifest: dict, digests: dict) -> int:
-    from clusterctl import collect
+    from clusterctl.collect import fetch
 
     files = {}
-    for path in sorted(p for p in dest.rglob("*") if p.is_file() and p.name != collect.MANIFEST
+    for path in sorted(p for p in dest.rglob("*") if p.is_file() and p.name != fetch.MANIFEST
                        and not p.name.endswith((".part", ".cc-part", ".tmp"))):
         rel = str(path.relative_to(dest))
         old = manifest["files"].get(rel)
@@ -288,7 +288,7 @@ def _finish_manifest(dest: Path, manifest: dict, digests: dict) -> int:
         if old and old.get("size") == stat.st_size and old.get("mtime") == stat.st_mtime:
             files[rel] = old
         else:
-            files[rel] = {"size": stat.st_size, "mtime": stat.st_mtime, "sha256": collect.known_sha256(path, stat, digests)}
+            files[rel] = {"size": stat.st_size, "mtime": stat.st_mtime, "sha256": fetch.known_sha256(path, stat, digests)}
     manifest["files"] = files
-    collect.write_manifest(dest, manifest)
+    fetch.write_manifest(dest, manifest)
     return len(files)

@@ -2,7 +2,7 @@
 
 Kubernetes operators and container platforms start one copy of a command per node and
 describe the job through environment variables (docs/platforms.md). This command reads
-them (clusterctl.platform_env), looks at the node it runs on with the real local tools
+them (clusterctl.job.platform), looks at the node it runs on with the real local tools
 (nvidia-smi, `ip -j route get`, df, a bind test and ss; no SSH: it *is* on the node),
 plans the ranks with topology.plan over N placeholder hosts, runs the node-local checks,
 and starts torchrun with the arguments `clusterctl run` would use (static rendezvous,
@@ -35,7 +35,7 @@ from clusterctl.app import add_cluster_options
 from clusterctl.cli import Outcome
 from clusterctl.errors import UsageError
 from clusterctl.models import MASK, CheckResult, CheckStatus, looks_secret
-from clusterctl.topology import NodeFacts
+from clusterctl.job.topology import NodeFacts
 
 Run = Callable[[Sequence[str]], "subprocess.CompletedProcess"]
 Resolve = Callable[[str], Optional[str]]
@@ -62,21 +62,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args, app) -> Outcome:
-    from clusterctl import platform_env
+    from clusterctl.job import platform
 
     if not args.from_env:
         raise UsageError("launch only runs from the platform's variables", "clusterctl launch",
                          "clusterctl launch --from-env -i INVENTORY (to launch from here over SSH: clusterctl run)")
-    identity = platform_env.node_identity(app.env, args.platform)
+    identity = platform.node_identity(app.env, args.platform)
     inventory = app.inventory()
-    run_id = platform_env.check_run_id(args.run_id, "--run-id") if args.run_id else platform_env.run_id_from(identity, app.env)
+    run_id = platform.check_run_id(args.run_id, "--run-id") if args.run_id else platform.run_id_from(identity, app.env)
     prompt = _prompt(args, inventory)
     join_timeout = args.join_timeout if args.join_timeout is not None else inventory.rendezvous.join_timeout
     if join_timeout < 1:
         raise UsageError(f"--join-timeout {join_timeout} must be at least 1", "--join-timeout", "e.g. --join-timeout 120")
-    node_inv = platform_env.node_inventory(inventory, identity, join_timeout)
+    node_inv = platform.node_inventory(inventory, identity, join_timeout)
     probe = probe_node(identity, app.env, run_local, resolve_address, wait_s=join_timeout)
-    topology = platform_env.plan_node(node_inv, identity, probe.facts, strict=args.strict)
+    topology = platform.plan_node(node_inv, identity, probe.facts, strict=args.strict)
     node = topology.nodes[identity.node_rank]
     checks = node_checks(identity, probe, inventory.checks, run_local, port_in_use)
     argv, env, env_notes = node_command(node_inv, topology, identity, run_id, prompt, app.env)
@@ -147,7 +147,7 @@ class NodeProbe:
 def probe_node(identity, env: Mapping[str, str], run: Run, resolve: Resolve, wait_s: float = 0.0,
                sleep: Callable[[float], None] = time.sleep) -> NodeProbe:
     """GPUs, the interface towards MASTER_ADDR and /dev/shm, with the node's own tools."""
-    from clusterctl.facts import parse_df
+    from clusterctl.preflight.facts import parse_df
 
     notes: list[str] = []
     gpu_ids, gpu_detail = _gpus(run, env, notes)
@@ -163,7 +163,7 @@ def probe_node(identity, env: Mapping[str, str], run: Run, resolve: Resolve, wai
 
 
 def _gpus(run: Run, env: Mapping[str, str], notes: list[str]) -> tuple[Optional[tuple[int, ...]], str]:
-    from clusterctl.facts import NVIDIA_SMI_GPUS, parse_gpu_csv
+    from clusterctl.preflight.facts import NVIDIA_SMI_GPUS, parse_gpu_csv
 
     out = run(NVIDIA_SMI_GPUS.argv)
     found = parse_gpu_csv((out.stdout or "") + (out.stderr or ""))
@@ -202,8 +202,8 @@ def _own_address(resolve: Resolve) -> Optional[str]:
 
 def _route(run: Run, ip: str) -> tuple[Optional[str], Optional[str], Optional[str]]:
     """(nic, source address, error) for the route to ip; the master's own address routes via lo."""
-    from clusterctl.facts import IP_ADDR, interface_with_address, parse_ip_addr, parse_route_get
-    from clusterctl.platform_env import is_loopback
+    from clusterctl.preflight.facts import IP_ADDR, interface_with_address, parse_ip_addr, parse_route_get
+    from clusterctl.job.platform import is_loopback
 
     out = run(("ip", "-j", "route", "get", ip))
     route = parse_route_get((out.stdout or "") + (out.stderr or ""))
@@ -231,7 +231,7 @@ def port_in_use(port: int) -> bool:
 
 def node_checks(identity, probe: NodeProbe, settings, run: Run, in_use: Callable[[int], bool]) -> list[CheckResult]:
     """The checks that make sense on the node itself, before torchrun starts."""
-    from clusterctl.verdicts import check_shm
+    from clusterctl.preflight.verdicts import check_shm
 
     host = identity.node_name
     checks = [CheckResult(host, "platform", CheckStatus.PASS, identity.describe()),
@@ -262,8 +262,8 @@ def _route_check(identity, probe: NodeProbe) -> CheckResult:
 
 
 def _port_check(host: str, port: int, run: Run, in_use: Callable[[int], bool]) -> CheckResult:
-    from clusterctl.facts import SS_LISTEN, parse_ss
-    from clusterctl.verdicts import check_rdzv_port_free
+    from clusterctl.preflight.facts import SS_LISTEN, parse_ss
+    from clusterctl.preflight.verdicts import check_rdzv_port_free
 
     if not in_use(port):
         return CheckResult(host, "rdzv_port_free", CheckStatus.PASS, f"port {port} is free on the master")
@@ -279,7 +279,7 @@ def _port_check(host: str, port: int, run: Run, in_use: Callable[[int], bool]) -
 
 def node_command(inv, topology, identity, run_id: str, prompt: str, process_env: Mapping[str, str]):
     """(argv, full env, notes): torchrun for this node, as `clusterctl run` builds it."""
-    from clusterctl.launch import job_argv, placeholder_values, torchrun_argv, torchrun_env
+    from clusterctl.job.torchrun import job_argv, placeholder_values, torchrun_argv, torchrun_env
 
     node = topology.nodes[identity.node_rank]
     values = placeholder_values(topology, run_id, prompt, inv.job.outputs)
@@ -379,7 +379,7 @@ def _die_with_parent() -> None:
 
 def _explain(tail: str, identity, join_timeout: int, host: str, rank: int) -> Optional[str]:
     from clusterctl.diagnose.engine import diagnose_text
-    from clusterctl.platform_env import explain_rendezvous_failure
+    from clusterctl.job.platform import explain_rendezvous_failure
 
     explained = explain_rendezvous_failure(tail, identity, join_timeout)
     if explained:

@@ -2,7 +2,7 @@
 
 The test runs through the same path as `clusterctl run` (node facts, topology.plan,
 JobRunner: one static rendezvous, lease, poll, fail fast, streamed rank logs), with an
-inventory copy whose job is the rank-side benchmark, clusterctl/workloads/
+inventory copy whose job is the rank-side benchmark, clusterctl/nccltest/
 allreduce_bench.py. That file is shipped to every node by the runner (`files`), so the
 nodes need nothing of clusterctl, only torch. Rank 0 writes its records to a result
 file in its run dir, which is read back after the run; the same records stream live.
@@ -41,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _sizes(args) -> tuple[int, Optional[int]]:
-    from clusterctl.nccltest import parse_size
+    from clusterctl.nccltest.plan import parse_size
 
     try:
         low = parse_size(args.min_size)
@@ -58,8 +58,8 @@ def _sizes(args) -> tuple[int, Optional[int]]:
 
 def execute(args, app) -> Outcome:
     from clusterctl.commands.run import _not_ready
-    from clusterctl.nodefacts import gather_node_facts
-    from clusterctl.runner import ensure_no_run_in_progress
+    from clusterctl.preflight.node_facts import gather_node_facts
+    from clusterctl.job.runner import ensure_no_run_in_progress
 
     sizes = _sizes(args)
     inventory = app.inventory()
@@ -85,9 +85,9 @@ def execute(args, app) -> Outcome:
 
 def bench_inventory(inventory, args, sizes: tuple[int, Optional[int]], run_id: str):
     """The inventory copy whose job is the benchmark (same hosts, container, env, outputs)."""
-    from clusterctl.launch import log_dir
-    from clusterctl.runner import files_dir
-    from clusterctl.workloads import ALLREDUCE_BENCH
+    from clusterctl.job.torchrun import log_dir
+    from clusterctl.job.runner import files_dir
+    from clusterctl.nccltest import ALLREDUCE_BENCH
 
     outputs = inventory.job.outputs
     result_file = f"{log_dir(outputs, run_id, inventory.master.name)}/{RESULT_FILE}"
@@ -104,10 +104,10 @@ def bench_inventory(inventory, args, sizes: tuple[int, Optional[int]], run_id: s
 
 def _one_test(app, args, inventory, facts, sizes, label: str = "") -> dict:
     from clusterctl.commands.run import _node_states, _summary
-    from clusterctl.nccltest import report_ok, summarize
-    from clusterctl.runner import JobRunner
-    from clusterctl.topology import plan
-    from clusterctl.workloads import ALLREDUCE_BENCH, source
+    from clusterctl.nccltest.plan import report_ok, summarize
+    from clusterctl.job.runner import JobRunner
+    from clusterctl.job.topology import plan
+    from clusterctl.nccltest import ALLREDUCE_BENCH, source
 
     run_id = app.state.new_run_id()
     bench, result_file = bench_inventory(inventory, args, sizes, run_id)
@@ -153,8 +153,8 @@ def _read_results(app, inventory, topology, path: str) -> Optional[list[dict]]:
     """Rank 0's records from its result file on the master node; None when unreadable."""
     from clusterctl.executor import for_each_host, run_commands
     from clusterctl.models import Command
-    from clusterctl.nccltest import parse_records
-    from clusterctl.placement import on_host_or_in_container
+    from clusterctl.nccltest.plan import parse_records
+    from clusterctl.job.container import on_host_or_in_container
 
     command = Command(on_host_or_in_container(inventory, path, lambda p: ("cat", p)), timeout=30)
     master = topology.master.host
@@ -173,7 +173,7 @@ class _LiveView:
         self._link = None
 
     def link_for(self, records: list[dict]):
-        from clusterctl.nccltest import link_class
+        from clusterctl.nccltest.plan import link_class
 
         connect = next((r for r in records if r.get("stage") == "connect"), {})
         plan = next((r for r in records if r.get("stage") == "plan"), {})
@@ -185,7 +185,7 @@ class _LiveView:
 
     def on_event(self, event) -> None:
         from clusterctl.executor import Event
-        from clusterctl.nccltest import parse_record
+        from clusterctl.nccltest.plan import parse_record
 
         if event.kind == "line":
             record = parse_record(event.text)
@@ -198,7 +198,7 @@ class _LiveView:
         self.app.renderer.on_event(event)
 
     def _text(self, record: dict) -> Optional[str]:
-        from clusterctl.nccltest import TABLE_HEADER, human_size, size_line, verdict
+        from clusterctl.nccltest.plan import TABLE_HEADER, human_size, size_line, verdict
 
         stage = record.get("stage")
         label = f"{self.label}: " if self.label else ""
@@ -225,7 +225,7 @@ class _LiveView:
 
 
 def _show_test(app, test: dict) -> None:
-    from clusterctl.nccltest import stop_note, table_lines
+    from clusterctl.nccltest.plan import stop_note, table_lines
 
     document = test["document"]
     if document["exit_code"] != 0:
@@ -248,7 +248,7 @@ def _show_test(app, test: dict) -> None:
 
 
 def _pairs(app, args, inventory, facts, sizes) -> Outcome:
-    from clusterctl.nccltest import pair_rounds, pairs_table_lines, rank_pairs, slowest_node
+    from clusterctl.nccltest.plan import pair_rounds, pairs_table_lines, rank_pairs, slowest_node
 
     results, interrupted = [], False
     rounds = pair_rounds([h.name for h in inventory.hosts])

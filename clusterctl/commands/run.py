@@ -23,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def read_prompt(path: Path) -> str:
-    from clusterctl.launch import prompt_text
+    from clusterctl.job.torchrun import prompt_text
 
     try:
         data = path.read_bytes()
@@ -45,9 +45,9 @@ def read_prompt(path: Path) -> str:
 
 
 def execute(args, app) -> Outcome:
-    from clusterctl.nodefacts import gather_node_facts
-    from clusterctl.runner import JobRunner, ensure_no_run_in_progress
-    from clusterctl.topology import plan
+    from clusterctl.preflight.node_facts import gather_node_facts
+    from clusterctl.job.runner import JobRunner, ensure_no_run_in_progress
+    from clusterctl.job.topology import plan
 
     prompt = read_prompt(args.prompt_file)
     inventory = app.inventory()
@@ -88,7 +88,7 @@ def execute(args, app) -> Outcome:
 
 def _check_prompt_fits(prompt: str, inventory, path: Path) -> None:
     """A prompt over Linux's limit for one argument can never reach the job: say so before connecting."""
-    from clusterctl.launch import MAX_ARG_BYTES
+    from clusterctl.job.torchrun import MAX_ARG_BYTES
 
     size = len(prompt.encode())
     if size > MAX_ARG_BYTES and any("{prompt}" in a for a in (*inventory.job.command, *inventory.job.args)):

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field, replace
 from clusterctl.errors import TopologyError, UsageError
 from clusterctl.k8s import pod
 from clusterctl.k8s.options import ExportOptions
-from clusterctl.launch import job_argv, placeholder_values, torchrun_argv
+from clusterctl.job.torchrun import job_argv, placeholder_values, torchrun_argv
 from clusterctl.models import Host, Inventory, RendezvousSpec
-from clusterctl.topology import NodeFacts, Topology, plan
+from clusterctl.job.topology import NodeFacts, Topology, plan
 
 KINDS = ("pytorchjob", "rayjob", "job")
 NAME_MAX = {"pytorchjob": 45, "rayjob": 40, "job": 50}  # room for -master-0, -worker-..., -<index>

@@ -11,7 +11,7 @@ import posixpath
 from dataclasses import dataclass, field
 from typing import Optional
 
-from clusterctl.inventory_formats import parse_size
+from clusterctl.inventory.values import parse_size
 from clusterctl.models import EnvVar, Inventory
 from clusterctl.k8s.options import ExportOptions
 

@@ -11,7 +11,7 @@ import importlib
 import inspect
 from typing import Any, Callable, Mapping
 
-_DOMAINS = ("shell", "copy", "process", "docker", "checks", "torchrun", "logs")
+_DOMAINS = ("shell", "copy", "process", "docker", "checks")
 _REGISTRY: dict[str, Callable[..., Any]] = {}
 _loaded = False
 

@@ -8,7 +8,7 @@ from clusterctl.modules import module
 @module("checks.preflight", cluster_scope=True)
 def preflight(ctx, fail_on_warn: bool = False):
     """Run every check; a host with a failing check fails (cluster-wide failures fail the master)."""
-    from clusterctl.preflight import run_checks
+    from clusterctl.preflight.probe import run_checks
 
     checks = run_checks(ctx.inventory, ctx.hosts, ctx.connections)
     master = ctx.inventory.master.name
@@ -25,7 +25,7 @@ def preflight(ctx, fail_on_warn: bool = False):
 @module("checks.gpu_usage")
 def gpu_usage(ctx):
     """GPUs and the processes using them, for `status`."""
-    from clusterctl import facts
+    from clusterctl.preflight import facts
     from clusterctl.transport import batch_command, split_batch
 
     command = batch_command([("gpus", facts.NVIDIA_SMI_GPUS), ("apps", facts.NVIDIA_SMI_APPS)], timeout=60)

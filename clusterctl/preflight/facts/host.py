@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Union
 
-from clusterctl.facts._text import command_missing, strip_provenance
+from clusterctl.preflight.facts._text import command_missing, strip_provenance
 from clusterctl.models import Command
 
 # --------------------------------------------------------------------------- docker

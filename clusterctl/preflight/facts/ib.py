@@ -5,8 +5,8 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
-from clusterctl.facts._text import command_missing, natural_key, strip_provenance
-from clusterctl.facts.nvidia import ANY_EXIT
+from clusterctl.preflight.facts._text import command_missing, natural_key, strip_provenance
+from clusterctl.preflight.facts.nvidia import ANY_EXIT
 from clusterctl.models import Command
 
 IBSTAT = Command(argv=("ibstat",), timeout=60.0, ok_exit_codes=ANY_EXIT)

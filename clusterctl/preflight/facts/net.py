@@ -7,8 +7,8 @@ import re
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from clusterctl.facts._text import command_missing, strip_provenance
-from clusterctl.facts.nvidia import ANY_EXIT
+from clusterctl.preflight.facts._text import command_missing, strip_provenance
+from clusterctl.preflight.facts.nvidia import ANY_EXIT
 from clusterctl.models import Command
 
 # --------------------------------------------------------------------------- routes

@@ -22,17 +22,17 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from clusterctl.errors import InventoryError
-from clusterctl.inventory_formats import (
-    convert_ansible_yaml, did_you_mean, dump_inventory, format_size, looks_like_ansible_yaml, parse_ansible_ini,
-    parse_hostfile, parse_size, sniff_format,
-)
-from clusterctl.inventory_values import (
-    Doc, HOST_NAME_RE, PLACEHOLDERS, check_placeholders, describe, expect_address, expect_bool, expect_choice,
+from clusterctl.inventory.ansible import convert_ansible_yaml, looks_like_ansible_yaml, parse_ansible_ini
+from clusterctl.inventory.dump import dump_inventory
+from clusterctl.inventory.formats import sniff_format
+from clusterctl.inventory.hostfile import parse_hostfile
+from clusterctl.inventory.values import (
+    Doc, did_you_mean, format_size, parse_size, HOST_NAME_RE, PLACEHOLDERS, check_placeholders, describe, expect_address, expect_bool, expect_choice,
     expect_env, expect_gpus, expect_ib, expect_int, expect_nproc, expect_number, expect_outputs, expect_policy,
     expect_port, expect_remote_dir, expect_safe_name, expect_size, expect_text, expect_text_list, expect_user,
 )
 from clusterctl.models import CheckSettings, ContainerSpec, Host, Inventory, JobSpec, RendezvousSpec, SSHSettings
-from clusterctl.yamlsource import Locator, parse_yaml, read_text
+from clusterctl.inventory.yamlsource import Locator, parse_yaml, read_text
 
 CONTAINER_NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]+$")
 NIC_RE = re.compile(r"^[\^=]?[A-Za-z0-9_.:@-]{1,15}(,[A-Za-z0-9_.:@-]{1,15})*$")

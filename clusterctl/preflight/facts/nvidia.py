@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
 
-from clusterctl.facts._text import command_missing, strip_provenance, to_int
+from clusterctl.preflight.facts._text import command_missing, strip_provenance, to_int
 from clusterctl.models import Command
 
 # Facts judge their own output: a failing nvidia-smi is a fact ("no GPUs"), not an error.

@@ -1,10 +1,4 @@
-"""Foreign inventory formats -> clusterctl inventory data.
-
-Ansible INI, Ansible YAML and MPI/DeepSpeed hostfiles are translated into the same plain
-data a clusterctl YAML inventory holds (`{"hosts": [{"name", "address", "port", ...}]}`),
-plus a `Locator` that points every translated key back at the line that set it. The
-clusterctl validator then checks the result, so an error in `hosts.ini` names
-`hosts.ini:7 [gpu:vars] ansible_port`, not a key path the user never wrote.
+"""Ansible inventories (INI and YAML) -> clusterctl inventory data, with the line of every value.
 
 Ansible semantics kept: a host without `ansible_host` is reached by its name; variables
 apply from `all` through parent groups to child groups (by depth, then name), and host
@@ -16,14 +10,11 @@ import difflib
 import re
 import shlex
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, NoReturn, Optional
+from typing import Any, Optional
 
-import yaml
-
-from clusterctl.errors import InventoryError
-from clusterctl.models import MASK, ContainerSpec, EnvVar, Host, Inventory, JobSpec, RendezvousSpec, SSHSettings
-from clusterctl.yamlsource import Locator, format_key_path
+from clusterctl.inventory.formats import SECTION, fail
+from clusterctl.inventory.values import did_you_mean
+from clusterctl.inventory.yamlsource import Locator, format_key_path
 
 # Ansible variable -> clusterctl host key. Legacy spellings first: modern ones win.
 _LEGACY_VARS = {"ansible_ssh_host": "address", "ansible_ssh_port": "port", "ansible_ssh_user": "user",
@@ -47,51 +38,8 @@ _KNOWN_ANSIBLE = sorted(set(_LEGACY_VARS) | set(_MODERN_VARS) | _IGNORED_VARS | 
 _CONNECTIONS = {"ssh": "ssh", "paramiko": "ssh", "paramiko_ssh": "ssh", "smart": "ssh", "local": "local"}
 _GROUP_KEYS = ("hosts", "vars", "children")
 _MAX_EXPANDED = 4096
-
 _RANGE = re.compile(r"\[([0-9]+|[a-zA-Z]):([0-9]+|[a-zA-Z])(?::([0-9]+))?\]")
-_SECTION = re.compile(r"^\[([^\[\]]*)\]\s*$")
-_HOSTFILE_LINE = re.compile(r"^[^\s:#=\[\]]+(:\d+)?(\s+[\w-]+=\S*)*$")
 
-
-def _fail(where: str, what: str, fix: str) -> NoReturn:
-    raise InventoryError(what, where=where, fix=fix)
-
-
-def did_you_mean(word: str, choices) -> str:
-    """" (did you mean 'x'?)" for the closest choice, or ""."""
-    close = difflib.get_close_matches(str(word), list(choices), n=1, cutoff=0.6)
-    return f" (did you mean '{close[0]}'?)" if close else ""
-
-
-# --------------------------------------------------------------------- format sniffing
-
-
-def sniff_format(text: str, path: Optional[Path] = None) -> str:
-    """"yaml", "ini" or "hostfile": by extension first, then by the shape of the lines."""
-    suffix = path.suffix.lower() if path else ""
-    if suffix in (".yaml", ".yml", ".json"):
-        return "yaml"
-    if suffix in (".ini", ".cfg"):
-        return "ini"
-    lines = [_strip_comment(raw) for raw in text.splitlines()]
-    lines = [ln for ln in lines if ln.strip()]
-    if not lines:
-        return "yaml"
-    if any(_SECTION.match(ln) and not ln.startswith((" ", "\t")) and "," not in ln for ln in lines):
-        return "ini"
-    if any(re.search(r"(^|\s)ansible_\w+=", ln) for ln in lines) and not any(": " in ln or ln.endswith(":")
-                                                                         for ln in lines):
-        return "ini"
-    if all(_HOSTFILE_LINE.match(ln.strip()) for ln in lines):
-        return "hostfile"
-    return "yaml"
-
-
-def _strip_comment(line: str) -> str:
-    stripped = line.strip()
-    if stripped.startswith(("#", ";")):
-        return ""
-    return line.split(" #", 1)[0].rstrip()
 
 
 # --------------------------------------------------------------------- host patterns
@@ -102,12 +50,12 @@ def expand_host_pattern(pattern: str, where: str) -> list[str]:
     match = _RANGE.search(pattern)
     if not match:
         if "[" in pattern or "]" in pattern:
-            _fail(where, f"bad host range in '{pattern}'", "write ranges as name[01:10] or name[a:f], start:end[:step]")
+            fail(where, f"bad host range in '{pattern}'", "write ranges as name[01:10] or name[a:f], start:end[:step]")
         return [pattern]
     start, end, step = match.group(1), match.group(2), int(match.group(3) or 1)
     head, tail = pattern[: match.start()], pattern[match.end():]
     if start.isdigit() != end.isdigit() or step < 1:
-        _fail(where, f"bad host range in '{pattern}'",
+        fail(where, f"bad host range in '{pattern}'",
               "both ends must be numbers or both letters, and the step positive")
     if start.isdigit():
         width = len(start) if start.startswith("0") and len(start) > 1 else 0
@@ -115,10 +63,10 @@ def expand_host_pattern(pattern: str, where: str) -> list[str]:
     else:
         values = [chr(c) for c in range(ord(start), ord(end) + 1, step)]
     if not values:
-        _fail(where, f"empty host range in '{pattern}'", "write the range start before its end, e.g. node[01:04]")
+        fail(where, f"empty host range in '{pattern}'", "write the range start before its end, e.g. node[01:04]")
     rests = expand_host_pattern(tail, where)
     if len(values) * len(rests) > _MAX_EXPANDED:
-        _fail(where, f"host range '{pattern}' expands to {len(values) * len(rests)} hosts",
+        fail(where, f"host range '{pattern}' expands to {len(values) * len(rests)} hosts",
               f"keep ranges under {_MAX_EXPANDED} hosts")
     return [head + value + rest for value in values for rest in rests]
 
@@ -169,7 +117,7 @@ class AnsibleTree:
             return 0
         if group in seen:
             cycle = " -> ".join(seen[seen.index(group):] + (group,))
-            _fail(self.where(self.group_lines.get(group, 1)), f"groups contain each other: {cycle}",
+            fail(self.where(self.group_lines.get(group, 1)), f"groups contain each other: {cycle}",
                   "remove one of the children entries so that groups form a tree")
         if group not in self.depths:
             parents = self.parents.get(group) or ["all"]
@@ -219,7 +167,7 @@ class AnsibleTree:
     def _translate(self, key: str, var: _Var) -> Any:
         value = var.value
         if isinstance(value, str) and "{{" in value:
-            _fail(self.where(var.line, var.label), f"Jinja template {value!r} is not evaluated by clusterctl",
+            fail(self.where(var.line, var.label), f"Jinja template {value!r} is not evaluated by clusterctl",
                   "write the value literally")
         if key == "connection" and isinstance(value, str):
             return _CONNECTIONS.get(value, value)
@@ -232,15 +180,15 @@ class AnsibleTree:
     def _check_var(self, name: str, var: _Var) -> None:
         where = self.where(var.line, var.label)
         if name in _PASSWORD_VARS:
-            _fail(where, "a password variable: clusterctl connects with SSH keys only, not passwords",
+            fail(where, "a password variable: clusterctl connects with SSH keys only, not passwords",
                   "remove the password variable; set ansible_ssh_private_key_file (or use ssh-agent)")
         if name.startswith("ansible_") and name not in _KNOWN_ANSIBLE:
-            _fail(where, f"unknown Ansible variable '{name}'{did_you_mean(name, _KNOWN_ANSIBLE)}",
+            fail(where, f"unknown Ansible variable '{name}'{did_you_mean(name, _KNOWN_ANSIBLE)}",
                   "use ansible_host, ansible_port, ansible_user, ansible_ssh_private_key_file or ansible_connection")
         if name not in _CLUSTERCTL_VARS and not name.startswith("ansible_"):
             hint = difflib.get_close_matches(name, list(_CLUSTERCTL_VARS), n=1, cutoff=0.75)
             if hint:
-                _fail(where, f"unknown variable '{name}' (did you mean '{hint[0]}'?)",
+                fail(where, f"unknown variable '{name}' (did you mean '{hint[0]}'?)",
                       f"rename it to {hint[0]}, or to a name clusterctl does not read")
 
 
@@ -269,7 +217,7 @@ def parse_ansible_ini(text: str, source_name: str) -> tuple[dict, Locator]:
         line = raw.strip()
         if not line or line.startswith(("#", ";")):
             continue
-        header = _SECTION.match(line)
+        header = SECTION.match(line)
         if header:
             section, kind = _section(header.group(1).strip(), tree.where(number))
             tree.group_lines.setdefault(section, number)
@@ -283,7 +231,7 @@ def parse_ansible_ini(text: str, source_name: str) -> tuple[dict, Locator]:
             child = _words(line, tree.where(number))[0]
             tree.add_child(section, child, number)
     if not tree.hosts:
-        _fail(f"{source_name}:1", "the Ansible inventory lists no hosts",
+        fail(f"{source_name}:1", "the Ansible inventory lists no hosts",
               "add host lines under a [group] section, e.g. `node1 ansible_host=10.0.0.1`")
     return tree.to_data()
 
@@ -291,9 +239,9 @@ def parse_ansible_ini(text: str, source_name: str) -> tuple[dict, Locator]:
 def _section(title: str, where: str) -> tuple[str, str]:
     name, _, suffix = title.partition(":")
     if not name:
-        _fail(where, "empty section name", "write a group name, e.g. [gpu]")
+        fail(where, "empty section name", "write a group name, e.g. [gpu]")
     if suffix and suffix not in ("vars", "children"):
-        _fail(where, f"unknown section kind ':{suffix}'{did_you_mean(suffix, ['vars', 'children'])}",
+        fail(where, f"unknown section kind ':{suffix}'{did_you_mean(suffix, ['vars', 'children'])}",
               f"write [{name}], [{name}:vars] or [{name}:children]")
     return name, suffix or "hosts"
 
@@ -302,7 +250,7 @@ def _words(line: str, where: str) -> list[str]:
     try:
         return shlex.split(line, comments=True)
     except ValueError as exc:
-        _fail(where, f"cannot split the line: {exc}", "close the quotes on this line")
+        fail(where, f"cannot split the line: {exc}", "close the quotes on this line")
 
 
 def _split_port(pattern: str) -> tuple[str, Optional[str]]:
@@ -321,7 +269,7 @@ def _ini_host_line(tree: AnsibleTree, group: str, line: str, number: int) -> Non
     for word in words[1:]:
         key, eq, value = word.partition("=")
         if not eq or not key:
-            _fail(f"{where} {pattern}", f"expected key=value after the host name, got '{word}'",
+            fail(f"{where} {pattern}", f"expected key=value after the host name, got '{word}'",
                   "write host variables as key=value, e.g. ansible_user=root (no spaces around '=')")
         variables[key] = value
     for name in expand_host_pattern(pattern, where):
@@ -335,7 +283,7 @@ def _ini_var_line(tree: AnsibleTree, group: str, line: str, number: int) -> tupl
     key, eq, value = line.partition("=")
     key, value = key.strip(), value.strip()
     if not eq or not key:
-        _fail(tree.where(number, f"[{group}:vars]"), f"expected key=value, got '{line}'",
+        fail(tree.where(number, f"[{group}:vars]"), f"expected key=value, got '{line}'",
               "write group variables one per line as key=value")
     if value[:1] in ("'", '"'):
         words = _words(value, tree.where(number))
@@ -364,7 +312,7 @@ def convert_ansible_yaml(data: dict, locator: Locator) -> tuple[dict, Locator]:
     for group, body in data.items():
         _yaml_group(tree, locator, str(group), body, (group,))
     if not tree.hosts:
-        _fail(locator.where(()), "the Ansible inventory lists no hosts",
+        fail(locator.where(()), "the Ansible inventory lists no hosts",
               "add hosts under all: hosts:, e.g. `node1: {ansible_host: 10.0.0.1}`")
     return tree.to_data()
 
@@ -375,18 +323,18 @@ def _yaml_group(tree: AnsibleTree, locator: Locator, group: str, body: Any, path
         return
     where = f"{locator.where(path)} {format_key_path(path)}"
     if not isinstance(body, dict):
-        _fail(where, f"group '{group}' must be a mapping with hosts/vars/children",
+        fail(where, f"group '{group}' must be a mapping with hosts/vars/children",
               f"write `{group}: {{hosts: {{node1: {{ansible_host: 10.0.0.1}}}}}}`")
     for key in body:
         if key not in _GROUP_KEYS:
-            _fail(f"{locator.where(path + (key,))} {format_key_path(path + (key,))}",
+            fail(f"{locator.where(path + (key,))} {format_key_path(path + (key,))}",
                   f"unknown key '{key}' in group '{group}'{did_you_mean(key, _GROUP_KEYS)}",
                   "an Ansible group has only hosts:, vars: and children:")
     _yaml_hosts(tree, locator, group, body.get("hosts"), path + ("hosts",))
     tree.group_vars.setdefault(group, {}).update(_yaml_vars(locator, body.get("vars"), path + ("vars",)))
     children = body.get("children") or {}
     if not isinstance(children, dict):
-        _fail(f"{locator.where(path + ('children',))} {format_key_path(path + ('children',))}",
+        fail(f"{locator.where(path + ('children',))} {format_key_path(path + ('children',))}",
               "children must be a mapping of group names", "write `children: {gpu: {hosts: {...}}}`")
     for child, child_body in children.items():
         tree.add_child(group, str(child), locator.line(path + ("children", child)) or 1)
@@ -398,7 +346,7 @@ def _yaml_hosts(tree: AnsibleTree, locator: Locator, group: str, hosts: Any, pat
         return
     where = f"{locator.where(path)} {format_key_path(path)}"
     if not isinstance(hosts, dict):
-        _fail(where, "in an Ansible YAML inventory, hosts must be a mapping of host names",
+        fail(where, "in an Ansible YAML inventory, hosts must be a mapping of host names",
               "write `hosts: {node1: {ansible_host: 10.0.0.1}, node2: }` (name: variables), not a list")
     for name, variables in hosts.items():
         host_path = path + (name,)
@@ -411,169 +359,6 @@ def _yaml_vars(locator: Locator, variables: Any, path: tuple) -> dict[str, _Var]
     if variables is None:
         return {}
     if not isinstance(variables, dict):
-        _fail(f"{locator.where(path)} {format_key_path(path)}", "variables must be a mapping of name: value",
+        fail(f"{locator.where(path)} {format_key_path(path)}", "variables must be a mapping of name: value",
               "write `ansible_host: 10.0.0.1` style entries")
     return {str(k): _Var(v, locator.line(path + (k,)) or 1, format_key_path(path + (k,))) for k, v in variables.items()}
-
-
-# --------------------------------------------------------------------- MPI hostfile
-
-_HOSTFILE_KEYS = ("slots", "max_slots", "max-slots")
-
-
-def parse_hostfile(text: str, source_name: str) -> tuple[dict, Locator]:
-    """An MPI/DeepSpeed hostfile (`host slots=N`, `host:N`, comments) -> (data, Locator)."""
-    locator = Locator(source_name)
-    hosts: list[dict] = []
-    seen: dict[str, int] = {}
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.split("#", 1)[0].strip()
-        if not line:
-            continue
-        words = line.split()
-        name, _, colon_slots = words[0].partition(":")
-        where = f"{source_name}:{number} {name}"
-        if name in seen:
-            _fail(where, f"host '{name}' is listed twice (lines {seen[name]} and {number})",
-                  "list each host once and give its total slots=N")
-        seen[name] = number
-        entry: dict[str, Any] = {"name": name, "address": name}
-        path = ("hosts", len(hosts))
-        for key in ("", "name", "address"):
-            locator.record(path + ((key,) if key else ()), number, label=name)
-        if colon_slots:
-            entry["slots"] = int(colon_slots) if colon_slots.isdigit() else colon_slots
-            locator.record(path + ("slots",), number, label=f"{name} slots")
-        for word in words[1:]:
-            key, eq, value = word.partition("=")
-            if not eq or key not in _HOSTFILE_KEYS:
-                _fail(f"{where} {key}", f"unknown hostfile entry '{word}'{did_you_mean(key, _HOSTFILE_KEYS)}",
-                      "write `hostname slots=N` (optionally max_slots=M), one host per line")
-            if key == "slots":
-                entry["slots"] = int(value) if value.isdigit() else value
-                locator.record(path + ("slots",), number, label=f"{name} slots")
-        hosts.append(entry)
-    if not hosts:
-        _fail(f"{source_name}:1", "the hostfile lists no hosts", "write one `hostname slots=N` line per node")
-    locator.record(("hosts",), 1, label="hosts")
-    return {"hosts": hosts}, locator
-
-
-# --------------------------------------------------------------------- sizes
-
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(i?)(b?)\s*$", re.IGNORECASE)
-_UNITS = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4, "p": 5}
-
-
-def parse_size(text: str) -> int:
-    """"16g", "512m", "2Gi", "1.5GB", "4096b" -> bytes (binary units, as docker reads them).
-
-    A bare number is refused (ValueError): `shm_size: 16` meaning 16 bytes is never intended.
-    """
-    match = _SIZE_RE.match(str(text))
-    if not match or not (match.group(2) or match.group(4)):
-        raise ValueError(f"not a size with a unit: {text!r}")
-    number, unit = float(match.group(1)), match.group(2).lower()
-    return int(number * (1024 ** _UNITS[unit]))
-
-
-def format_size(size: int) -> str:
-    """Bytes -> the shortest exact size text parse_size reads back (1073741824 -> "1g")."""
-    for unit in ("p", "t", "g", "m", "k"):
-        scale = 1024 ** _UNITS[unit]
-        if size and size % scale == 0:
-            return f"{size // scale}{unit}"
-    return f"{size}b"
-
-
-# --------------------------------------------------------------------- clusterctl YAML writer
-
-
-def dump_inventory(inv: Inventory, *, reveal_secrets: bool = False) -> str:
-    """Inventory -> clusterctl YAML that `load_inventory` reads back into an equal Inventory.
-
-    Secret env values print as *** unless `reveal_secrets` (the loader refuses *** values,
-    so a masked dump cannot be loaded by mistake).
-    """
-    doc: dict[str, Any] = {"name": inv.name}
-    ssh = _dump_ssh(inv.ssh)
-    if ssh:
-        doc["ssh"] = ssh
-    doc["hosts"] = [_dump_host(host, inv.ssh, reveal_secrets) for host in inv.hosts]
-    if inv.container is not None:
-        doc["container"] = _dump_container(inv.container, reveal_secrets)
-    rendezvous = _changed(inv.rendezvous, RendezvousSpec(), ("port", "master", "join_timeout"))
-    if rendezvous:
-        doc["rendezvous"] = rendezvous
-    job = _dump_job(inv.job, reveal_secrets)
-    if job:
-        doc["job"] = job
-    doc["checks"] = {"ib": inv.checks.ib, "shm_min": format_size(inv.checks.shm_min_bytes),
-                     "disk_min": format_size(inv.checks.disk_min_bytes),
-                     "clock_skew_warn": inv.checks.clock_skew_warn_s}
-    origin = f" (from {inv.source})" if inv.source else ""
-    body = yaml.safe_dump(doc, sort_keys=False, default_flow_style=None, width=110, allow_unicode=True)
-    return f"# clusterctl inventory{origin}\n" + body
-
-
-def _plain(value: Any) -> Any:
-    return [_plain(v) for v in value] if isinstance(value, (tuple, list)) else value
-
-
-def _changed(value: Any, default: Any, fields: tuple) -> dict:
-    return {f: _plain(getattr(value, f)) for f in fields if getattr(value, f) != getattr(default, f)}
-
-
-def _dump_env(env: tuple[EnvVar, ...], reveal: bool) -> dict:
-    out: dict[str, Any] = {}
-    for var in env:
-        value = var.value if reveal or not var.is_secret else MASK
-        out[var.name] = {"value": value, "secret": True} if var.secret else value
-    return out
-
-
-def _dump_ssh(ssh: SSHSettings) -> dict:
-    fields = ("user", "port", "identity_file", "known_hosts", "host_key_policy", "connect_timeout",
-              "command_timeout", "proxy_jump", "forward_agent")
-    return _changed(ssh, SSHSettings(), fields)
-
-
-def _dump_host(host: Host, ssh: SSHSettings, reveal: bool) -> dict:
-    out: dict[str, Any] = {"name": host.name, "address": host.address}
-    if host.connection != "ssh":
-        out["connection"] = host.connection
-    out.update(_changed(host.ssh, ssh, ("port", "user", "identity_file")))
-    for key in ("gpus", "nic", "slots"):
-        if getattr(host, key) is not None:
-            out[key] = _plain(getattr(host, key))
-    if host.env:
-        out["env"] = _dump_env(host.env, reveal)
-    if host.groups:
-        out["groups"] = list(host.groups)
-    return out
-
-
-def _dump_container(spec: ContainerSpec, reveal: bool) -> dict:
-    out: dict[str, Any] = {"image": spec.image, "name": spec.name}
-    fields = ("runtime", "gpus", "shm_size", "ipc", "volumes", "command", "pull")
-    out.update(_changed(spec, ContainerSpec(image=""), fields))
-    if spec.env:
-        out["env"] = _dump_env(spec.env, reveal)
-    if spec.labels:
-        out["labels"] = dict(spec.labels)
-    return out
-
-
-def _dump_job(job: JobSpec, reveal: bool) -> dict:
-    fields = ("command", "args", "workdir", "nproc_per_node", "world_size_divides", "outputs", "python")
-    out = _changed(job, JobSpec(), fields)
-    if job.env:
-        out["env"] = _dump_env(job.env, reveal)
-    return out
-
-
-__all__ = [
-    "dump_inventory", "parse_size", "format_size",
-    "AnsibleTree", "convert_ansible_yaml", "did_you_mean", "expand_host_pattern", "looks_like_ansible_yaml",
-    "parse_ansible_ini", "parse_hostfile", "sniff_format",
-]

@@ -15,8 +15,8 @@ from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Callable, Iterable, Optional
 
 from clusterctl.models import MASK, Command, Inventory, looks_secret
-from clusterctl.placement import host_path
-from clusterctl.tarstream import Member, TarStream
+from clusterctl.job.container import host_path
+from clusterctl.collect.tarstream import Member, TarStream
 from clusterctl.transport import batch_command, split_batch
 
 MANIFEST = "manifest.json"
@@ -138,7 +138,7 @@ exec docker exec "$1" df -B1 /dev/shm
 
 
 def diag_sections(inventory: Inventory) -> list:
-    from clusterctl.facts import IBSTAT, NVIDIA_SMI_QUERY
+    from clusterctl.preflight.facts import IBSTAT, NVIDIA_SMI_QUERY
 
     shm = (("sh", "-c", _CONTAINER_SHM, "clusterctl-shm", inventory.container.name) if inventory.uses_container
            else ("df", "-B1", "/dev/shm"))
@@ -201,17 +201,6 @@ def parse_listing(stdout: str) -> list[RemoteFile]:
 
 
 # --------------------------------------------------------------------------- secrets
-
-
-def secret_values(inventory: Inventory) -> set[str]:
-    values = set()
-    envs = list(inventory.job.env) + [e for h in inventory.hosts for e in h.env]
-    if inventory.container is not None:
-        envs += list(inventory.container.env)
-    for var in envs:
-        if var.is_secret and len(var.value) >= 4:
-            values.add(var.value)
-    return values
 
 
 def mask_env_listing(text: str) -> str:

@@ -12,8 +12,8 @@ from typing import Optional
 
 from clusterctl.executor import Connections, for_each_host, run_commands
 from clusterctl.models import Command, HostResult, HostStatus, Inventory
-from clusterctl.placement import in_container
-from clusterctl.topology import NodeFacts
+from clusterctl.job.container import in_container
+from clusterctl.job.topology import NodeFacts
 from clusterctl.transport import batch_command, split_batch
 
 
@@ -35,7 +35,7 @@ class NodeProbe:
 def node_facts_from(gpus, route, interfaces, hostname, ib, master_address: str) -> NodeFacts:
     """The planner's view of a node. On the master itself the route is local (dev lo):
     its NIC is then the interface that holds the master's address."""
-    from clusterctl import facts
+    from clusterctl.preflight import facts
 
     nic, address = route.dev, route.src
     if route.local:
@@ -47,7 +47,7 @@ def node_facts_from(gpus, route, interfaces, hostname, ib, master_address: str) 
 
 
 def probe_command(inventory: Inventory) -> Command:
-    from clusterctl import facts
+    from clusterctl.preflight import facts
 
     sections = [
         ("gpus", Command(in_container(inventory, facts.NVIDIA_SMI_GPUS.argv))),
@@ -63,7 +63,7 @@ def probe_command(inventory: Inventory) -> Command:
 
 
 def parse_probe(stdout: str, inventory: Inventory) -> NodeProbe:
-    from clusterctl import facts
+    from clusterctl.preflight import facts
 
     sections = split_batch(stdout)
     state = None

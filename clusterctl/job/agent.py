@@ -19,7 +19,7 @@ How a node runs its part of a job (all files in the node's run dir,
 from __future__ import annotations
 
 from clusterctl.models import Command, EnvVar, Inventory
-from clusterctl.placement import in_container, on_host_or_in_container
+from clusterctl.job.container import in_container, on_host_or_in_container
 
 LEASE_S = 15
 

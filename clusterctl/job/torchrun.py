@@ -58,9 +58,9 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
-from .errors import UsageError
-from .models import Inventory, JobSpec
-from .topology import NodePlan, Topology
+from clusterctl.errors import UsageError
+from clusterctl.job.topology import NodePlan, Topology
+from clusterctl.models import Inventory, JobSpec
 
 PLACEHOLDERS = ("prompt", "world_size", "nnodes", "nproc_per_node", "run_id", "outputs")
 _PLACEHOLDER_RE = re.compile(r"\{(" + "|".join(PLACEHOLDERS) + r")\}")

@@ -7,6 +7,8 @@ reads one kind of value (a port, a size, an address, environment variables, ...)
 """
 from __future__ import annotations
 
+import difflib
+
 import os
 import posixpath
 import re
@@ -15,9 +17,8 @@ from pathlib import Path
 from typing import Any, NoReturn, Optional, Union
 
 from clusterctl.errors import InventoryError
-from clusterctl.inventory_formats import did_you_mean, parse_size
 from clusterctl.models import MASK, EnvVar
-from clusterctl.yamlsource import Locator
+from clusterctl.inventory.yamlsource import Locator
 
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 HOST_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
@@ -339,3 +340,36 @@ def expect_nproc(doc: Doc, value: Any, path: tuple) -> Union[int, str]:
         return expect_int(doc, value, path, 1)
     doc.fail(path, f"nproc_per_node must be a whole number or auto, got {describe(value)}",
              "write nproc_per_node: auto (one rank per visible GPU) or a number, e.g. 8")
+
+
+def did_you_mean(word: str, choices) -> str:
+    """" (did you mean 'x'?)" for the closest choice, or ""."""
+    close = difflib.get_close_matches(str(word), list(choices), n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+# --------------------------------------------------------------------- sizes
+
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(i?)(b?)\s*$", re.IGNORECASE)
+_UNITS = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4, "p": 5}
+
+
+def parse_size(text: str) -> int:
+    """"16g", "512m", "2Gi", "1.5GB", "4096b" -> bytes (binary units, as docker reads them).
+
+    A bare number is refused (ValueError): `shm_size: 16` meaning 16 bytes is never intended.
+    """
+    match = _SIZE_RE.match(str(text))
+    if not match or not (match.group(2) or match.group(4)):
+        raise ValueError(f"not a size with a unit: {text!r}")
+    number, unit = float(match.group(1)), match.group(2).lower()
+    return int(number * (1024 ** _UNITS[unit]))
+
+
+def format_size(size: int) -> str:
+    """Bytes -> the shortest exact size text parse_size reads back (1073741824 -> "1g")."""
+    for unit in ("p", "t", "g", "m", "k"):
+        scale = 1024 ** _UNITS[unit]
+        if size and size % scale == 0:
+            return f"{size // scale}{unit}"
+    return f"{size}b"

@@ -30,7 +30,7 @@ from typing import Mapping, Optional
 
 from clusterctl.errors import TopologyError, UsageError
 from clusterctl.models import Host, Inventory, RendezvousSpec
-from clusterctl.topology import NodeFacts, Topology, plan
+from clusterctl.job.topology import NodeFacts, Topology, plan
 
 PLATFORMS = ("pytorchjob", "nodes", "torchrun")
 _PET_MARKERS = ("PET_NNODES", "PET_NODE_RANK", "PET_NPROC_PER_NODE")

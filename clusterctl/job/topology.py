@@ -34,8 +34,8 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Mapping, Optional, Union
 
-from .errors import TopologyError
-from .models import Host, Inventory
+from clusterctl.errors import TopologyError
+from clusterctl.models import Host, Inventory
 
 # --------------------------------------------------------------------------- values
 

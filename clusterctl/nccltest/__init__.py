@@ -1,9 +1,10 @@
-"""Rank-side programs that clusterctl ships to the nodes and starts with torchrun.
+"""`clusterctl nccl-test`: plan.py (sizes, bandwidth math, verdicts, pairs; pure) and the
+rank-side program it ships, allreduce_bench.py.
 
-Each file here is self-contained: torch and the standard library only, no clusterctl
+The rank-side file is self-contained: torch and the standard library only, no clusterctl
 import, because nothing of clusterctl is installed where the ranks run. The controller
-reads a file's bytes with `source(name)` and writes them into the run's directory on
-every node (see runner.JobRunner's `files`).
+reads its bytes with `source(name)` and writes them into the run's directory on every
+node (see job.runner.JobRunner's `files`).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Preflight: gather every node's facts in one round trip, then judge them (clusterctl.verdicts).
+"""Preflight: gather every node's facts in one round trip, then judge them (clusterctl.preflight.verdicts).
 
 Steps: (1) a batch probe per node, (2) a clock read, (3) the per-node and cross-node
 verdicts, (4) the rendezvous port: free on the master, then reachable from every worker
@@ -13,10 +13,10 @@ import time
 from dataclasses import dataclass, replace
 from typing import Optional, Sequence
 
-from clusterctl import facts, verdicts
+from clusterctl.preflight import facts, verdicts
 from clusterctl.executor import Background, Connections, for_each_host, run_commands
 from clusterctl.models import CheckResult, CheckStatus, Command, Host, HostResult, HostStatus, Inventory
-from clusterctl.placement import in_container, on_host_or_in_container
+from clusterctl.job.container import in_container, on_host_or_in_container
 from clusterctl.transport import BATCH_MARK, TcpForwardingDisabled, batch_command, split_batch
 
 LISTEN_S = 6  # the listener's life: workers connect (3 s timeout each, in parallel) well within it
@@ -198,7 +198,7 @@ def _per_node(inventory: Inventory, probes: dict[str, Probe]) -> list[CheckResul
 
 
 def _cross_node(inventory: Inventory, probes: dict[str, Probe], connections: Connections) -> list[CheckResult]:
-    from clusterctl.topology import plan
+    from clusterctl.job.topology import plan
 
     master = inventory.master.name
     out = verdicts.check_driver_version({h: p.gpus.driver_version for h, p in probes.items()})
@@ -219,7 +219,7 @@ def _cross_node(inventory: Inventory, probes: dict[str, Probe], connections: Con
 
 
 def _node_facts(p: Probe, master_address: str):
-    from clusterctl.nodefacts import node_facts_from
+    from clusterctl.preflight.node_facts import node_facts_from
 
     return node_facts_from(p.gpus, p.route, p.interfaces, p.hostname, p.ib, master_address)
 

@@ -1,7 +1,7 @@
 """One job on the cluster: launch torchrun everywhere, watch, fail fast, stop cleanly.
 
 The controller polls every node each `poll_s` seconds (which also renews the node's
-lease, see modules/torchrun.py). The run ends when every node's torchrun exited 0, or at
+lease, see job/agent.py). The run ends when every node's torchrun exited 0, or at
 the first failure: a node whose torchrun exited non-zero, or a node silent for
 `lost_after_s`. Then every other node's ranks are stopped (marker-scoped, this run only)
 and the first failure is named with its diagnosis: the others get a few seconds to report
@@ -16,14 +16,15 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Mapping, Optional
 
-from clusterctl.collect import secret_values
+from clusterctl.models import secret_values
 from clusterctl.errors import UsageError
 from clusterctl.executor import Background, Connections, Event, OnEvent, Ticker, for_each_host, run_commands
-from clusterctl.launch import MAX_ARG_BYTES, RANK_PREFIX_RE, job_argv, log_dir, placeholder_values, torchrun_argv, torchrun_env
+from clusterctl.job.torchrun import MAX_ARG_BYTES, RANK_PREFIX_RE, job_argv, log_dir, placeholder_values, torchrun_argv, torchrun_env
 from clusterctl.models import Command, Host, HostResult, HostStatus, Inventory, MASK, looks_secret
-from clusterctl.modules import process, torchrun
-from clusterctl.placement import in_container
-from clusterctl.topology import Topology
+from clusterctl.job import agent
+from clusterctl.modules import process
+from clusterctl.job.container import in_container
+from clusterctl.job.topology import Topology
 from clusterctl.transport import remote_argv
 
 # Writes stdin to "$1/$2" through a temporary file and a rename: nodes sharing one
@@ -106,10 +107,10 @@ class JobRunner:
         self.nodes: dict[str, NodeRun] = {}
         for plan in topology.nodes:
             env = (*process.marker_env(inventory.name, plan.host.name, run_id), *torchrun_env(plan, inventory),
-                   *torchrun.job_env(inventory, plan.host.env))
+                   *agent.job_env(inventory, plan.host.env))
             command = torchrun_argv(topology, plan, run_id, argv, python=inventory.job.python, outputs=outputs)
             self.nodes[plan.host.name] = NodeRun(plan.host, log_dir(outputs, run_id, plan.host.name), command, env)
-            _check_command_line(plan.host.name, torchrun.start_command(inventory, self.nodes[plan.host.name].run_dir,
+            _check_command_line(plan.host.name, agent.start_command(inventory, self.nodes[plan.host.name].run_dir,
                                                                         command), len(prompt.encode()))
         self._secret_values = sorted(secret_values(inventory), key=len, reverse=True)
         self._secret_names = {e.name for e in (*inventory.job.env, *(inventory.container.env if inventory.container else ()),
@@ -123,7 +124,7 @@ class JobRunner:
                    "env": {k: (MASK if looks_secret(k) or k in self._secret_names else v) for k, v in node.env},
                    "run_dir": node.run_dir,
                    "command": shlex.join(node.torchrun),
-                   "launched_with": torchrun.start_command(self.inventory, node.run_dir, ("torchrun",)).argv[:4],
+                   "launched_with": agent.start_command(self.inventory, node.run_dir, ("torchrun",)).argv[:4],
                    **shipped}
             for name, node in self.nodes.items()
         }
@@ -151,9 +152,9 @@ class JobRunner:
         def action(transport, host: Host) -> HostResult:
             node = self.nodes[host.name]
             where = files_dir(self.inventory.job.outputs, self.run_id)
-            commands = [torchrun.write_env_command(self.inventory, node.run_dir, node.env),
+            commands = [agent.write_env_command(self.inventory, node.run_dir, node.env),
                         *(put_file_command(self.inventory, where, name, data) for name, data in self.files.items()),
-                        torchrun.start_command(self.inventory, node.run_dir, node.torchrun)]
+                        agent.start_command(self.inventory, node.run_dir, node.torchrun)]
             return run_commands(transport, host, commands)
 
         self.on_event(Event("note", text=f"launching {self.topology.world_size} ranks on {len(self.nodes)} nodes"))
@@ -171,7 +172,7 @@ class JobRunner:
             node.last_line = text
             self.on_event(Event("line", host.name, text, {"prefix": prefix, "stream": stream}))
 
-        transport.run(torchrun.follow_command(self.inventory, node.run_dir), on_line=on_line)
+        transport.run(agent.follow_command(self.inventory, node.run_dir), on_line=on_line)
         return HostResult(host.name, HostStatus.OK)
 
     def _watch(self) -> JobOutcome:
@@ -210,14 +211,14 @@ class JobRunner:
 
         def action(transport, host: Host) -> HostResult:
             node = self.nodes[host.name]
-            return run_commands(transport, host, [torchrun.poll_command(self.inventory, node.run_dir)])
+            return run_commands(transport, host, [agent.poll_command(self.inventory, node.run_dir)])
 
         now = time.monotonic()
         for name, result in for_each_host(waiting, action, self.connections).items():
             node = self.nodes[name]
             if result.succeeded:
                 node.last_seen = now
-                node.exit_code = torchrun.parse_poll(result.stdout)
+                node.exit_code = agent.parse_poll(result.stdout)
                 if node.exit_code is not None:
                     node.ended_at = now
                     self.on_event(Event("note", name, f"torchrun exited {node.exit_code}"))
@@ -263,7 +264,7 @@ class JobRunner:
 
     def _tails(self, nodes: list[NodeRun]) -> dict[str, str]:
         def action(transport, host: Host) -> HostResult:
-            return run_commands(transport, host, [torchrun.tail_command(self.inventory, self.nodes[host.name].run_dir, 200)])
+            return run_commands(transport, host, [agent.tail_command(self.inventory, self.nodes[host.name].run_dir, 200)])
 
         return {name: self._mask(r.stdout) for name, r in for_each_host([n.host for n in nodes], action, self.connections).items()}
 

@@ -15,8 +15,8 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from clusterctl.facts._text import strip_provenance
-from clusterctl.facts.nvidia import ANY_EXIT
+from clusterctl.preflight.facts._text import strip_provenance
+from clusterctl.preflight.facts.nvidia import ANY_EXIT
 from clusterctl.models import Command
 
 IPTABLES_SAVE = Command(argv=("iptables-save",), timeout=30.0, ok_exit_codes=ANY_EXIT)
