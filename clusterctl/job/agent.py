@@ -18,6 +18,8 @@ How a node runs its part of a job (all files in the node's run dir,
 """
 from __future__ import annotations
 
+from typing import Optional
+
 from clusterctl.models import Command, EnvVar, Inventory
 from clusterctl.job.container import in_container, on_host_or_in_container
 
