@@ -13,7 +13,8 @@ from clusterctl_helpers import CONTAINER_OUTPUTS, Cli, checks_named, host_entry,
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
 
 NODES = ("node1", "node2", "node3")
-DROP_FROM_NODE3 = ["INPUT", "-p", "tcp", "--dport", "29500", "-s", "198.18.0.13", "-j", "DROP"]
+# the rendezvous travels on the fabric (the inventory's rendezvous.address)
+DROP_FROM_NODE3 = ["INPUT", "-p", "tcp", "--dport", "29500", "-s", "198.19.0.13", "-j", "DROP"]
 HOLD_PORT = (
     "import socket, time\n"
     "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
@@ -67,7 +68,7 @@ def test_a_firewall_rule_on_the_master_fails_rdzv_reachable_for_that_worker_and_
     assert code == 1 and _failed(doc) == [("node3", "rdzv_reachable")]
     node3 = checks_named(doc, "rdzv_reachable")["node3"]
     assert node3["detail"].startswith("rdzv_unreachable:")
-    assert "on node1: '-A INPUT -s 198.18.0.13/32 -p tcp -m tcp --dport 29500 -j DROP'" in node3["detail"]
+    assert "on node1: '-A INPUT -s 198.19.0.13/32 -p tcp -m tcp --dport 29500 -j DROP'" in node3["detail"]
     assert "iptables -I INPUT -p tcp --dport 29500 -j ACCEPT" in node3["fix"]
     assert checks_named(doc, "rdzv_reachable")["node2"]["status"] == "pass"
 
@@ -77,7 +78,7 @@ def test_a_firewall_rule_on_the_master_fails_rdzv_reachable_for_that_worker_and_
 
 def test_a_rejecting_rule_on_a_worker_fails_rdzv_reachable_with_the_reason_its_sshd_gave(sandbox, cli):
     # The worker's own sshd makes the connect (an SSH direct-tcpip channel): its errno comes back.
-    reject = ["OUTPUT", "-p", "tcp", "--dport", "29500", "-d", "198.18.0.11", "-j", "REJECT", "--reject-with",
+    reject = ["OUTPUT", "-p", "tcp", "--dport", "29500", "-d", "198.19.0.11", "-j", "REJECT", "--reject-with",
               "tcp-reset"]
     sandbox.ns_exec("node2", ["iptables", "-A", *reject])
     try:
@@ -87,7 +88,7 @@ def test_a_rejecting_rule_on_a_worker_fails_rdzv_reachable_with_the_reason_its_s
     assert code == 1 and _failed(doc) == [("node2", "rdzv_reachable")]
     node2 = checks_named(doc, "rdzv_reachable")["node2"]
     assert "Connection refused" in node2["detail"]
-    assert "on node2: '-A OUTPUT -d 198.18.0.11/32 -p tcp -m tcp --dport 29500 -j REJECT --reject-with tcp-reset'" \
+    assert "on node2: '-A OUTPUT -d 198.19.0.11/32 -p tcp -m tcp --dport 29500 -j REJECT --reject-with tcp-reset'" \
         in node2["detail"], node2
     assert "on node2 allow outgoing 29500" in node2["fix"]
 

@@ -24,7 +24,7 @@ def fixture(name: str) -> str:
 def test_every_fixture_names_its_source():
     listed = fixture("SOURCES.md")
     for path in sorted(TOOLS.rglob("*")):
-        if path.is_dir() or path.name in ("SOURCES.md", "capture_device.sh"):
+        if path.is_dir() or path.name in ("SOURCES.md", "capture_device.sh", "capture_probe.py"):
             continue
         relative = str(path.relative_to(TOOLS))
         if path.suffix == ".json":
@@ -46,7 +46,10 @@ def test_combined_output_keeps_stderr_after_stdout():
 def test_fact_commands_are_argv_tuples_without_shell_quoting():
     assert facts.NVIDIA_SMI_GPUS.argv[0] == "nvidia-smi"
     assert facts.NVIDIA_SMI_GPUS.argv[1] == "--query-gpu=index,uuid,name,memory.total,memory.used,driver_version,pci.bus_id"
-    assert facts.route_get_command("10.0.0.1").argv == ("ip", "-j", "route", "get", "10.0.0.1")
+    # the address is an argument of the fallback script, never part of the script's text
+    assert facts.route_get_command("10.0.0.1").argv[:2] == ("sh", "-c")
+    assert facts.route_get_command("10.0.0.1").argv[3:] == ("sh", "10.0.0.1")
+    assert facts.route_get_command("10.0.0.1", json_output=False).argv == ("ip", "route", "get", "10.0.0.1")
     assert facts.df_command("/workspace/output").argv == ("df", "-P", "-B1", "/workspace/output")
     assert facts.versions_command("python3").argv[:2] == ("python3", "-c")
     assert facts.DOCKER_INFO.argv == ("docker", "info", "--format", "{{json .}}")

@@ -51,15 +51,16 @@ def probe_command(inventory: Inventory) -> Command:
 
     sections = [
         ("gpus", Command(in_container(inventory, facts.NVIDIA_SMI_GPUS.argv))),
-        ("route", facts.route_get_command(inventory.master.address)),
-        ("addr", facts.IP_ADDR),
+        ("route", facts.route_get_command(inventory.rendezvous_address)),
+        ("addr", facts.IP_ADDR_PROBE),
         ("hostname", facts.HOSTNAME_RESOLUTION),
+        ("ib_sysfs", facts.IB_SYSFS),
         ("ibstat", facts.IBSTAT),
     ]
     if inventory.uses_container:
         name = inventory.container.name
         sections.insert(0, ("container", Command(("docker", "inspect", "-f", "{{.State.Status}}", name))))
-    return batch_command(sections, timeout=60)
+    return facts.in_c_locale(batch_command(sections, timeout=60))
 
 
 def parse_probe(stdout: str, inventory: Inventory) -> NodeProbe:
@@ -76,7 +77,7 @@ def parse_probe(stdout: str, inventory: Inventory) -> NodeProbe:
         route=facts.parse_route_get(sections.get("route", "")),
         interfaces=facts.parse_ip_addr(sections.get("addr", "")),
         hostname=facts.parse_hostname_resolution(sections.get("hostname", "")),
-        ib=facts.parse_ibstat(sections.get("ibstat", "")),
+        ib=facts.ib_status(sections.get("ib_sysfs", ""), sections.get("ibstat", "")),
     )
 
 
@@ -103,6 +104,6 @@ def gather_node_facts(inventory: Inventory, connections: Connections) -> tuple[d
                 f"container {inventory.container.name} is {probe.container_state} on {name} "
                 "(was the node rebooted?). fix: run `clusterctl up` first",
             )
-    master = inventory.master.address
+    master = inventory.rendezvous_address
     facts = {name: probe.node_facts(master) for name, probe in probes.items() if name not in problems}
     return facts, problems

@@ -4,14 +4,18 @@ Steps: (1) a batch probe per node, (2) a clock read, (3) the per-node and cross-
 verdicts, (4) the rendezvous port: free on the master, then reachable from every worker
 over TCP at the real address and port (a temporary listener on the master; on failure the
 firewall rules of both ends are read and the blocking rule quoted).
+
+The probe runs under LC_ALL=C (see facts.in_c_locale): translated headers and messages are
+not read. A section whose output was not understood makes its check warn, naming the
+command and quoting what it printed; it never passes.
 """
 from __future__ import annotations
 
 import json
 import threading
 import time
-from dataclasses import dataclass, replace
-from typing import Optional, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Mapping, Optional, Sequence
 
 from clusterctl.preflight import facts, verdicts
 from clusterctl.executor import Background, Connections, for_each_host, run_commands
@@ -66,11 +70,14 @@ class Probe:
     memory: object
     versions: object
     listeners: tuple
+    topology: object = None  # facts.GpuTopology (host side)
+    fabric: object = None  # facts.SmiQuery (host side)
+    hooks: object = None  # facts.GpuHooks, with a container that wants GPUs
+    # section -> why its output was not understood, for the parsers that return a tuple or None
+    unreadable: Mapping[str, str] = field(default_factory=dict)
 
 
 IN_CONTAINER = ("gpus", "shm", "versions")  # sections read where the ranks run
-# The master's listeners; owners (`ss -p` reads every process's fds) only when the port is taken.
-_LISTENERS = 'if ss -ltnH | awk \'{print $4}\' | grep -q ":$1$"; then ss -ltnpH; else ss -ltnH; fi'
 
 
 def probe_command(inventory: Inventory, host: Host, container_cli: bool = True) -> Command:
@@ -79,33 +86,39 @@ def probe_command(inventory: Inventory, host: Host, container_cli: bool = True) 
     from the engine API instead (`probe_node`)."""
     sections = [
         ("apps", facts.NVIDIA_SMI_APPS),
-        ("route", facts.route_get_command(inventory.master.address)),
-        ("addr", facts.IP_ADDR),
+        ("topo", facts.NVIDIA_SMI_TOPO),
+        ("smi_query", facts.NVIDIA_SMI_QUERY),
+        ("route", facts.route_get_command(inventory.rendezvous_address)),
+        ("addr", facts.IP_ADDR_PROBE),
         ("hostname", facts.HOSTNAME_RESOLUTION),
+        ("ib_sysfs", facts.IB_SYSFS),
         ("ibstat", facts.IBSTAT),
-        ("disk", Command(on_host_or_in_container(inventory, inventory.job.outputs, lambda p: ("df", "-B1", p)))),
+        ("disk", Command(on_host_or_in_container(inventory, inventory.job.outputs, facts.df_at_argv))),
         ("memory", facts.MEMINFO),
     ]
     if host.name == inventory.master.name:
-        sections.append(("ss", Command(("sh", "-c", _LISTENERS, "sh", str(inventory.rendezvous.port)))))
+        sections.append(("ss", Command(("sh", "-c", facts.SS_LISTENERS_SCRIPT, "sh", str(inventory.rendezvous.port)))))
     if not inventory.uses_container:
-        return batch_command(_inside(inventory) + sections, timeout=120)
+        return facts.in_c_locale(batch_command(_inside(inventory) + sections, timeout=120))
+    if verdicts.gpu_selection(inventory, host.name) != "none":
+        sections.append(("gpu_hooks", facts.GPU_HOOKS))
     if container_cli:
         sections = [("docker", facts.DOCKER_INFO), ("container", facts.docker_inspect_command(inventory.container.name)),
                     ("in_container", Command(in_container(inventory, _inside_script(inventory))))] + sections
-    return batch_command(sections, timeout=120)
+    return facts.in_c_locale(batch_command(sections, timeout=120))
 
 
 def _inside(inventory: Inventory) -> list[tuple[str, Command]]:
     """The IN_CONTAINER sections."""
-    commands = {"gpus": facts.NVIDIA_SMI_GPUS, "shm": Command(("df", "-B1", "/dev/shm")),
+    commands = {"gpus": facts.NVIDIA_SMI_GPUS, "shm": Command(facts.df_at_argv("/dev/shm")),
                 "versions": facts.versions_command(inventory.job.python)}
     return [(name, commands[name]) for name in IN_CONTAINER]
 
 
 def _inside_script(inventory: Inventory) -> tuple[str, ...]:
-    """The in-container sections as one `sh -c` (its section marks read as the outer batch's)."""
-    return batch_command(_inside(inventory)).argv
+    """The in-container sections as one `sh -c` (its section marks read as the outer batch's),
+    under the C locale of its own: `docker exec` does not pass the outer shell's environment."""
+    return facts.in_c_locale(batch_command(_inside(inventory))).argv
 
 
 def probe_node(inventory: Inventory, transport, host: Host) -> HostResult:
@@ -152,14 +165,27 @@ def parse_probe(stdout: str) -> Probe:
     s = split_batch(stdout)
     for name in IN_CONTAINER:  # no container to exec into: each section shows docker's error
         s.setdefault(name, s.get("in_container", ""))
+    shm, disk, memory = facts.parse_df(s.get("shm", "")), facts.parse_df(s.get("disk", "")), \
+        facts.parse_meminfo(s.get("memory", ""))
+    unreadable = {
+        "apps": facts.compute_apps_unreadable(s.get("apps", "")),
+        "ss": facts.ss_unreadable(s["ss"]) if "ss" in s else None,
+        "shm": None if shm else facts.df_unreadable(s.get("shm", ""), "df -P -B1 /dev/shm"),
+        "disk": None if disk else facts.df_unreadable(s.get("disk", "")),
+        "memory": None if memory else f"`cat /proc/meminfo` printed {facts.excerpt(s.get('memory', ''))}",
+    }
     return Probe(
         docker=facts.parse_docker_info(s.get("docker", "")), container=facts.parse_docker_inspect(s.get("container", "")),
         gpus=facts.parse_gpu_csv(s.get("gpus", "")), apps=facts.parse_compute_apps_csv(s.get("apps", "")),
         route=facts.parse_route_get(s.get("route", "")), interfaces=facts.parse_ip_addr(s.get("addr", "")),
-        hostname=facts.parse_hostname_resolution(s.get("hostname", "")), ib=facts.parse_ibstat(s.get("ibstat", "")),
-        shm=facts.parse_df(s.get("shm", "")), disk=facts.parse_df(s.get("disk", "")),
-        memory=facts.parse_meminfo(s.get("memory", "")), versions=facts.parse_versions(s.get("versions", "")),
+        hostname=facts.parse_hostname_resolution(s.get("hostname", "")),
+        ib=facts.ib_status(s.get("ib_sysfs", ""), s.get("ibstat", "")),
+        shm=shm, disk=disk, memory=memory, versions=facts.parse_versions(s.get("versions", "")),
         listeners=facts.parse_ss(s.get("ss", "")),
+        topology=facts.parse_topology(s["topo"]) if "topo" in s else facts.GpuTopology(error="not read"),
+        fabric=facts.parse_smi_query(s.get("smi_query", "")),
+        hooks=facts.parse_gpu_hooks(s["gpu_hooks"]) if "gpu_hooks" in s else None,
+        unreadable={name: why for name, why in unreadable.items() if why},
     )
 
 
@@ -182,18 +208,23 @@ def run_checks(inventory: Inventory, hosts: Sequence[Host], connections: Connect
 
 def _per_node(inventory: Inventory, probes: dict[str, Probe]) -> list[CheckResult]:
     spec, settings = inventory.container, inventory.checks
+    # one node, or every node this machine: ranks talk over loopback whatever the hostname says
+    single_node = len(inventory.hosts) == 1 or all(h.is_local for h in inventory.hosts)
     out = []
     for name, p in probes.items():
-        selection = verdicts.gpu_selection(inventory, name)
+        selection, why = verdicts.gpu_selection(inventory, name), p.unreadable
         if inventory.uses_container:
             out += [verdicts.check_docker(name, p.docker), verdicts.check_container(name, spec, p.container, selection),
-                    verdicts.check_gpu_runtime(name, p.docker, selection)]
+                    verdicts.check_gpu_runtime(name, p.docker, selection, hooks=p.hooks)]
         out += [verdicts.check_gpus(name, inventory, p.gpus),
-                verdicts.check_gpu_busy(name, p.apps, p.gpus, selection=selection),
-                verdicts.check_hostname(name, p.hostname),
-                verdicts.check_shm(name, p.shm, settings, spec),
-                verdicts.check_disk(name, p.disk, settings, inventory.job.outputs),
-                verdicts.check_memory(name, p.memory)]
+                verdicts.check_gpu_busy(name, p.apps, p.gpus, selection=selection, unreadable=why.get("apps")),
+                verdicts.check_nvlink(name, p.topology, p.fabric, selection),
+                verdicts.check_fabric(name, p.fabric),
+                verdicts.check_gpu_nics(name, p.topology, p.ib, selection),
+                verdicts.check_hostname(name, p.hostname, single_node=single_node),
+                verdicts.check_shm(name, p.shm, settings, spec, unreadable=why.get("shm")),
+                verdicts.check_disk(name, p.disk, settings, inventory.job.outputs, unreadable=why.get("disk")),
+                verdicts.check_memory(name, p.memory, unreadable=why.get("memory"))]
     return out
 
 
@@ -212,7 +243,7 @@ def _cross_node(inventory: Inventory, probes: dict[str, Probe], connections: Con
     out += verdicts.check_ib({h: p.ib for h, p in probes.items()}, inventory.checks.ib)
     out += verdicts.check_versions({h: p.versions for h, p in probes.items()}, inventory.container)
     out += verdicts.check_clock_skew(_clock_offsets(inventory, probes, connections), inventory.checks)
-    node_facts = {h: _node_facts(p, inventory.master.address) for h, p in probes.items()}
+    node_facts = {h: _node_facts(p, inventory.rendezvous_address) for h, p in probes.items()}
     if len(node_facts) == len(inventory.hosts):
         out.append(verdicts.check_topology(lambda: plan(inventory, node_facts)))
     return out
@@ -243,7 +274,8 @@ def _rendezvous(inventory: Inventory, probes: dict[str, Probe], connections: Con
     master, port = inventory.master, inventory.rendezvous.port
     if master.name not in probes:
         return []
-    free = verdicts.check_rdzv_port_free(master.name, port, probes[master.name].listeners)
+    free = verdicts.check_rdzv_port_free(master.name, port, probes[master.name].listeners,
+                                         unreadable=probes[master.name].unreadable.get("ss"))
     workers = [h for h in inventory.hosts if h.name != master.name and h.name in probes]
     if free.status is CheckStatus.FAIL or not workers:
         return [free]
@@ -253,7 +285,7 @@ def _rendezvous(inventory: Inventory, probes: dict[str, Probe], connections: Con
     rules = _firewall_rules(inventory, master, list(blocked), connections) if blocked else {}
     for worker in workers:
         out.append(verdicts.check_rdzv_reachable(
-            worker.name, master.name, master.address, port, errors.get(worker.name),
+            worker.name, master.name, inventory.rendezvous_address, port, errors.get(worker.name),
             worker_rules=rules.get(worker.name, ()), master_rules=rules.get(master.name, ())))
     return out
 
@@ -266,7 +298,7 @@ def _connect_from_workers(inventory: Inventory, master: Host, workers: list[Host
     network stack and firewall (the container shares them: --net=host) with no process started
     there. A worker whose sshd forbids TCP forwarding connects with the image's python instead."""
     port, python = inventory.rendezvous.port, inventory.job.python
-    bind = "127.0.0.1" if master.is_local else master.address
+    bind = "127.0.0.1" if master.is_local else inventory.rendezvous_address
     listen = Command(in_container(inventory, (python, "-c", _LISTENER, str(port), str(len(workers)), str(LISTEN_S), bind),
                                   interactive=True), timeout=LISTEN_S + 10, stdin_open=True)
     listening = threading.Event()
@@ -280,11 +312,11 @@ def _connect_from_workers(inventory: Inventory, master: Host, workers: list[Host
     deadline = time.monotonic() + LISTEN_READY_S
     while not listening.wait(0.05) and time.monotonic() < deadline and not listener.wait(0):
         pass
-    connect = Command(in_container(inventory, (python, "-c", _CONNECT, master.address, str(port), "3")), timeout=15)
+    connect = Command(in_container(inventory, (python, "-c", _CONNECT, inventory.rendezvous_address, str(port), "3")), timeout=15)
 
     def action(transport, host: Host) -> HostResult:
         try:
-            error = transport.connect_tcp(master.address, port, timeout=3.0)
+            error = transport.connect_tcp(inventory.rendezvous_address, port, timeout=3.0)
         except TcpForwardingDisabled:
             result = run_commands(transport, host, [connect])
             error = None if result.succeeded else (result.stdout.strip().removeprefix("error:").strip() or result.detail)

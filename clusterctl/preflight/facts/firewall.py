@@ -19,9 +19,9 @@ from clusterctl.preflight.facts._text import strip_provenance
 from clusterctl.preflight.facts.nvidia import ANY_EXIT
 from clusterctl.models import Command
 
-IPTABLES_SAVE = Command(argv=("iptables-save",), timeout=30.0, ok_exit_codes=ANY_EXIT)
-NFT_RULESET = Command(argv=("nft", "list", "ruleset"), timeout=30.0, ok_exit_codes=ANY_EXIT)
-UFW_STATUS = Command(argv=("ufw", "status", "verbose"), timeout=30.0, ok_exit_codes=ANY_EXIT)
+IPTABLES_SAVE = Command(argv=("iptables-save",), timeout=30.0, ok_exit_codes=ANY_EXIT, privileged=True)
+NFT_RULESET = Command(argv=("nft", "list", "ruleset"), timeout=30.0, ok_exit_codes=ANY_EXIT, privileged=True)
+UFW_STATUS = Command(argv=("ufw", "status", "verbose"), timeout=30.0, ok_exit_codes=ANY_EXIT, privileged=True)
 
 ACCEPT, BLOCK, RETURN = "accept", "block", "return"
 
@@ -96,7 +96,7 @@ def _port_in(spec: str, port: int) -> bool:
         if not part:
             continue
         bounds = re.split(r"[:\-]", part)
-        if not all(b.isdigit() for b in bounds):
+        if not all(re.fullmatch(r"[0-9]{1,5}", b) for b in bounds):
             return False  # a named service or set: cannot tell
         low, high = int(bounds[0]), int(bounds[-1])
         if low <= port <= high:

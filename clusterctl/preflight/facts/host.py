@@ -1,4 +1,4 @@
-"""Host facts: Docker engine, disk, memory, clock and the Python/torch/NCCL versions.
+"""Host facts: Docker engine, memory, clock and the Python/torch/NCCL versions (disk: disk.py).
 
 Each fact is a `Command` plus a pure parser of its output. Parsers never raise on odd
 output: a reason ends up in the fact's `error` field instead.
@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Union
 
-from clusterctl.preflight.facts._text import command_missing, strip_provenance
+from clusterctl.preflight.facts._text import command_missing, excerpt, number, strip_provenance
 from clusterctl.models import Command
 
 # --------------------------------------------------------------------------- docker
@@ -26,6 +26,12 @@ class DockerInfo:
     cgroup_driver: Optional[str] = None
     cdi_spec_dirs: tuple[str, ...] = ()
     error: Optional[str] = None  # why the engine could not be asked (daemon down, no permission)
+    unreadable: Optional[str] = None  # the output was not understood: the engine's state is unknown
+
+    @property
+    def major_version(self) -> Optional[int]:
+        match = re.match(r"^([0-9]{1,6})\.", self.server_version if isinstance(self.server_version, str) else "")
+        return int(match.group(1)) if match else None
 
     @property
     def has_nvidia_runtime(self) -> bool:
@@ -51,20 +57,31 @@ def parse_docker_info(output: Union[str, Mapping[str, Any]]) -> DockerInfo:
         data = _first_json_object(text) or {}
     if not data:
         return _docker_info_from_text(text)
-    server_errors = [str(e) for e in data.get("ServerErrors") or []]
-    version = data.get("ServerVersion") or None
+    errors = data.get("ServerErrors")
+    server_errors = [str(e) for e in errors] if isinstance(errors, list) else []
+    version = _str(data.get("ServerVersion"))
     error = None
     if not version:
         error = "; ".join(server_errors) or _docker_error(text) or "the Docker daemon did not answer"
-    runtimes = tuple(sorted((data.get("Runtimes") or {}).keys()))
+    runtimes = tuple(sorted(str(k) for k in _mapping(data.get("Runtimes"))))
+    dirs = data.get("CDISpecDirs")
     return DockerInfo(
         server_version=version,
         runtimes=runtimes,
-        default_runtime=data.get("DefaultRuntime") or None,
-        cgroup_driver=data.get("CgroupDriver") or None,
-        cdi_spec_dirs=tuple(data.get("CDISpecDirs") or ()),
+        default_runtime=_str(data.get("DefaultRuntime")),
+        cgroup_driver=_str(data.get("CgroupDriver")),
+        cdi_spec_dirs=tuple(str(d) for d in dirs) if isinstance(dirs, list) else (),
         error=error,
     )
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    """A JSON object, or {} for anything else a broken or foreign document holds there."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def _str(value: Any) -> Optional[str]:
+    return value if isinstance(value, str) and value else None
 
 
 def _docker_info_from_text(text: str) -> DockerInfo:
@@ -75,7 +92,9 @@ def _docker_info_from_text(text: str) -> DockerInfo:
         if sep and key in ("Server Version", "Runtimes", "Default Runtime", "Cgroup Driver"):
             values[key] = value.strip()
     if not values:
-        return DockerInfo(error=_docker_error(text) or "docker info printed nothing readable")
+        known = _docker_error(text)
+        reason = f"`docker info` printed {excerpt(text)}"
+        return DockerInfo(error=known or reason, unreadable=None if known else reason)
     return DockerInfo(
         server_version=values.get("Server Version"),
         runtimes=tuple(sorted(values.get("Runtimes", "").split())),
@@ -116,6 +135,7 @@ class ContainerState:
     shm_size_bytes: Optional[int] = None
     gpu_request: Optional[str] = None  # "all", a count, device ids; None when no GPUs asked for
     error: Optional[str] = None
+    unreadable: Optional[str] = None  # neither a container nor docker's "no such container"
 
 
 def docker_inspect_command(name: str) -> Command:
@@ -132,68 +152,45 @@ def parse_docker_inspect(output: Union[str, Mapping[str, Any]]) -> ContainerStat
             parsed = json.loads(text[text.find("["):]) if "[" in text else None
         except ValueError:
             parsed = None
-        if not parsed:
+        if not parsed or not isinstance(parsed, list) or not isinstance(parsed[0], dict):
             reason = text.strip().splitlines()[-1] if text.strip() else "no such container"
-            return ContainerState(name="", image="", running=False, status="missing", error=reason)
+            known = re.search(r"No such (container|object)|Error|Cannot connect|permission denied|not found", text, re.I)
+            unreadable = None if known or not text.strip() else f"`docker inspect` printed {excerpt(text)}"
+            return ContainerState(name="", image="", running=False, status="missing", error=reason,
+                                  unreadable=unreadable)
         data = parsed[0]
-    state = data.get("State") or {}
-    host_config = data.get("HostConfig") or {}
-    config = data.get("Config") or {}
+    state, host_config = _mapping(data.get("State")), _mapping(data.get("HostConfig"))
+    config = _mapping(data.get("Config"))
+    shm = host_config.get("ShmSize")
     return ContainerState(
         name=str(data.get("Name", "")).lstrip("/"),
         image=str(config.get("Image", "")),
         running=bool(state.get("Running")),
         status=str(state.get("Status", "")),
-        network_mode=host_config.get("NetworkMode"),
-        ipc_mode=host_config.get("IpcMode"),
-        shm_size_bytes=host_config.get("ShmSize"),
-        gpu_request=_gpu_request(host_config.get("DeviceRequests") or []),
+        network_mode=_str(host_config.get("NetworkMode")),
+        ipc_mode=_str(host_config.get("IpcMode")),
+        shm_size_bytes=shm if isinstance(shm, int) and not isinstance(shm, bool) else None,
+        gpu_request=_gpu_request(host_config.get("DeviceRequests")),
     )
 
 
-def _gpu_request(requests: list) -> Optional[str]:
-    for request in requests:
-        capabilities = [c for group in request.get("Capabilities") or [] for c in group]
+def _gpu_request(requests: Any) -> Optional[str]:
+    for request in requests if isinstance(requests, list) else ():
+        request = _mapping(request)
+        groups = request.get("Capabilities")
+        capabilities = [c for group in (groups if isinstance(groups, list) else ()) if isinstance(group, list)
+                        for c in group]
         if "gpu" not in capabilities and request.get("Driver") != "nvidia":
             continue
-        if request.get("DeviceIDs"):
-            return ",".join(request["DeviceIDs"])
+        ids = request.get("DeviceIDs")
+        if isinstance(ids, list) and ids:
+            return ",".join(str(i) for i in ids)
         count = request.get("Count", 0)
         return "all" if count == -1 else str(count)
     return None
 
 
-# --------------------------------------------------------------------------- disk, memory, clock
-
-
-@dataclass(frozen=True)
-class DiskUsage:
-    filesystem: str
-    size_bytes: int
-    used_bytes: int
-    avail_bytes: int
-    mount: str
-
-
-def df_command(path: str) -> Command:
-    return Command(argv=("df", "-P", "-B1", path), timeout=30.0)
-
-
-def parse_df(text: str) -> Optional[DiskUsage]:
-    """`df -B1 PATH` (with or without -P); None when df printed no data row."""
-    rows = [line.split() for line in strip_provenance(text).splitlines() if line.strip()]
-    data = [row for row in rows if not row[0].startswith("Filesystem")]
-    if not data:
-        return None
-    # A long device name makes df wrap its row in two lines (without -P): rejoin them.
-    row = data[0] + data[1] if len(data[0]) == 1 and len(data) > 1 else data[0]
-    if len(row) < 6:
-        return None
-    try:
-        size, used, avail = (int(v) for v in row[1:4])
-    except ValueError:
-        return None
-    return DiskUsage(filesystem=row[0], size_bytes=size, used_bytes=used, avail_bytes=avail, mount=" ".join(row[5:]))
+# --------------------------------------------------------------------------- memory, clock
 
 
 MEMINFO = Command(argv=("cat", "/proc/meminfo"), timeout=10.0)
@@ -208,7 +205,7 @@ class MemInfo:
 def parse_meminfo(text: str) -> Optional[MemInfo]:
     values: dict[str, int] = {}
     for line in strip_provenance(text).splitlines():
-        match = re.match(r"^(\w+):\s+(\d+)\s*(kB)?", line)
+        match = re.match(r"^(\w+):\s+([0-9]{1,18})\s*(kB)?\b", line)
         if match:
             values[match.group(1)] = int(match.group(2)) * (1024 if match.group(3) else 1)
     if "MemTotal" not in values:
@@ -311,14 +308,16 @@ def parse_versions(text: str) -> Versions:
                 data = json.loads(line)
             except ValueError:
                 continue
+            if not isinstance(data, dict):
+                continue
             return Versions(
-                python=data.get("python"),
-                torch=data.get("torch"),
-                cuda=data.get("cuda"),
+                python=_str(data.get("python")),
+                torch=_str(data.get("torch")),
+                cuda=_str(data.get("cuda")),
                 nccl=_nccl_version(data.get("nccl")),
                 cuda_available=bool(data.get("cuda_available")),
-                gpu_count=int(data.get("gpu_count") or 0),
-                error=data.get("error") or data.get("nccl_error"),
+                gpu_count=number(str(data.get("gpu_count") or 0)) or 0,
+                error=_str(data.get("error")) or _str(data.get("nccl_error")),
             )
     missing = re.search(r"No module named '?torch'?", text)
     if missing:
@@ -331,13 +330,12 @@ def parse_versions(text: str) -> Versions:
 
 def _nccl_version(value: Any) -> Optional[str]:
     """torch < 2.0 returned NCCL's version as one int (2.18.3 -> 21803)."""
-    if value is None:
+    if value is None or isinstance(value, (bool, dict, list)):
         return None
     text = str(value)
-    if text.isdigit() and len(text) >= 5:  # NCCL >= 2.9: major*10000 + minor*100 + patch
-        number = int(text)
-        return f"{number // 10000}.{number // 100 % 100}.{number % 100}"
-    if text.isdigit() and len(text) == 4:  # older: major*1000 + minor*100 + patch
-        number = int(text)
-        return f"{number // 1000}.{number // 100 % 10}.{number % 100}"
+    code = number(text)
+    if code is not None and len(text) >= 5:  # NCCL >= 2.9: major*10000 + minor*100 + patch
+        return f"{code // 10000}.{code // 100 % 100}.{code % 100}"
+    if code is not None and len(text) == 4:  # older: major*1000 + minor*100 + patch
+        return f"{code // 1000}.{code // 100 % 10}.{code % 100}"
     return text

@@ -1,15 +1,35 @@
-"""ibstat: HCAs, their ports and link states, and the NCCL_IB_HCA they imply."""
+"""InfiniBand/RoCE ports: sysfs first, ibstat second, and the NCCL_IB_HCA they imply.
+
+sysfs (/sys/class/infiniband/*/ports/*/{state,phys_state,rate,link_layer}) is what the
+kernel knows and what NCCL's own device scan reads; it needs no tool and cannot abort.
+`ibstat` (infiniband-diags) is read too, for nodes whose sysfs hides the tree: it stops
+with `ibpanic` on a device it cannot stat (Azure's accelerated-networking NIC), which is
+"state unknown", never "no InfiniBand".
+"""
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 from typing import Optional
 
-from clusterctl.preflight.facts._text import command_missing, natural_key, strip_provenance
-from clusterctl.preflight.facts.nvidia import ANY_EXIT
 from clusterctl.models import Command
+from clusterctl.preflight.facts._text import command_missing, excerpt, natural_key, strip_provenance
+from clusterctl.preflight.facts.nvidia import ANY_EXIT
 
 IBSTAT = Command(argv=("ibstat",), timeout=60.0, ok_exit_codes=ANY_EXIT)
+
+# One `port DEV/ports/N` line, then `name=value` for each file. $(cat) drops the trailing newline
+# sysfs writes (and tolerates files without one). `none` when the class directory is absent.
+# $1 (tests only) reads a captured tree instead of /sys/class/infiniband.
+_SYSFS_SCRIPT = r'''d=${1:-/sys/class/infiniband}
+if [ ! -d "$d" ]; then echo "sysfs: none"; exit 0; fi
+echo "sysfs: $d"
+for p in "$d"/*/ports/*; do
+  [ -d "$p" ] || continue
+  echo "port ${p#"$d"/}"
+  for f in state phys_state rate link_layer; do v=$(cat "$p/$f" 2>&1); echo "$f=$v"; done
+done'''
+IB_SYSFS = Command(argv=("sh", "-c", _SYSFS_SCRIPT), timeout=30.0, ok_exit_codes=ANY_EXIT)
 
 
 @dataclass(frozen=True)
@@ -37,12 +57,32 @@ class IbPort:
     def describe(self) -> str:
         return f"{self.name} {self.state}/{self.physical_state} {self.rate or '?'}Gb/s {self.link_layer}"
 
+    @property
+    def likely_cause(self) -> str:
+        """The usual reason a port is in this state (InfiniBand spec states, what admins meet)."""
+        if self.active:
+            return "up"
+        if self.physical_state == "Polling":
+            return "no link partner: cable out or faulty, or the switch port down"
+        if self.physical_state == "Disabled":
+            return "port disabled (ibportstate, firmware or the switch)"
+        if self.physical_state == "LinkErrorRecovery":
+            return "link errors: a bad cable or transceiver"
+        if self.physical_state == "LinkUp" and self.state in ("Initializing", "Down"):
+            return ("link up but no subnet manager configured the port: start opensm (or the switch's SM)"
+                    if not self.is_roce else "link up but the port is not active: check the switch and the NIC's mode")
+        if self.state == "Armed":
+            return "the subnet manager armed the port but never activated it"
+        return "port not active"
+
 
 @dataclass(frozen=True)
 class IbStatus:
     ports: tuple[IbPort, ...] = ()
     warnings: tuple[str, ...] = ()  # ibpanic/ibwarn lines: some HCAs may be missing from `ports`
-    error: Optional[str] = None  # why no HCA could be listed at all
+    error: Optional[str] = None  # why no HCA could be listed at all (absent, tool missing)
+    source: str = "ibstat"  # sysfs | ibstat: where `ports` came from
+    unreadable: Optional[str] = None  # neither source could be read: the state is unknown, not "no IB"
 
     @property
     def hcas(self) -> tuple[str, ...]:
@@ -118,21 +158,96 @@ def parse_ibstat(text: str) -> IbStatus:
             close_port()
             hca, port = ca.group(1), None
             continue
-        number = re.match(r"^Port (\d+):$", stripped)
-        if number:
+        numbered = re.match(r"^Port ([0-9]{1,9}):$", stripped)
+        if numbered:
             close_port()
-            port = {"number": int(number.group(1))}
+            port = {"number": int(numbered.group(1))}
             continue
         pair = _KEY_VALUE.match(line)
         if pair and port is not None:
             port[pair.group(1)] = pair.group(2)
     close_port()
-    error = None
-    if not ports:
-        error = warnings[-1] if warnings else "no InfiniBand/RoCE devices (ibstat printed nothing)"
-    return IbStatus(ports=tuple(ports), warnings=tuple(warnings), error=error)
+    error = unreadable = None
+    if not ports and warnings:
+        unreadable = f"ibstat stopped before listing any port: {warnings[-1]}"
+    elif not ports and text.strip():
+        unreadable = f"`ibstat` printed {excerpt(text)}"
+    elif not ports:
+        error = "no InfiniBand/RoCE devices (ibstat printed nothing)"
+    return IbStatus(ports=tuple(ports), warnings=tuple(warnings), error=error or unreadable, unreadable=unreadable)
 
 
 def _rate(value: Optional[str]) -> Optional[int]:
-    match = re.match(r"^\s*(\d+)", value or "")
+    match = re.match(r"^\s*([0-9]{1,9})", value or "")
     return int(match.group(1)) if match else None
+
+
+# --------------------------------------------------------------------------- sysfs
+
+# The kernel's spellings (drivers/infiniband/core/sysfs.c: "4: ACTIVE", "5: LinkUp") in ibstat's words.
+_STATES = {"NOP": "Unknown", "DOWN": "Down", "INIT": "Initializing", "ARMED": "Armed", "ACTIVE": "Active",
+           "ACTIVE_DEFER": "Active"}
+
+
+def parse_ib_sysfs(text: str) -> IbStatus:
+    """IB_SYSFS's output: a `port DEV/ports/N` line, then state=, phys_state=, rate=, link_layer=."""
+    text = strip_provenance(text)
+    ports: list[IbPort] = []
+    current: Optional[dict] = None
+    saw_class = False
+
+    def close() -> None:
+        if current is not None:
+            ports.append(IbPort(hca=current["hca"], port=current["port"], state=_sysfs_state(current.get("state", "")),
+                                physical_state=_sysfs_value(current.get("phys_state", "")) or "?",
+                                rate=_rate(current.get("rate")), link_layer=current.get("link_layer") or "InfiniBand"))
+
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("sysfs: "):
+            saw_class = saw_class or line != "sysfs: none"
+            continue
+        port = re.match(r"^port ([^/\s]+)/ports/([0-9]{1,9})$", line)
+        if port:
+            close()
+            current = {"hca": port.group(1), "port": int(port.group(2))}
+            continue
+        key, sep, value = line.partition("=")
+        if sep and current is not None and key in ("state", "phys_state", "rate", "link_layer"):
+            current[key] = value.strip()
+    close()
+    if any(port.state not in _STATES.values() for port in ports):  # "cat: ...: Permission denied" and the like
+        return IbStatus(source="sysfs", unreadable=f"/sys/class/infiniband read printed {excerpt(text)}")
+    if ports:
+        return IbStatus(ports=tuple(ports), source="sysfs")
+    if "sysfs: none" in text or (saw_class and current is None and "=" not in text):
+        return IbStatus(source="sysfs", error="no InfiniBand/RoCE devices (/sys/class/infiniband is absent or empty)")
+    return IbStatus(source="sysfs", unreadable=f"/sys/class/infiniband read printed {excerpt(text)}")
+
+
+def _sysfs_value(raw: str) -> str:
+    """`5: LinkUp` -> `LinkUp`."""
+    return raw.split(":", 1)[1].strip() if re.match(r"^\d+:", raw) else raw.strip()
+
+
+def _sysfs_state(raw: str) -> str:
+    value = _sysfs_value(raw)
+    return _STATES.get(value.upper(), value or "?")
+
+
+def ib_status(sysfs_text: str, ibstat_text: str) -> IbStatus:
+    """sysfs when it lists ports, else ibstat; unknown (`unreadable`) when neither can say."""
+    sysfs = parse_ib_sysfs(sysfs_text)
+    if sysfs.ports:
+        return sysfs
+    ibstat = parse_ibstat(ibstat_text)
+    if ibstat.ports:
+        return ibstat
+    if ibstat.unreadable:  # ibpanic and the like: HCAs may well be there
+        return IbStatus(warnings=ibstat.warnings, source="ibstat", unreadable=ibstat.unreadable,
+                        error=ibstat.unreadable)
+    if sysfs.error and not sysfs.unreadable:  # the kernel has no IB device; ibstat agrees or is missing
+        return IbStatus(source="sysfs", error=f"{sysfs.error}; {ibstat.error or 'ibstat lists none'}")
+    if not sysfs_text.strip():  # no sysfs section (an older probe, a pasted ibstat): ibstat alone decides
+        return ibstat
+    return IbStatus(source="sysfs", unreadable=sysfs.unreadable, error=sysfs.unreadable)

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from clusterctl.preflight.facts._text import command_missing, strip_provenance
+from clusterctl.preflight.facts._text import command_missing, excerpt, strip_provenance, unknown_option
 from clusterctl.preflight.facts.nvidia import ANY_EXIT
 from clusterctl.models import Command
 
@@ -22,10 +22,19 @@ class RouteInfo:
     via: Optional[str] = None
     local: bool = False  # the address is this host's own (dev lo)
     error: Optional[str] = None  # "Network is unreachable" and the like
+    unreadable: Optional[str] = None  # output not understood: the route is unknown, not absent
+
+
+# iproute2 before 4.13 (CentOS 7, RHEL 7, Synology DSM) rejects -j with `Option "-j" is unknown`;
+# 4.15 (Ubuntu 18.04) accepts it and prints text for `route get`. The text form is read either way.
+_ROUTE_GET = ('out=$(ip -j route get "$1" 2>&1); '
+              'case $out in *"is unknown"*|*"invalid option"*|*"unrecognized option"*) ip route get "$1" 2>&1;; '
+              '*) printf "%s\\n" "$out";; esac')
 
 
 def route_get_command(address: str, json_output: bool = True) -> Command:
-    argv = ("ip", "-j", "route", "get", address) if json_output else ("ip", "route", "get", address)
+    """`ip -j route get ADDR`, falling back to `ip route get ADDR` where -j is unknown."""
+    argv = ("sh", "-c", _ROUTE_GET, "sh", address) if json_output else ("ip", "route", "get", address)
     return Command(argv=argv, timeout=30.0, ok_exit_codes=ANY_EXIT)
 
 
@@ -34,28 +43,38 @@ def parse_route_get(text: str) -> RouteInfo:
     text = strip_provenance(text).strip()
     if command_missing(text, "ip"):
         return RouteInfo(error="ip (iproute2) is not installed")
+    if unknown_option(text):
+        reason = f"this ip (iproute2) refused an option: {excerpt(text, lines=1)}"
+        return RouteInfo(error=reason, unreadable=reason)
     if text.startswith("["):
         try:
             routes = json.loads(text)
         except ValueError:
             routes = None
-        if routes:
+        if routes and isinstance(routes, list) and isinstance(routes[0], dict):
             first = routes[0]
-            return RouteInfo(dst=first.get("dst"), dev=first.get("dev"), src=first.get("prefsrc"),
-                             via=first.get("gateway"), local=first.get("type") == "local")
+            return RouteInfo(dst=_str(first.get("dst")), dev=_str(first.get("dev")), src=_str(first.get("prefsrc")),
+                             via=_str(first.get("gateway")), local=first.get("type") == "local")
     error = re.search(r"(?:RTNETLINK answers|Error):\s*(.+)", text)
     if error:
         return RouteInfo(error=error.group(1).strip())
     return _route_from_text(text)
 
 
+def _str(value) -> Optional[str]:
+    return value if isinstance(value, str) else None
+
+
 def _route_from_text(text: str) -> RouteInfo:
     first = text.splitlines()[0] if text else ""
     tokens = first.split()
     if not tokens:
-        return RouteInfo(error="ip route get printed nothing")
+        return RouteInfo(error="ip route get printed nothing", unreadable="`ip route get` printed nothing")
     local = tokens[0] in ("local", "broadcast")
     values = {key: tokens[i + 1] for i, key in enumerate(tokens[:-1]) if key in ("dev", "src", "via")}
+    if "dev" not in values or (local and len(tokens) < 2):  # not a route: an error or a message we do not know
+        reason = f"`ip route get` printed {excerpt(text)}"
+        return RouteInfo(error=reason, unreadable=reason)
     return RouteInfo(dst=tokens[1] if local else tokens[0], dev=values.get("dev"), src=values.get("src"),
                      via=values.get("via"), local=local)
 
@@ -63,6 +82,9 @@ def _route_from_text(text: str) -> RouteInfo:
 # --------------------------------------------------------------------------- interfaces
 
 IP_ADDR = Command(argv=("ip", "-j", "addr"), timeout=30.0, ok_exit_codes=ANY_EXIT)
+# What the probes run: `ip -o addr` where -j is unknown (one line per address, read by parse_ip_addr too).
+IP_ADDR_PROBE = Command(argv=("sh", "-c", 'out=$(ip -j addr 2>&1); case $out in *"is unknown"*|*"invalid option"*) '
+                              'ip -o addr 2>&1;; *) printf "%s\\n" "$out";; esac'), timeout=30.0, ok_exit_codes=ANY_EXIT)
 
 # Interfaces that carry no traffic between nodes: NCCL/Gloo picking one hangs the job.
 _VIRTUAL = re.compile(r"^(lo|docker\d*|br-[0-9a-f]+|veth.*|virbr\d+.*|cni\d*|flannel.*|cali.*|tunl\d+|vxlan.*|kube-.*|weave.*|tailscale\d*|cilium.*)$")
@@ -94,14 +116,14 @@ def parse_ip_addr(text: str) -> tuple[Interface, ...]:
     text = strip_provenance(text).strip()
     if text.startswith("["):
         try:
-            return tuple(_interface_from_json(entry) for entry in json.loads(text))
-        except ValueError:
+            return tuple(_interface_from_json(entry) for entry in json.loads(text) if isinstance(entry, dict))
+        except (ValueError, TypeError, AttributeError):
             return ()
     found: dict[str, dict] = {}
     current: Optional[dict] = None
     for line in text.splitlines():
-        oneline = re.match(r"^(\d+):\s+(\S+?)(?:@\S+)?\s+(inet6?)\s+(\S+)", line)
-        header = re.match(r"^(\d+):\s+(\S+?)(?:@\S+)?:\s+<", line)  # plain `ip addr`
+        oneline = re.match(r"^([0-9]{1,9}):\s+(\S+?)(?:@\S+)?\s+(inet6?)\s+(\S+)", line)
+        header = re.match(r"^([0-9]{1,9}):\s+(\S+?)(?:@\S+)?:\s+<", line)  # plain `ip addr`
         if oneline:
             entry = found.setdefault(oneline.group(2), {"index": int(oneline.group(1)), "addresses": []})
             entry["addresses"].append(oneline.group(4))
@@ -113,9 +135,14 @@ def parse_ip_addr(text: str) -> tuple[Interface, ...]:
 
 
 def _interface_from_json(entry: dict) -> Interface:
-    addresses = tuple(f"{info['local']}/{info.get('prefixlen', 32)}" for info in entry.get("addr_info", []) if "local" in info)
-    up = "UP" in entry.get("flags", []) or entry.get("operstate") == "UP"
-    return Interface(name=entry.get("ifname", "?"), index=entry.get("ifindex"), addresses=addresses, up=up)
+    infos = entry.get("addr_info") if isinstance(entry.get("addr_info"), list) else []
+    addresses = tuple(f"{info['local']}/{info.get('prefixlen', 32)}" for info in infos
+                      if isinstance(info, dict) and "local" in info)
+    flags = entry.get("flags") if isinstance(entry.get("flags"), list) else []
+    up = "UP" in flags or entry.get("operstate") == "UP"
+    index = entry.get("ifindex")
+    return Interface(name=str(entry.get("ifname", "?")), index=index if isinstance(index, int) else None,
+                     addresses=addresses, up=up)
 
 
 def interface_with_address(interfaces: Sequence[Interface], address: str) -> Optional[Interface]:
@@ -126,6 +153,27 @@ def interface_with_address(interfaces: Sequence[Interface], address: str) -> Opt
 # --------------------------------------------------------------------------- listeners
 
 SS_LISTEN = Command(argv=("ss", "-ltnpH"), timeout=30.0, ok_exit_codes=ANY_EXIT)
+
+# The master's listeners; owners (`ss -p` reads every process's fds) only when the port is taken.
+# ss before iproute2 4.? has no -H (RHEL 6/7, Ubuntu 16.04): `ss: invalid option -- 'H'`; then the
+# header is printed and skipped by parse_ss. Called as `sh -c SCRIPT sh PORT`.
+SS_LISTENERS_SCRIPT = (
+    'h=H; ss -ltnH >/dev/null 2>&1 || h=; '
+    'if ss -ltn$h 2>/dev/null | awk \'{print $4}\' | grep -q ":$1$"; then ss -ltnp$h 2>&1; else ss -ltn$h 2>&1; fi')
+
+
+def ss_unreadable(text: str) -> Optional[str]:
+    """Why ss's output cannot be trusted to list the listeners (None when it can)."""
+    text = strip_provenance(text)
+    if command_missing(text, "ss"):
+        return "ss (iproute2) is not installed"
+    if unknown_option(text):
+        return f"this ss refused an option: {excerpt(text, lines=1)}"
+    rows = [line.split() for line in text.splitlines() if line.strip()]
+    known = [row for row in rows if row[0] in ("State", "LISTEN", "UNCONN", "Netid", "Recv-Q")]
+    if rows and not known:
+        return f"`ss -ltn` printed {excerpt(text)}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -146,12 +194,14 @@ def parse_ss(text: str) -> tuple[Listener, ...]:
     listeners = []
     for line in strip_provenance(text).splitlines():
         fields = line.split()
+        if len(fields) >= 5 and fields[0] not in ("LISTEN", "UNCONN", "State") and fields[1] in ("LISTEN", "UNCONN"):
+            fields = fields[1:]  # `ss -ltnp` with a Netid column (`ss -a`, some distributions' defaults)
         if len(fields) < 5 or fields[0] == "State" or fields[0] not in ("LISTEN", "UNCONN"):
             continue
         address, _, port = fields[3].rpartition(":")
-        if not port.isdigit():
+        if not re.fullmatch(r"[0-9]{1,5}", port):
             continue
-        holders = tuple((name, int(pid)) for name, pid in re.findall(r'\("([^"]*)",pid=(\d+)', line))
+        holders = tuple((name, int(pid)) for name, pid in re.findall(r'\("([^"]*)",pid=([0-9]{1,9})\b', line))
         listeners.append(Listener(
             local_address=address.strip("[]") or "*", port=int(port),
             process=holders[0][0] if holders else None, pid=holders[0][1] if holders else None, holders=holders))
@@ -171,14 +221,16 @@ def free_port_near(listeners: Sequence[Listener], port: int, span: int = 100) ->
 # --------------------------------------------------------------------------- hostname
 
 # Prints the hostname, then what it resolves to, in one round trip. No user data inside.
+# `uname -n` (coreutils, always there) rather than `hostname` (a separate package, missing in slim images).
 HOSTNAME_RESOLUTION = Command(
-    argv=("sh", "-c", 'h=$(hostname); echo "$h"; getent ahosts "$h"'), timeout=30.0, ok_exit_codes=ANY_EXIT)
+    argv=("sh", "-c", 'h=$(uname -n); echo "$h"; getent ahosts "$h"'), timeout=30.0, ok_exit_codes=ANY_EXIT)
 
 
 @dataclass(frozen=True)
 class HostnameResolution:
     hostname: str
     addresses: tuple[str, ...] = ()
+    unreadable: Optional[str] = None  # the hostname itself could not be read
 
     @property
     def resolvable(self) -> bool:
@@ -195,6 +247,8 @@ def parse_hostname_resolution(text: str, hostname: Optional[str] = None) -> Host
     if hostname is None:
         hostname = lines[0].strip() if lines else ""
         lines = lines[1:]
+        if not _HOSTNAME.match(hostname):  # `sh: uname: not found`, an empty output...
+            return HostnameResolution(hostname=hostname[:64], unreadable=f"`uname -n` printed {excerpt(text)}")
     addresses = []
     for line in lines:
         candidate = line.split()[0]
@@ -205,6 +259,9 @@ def parse_hostname_resolution(text: str, hostname: Optional[str] = None) -> Host
         if candidate not in addresses:
             addresses.append(candidate)
     return HostnameResolution(hostname=hostname, addresses=tuple(addresses))
+
+
+_HOSTNAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
 
 
 def _is_loopback(address: str) -> bool:

@@ -1,17 +1,21 @@
-"""nvidia-smi facts: GPUs, their compute processes, the topology matrix, fabric state.
+"""nvidia-smi facts: GPUs and their compute processes (topology and fabric: nvlink.py).
 
 Every parser takes the tool's text (stdout, with stderr appended: see `combined`) and
 never raises. When nvidia-smi is missing or cannot reach the driver the result says
-"no GPUs" and carries the tool's own reason.
+"no GPUs" and carries the tool's own reason; output it does not understand is
+`unreadable`, never "no GPUs". CSV columns are matched by the names in the header
+(`--format=csv`), by the fields asked for otherwise, and a row whose width does not fit
+is skipped rather than read by position. Driver 610+ prints `KMD Version` and
+`CUDA UMD Version` where older drivers print `Driver Version` and `CUDA Version`.
 """
 from __future__ import annotations
 
 import csv
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
-from clusterctl.preflight.facts._text import command_missing, strip_provenance, to_int
+from clusterctl.preflight.facts._text import command_missing, excerpt, number, strip_provenance, to_int
 from clusterctl.models import Command
 
 # Facts judge their own output: a failing nvidia-smi is a fact ("no GPUs"), not an error.
@@ -27,8 +31,6 @@ NVIDIA_SMI_APPS = Command(
     argv=("nvidia-smi", "--query-compute-apps=" + ",".join(APPS_QUERY_FIELDS), "--format=csv,noheader,nounits"),
     timeout=60.0, ok_exit_codes=ANY_EXIT)
 NVIDIA_SMI_TABLE = Command(argv=("nvidia-smi",), timeout=60.0, ok_exit_codes=ANY_EXIT)
-NVIDIA_SMI_TOPO = Command(argv=("nvidia-smi", "topo", "-m"), timeout=60.0, ok_exit_codes=ANY_EXIT)
-NVIDIA_SMI_QUERY = Command(argv=("nvidia-smi", "-q"), timeout=120.0, ok_exit_codes=ANY_EXIT)
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,7 @@ class GpuInventory:
     driver_version: Optional[str] = None
     cuda_version: Optional[str] = None
     error: Optional[str] = None  # why no GPU is visible, in the tool's words
+    unreadable: Optional[str] = None  # nvidia-smi printed something this parser does not understand
 
     @property
     def count(self) -> int:
@@ -97,18 +100,26 @@ def no_gpu_reason(text: str) -> Optional[str]:
 
 # --------------------------------------------------------------------------- csv queries
 
+# Header spellings nvidia-smi prints for a query field, where they differ from the field's name.
+_ALIASES = {"used_gpu_memory": "used_memory", "gpu_bus_id": "pci.bus_id", "gpu_name": "name"}
+_HEADER_CELL = re.compile(r"^[a-z][a-z0-9_.]*( \[[^\]]*\])?$")
+
 
 def _csv_rows(text: str) -> list[list[str]]:
     lines = [line for line in strip_provenance(text).splitlines() if line.strip()]
-    return [[cell.strip() for cell in row] for row in csv.reader(lines, skipinitialspace=True)]
+    try:
+        return [[cell.strip() for cell in row] for row in csv.reader(lines, skipinitialspace=True)]
+    except csv.Error:  # a NUL byte or a runaway quote: no row is trustworthy
+        return []
 
 
 def _columns(rows: list[list[str]], fields: Sequence[str]) -> tuple[dict[str, int], list[list[str]]]:
-    """Column positions by field name; a header row (`--format=csv`) wins over `fields`."""
-    if rows and rows[0] and not rows[0][0].isdigit() and rows[0][0].split(" [")[0] in (fields[0], "pid", "index"):
-        names = [cell.split(" [")[0] for cell in rows[0]]
-        names = ["used_memory" if name == "used_gpu_memory" else name for name in names]
-        return {name: pos for pos, name in enumerate(names)}, rows[1:]
+    """Column positions by name: from a header row (`--format=csv`) wherever it starts, else `fields`."""
+    for number, row in enumerate(rows):
+        if row and all(_HEADER_CELL.match(cell) for cell in row):
+            names = [_ALIASES.get(cell.split(" [")[0], cell.split(" [")[0]) for cell in row]
+            if set(names) & set(fields):
+                return {name: pos for pos, name in enumerate(names)}, rows[number + 1:]
     return {name: pos for pos, name in enumerate(fields)}, rows
 
 
@@ -120,6 +131,11 @@ def _cell(row: list[str], columns: Mapping[str, int], name: str) -> Optional[str
     return None if value in ("", "N/A", "[N/A]", "[Not Supported]") else value
 
 
+def _whole_number(value: Optional[str]) -> Optional[int]:
+    """An int only when the whole cell is digits: never digits pulled out of a UUID or a message."""
+    return number((value or "").strip())
+
+
 def parse_gpu_csv(text: str, fields: Sequence[str] = GPU_QUERY_FIELDS) -> GpuInventory:
     """`nvidia-smi --query-gpu=... --format=csv[,noheader][,nounits]`."""
     reason = no_gpu_reason(text)
@@ -128,9 +144,9 @@ def parse_gpu_csv(text: str, fields: Sequence[str] = GPU_QUERY_FIELDS) -> GpuInv
     columns, rows = _columns(_csv_rows(text), fields)
     gpus = []
     for row in rows:
-        index = to_int(_cell(row, columns, "index"))
-        if index is None or len(row) < min(len(fields), len(columns)):
-            continue  # not a data row (an error message, a truncated line)
+        index = _whole_number(_cell(row, columns, "index"))
+        if index is None or len(row) != len(columns):
+            continue  # not a data row (an error message, a truncated line, another query's width)
         gpus.append(Gpu(
             index=index,
             name=_cell(row, columns, "name") or "",
@@ -140,19 +156,23 @@ def parse_gpu_csv(text: str, fields: Sequence[str] = GPU_QUERY_FIELDS) -> GpuInv
             driver_version=_cell(row, columns, "driver_version"),
             pci_bus_id=_cell(row, columns, "pci.bus_id"),
         ))
+    if not gpus and strip_provenance(text).strip():
+        return GpuInventory(unreadable=f"`nvidia-smi --query-gpu` printed {excerpt(text)}")
     drivers = {gpu.driver_version for gpu in gpus if gpu.driver_version}
     return GpuInventory(gpus=tuple(gpus), driver_version=drivers.pop() if len(drivers) == 1 else None)
 
 
 def parse_compute_apps_csv(text: str, fields: Sequence[str] = APPS_QUERY_FIELDS) -> tuple[GpuProcess, ...]:
-    """`nvidia-smi --query-compute-apps=pid,process_name,gpu_uuid,used_memory --format=csv...`."""
+    """`nvidia-smi --query-compute-apps=pid,process_name,gpu_uuid,used_memory --format=csv...`.
+
+    Only wholly numeric, positive PIDs: a suggested `kill -4` would signal a process group."""
     if no_gpu_reason(text):
         return ()
     columns, rows = _columns(_csv_rows(text), fields)
     processes = []
     for row in rows:
-        pid = to_int(_cell(row, columns, "pid"))
-        if pid is None:
+        pid = _whole_number(_cell(row, columns, "pid"))
+        if not pid or len(row) != len(columns):
             continue
         processes.append(GpuProcess(
             pid=pid,
@@ -164,15 +184,25 @@ def parse_compute_apps_csv(text: str, fields: Sequence[str] = APPS_QUERY_FIELDS)
     return tuple(processes)
 
 
+def compute_apps_unreadable(text: str, fields: Sequence[str] = APPS_QUERY_FIELDS) -> Optional[str]:
+    """Why the compute-apps query cannot be trusted to list every process (None when it can)."""
+    if no_gpu_reason(text) or parse_compute_apps_csv(text, fields):
+        return None
+    columns, rows = _columns(_csv_rows(text), fields)
+    if rows or (not _csv_rows(text) and strip_provenance(text).strip()):
+        return f"`nvidia-smi --query-compute-apps` printed {excerpt(text)}"
+    return None  # empty, or a header alone: no process runs
+
+
 # --------------------------------------------------------------------------- default table
 
-_HEADER = re.compile(r"Driver Version:\s*(?P<driver>[\w.\-]+)(?:.*?CUDA Version:\s*(?P<cuda>[\w.\-/]+))?")
+_HEADER = re.compile(r"(?:Driver|KMD) Version:\s*(?P<driver>[\w.\-]+)(?:.*?CUDA (?:UMD )?Version:\s*(?P<cuda>[\w.\-/]+))?")
 _GPU_ROW = re.compile(
-    r"^\|\s*(?P<index>\d+)\s+(?P<name>.+?)\s+(?:On|Off)\s*\|\s*(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])")
-_MEMORY = re.compile(r"(?P<used>\d+)MiB\s*/\s*(?P<total>\d+)MiB")
+    r"^\|\s*(?P<index>[0-9]{1,4})\s+(?P<name>.+?)\s+(?:On|Off)\s*\|\s*(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])")
+_MEMORY = re.compile(r"(?P<used>[0-9]{1,12})MiB\s*/\s*(?P<total>[0-9]{1,12})MiB")
 _PROCESS_ROW = re.compile(
-    r"^\|\s+(?P<gpu>\d+)\s+(?:(?:N/A|\d+)\s+(?:N/A|\d+)\s+)?(?P<pid>\d+)\s+(?P<kind>C\+G|[CGM])\s+"
-    r"(?P<name>.*?)\s+(?P<mem>\d+MiB|N/A)\s*\|$")
+    r"^\|\s+(?P<gpu>[0-9]{1,4})\s+(?:(?:N/A|[0-9]+)\s+(?:N/A|[0-9]+)\s+)?(?P<pid>[1-9][0-9]{0,9})\s+(?P<kind>C\+G|[CGM])\s+"
+    r"(?P<name>.*?)\s+(?P<mem>[0-9]{1,12}MiB|N/A)\s*\|$")
 
 
 def parse_smi_table(text: str) -> GpuInventory:
@@ -208,136 +238,6 @@ def parse_smi_table(text: str) -> GpuInventory:
                 pid=int(process.group("pid")), process_name=process.group("name").strip() or "?",
                 gpu_index=int(process.group("gpu")), used_memory_mib=to_int(process.group("mem")),
                 kind=process.group("kind")))
+    if not gpus and driver is None and strip_provenance(text).strip():
+        return GpuInventory(unreadable=f"`nvidia-smi` printed {excerpt(text)}")
     return GpuInventory(gpus=tuple(gpus), processes=tuple(processes), driver_version=driver, cuda_version=cuda)
-
-
-# --------------------------------------------------------------------------- topology
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_LABEL = re.compile(r"^(GPU\d+|NIC\d+|mlx\d+_\w+)$")
-
-
-@dataclass(frozen=True)
-class GpuTopology:
-    labels: tuple[str, ...] = ()  # matrix columns: GPU0.., then NIC0.. (or mlx5_0.. in old drivers)
-    links: Mapping[tuple[str, str], str] = field(default_factory=dict)  # (row, column) -> X, NV18, PIX, SYS...
-    nic_names: Mapping[str, str] = field(default_factory=dict)  # NIC0 -> mlx5_0
-    cpu_affinity: Mapping[str, str] = field(default_factory=dict)
-    numa_affinity: Mapping[str, str] = field(default_factory=dict)
-    error: Optional[str] = None
-
-    @property
-    def gpus(self) -> tuple[str, ...]:
-        return tuple(label for label in self.labels if label.startswith("GPU"))
-
-    @property
-    def nics(self) -> tuple[str, ...]:
-        """RDMA device names (mlx5_0...), in matrix order."""
-        return tuple(self.nic_names.get(label, label) for label in self.labels if not label.startswith("GPU"))
-
-    def link(self, a: str, b: str) -> Optional[str]:
-        return self.links.get((a, b))
-
-    @property
-    def all_gpus_nvlinked(self) -> bool:
-        """Every GPU pair talks over NVLink (NV#), as on NVSwitch boards."""
-        pairs = [(a, b) for a in self.gpus for b in self.gpus if a != b]
-        return bool(pairs) and all((self.link(a, b) or "").startswith("NV") for a, b in pairs)
-
-    def nics_near(self, gpu: str, closest: Sequence[str] = ("PIX", "PXB")) -> tuple[str, ...]:
-        """NICs behind the same PCIe switch as `gpu` (what GPUDirect RDMA wants)."""
-        return tuple(self.nic_names.get(label, label) for label in self.labels
-                     if not label.startswith("GPU") and self.link(gpu, label) in closest)
-
-
-def parse_topology(text: str) -> GpuTopology:
-    """`nvidia-smi topo -m`: the link matrix, CPU/NUMA affinity and the NIC legend."""
-    reason = no_gpu_reason(text)
-    if reason:
-        return GpuTopology(error=reason)
-    lines = [_ANSI.sub("", line) for line in strip_provenance(text).splitlines()]
-    header = next((line.split() for line in lines if "GPU0" in line.split()), None)
-    if header is None:
-        return GpuTopology(error="no topology matrix in the output")
-    labels = tuple(token for token in header if _LABEL.match(token))
-    links: dict[tuple[str, str], str] = {}
-    cpu: dict[str, str] = {}
-    numa: dict[str, str] = {}
-    for line in lines:
-        cells = line.split()
-        if not cells or cells[0] not in labels or cells == list(header):
-            continue
-        row, values = cells[0], cells[1:]
-        for column, value in zip(labels, values):
-            links[(row, column)] = value
-        rest = values[len(labels):]
-        if row.startswith("GPU") and rest:
-            cpu[row] = rest[0]
-            if len(rest) > 1:
-                numa[row] = rest[1]
-    nic_names = {m.group(1): m.group(2) for m in (re.match(r"^\s*(NIC\d+):\s*(\S+)", line) for line in lines) if m}
-    return GpuTopology(labels=labels, links=links, nic_names=nic_names, cpu_affinity=cpu, numa_affinity=numa)
-
-
-# --------------------------------------------------------------------------- nvidia-smi -q
-
-
-@dataclass(frozen=True)
-class FabricState:
-    bus_id: Optional[str]
-    product: Optional[str]
-    state: Optional[str]
-    status: Optional[str]
-
-    @property
-    def applicable(self) -> bool:
-        """False on GPUs without an NVSwitch fabric (the tool prints N/A)."""
-        return self.state not in (None, "N/A", "Not Supported")
-
-    @property
-    def ready(self) -> bool:
-        return self.state == "Completed" and self.status in ("Success", None, "N/A")
-
-
-@dataclass(frozen=True)
-class SmiQuery:
-    driver_version: Optional[str] = None
-    cuda_version: Optional[str] = None
-    fabric: tuple[FabricState, ...] = ()
-    error: Optional[str] = None
-
-    @property
-    def fabric_applicable(self) -> bool:
-        return any(entry.applicable for entry in self.fabric)
-
-    @property
-    def fabric_not_ready(self) -> tuple[FabricState, ...]:
-        return tuple(entry for entry in self.fabric if entry.applicable and not entry.ready)
-
-
-def parse_smi_query(text: str) -> SmiQuery:
-    """`nvidia-smi -q` (or its `| grep -A 2 Fabric` excerpt): versions and per-GPU fabric state."""
-    reason = no_gpu_reason(text)
-    if reason:
-        return SmiQuery(error=reason)
-    driver = cuda = bus = product = None
-    entries: list[dict] = []
-    current: Optional[dict] = None
-    for line in strip_provenance(text).splitlines():
-        key, _, value = (part.strip() for part in line.partition(":"))
-        gpu_line = re.match(r"^GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s*$", line)
-        if gpu_line:
-            bus, product, current = gpu_line.group(1), None, None
-        elif key == "Driver Version" and driver is None:
-            driver = value
-        elif key == "CUDA Version" and cuda is None:
-            cuda = value
-        elif key == "Product Name":
-            product = value
-        elif line.strip() == "Fabric":
-            current = {"bus_id": bus, "product": product, "state": None, "status": None}
-            entries.append(current)
-        elif current is not None and key in ("State", "Status") and current[key.lower()] is None:
-            current[key.lower()] = value
-    fabric = tuple(FabricState(**entry) for entry in entries)
-    return SmiQuery(driver_version=driver, cuda_version=cuda, fabric=fabric)

@@ -40,3 +40,12 @@ def human_size(n: Optional[int]) -> str:
         if n >= scale:
             return f"{n / scale:.1f} {unit}".replace(".0 ", " ")
     return f"{n} B"
+
+
+def cannot_read(host: Optional[str], check: str, reason: str, fix: str = "") -> CheckResult:
+    """A probe section whose output was not understood: warn and quote it, never pass.
+
+    `reason` names the command and what it printed (the facts' `unreadable`)."""
+    return CheckResult(host=host, check=check, status=WARN, detail=f"could not read this on {host}: {reason}",
+                       fix=fix or f"run the command on {host} by hand; if its output looks normal, report it "
+                                  "(clusterctl does not know this version or format)")

@@ -5,7 +5,7 @@ from typing import Optional
 
 from clusterctl.models import CheckResult, ContainerSpec, GpuSelection
 from clusterctl.preflight.facts.host import ContainerState, DockerInfo
-from clusterctl.preflight.verdicts.common import FAIL, PASS, verdict
+from clusterctl.preflight.verdicts.common import FAIL, PASS, cannot_read, verdict
 
 
 def check_ssh(host: str, error: Optional[str], address: str = "", user: Optional[str] = None,
@@ -29,6 +29,8 @@ def check_ssh(host: str, error: Optional[str], address: str = "", user: Optional
 def check_docker(host: str, info: DockerInfo, uses_container: bool = True) -> CheckResult:
     if not uses_container:
         return verdict(host, "docker", PASS, "container.runtime is host: Docker is not needed")
+    if info.unreadable:
+        return cannot_read(host, "docker", info.unreadable, f"run `docker info` on {host}")
     if not info.reachable:
         reason = info.error or "no server version reported"
         if "not installed" in reason:
@@ -51,6 +53,8 @@ def check_container(host: str, spec: Optional[ContainerSpec], state: Optional[Co
         return verdict(host, "container", FAIL, f"container {spec.name} cannot be inspected: the Docker engine on {host} "
                        f"is not reachable ({state.error})", f"start the daemon on {host} (see the docker check), "
                        "then `clusterctl up` restarts the container")
+    if state is not None and state.unreadable:
+        return cannot_read(host, "container", state.unreadable, f"run `docker inspect {spec.name}` on {host}")
     if state is None or state.error or state.status == "missing":
         reason = state.error if state and state.error else "not found"
         return verdict(host, "container", FAIL, f"container {spec.name} does not exist ({reason})",

@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import Mapping, Optional, Sequence
 
 from clusterctl.models import CheckResult, GpuSelection, Inventory
+from clusterctl.preflight.facts.gpu_runtime import GpuHooks
 from clusterctl.preflight.facts.host import DockerInfo
-from clusterctl.preflight.facts.nvidia import GpuInventory, GpuProcess, SmiQuery
-from clusterctl.preflight.verdicts.common import FAIL, PASS, WARN, majority, verdict
+from clusterctl.preflight.facts.nvidia import GpuInventory, GpuProcess
+from clusterctl.preflight.facts.nvlink import SmiQuery
+from clusterctl.preflight.verdicts.common import FAIL, PASS, WARN, cannot_read, majority, verdict
 
 
 def gpu_selection(inventory: Inventory, host: str) -> GpuSelection:
@@ -24,6 +26,9 @@ def check_gpus(host: str, inventory: Inventory, gpus: GpuInventory) -> CheckResu
     nproc = inventory.job.nproc_per_node
     if selection == "none":
         return verdict(host, "gpus", PASS, "no GPUs asked for (gpus: none): ranks run on CPU")
+    if gpus.unreadable:
+        return cannot_read(host, "gpus", gpus.unreadable, f"run `nvidia-smi` on {host}; a driver this new or old may "
+                           "need a clusterctl update")
     visible = list(gpus.indices)
     if not visible:
         reason = gpus.error or "nvidia-smi lists no GPU"
@@ -43,46 +48,75 @@ def check_gpus(host: str, inventory: Inventory, gpus: GpuInventory) -> CheckResu
     elif isinstance(selection, int):
         if selection > len(visible):
             return verdict(host, "gpus", FAIL, f"the inventory asks for {selection} GPUs but {host} shows "
-                           f"{len(visible)} ({visible})", f"set hosts[{host}].gpus: {len(visible)}", "gpu_ordinal")
+                           f"{len(visible)} (GPU ids: {', '.join(map(str, visible))})",
+                           f"set hosts[{host}].gpus: {len(visible)}",
+                           "gpu_ordinal")
         usable = visible[:selection]
     else:
         usable = visible
     name = gpus.gpus[0].name
     if isinstance(nproc, int) and nproc > len(usable):
-        return verdict(host, "gpus", FAIL, f"job.nproc_per_node is {nproc} but {host} has {len(usable)} usable GPUs "
-                       f"{usable}: ranks {len(usable)}..{nproc - 1} would fail with 'invalid device ordinal'",
+        return verdict(host, "gpus", FAIL, f"job.nproc_per_node is {nproc} but {host} has {len(usable)} usable GPU(s) "
+                       f"(GPU ids: {', '.join(map(str, usable))}): ranks {len(usable)}..{nproc - 1} would fail "
+                       "with 'invalid device ordinal'",
                        f"set job.nproc_per_node: {len(usable)} (or auto)", "gpu_ordinal")
     if isinstance(nproc, int) and nproc < len(usable):
         return verdict(host, "gpus", WARN, f"job.nproc_per_node is {nproc}: {len(usable) - nproc} of the {len(usable)} "
                        f"usable GPUs on {host} stay idle", "set job.nproc_per_node: auto to use every GPU")
-    return verdict(host, "gpus", PASS, f"{len(usable)} x {name} usable: GPUs {usable}")
+    return verdict(host, "gpus", PASS, f"{len(usable)} x {name} usable (GPU ids: {', '.join(map(str, usable))})")
 
 
-def check_gpu_runtime(host: str, info: DockerInfo, selection: GpuSelection = "all",
-                      uses_container: bool = True) -> CheckResult:
+def check_gpu_runtime(host: str, info: DockerInfo, selection: GpuSelection = "all", uses_container: bool = True,
+                      hooks: Optional[GpuHooks] = None, oci_runtime: Optional[str] = None) -> CheckResult:
+    """Can dockerd serve what clusterctl asks: `--gpus` (a device request), and `--runtime=nvidia`
+    only when `oci_runtime` says the inventory asks for it. `hooks`: what dockerd finds on its PATH."""
     if not uses_container or selection == "none":
         return verdict(host, "gpu_runtime", PASS, "no GPUs in a container: no NVIDIA runtime needed")
+    if info.unreadable:
+        return cannot_read(host, "gpu_runtime", info.unreadable)
     if not info.reachable:
         return verdict(host, "gpu_runtime", FAIL, f"cannot ask Docker for its runtimes: {info.error}",
                        "fix the docker check first")
-    if info.has_nvidia_runtime:
-        return verdict(host, "gpu_runtime", PASS, f"nvidia runtime registered (default runtime {info.default_runtime})")
-    return verdict(host, "gpu_runtime", FAIL, f"Docker on {host} lists no nvidia runtime (runtimes: "
-                   f"{', '.join(info.runtimes) or 'none'}): containers would start without GPUs",
-                   f"install nvidia-container-toolkit on {host}, then `nvidia-ctk runtime configure --runtime=docker "
-                   f"&& systemctl restart docker`; or set container.gpus: none", "docker_no_gpu_runtime")
+    install = (f"install nvidia-container-toolkit on {host}, then `nvidia-ctk runtime configure --runtime=docker && "
+               "systemctl restart docker` (dockerd looks for the hook when it starts)")
+    if oci_runtime == "nvidia" and not info.has_nvidia_runtime:
+        return verdict(host, "gpu_runtime", FAIL, f"the inventory asks for the nvidia runtime but Docker on {host} "
+                       f"lists only {', '.join(info.runtimes) or 'none'}", install, "docker_no_gpu_runtime")
+    if hooks is None:  # not probed (an older caller): the registered runtime is the only evidence
+        if info.has_nvidia_runtime:
+            return verdict(host, "gpu_runtime", PASS, "nvidia runtime registered: nvidia-container-toolkit is installed")
+        return verdict(host, "gpu_runtime", WARN, f"Docker on {host} lists no nvidia runtime and its PATH was not "
+                       "searched for the --gpus hook", install)
+    if hooks.unreadable:
+        return cannot_read(host, "gpu_runtime", hooks.unreadable)
+    if hooks.runtime_hook:
+        return verdict(host, "gpu_runtime", PASS, f"--gpus is served by {hooks.runtime_hook} on dockerd's PATH")
+    if hooks.cdi_hook and hooks.cdi_specs:
+        cdi = f"{hooks.cdi_hook} and the CDI spec {', '.join(hooks.cdi_specs)}"
+        if (info.major_version or 0) >= 29:
+            return verdict(host, "gpu_runtime", PASS, f"--gpus is served through CDI: {cdi}")
+        return verdict(host, "gpu_runtime", WARN, f"only CDI is set up ({cdi}); Docker {info.server_version} may "
+                       "predate serving --gpus through CDI (moby/moby#50228), and no nvidia-container-runtime-hook is "
+                       f"on dockerd's PATH", install)
+    return verdict(host, "gpu_runtime", FAIL, f"no nvidia-container-runtime-hook on dockerd's PATH ({hooks.searched}) "
+                   f"and no CDI spec for nvidia.com/gpu: `docker run --gpus` fails on {host} with 'could not select "
+                   f"device driver \"\" with capabilities: [[gpu]]'", f"{install}; or set container.gpus: none",
+                   "docker_no_gpu_runtime")
 
 
 def check_gpu_busy(host: str, processes: Sequence[GpuProcess], gpus: Optional[GpuInventory] = None,
-                   own_pids: Sequence[int] = (), selection: GpuSelection = "all") -> CheckResult:
+                   own_pids: Sequence[int] = (), selection: GpuSelection = "all",
+                   unreadable: Optional[str] = None) -> CheckResult:
     """Compute processes already on the GPUs the job will use (other jobs, stale ranks)."""
+    if unreadable and selection != "none":
+        return cannot_read(host, "gpu_busy", unreadable, f"run `nvidia-smi` on {host} to see who uses the GPUs")
     def index(process: GpuProcess) -> Optional[int]:
         if process.gpu_index is not None or gpus is None or process.gpu_uuid is None:
             return process.gpu_index
         return gpus.index_of_uuid(process.gpu_uuid)
 
     wanted = set(selection) if isinstance(selection, (tuple, list)) else None
-    foreign = [p for p in processes if p.pid not in own_pids and p.kind in (None, "C", "C+G", "M")
+    foreign = [p for p in processes if p.pid > 0 and p.pid not in own_pids and p.kind in (None, "C", "C+G", "M")
                and (wanted is None or index(p) in wanted)]
     if selection == "none" or not foreign:
         return verdict(host, "gpu_busy", PASS, "no other compute process on the job's GPUs")
@@ -100,6 +134,8 @@ def check_fabric(host: str, query: SmiQuery) -> CheckResult:
     """NVSwitch fabric state from `nvidia-smi -q` (fabric manager registered every GPU?)."""
     if query.error:
         return verdict(host, "fabric", PASS, f"no fabric to check: {query.error}")
+    if query.unreadable:
+        return cannot_read(host, "fabric", query.unreadable)
     if not query.fabric_applicable:
         return verdict(host, "fabric", PASS, "no NVSwitch fabric on these GPUs (fabric state N/A)")
     stuck = query.fabric_not_ready

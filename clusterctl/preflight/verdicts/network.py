@@ -17,12 +17,17 @@ from clusterctl.preflight.facts.net import (
     interface_with_address,
     is_virtual_interface,
 )
-from clusterctl.preflight.verdicts.common import FAIL, PASS, WARN, majority, verdict
+from clusterctl.preflight.verdicts.common import FAIL, PASS, WARN, cannot_read, majority, verdict
 
 
-def check_rdzv_port_free(host: str, port: int, listeners: Sequence[Listener]) -> CheckResult:
-    """On the master: nothing may listen on rendezvous.port before launch."""
+def check_rdzv_port_free(host: str, port: int, listeners: Sequence[Listener],
+                         unreadable: Optional[str] = None) -> CheckResult:
+    """On the master: nothing may listen on rendezvous.port before launch. `unreadable`: why ss's
+    output cannot be trusted (then a free port cannot be told from one ss did not list)."""
     holder = holder_of(listeners, port)
+    if holder is None and unreadable:
+        return cannot_read(host, "rdzv_port_free", f"the listeners on port {port}: {unreadable}",
+                           f"run `ss -ltnp` (or `netstat -ltnp`) on {host} and check that nothing listens on {port}")
     if holder is None:
         return verdict(host, "rdzv_port_free", PASS, f"port {port} is free on {host}")
     spare = free_port_near(listeners, port)
@@ -92,9 +97,10 @@ def check_nic(routes: Mapping[str, RouteInfo], master: str, interfaces: Mapping[
             f"route to {master} {route.dst}: dev {nic} src {route.src}{' via ' + route.via if route.via else ''}"
         env = f"NCCL_SOCKET_IFNAME={nic} GLOO_SOCKET_IFNAME={nic}"
         if len(set(chosen.values())) > 1:
-            results[host] = verdict(host, "nic", WARN, f"{how}; interface names differ across nodes ({per_node}): "
-                                    f"clusterctl sets them per node, here {env}",
-                                    f"nothing to change; pin one with hosts[{host}].nic if detection picks wrong")
+            # not a warning: launched by clusterctl, every node gets its own names (by hand, one
+            # NCCL_SOCKET_IFNAME for all would be wrong somewhere: the detail says so)
+            results[host] = verdict(host, "nic", PASS, f"{how}; interface names differ across nodes ({per_node}): "
+                                    f"clusterctl sets them per node, here {env}")
         else:
             results[host] = verdict(host, "nic", PASS, f"{how}; clusterctl sets {env}")
     return [results[host] for host in routes]
@@ -103,6 +109,9 @@ def check_nic(routes: Mapping[str, RouteInfo], master: str, interfaces: Mapping[
 def _route_nic(host: str, route: RouteInfo, master: str,
                interfaces: Sequence[Interface]) -> tuple[Optional[str], Optional[CheckResult]]:
     """(the interface the route leaves through, or the verdict on why it is unusable)."""
+    if route.unreadable:
+        return None, cannot_read(host, "nic", f"the route to {master}: {route.unreadable}",
+                                 f"set hosts[{host}].nic to the interface that reaches {master}")
     if route.error:
         return None, verdict(host, "nic", FAIL, f"{host} has no route to {master}: {route.error}",
                              f"add a route from {host} to {master}'s address, or set hosts[{master}].address to an "
@@ -122,9 +131,19 @@ def _route_nic(host: str, route: RouteInfo, master: str,
     return nic, None
 
 
-def check_hostname(host: str, resolution: HostnameResolution) -> CheckResult:
+def check_hostname(host: str, resolution: HostnameResolution, single_node: bool = False) -> CheckResult:
+    """The hostname's resolution. With every rank on one node (`single_node`) ranks talk over
+    loopback anyway, so a hostname on loopback or unresolvable cannot matter: no warning."""
     name = resolution.hostname
+    if resolution.unreadable:
+        return cannot_read(host, "hostname", resolution.unreadable)
     note = "the launcher passes --local-addr (and is_host on the master), so torchrun does not rely on it"
+    if single_node and resolution.addresses and not resolution.loopback_only:
+        return verdict(host, "hostname", PASS, f"hostname {name} resolves to {', '.join(resolution.addresses)}")
+    if single_node:
+        seen = f"resolves to {', '.join(resolution.addresses)}" if resolution.resolvable else "does not resolve"
+        return verdict(host, "hostname", PASS, f"hostname {name} {seen}; every rank runs on {host} and talks over "
+                       "loopback, so it does not matter")
     if not resolution.resolvable:
         return verdict(host, "hostname", WARN, f"hostname {name} of {host} does not resolve; {note}",
                        f"add `ADDRESS {name}` to /etc/hosts on {host} for tools that look it up",
@@ -138,7 +157,11 @@ def check_hostname(host: str, resolution: HostnameResolution) -> CheckResult:
 
 
 def check_ib(statuses: Mapping[str, IbStatus], mode: str = "auto") -> list[CheckResult]:
-    """InfiniBand/RoCE per node and across nodes; checks.ib: auto | required | off."""
+    """InfiniBand/RoCE per node and across nodes; checks.ib: auto | required | off.
+
+    auto: a node with HCAs but no usable port fails (NCCL would try them, or silently fall back
+    to TCP), a node without HCAs passes (NCCL uses TCP sockets), an unreadable state warns.
+    required: no usable port fails. off: passes; clusterctl sets NCCL_IB_DISABLE=1."""
     if mode == "off":
         return [verdict(h, "ib", PASS, "checks.ib is off: clusterctl sets NCCL_IB_DISABLE=1 (TCP sockets)")
                 for h in statuses]
@@ -148,26 +171,45 @@ def check_ib(statuses: Mapping[str, IbStatus], mode: str = "auto") -> list[Check
     return [_ib_verdict(host, status, mode, bool(with_ib), layer, count) for host, status in statuses.items()]
 
 
+_OFF = "or set checks.ib: off so every node uses TCP (clusterctl then sets NCCL_IB_DISABLE=1)"
+
+
 def _ib_verdict(host: str, status: IbStatus, mode: str, any_ib: bool, layer: Optional[str], count: int) -> CheckResult:
     ports = status.nccl_ports
+    if not ports and status.unreadable:
+        return cannot_read(host, "ib", f"the InfiniBand ports: {status.unreadable}",
+                           f"run `ibstat` and `cat /sys/class/infiniband/*/ports/*/state` on {host}; {_OFF}")
+    if not ports and status.has_devices:
+        return verdict(host, "ib", FAIL, f"{host} has HCAs ({', '.join(status.hcas)}) but no usable port: "
+                       f"{_port_states(status)} (read from {status.source})",
+                       f"bring the ports up on {host} ({_causes(status)}), {_OFF}", "ib_config")
     if not ports:
-        why = status.error or "no port is Active/LinkUp: " + ", ".join(p.describe() for p in status.ports)
+        why = status.error or "no InfiniBand/RoCE device"
         if mode == "required" or any_ib:
-            peers = " while other nodes have active ports" if any_ib else ""
+            peers = " while other nodes have active ports" if any_ib else " and checks.ib is required"
             return verdict(host, "ib", FAIL, f"no usable IB/RoCE port on {host}{peers}: {why}",
-                           f"bring the ports up on {host} (cables, subnet manager, `ibstat`), or set checks.ib: off so "
-                           "every node uses TCP (NCCL_IB_DISABLE=1)", "ib_config")
-        return verdict(host, "ib", PASS, f"no InfiniBand/RoCE on {host}, NCCL uses TCP sockets: {why}")
+                           f"give {host} the HCAs the other nodes have, {_OFF}", "ib_config")
+        return verdict(host, "ib", PASS, f"no InfiniBand/RoCE on {host} ({why}): NCCL uses TCP sockets")
     hca = status.nccl_ib_hca
     if layer and status.link_layer != layer:
         return verdict(host, "ib", FAIL, f"{host} would use {status.link_layer} ports ({hca}) while the other nodes "
                        f"use {layer}", f"give {host} the same fabric as the others, or set checks.ib: off", "ib_config")
-    down = [p.describe() for p in status.inactive_ports if p.link_layer == status.link_layer]
-    if status.warnings:
+    down = [p for p in status.inactive_ports if p.link_layer == status.link_layer]
+    if status.warnings and status.source == "ibstat":
         return verdict(host, "ib", WARN, f"NCCL_IB_HCA={hca}, but ibstat stopped early: {status.warnings[-1]}",
                        f"run `ibstat` on {host}; a device it cannot stat may be missing from NCCL_IB_HCA", "ib_config")
     if len(ports) < count or down:
         fewer = f"only {len(ports)} active port(s) where the other nodes have {count}; " if len(ports) < count else ""
-        return verdict(host, "ib", WARN, f"NCCL_IB_HCA={hca}: {fewer}down: {', '.join(down) or 'none'}",
+        listed = ", ".join(f"{p.describe()} ({p.likely_cause})" for p in down) or "none"
+        return verdict(host, "ib", WARN, f"NCCL_IB_HCA={hca}: {fewer}down: {listed}",
                        f"bring up the down ports on {host}; the slowest node sets the pace", "ib_config")
-    return verdict(host, "ib", PASS, f"NCCL_IB_HCA={hca} ({len(ports)} x {ports[0].rate} Gb/s {status.link_layer})")
+    return verdict(host, "ib", PASS, f"NCCL_IB_HCA={hca} ({len(ports)} x {ports[0].rate} Gb/s {status.link_layer}, "
+                   f"from {status.source})")
+
+
+def _port_states(status: IbStatus) -> str:
+    return ", ".join(f"{p.name} {p.state}/{p.physical_state}" for p in status.ports)
+
+
+def _causes(status: IbStatus) -> str:
+    return "; ".join(dict.fromkeys(port.likely_cause for port in status.ports))
