@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 TORCH  ?= torch==2.13.0
 
-.PHONY: demo demo-clean test test-fast deps venv bench clean
+.PHONY: demo demo-clean test test-fast deps venv bench diagnose-report clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,7 +23,7 @@ deps:
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  missing=""; \
 	  for p in sshd:openssh-server ssh:openssh-client dockerd:docker.io docker-registry:docker-registry \
-	           ip:iproute2 iptables:iptables ibstat:infiniband-diags ps:procps; do \
+	           ip:iproute2 iptables:iptables ibstat:infiniband-diags ps:procps sudo:sudo; do \
 	    command -v $${p%%:*} >/dev/null || missing="$$missing $${p#*:}"; done; \
 	  if [ -n "$$missing" ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; fi; \
 	fi
@@ -43,6 +43,12 @@ test-fast: $(STAMP)
 
 bench: deps $(STAMP)
 	$(PY) bench/run.py $(BENCH_ARGS)
+
+# docs/diagnosis.md (accuracy on the corpus' splits, confusions, the 1 GB benchmark) and the README's
+# diagnosis table, both from clusterctl/diagnose/rules.py
+diagnose-report: $(STAMP)
+	$(PY) bench/diagnose_report.py $(DIAGNOSE_REPORT_ARGS)
+	$(PY) -m clusterctl.diagnose.table
 
 clean: demo-clean
 	rm -rf $(VENV) .clusterctl logs

@@ -1,4 +1,5 @@
-"""The diagnosis engine: real public logs, seeds, cascades, collected run directories."""
+"""The diagnosis engine: the seeds' failures, cascades, ranking, confidence, collected run directories.
+The corpus of real public logs and its accuracy are tests/test_diagnose_corpus.py."""
 from __future__ import annotations
 
 import json
@@ -29,16 +30,16 @@ def test_fixture_is_small_and_sourced(log: Path):
     assert text.startswith("# source: ")
 
 
-def test_every_cause_has_a_rule_and_a_fixture():
-    ruled = {rule.cause for rule in RULES}
-    assert ruled == set(CAUSES) - {"unknown"}
-    with_fixture = {log.parent.name for log in FIXTURE_FILES}
-    assert with_fixture == set(CAUSES) - {"unknown"}
+def test_every_cause_has_a_rule_and_every_seed_fixture_names_one():
+    assert {rule.cause for rule in RULES} == set(CAUSES) - {"unknown"}
+    assert {log.parent.name for log in FIXTURE_FILES} <= set(CAUSES)
 
 
-def test_rule_patterns_compile_and_fixes_render_without_braces():
+def test_rule_patterns_compile_weights_are_probabilities_and_fixes_render_without_braces():
     for rule in RULES:
-        assert rule.compiled
+        for signal in rule.signals:
+            assert signal.regex.pattern and 0 < signal.weight < 1, (rule.cause, signal.pattern)
+        assert rule.summary and rule.fix
         assert "{" not in render_fix(rule.fix, {}).replace("{world_size}", "")
 
 
@@ -83,9 +84,10 @@ Root Cause (first observed failure):
 def test_cascade_puts_the_first_failed_rank_first():
     findings = diagnose_text(CASCADE)
     first = findings[0]
-    assert first.cause == "oom_killed"
+    assert first.cause == "cuda_oom"
     assert first.rank == 3
     assert "CUDA out of memory" in first.evidence
+    assert first.confidence > findings[1].confidence
     causes = [f.cause for f in findings]
     assert "nccl_timeout_slow_rank" in causes
     assert causes.index("nccl_timeout_slow_rank") > 0
@@ -247,7 +249,7 @@ def test_deepspeed_host_and_local_prefixes():
 def test_kubernetes_timestamps_and_scheduler_events():
     text = ("2024-05-01T10:00:00.123456789Z Warning  FailedScheduling  pod/wan22-master-0  "
             "0/8 nodes are available: 8 Insufficient memory.\n")
-    assert diagnose_text(text)[0].cause == "oom_killed"
+    assert diagnose_text(text)[0].cause == "insufficient_resources"
 
 
 def test_wrapped_lines_are_rejoined():
@@ -263,9 +265,10 @@ def test_rank_and_host_from_collected_file_name(tmp_path: Path):
     assert (first.cause, first.host, first.rank) == ("launcher_args", "node-7", 12)
 
 
-def test_findings_serialise_to_the_contract_shape():
+def test_findings_serialise_to_the_contract_shape_with_a_confidence():
     payload = diagnose_text("Address already in use")[0].to_json()
-    assert set(payload) == {"cause", "host", "rank", "evidence", "fix"}
+    assert set(payload) == {"cause", "host", "rank", "evidence", "fix", "confidence"}
+    assert 0 < payload["confidence"] <= 1
 
 
 def test_render_fix_placeholders():

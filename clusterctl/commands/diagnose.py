@@ -1,11 +1,13 @@
-"""`clusterctl diagnose PATH`: the root cause and fix from a log file or a collected run directory."""
+"""`clusterctl diagnose PATH`: the root cause and fix from a log file or a collected run directory,
+ranked (top 3, each with a confidence), and the nearest known public cases (`similar`)."""
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
+from typing import Optional
 
 from clusterctl.cli import Outcome
-from clusterctl.errors import UsageError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -14,13 +16,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args, app) -> Outcome:
-    from clusterctl.diagnose import diagnose_path
+    from clusterctl.diagnose.engine import diagnose
+    from clusterctl.diagnose.reader import check_readable
 
-    if not args.path.exists():
-        raise UsageError(f"no such file or directory: {args.path}", where=str(args.path),
-                         fix="give a log file or a directory written by `clusterctl collect-logs`")
-    findings = diagnose_path(args.path)
-    app.renderer.findings(findings, title=f"diagnosis of {args.path}")
+    check_readable(args.path)  # a missing or unreadable path: one line, exit 2
+    result = diagnose(args.path, record=_run_record(args.path, app))
+    findings = result.findings
+    app.renderer.findings(findings, title=f"diagnosis of {args.path}", similar=result.similar)
     known = bool(findings) and findings[0].cause != "unknown"
-    return Outcome({"ok": True, "path": str(args.path), "root_cause": findings[0].cause if findings else "unknown",
-                    "findings": [f.to_json() for f in findings], "identified": known})
+    return Outcome({"ok": True, "path": str(args.path), "root_cause": findings[0].cause if findings else None,
+                    "findings": [f.to_json() for f in findings], "identified": known,
+                    "similar": [case.to_json() for case in result.similar]})
+
+
+def _run_record(path: Path, app) -> Optional[dict]:
+    """The run record of a collected directory: ./.clusterctl/runs/<run id>/run.json, the run id being
+    the manifest's or the directory's name (collect-logs' default destination is ./logs/<run id>)."""
+    if not path.is_dir():
+        return None
+    run_ids = [path.resolve().name]
+    try:
+        manifest = json.loads((path / "manifest.json").read_text())
+        if isinstance(manifest, dict) and isinstance(manifest.get("run_id"), str):
+            run_ids.insert(0, manifest["run_id"])
+    except (OSError, ValueError):
+        pass
+    for run_id in run_ids:
+        record_path = app.state.root / "runs" / run_id / "run.json"
+        try:
+            record = json.loads(record_path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(record, dict):
+            return record
+    return None

@@ -1,12 +1,16 @@
 """Name the root cause of a failed distributed run, and the fix, from its logs.
 
     from clusterctl.diagnose import diagnose_path, diagnose_text
-    findings = diagnose_path(Path("logs/20240101-120000"))   # most likely cause first
-    findings[0].to_json()  # {"cause", "host", "rank", "evidence", "fix"}
+    findings = diagnose_path(Path("logs/20240101-120000"))   # most likely cause first, top 3
+    findings[0].to_json()  # {"cause", "host", "rank", "evidence", "fix", "confidence"}
+    similar_cases(text)    # the nearest known public cases, for "looks like a known case"
 
-The failure signatures live in one table, `rules.RULES`; causes are CONTRACT.md's slugs.
+The causes and their weighted signals live in one table, `rules.RULES`; the corpus of real
+public failure logs that measures them is `corpus/` (see docs/diagnosis.md).
 """
-from clusterctl.diagnose.engine import diagnose_path, diagnose_text, render_fix
-from clusterctl.diagnose.rules import CAUSES, RULES, Rule
+from clusterctl.diagnose.engine import diagnose_path, diagnose_text
+from clusterctl.diagnose.rules import CAUSES, RULES, Rule, Signal
+from clusterctl.diagnose.similar import similar_cases
+from clusterctl.diagnose.textmatch import render_fix
 
-__all__ = ["diagnose_text", "diagnose_path", "render_fix", "RULES", "CAUSES", "Rule"]
+__all__ = ["diagnose_text", "diagnose_path", "similar_cases", "render_fix", "RULES", "CAUSES", "Rule", "Signal"]

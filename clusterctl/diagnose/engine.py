@@ -1,55 +1,67 @@
-"""Match log lines against the rule table, join node diagnostics, rank the root cause first.
+"""Weigh the evidence of every cause in the rule table and rank the causes, top 3 with a confidence.
 
-Public API: `diagnose_text` (one log's text) and `diagnose_path` (a log file, or a run
-directory collected as `<dir>/<host>/logs/*.log` + `<dir>/<host>/diag/*`).
+Public API: `diagnose_text` (one log's text) and `diagnose_path` (a log file, or a run directory
+collected as `<dir>/<host>/logs/*.log` + `<dir>/<host>/diag/*`; see rundir.py).
+
+How a log becomes findings:
+1. lines are parsed (logformat): prefixes, timestamps, rank and host, torchrun's root-cause block;
+2. every signal of every rule is searched in every line (a cheap literal pre-filter first), and in a
+   line joined with its wrapped continuation;
+3. per cause (and host), the distinct signals combine by noisy-OR: 1 - prod(1 - weight). A line of
+   the rank torchrun names as the first failure weighs more, a line that only reports a lost peer
+   less, and evidence marked `consequence` (a collective timeout) is discounted when another cause
+   or an unexplained exception explains the failure;
+4. an exception nothing explains beats weak or consequential evidence: the finding is `unknown` and
+   quotes the three most suspicious lines (never nothing).
 """
 from __future__ import annotations
 
-import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
 from clusterctl.diagnose import logformat as fmt
 from clusterctl.diagnose.logformat import LogLine, RootCause
-from clusterctl.diagnose.rules import (CASCADE_PATTERNS, CONTEXT_PATTERNS, PEER_LOST_PATTERNS, RULES, SUSPICIOUS,
-                                       UNKNOWN_FIX, Rule, render_fix, required_literals, template_values)
+from clusterctl.diagnose.rules import RULES, Rule, Signal
+from clusterctl.diagnose.textmatch import (CASCADE_PATTERNS, CONTEXT_PATTERNS, EXCEPTION_LINE, PEER_LOST_PATTERNS,
+                                           SUSPICIOUS, UNKNOWN_FIX, compiled, render_fix, required_literals,
+                                           template_values)
 from clusterctl.models import Finding
 
-ROOT_CAUSE_BONUS = 15  # the rank torchrun names as "first observed failure"
-FIRST_IN_TIME_BONUS = 10  # scaled down for later failures
-JOIN_BONUS = 20  # node diagnostics agree with the log
-CASCADE_PENALTY = 20  # the line itself reads as a consequence
-DIAG_ONLY_PENALTY = 25  # a node diagnostic alone (e.g. an old dmesg OOM line)
-WEAK_SCORE = 45  # below this, a finding is a consequence or a warning, not a diagnosis
-TINY_SHM = 64 << 20
-FABRIC_NOT_READY = re.compile(r"Fabric\s*\n\s*State\s*:\s*(In Progress|Not Started|Failure\S*)")
-VERSION_ENV = {"NCCL": "NCCL_VERSION", "torch": "PYTORCH_VERSION", "CUDA": "CUDA_VERSION"}
 EVIDENCE_MAX = 600
-RANK_FILE = re.compile(r"(?P<host>.+)-r(?P<rank>\d+)\.log$")
-AGENT_FILE = re.compile(r"(?P<host>.+)-agent\.log$")
-SUSPICIOUS_HINTS = re.compile(r"error|exception|traceback|fail|fatal|killed|abort|segmentation")
-EXCEPTION_LINE = re.compile(r"^[\w.]*(?:Error|Exception)\b")
-PREFILTERED = tuple((rule, pattern, keys) for rule in RULES
-                    for pattern, keys in zip(rule.compiled, rule.keywords))
-KEYWORDS = tuple(sorted({key for _, _, keys in PREFILTERED if keys for key in keys}))
-ALWAYS_TRIED = any(keys is None for _, _, keys in PREFILTERED)
+TOP = 3
+ROOT_RANK_FACTOR = 1.12  # a line of the rank torchrun saw fail first
+PEER_LOST_FACTOR = 0.6  # a line that says a peer went away
+CONSEQUENCE_FACTOR = 0.45  # timeouts while something else explains the failure
+STRONG = 0.6  # evidence at which a cause beats an unexplained exception
+WEAK = 0.2  # below this a cause is not worth naming
+CAP = 0.99
+WRAPPER_EXCEPTIONS = ("ChildFailedError", "DistBackendError", "CalledProcessError", "SignalException",
+                      "ProcessRaisedException", "ProcessExitedException", "RayTaskError", "TaskFailedException")
+INDEXED_SIGNALS = tuple((rule, signal, signal.keywords) for rule in RULES for signal in rule.signals)
+KEYWORDS = tuple(sorted({key for _, _, keys in INDEXED_SIGNALS if keys for key in keys}))
+ALWAYS_TRIED = tuple(item for item in INDEXED_SIGNALS if item[2] is None)
 
 
 @dataclass
 class Event:
+    """One signal seen on one line."""
+
     rule: Rule
+    signal: Signal
     line: LogLine
     evidence: str
     values: dict = field(default_factory=dict)
     source: str = ""
-    bonus: float = 0.0
-    score: float = 0.0
+    factor: float = 1.0  # node diagnostics and joins adjust it
 
     @property
     def cause(self) -> str:
         return self.rule.cause
+
+    @property
+    def weight(self) -> float:
+        return min(CAP, self.signal.weight * self.factor)
 
 
 @dataclass
@@ -60,7 +72,16 @@ class Scan:
     roots: list[RootCause] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     context: dict = field(default_factory=dict)
-    nodes: dict = field(default_factory=dict)  # host -> {"gpus": .., "shm_bytes": .., ...}
+    nodes: dict = field(default_factory=dict)  # host -> what its diag/ files say
+    lowered: str = ""  # all lines, lower-case, for `requires`
+
+    def add_text(self, text: str, host: Optional[str], rank: Optional[int], source: str, year: int) -> None:
+        lines, roots = fmt.parse_lines(text, host, rank, year)
+        self.lines.extend(lines)
+        self.roots.extend(roots)
+        self.events.extend(match_lines(lines, source))
+        for key, value in context_from_text(text).items():
+            self.context.setdefault(key, value)
 
 
 # --------------------------------------------------------------------------- public API
@@ -69,61 +90,45 @@ class Scan:
 def diagnose_text(text: str, host: Optional[str] = None, rank: Optional[int] = None,
                   source: Optional[str] = None) -> list[Finding]:
     """Findings for one log's text, most likely root cause first (never empty)."""
-    host, rank = _identity_from_name(source, host, rank)
+    host, rank = fmt.identity_from_name(source, host, rank)
     scan = Scan()
-    _scan_text(scan, text, host, rank, source or "", fmt.guess_year(text))
-    scan.context.update(_context_from_text(text))
-    return _rank_findings(scan)
+    scan.add_text(text, host, rank, source or "", fmt.guess_year(text))
+    return rank_findings(scan)
 
 
-def diagnose_path(path: Path) -> list[Finding]:
-    """Findings for a log file or a collected run directory, most likely root cause first."""
+@dataclass(frozen=True)
+class Diagnosis:
+    findings: list  # [Finding], most likely first; [] for a run that succeeded
+    similar: list  # [similar.Similar], the nearest known public cases
+
+
+def diagnose(path: Path, record: Optional[dict] = None, k: int = 3) -> Diagnosis:
+    """`diagnose_path` plus "looks like a known case": the k nearest corpus entries."""
+    from clusterctl.diagnose import reader, rundir
+    from clusterctl.diagnose.similar import similar_cases
+
     path = Path(path)
-    if not path.is_dir():
-        return diagnose_text(_read(path), source=str(path))
-    scan = Scan()
-    texts = {file: _read(file) for file in _log_files(path)}
-    year = fmt.guess_year("\n".join(texts.values()))
-    for file, text in texts.items():
-        host, rank = _identity_from_name(file.name, _host_dir(path, file), None)
-        _scan_text(scan, text, host, rank, str(file.relative_to(path)), year)
-        scan.context.update({k: v for k, v in _context_from_text(text).items() if k not in scan.context})
-    scan.context.update(_manifest_context(path / "manifest.json"))
-    scan.nodes = _node_diagnostics(path)
-    _join_node_diagnostics(scan)
-    return _rank_findings(scan)
+    if path.is_dir():
+        findings = rundir.diagnose_run_dir(path, record)
+        query = "\n".join(f.evidence for f in findings if f.cause != "unknown" or len(findings) == 1)
+    else:
+        query = reader.read_log(path)
+        findings = diagnose_text(query, source=str(path))
+    return Diagnosis(findings, similar_cases(query, k) if findings else [])
 
 
-# --------------------------------------------------------------------------- reading
+def diagnose_path(path: Path, record: Optional[dict] = None) -> list[Finding]:
+    """Findings for a log file or a collected run directory, most likely root cause first.
+    A run directory whose run record (or agent.exit files) says every node exited 0 has none."""
+    from clusterctl.diagnose import reader, rundir
+
+    path = Path(path)
+    if path.is_dir():
+        return rundir.diagnose_run_dir(path, record)
+    return diagnose_text(reader.read_log(path), source=str(path))
 
 
-def _read(path: Path) -> str:
-    try:
-        return Path(path).read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return ""
-
-
-def _log_files(root: Path) -> list[Path]:
-    return sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in (".log", ".txt"))
-
-
-def _host_dir(root: Path, file: Path) -> Optional[str]:
-    parts = file.relative_to(root).parts
-    return parts[0] if len(parts) > 1 and (root / parts[0]).is_dir() else None
-
-
-def _identity_from_name(name: Optional[str], host: Optional[str], rank: Optional[int]):
-    base = Path(name).name if name else ""
-    match = RANK_FILE.match(base) or AGENT_FILE.match(base)
-    if match:
-        host = host or match.group("host")
-        if rank is None and "rank" in match.groupdict():
-            rank = int(match.group("rank"))
-    return host, rank
-
-
-def _context_from_text(text: str) -> dict:
+def context_from_text(text: str) -> dict:
     found, lowered = {}, text.lower()
     for key, patterns in CONTEXT_PATTERNS.items():
         for pattern in patterns:
@@ -135,258 +140,199 @@ def _context_from_text(text: str) -> dict:
     return found
 
 
-def _manifest_context(path: Path) -> dict:
-    try:
-        data = json.loads(_read(path)) if path.is_file() else {}
-    except ValueError:
-        return {}
-    data = data if isinstance(data, dict) else {}
-    keys = {"nproc_per_node": "nproc", "world_size": "world", "run_id": "run_id"}
-    return {short: str(data[key]) for key, short in keys.items() if data.get(key) not in (None, "", "auto")}
-
-
 # --------------------------------------------------------------------------- matching
 
 
-def _scan_text(scan: Scan, text: str, host, rank, source: str, year: int) -> None:
-    lines, roots = fmt.parse_lines(text, host, rank, year)
-    scan.lines.extend(lines)
-    scan.roots.extend(roots)
-    scan.events.extend(_match_lines(lines, source))
-
-
-def _match_lines(lines: list[LogLine], source: str) -> list[Event]:
+def match_lines(lines: list[LogLine], source: str) -> list[Event]:
     events = []
     for index, line in enumerate(lines):
-        event = _match_one(line, line.text, source)
-        if event is None and index + 1 < len(lines):
-            event = _match_wrapped(line, lines[index + 1], source)
-        if event is not None:
-            events.append(event)
+        found = match_one(line, line.text, source)
+        if index + 1 < len(lines) and _continues(line, lines[index + 1]):
+            for glue in (" ", ""):  # a wrapped word ("capab" + "ilities") or a wrapped sentence
+                seen = {event.signal for event in found}
+                joined = line.text.rstrip() + glue + lines[index + 1].text.strip()
+                boundary = len(line.text.rstrip()) + len(glue)
+                found += [e for e in match_one(line, joined, source, boundary) if e.signal not in seen]
+        events.extend(found)
     return events
 
 
-def _match_one(line: LogLine, text: str, source: str, boundary: int = -1) -> Optional[Event]:
+def _continues(line: LogLine, following: LogLine) -> bool:
+    """The next line is this message wrapped by a terminal or logger (indented, or lower-case after a long line)."""
+    bare = following.raw.strip() == following.text
+    return bare and (following.raw[:1].isspace() or (following.text[:1].islower() and len(line.raw) >= 60))
+
+
+def match_one(line: LogLine, text: str, source: str, boundary: int = -1) -> list[Event]:
+    """The signals found in `text`; with a boundary (a joined wrapped line), only those spanning it."""
     lowered = text.lower()
     present = {key for key in KEYWORDS if key in lowered}
-    if not present and not ALWAYS_TRIED:
-        return None
-    best = None
-    for rule, pattern, keys in PREFILTERED:
-        if (keys is not None and present.isdisjoint(keys)) or \
-                (best is not None and rule.priority <= best[0].priority):
+    events = []
+    candidates = [item for item in INDEXED_SIGNALS if item[2] is not None and not present.isdisjoint(item[2])]
+    for rule, signal, _ in candidates + list(ALWAYS_TRIED):
+        match = signal.regex.search(text)
+        if match is None or (signal.unless and _search(signal.unless, text)) or \
+                (boundary >= 0 and not match.start() < boundary < match.end()):
             continue
-        match = pattern.search(text)
-        if match and (boundary < 0 or match.start() < boundary < match.end()):
-            best = (rule, match)
-    if best is None:
-        return None
-    rule, match = best
-    values = {k: v for k, v in match.groupdict().items() if v}
-    line = fmt.with_rank(line, int(values["rank"]) if "rank" in values else None)
-    return Event(rule, line, text.strip()[:EVIDENCE_MAX], values, source)
-
-
-def _match_wrapped(line: LogLine, following: LogLine, source: str) -> Optional[Event]:
-    """A message the terminal or the logger wrapped onto the next, indented or lower-case, line."""
-    bare = following.raw.strip() == following.text  # no prefix or timestamp of its own
-    if not bare or not (following.raw[:1].isspace() or (following.text[:1].islower() and len(line.raw) >= 60)):
-        return None
-    for glue in (" ", ""):
-        joined = line.text.rstrip() + glue + following.text.strip()
-        event = _match_one(line, joined, source, boundary=len(line.text.rstrip()) + len(glue))
-        if event is not None:
-            return event
-    return None
-
-
-# --------------------------------------------------------------------------- node diagnostics
-
-
-def _node_diagnostics(root: Path) -> dict:
-    """host -> what its diag/ files say (GPUs, driver, /dev/shm size, env, NICs, image, fabric state)."""
-    nodes = {}
-    for diag in sorted(root.glob("*/diag")):
-        files = {p.name: _read(p) for p in diag.iterdir() if p.is_file()}
-        smi = files.get("nvidia-smi-q.txt", "")
-        inspect = files.get("docker-inspect.json", "")
-        env = fmt.env_vars(files.get("env.txt", ""))
-        nodes[diag.parent.name] = {
-            **{k: v for k, v in _context_from_text(smi).items() if k in ("gpus", "driver")},
-            **_visible_gpus(env.get("CUDA_VISIBLE_DEVICES")),
-            "shm_bytes": fmt.shm_size_bytes(files.get("df-shm.txt", "")) or fmt.docker_shm_bytes(inspect),
-            "env": env,
-            "ifaces": fmt.interface_names(files.get("ip-addr.txt", "")),
-            "image": fmt.docker_image_id(inspect),
-            "fabric": FABRIC_NOT_READY.search(smi),
-        }
-    return nodes
-
-
-def _visible_gpus(cuda_visible_devices: Optional[str]) -> dict:
-    """The GPUs the container's CUDA_VISIBLE_DEVICES leaves to the ranks, which is what an
-    "invalid device ordinal" is about, however many nvidia-smi attaches ({} when unset)."""
-    if cuda_visible_devices is None or cuda_visible_devices.strip().lower() in ("", "all"):
-        return {}
-    return {"gpus": str(len([d for d in cuda_visible_devices.split(",") if d.strip()]))}
-
-
-def _join_node_diagnostics(scan: Scan) -> None:
-    _join_oom(scan)
-    _join_shm(scan)
-    for host, node in scan.nodes.items():
-        scan.events.extend(_nic_events(host, node))
-        if node["fabric"]:
-            said = f"nvidia-smi -q: Fabric State: {node['fabric'].group(1)}"
-            scan.events.append(_diag_event("fabricmanager", host, said, driver=node.get("driver")))
-    scan.events.extend(_version_events(scan))
-    for event in scan.events:
-        if "/diag/" in f"/{event.source}" and event.bonus < JOIN_BONUS:
-            event.bonus -= DIAG_ONLY_PENALTY
-
-
-def _join_oom(scan: Scan) -> None:
-    """A rank killed by SIGKILL + the kernel's OOM line on the same node = oom_killed, both quoted."""
-    kernel = {e.line.host: e for e in scan.events if e.cause == "oom_killed" and "/diag/" in f"/{e.source}"}
-    for event in scan.events:
-        oom = kernel.get(event.line.host)
-        if oom and event.cause == "oom_killed" and re.search(r"SIGKILL|-9\b|signal: Killed", event.evidence):
-            event.rule, event.bonus = oom.rule, event.bonus + JOIN_BONUS
-            event.evidence = f"{event.evidence} | dmesg: {oom.evidence}"[:EVIDENCE_MAX]
-
-
-def _join_shm(scan: Scan) -> None:
-    """A tiny /dev/shm + 'No space left on device' on that node = shm_too_small with the size."""
-    tiny = {h: n["shm_bytes"] for h, n in scan.nodes.items() if n["shm_bytes"] and n["shm_bytes"] <= TINY_SHM}
-    matched = {e.line.host for e in scan.events if e.cause == "shm_too_small"}
-    shm_rule = next(rule for rule in RULES if rule.cause == "shm_too_small")
-    for line in scan.lines:
-        if line.host in tiny and line.host not in matched and "No space left on device" in line.text:
-            scan.events.append(Event(shm_rule, line, line.text[:EVIDENCE_MAX]))
-            matched.add(line.host)
-    for event in scan.events:
-        if event.cause == "shm_too_small" and event.line.host in tiny:
-            size = fmt.human_bytes(tiny[event.line.host])
-            event.values["shm_size"] = size
-            event.evidence = f"{event.evidence} | df /dev/shm: {size}"[:EVIDENCE_MAX]
-            event.bonus += JOIN_BONUS
-
-
-def _nic_events(host: str, node: dict) -> list[Event]:
-    events = []
-    for var in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
-        wanted = node["env"].get(var, "")
-        names = [n for n in wanted.lstrip("=").split(",") if n and not wanted.startswith("^")]
-        if names and node["ifaces"] and not any(i.startswith(n) for n in names for i in node["ifaces"]):
-            evidence = f"env {var}={wanted}; interfaces: {', '.join(sorted(node['ifaces']))}"
-            events.append(_diag_event("nic_mismatch", host, evidence, iface=wanted, bonus=JOIN_BONUS))
+        values = {k.rstrip("0123456789"): v for k, v in match.groupdict().items() if v}
+        rank = int(values["rank"]) if "rank" in values and rule.cause != "duplicate_gpu" else None
+        events.append(Event(rule, signal, fmt.with_rank(line, rank), text.strip()[:EVIDENCE_MAX], values, source))
     return events
 
 
-def _version_events(scan: Scan) -> list[Event]:
-    """Different NCCL/torch versions or container images across hosts."""
-    seen: dict[str, dict[str, set]] = {}  # component -> version -> hosts
-    for line in scan.lines:
-        match = CONTEXT_PATTERNS["nccl_version"][0].search(line.text) if "NCCL version" in line.text else None
-        if match and line.host:
-            seen.setdefault("NCCL", {}).setdefault(match.group(1), set()).add(line.host)
-    for host, node in scan.nodes.items():
-        found = {name: node["env"].get(var) for name, var in VERSION_ENV.items()} | {"image": node["image"]}
-        for name, version in found.items():
-            if version:
-                seen.setdefault(name, {}).setdefault(version, set()).add(host)
-    events = []
-    for name, versions in seen.items():
-        if len(versions) > 1:
-            said = "; ".join(f"{name} {v} on {', '.join(sorted(h))}" for v, h in sorted(versions.items()))
-            events.append(_diag_event("version_mismatch", None, said, versions=said, bonus=JOIN_BONUS))
-    return events
+def _search(pattern: str, text: str) -> bool:
+    return compiled(pattern).search(text) is not None
 
 
-def _diag_event(cause: str, host: Optional[str], evidence: str, bonus: float = 0.0, **values) -> Event:
-    rule = next(rule for rule in RULES if rule.cause == cause)
-    return Event(rule, LogLine(evidence, evidence, 0, host=host), evidence, values, "", bonus)
+# --------------------------------------------------------------------------- scoring
 
 
-# --------------------------------------------------------------------------- ranking
+@dataclass
+class Candidate:
+    cause: str
+    host: Optional[str]
+    events: list[Event]
+    score: float = 0.0
+    consequence_only: bool = False
 
 
-def _rank_findings(scan: Scan) -> list[Finding]:
-    if not scan.events:
-        return [_unknown(scan)]
-    _score(scan)
-    groups: dict[tuple, list[Event]] = {}
-    for event in scan.events:
-        groups.setdefault((event.cause, event.line.host), []).append(event)
-    findings = sorted((_finding(events, scan) for events in groups.values()), key=lambda f: -f.score)
-    if findings[0].score < WEAK_SCORE:  # only cascades/warnings matched: an unmatched exception may be the cause
-        unknown = _unknown(scan, exceptions_only=True)
-        findings = ([unknown] if unknown.evidence else []) + findings
-    return findings
+def rank_findings(scan: Scan) -> list[Finding]:
+    scan.lowered = "\n".join(line.text for line in scan.lines).lower()
+    events = [e for e in scan.events if (not e.signal.requires or _search(e.signal.requires, scan.lowered))
+              and not (e.signal.unless_log and _search(e.signal.unless_log, scan.lowered))]
+    candidates = _candidates(scan, events)
+    unexplained = _unexplained_exceptions(scan, events)
+    strong_roots = [c for c in candidates if not c.consequence_only and c.score >= STRONG]
+    for candidate in candidates:
+        if candidate.consequence_only and (strong_roots or unexplained):
+            candidate.score *= CONSEQUENCE_FACTOR
+    candidates = sorted((c for c in candidates if c.score >= WEAK), key=_order(scan))
+    best = candidates[0].score if candidates else 0.0
+    findings = [_finding(c, scan) for c in candidates]
+    if not candidates or (unexplained and (best < STRONG or candidates[0].consequence_only)):
+        findings.insert(0, _unknown(scan, unexplained, best))
+    findings = _dedupe(findings)[:TOP]
+    return _with_confidence(findings, [f.score for f in findings])
 
 
-def _score(scan: Scan) -> None:
+def _candidates(scan: Scan, events: list[Event]) -> list[Candidate]:
     root_ranks = {root.rank for root in scan.roots if root.rank is not None}
-    stamps = sorted({e.line.ts for e in scan.events if e.line.ts is not None})
-    order = {stamp: index for index, stamp in enumerate(stamps)}
-    for event in scan.events:
-        event.score = event.rule.priority + event.bonus
-        if event.line.rank is not None and event.line.rank in root_ranks:
-            event.score += ROOT_CAUSE_BONUS
-        if event.line.ts is not None and len(stamps) > 1:
-            event.score += FIRST_IN_TIME_BONUS * (1 - order[event.line.ts] / len(stamps))
-        if any(p.search(event.evidence) for p in CASCADE_PATTERNS):
-            event.score -= CASCADE_PENALTY
+    groups: dict[tuple, list[Event]] = {}
+    hosts: dict[str, set] = {}
+    for event in events:
+        if event.line.host is not None:
+            hosts.setdefault(event.cause, set()).add(event.line.host)
+    for event in events:  # host-less evidence joins the cause's hosts (one log names a host only here and there)
+        joined = [event.line.host] if event.line.host is not None else sorted(hosts.get(event.cause, ())) or [None]
+        for host in joined:
+            groups.setdefault((event.cause, host), []).append(event)
+    candidates = []
+    for (cause, host), group in groups.items():
+        best: dict[Signal, float] = {}
+        for event in group:
+            weight = event.weight
+            if event.line.rank is not None and event.line.rank in root_ranks:
+                weight = min(CAP, weight * ROOT_RANK_FACTOR)
+            if any(p.search(event.line.text) for p in PEER_LOST_PATTERNS):
+                weight *= PEER_LOST_FACTOR
+            best[event.signal] = max(best.get(event.signal, 0.0), weight)
+        miss = 1.0
+        for weight in best.values():
+            miss *= 1.0 - weight
+        candidates.append(Candidate(cause, host, group, min(CAP, 1.0 - miss),
+                                    all(signal.consequence for signal in best)))
+    return candidates
 
 
-def _finding(events: list[Event], scan: Scan) -> Finding:
-    best = max(events, key=lambda e: (e.score, bool(EXCEPTION_LINE.match(e.evidence)), -(e.line.ts or 0),
-                                      len(e.evidence)))
+def _order(scan: Scan):
+    """Stronger evidence first; among near-equals the earlier failure, then the root-cause rank."""
     root_ranks = {root.rank for root in scan.roots}
-    ranks = [e.line.rank for e in events if e.line.rank is not None]
+
+    def key(candidate: Candidate):
+        stamps = [e.line.ts for e in candidate.events if e.line.ts is not None]
+        named = any(e.line.rank in root_ranks for e in candidate.events if e.line.rank is not None)
+        return (-round(candidate.score, 2), min(stamps) if stamps else float("inf"), not named,
+                min(e.line.number for e in candidate.events))
+    return key
+
+
+def _finding(candidate: Candidate, scan: Scan) -> Finding:
+    best = max(candidate.events, key=lambda e: (round(e.weight, 2), bool(EXCEPTION_LINE.match(e.evidence)),
+                                                  -(e.line.ts or 0), -e.line.number))
+    root_ranks = {root.rank for root in scan.roots}
+    ranks = [e.line.rank for e in candidate.events if e.line.rank is not None]
     named = [r for r in ranks if r in root_ranks]
     rank = named[0] if named else (min(ranks) if ranks else None)
-    host = best.line.host
-    values = {**scan.context, **_node_values(scan.nodes.get(host)), **best.values,
-              "host": host, "rank": rank}
+    if rank is None and len({r.rank for r in scan.roots if r.rank is not None}) == 1:
+        rank = scan.roots[0].rank if scan.roots[0].rank is not None else None
+    values = {**scan.context, **node_values(scan.nodes.get(candidate.host))}
+    for event in sorted(candidate.events, key=lambda e: e.weight):
+        values.update(event.values)
+    values.update(host=candidate.host, rank=rank)
     fix = render_fix(best.rule.fix, template_values(values))
-    return Finding(best.cause, best.evidence, fix, host=host, rank=rank, score=round(best.score, 2))
+    return Finding(candidate.cause, best.evidence, fix, host=candidate.host, rank=rank, score=candidate.score)
 
 
-def _node_values(node: Optional[dict]) -> dict:
+def node_values(node: Optional[dict]) -> dict:
     if not node:
         return {}
-    return {k: node[k] for k in ("gpus", "driver") if node.get(k)}
+    return {k: node[k] for k in ("gpus", "driver", "shm_size") if node.get(k)}
 
 
-def _unknown(scan: Scan, exceptions_only: bool = False) -> Finding:
-    """Nothing (convincing) matched: quote the most suspicious lines, of the root-cause rank if named.
+def _dedupe(findings: list[Finding]) -> list[Finding]:
+    seen, out = set(), []
+    for finding in findings:
+        key = (finding.cause, finding.host)
+        if key not in seen:
+            seen.add(key)
+            out.append(finding)
+    return out
 
-    An exception that is not a cascade (someone else's crash seen from here) wins, from the
-    root-cause rank first, then from any rank: torchrun's "first observed failure" is often
-    a rank that merely lost its peer a moment before the real culprit's error was recorded.
-    """
-    # Every agent names its own "first observed failure": the earliest wins, and on a tie (the
-    # times have 1 s resolution) the one whose rank did not just lose a peer.
+
+def _with_confidence(findings: list[Finding], scores: list[float]) -> list[Finding]:
+    """Evidence strength times its share among the ranked answers: one strong cause alone keeps its
+    strength, two equally strong ones split it."""
+    from dataclasses import replace
+
+    total = sum(scores) or 1.0
+    return [replace(f, confidence=round(min(1.0, s * s / total), 2)) for f, s in zip(findings, scores)]
+
+
+# --------------------------------------------------------------------------- unknown
+
+
+def _unexplained_exceptions(scan: Scan, events: list[Event]) -> list[LogLine]:
+    explained = {(e.line.number, e.line.text) for e in events}  # (number, text): files share line numbers
+    out = []
+    for line in scan.lines:
+        if not EXCEPTION_LINE.match(line.text) or (line.number, line.text) in explained:
+            continue
+        if any(w in line.text for w in WRAPPER_EXCEPTIONS) or any(p.search(line.text) for p in CASCADE_PATTERNS):
+            continue
+        out.append(line)
+    return out
+
+
+def _unknown(scan: Scan, unexplained: list[LogLine], best: float) -> Finding:
+    """The three most suspicious lines, of the root-cause rank if named: exceptions nothing
+    explains first, then other error-looking lines, consequences last."""
     root = min(scan.roots, key=lambda r: (r.fields.get("time", ""), _lost_a_peer(scan, r)), default=None)
-    lines = [line for line in scan.lines if root is None or root.rank is None or line.rank == root.rank]
-    own = _suspicious_lines(lines, True) or _suspicious_lines(scan.lines, True)
-    picked = own
-    if not own and not exceptions_only:
-        near = [line for line in scan.lines if root is not None and line.host == root.host]
-        picked = _suspicious_lines(lines) or _suspicious_lines(near) or _suspicious_lines(scan.lines)
+    own = [line for line in unexplained if root is None or root.rank is None or line.rank == root.rank]
+    picked = _suspicious(own or unexplained)
+    if len(picked) < 3:
+        more = _suspicious([line for line in scan.lines if line not in picked])
+        picked += more[:3 - len(picked)]
+    evidence = " | ".join(line.text for line in picked)[:EVIDENCE_MAX] or _last_lines(scan)
     first = picked[0] if picked else None
-    evidence = " | ".join(line.text for line in picked)[:EVIDENCE_MAX]
-    if not own and root is not None and root.rank is not None:
-        # No exception of its own anywhere (e.g. a rank that called sys.exit(1)): the quoted
-        # lines may be its peers' tracebacks, so name the rank torchrun saw fail first.
-        return Finding("unknown", evidence, UNKNOWN_FIX, host=root.host, rank=root.rank, score=0.0)
-    if first is not None and first.rank is not None:
-        rank = first.rank
-    else:
-        rank = root.rank if root and root.rank is not None else None
-    host = first.host if first else (root.host if root else None)
-    return Finding("unknown", evidence, UNKNOWN_FIX, host=host, rank=rank, score=WEAK_SCORE if own else 0.0)
+    rank = first.rank if first is not None and first.rank is not None else (root.rank if root else None)
+    host = first.host if first is not None and first.host else (root.host if root else None)
+    score = (0.55 if unexplained else 0.35) * (1.0 - best)
+    return Finding("unknown", evidence, UNKNOWN_FIX, host=host, rank=rank, score=max(score, 0.05))
+
+
+def _last_lines(scan: Scan) -> str:
+    tail = [line.text for line in scan.lines[-3:] if line.text.strip()]
+    return " | ".join(tail)[:EVIDENCE_MAX] or "(the log is empty)"
 
 
 def _lost_a_peer(scan: Scan, root: RootCause) -> bool:
@@ -394,16 +340,12 @@ def _lost_a_peer(scan: Scan, root: RootCause) -> bool:
                for p in PEER_LOST_PATTERNS)
 
 
-def _suspicious_lines(lines: list[LogLine], exceptions_only: bool = False, limit: int = 3) -> list[LogLine]:
-    """Exception lines (a traceback's last line) first, then other error-looking lines, cascade last."""
+def _suspicious(lines: list[LogLine], limit: int = 3) -> list[LogLine]:
+    """Exception lines (a traceback's last line) first, then other error-looking lines, cascades last."""
     def weight(line: LogLine) -> tuple:
         exception = bool(EXCEPTION_LINE.match(line.text))
         cascade = any(p.search(line.text) for p in CASCADE_PATTERNS)
         return (cascade, not exception, line.ts or 0, line.number)
-    candidates = [line for line in lines if SUSPICIOUS_HINTS.search(line.text.lower())
-                  and SUSPICIOUS.search(line.text) and not line.text.startswith("File ")]
-    if exceptions_only:
-        candidates = [line for line in candidates if weight(line)[:2] == (False, False)
-                      and _match_one(line, line.text, "") is None]
+    candidates = [line for line in lines if SUSPICIOUS.search(line.text) and not line.text.startswith("File ")]
     unique = {line.text: line for line in sorted(candidates, key=weight, reverse=True)}
     return sorted(unique.values(), key=weight)[:limit]

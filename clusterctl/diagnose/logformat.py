@@ -15,7 +15,9 @@ from functools import lru_cache
 from typing import Optional
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][A-Za-z0-9]|\x1b[=>]")
-SOURCE_COMMENT = re.compile(r"^# source:")
+SOURCE_COMMENT = re.compile(r"^# (?:source|cause|confirmed|fix|thread): ")  # fixture and corpus headers
+RANK_FILE = re.compile(r"(?P<host>.+)-r(?P<rank>\d+)\.log$")
+AGENT_FILE = re.compile(r"(?P<host>.+)-agent\.log$")
 
 _TS_FORMATS = (  # (regex, strptime format, has year)
     (re.compile(r"^\[?(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d)(?:[.,](\d+))?(?:Z|[+-]\d\d:?\d\d)?\]?\s*"),
@@ -162,6 +164,17 @@ def _text_rank(body: str) -> Optional[int]:
 def _nccl_host(body: str) -> Optional[str]:
     match = NCCL_HOST.match(body)
     return match.group(1) if match else None
+
+
+def identity_from_name(name: Optional[str], host: Optional[str], rank: Optional[int]):
+    """Host and rank from a collected log's file name (`<host>-r<rank>.log`, `<host>-agent.log`)."""
+    base = name.replace("\\", "/").rsplit("/", 1)[-1] if name else ""
+    match = RANK_FILE.match(base) or AGENT_FILE.match(base)
+    if match:
+        host = host or match.group("host")
+        if rank is None and "rank" in match.groupdict():
+            rank = int(match.group("rank"))
+    return host, rank
 
 
 def with_rank(line: LogLine, rank: Optional[int]) -> LogLine:

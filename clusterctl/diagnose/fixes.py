@@ -1,0 +1,141 @@
+"""The fix of each cause, in inventory terms where possible: templates for rules.RULES.
+
+`{name}` is a value captured by the signal or read from the logs/node diagnostics (host, rank,
+nproc, gpus, driver, shm_size, ...), `{name|fallback}` falls back to the text after `|`, and a
+`[...]` holding placeholders is dropped when one of them is unknown (textmatch.render_fix).
+"""
+
+OOM_KILLED = ("{rank_name|a rank} was killed with SIGKILL, the kernel OOM killer or a container/cgroup memory limit"
+              "[ on {host}]: free host RAM (fewer DataLoader workers, no other jobs), lower the per-rank memory in "
+              "job.args (e.g. --frame_num, offload flags) or run fewer ranks per node (job.nproc_per_node); under "
+              "Kubernetes/Slurm raise the memory limit or --mem")
+CUDA_OOM = ("{rank_name|a rank} ran out of GPU memory[ on {host}]: lower the per-rank load in job.args (batch size, "
+            "--frame_num, resolution, offload flags such as --offload_model), set "
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True in job.env, or spread the model over more GPUs")
+SHM = ("the container's /dev/shm[ ({shm_size})] is too small for NCCL/DataLoader shared memory: set "
+       "container.shm_size: 16g (or container.ipc: host) in the inventory, then `clusterctl up`")
+SHM_PERMISSION = ("/dev/shm in the container is not writable by the rank's user: use container.ipc: host or "
+                  "container.shm_size: 16g in the inventory, and make /dev/shm mode 1777 (don't run ranks as a user "
+                  "without write access to it)")
+DISK_FULL = ("the filesystem being written[ on {host}] is full (checkpoint directory, job.outputs or Docker's data "
+             "root): free space or point job.outputs/the checkpoint path at a larger volume; for image layers "
+             "`docker system prune` or move /var/lib/docker")
+GPU_ORDINAL = ("job.nproc_per_node[ ({nproc})] exceeds the {gpus_phrase|GPUs} this node exposes: set "
+               "nproc_per_node: auto[ or {gpus}] (or expose more GPUs with container.gpus / hosts[].gpus)")
+DUPLICATE_GPU = ("two ranks landed on the same GPU[ (bus {bus})]: stale ranks of an earlier run still hold the GPUs, "
+                 "or the script ignores LOCAL_RANK: run `clusterctl down` then `clusterctl up` to clear stale "
+                 "processes, keep nproc_per_node: auto, and don't override CUDA_VISIBLE_DEVICES in job.env")
+DOCKER_NO_GPU_RUNTIME = ("the Docker daemon on[ {host|this host}] has no NVIDIA runtime: install "
+                         "nvidia-container-toolkit, run `nvidia-ctk runtime configure --runtime=docker` and restart "
+                         "docker, then `clusterctl up` (or set container.gpus: none for CPU-only jobs)")
+CONTAINER_LOST_GPU = ("the running container lost access to its GPUs (a `systemctl daemon-reload` reset its device "
+                      "cgroup): `clusterctl down` then `clusterctl up` to recreate it, and on[ {host|the host}] run "
+                      "`nvidia-ctk system create-dev-char-symlinks --create-all` (or use the cgroupfs driver) so it "
+                      "does not happen again")
+DRIVER_TOO_OLD = ("the NVIDIA driver on[ {host|this host}][ (CUDA {found_cuda})] is older than the CUDA that "
+                  "container.image was built for: upgrade the host driver, or use an image built for the driver's "
+                  "CUDA version")
+FABRICMANAGER = ("the NVSwitch fabric is not ready on[ {host|this node}]: install nvidia-fabricmanager matching the "
+                 "driver version exactly[ ({driver})], `systemctl enable --now nvidia-fabricmanager`, then rerun "
+                 "`clusterctl up` (on GPUs without NVSwitch, disable the fabric manager instead)")
+GPU_XID = ("a GPU[ on {host}] reported a hardware/driver fault[ (Xid {xid})]: take the node out of the inventory "
+           "(or hosts[].gpus without that GPU), reset or reboot it, and replace the GPU if the Xid repeats "
+           "(79: fell off the bus, 48/94/95: ECC, 74: NVLink, 119: GSP)")
+ECC_ERROR = ("a GPU[ on {host}] hit an uncorrectable ECC memory error: exclude it (hosts[].gpus) or drain the node, "
+             "reset the GPU (`nvidia-smi -r`) or reboot to retire the page, and replace it if "
+             "`nvidia-smi -q -d ECC,PAGE_RETIREMENT` keeps counting")
+INSUFFICIENT_RESOURCES = ("the scheduler found no node with the requested free GPUs/memory/CPU: lower the request "
+                          "(job.nproc_per_node, memory limit), free resources held by other jobs, or check that the "
+                          "GPU device plugin advertises nvidia.com/gpu")
+IMAGE_PULL = ("a node cannot pull container.image: check the image name and tag, `docker login` on every node (or "
+              "container.registry_auth), and that the nodes reach the registry; `clusterctl up` pulls it again")
+IMPORT_ERROR = ("a Python module is missing or built for another torch/CUDA on[ {host|a node}]: run the same "
+                "container.image everywhere (`clusterctl up` re-pulls), or install the package version that matches "
+                "torch in the image")
+PERMISSION_DENIED = ("the rank's user may not write a path it needs[ on {host}]: point job.outputs / the output "
+                     "directory at a writable volume, fix the ownership of the mounted directory "
+                     "(container.volumes), or run the container as its owner")
+LAUNCHER_ARGS = ("the launch command is wrong[ ({args})]: fix job.command/job.args in the inventory (clusterctl runs "
+                 "torchrun itself, passes LOCAL_RANK in the environment, sets MASTER_ADDR/MASTER_PORT; keep "
+                 "rendezvous.port between 1024 and 65535)")
+SIGHUP = ("torchrun got SIGHUP because the SSH/terminal session that started it closed: launch with "
+          "`clusterctl run` (detached inside the container), or by hand under tmux / `setsid nohup ... &`")
+PORT_IN_USE = ("port {port|rendezvous.port} is already taken on the master (a stale torchrun of an earlier run or "
+               "another job): run `clusterctl down` to clear stale ranks, or set rendezvous.port to a free port")
+HOSTNAME = ("the name[ {addr}] does not resolve on this node: give hosts[].address as an IP in the inventory "
+            "(clusterctl passes it as the rendezvous address) or add the name to /etc/hosts on every host")
+RDZV = ("the workers cannot reach the rendezvous at[ {addr}:{port}]: open TCP[ {port}] on the master "
+        "(firewall/security group), and make rendezvous.master (default: the first host) an address the "
+        "other hosts route to")
+NIC_MISMATCH = ("NCCL/Gloo picked a NIC that does not route between the nodes[ ({iface})]: set hosts[].nic in the "
+                "inventory to the interface carrying the node address (clusterctl exports NCCL_SOCKET_IFNAME and "
+                "GLOO_SOCKET_IFNAME from it), never lo/docker0, and make each hostname resolve to that address, "
+                "not 127.0.1.1")
+NCCL_SOCKET = ("NCCL's TCP connections between the nodes fail (refused, no route, aborted): allow all TCP ports "
+               "between the hosts (NCCL listens on random ports; a firewall that opens only rendezvous.port is not "
+               "enough) and pin hosts[].nic to the interface that routes between them")
+IB_CONFIG = ("InfiniBand/RoCE between the nodes is down or misconfigured[ (completion status {status})]: check that "
+             "`ibstat` shows the ports Active/LinkUp on both nodes, set NCCL_IB_HCA and (RoCE) NCCL_IB_GID_INDEX=3 "
+             "in job.env, give the container /dev/infiniband and unlimited memlock, or NCCL_IB_DISABLE=1 to fall "
+             "back to TCP")
+DIVISIBILITY = ("the world size[ {size}] does not divide the model's heads[ {heads}]: use a world size of "
+                "{near_divisors|a divisor of num_heads} and pass it as \"{{world_size}}\" in job.args (set "
+                "job.world_size_divides to num_heads and let clusterctl pick)")
+NCCL_TOO_OLD = ("an older libnccl[ (missing {symbol})] shadows the NCCL that torch was built with: remove the system "
+                "libnccl from LD_LIBRARY_PATH (job.env/container.env) or install the nvidia-nccl wheel torch expects "
+                "in container.image")
+VERSION_MISMATCH = ("ranks disagree on what they exchange (different NCCL/torch builds or NCCL_* settings on "
+                    "different nodes, or ranks calling different collectives)[ ({versions})]: run the same "
+                    "container.image (same digest) and job.env on every host (`clusterctl up` re-pulls), then check "
+                    "that every rank issues the same collectives")
+PLATFORM = ("this torch build or OS has no NCCL/libuv (Windows, macOS or a CPU-only wheel): run the ranks on "
+            "Linux GPU hosts with a CUDA build of torch in container.image (or use the gloo backend with "
+            "USE_LIBUV=0 in job.env)")
+NCCL_TIMEOUT = ("a collective[ ({op})] waited[ {timeout_ms} ms] for a rank that was busy (long load/save/eval on one "
+                "rank) or had died: look for the first rank that failed; otherwise raise the timeout "
+                "(init_process_group(timeout=...)) or take the long work off the collective path")
+RANK_HANG = ("ranks are alive but stuck in a collective: `clusterctl stacks` to see where each rank waits, then look "
+             "for the outlier rank (or set job.stall_timeout to stop such runs)")
+SEGFAULT = ("{rank_name|a rank} crashed in native code (SIGSEGV): the compiled extensions, torch and CUDA in "
+            "container.image do not match or a library is broken; rebuild/reinstall the extensions for the image's "
+            "torch, and rerun with PYTHONFAULTHANDLER=1 in job.env for a native backtrace")
+NODE_UNREACHABLE = ("check the node's network and power; clusterctl stopped the other nodes, and the node stops "
+                    "its own ranks when its lease expires")
+
+# One line per cause for the README's diagnosis table (python -m clusterctl.diagnose.table).
+BRIEF = {
+    "oom_killed": "less memory per rank (frames, batch, workers), fewer ranks per node, or more RAM / a higher limit",
+    "cuda_oom": "smaller per-rank load (batch, frames, resolution, offload) or more GPUs",
+    "shm_too_small": "`container.shm_size: 16g` or `ipc: host`",
+    "shm_permission": "a writable /dev/shm: `ipc: host` or `shm_size`, mode 1777",
+    "disk_full": "free the volume or move outputs/checkpoints/Docker's data root to a larger one",
+    "gpu_ordinal": "nproc_per_node exceeds the GPUs the node exposes (impossible with `auto`)",
+    "duplicate_gpu": "stale ranks: `clusterctl up` cleans them; or two ranks/nodes share GPUs",
+    "docker_no_gpu_runtime": ("install nvidia-container-toolkit, `nvidia-ctk runtime configure`, restart docker; "
+                              "or `gpus: none`"),
+    "container_lost_gpu": "recreate the container (`down`/`up`); `nvidia-ctk system create-dev-char-symlinks`",
+    "driver_too_old": "upgrade the host driver, or an image built for its CUDA",
+    "fabricmanager": "nvidia-fabricmanager of exactly the driver's version, enabled and running",
+    "gpu_xid": "drain the node, reset/reboot the GPU, replace it if the Xid repeats",
+    "ecc_error": "exclude the GPU (`hosts[].gpus`), reset/reboot, replace if errors persist",
+    "insufficient_resources": "lower the request or free GPUs/memory; check the device plugin",
+    "image_pull_failed": "the image name/tag, `docker login` on every node, registry reachability",
+    "import_error": "one image everywhere (`up` re-pulls); packages built for the image's torch",
+    "permission_denied": "a writable `job.outputs` / volume owned by the rank's user",
+    "launcher_args": "fix job.command/job.args; clusterctl runs torchrun and passes LOCAL_RANK itself",
+    "sighup_session_closed": "clusterctl detaches the launch; `nohup`/`setsid`/tmux by hand",
+    "port_in_use": "the holder's pid is named; `up --force` or another `rendezvous.port`",
+    "hostname_unresolvable": "clusterctl passes the address explicitly; fix `/etc/hosts` if you launch by hand",
+    "rdzv_unreachable": "the firewall rule clusterctl quotes, or the master's address",
+    "nic_mismatch": "set per node from the route to the master; `hosts[].nic` pins one",
+    "nccl_socket_error": "allow all TCP between the nodes (NCCL's random ports), pin `hosts[].nic`",
+    "ib_config": "ports Active (`ibstat`), NCCL_IB_HCA / NCCL_IB_GID_INDEX, or NCCL_IB_DISABLE=1",
+    "config_divisibility": "set `world_size_divides`; clusterctl picks the layout",
+    "nccl_too_old": "drop the stale libnccl from LD_LIBRARY_PATH; the nvidia-nccl wheel torch expects",
+    "version_mismatch": "one image everywhere (`pull: always`), the same NCCL_* env on every node",
+    "platform_backend_unsupported": "Linux GPU hosts with a CUDA build of torch (or gloo / USE_LIBUV=0)",
+    "nccl_timeout_slow_rank": "the first rank that failed, or a longer timeout for long work",
+    "rank_hang": "`clusterctl stacks` names the outlier rank; `job.stall_timeout` stops such runs",
+    "segfault": "rebuild extensions for the image's torch/CUDA; PYTHONFAULTHANDLER=1 for a backtrace",
+    "node_unreachable": "check its network/power; the others were stopped",
+}

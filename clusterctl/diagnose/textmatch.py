@@ -1,0 +1,163 @@
+"""Pattern helpers shared by the rule table and the engine: compiling, the cheap literal
+pre-filter, fix templates, and the line classes that are not causes (cascades, lost peers,
+suspicious lines, values quoted by fixes). Pure functions over text."""
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from typing import Optional, Pattern
+
+UNKNOWN_FIX = ("no known failure signature matched: start from the quoted lines; rerun with NCCL_DEBUG=INFO "
+               "and TORCH_DISTRIBUTED_DEBUG=DETAIL in job.env, and `clusterctl collect-logs` to add node "
+               "diagnostics")
+
+
+@lru_cache(maxsize=None)
+def compiled(pattern: str) -> Pattern[str]:
+    return re.compile(pattern, re.IGNORECASE)
+
+
+def compile_all(patterns) -> tuple[Pattern[str], ...]:
+    return tuple(compiled(p) for p in patterns)
+
+
+# Lines that are consequences of another rank's failure: never the root cause by themselves.
+CASCADE_PATTERNS = compile_all((
+    r"ChildFailedError", r"Connection reset by peer", r"Broken pipe", r"RendezvousClosedError",
+    r"closing signal SIG(?:TERM|KILL|INT)", r"Watchdog caught collective", r"exception raised from",
+    r"Connection closed by (?:remote )?peer", r"caused by a remote worker crashing", r"no word from the controller",
+    r"DistBackendError: NCCL error.*(?:remote process exited|unhandled system error)",
+    r"Killing subprocess \d+", r"Some NCCL operations have failed or timed out",
+))
+
+# The narrower subset saying that this rank's peer went away (it did not fail by itself).
+PEER_LOST_PATTERNS = compile_all((
+    r"Connection (?:closed|reset) by (?:remote )?peer", r"caused by a remote worker crashing", r"Broken pipe",
+    r"DistBackendError: NCCL error.*remote process exited",
+))
+
+# Lines worth quoting when no rule matched.
+SUSPICIOUS = re.compile(
+    r"\b(?:\w+Error|\w+Exception|Traceback|FAILED|failed|fatal|Killed|Aborted|Segmentation fault|"
+    r"error|denied|refused|unreachable)\b", re.IGNORECASE)
+EXCEPTION_LINE = re.compile(r"^(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Interrupt|Exit)\b:?")
+
+# Values read anywhere in the logs, for the fix templates (first match wins).
+CONTEXT_PATTERNS: dict[str, tuple[Pattern[str], ...]] = {
+    "nproc": compile_all((r"--nproc[-_]per[-_]node[= ](\d+)", r"nproc_per_node\s*[:=]\s*(\d+)")),
+    "gpus": compile_all((r"Attached GPUs\s*:\s*(\d+)", r"nvidia\.com/gpu\W+(\d+)")),
+    "ulysses": compile_all((r"args\.ulysses_size\W+(\d+)", r"--ulysses_size[= ](\d+)")),
+    "world": compile_all((r"===world_size===\W+(\d+)", r"\bworld[_ ]size\W{1,4}(\d+)")),
+    "driver": compile_all((r"Driver Version\s*:\s*([\d.]+)",)),
+    "nccl_version": compile_all((r"NCCL version (\d+\.\d+\.\d+)",)),
+}
+
+
+# --------------------------------------------------------------------------- fix templates
+
+
+def template_values(values: dict) -> dict:
+    """Known values plus the ones fixes derive from them (divisors, CUDA version, ...)."""
+    values = {k: v for k, v in values.items() if v not in (None, "")}
+    if "heads" in values and "size" in values:
+        values["near_divisors"] = _near_divisors(int(values["heads"]), int(values["size"]))
+    if "rank" in values:
+        values["rank_name"] = f"rank {values['rank']}"
+    if "gpus" in values:
+        values["gpus_phrase"] = f"{values['gpus']} GPU" + ("" if str(values["gpus"]) == "1" else "s")
+    if "found" in values and len(values["found"]) >= 4:
+        found = int(values["found"])
+        values["found_cuda"] = f"{found // 1000}.{found % 1000 // 10}"
+    return values
+
+
+def _near_divisors(heads: int, size: int) -> str:
+    below = [d for d in range(1, size + 1) if heads % d == 0][-2:]
+    above = [d for d in range(size + 1, heads + 1) if heads % d == 0][:1]
+    picks = [str(d) for d in below if d > 1] or [str(d) for d in above]
+    return " or ".join(picks) if picks else str(heads)
+
+
+_PLACEHOLDER = re.compile(r"\{(\w+)(?:\|([^{}]*))?\}")
+_OPTIONAL = re.compile(r"\[([^\[\]]*\{[^\[\]]*)\]")  # only brackets holding a placeholder
+
+
+def render_fix(template: str, values: dict) -> str:
+    """`{name}` -> value, `{name|fallback}`, `[...]` dropped when a value inside is unknown."""
+    template = template.replace("{{", "\0").replace("}}", "\1")
+
+    def optional(match: re.Match) -> str:
+        names = [m.group(1) for m in _PLACEHOLDER.finditer(match.group(1)) if m.group(2) is None]
+        return match.group(1) if all(n in values for n in names) else ""
+
+    def placeholder(match: re.Match) -> str:
+        value = values.get(match.group(1))
+        return str(value) if value is not None else (match.group(2) or match.group(1))
+
+    text = _PLACEHOLDER.sub(placeholder, _OPTIONAL.sub(optional, template))
+    return re.sub(r"  +", " ", text).replace("\0", "{").replace("\1", "}").strip()
+
+
+# --------------------------------------------------------------------------- pre-filter
+
+
+@lru_cache(maxsize=None)
+def required_literals(pattern: str) -> Optional[tuple[str, ...]]:
+    """The longest plain-text run of each top-level alternative of `pattern`, a cheap pre-filter:
+    a line can only match when it contains one of them (lower-case). None: no usable literal."""
+    literals = []
+    for alternative in _top_level(pattern, "|"):
+        runs = _literal_runs(alternative)
+        best = max(runs, key=len, default="")
+        if len(best) < 3:
+            return None
+        literals.append(best.lower())
+    return tuple(literals)
+
+
+def _tokens(pattern: str):
+    """(token, depth) pairs: escapes and character classes are single tokens."""
+    depth, index = 0, 0
+    while index < len(pattern):
+        char = pattern[index]
+        if char == "\\":
+            token = pattern[index:index + 2]
+        elif char == "[":
+            close = pattern.find("]", index + 2 if pattern[index + 1:index + 2] in ("]", "^") else index + 1)
+            close = close if close > 0 else len(pattern) - 1
+            while pattern[close - 1] == "\\":
+                close = pattern.find("]", close + 1)
+            token = pattern[index:close + 1]
+        else:
+            token = char
+        depth -= token == ")"
+        yield token, depth
+        depth += token == "("
+        index += len(token)
+
+
+def _top_level(pattern: str, separator: str) -> list[str]:
+    parts, current = [], ""
+    for token, depth in _tokens(pattern):
+        if token == separator and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += token
+    return parts + [current]
+
+
+def _literal_runs(alternative: str) -> list[str]:
+    tokens = list(_tokens(alternative))
+    runs, current = [], ""
+    for index, (token, depth) in enumerate(tokens):
+        following = tokens[index + 1][0] if index + 1 < len(tokens) else ""
+        literal = token[1] if token.startswith("\\") and not token[1:].isalnum() else token
+        plain = len(literal) == 1 and (literal.isalnum() or literal in " _-:/,'\"=<>`!@%&~;.()[]")
+        if depth == 0 and plain and (token == literal or token.startswith("\\")) and token not in "()[]." \
+                and following not in ("?", "*") and not following.startswith("{"):
+            current += literal
+        else:
+            runs.append(current)
+            current = ""
+    return runs + [current]

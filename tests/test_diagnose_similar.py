@@ -1,0 +1,33 @@
+""""Looks like a known case": the nearest corpus entries by TF-IDF over normalised lines."""
+from __future__ import annotations
+
+from clusterctl.diagnose import corpus, similar_cases
+from clusterctl.diagnose.similar import build, terms
+
+ENTRIES = corpus.load()
+TRAIN = [e for e in ENTRIES if e.path not in corpus.frozen_test_paths()]
+
+
+def test_normalisation_makes_machines_ranks_and_addresses_alike():
+    a = terms("node-a:123:456 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.2<4431> with status=12")
+    b = terms("gpu-77:9:10 [3] NCCL WARN NET/IB : Got completion from peer 172.31.4.9<59210> with status=12")
+    assert set(a) == set(b)
+
+
+def test_a_known_log_finds_its_own_thread_first_with_that_threads_fix():
+    entry = next(e for e in ENTRIES if e.path == "docker_no_gpu_runtime/nv-tlabs-3dgrut-71.log")
+    cases = similar_cases(entry.text)
+    assert cases[0].source == entry.source and cases[0].cause == entry.cause and cases[0].fix == entry.fix
+    assert 0 < cases[0].score <= 1.0 and len({c.source for c in cases}) == len(cases) <= 3
+
+
+def test_the_nearest_other_case_mostly_shares_the_cause():
+    index = build(TRAIN)
+    same = sum(similar_cases(e.text, 1, index, exclude_sources=[e.source])[:1] == [] or
+               similar_cases(e.text, 1, index, exclude_sources=[e.source])[0].cause == e.cause for e in TRAIN)
+    assert same / len(TRAIN) >= 0.7
+
+
+def test_text_unlike_any_failure_has_no_similar_case():
+    assert similar_cases("hello world, all good today") == []
+    assert similar_cases("") == []
