@@ -1,0 +1,99 @@
+"""`clusterctl stacks [--run ID]`: every rank's Python stack now, grouped by identical stacks.
+
+Saved as `./.clusterctl/runs/<run id>/stacks/stacks-<time>.json` and, per node, into the node's
+run dir (where collect-logs fetches it). One py-spy sample per rank (job/sampler.py); the roll call
+(job/rollcall.py) names the ranks that are elsewhere than the others.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+
+from clusterctl.app import add_cluster_options
+from clusterctl.cli import Outcome
+from clusterctl.errors import StateError, UsageError
+
+SHOWN_FRAMES = 12  # of each group's stack, innermost first; the file has them all
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_cluster_options(parser)
+    parser.add_argument("--run", help="the run id (default: the last run)")
+
+
+def execute(args, app) -> Outcome:
+    from clusterctl.executor import for_each_host, run_commands
+    from clusterctl.job import rollcall, sampler, stalls
+    from clusterctl.job.runner import put_file_command
+    from clusterctl.job.torchrun import log_dir
+
+    run_id = args.run or app.state.last_run_id()
+    record = _read_record(app, run_id)
+    inventory = app.inventory(args.inventory or record.get("inventory"))
+    shape = stalls.JobShape.of_record(record, inventory)
+    planned = {node["host"] for node in record.get("topology") or []}
+    hosts = [h for h in inventory.hosts if h.name in planned]
+    nodes = sampler.take_stacks(inventory, hosts, run_id, app.connections, samples=1)
+    call = stalls.snapshot(nodes, shape.expected)
+    name = stalls.file_name()
+    saved = stalls.save_local(app.state.run_dir(run_id) / "stacks", name,
+                              stalls.stacks_document(run_id, nodes, "clusterctl stacks", call=call))
+    sampled = [h for h in hosts if nodes[h.name].samples]
+
+    def put(transport, host):
+        document = stalls.stacks_document(run_id, nodes, "clusterctl stacks", call=call, only_host=host.name)
+        run_dir = log_dir(inventory.job.outputs, run_id, host.name)
+        return run_commands(transport, host, [put_file_command(inventory, run_dir, name, json.dumps(document).encode())])
+
+    for_each_host(sampled, put, app.connections)
+    ranks = [r for n in nodes.values() for sample in n.samples[-1:] for r in sample]
+    groups = rollcall.group_by_stack([r for r in ranks if r.frames])
+    _show(app, run_id, groups, call, nodes, str(saved))
+    problems = {h: n.problem for h, n in nodes.items() if n.problem}
+    document = {
+        "ok": bool(groups), "run_id": run_id, "saved": str(saved), "evidence": call.evidence() if groups else None,
+        "groups": [{"ranks": [{"host": r.host, "rank": r.rank, "pid": r.pid} for r in members],
+                    "stack": [str(f) for f in stack]} for stack, members in groups],
+        "roll_call": call.to_json(), "problems": problems,
+    }
+    if not groups:
+        document["error"] = f"no rank of run {run_id} could be read" + (
+            f" ({'; '.join(f'{h}: {p}' for h, p in problems.items())})" if problems else "")
+    unreachable = any("unreachable" in p.lower() or "could not connect" in p.lower() for p in problems.values())
+    return Outcome(document, unreachable=unreachable and not groups)
+
+
+def _show(app, run_id: str, groups, call, nodes, saved: str) -> None:
+    from clusterctl.job.rollcall import describe_ranks
+
+    renderer = app.renderer
+    for stack, members in groups:
+        renderer.message(f"{describe_ranks(members)} ({len(members)} rank{'s' if len(members) > 1 else ''}):", "bold")
+        for frame in stack[:SHOWN_FRAMES]:
+            renderer.message(f"    {frame}")
+        if len(stack) > SHOWN_FRAMES:
+            renderer.message(f"    ... {len(stack) - SHOWN_FRAMES} more frames (in the saved file)", "dim")
+    for rank in call.failed:
+        renderer.message(f"rank {rank.rank} on {rank.host}: no stack ({rank.error})", "yellow")
+    for host, node in nodes.items():
+        if node.problem:
+            renderer.message(f"{host}: {node.problem}", "yellow")
+    if call.missing:
+        renderer.message(f"not found on any node: rank(s) {', '.join(map(str, call.missing))}", "yellow")
+    if groups:
+        renderer.message(f"roll call: {call.evidence()}", "bold")
+        renderer.message(f"saved: {saved}", "dim")
+    else:
+        renderer.error(f"no rank of run {run_id} could be read (has it ended? `clusterctl status`)")
+
+
+def _read_record(app, run_id: str) -> dict:
+    if not re.fullmatch(r"[A-Za-z0-9._-]+", run_id):
+        raise UsageError(f"not a run id: {run_id!r}", where="--run", fix="see .clusterctl/runs/ for run ids")
+    path = app.state.runs_dir / run_id / "run.json"
+    try:
+        return app.state.read_json(path)
+    except (OSError, ValueError):
+        raise StateError(f"no record of run {run_id}", where=str(path),
+                         fix="give a run id from .clusterctl/runs/ (or omit --run for the last run)") from None

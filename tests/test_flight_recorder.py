@@ -1,0 +1,215 @@
+"""Flight recorder: on by default in the ranks' environment (unless the user says otherwise), dumps read
+safely (real dumps written by torch's own writer: tests/fixtures/flight_recorder/SOURCES.md), the rank
+that did not join named, by torch's analyser where importable and by clusterctl's reader alike; and
+a hang's stacks and dumps shown by `diagnose` on a collected run directory."""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from clusterctl.diagnose import flight_recorder as fr
+from clusterctl.diagnose.hang import with_hang_evidence
+from clusterctl.diagnose.rundir import diagnose_run_dir
+from clusterctl.job.topology import NodePlan
+from clusterctl.job.torchrun import torchrun_env
+from clusterctl.models import ContainerSpec, EnvVar, Finding, Host, Inventory, JobSpec
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+DUMPS = FIXTURES / "flight_recorder" / "gloo_3ranks_rank1_absent"
+
+
+def dumps_in(tmp_path: Path, layout: dict) -> Path:
+    """A collected run directory: {host: [ranks]} -> <host>/outputs/logs/run1/<host>/nccl_trace_rank_<r>."""
+    for host, ranks in layout.items():
+        where = tmp_path / host / "outputs" / "logs" / "run1" / host
+        where.mkdir(parents=True)
+        for r in ranks:
+            shutil.copy(DUMPS / f"nccl_trace_rank_{r}", where / f"nccl_trace_rank_{r}")
+    return tmp_path
+
+
+# --------------------------------------------------------------------------- the ranks' environment
+
+
+def node(host: Host) -> NodePlan:
+    return NodePlan(host, 0, 2, 0, None, None, "10.0.0.1", True, ())
+
+
+def test_the_flight_recorder_is_on_and_dumps_into_the_nodes_run_dir():
+    inventory = Inventory("c", (Host("n1", "10.0.0.1"),))
+    env = dict(torchrun_env(node(inventory.hosts[0]), inventory, "/out/logs/r1/n1/"))
+    assert env["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "2000" and env["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
+    assert env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == "/out/logs/r1/n1/nccl_trace_rank_"
+    assert "TORCH_NCCL_TRACE_BUFFER_SIZE" not in dict(torchrun_env(node(inventory.hosts[0]), inventory))
+
+
+@pytest.mark.parametrize("where", ["job", "host", "container"])
+@pytest.mark.parametrize("name", ["TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_FR_BUFFER_SIZE"])
+def test_a_buffer_size_the_user_sets_under_either_name_and_anywhere_is_left_alone(where, name):
+    var = (EnvVar(name, "0"),)
+    host = Host("n1", "10.0.0.1", env=var if where == "host" else ())
+    inventory = Inventory("c", (host,), job=JobSpec(env=var if where == "job" else ()),
+                          container=ContainerSpec(image="i", env=var if where == "container" else ()))
+    env = dict(torchrun_env(node(host), inventory, "/out/logs/r1/n1"))
+    assert "TORCH_NCCL_TRACE_BUFFER_SIZE" not in env and env["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
+
+
+def test_a_dump_path_the_user_sets_under_torchs_new_name_wins():
+    inventory = Inventory("c", (Host("n1", "10.0.0.1"),), job=JobSpec(env=(EnvVar("TORCH_FR_DUMP_TEMP_FILE", "/x/t_"),)))
+    assert "TORCH_NCCL_DEBUG_INFO_TEMP_FILE" not in dict(torchrun_env(node(inventory.hosts[0]), inventory, "/out"))
+
+
+# --------------------------------------------------------------------------- reading dumps
+
+
+def test_real_dumps_load_as_plain_data_with_their_groups_and_frames():
+    dump = fr.load_dump((DUMPS / "nccl_trace_rank_0").read_bytes(), 0, "node1")
+    assert [(e.seq, e.op) for e in dump.entries] == [(1, "gloo:all_reduce"), (2, "gloo:broadcast"), (3, "gloo:all_reduce")]
+    assert dump.groups == {"0": (0, 1, 2)}  # gloo names its group "" in pg_config: the entries' group
+    assert dump.entries[2].where.startswith("main (fr_dump.py:")
+
+
+def test_the_rank_that_did_not_join_is_named_by_clusterctls_reader_and_by_torchs_analyser(tmp_path):
+    root = dumps_in(tmp_path, {"node1": [0, 1], "node2": [2]})
+    dumps = fr.find_dumps(root)
+    assert sorted((d.rank, d.host) for d in dumps) == [(0, "node1"), (1, "node1"), (2, "node2")]
+    [stuck] = fr.stuck_collectives(dumps)
+    assert (stuck.group, stuck.seq, stuck.op, stuck.joined, stuck.missing, stuck.no_dump) == (
+        "0", 3, "gloo:all_reduce", (0, 2), (1,), ())
+    assert stuck.last_of[1].op == "gloo:broadcast"
+    pytest.importorskip("torch")
+    assert fr.torch_missing_ranks(dumps) == {("0", 3): {1}}
+    [finding] = fr.flight_recorder_findings(root)
+    assert (finding.cause, finding.host, finding.rank) == ("rank_hang", "node1", 1)
+    assert finding.evidence.startswith("flight recorder (torch.distributed.flight_recorder): ranks 0, 2 entered "
+                                       "gloo:all_reduce #3 of group '0'")
+    assert "rank 1 on node1 did not; its last: gloo:broadcast #2" in finding.evidence
+
+
+def test_a_rank_without_a_dump_is_reported(tmp_path):
+    [stuck] = fr.stuck_collectives(fr.find_dumps(dumps_in(tmp_path, {"node1": [0], "node2": [2]})))
+    assert stuck.missing == () and stuck.no_dump == (1,)
+
+
+def test_a_dump_that_names_a_class_is_refused_and_nothing_runs(tmp_path):
+    canary = tmp_path / "ran"
+    evil = pickle.dumps(_Evil(str(canary)))
+    assert fr.load_dump(evil, 0) is None and not canary.exists()
+
+
+class _Evil:
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.path}",))
+
+
+def test_truncated_or_foreign_files_are_not_dumps():
+    data = (DUMPS / "nccl_trace_rank_0").read_bytes()
+    assert all(fr.load_dump(data[:end], 0) is None for end in range(0, len(data) - 1, 37))
+    assert fr.load_dump(pickle.dumps({"entries": "no"}), 0) is None
+    assert fr.load_dump(b"x" * (fr.MAX_DUMP_BYTES + 1), 0) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=2000))
+def test_any_bytes_load_without_an_exception(data):
+    fr.load_dump(data, 0)
+
+
+plain = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+                     lambda inner: st.lists(inner, max_size=4) | st.tuples(inner, inner) | st.dictionaries(
+                         st.sampled_from(["entries", "pg_config", "collective_seq_id", "process_group", "ranks",
+                                          "frames", "state", "is_p2p", "profiling_name", "filename", "line", "name"]),
+                         inner, max_size=6), max_leaves=40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(plain)
+def test_any_plain_pickle_is_read_and_matched_without_an_exception(value):
+    dump = fr.load_dump(pickle.dumps(value), 0)
+    if dump is not None:
+        fr.stuck_collectives([dump])
+
+
+def test_fresh_dumps_from_real_gloo_ranks_name_the_absent_rank(tmp_path):
+    pytest.importorskip("torch")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHELASTIC", "MASTER_", "RANK", "WORLD_SIZE"))}
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "3", f"--master-port={port}",
+                    str(FIXTURES / "jobs" / "fr_dump.py"), "--out", str(tmp_path / "host1"), "--timeout", "2"],
+                   env=env, capture_output=True, timeout=120, check=True)
+    [stuck] = fr.stuck_collectives(fr.find_dumps(tmp_path))
+    assert (stuck.seq, stuck.missing, stuck.joined) == (3, (1,), (0, 2))
+
+
+test_fresh_dumps_from_real_gloo_ranks_name_the_absent_rank = pytest.mark.slow(
+    test_fresh_dumps_from_real_gloo_ranks_name_the_absent_rank)
+
+
+# --------------------------------------------------------------------------- diagnose of a collected run
+
+
+def stacks_doc(verdict: str, evidence: str, failure=None) -> str:
+    return json.dumps({"run_id": "run1", "taken_at": "2026-01-01T00:00:00", "verdict": verdict, "evidence": evidence,
+                       "first_failure": failure, "nodes": {}})
+
+
+def collected_run(tmp_path: Path, *, stacks: str = "", dumps: dict = None) -> Path:
+    logs = tmp_path / "node2" / "logs"
+    logs.mkdir(parents=True)
+    (logs / "node2-agent.log").write_text(
+        "W1125 torch/distributed/elastic/agent/server/api.py:753] Received 15 death signal, shutting down workers\n")
+    if stacks:
+        where = tmp_path / "node2" / "outputs" / "logs" / "run1" / "node2"
+        where.mkdir(parents=True, exist_ok=True)
+        (where / "stacks-20260101-000000.json").write_text(stacks)
+    if dumps:
+        for host, ranks in dumps.items():
+            where = tmp_path / host / "outputs" / "logs" / "run1" / host
+            where.mkdir(parents=True, exist_ok=True)
+            for r in ranks:
+                shutil.copy(DUMPS / f"nccl_trace_rank_{r}", where / f"nccl_trace_rank_{r}")
+    return tmp_path
+
+
+HANG_FAILURE = {"host": "node2", "rank": 3, "diagnosis": [{
+    "cause": "rank_hang", "host": "node2", "rank": 3, "fix": "find why rank 3 on node2 stays in load_shard",
+    "evidence": "rank 3 on node2 in load_shard (train.py:41) while 5 ranks wait in all_reduce (train.py:57)"}]}
+
+
+def test_diagnose_of_a_run_clusterctl_stopped_for_a_hang_names_the_rank_first(tmp_path):
+    root = collected_run(tmp_path, stacks=stacks_doc("hang", "x", HANG_FAILURE))
+    findings = diagnose_run_dir(root, {"exit_code": 1, "nodes": {}})
+    assert (findings[0].cause, findings[0].host, findings[0].rank) == ("rank_hang", "node2", 3)
+    assert "load_shard (train.py:41)" in findings[0].evidence and "stacks-20260101-000000.json" in findings[0].evidence
+    assert all(f.cause != "unknown" for f in findings)
+
+
+def test_a_stacks_snapshot_is_no_failure_by_itself(tmp_path):
+    root = collected_run(tmp_path, stacks=stacks_doc("snapshot", "every rank (2) waits in all_reduce (t.py:3)"))
+    assert all(f.cause != "rank_hang" for f in diagnose_run_dir(root, {"exit_code": 1, "nodes": {}}))
+
+
+def test_diagnose_reads_the_flight_recorder_dumps_of_a_collected_run(tmp_path):
+    root = collected_run(tmp_path, dumps={"node1": [0, 1], "node2": [2]})
+    findings = diagnose_run_dir(root, {"exit_code": 1, "nodes": {}})
+    assert [(f.cause, f.host, f.rank) for f in findings][:1] == [("rank_hang", "node1", 1)]
+
+
+def test_a_stronger_cause_in_the_logs_stays_above_the_flight_recorder(tmp_path):
+    oom = Finding("oom_killed", "Killed process 77 (python)", "less memory", "node1", 1, 1.0, 0.95)
+    root = collected_run(tmp_path, dumps={"node1": [0, 1], "node2": [2]})
+    assert [f.cause for f in with_hang_evidence(root, [oom])] == ["oom_killed", "rank_hang"]
