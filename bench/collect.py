@@ -21,7 +21,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from common import BEFORE, BEFORE_LABEL, WORK, clusterctl_argv, clusterctl_env, fresh_dir, log, rounds, ssh_options, timed, timed_parallel
+from common import (BEFORE, BEFORE_LABEL, WORK, clusterctl_argv, clusterctl_env, fresh_dir, log, rounds, timed,
+                    timed_parallel, write_ssh_config)
 
 BLOB_MB = 200
 
@@ -32,15 +33,20 @@ def write_blob(path: Path, mb: int = BLOB_MB) -> None:
         subprocess.run(["head", "-c", f"{mb}M", "/dev/urandom"], stdout=handle, check=True)
 
 
+def _ssh_config(sandbox) -> Path:
+    """Every node as the inventory reaches it (user, port, bastion), for scp -F."""
+    return write_ssh_config(sandbox, fresh_dir(WORK / "collect-ssh") / "ssh_config")
+
+
 def scp_argv(sandbox, node, sources: list[str], dest: Path, recursive: bool = False) -> list[str]:
-    return ["scp", "-q", *(["-r"] if recursive else []), *ssh_options(sandbox.identity_file, sandbox.known_hosts),
-            *(f"root@{node.address}:{s}" for s in sources), str(dest)]
+    return ["scp", "-q", *(["-r"] if recursive else []), "-F", str(_ssh_config(sandbox)),
+            *(f"{node.name}:{s}" for s in sources), str(dest)]
 
 
 def _scp_hosts_argv(sandbox, hosts, dirs, dest: Path) -> list[str]:
     """One scp command naming every node's directory: scp copies them one after another."""
-    return ["scp", "-q", "-r", *ssh_options(sandbox.identity_file, sandbox.known_hosts),
-            *(f"root@{n.address}:{d}" for n, d in zip(hosts, dirs)), str(dest)]
+    return ["scp", "-q", "-r", "-F", str(_ssh_config(sandbox)), *(f"{n.name}:{d}" for n, d in zip(hosts, dirs)),
+            str(dest)]
 
 
 def _dest(work: Path, name: str) -> Path:

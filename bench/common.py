@@ -168,6 +168,22 @@ def clusterctl_argv(*args: str) -> list[str]:
     return [PY, "-m", "clusterctl", *map(str, args)]
 
 
+def write_ssh_config(sandbox, path: Path) -> Path:
+    """An ssh_config naming every node as its inventory reaches it (user, port, the bastion), so
+    that every competitor reaches the same nodes the same way: `ssh -F PATH node3`."""
+    common = ["  IdentityFile {key}", "  IdentitiesOnly yes", "  BatchMode yes", "  StrictHostKeyChecking yes",
+              "  UserKnownHostsFile {known}", "  GlobalKnownHostsFile /dev/null"]
+    common = [line.format(key=sandbox.identity_file, known=sandbox.known_hosts) for line in common]
+    lines = []
+    if sandbox.bastion is not None:
+        lines += ["Host bastion", f"  HostName {sandbox.bastion.address}", "  User root", *common]
+    for node in sandbox.nodes:
+        lines += [f"Host {node.name}", f"  HostName {node.listen_address}", f"  User {node.ssh_user}",
+                  f"  Port {node.ssh_port}", *(["  ProxyJump bastion"] if node.behind_bastion else []), *common]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
 def ssh_options(key: Path, known_hosts: Path) -> list[str]:
     """Host-key checking on, against the sandbox's known_hosts; the sandbox key only."""
     return ["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={known_hosts}",

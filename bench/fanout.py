@@ -16,14 +16,16 @@ import subprocess
 from pathlib import Path
 from typing import Sequence
 
-from common import BEFORE, BEFORE_LABEL, PY, WORK, clusterctl_argv, clusterctl_env, fresh_dir, log, rounds, ssh_options, timed, timed_parallel
+from common import (BEFORE, BEFORE_LABEL, PY, WORK, clusterctl_argv, clusterctl_env, fresh_dir, log, rounds, timed,
+                    timed_parallel, write_ssh_config)
 
 ANSIBLE_DEFAULT_SSH_ARGS = "-C -o ControlMaster=auto -o ControlPersist=60s"
 
 
 def write_ini(path: Path, nodes: Sequence, key: Path) -> Path:
-    lines = ["[nodes]"] + [f"{n.name} ansible_host={n.address}" for n in nodes]
-    lines += ["", "[all:vars]", "ansible_user=root", f"ansible_ssh_private_key_file={key}",
+    """Nodes by their ssh_config names (`-F` in ANSIBLE_SSH_ARGS gives user, port and bastion)."""
+    lines = ["[nodes]"] + [f"{n.name} ansible_user={n.ssh_user}" for n in nodes]
+    lines += ["", "[all:vars]", f"ansible_ssh_private_key_file={key}",
               "ansible_python_interpreter=/usr/bin/python3", ""]
     path.write_text("\n".join(lines))
     return path
@@ -37,6 +39,7 @@ class Ansible:
         self.sandbox = sandbox
         self.work = work
         self.ini = write_ini(work / "hosts.ini", sandbox.nodes, sandbox.identity_file)
+        self.ssh_config = write_ssh_config(sandbox, work / "ssh_config")
         self.runs = 0
 
     def env(self, control_dir: Path) -> dict:
@@ -48,8 +51,7 @@ class Ansible:
             ANSIBLE_HOME=str(self.work / "ansible-home"),
             ANSIBLE_LOCAL_TEMP=str(self.work / "ansible-tmp"),
             ANSIBLE_HOST_KEY_CHECKING="True",
-            ANSIBLE_SSH_ARGS=(f"{ANSIBLE_DEFAULT_SSH_ARGS} -o StrictHostKeyChecking=yes "
-                              f"-o UserKnownHostsFile={self.sandbox.known_hosts} -o GlobalKnownHostsFile=/dev/null"),
+            ANSIBLE_SSH_ARGS=f"{ANSIBLE_DEFAULT_SSH_ARGS} -F {self.ssh_config}",
             ANSIBLE_SSH_CONTROL_PATH_DIR=str(control_dir),
             ANSIBLE_RETRY_FILES_ENABLED="False",
             ANSIBLE_NOCOLOR="1",
@@ -80,25 +82,24 @@ def close_masters(control_dir: Path) -> None:
             proc.wait()
 
 
-def pdsh_argv(sandbox) -> tuple[list[str], dict]:
+def pdsh_argv(sandbox, ssh_config: Path) -> tuple[list[str], dict]:
     import os
 
-    env = dict(os.environ, PDSH_SSH_ARGS_APPEND=" ".join(ssh_options(sandbox.identity_file, sandbox.known_hosts)))
-    hosts = ",".join(n.address for n in sandbox.nodes)
-    return ["pdsh", "-R", "ssh", "-l", "root", "-w", hosts, "true"], env
+    env = dict(os.environ, PDSH_SSH_ARGS_APPEND=f"-F {ssh_config}")
+    hosts = ",".join(f"{n.ssh_user}@{n.name}" for n in sandbox.nodes)
+    return ["pdsh", "-R", "ssh", "-w", hosts, "true"], env
 
 
-def parallel_ssh_argvs(sandbox, command: str = "true") -> list[list[str]]:
-    opts = ssh_options(sandbox.identity_file, sandbox.known_hosts)
-    return [["ssh", *opts, f"root@{n.address}", command] for n in sandbox.nodes]
+def parallel_ssh_argvs(sandbox, ssh_config: Path, command: str = "true") -> list[list[str]]:
+    return [["ssh", "-F", str(ssh_config), n.name, command] for n in sandbox.nodes]
 
 
 def competitors(sandbox, bin_dir: Path, work: Path) -> dict:
     n = len(sandbox.nodes)
     state = fresh_dir(work / "state")
     ansible = Ansible(bin_dir, sandbox, work)
-    pdsh, pdsh_env = pdsh_argv(sandbox)
-    ssh_argvs = parallel_ssh_argvs(sandbox)
+    pdsh, pdsh_env = pdsh_argv(sandbox, ansible.ssh_config)
+    ssh_argvs = parallel_ssh_argvs(sandbox, ansible.ssh_config)
     cc_env = clusterctl_env(state)
     exec_argv = clusterctl_argv("exec", "-i", sandbox.inventory_path, "--", "true")
     before = {BEFORE_LABEL: lambda: timed(exec_argv, env=clusterctl_env(state, before=True))} if BEFORE else {}

@@ -32,6 +32,7 @@ COMMANDS = {
     "exec": ("exec_", "run an ad-hoc command on every host"),
     "down": ("down", "stop the job and remove the containers"),
     "diagnose": ("diagnose", "name the root cause and fix from a log file or a collected run"),
+    "stacks": ("stacks", "every rank's Python stack now (py-spy), grouped; names the ranks that are elsewhere"),
     "play": ("play", "run a playbook against the active inventory"),
     "sandbox": ("sandbox", "a rehearsal cluster of N nodes on this machine (root, Linux)"),
     "nccl-test": ("nccl_test", "all-reduce diagnostic: connectivity, small sizes, full sweep, node pairs"),
@@ -112,6 +113,8 @@ def main(argv: Optional[Sequence[str]] = None, env: Optional[dict] = None) -> in
     except KeyboardInterrupt:
         outcome = Outcome({"ok": False, "error": "interrupted"}, interrupted=True)
         app.renderer.error("interrupted")
+    except Exception as exc:  # a bug of ours: one line and the traceback's place, never a traceback
+        outcome = _internal_error(app, args.command, exc)
     finally:
         signal.signal(signal.SIGTERM, previous)
         signal.signal(signal.SIGINT, previous_int)
@@ -119,6 +122,21 @@ def main(argv: Optional[Sequence[str]] = None, env: Optional[dict] = None) -> in
     if args.json:
         emit_json(outcome.document)
     return exit_code(outcome)
+
+
+def _internal_error(app, command: str, exc: Exception) -> Outcome:
+    import traceback
+
+    text = "".join(traceback.format_exception(exc))
+    try:
+        where = str(app.state.write_internal_error(command, text))
+    except OSError as write_error:
+        where = f"(could not be written: {write_error.strerror}) "
+        sys.stderr.write(text)
+    app.renderer.error(f"internal error in `clusterctl {command}`: {type(exc).__name__}: {exc}; "
+                       f"the traceback is in {where}; please report it")
+    return Outcome({"ok": False, "error": "internal error", "exception": f"{type(exc).__name__}: {exc}",
+                    "traceback_log": where})
 
 
 def _raise_interrupt(signum, frame):

@@ -111,6 +111,9 @@ class RendezvousSpec:
     port: int = 29500
     master: Optional[str] = None  # host name; defaults to the first host
     join_timeout: int = 120
+    # the master's address on the network the ranks use, when it is not the address SSH
+    # reaches it on (a management network for SSH, a fabric network for the job)
+    address: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,7 @@ class JobSpec:
     outputs: str = "/tmp/clusterctl-outputs"
     env: tuple[EnvVar, ...] = ()
     python: str = "python3"
+    stall_timeout: float = 900.0  # seconds without output before the ranks' stacks are taken; 0: never
 
 
 @dataclass(frozen=True)
@@ -156,6 +160,25 @@ class Inventory:
             return self.host(self.rendezvous.master)
         return self.hosts[0]
 
+    def host_named_by(self, named: Optional[str], log_of: str) -> str:
+        """The inventory host that a log's words name. Logs say what the machine calls itself (a
+        hostname, an FQDN, `localhost`, an address), rarely the inventory's name: an inventory
+        name or a host's address is taken as it is; anything else means `log_of`, the host whose
+        log it is."""
+        names = {h.name for h in self.hosts}
+        if named in names:
+            return named
+        if named and named != "localhost" and not named.startswith("127.") and named != "::1":
+            for host in self.hosts:
+                if named == host.address or (host.name == self.master.name and named == self.rendezvous_address):
+                    return host.name
+        return log_of
+
+    @property
+    def rendezvous_address(self) -> str:
+        """Where the ranks reach the master: `rendezvous.address`, else the master's own address."""
+        return self.rendezvous.address or self.master.address
+
     @property
     def uses_container(self) -> bool:
         return self.container is not None and self.container.runtime == "docker"
@@ -184,6 +207,10 @@ class Command:
     # stdin stays open while it runs, so it reads EOF exactly when this connection ends (a helper
     # that must not outlive an interrupted or killed clusterctl watches for that)
     stdin_open: bool = False
+    # needs root on the node (other users' /proc entries, firewall rules, killing ranks that run
+    # as root in the container): run through `sudo -n` when the SSH user is not root and may
+    # (see transport.base.remote_argv); otherwise as the user, seeing what the user may see
+    privileged: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "argv", tuple(str(a) for a in self.argv))
@@ -253,9 +280,11 @@ class Finding:
     host: Optional[str] = None
     rank: Optional[int] = None
     score: float = 0.0  # ranking weight; not part of the JSON contract
+    confidence: float = 0.0  # 0..1, how sure the diagnosis is of this cause (CONTRACT.md, round two)
 
     def to_json(self) -> dict:
-        return {"cause": self.cause, "host": self.host, "rank": self.rank, "evidence": self.evidence, "fix": self.fix}
+        return {"cause": self.cause, "host": self.host, "rank": self.rank, "evidence": self.evidence, "fix": self.fix,
+                "confidence": self.confidence}
 
 
 def secret_values(inventory: Inventory) -> set[str]:

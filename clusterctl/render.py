@@ -2,13 +2,23 @@
 
 Machine output (`--json`) is one document on stdout, written by `emit_json`; in JSON mode
 the live view stays quiet except for errors, so scripts can parse stdout.
+
+Terminal safety: what nodes print reaches the operator's terminal, and a rank that prints
+`ESC ]0;title BEL`, `ESC [2J` or an OSC 52 clipboard write must not retitle, clear or write
+the clipboard of the machine that drives the cluster. So every piece of text drawn here goes
+through `terminal_safe` (control characters and escape sequences shown as visible escapes)
+and is handed to rich as `Text`, never as markup: `[bold red]` in a rank's line prints as
+itself. rich's own `escape()` is not enough for that (trailing backslashes defeat it).
+Files on disk and `--json` keep what the nodes sent (JSON escapes control characters itself).
 """
 from __future__ import annotations
 
 import json
+import math
+import re
 import sys
 import threading
-from typing import Iterable, Mapping, Optional
+from typing import Iterable, Mapping, Union
 
 from clusterctl.executor import Event
 from clusterctl.models import CheckResult, CheckStatus, Finding, HostResult, HostStatus
@@ -18,6 +28,52 @@ STATUS_STYLE = {
     HostStatus.FAILED: "bold red", HostStatus.UNREACHABLE: "bold magenta",
 }
 CHECK_STYLE = {CheckStatus.PASS: "green", CheckStatus.WARN: "yellow", CheckStatus.FAIL: "bold red"}
+
+
+# C0 controls except tab and newline, DEL, and C1 controls (U+0080-U+009F: 0x9b is an 8-bit CSI
+# for terminals that take 8-bit controls). Every escape sequence (CSI, OSC, DCS, APC, PM, SOS)
+# starts with ESC or a C1 control, so showing each of these characters as text neutralises all
+# of them: `ESC [2J` prints as the seven characters `\x1b[2J`.
+_CONTROLS = {code: f"\\x{code:02x}" for code in (*range(0x20), 0x7f, *range(0x80, 0xa0)) if code not in (0x09, 0x0a)}
+_CONTROLS[0x0d] = "\\r"
+# Lone surrogates: undecodable bytes kept by surrogateescape (shown as the byte, `\xff`), or
+# anything else a UTF-8 stream cannot encode (printing one would raise UnicodeEncodeError).
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def terminal_safe(text: Union[str, bytes, bytearray, memoryview, None]) -> str:
+    r"""Remote text made safe to show on a terminal, every control shown as a visible escape.
+
+    Tab and newline stay; the CR of a CRLF line end is dropped, any other CR shows as `\r`.
+    Bytes are read as UTF-8, and bytes that are not UTF-8 (a raw 0x9b among them) show as `\xNN`.
+    """
+    if text is None:
+        return ""
+    if isinstance(text, (bytes, bytearray, memoryview)):
+        text = bytes(text).decode("utf-8", "surrogateescape")
+    elif not isinstance(text, str):
+        text = str(text)
+    text = text.replace("\r\n", "\n").translate(_CONTROLS)
+    return _SURROGATE.sub(_show_surrogate, text) if _SURROGATE.search(text) else text
+
+
+def _show_surrogate(match: "re.Match[str]") -> str:
+    code = ord(match.group())
+    return f"\\x{code - 0xdc00:02x}" if 0xdc80 <= code <= 0xdcff else f"\\u{code:04x}"
+
+
+Part = Union[str, tuple]  # text, or (text, style)
+
+
+def _text(*parts: Part):
+    """One rich Text from parts, each made terminal-safe and none read as markup."""
+    from rich.text import Text
+
+    text = Text()
+    for part in parts:
+        value, style = (part, None) if not isinstance(part, tuple) else (part[0], part[1] or None)
+        text.append(terminal_safe(value), style=style)
+    return text
 
 
 class Renderer:
@@ -43,27 +99,26 @@ class Renderer:
 
     def _on_task(self, event: Event) -> None:
         hosts = event.data.get("hosts", [])
-        self.console.print(f"[bold]TASK[/bold] {event.text} [dim]({len(hosts)} hosts)[/dim]")
+        self.console.print(_text(("TASK", "bold"), f" {event.text} ", (f"({len(hosts)} hosts)", "dim")))
 
     def _on_host_done(self, event: Event) -> None:
         result: HostResult = event.data["result"]
         if result.status in (HostStatus.OK, HostStatus.SKIPPED) and not self.verbose:
             return
-        style = STATUS_STYLE[result.status]
         detail = f" {result.detail}" if result.detail else ""
-        self.console.print(f"  [{style}]{result.status.value}[/{style}] {result.host}{detail}", markup=True)
+        self.console.print(_text("  ", (result.status.value, STATUS_STYLE[result.status]), f" {result.host}{detail}"))
 
     def _on_line(self, event: Event) -> None:
         prefix = event.data.get("prefix") or f"[{event.host}]"
         style = "red" if event.data.get("stream") == "stderr" else "cyan"
-        self.console.print(f"[{style}]{_escape(prefix)}[/{style}] {_escape(event.text)}")
+        self.console.print(_text((prefix, style), " ", event.text))
 
     def _on_note(self, event: Event) -> None:
         where = f"[{event.host}] " if event.host else ""
-        self.console.print(f"[dim]{_escape(where + event.text)}[/dim]")
+        self.console.print(_text((where + event.text, "dim")))
 
     def _on_error(self, event: Event) -> None:
-        self.console.print(f"[bold red]error:[/bold red] {_escape(event.text)}")
+        self.console.print(_text(("error:", "bold red"), " ", event.text))
 
     def _on_status(self, event: Event) -> None:
         """The live run view: a compact line per node under the streaming log (terminals only)."""
@@ -77,8 +132,8 @@ class Renderer:
             style = {"lost": "bold red", "running": "cyan"}.get(node["state"], "green" if node["state"] == "exited 0" else "yellow")
             if node["state"].startswith("exited") and node["state"] != "exited 0":
                 style = "bold red"
-            table.add_row(f"[bold]{_escape(name)}[/bold]", f"[{style}]{node['state']}[/{style}]",
-                          f"ranks {node['ranks']}", f"[dim]{_escape(node['last'])}[/dim]")
+            table.add_row(_text((name, "bold")), _text((node["state"], style)), _text(f"ranks {node['ranks']}"),
+                          _text((node["last"], "dim")))
         if self._live is None:
             self._live = Live(table, console=self.console, transient=True, auto_refresh=False)
             self._live.start()
@@ -96,12 +151,13 @@ class Renderer:
         from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
 
         if self._progress is None:
-            self._progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+            self._progress = Progress(TextColumn("{task.description}", markup=False), BarColumn(), DownloadColumn(),
                                       console=self.console, transient=True)
             self._progress.start()
         key = event.data["key"]
         if key not in self._bars:
-            self._bars[key] = self._progress.add_task(event.data.get("description", key), total=event.data.get("total"))
+            description = terminal_safe(event.data.get("description", key))
+            self._bars[key] = self._progress.add_task(description, total=event.data.get("total"))
         self._progress.update(self._bars[key], completed=event.data.get("completed", 0), total=event.data.get("total"))
 
     def stop_progress(self) -> None:
@@ -117,19 +173,18 @@ class Renderer:
         from rich.table import Table
 
         self.stop_progress()
-        table = Table(title=title, title_justify="left")
+        table = Table(title=_text(title), title_justify="left")
         table.add_column("host")
         table.add_column("status")
         for column in extra_columns:
-            table.add_column(column)
+            table.add_column(_text(column))
         table.add_column("detail", overflow="fold")
         for result in results.values():
-            style = STATUS_STYLE[result.status]
-            extras = [str(result.data.get(c, "")) for c in extra_columns]
+            extras = [_text(str(result.data.get(c, ""))) for c in extra_columns]
             detail = result.detail
             if result.log_path and not result.succeeded:
                 detail += f"\nlog: {result.log_path}"
-            table.add_row(result.host, f"[{style}]{result.status.value}[/{style}]", *map(_escape, extras), _escape(detail))
+            table.add_row(_text(result.host), _text((result.status.value, STATUS_STYLE[result.status])), *extras, _text(detail))
         self.console.print(table)
 
     def checks_table(self, checks: list[CheckResult]) -> None:
@@ -144,39 +199,42 @@ class Renderer:
         table = Table(title="preflight checks", title_justify="left")
         table.add_column("check")
         for host in hosts:
-            table.add_column(host, justify="center")
+            table.add_column(_text(host), justify="center")
         for check in dict.fromkeys(c.check for c in checks):
             row = []
             for host in hosts:
                 cell = cells.get((check, host))
-                row.append(f"[{CHECK_STYLE[cell.status]}]{cell.status.value}[/]" if cell else "[dim]-[/dim]")
-            table.add_row(check, *row)
+                row.append(_text((cell.status.value, CHECK_STYLE[cell.status])) if cell else _text(("-", "dim")))
+            table.add_row(_text(check), *row)
         self.console.print(table)
         for check in checks:
             if check.status is not CheckStatus.PASS or self.verbose:
-                style = CHECK_STYLE[check.status]
-                self.console.print(f"[{style}]{check.status.value}[/{style}] {_escape(check.host or 'cluster')} "
-                                   f"{check.check}: {_escape(check.detail)}")
+                self.console.print(_text((check.status.value, CHECK_STYLE[check.status]),
+                                         f" {check.host or 'cluster'} {check.check}: {check.detail}"))
                 if check.fix:
-                    self.console.print(f"    [bold]fix:[/bold] {_escape(check.fix)}")
+                    self.console.print(_text("    ", ("fix:", "bold"), f" {check.fix}"))
 
-    def findings(self, findings: list[Finding], title: str = "diagnosis") -> None:
+    def findings(self, findings: list[Finding], title: str = "diagnosis", similar=()) -> None:
+        """The ranked causes (with their confidence), then the nearest known public cases (`similar`)."""
         if self.json_mode:
             return
         if not findings:
-            self.console.print(f"[green]{_escape(title)}: no failure found[/green]")
+            self.console.print(_text((f"{title}: no failure found", "green")))
             return
         from rich.table import Table
 
-        table = Table(title=title, title_justify="left")
-        for column in ("#", "cause", "host", "rank", "evidence", "fix"):
+        table = Table(title=_text(title), title_justify="left")
+        for column in ("#", "cause", "conf", "host", "rank", "evidence", "fix"):
             table.add_column(column, overflow="fold")
         for index, finding in enumerate(findings, 1):
             style = "bold red" if index == 1 else ""
-            table.add_row(str(index), f"[{style}]{finding.cause}[/{style}]" if style else finding.cause,
-                          finding.host or "-", "-" if finding.rank is None else str(finding.rank),
-                          _escape(finding.evidence), _escape(finding.fix))
+            table.add_row(str(index), _text((finding.cause, style)), f"{finding.confidence:.2f}",
+                          _text(finding.host or "-"), "-" if finding.rank is None else str(finding.rank),
+                          _text(finding.evidence), _text(finding.fix))
         self.console.print(table)
+        for case in similar:
+            self.console.print(_text((f"similar: {case.source} ({case.cause}, score {case.score:.2f})", "bold")))
+            self.console.print(_text(f"    fix there: {case.fix}"))
 
     def plan(self, topology, commands: Mapping[str, dict]) -> None:
         """`run --plan`: the topology and the exact per-node command lines."""
@@ -184,21 +242,21 @@ class Renderer:
             return
         from rich.table import Table
 
-        table = Table(title=f"plan: {topology.nnodes} nodes x {topology.nproc_per_node} = world size "
-                            f"{topology.world_size}, master {topology.master_addr}:{topology.port}", title_justify="left")
+        table = Table(title=_text(f"plan: {topology.nnodes} nodes x {topology.nproc_per_node} = world size "
+                                  f"{topology.world_size}, master {topology.master_addr}:{topology.port}"), title_justify="left")
         for column in ("node", "host", "ranks", "gpus", "nic", "local addr"):
             table.add_column(column)
         for node in topology.nodes:
             gpus = "cpu" if node.gpu_ids is None else ",".join(map(str, node.gpu_ids))
-            table.add_row(str(node.node_rank), node.host.name, f"{node.ranks.start}..{node.ranks.stop - 1}", gpus,
-                          node.nic or "-", node.local_addr)
+            table.add_row(str(node.node_rank), _text(node.host.name), f"{node.ranks.start}..{node.ranks.stop - 1}", gpus,
+                          _text(node.nic or "-"), _text(node.local_addr))
         self.console.print(table)
         for note in topology.notes:
-            self.console.print(f"[yellow]note:[/yellow] {_escape(note)}")
+            self.console.print(_text(("note:", "yellow"), f" {note}"))
         for host, command in commands.items():
             env = " ".join(f"{k}={v}" for k, v in command["env"].items())
-            self.console.print(f"[bold]{_escape(host)}[/bold] (env: {_escape(env)})")
-            self.console.print("  " + _escape(command["command"]))
+            self.console.print(_text((host, "bold"), f" (env: {env})"))
+            self.console.print(_text("  " + command["command"]))
 
     def run_summary(self, record: Mapping) -> None:
         self.stop_live()
@@ -206,45 +264,56 @@ class Renderer:
             return
         from rich.table import Table
 
-        table = Table(title=f"run {record['run_id']}", title_justify="left")
+        table = Table(title=_text(f"run {record['run_id']}"), title_justify="left")
         for column in ("host", "ranks", "exit", "run dir (on the node)"):
             table.add_column(column, overflow="fold")
         ranks = {n["host"]: n["ranks"] for n in record["topology"]}
         for host, node in record["nodes"].items():
             code = "lost" if node["lost"] else ("-" if node["exit_code"] is None else str(node["exit_code"]))
             style = "green" if code == "0" else "bold red"
-            table.add_row(host, f"{ranks[host][0]}..{ranks[host][1]}", f"[{style}]{code}[/{style}]", node["run_dir"])
+            table.add_row(_text(host), f"{ranks[host][0]}..{ranks[host][1]}", _text((code, style)), _text(node["run_dir"]))
         self.console.print(table)
         failure = record.get("first_failure")
         if failure:
             where = f"{failure.get('host')}" + (f" rank {failure['rank']}" if failure.get("rank") is not None else "")
-            self.console.print(f"[bold red]first failure:[/bold red] {_escape(where)}")
+            self.console.print(_text(("first failure:", "bold red"), f" {where}"))
             for line in failure.get("log_tail", [])[-10:]:
-                self.console.print(f"  [dim]{_escape(line)}[/dim]")
+                self.console.print(_text("  ", (line, "dim")))
             for finding in failure.get("diagnosis", [])[:1]:
-                self.console.print(f"  [bold]cause:[/bold] {finding['cause']}  [bold]evidence:[/bold] {_escape(finding['evidence'])}")
-                self.console.print(f"  [bold]fix:[/bold] {_escape(finding['fix'])}")
+                self.console.print(_text("  ", ("cause:", "bold"), f" {finding['cause']}  ", ("evidence:", "bold"),
+                                         f" {finding['evidence']}"))
+                self.console.print(_text("  ", ("fix:", "bold"), f" {finding['fix']}"))
             self.console.print("  more: clusterctl collect-logs")
         elif record["exit_code"] == 0:
-            self.console.print(f"[green]run {record['run_id']} succeeded in {record['duration_s']:.1f}s[/green]; "
-                               f"outputs under {_escape(record['outputs'])} on the nodes (clusterctl collect-logs)")
+            self.console.print(_text((f"run {record['run_id']} succeeded in {record['duration_s']:.1f}s", "green"),
+                                     f"; outputs under {record['outputs']} on the nodes (clusterctl collect-logs)"))
 
     def message(self, text: str, style: str = "") -> None:
         if self.json_mode:
             return
-        self.console.print(f"[{style}]{_escape(text)}[/{style}]" if style else _escape(text))
+        self.console.print(_text((text, style)))
 
     def error(self, text: str) -> None:
         self.stop_progress()
         self.stop_live()
-        self.console.print(f"[bold red]error:[/bold red] {_escape(text)}")
+        self.console.print(_text(("error:", "bold red"), " ", text))
 
 
 def emit_json(document: dict, stream=None) -> None:
-    (stream or sys.stdout).write(json.dumps(document, indent=2, default=str) + "\n")
+    """One JSON document. Control characters are escaped by json itself (and the output is
+    ASCII); NaN and infinities, which a node's numbers may carry, are not JSON: null instead."""
+    try:
+        text = json.dumps(document, indent=2, default=str, allow_nan=False)
+    except ValueError:
+        text = json.dumps(_finite(document), indent=2, default=str, allow_nan=False)
+    (stream or sys.stdout).write(text + "\n")
 
 
-def _escape(text: Optional[str]) -> str:
-    from rich.markup import escape
-
-    return escape(text or "")
+def _finite(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value

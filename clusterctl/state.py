@@ -91,6 +91,13 @@ class State:
         """A fresh directory for the per-host step logs of one `up`/`down`/`play`."""
         return self._ensure(self.root / "steps" / f"{flow}-{self.new_run_id()}")
 
+    def write_internal_error(self, command: str, text: str) -> Path:
+        """Keep the traceback of an unexpected exception where the user can send it to us."""
+        path = self._ensure(self.root / "errors") / f"{command}-{self.new_run_id()}.log"
+        path.write_text(text)
+        path.chmod(0o600)
+        return path
+
     def last_run_id(self) -> str:
         runs = sorted(p.name for p in self.runs_dir.iterdir() if (p / "run.json").exists()) if self.runs_dir.exists() else []
         if not runs:

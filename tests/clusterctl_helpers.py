@@ -184,3 +184,45 @@ def run_records(sb, run_id: str) -> dict[int, dict]:
     """The example job's per-rank JSON records of one run, by rank."""
     folder = Path(sb.shared_outputs) / "ranks" / run_id
     return {int(p.stem.removeprefix("rank")): json.loads(p.read_text()) for p in sorted(folder.glob("rank*.json"))}
+
+
+def node_ssh_client(sb, name: str, timeout: float = 5.0):
+    """A paramiko client to a sandbox node as its inventory reaches it: its user and port, and
+    through the bastion for the node behind it; host keys checked strictly."""
+    import paramiko
+
+    node = sb.node(name)
+    sock, hop = None, None
+    if node.behind_bastion:
+        hop = paramiko.SSHClient()
+        hop.load_host_keys(str(sb.known_hosts))
+        hop.set_missing_host_key_policy(paramiko.RejectPolicy())
+        hop.connect(sb.bastion.address, port=22, username="root", key_filename=str(sb.identity_file),
+                    look_for_keys=False, allow_agent=False, timeout=timeout, banner_timeout=timeout, auth_timeout=timeout)
+        sock = hop.get_transport().open_channel("direct-tcpip", (node.listen_address, node.ssh_port), ("127.0.0.1", 0))
+    client = paramiko.SSHClient()
+    client.load_host_keys(str(sb.known_hosts))
+    client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    try:
+        client.connect(node.listen_address, port=node.ssh_port, username=node.ssh_user, key_filename=str(sb.identity_file),
+                       look_for_keys=False, allow_agent=False, timeout=timeout, banner_timeout=timeout,
+                       auth_timeout=timeout, sock=sock)
+    except BaseException:
+        if hop is not None:
+            hop.close()
+        raise
+    client._cc_hop = hop  # closed with the client (see node_ssh_run)
+    return client
+
+
+def node_ssh_run(sb, name: str, command: str) -> tuple[int, str]:
+    """(exit code, stdout) of `command` on a sandbox node over SSH."""
+    client = node_ssh_client(sb, name)
+    try:
+        _, stdout, _ = client.exec_command(command, timeout=30)
+        out = stdout.read().decode()
+        return stdout.channel.recv_exit_status(), out
+    finally:
+        client.close()
+        if client._cc_hop is not None:
+            client._cc_hop.close()

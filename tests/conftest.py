@@ -75,3 +75,41 @@ def sandbox():
         yield handle
     finally:
         down(handle.state_dir)
+
+
+class _Impersonations:
+    """variant name -> the node showing it; the node is made to impersonate the variant when asked
+    (Sandbox.impersonate: its sessions' PATH and env, its /sys/class), and keeps it until another
+    variant takes the node."""
+
+    NODES = {"h100x8_nvlink_8ib": "node1", "ib_all_down": "node2", "ibpanic": "node3", "zh_cn_shm64": "node1"}
+
+    def __init__(self, sandbox, root):
+        self.sandbox, self.root, self.current = sandbox, root, {}
+
+    def __getitem__(self, variant: str) -> str:
+        node = self.NODES[variant]
+        if self.current.get(node) != variant:
+            self.sandbox.impersonate(node, self.root / variant)
+            self.current[node] = variant
+        return node
+
+    def restore(self) -> None:
+        for node in list(self.current):
+            self.sandbox.impersonate(node, None)
+        self.current.clear()
+
+
+@pytest.fixture(scope="module")
+def hardware_sandbox(sandbox):
+    """The session sandbox, whose `node_of[variant]` names a node impersonating that stand-in variant
+    of tests/fixtures/hardware/ (set up on first use, undone at the end of the module)."""
+    from pathlib import Path
+
+    impersonations = _Impersonations(sandbox, Path(__file__).resolve().parent / "fixtures" / "hardware")
+    sandbox.node_of = impersonations
+    try:
+        yield sandbox
+    finally:
+        impersonations.restore()
+        del sandbox.node_of

@@ -28,9 +28,10 @@ def test_exec_runs_on_every_node_and_reports_stdout_and_exit_code_per_host(sandb
     assert list(doc["hosts"]) == ["node1", "node2", "node3"]
     for name, entry in doc["hosts"].items():
         assert entry["status"] in ("ok", "changed")
-        assert (entry["stdout"], entry["exit_code"]) == (f"{name}\n", 0)
+        assert (entry["stdout"], entry["exit_code"]) == (f"{sandbox.node(name).hostname}\n", 0)
 
-    code, doc = cli.json("exec", "-i", str(sandbox.inventory_path), "--", "sh", "-c", 'test "$(hostname)" != node2')
+    code, doc = cli.json("exec", "-i", str(sandbox.inventory_path), "--", "sh", "-c",
+                         f'test "$(hostname)" != {sandbox.node("node2").hostname}')
     assert code == 1 and doc["ok"] is False
     assert doc["hosts"]["node2"]["status"] == "failed" and doc["hosts"]["node2"]["exit_code"] == 1
     assert {doc["hosts"][n]["exit_code"] for n in ("node1", "node3")} == {0}
@@ -39,19 +40,24 @@ def test_exec_runs_on_every_node_and_reports_stdout_and_exit_code_per_host(sandb
 @pytest.mark.slow
 def test_a_node_whose_network_is_cut_is_unreachable_within_the_connect_timeout(sandbox, cli, tmp_path):
     inventory = variant(sandbox, tmp_path / "inventory.yaml", lambda d: d["ssh"].update(connect_timeout=CONNECT_TIMEOUT))
-    sandbox.ns_exec("node3", ["ip", "link", "set", "eth0", "down"])
+    sandbox.cut_network("node3")  # reached through the bastion, over the fabric
     try:
         started = time.monotonic()
         code, doc = cli.json("exec", "-i", str(inventory), "--", "hostname")
         elapsed = time.monotonic() - started
     finally:
-        sandbox.ns_exec("node3", ["ip", "link", "set", "eth0", "up"])
+        sandbox.restore_network("node3")
     assert code == 3 and doc["ok"] is False
     node3 = doc["hosts"]["node3"]
-    assert node3["status"] == "unreachable" and "198.18.0.13" in node3["detail"]
+    assert node3["status"] == "unreachable" and "198.19.0.13" in node3["detail"]
     assert node3["duration_s"] <= CONNECT_TIMEOUT + 1
     assert elapsed < CONNECT_TIMEOUT + 5
-    assert [doc["hosts"][n]["stdout"] for n in ("node1", "node2")] == ["node1\n", "node2\n"]
+    assert [doc["hosts"][n]["stdout"] for n in ("node1", "node2")] == [_hostname(sandbox, "node1"),
+                                                                        _hostname(sandbox, "node2")]
+
+
+def _hostname(sb, name: str) -> str:
+    return sb.node(name).hostname + "\n"
 
 
 def test_a_changed_host_key_is_refused_under_strict_and_under_accept_new(sandbox, cli, tmp_path):
@@ -64,16 +70,17 @@ def test_a_changed_host_key_is_refused_under_strict_and_under_accept_new(sandbox
             assert code == 3, doc
             node3 = doc["hosts"]["node3"]
             assert node3["status"] == "unreachable" and "CHANGED" in node3["detail"]
-            assert [doc["hosts"][n]["stdout"] for n in ("node1", "node2")] == ["node1\n", "node2\n"]
+            assert [doc["hosts"][n]["stdout"] for n in ("node1", "node2")] == [_hostname(sandbox, "node1"),
+                                                                                _hostname(sandbox, "node2")]
             assert sandbox.known_hosts.read_text() == known_before  # accept-new never replaces a known key
     finally:
         sandbox.write_known_hosts()
     code, doc = cli.json("exec", "-i", str(sandbox.inventory_path), "--", "hostname")
-    assert code == 0 and doc["hosts"]["node3"]["stdout"] == "node3\n"
+    assert code == 0 and doc["hosts"]["node3"]["stdout"] == _hostname(sandbox, "node3")
 
 
 def test_an_unknown_host_key_is_refused_under_strict_and_recorded_under_accept_new(sandbox, cli, tmp_path):
-    node2_line = _known_line(sandbox, "198.18.0.12")
+    node2_line = _known_line(sandbox, "[198.18.0.12]:2222")  # OpenSSH's form for a port other than 22
     partial = tmp_path / "known_hosts"
     partial.write_text("".join(line + "\n" for line in sandbox.known_hosts.read_text().splitlines() if line != node2_line))
 
@@ -87,15 +94,15 @@ def test_an_unknown_host_key_is_refused_under_strict_and_recorded_under_accept_n
     assert code == 3
     node2 = doc["hosts"]["node2"]
     assert node2["status"] == "unreachable" and "unknown host key" in node2["detail"]
-    assert "198.18.0.12" not in partial.read_text()
+    assert "[198.18.0.12]:2222" not in partial.read_text()
 
     code, doc = cli.json("exec", "-i", str(accept_new), "--", "hostname")
-    assert code == 0 and doc["hosts"]["node2"]["stdout"] == "node2\n"
-    recorded = [line.split() for line in partial.read_text().splitlines() if line.startswith("198.18.0.12 ")]
-    assert recorded == [["198.18.0.12", *node2_line.split()[1:]]]  # the node's real key, recorded once
+    assert code == 0 and doc["hosts"]["node2"]["stdout"] == _hostname(sandbox, "node2")
+    recorded = [line.split() for line in partial.read_text().splitlines() if line.startswith("[198.18.0.12]:2222 ")]
+    assert recorded == [["[198.18.0.12]:2222", *node2_line.split()[1:]]]  # the node's real key, recorded once
 
     code, doc = cli.json("exec", "-i", str(strict), "--", "hostname")  # now known: strict accepts it
-    assert code == 0 and doc["hosts"]["node2"]["stdout"] == "node2\n"
+    assert code == 0 and doc["hosts"]["node2"]["stdout"] == _hostname(sandbox, "node2")
 
 
 @pytest.mark.slow
@@ -109,7 +116,7 @@ def test_eight_nodes_answer_and_one_with_sshd_stopped_is_unreachable_while_seven
         assert code == 0 and doc["ok"] is True
         names = [f"node{i}" for i in range(1, 9)]
         assert sorted(doc["hosts"]) == names
-        assert sorted(e["stdout"].strip() for e in doc["hosts"].values()) == names  # 8 distinct hostnames
+        assert [doc["hosts"][n.name]["stdout"].strip() for n in eight.nodes] == [n.hostname for n in eight.nodes]
 
         inventory = variant(eight, tmp_path / "inventory.yaml", lambda d: d["ssh"].update(connect_timeout=CONNECT_TIMEOUT))
         eight.stop_sshd("node5")
@@ -124,6 +131,6 @@ def test_eight_nodes_answer_and_one_with_sshd_stopped_is_unreachable_while_seven
         assert doc["hosts"]["node5"]["duration_s"] <= CONNECT_TIMEOUT + 1
         assert elapsed < CONNECT_TIMEOUT + 5
         others = {n: e for n, e in doc["hosts"].items() if n != "node5"}
-        assert len(others) == 7 and all(e["exit_code"] == 0 and e["stdout"] == f"{n}\n" for n, e in others.items())
+        assert len(others) == 7 and all(e["exit_code"] == 0 and e["stdout"] == _hostname(eight, n) for n, e in others.items())
     finally:
         up(3, docker=True, state_dir=sandbox.state_dir)  # the session's cluster again, for what follows

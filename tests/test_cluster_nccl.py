@@ -32,13 +32,14 @@ def test_nccl_test_sweeps_three_nodes_over_gloo_with_exact_sums(sandbox, cli):
 
 
 def test_pairs_name_the_node_behind_a_slow_link(sandbox, cli):
-    slow = ["tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "40mbit", "burst", "32kbit", "latency", "50ms"]
+    fabric = sandbox.node("node3").fabric_ifname  # the ranks' traffic goes over the fabric network
+    slow = ["tc", "qdisc", "add", "dev", fabric, "root", "tbf", "rate", "40mbit", "burst", "32kbit", "latency", "50ms"]
     sandbox.ns_exec("node3", slow)
     try:
         code, doc = cli.json("nccl-test", "-i", str(sandbox.inventory_path), "--pairs", "--max-size", "4M",
                              "--min-size", "1M", "--iters", "3", "--warmup", "1")
     finally:
-        sandbox.ns_exec("node3", ["tc", "qdisc", "del", "dev", "eth0", "root"], check=False)
+        sandbox.ns_exec("node3", ["tc", "qdisc", "del", "dev", fabric, "root"], check=False)
     assert len(doc.get("pairs") or ()) == 3, {k: doc.get(k) for k in ("error", "errors", "stages", "findings", "hosts")}
     assert doc["slowest_node"] == "node3", doc
     slowest_pair = doc["pairs"][0]

@@ -231,7 +231,7 @@ def test_h20_inventory_mirrors_the_guide():
     assert all(h.ssh.user == "root" and h.ssh.port == 22 for h in inv.hosts)
 
 
-def test_local_inventory_runs_two_ranks_on_this_machine():
+def test_local_inventory_runs_a_rank_per_gpu_or_two_cpu_ranks_on_this_machine():
     inv = load_inventory(REPO / "inventory" / "local.yaml")
     (host,) = inv.hosts
     assert (host.name, host.connection, host.address) == ("local", "local", "127.0.0.1")
@@ -239,7 +239,7 @@ def test_local_inventory_runs_two_ranks_on_this_machine():
     assert inv.job.command == ("examples/generate.py",)
     assert inv.job.args == ("--task", "t2v-tiny", "--size", "64*48", "--frame_num", "8", "--ulysses_size",
                             "{world_size}", "--prompt", "{prompt}", "--save_file", "{outputs}/{run_id}.gif")
-    assert (inv.job.nproc_per_node, inv.job.world_size_divides) == (2, 8)
+    assert (inv.job.nproc_per_node, inv.job.world_size_divides, host.slots) == ("auto", 8, 2)
     assert inv.job.outputs.startswith("/tmp/")
     assert inv.checks.ib == "off"  # unquoted `off` is YAML false: read as off
 

@@ -74,10 +74,11 @@ def test_a_key_the_node_refuses_fails_fast_as_unreachable_and_never_prompts(sand
     env = {k: v for k, v in cli.env.items() if k != "SSH_AUTH_SOCK"}
     code, doc, seconds = _exec(cli, inventory, "hostname", env=env, timeout=CONNECT_TIMEOUT + 30)
     assert code == 3, doc
-    assert doc["hosts"]["node1"]["stdout"] == "node1\n"
+    assert doc["hosts"]["node1"]["stdout"] == sandbox.node("node1").hostname + "\n"
     for node in ("node2", "node3"):
         entry = doc["hosts"][node]
-        assert entry["status"] == "unreachable" and "authentication failed as root" in entry["detail"], entry
+        user = sandbox.node(node).ssh_user
+        assert entry["status"] == "unreachable" and f"authentication failed as {user}" in entry["detail"], entry
         assert "ssh.identity_file" in entry["detail"]  # the fix
         assert entry["duration_s"] <= CONNECT_TIMEOUT + 1
     assert seconds < CONNECT_TIMEOUT + 10

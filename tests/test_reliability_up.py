@@ -14,7 +14,7 @@ import pytest
 from clusterctl_helpers import REPO, Cli, container_of, docker_client, processes_with, variant, wait_until
 from reliability import Watched, slow_link
 
-DROP_FROM_NODE3 = ["INPUT", "-p", "tcp", "--dport", "29500", "-s", "198.18.0.13", "-j", "DROP"]
+DROP_FROM_NODE3 = ["INPUT", "-p", "tcp", "--dport", "29500", "-s", "198.19.0.13", "-j", "DROP"]  # the fabric
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
 
@@ -160,7 +160,7 @@ def test_a_link_cut_mid_pull_makes_that_node_unreachable_in_bounded_time_and_lea
             wait_until(lambda: _has_image(sandbox, "node1", image) and _has_image(sandbox, "node2", image), 60,
                        what="node1 and node2 to finish their pull")
             assert not _has_image(sandbox, "node3", image), "node3's pull was not slow enough to be cut"
-            sandbox.ns_exec("node3", ["ip", "link", "set", "eth0", "down"])
+            sandbox.cut_network("node3")
             cut = time.monotonic()
             code, doc, _ = Cli.finish(proc, timeout=90)
             after_cut = time.monotonic() - cut
@@ -168,10 +168,10 @@ def test_a_link_cut_mid_pull_makes_that_node_unreachable_in_bounded_time_and_lea
         if proc is not None and proc.poll() is None:
             proc.kill()
             proc.wait()
-        sandbox.ns_exec("node3", ["ip", "link", "set", "eth0", "up"])
+        sandbox.restore_network("node3")
     node3 = doc["hosts"]["node3"]
     assert code == 3, doc
-    assert node3["status"] == "unreachable" and "198.18.0.13" in node3["detail"], node3
+    assert node3["status"] == "unreachable" and "198.19.0.13" in node3["detail"], node3
     assert after_cut < 45, f"exited {after_cut:.1f} s after the cut"
     assert {n: s for n, s in _statuses(doc).items() if n != "node3"} == {"node1": "changed", "node2": "changed"}
     assert container_of(sandbox, "node3", "cc-rel-big") is None

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from clusterctl.errors import SandboxError
+from clusterctl_helpers import node_ssh_client, node_ssh_run
 from clusterctl.sandbox import image as sandbox_image
 from clusterctl.sandbox import python_volumes
 from clusterctl.sandbox.layout import Layout
@@ -31,25 +32,7 @@ CONNECT = (
 )
 
 
-def ssh_client(sb, name: str):
-    import paramiko
-
-    client = paramiko.SSHClient()
-    client.load_host_keys(str(sb.known_hosts))
-    client.set_missing_host_key_policy(paramiko.RejectPolicy())
-    client.connect(sb.node(name).address, port=22, username="root", key_filename=str(sb.identity_file),
-                   look_for_keys=False, allow_agent=False, timeout=5, banner_timeout=5, auth_timeout=5)
-    return client
-
-
-def ssh_run(sb, name: str, command: str) -> tuple[int, str]:
-    client = ssh_client(sb, name)
-    try:
-        _, stdout, _ = client.exec_command(command, timeout=30)
-        out = stdout.read().decode()
-        return stdout.channel.recv_exit_status(), out
-    finally:
-        client.close()
+ssh_client, ssh_run = node_ssh_client, node_ssh_run
 
 
 def listen(sb, name: str, port: int, accepts: int) -> subprocess.Popen:
@@ -102,13 +85,18 @@ def test_python_volumes_are_read_only_and_not_nested():
 
 def test_sshd_config_hardens_and_points_docker_at_the_node_engine(tmp_path):
     layout = Layout(tmp_path)
-    text = config_text(layout, layout.node(2), docker=True)
-    for line in ("ListenAddress 198.18.0.12", "PermitRootLogin prohibit-password", "PasswordAuthentication no",
+    text = config_text(layout, layout.node(1), docker=True)
+    for line in ("Port 22", "ListenAddress 198.18.0.11", "PermitRootLogin prohibit-password", "PasswordAuthentication no",
                  "UsePAM no", "MaxStartups 100:30:200", "MaxSessions 64",
                  f"AuthorizedKeysFile {layout.authorized_keys}"):
         assert line in text.splitlines()
-    assert f'DOCKER_HOST="unix://{tmp_path}/node2/docker.sock"' in text
-    assert "DOCKER_HOST" not in config_text(layout, layout.node(2), docker=False)
+    assert f'DOCKER_HOST="unix://{tmp_path}/node1/docker.sock"' in text
+    assert "DOCKER_HOST" not in config_text(layout, layout.node(1), docker=False)
+    sudo_node = config_text(layout, layout.node(2), docker=True).splitlines()  # the non-root user's node
+    for line in ("Port 2222", "ListenAddress 198.18.0.12", "PermitRootLogin no",
+                 f"AuthorizedKeysFile {tmp_path}/node2/home/ccops/.ssh/authorized_keys"):
+        assert line in sudo_node
+    assert "ListenAddress 198.19.0.13" in config_text(layout, layout.node(3), docker=True).splitlines()  # bastion only
 
 
 def test_only_the_packages_of_missing_binaries_are_installed(monkeypatch):
@@ -126,13 +114,14 @@ def test_only_the_packages_of_missing_binaries_are_installed(monkeypatch):
 def test_every_node_accepts_ssh_with_strict_host_keys_and_knows_its_name(sandbox):
     for node in sandbox.nodes:
         code, out = ssh_run(sandbox, node.name, "hostname")
-        assert (code, out.strip()) == (0, node.name)
+        assert (code, out.strip()) == (0, node.hostname)
 
 
 @pytest.mark.sandbox
 def test_a_node_hostname_resolves_to_loopback_like_debian(sandbox):
-    code, out = ssh_run(sandbox, "node2", "getent hosts node2")
-    assert code == 0 and out.split() == ["127.0.1.1", "node2"]
+    node = sandbox.node("node1")
+    code, out = ssh_run(sandbox, "node1", "getent hosts $(hostname)")
+    assert code == 0 and out.split() == ["127.0.1.1", node.hostname, node.hostname.split(".")[0]]
 
 
 @pytest.mark.sandbox
@@ -140,7 +129,7 @@ def test_ssh_sessions_use_the_node_engine_and_the_python_with_torch(sandbox):
     code, out = ssh_run(sandbox, "node3", "echo $DOCKER_HOST; docker info --format '{{.Name}}'; "
                                           "python3 -c 'import importlib.util as u; print(bool(u.find_spec(\"torch\")))'")
     assert code == 0
-    assert out.split() == [sandbox.docker_host("node3"), "node3", "True"]
+    assert out.split() == [sandbox.docker_host("node3"), sandbox.node("node3").hostname, "True"]
 
 
 @pytest.mark.sandbox
@@ -207,7 +196,7 @@ def test_a_container_on_a_node_runs_torch_from_the_pushed_image(sandbox):
         network_mode="host", volumes=python_volumes(), remove=True)
     elapsed = time.monotonic() - started
     hostname, version = out.decode().split()
-    assert hostname == "node1" and version.split("+")[0] == __import__("torch").__version__.split("+")[0]
+    assert hostname == sandbox.node("node1").hostname and version.split("+")[0] == __import__("torch").__version__.split("+")[0]
     assert elapsed < 15, f"container with torch took {elapsed:.1f}s"
 
 
@@ -243,10 +232,10 @@ def test_a_stopped_sshd_refuses_connections_until_started(sandbox):
     sandbox.stop_sshd("node2")
     try:
         with pytest.raises(ConnectionRefusedError):
-            socket.create_connection((sandbox.node("node2").address, 22), timeout=2).close()
+            socket.create_connection((sandbox.node("node2").address, sandbox.node("node2").ssh_port), timeout=2).close()
     finally:
         sandbox.start_sshd("node2")
-    assert ssh_run(sandbox, "node2", "hostname")[1].strip() == "node2"
+    assert ssh_run(sandbox, "node2", "hostname")[1].strip() == sandbox.node("node2").hostname
 
 
 @pytest.mark.sandbox
@@ -280,12 +269,14 @@ def test_the_inventory_describes_the_nodes_with_strict_host_keys(sandbox):
     assert doc["name"] == "sandbox"
     assert doc["ssh"] == {"user": "root", "port": 22, "identity_file": str(sandbox.identity_file),
                           "known_hosts": str(sandbox.known_hosts), "host_key_policy": "strict"}
-    assert doc["hosts"] == [{"name": n.name, "address": n.address} for n in sandbox.nodes]
+    assert doc["hosts"] == [{"name": "node1", "address": "198.18.0.11"},
+                            {"name": "node2", "address": "198.18.0.12", "user": "ccops", "port": 2222},
+                            {"name": "node3", "address": "198.19.0.13", "proxy_jump": "root@198.18.0.2"}]
     container = doc["container"]
     assert container["image"] == sandbox.image and container["gpus"] == "none"
     assert f"{sandbox.shared_outputs}:/workspace/output" in container["volumes"]
     assert set(python_volumes()) <= set(container["volumes"])
-    assert doc["rendezvous"] == {"port": 29500}
+    assert doc["rendezvous"] == {"port": 29500, "address": "198.19.0.11"}  # the fabric
 
 
 # --------------------------------------------------------------------------- resizing and teardown
@@ -297,7 +288,7 @@ def test_up_adds_and_removes_nodes_in_place(sandbox):
     from clusterctl.sandbox import up
 
     bigger = up(4, docker=True, state_dir=sandbox.state_dir)
-    assert ssh_run(bigger, "node4", "hostname")[1].strip() == "node4"
+    assert ssh_run(bigger, "node4", "hostname")[1].strip() == bigger.node("node4").hostname
     assert len(yaml.safe_load(bigger.inventory_path.read_text())["hosts"]) == 4
     smaller = up(3, docker=True, state_dir=sandbox.state_dir)
     assert not Path("/run/netns/cc-node4").exists() and not Path("/sys/class/net/cc-v4").exists()
@@ -313,7 +304,7 @@ def test_eight_nodes_without_engines_all_answer_ssh(sandbox):
     eight = up(8, docker=False, state_dir=sandbox.state_dir)
     assert time.monotonic() - started < 15
     for node in eight.nodes:
-        assert ssh_run(eight, node.name, "hostname")[1].strip() == node.name
+        assert ssh_run(eight, node.name, "hostname")[1].strip() == node.hostname
     assert "container" not in yaml.safe_load(eight.inventory_path.read_text())
 
 
@@ -321,9 +312,10 @@ def _leftovers(state_dir: Path) -> list[str]:
     found = []
     if Path("/run/netns").is_dir():
         found += [f"netns {n}" for n in os.listdir("/run/netns") if n.startswith("cc-node")]
-    found += [f"link {n}" for n in os.listdir("/sys/class/net") if n == "cc-br" or n.startswith("cc-v")]
+    found += [f"netns {n}" for n in os.listdir("/run/netns") if n == "cc-bastion"] if Path("/run/netns").is_dir() else []
+    found += [f"link {n}" for n in os.listdir("/sys/class/net") if n in ("cc-br", "cc-fab") or n.startswith(("cc-v", "cc-f"))]
     rules = subprocess.run(["iptables", "-S", "FORWARD"], capture_output=True, text=True).stdout
-    found += [f"rule {r}" for r in rules.splitlines() if "cc-br" in r]
+    found += [f"rule {r}" for r in rules.splitlines() if "cc-br" in r or "cc-fab" in r]
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")

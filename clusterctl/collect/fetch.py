@@ -1,9 +1,9 @@
-"""collect-logs: what to fetch from a node, how to unpack it safely, and the manifest.
+"""collect-logs: what to fetch from a node, and the manifest.
 
 Per node, one tar stream over the node's existing SSH connection (in the container via
 `docker exec` when the files are not on a bind mount). Only files whose size or mtime
-changed since the last collect are sent. Extraction refuses absolute paths, `..`,
-links and special files, and every secret value is masked before anything is written.
+changed since the last collect are sent. Unpacking it (collect/unpack.py) refuses absolute
+paths, `..`, links and special files, and masks every secret value before anything is written.
 """
 from __future__ import annotations
 
@@ -11,12 +11,13 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
-from typing import BinaryIO, Callable, Iterable, Optional
+from pathlib import Path
+from typing import Iterable, Optional
 
 from clusterctl.models import MASK, Command, Inventory, looks_secret
 from clusterctl.job.container import host_path
-from clusterctl.collect.tarstream import Member, TarStream
+from clusterctl.collect.unpack import (  # noqa: F401  (callers use them as fetch.*)
+    StreamMask, UnsafeArchive, _identity, extract, extract_stream, mask_values, safe_member_path)
 from clusterctl.transport import batch_command, split_batch
 
 MANIFEST = "manifest.json"
@@ -63,7 +64,7 @@ def tar_command(base: str, files: list[str], in_container: Optional[str], compre
     stdin = b"".join(f.encode() + b"\0" for f in files)
     command = _wrap(("sh", "-c", _TAR, "clusterctl-tar", base, "gzip" if compress else "none"), in_container,
                     timeout=3600, interactive=True)
-    return Command(command.argv, timeout=command.timeout, stdin=stdin)
+    return Command(command.argv, timeout=command.timeout, stdin=stdin, privileged=command.privileged)
 
 
 def probe_command(probe: str, in_container: Optional[str], remove: bool = False) -> Command:
@@ -71,9 +72,9 @@ def probe_command(probe: str, in_container: Optional[str], remove: bool = False)
     return _wrap(("rm", "-f", probe) if remove else ("touch", probe), in_container, timeout=20)
 
 
-def in_place(argv: tuple, container: Optional[str]) -> tuple:
+def in_place(argv: tuple, container: Optional[str]) -> Command:
     """argv run where the files are: in the container when they are not on a bind mount."""
-    return _wrap(argv, container, timeout=20).argv
+    return _wrap(argv, container, timeout=20)
 
 
 @dataclass(frozen=True)
@@ -145,7 +146,7 @@ def diag_sections(inventory: Inventory) -> list:
     sections = [
         ("nvidia-smi-q.txt", NVIDIA_SMI_QUERY), ("ibstat.txt", IBSTAT),
         ("ip-addr.txt", Command(("ip", "addr"))), ("ip-route.txt", Command(("ip", "route"))),
-        ("dmesg.txt", Command(("sh", "-c", _KERNEL_EVENTS))),
+        ("dmesg.txt", Command(("sh", "-c", _KERNEL_EVENTS), privileged=True)),  # kernel.dmesg_restrict
         ("df-shm.txt", Command(shm)),
     ]
     if inventory.uses_container:  # env.txt comes from the inspect output (`with_container_env`)
@@ -159,15 +160,19 @@ def with_container_env(sections: dict) -> dict:
     try:
         inspected = json.loads(sections.get("docker-inspect.json") or "[]")
         env = (inspected[0]["Config"]["Env"] or []) if inspected else None
-    except (ValueError, LookupError, TypeError):
+    except (ValueError, LookupError, TypeError, RecursionError):  # RecursionError: JSON nested thousands deep
         env = None
-    return sections if env is None else {**sections, "env.txt": "".join(f"{line}\n" for line in env)}
+    if not isinstance(env, list):  # not what `docker inspect` prints: no env.txt rather than a crash
+        return sections
+    return {**sections, "env.txt": "".join(f"{line}\n" for line in env)}
 
 
 def _wrap(argv: tuple, container: Optional[str], timeout: float, interactive: bool = False) -> Command:
+    """In the container, or on the host through the bind mount, where the files root wrote in the
+    container (and torchrun's 0700 log dirs) need root: sudo for a non-root SSH user."""
     if container:
         argv = ("docker", "exec", *(("-i",) if interactive else ()), container, *argv)
-    return Command(argv, timeout=timeout)
+    return Command(argv, timeout=timeout, privileged=container is None)
 
 
 def where_files_are(inventory: Inventory, container_path: str) -> tuple[str, Optional[str]]:
@@ -211,12 +216,6 @@ def mask_env_listing(text: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def mask_values(data: bytes, secrets: set[str]) -> bytes:
-    for secret in sorted(secrets, key=len, reverse=True):
-        data = data.replace(secret.encode(), MASK.encode())
-    return data
-
-
 def keep_freed_buffers() -> None:
     """Bulk transfers allocate and free buffers of ~100 KiB to MiBs per read, in several threads.
     glibc hands such memory back to the kernel on free (mmap threshold, heap trimming), so the
@@ -231,122 +230,6 @@ def keep_freed_buffers() -> None:
     m_trim_threshold, m_mmap_threshold = -1, -3  # <malloc.h>
     mallopt(m_mmap_threshold, 32 << 20)  # glibc's largest allowed value
     mallopt(m_trim_threshold, 256 << 20)
-
-
-# --------------------------------------------------------------------------- extraction
-
-
-class UnsafeArchive(Exception):
-    pass
-
-
-def safe_member_path(dest: Path, name: str) -> Path:
-    """The destination of a tar member, or UnsafeArchive for absolute paths and escapes."""
-    pure = PurePosixPath(name)
-    if pure.is_absolute() or ".." in pure.parts:
-        raise UnsafeArchive(f"refused {name!r}: absolute path or '..'")
-    target = (dest / pure).resolve()
-    root = dest.resolve()
-    if target != root and root not in target.parents:
-        raise UnsafeArchive(f"refused {name!r}: escapes {dest}")
-    return target
-
-
-def extract(archive: Path, dest: Path, secrets: set[str], digests: Optional[dict] = None) -> tuple[list[Path], list[str]]:
-    """Unpack regular files and directories only; returns (written files, refused names).
-    Raises tarstream.DamagedStream for what is not a (whole) tar archive."""
-    with open(archive, "rb") as handle:
-        return extract_stream(handle, dest, secrets, digests)
-
-
-def extract_stream(stream: BinaryIO, dest: Path, secrets: set[str], digests: Optional[dict] = None) -> tuple[list[Path], list[str]]:
-    """Like `extract`, from a tar stream as it arrives (the SSH channel itself: no archive on disk)."""
-    tar = TarStream(stream.read)
-    written, refused = [], []
-    for member in tar:
-        try:
-            target = safe_member_path(dest, member.name)
-        except UnsafeArchive as exc:
-            refused.append(str(exc))
-            continue
-        if member.isdir():
-            target.mkdir(parents=True, exist_ok=True)
-            continue
-        if not member.isfile():
-            refused.append(f"refused {member.name!r}: {'link' if member.islink() else 'special file'}")
-            continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        digest = _write_member(tar, member, target, secrets)
-        if digests is not None:
-            digests[_identity(target.stat())] = digest
-        written.append(target)
-    return written, refused
-
-
-def _write_member(tar: TarStream, member: Member, target: Path, secrets: set[str]) -> str:
-    """Write one member (secrets masked); returns the sha256 of what was written, computed on the way."""
-    tmp = target.with_name(target.name + ".cc-part")
-    digest = hashlib.sha256()
-    try:
-        with open(tmp, "wb") as handle:
-            def write(data) -> None:
-                digest.update(data)  # hashlib and write release the GIL: hosts hash in parallel
-                handle.write(data)
-
-            if secrets:
-                masking = StreamMask(secrets, write)
-                for piece in tar.data():
-                    masking.write(bytes(piece))
-                masking.close()
-            else:
-                for piece in tar.data():
-                    write(piece)
-        os.utime(tmp, (member.mtime, member.mtime))
-        os.replace(tmp, target)
-    except BaseException:  # a full disk, an interrupt: no half-written file stays behind
-        tmp.unlink(missing_ok=True)
-        raise
-    return digest.hexdigest()
-
-
-class StreamMask:
-    """`mask_values` over a stream of pieces, for files of any size: a secret split between two
-    pieces is masked too. What could be the start of a secret is held back until the next piece."""
-
-    def __init__(self, secrets: set[str], write: Callable[[bytes], None]):
-        self.texts = secrets
-        self.secrets = sorted({secret.encode() for secret in secrets}, key=len, reverse=True)
-        self.keep = max(len(secret) for secret in self.secrets) - 1
-        self.write_out = write
-        self.pending = b""
-
-    def write(self, data: bytes) -> None:
-        data = self.pending + data if self.pending else data
-        cut = self._safe_cut(data, max(0, len(data) - self.keep))
-        self.pending = data[cut:]
-        if cut:
-            self.write_out(mask_values(data[:cut], self.texts))
-
-    def close(self) -> None:
-        if self.pending:
-            self.write_out(mask_values(self.pending, self.texts))
-        self.pending = b""
-
-    def _safe_cut(self, data: bytes, cut: int) -> int:
-        """`cut`, moved back to the start of any secret that would straddle it."""
-        moved = True
-        while moved and cut:
-            moved = False
-            for secret in self.secrets:
-                found = data.find(secret, max(0, cut - len(secret) + 1), cut + len(secret) - 1)
-                if found != -1 and found < cut < found + len(secret):
-                    cut, moved = found, True
-        return cut
-
-
-def _identity(stat: os.stat_result) -> tuple:
-    """A file as it was written: renames keep it, any rewrite changes it."""
-    return stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns
 
 
 # --------------------------------------------------------------------------- manifest

@@ -14,6 +14,7 @@ Sparse members and a stream cut short (even between members) raise `DamagedStrea
 """
 from __future__ import annotations
 
+import math
 import tarfile
 import zlib
 from dataclasses import dataclass
@@ -53,7 +54,7 @@ class TarStream:
 
     def __init__(self, read: Callable[[int], bytes]):
         self._source = _Bytes(read)
-        first = self._source.peek()
+        first = self._source.peek(2)
         if first[:2] == b"\x1f\x8b":
             self._source = _Bytes(_Inflating(self._source).read)
         self._left = 0  # data (and padding) of the current member not yet taken
@@ -91,6 +92,8 @@ class TarStream:
                 info = tarfile.TarInfo.frombuf(header, "utf-8", "surrogateescape")
             except tarfile.HeaderError as exc:
                 raise DamagedStream(f"bad tar header: {exc}") from None
+            if info.size < 0:  # base-256 fields can be negative; a negative count would never end
+                raise DamagedStream(f"bad tar header: negative size {info.size}")
             if info.type in (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK):
                 text = self._source.exact(info.size + _padding(info.size))[:info.size]
                 key = "name" if info.type == tarfile.GNUTYPE_LONGNAME else "linkname"
@@ -106,12 +109,25 @@ class TarStream:
             fields.update(self._pax_global)
             fields.update(overrides)
             name = fields["name"].rstrip("/") if info.type == tarfile.DIRTYPE else fields["name"]
-            return Member(name=name, size=int(fields["size"]), mtime=float(fields["mtime"]), type=info.type,
-                          linkname=fields["linkname"])
+            size, mtime = int(fields["size"]), _mtime(fields["mtime"])
+            if size < 0:
+                raise DamagedStream(f"{name!r}: negative size {size}")
+            return Member(name=name, size=size, mtime=mtime, type=info.type, linkname=fields["linkname"])
 
 
 def _padding(size: int) -> int:
     return -size % BLOCK
+
+
+def _mtime(value) -> float:
+    """A member's mtime as a finite float (a base-256 field or a pax value can be anything)."""
+    try:
+        mtime = float(value)
+    except OverflowError:
+        mtime = math.inf
+    if not math.isfinite(mtime):
+        raise DamagedStream(f"bad mtime {str(value)[:40]}")
+    return mtime
 
 
 def _pax_records(data: bytes) -> dict:
@@ -154,9 +170,15 @@ class _Bytes:
                 self._ended = True
         return bool(self._chunk)
 
-    def peek(self) -> bytes:
-        self._fill()
-        return bytes(self._chunk[:BLOCK])
+    def peek(self, count: int) -> bytes:
+        """The next `count` bytes (fewer at the end), not taken: joins the first chunks if
+        they are shorter, so what is seen does not depend on how the stream was cut."""
+        while len(self._chunk) < count and not self._ended:
+            data = self._read(READ_SIZE)
+            if not data:
+                self._ended = True
+            self._chunk = memoryview(bytes(self._chunk) + data)
+        return bytes(self._chunk[:count])
 
     def pieces(self, count: int) -> Iterator[memoryview]:
         while count:

@@ -86,9 +86,7 @@ def execute(args, app) -> Outcome:
         from clusterctl.commands import hosts_document
 
         return Outcome({**hosts_document(results, run_id=run_id, dest=str(dest)), "ok": False, "error": message})
-    findings = diagnose_path(dest)
-    if record.get("exit_code") == 0 and findings and findings[0].cause == "unknown":
-        findings = []  # a run that succeeded: nothing to diagnose
+    findings = diagnose_path(dest, record=record)  # [] when the record says the run succeeded
     app.renderer.hosts_table(f"collect-logs {run_id} -> {dest}", results, extra_columns=("files", "bytes"))
     app.renderer.findings(findings)
     app.renderer.on_event(Event("note", text=f"{files} files in {time.monotonic() - started:.1f}s under {dest}"))
@@ -170,7 +168,7 @@ def _shared_by_probe(app, hosts, base: str, container) -> bool:
     made = for_each_host(hosts[:1], run(fetch.probe_command(probe, container)), app.connections)
     if not made[hosts[0].name].succeeded:
         return False
-    test = fetch.Command(fetch.in_place(("test", "-e", probe), container), timeout=20)
+    test = fetch.in_place(("test", "-e", probe), container)
     seen = for_each_host(hosts[1:], run(test), app.connections)
     for_each_host(hosts[:1], run(fetch.probe_command(probe, container, remove=True)), app.connections)
     return all(r.succeeded for r in seen.values())
@@ -250,7 +248,8 @@ def _arrange_logs(host_dir: Path, run_id: str, host: str, first_rank: int) -> No
     if (raw / "agent.log").exists():
         fetch.write_file(logs / f"{host}-agent.log", (raw / "agent.log").read_bytes())
     for attempt in sorted(raw.glob(f"{run_id}_*/attempt_*")):
-        for local in sorted(p for p in attempt.iterdir() if p.is_dir() and p.name.isdigit()):
+        # ASCII digits only: the names come from the node, and int() refuses '²', which isdigit() takes
+        for local in sorted(p for p in attempt.iterdir() if p.is_dir() and p.name.isascii() and p.name.isdigit()):
             parts = [(local / name).read_bytes() for name in ("stdout.log", "stderr.log") if (local / name).exists()]
             fetch.write_file(logs / f"{host}-r{first_rank + int(local.name)}.log", b"".join(parts))
 

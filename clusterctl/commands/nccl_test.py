@@ -198,7 +198,7 @@ class _LiveView:
         self.app.renderer.on_event(event)
 
     def _text(self, record: dict) -> Optional[str]:
-        from clusterctl.nccltest.plan import TABLE_HEADER, human_size, size_line, verdict
+        from clusterctl.nccltest.plan import TABLE_HEADER, human_size, size_line, size_row
 
         stage = record.get("stage")
         label = f"{self.label}: " if self.label else ""
@@ -214,9 +214,8 @@ class _LiveView:
                     f"first all_reduce {record.get('first_allreduce_s')}s, start skew {record.get('start_skew_s')}s\n"
                     f"{TABLE_HEADER}")
         if stage in ("small", "full") and "size" in record:
-            row = dict(record)
-            row["verdict"] = verdict(row["size"], row.get("busbw_gbps") or 0.0, self._link) if self._link else "-"
-            return size_line(row)
+            link = self._link or self.link_for(self.records)  # one rank or not is known before connect
+            return size_line(size_row(record, link))
         if stage == "done":
             return f"{label}sweep done in {record.get('elapsed_s')}s"
         if stage == "error":

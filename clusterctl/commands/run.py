@@ -20,6 +20,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--strict", action="store_true",
                         help="fail instead of shrinking nproc_per_node to fit world_size_divides")
     parser.add_argument("--timeout", type=float, default=None, help="stop the job after this many seconds")
+    parser.add_argument("--stall-timeout", type=_seconds, default=None, metavar="S",
+                        help="seconds without output before every rank's stack is taken; stacks that do not move "
+                             "stop the run and name the rank elsewhere (default: job.stall_timeout, 900; 0: off)")
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"not a number of seconds (0 or more): {text!r}")
+    return value
 
 
 def read_prompt(path: Path) -> str:
@@ -46,7 +59,7 @@ def read_prompt(path: Path) -> str:
 
 def execute(args, app) -> Outcome:
     from clusterctl.preflight.node_facts import gather_node_facts
-    from clusterctl.job.runner import JobRunner, ensure_no_run_in_progress
+    from clusterctl.job.runner import JobRunner, RunnerCrashed, ensure_no_run_in_progress
     from clusterctl.job.topology import plan
 
     prompt = read_prompt(args.prompt_file)
@@ -59,7 +72,8 @@ def execute(args, app) -> Outcome:
         topology = plan(inventory, facts, strict=args.strict)
         run_id = app.state.new_run_id()
         runner = JobRunner(inventory, topology, run_id, prompt, app.connections, app.renderer.on_event,
-                           timeout_s=args.timeout)
+                           timeout_s=args.timeout, stall_timeout_s=args.stall_timeout,
+                           stacks_dir=app.state.root / "runs" / run_id / "stacks")
         summary = _summary(inventory, topology, run_id)
         if args.plan:
             app.renderer.plan(topology, runner.commands())
@@ -71,13 +85,24 @@ def execute(args, app) -> Outcome:
         for note in topology.notes:
             app.renderer.message(f"plan: {note}", "yellow")
         started = time.time()
-        outcome = runner.run()
+        # recorded at the start too: `clusterctl stacks` (and collect-logs) find a run that goes on
+        app.state.write_json(app.state.run_dir(run_id) / "run.json", {
+            **summary, "commands": runner.commands(), "started": started, "state": "running", "exit_code": None,
+            "inventory": str(app.inventory_path())})
+        try:
+            outcome, crash = runner.run(), None
+        except RunnerCrashed as crashed:
+            outcome, crash = crashed.outcome, crashed.cause
         record = {**summary, "prompt_sha256": _sha256(prompt), "commands": runner.commands(),
                   "started": started, "ended": time.time(), "duration_s": round(outcome.duration, 3),
                   "exit_code": outcome.exit_code, "nodes": _node_states(runner),
                   "first_failure": outcome.first_failure, "interrupted": outcome.interrupted,
-                  "inventory": str(app.inventory_path())}
+                  "inventory": str(app.inventory_path()), "state": "ended"}
+        if crash is not None:
+            record["internal_error"] = f"{type(crash).__name__}: {crash}"
         app.state.write_json(app.state.run_dir(run_id) / "run.json", record)
+        if crash is not None:
+            raise crash
     app.renderer.run_summary(record)
     document = {"ok": outcome.exit_code == 0, **summary, "exit_code": outcome.exit_code,
                 "duration_s": record["duration_s"], "nodes": record["nodes"]}

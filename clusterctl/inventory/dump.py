@@ -32,7 +32,7 @@ def dump_inventory(inv: Inventory, *, reveal_secrets: bool = False) -> str:
     doc["hosts"] = [_dump_host(host, inv.ssh, reveal_secrets) for host in inv.hosts]
     if inv.container is not None:
         doc["container"] = _dump_container(inv.container, reveal_secrets)
-    rendezvous = _changed(inv.rendezvous, RendezvousSpec(), ("port", "master", "join_timeout"))
+    rendezvous = _changed(inv.rendezvous, RendezvousSpec(), ("port", "master", "join_timeout", "address"))
     if rendezvous:
         doc["rendezvous"] = rendezvous
     job = _dump_job(inv.job, reveal_secrets)
@@ -72,7 +72,7 @@ def _dump_host(host: Host, ssh: SSHSettings, reveal: bool) -> dict:
     out: dict[str, Any] = {"name": host.name, "address": host.address}
     if host.connection != "ssh":
         out["connection"] = host.connection
-    out.update(_changed(host.ssh, ssh, ("port", "user", "identity_file")))
+    out.update(_changed(host.ssh, ssh, ("port", "user", "identity_file", "proxy_jump")))
     for key in ("gpus", "nic", "slots"):
         if getattr(host, key) is not None:
             out[key] = _plain(getattr(host, key))
@@ -95,7 +95,7 @@ def _dump_container(spec: ContainerSpec, reveal: bool) -> dict:
 
 
 def _dump_job(job: JobSpec, reveal: bool) -> dict:
-    fields = ("command", "args", "workdir", "nproc_per_node", "world_size_divides", "outputs", "python")
+    fields = ("command", "args", "workdir", "nproc_per_node", "world_size_divides", "outputs", "python", "stall_timeout")
     out = _changed(job, JobSpec(), fields)
     if job.env:
         out["env"] = _dump_env(job.env, reveal)

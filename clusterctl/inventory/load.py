@@ -41,12 +41,13 @@ LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost")
 TOP_KEYS = ("name", "ssh", "hosts", "container", "rendezvous", "job", "checks")
 SSH_KEYS = ("user", "port", "identity_file", "known_hosts", "host_key_policy", "connect_timeout",
             "command_timeout", "proxy_jump", "forward_agent")
-HOST_KEYS = ("name", "address", "port", "user", "identity_file", "connection", "gpus", "nic", "env", "groups",
-             "slots")
+HOST_KEYS = ("name", "address", "port", "user", "identity_file", "proxy_jump", "connection", "gpus", "nic", "env",
+             "groups", "slots")
 CONTAINER_KEYS = ("image", "name", "runtime", "gpus", "shm_size", "ipc", "volumes", "env", "command", "pull",
                   "labels")
-RENDEZVOUS_KEYS = ("port", "master", "join_timeout")
-JOB_KEYS = ("command", "args", "workdir", "nproc_per_node", "world_size_divides", "outputs", "env", "python")
+RENDEZVOUS_KEYS = ("port", "master", "join_timeout", "address")
+JOB_KEYS = ("command", "args", "workdir", "nproc_per_node", "world_size_divides", "outputs", "env", "python",
+            "stall_timeout")
 CHECK_KEYS = ("ib", "shm_min", "disk_min", "clock_skew_warn")
 
 
@@ -91,7 +92,8 @@ def _host(doc: Doc, item: Any, path: tuple, ssh: SSHSettings) -> Host:
                  "add address: (an IP, DNS name or ~/.ssh/config alias), or connection: local for this machine")
     host_ssh = replace(ssh, port=doc.value(entry, "port", path, expect_port, ssh.port),
                        user=doc.value(entry, "user", path, expect_user, ssh.user),
-                       identity_file=doc.value(entry, "identity_file", path, Doc.local_path, ssh.identity_file))
+                       identity_file=doc.value(entry, "identity_file", path, Doc.local_path, ssh.identity_file),
+                       proxy_jump=doc.value(entry, "proxy_jump", path, _proxy_jump, ssh.proxy_jump))
     groups = entry.get("groups")
     groups = [groups] if isinstance(groups, str) else groups
     if groups is not None and not isinstance(groups, list):
@@ -250,9 +252,13 @@ def _rendezvous(doc: Doc, data: Any, hosts: tuple[Host, ...]) -> RendezvousSpec:
         doc.fail(path + ("master",),
                  f"rendezvous master '{master}' is not a host name{did_you_mean(master, names)}", fix)
     result = RendezvousSpec(port=doc.value(spec, "port", path, expect_port, default.port), master=master,
-                            join_timeout=doc.value(spec, "join_timeout", path, expect_int, default.join_timeout))
+                            join_timeout=doc.value(spec, "join_timeout", path, expect_int, default.join_timeout),
+                            address=doc.value(spec, "address", path, expect_address))
     chosen = next(h for h in hosts if h.name == (master or hosts[0].name))
-    if _is_loopback(chosen.address) and any(not h.is_local for h in hosts):
+    if result.address is not None and _is_loopback(result.address) and any(not h.is_local for h in hosts):
+        doc.fail(path + ("address",), f"rendezvous.address {result.address} is a loopback address, which the "
+                 "remote hosts cannot reach", f"write the address of {chosen.name} on the network the nodes share")
+    if result.address is None and _is_loopback(chosen.address) and any(not h.is_local for h in hosts):
         doc.fail(path + ("master",) if master else ("hosts", 0, "address"), f"the rendezvous master {chosen.name} "
                  f"is at {chosen.address}, which the remote hosts cannot reach",
                  f"give {chosen.name} this machine's address on the cluster network, or make a remote host the master")
@@ -279,7 +285,13 @@ def _job(doc: Doc, data: Any) -> JobSpec:
         outputs=doc.value(spec, "outputs", path, expect_outputs, default.outputs),
         env=doc.value(spec, "env", path, expect_env, ()),
         python=doc.value(spec, "python", path, expect_text, default.python),
+        stall_timeout=doc.value(spec, "stall_timeout", path, _expect_stall_timeout, default.stall_timeout),
     )
+
+
+def _expect_stall_timeout(doc: Doc, value: Any, path: tuple) -> float:
+    """Seconds, 0 turning stall detection off (a bare `0`, not `false`: one way to say it)."""
+    return expect_number(doc, value, path, low=0.0, strict=False)
 
 
 def _checks(doc: Doc, data: Any) -> CheckSettings:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Optional
 
 from clusterctl.models import Command, EnvVar, Inventory
-from clusterctl.job.container import in_container, on_host_or_in_container
+from clusterctl.job.container import host_path, in_container, on_host_or_in_container
 
 LEASE_S = 15
 
@@ -86,17 +86,23 @@ def start_command(inventory: Inventory, run_dir: str, torchrun: tuple[str, ...],
 
 def poll_command(inventory: Inventory, run_dir: str) -> Command:
     argv = on_host_or_in_container(inventory, run_dir, lambda d: ("sh", "-c", _POLL, "clusterctl-poll", d))
-    return Command(argv, timeout=4)
+    return Command(argv, timeout=4, privileged=_on_host(inventory, run_dir))
 
 
 def follow_command(inventory: Inventory, run_dir: str) -> Command:
     argv = on_host_or_in_container(inventory, run_dir, lambda d: ("sh", "-c", _FOLLOW, "clusterctl-follow", d))
-    return Command(argv, timeout=None)
+    return Command(argv, timeout=None, privileged=_on_host(inventory, run_dir))
 
 
 def tail_command(inventory: Inventory, run_dir: str, lines: int = 30) -> Command:
     argv = on_host_or_in_container(inventory, run_dir, lambda d: ("tail", "-n", str(lines), f"{d}/agent.log"))
-    return Command(argv, timeout=20)
+    return Command(argv, timeout=20, privileged=_on_host(inventory, run_dir))
+
+
+def _on_host(inventory: Inventory, run_dir: str) -> bool:
+    """Read through the bind mount on the host: root in the container wrote those files (and
+    torchrun makes its log dirs 0700), so a non-root SSH user reads them through sudo."""
+    return host_path(inventory, run_dir) is not None
 
 
 def parse_poll(stdout: str) -> Optional[int]:

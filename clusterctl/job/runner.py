@@ -6,14 +6,18 @@ the first failure: a node whose torchrun exited non-zero, or a node silent for
 `lost_after_s`. Then every other node's ranks are stopped (marker-scoped, this run only)
 and the first failure is named with its diagnosis: the others get a few seconds to report
 first, so that the rank that crashed is named rather than a peer that lost it. The same
-stop runs on Ctrl-C/SIGTERM.
+stop runs on Ctrl-C/SIGTERM. A job silent for `job.stall_timeout` seconds has every rank's
+stack taken (job/stalls.py): stacks that do not move are a hang, which stops the run and names
+the rank that is elsewhere.
 """
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import time
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Mapping, Optional
 
 from clusterctl.models import secret_values
@@ -21,7 +25,7 @@ from clusterctl.errors import UsageError
 from clusterctl.executor import Background, Connections, Event, OnEvent, Ticker, for_each_host, run_commands
 from clusterctl.job.torchrun import MAX_ARG_BYTES, RANK_PREFIX_RE, job_argv, log_dir, placeholder_values, torchrun_argv, torchrun_env
 from clusterctl.models import Command, Host, HostResult, HostStatus, Inventory, MASK, looks_secret
-from clusterctl.job import agent
+from clusterctl.job import agent, rollcall, stalls
 from clusterctl.modules import process
 from clusterctl.job.container import in_container
 from clusterctl.job.topology import Topology
@@ -89,12 +93,25 @@ class JobOutcome:
     duration: float = 0.0
 
 
+class RunnerCrashed(Exception):
+    """An unexpected exception while watching a run, raised after every rank was stopped: the
+    caller still records the run, then lets the exception reach the CLI's internal-error line."""
+
+    def __init__(self, outcome: JobOutcome, cause: Exception):
+        super().__init__(f"{type(cause).__name__}: {cause}")
+        self.outcome, self.cause = outcome, cause
+
+
 class JobRunner:
     def __init__(self, inventory: Inventory, topology: Topology, run_id: str, prompt: str,
                  connections: Connections, on_event: OnEvent, poll_s: float = 1.0, lost_after_s: float = 7.0,
-                 timeout_s: Optional[float] = None, files: Optional[Mapping[str, bytes]] = None):
+                 timeout_s: Optional[float] = None, files: Optional[Mapping[str, bytes]] = None,
+                 stall_timeout_s: Optional[float] = None, stacks_dir: Optional[Path] = None,
+                 stack_interval_s: float = stalls.INTERVAL_S):
         """`files`: {name: bytes} written into `files_dir(outputs, run_id)` on every node before
-        torchrun starts (e.g. a rank-side script that job.command points at)."""
+        torchrun starts (e.g. a rank-side script that job.command points at). `stall_timeout_s`:
+        seconds without output before the stacks are taken (None: job.stall_timeout; 0: never);
+        `stacks_dir`: where the stacks of a hang are saved on this machine."""
         self.inventory, self.topology, self.run_id = inventory, topology, run_id
         self.files = dict(files or {})
         for name in self.files:
@@ -106,12 +123,17 @@ class JobRunner:
         argv = job_argv(inventory.job, placeholder_values(topology, run_id, prompt, outputs))
         self.nodes: dict[str, NodeRun] = {}
         for plan in topology.nodes:
-            env = (*process.marker_env(inventory.name, plan.host.name, run_id), *torchrun_env(plan, inventory),
+            run_dir = log_dir(outputs, run_id, plan.host.name)
+            env = (*process.marker_env(inventory.name, plan.host.name, run_id), *torchrun_env(plan, inventory, run_dir),
                    *agent.job_env(inventory, plan.host.env))
             command = torchrun_argv(topology, plan, run_id, argv, python=inventory.job.python, outputs=outputs)
-            self.nodes[plan.host.name] = NodeRun(plan.host, log_dir(outputs, run_id, plan.host.name), command, env)
+            self.nodes[plan.host.name] = NodeRun(plan.host, run_dir, command, env)
             _check_command_line(plan.host.name, agent.start_command(inventory, self.nodes[plan.host.name].run_dir,
                                                                         command), len(prompt.encode()))
+        self.stacks_dir = stacks_dir
+        self.stalls = stalls.StallWatch(inventory, stalls.JobShape.of_topology(topology), run_id, connections, on_event,
+                                        inventory.job.stall_timeout if stall_timeout_s is None else stall_timeout_s,
+                                        stack_interval_s)
         self._secret_values = sorted(secret_values(inventory), key=len, reverse=True)
         self._secret_names = {e.name for e in (*inventory.job.env, *(inventory.container.env if inventory.container else ()),
                                                *(e for h in inventory.hosts for e in h.env)) if e.is_secret}
@@ -144,6 +166,11 @@ class JobRunner:
             self.on_event(Event("note", text="interrupted: stopping every node's ranks"))
             self.stop("interrupted")
             outcome = JobOutcome(130, interrupted=True)
+        except Exception as exc:  # a bug of ours: nothing may stay running because of it
+            self.on_event(Event("note", text="internal error: stopping every node's ranks"))
+            self.stop("internal error")
+            streams.wait(3.0)
+            raise RunnerCrashed(JobOutcome(1, interrupted=False, duration=time.monotonic() - started), exc) from exc
         streams.wait(3.0)
         outcome.duration = time.monotonic() - started
         return outcome
@@ -170,6 +197,7 @@ class JobRunner:
             if match:
                 node.ranks_seen.add(int(match.group("rank")))
             node.last_line = text
+            self.stalls.heard()
             self.on_event(Event("line", host.name, text, {"prefix": prefix, "stream": stream}))
 
         transport.run(agent.follow_command(self.inventory, node.run_dir), on_line=on_line)
@@ -189,12 +217,43 @@ class JobRunner:
                 return JobOutcome(1, first)
             if all(n.exit_code == 0 for n in self.nodes.values()):
                 return JobOutcome(0)
+            hang = self.stalls.check([n.host for n in self.nodes.values() if n.exit_code is None and not n.lost])
+            if hang is not None:
+                return self._hung(hang)
             if self.timeout_s and ticker.elapsed() > self.timeout_s:
                 self.stop("timeout")
                 return JobOutcome(1, {"host": None, "rank": None, "diagnosis": [{
                     "cause": "unknown", "host": None, "rank": None, "evidence": f"the job ran past --timeout {self.timeout_s:g}s",
                     "fix": "raise --timeout, or look at the live log for the rank that stopped progressing"}]})
             ticker.sleep_until_next()
+
+    def _hung(self, verdict: rollcall.Verdict) -> JobOutcome:
+        """Stop every rank, then keep the stacks that show the hang: here and in each node's run dir
+        (so collect-logs brings them back, and diagnose shows them)."""
+        silent = self.stalls.silent_s()
+        name = stalls.file_name()
+        path = self.stacks_dir / name if self.stacks_dir else None
+        first = rollcall.hang_finding(verdict, silent, str(path) if path else "")
+        self.stop(f"hang: {first['diagnosis'][0]['evidence'][:200]}")
+        reason = f"no output for {silent:.0f}s"
+        if path is not None:
+            stalls.save_local(path.parent, name, stalls.stacks_document(self.run_id, self.stalls.nodes, reason, verdict,
+                                                                        first_failure=first))
+        self.put_stacks(name, lambda host: stalls.stacks_document(self.run_id, self.stalls.nodes, reason, verdict,
+                                                                  first_failure=first, only_host=host))
+        return JobOutcome(1, {**first, "stacks": str(path) if path else None})
+
+    def put_stacks(self, name: str, document_of) -> None:
+        """Write `document_of(host)` as `name` into each sampled node's run dir (a node that does not
+        answer keeps none; the local copy is the one that counts)."""
+        hosts = [self.nodes[h].host for h in self.stalls.nodes if h in self.nodes and not self.nodes[h].lost]
+
+        def action(transport, host: Host) -> HostResult:
+            data = json.dumps(document_of(host.name), indent=1).encode()
+            return run_commands(transport, host, [put_file_command(self.inventory, self.nodes[host.name].run_dir,
+                                                                   name, data)])
+
+        for_each_host(hosts, action, self.connections)
 
     def _report_status(self) -> None:
         """One status line per node for the live view: state, ranks heard from, last log line."""
@@ -253,11 +312,12 @@ class JobRunner:
         tails = self._tails(failed)
         if all(_lost_a_peer(tails[n.host.name]) for n in candidates):
             candidates = failed  # the first to exit only saw a peer crash: the crash is elsewhere
-        findings = [f for node in candidates for f in diagnose_text(tails[node.host.name], host=node.host.name)]
+        findings = [replace(f, host=self.inventory.host_named_by(f.host, node.host.name))
+                    for node in candidates for f in diagnose_text(tails[node.host.name], host=node.host.name)]
         order = {node.host.name: (_lost_a_peer(tails[node.host.name]), node.ended_at or 0) for node in candidates}
         findings.sort(key=lambda f: (-f.score, order.get(f.host, (True, 0))))
         top = findings[0] if findings else None
-        host = top.host if top and top.host else candidates[0].host.name
+        host = top.host if top and top.host in self.nodes else candidates[0].host.name
         rank = top.rank if top else None
         return {"host": host, "rank": rank, "exit_code": self.nodes[host].exit_code,
                 "log_tail": tails.get(host, "").splitlines()[-15:], "diagnosis": [f.to_json() for f in findings[:5]]}

@@ -226,7 +226,8 @@ def _uniform_nproc(inv: Inventory, order: tuple[Host, ...], views: Mapping[str, 
             if requested > caps[host.name]:
                 raise TopologyError(
                     f"nproc_per_node {requested} but host {host.name} exposes only {caps[host.name]} GPU(s) "
-                    f"({_ids(views[host.name].usable)}): ranks beyond them die with 'CUDA error: invalid device ordinal'",
+                    f"(GPU ids: {_ids(views[host.name].usable)}): ranks beyond them die with 'CUDA error: invalid "
+                    "device ordinal'",
                     f"job.nproc_per_node / hosts.{host.name}",
                     f"set job.nproc_per_node to {min(caps.values())} (or auto), or give {host.name} more GPUs")
         return requested
@@ -297,8 +298,11 @@ def _local_addr(host: Host, facts: NodeFacts) -> str:
     return addr
 
 
-def _master_addr(order: tuple[Host, ...]) -> str:
+def _master_addr(order: tuple[Host, ...], address: Optional[str] = None) -> str:
+    """Where the ranks reach the master: `rendezvous.address` when set, else the master's address."""
     master = order[0]
+    if address is not None:
+        return address
     if all(h.is_local for h in order):
         return master.address if _is_loopback(master.address) and master.address != "localhost" else "127.0.0.1"
     if _is_loopback(master.address):
@@ -352,7 +356,9 @@ def _node_env(inv: Inventory, host: Host, nic: Optional[str], facts: NodeFacts, 
     if nic:
         derived["NCCL_SOCKET_IFNAME"] = nic
         derived["GLOO_SOCKET_IFNAME"] = nic
-    if facts.ib_hcas:
+    if inv.checks.ib == "off":  # the user chose TCP: NCCL must not try HCAs (even half-working ones)
+        derived["NCCL_IB_DISABLE"] = "1"
+    elif facts.ib_hcas:
         derived["NCCL_IB_HCA"] = ",".join(facts.ib_hcas)
     if cvd is not None:
         derived["CUDA_VISIBLE_DEVICES"] = cvd
@@ -382,7 +388,7 @@ def plan(inv: Inventory, facts: Mapping[str, NodeFacts], strict: bool = False) -
             notes.append(f"{host.name} selects GPUs {sel!r} but none were detected: planning CPU ranks")
     nproc = _uniform_nproc(inv, order, views, notes)
     nproc = _fit_divisor(inv, len(order), nproc, strict, notes)
-    master_addr = _master_addr(order)
+    master_addr = _master_addr(order, inv.rendezvous.address)
 
     plans: list[NodePlan] = []
     physical: list[tuple[Host, tuple[int, ...]]] = []

@@ -66,7 +66,9 @@ PLACEHOLDERS = ("prompt", "world_size", "nnodes", "nproc_per_node", "run_id", "o
 _PLACEHOLDER_RE = re.compile(r"\{(" + "|".join(PLACEHOLDERS) + r")\}")
 # Linux refuses a single argv element of MAX_ARG_STRLEN (32 pages) or more with E2BIG.
 MAX_ARG_BYTES = 131071
-RANK_PREFIX_RE = re.compile(r"^\[(?P<host>\S+) rank(?P<rank>\d+)\]: ?")
+# The `[host rankN]: ` prefix of a rank's line. The rank is ASCII digits, at most 9: a rank's line
+# is arbitrary text, and a "rank" of 5000 digits made int() raise ValueError in the live log.
+RANK_PREFIX_RE = re.compile(r"^\[(?P<host>\S+) rank(?P<rank>[0-9]{1,9})\]: ?")
 
 
 # --------------------------------------------------------------------------- job argv
@@ -176,12 +178,36 @@ def torchrun_argv(topo: Topology, node: NodePlan, run_id: str, job_argv: tuple[s
     return tuple(argv) + _entry(tuple(job_argv))
 
 
-def torchrun_env(node: NodePlan, inv: Inventory) -> tuple[tuple[str, str], ...]:
+# The flight recorder (torch.distributed's ring buffer of the last collectives of every rank), on by
+# default, dumped on a collective's timeout into the node's run dir, where collect-logs finds it and
+# diagnose reads it (diagnose/flight_recorder.py). Each setting under its pre-2.6 name, which torch
+# 2.13 still reads after the new one (getCvar({"TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"}),
+# FlightRecorder.hpp): older images get it too, and a user's new-style name still wins. A setting
+# the user gives under any of its names (job, host or container env) is left alone entirely; the
+# user turns the recorder off with TORCH_NCCL_TRACE_BUFFER_SIZE: "0" (or TORCH_FR_BUFFER_SIZE).
+FLIGHT_RECORDER_BUFFER = 2000  # entries, torch 2.13's own default (older torch: 0, off)
+FLIGHT_RECORDER_FILE = "nccl_trace_rank_"  # torch appends the global rank
+_FLIGHT_RECORDER_NAMES = {
+    "TORCH_NCCL_TRACE_BUFFER_SIZE": ("TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_FR_BUFFER_SIZE"),
+    "TORCH_NCCL_DUMP_ON_TIMEOUT": ("TORCH_NCCL_DUMP_ON_TIMEOUT",),
+    "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": ("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "TORCH_FR_DUMP_TEMP_FILE"),
+}
+
+
+def flight_recorder_env(run_dir: str, user_names: set) -> dict[str, str]:
+    """The flight-recorder defaults for ranks whose run dir is `run_dir`, minus what the user sets."""
+    values = {"TORCH_NCCL_TRACE_BUFFER_SIZE": str(FLIGHT_RECORDER_BUFFER), "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+              "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": f"{run_dir.rstrip('/')}/{FLIGHT_RECORDER_FILE}"}
+    return {name: value for name, value in values.items() if not user_names & set(_FLIGHT_RECORDER_NAMES[name])}
+
+
+def torchrun_env(node: NodePlan, inv: Inventory, run_dir: Optional[str] = None) -> tuple[tuple[str, str], ...]:
     """Environment for the torchrun process on one node.
 
     Launcher defaults first, then the node's planned env (derived NCCL/Gloo/CUDA
     settings and the inventory's job/host env, which win). A default that the
-    container's env already sets is left to the container.
+    container's env already sets is left to the container. With `run_dir` (the node's
+    run directory), the flight recorder's settings too.
     """
     defaults = {
         # torchrun sets OMP_NUM_THREADS=1 itself when nproc > 1, with a banner; saying it
@@ -191,6 +217,9 @@ def torchrun_env(node: NodePlan, inv: Inventory) -> tuple[tuple[str, str], ...]:
         "CLUSTERCTL_HOST": node.host.name,  # lets a rank say which inventory host it is
         "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": f"[{node.host.name.replace('$', '$$')} rank${{rank}}]: ",
     }
+    if run_dir:
+        user = {e.name for e in (*inv.job.env, *node.host.env, *(inv.container.env if inv.uses_container else ()))}
+        defaults.update(flight_recorder_env(run_dir, user | {name for name, _ in node.env}))
     if inv.uses_container:
         for var in inv.container.env:
             defaults.pop(var.name, None)

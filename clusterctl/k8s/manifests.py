@@ -83,7 +83,10 @@ def plan_pods(kind: str, name: str, inv: Inventory, opts: ExportOptions, notes: 
     if opts.nodes is None:
         notes.append(f"{nodes} pod(s), one per inventory host (--nodes to change)")
     gpus = requested_gpus(inv, opts, notes)
-    hosts = tuple(Host(name=n, address=n) for n in pod_names(kind, name, nodes))
+    # CPU pods run the inventory's slots each where its hosts agree on one (nproc_per_node: auto)
+    slots = {h.slots for h in inv.hosts}
+    pod_slots = slots.pop() if len(slots) == 1 else None
+    hosts = tuple(Host(name=n, address=n, slots=pod_slots) for n in pod_names(kind, name, nodes))
     rendezvous = RendezvousSpec(port=inv.rendezvous.port, join_timeout=opts.join_timeout or inv.rendezvous.join_timeout)
     planned = replace(inv, hosts=hosts, container=None, rendezvous=rendezvous)
     nic = pod.pod_nic(inv, opts)

@@ -14,11 +14,12 @@ from typing import Any, Optional
 
 from clusterctl.models import Command, ContainerSpec, Host, HostResult, HostStatus, Inventory, Skip
 from clusterctl.modules import module
+from clusterctl.modules.docker_replies import (  # noqa: F401  (part of this module's interface)
+    LABEL_CONFIG, memlock_limit, pull_failure, pull_status, registry_of, stored_config)
 
 LABEL_MANAGED = "clusterctl.managed"
 LABEL_CLUSTER = "clusterctl.cluster"
 LABEL_HASH = "clusterctl.config-hash"
-LABEL_CONFIG = "clusterctl.config"
 STACK_BYTES = 64 * 1024 * 1024  # NCCL's recommended stack ulimit
 NO_CONTAINER = Skip("no container: ranks run on the host")
 NO_GPU_RUNTIME_MARKERS = ("could not select device driver", "nvidia-container-cli", "unknown runtime specified nvidia")
@@ -43,12 +44,6 @@ def gpu_request(gpus: Any) -> Optional[dict]:
     if isinstance(gpus, int):
         return {"Driver": "", "Count": gpus, "DeviceIDs": None, "Capabilities": [["gpu"]]}
     return {"Driver": "", "Count": 0, "DeviceIDs": [str(g) for g in gpus], "Capabilities": [["gpu"]]}
-
-
-def memlock_limit(ulimit_output: str) -> int:
-    """`ulimit -H -l` on the node -> the memlock to ask for: -1 (unlimited) or the node's hard cap in bytes."""
-    text = ulimit_output.strip()
-    return int(text) * 1024 if text.isdigit() else -1
 
 
 def wanted_config(inventory: Inventory, host: Host, has_infiniband: bool, memlock: int = -1) -> dict:
@@ -150,35 +145,6 @@ def pull(ctx):
     return engine_action(action)
 
 
-_UNREACHABLE_MARKERS = ("connection refused", "no such host", "i/o timeout", "network is unreachable",
-                        "no route to host", "tls handshake timeout", "connection reset", "dial tcp")
-
-
-def registry_of(ref: str) -> str:
-    """The registry an image reference pulls from (Docker's rule: a first part with . or : or localhost)."""
-    first = ref.split("/", 1)[0]
-    return first if "/" in ref and ("." in first or ":" in first or first == "localhost") else "docker.io"
-
-
-def pull_failure(ref: str, message: str) -> str:
-    """A failed pull, named by its cause (the registry, the tag, the credentials) with the fix."""
-    registry, lowered = registry_of(ref), message.lower()
-    if any(marker in lowered for marker in _UNREACHABLE_MARKERS):
-        return (f"pull of {ref} failed: registry {registry} is not reachable from this node ({message}). "
-                f"fix: check that the registry runs and that this node reaches it (`curl http://{registry}/v2/` "
-                "there), or `docker load` the image on every node and set container.pull: never")
-    if "http response to https client" in lowered:
-        return (f"pull of {ref} failed: registry {registry} speaks plain HTTP ({message}). fix: add "
-                f'"insecure-registries": ["{registry}"] to /etc/docker/daemon.json on the node and restart docker')
-    if any(marker in lowered for marker in ("unauthorized", "denied", "authentication required")):
-        return (f"pull of {ref} failed: registry {registry} refused it ({message}). "
-                f"fix: `docker login {registry}` on every node as ssh.user, or check the repository name")
-    if "manifest unknown" in lowered or "not found" in lowered:
-        return (f"pull of {ref} failed: registry {registry} has no such image ({message}). "
-                "fix: check container.image (repository and tag), or push the image first")
-    return f"pull of {ref} failed: {message}"
-
-
 def engine_action(action):
     """Wrap a HostAction that talks to the engine: an engine that does not answer (dockerd stopped,
     socket missing) is a failure that says so, with the fix; a lost SSH connection is left to the
@@ -217,13 +183,11 @@ def _pull_with_progress(client, ref: str, host_name: str, on_event) -> None:
     repository, tag = split_image(ref)
     layers: dict[str, tuple[int, int]] = {}
     for status in client.api.pull(repository, tag=tag, stream=True, decode=True):
-        if "error" in status:
+        error = pull_status(status, layers)
+        if error is not None:
             import docker
 
-            raise docker.errors.APIError(status["error"])
-        detail = status.get("progressDetail") or {}
-        if status.get("id") and detail.get("total"):
-            layers[status["id"]] = (detail.get("current", 0), detail["total"])
+            raise docker.errors.APIError(error)
         if on_event and layers:
             done, total = sum(c for c, _ in layers.values()), sum(t for _, t in layers.values())
             on_event(Event("progress", host_name, data={"key": f"pull:{host_name}", "description": f"pull {host_name}",
@@ -311,8 +275,7 @@ def _keep_or_remove(existing, config: dict, inventory: Inventory, force: bool, c
     image_now = _local_image(client, config["image"])
     if labels.get(LABEL_HASH) == config_hash(config) and (image_now is None or existing.image.id == image_now.id):
         return True
-    old = json.loads(labels.get(LABEL_CONFIG, "{}"))
-    keys = changed_keys(old, config)
+    keys = changed_keys(stored_config(labels), config)
     if image_now is not None and existing.image.id != image_now.id and "image" not in keys:
         keys.append("image content")
     existing.remove(force=True)

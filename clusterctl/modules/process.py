@@ -57,14 +57,16 @@ kill -KILL $alive 2>/dev/null; echo "sigkill$alive"
 
 
 def scan_command(cluster: str, host: str, port: int, mode: str = "list", run_id: str = "") -> Command:
-    return Command(("sh", "-c", _SCAN, "clusterctl-scan", cluster, host, str(port), mode, run_id), timeout=60)
+    return Command(("sh", "-c", _SCAN, "clusterctl-scan", cluster, host, str(port), mode, run_id), timeout=60,
+                   privileged=True)  # ranks in the container run as root: their /proc environ is root's
 
 
 def parse_scan(stdout: str) -> dict[str, list[dict]]:
     found: dict[str, list[dict]] = {"ours": [], "gpu": [], "port": []}
     for line in stdout.splitlines():
         parts = line.split(None, 3)
-        if len(parts) >= 3 and parts[0] in found:
+        # a pid is ASCII digits (str.isdigit() also takes '²', which int() refuses); other lines are noise
+        if len(parts) >= 3 and parts[0] in found and parts[1].isascii() and parts[1].isdigit() and len(parts[1]) < 20:
             found[parts[0]].append({"pid": int(parts[1]), "user": parts[2], "command": parts[3] if len(parts) > 3 else ""})
     return found
 

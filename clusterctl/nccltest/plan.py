@@ -86,9 +86,26 @@ def parse_record(line: str) -> Optional[dict]:
         return None
     try:
         record = json.loads(text[len(RECORD_PREFIX):])
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: JSON nested thousands deep
         return None
-    return record if isinstance(record, dict) and "stage" in record else None
+    return record if isinstance(record, dict) and _well_formed(record) else None
+
+
+_NUMBERS = ("time_us", "algbw_gbps", "busbw_gbps", "init_s", "first_allreduce_s", "start_skew_s", "elapsed_s")
+
+
+def _well_formed(record: dict) -> bool:
+    """A record the report can use: any line of a rank's log may start with the prefix, and a
+    size that is not a whole number must not crash the report (it is left out instead)."""
+    def whole(value) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+    def number(value) -> bool:
+        return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
+
+    return (isinstance(record.get("stage"), str) and ("size" not in record or whole(record["size"]))
+            and whole(record.get("world_size", 0)) and isinstance(record.get("sizes", []), list)
+            and all(whole(size) for size in record.get("sizes", [])) and all(number(record.get(k)) for k in _NUMBERS))
 
 
 def parse_records(lines: Iterable[str]) -> list[dict]:
@@ -132,7 +149,8 @@ def link_class(backend: str, world_size: int, machines: int, nproc_per_node: int
     GPU, so min(NICs, GPUs per node) NICs carry it.
     """
     if world_size < 2:
-        return LinkClass("single-rank", None, "one rank: nothing crosses a link (busbw is 0 by definition)")
+        return LinkClass("single-rank", None, "one rank: the all-reduce moves nothing, so no bandwidth is "
+                                              "reported, only whether the sums are right")
     if backend != "nccl":
         return LinkClass("gloo", None, "Gloo over TCP (CPU ranks): no bandwidth target, numbers reported only")
     if machines <= 1:
@@ -177,7 +195,7 @@ def summarize(records: Sequence[Mapping], link: LinkClass, last_stage: str = "fu
     connect = next((r for r in records if r.get("stage") == "connect"), None)
     errors = [dict(r) for r in records if r.get("stage") == "error"]
     done = next((r for r in records if r.get("stage") == "done"), None)
-    sizes = [_size_row(r, link) for r in records if r.get("stage") in ("small", "full") and "size" in r]
+    sizes = [size_row(r, link) for r in records if r.get("stage") in ("small", "full") and "size" in r]
     planned = list(plan.get("sizes", []))
     measured = {row["size"] for row in sizes}
     missing = [s for s in planned if s not in measured]
@@ -196,11 +214,17 @@ def summarize(records: Sequence[Mapping], link: LinkClass, last_stage: str = "fu
     return document
 
 
-def _size_row(record: Mapping, link: LinkClass) -> dict:
-    row = {"size": int(record["size"]), "time_us": record.get("time_us"), "algbw_gbps": record.get("algbw_gbps"),
-           "busbw_gbps": record.get("busbw_gbps"), "correct": bool(record.get("correct")),
+def size_row(record: Mapping, link: Optional[LinkClass]) -> dict:
+    """One size of the report; no verdict before the link is known. With one rank the
+    all-reduce copies a buffer in GPU memory and moves nothing between ranks: the rank's
+    algbw (size / time) reads as tens of TB/s and busbw is 0 by definition, so neither is
+    reported (null), only the time and whether the sum is right."""
+    moves_data = link is None or link.name != "single-rank"
+    row = {"size": int(record["size"]), "time_us": record.get("time_us"),
+           "algbw_gbps": record.get("algbw_gbps") if moves_data else None,
+           "busbw_gbps": record.get("busbw_gbps") if moves_data else None, "correct": bool(record.get("correct")),
            "stage": record.get("stage"), "iters": record.get("iters")}
-    row["verdict"] = verdict(row["size"], row["busbw_gbps"] or 0.0, link)
+    row["verdict"] = verdict(row["size"], row["busbw_gbps"] or 0.0, link) if link is not None else "-"
     return row
 
 
@@ -209,7 +233,7 @@ def _connect_stage(connect: Optional[Mapping], errors: list[dict], started: bool
         keep = ("world_size", "backend", "init_s", "first_allreduce_s", "start_skew_s", "last_to_start",
                 "torch", "cuda", "nccl", "gpu", "nvlink")
         return {"status": "ok", **{k: connect[k] for k in keep if k in connect}}
-    detail = errors[0]["error"] if errors else (
+    detail = str(errors[0].get("error", "rank 0 reported an error without a message")) if errors else (
         "the ranks started but never finished init_process_group + one all_reduce" if started
         else "the test never started on rank 0 (see the diagnosis)")
     return {"status": "failed", "detail": detail}

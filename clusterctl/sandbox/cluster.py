@@ -16,7 +16,8 @@ from typing import Callable, Iterable, Mapping, Optional, Sequence
 
 from clusterctl.errors import SandboxError
 from clusterctl.sandbox import engine, image, inventory_file, network, registry, sshd
-from clusterctl.sandbox.layout import BASE_IMAGE, DEFAULT_STATE_DIR, MAX_NODES, REGISTRY, Layout, Node, Record
+from clusterctl.sandbox.layout import (BASE_IMAGE, BEHIND_BASTION, DEFAULT_STATE_DIR, MAX_NODES, REGISTRY, Layout, Node,
+                                       Record)
 from clusterctl.sandbox.nodes import net_argv, write_node_files
 from clusterctl.sandbox.system import ensure_packages, require_root_linux, run, unmount_under
 
@@ -43,6 +44,7 @@ class Sandbox:
         self.docker = docker
         self.image = image_ref
         self.nodes: list[Node] = [self.layout.node(i) for i in range(1, nodes + 1)]
+        self.bastion: Optional[Node] = self.layout.node(0) if nodes >= BEHIND_BASTION else None
 
     @classmethod
     def load(cls, state_dir: Path = DEFAULT_STATE_DIR) -> "Sandbox":
@@ -92,6 +94,32 @@ class Sandbox:
         return run(self.ns_argv(name, argv), check=check, timeout=timeout, input=input)
 
     # faults
+    def cut_network(self, name: str) -> None:
+        """Take every link of the node down (management and fabric): the node is cut off, as when
+        its switch port or cable goes; the node itself keeps running."""
+        node = self.node(name)
+        for link in ("eth0", node.fabric_ifname):
+            self.ns_exec(name, ["ip", "link", "set", link, "down"])
+
+    def restore_network(self, name: str) -> None:
+        node = self.node(name)
+        for link in ("eth0", node.fabric_ifname):
+            self.ns_exec(name, ["ip", "link", "set", link, "up"])
+
+    def impersonate(self, name: str, variant: Optional[Path]) -> None:
+        """Make the node show the hardware of a stand-in variant directory (tests/fixtures/hardware/):
+        its bin/ first on every session's PATH, its env lines in every session, its sys/class/ laid
+        over /sys/class in the node's mount namespace. None: the node's own again. sshd restarts
+        (open sessions end) so that the new namespace and environment apply."""
+        node = self.node(name)
+        if variant is None:
+            node.hardware_file.unlink(missing_ok=True)
+        else:
+            node.hardware_file.write_text(str(Path(variant).resolve()) + "\n")
+        sshd.write_config(self.layout, node, self.docker)
+        sshd.stop(node)
+        sshd.start(node)
+
     def stop_sshd(self, name: str, sessions: bool = True) -> None:
         """Stop the node's sshd; with `sessions` (default) open connections drop too."""
         sshd.stop(self.node(name), sessions=sessions)
@@ -117,7 +145,7 @@ class Sandbox:
 
     def write_known_hosts(self) -> None:
         """Record every node's current host key again (undoes `regenerate_host_key`'s mismatch)."""
-        sshd.write_known_hosts(self.layout, self.nodes)
+        sshd.write_known_hosts(self.layout, self.nodes + ([self.bastion] if self.bastion else []))
 
     def push_image(self, ref: str, files: Mapping[str, bytes]) -> str:
         """Push the base image plus `files` under `ref` (any tag of the sandbox registry).
@@ -144,28 +172,33 @@ def up(n: int, docker: bool = False, state_dir: Path = DEFAULT_STATE_DIR) -> San
     _check_socket_paths(layout)
     _check_not_another_sandbox(layout)
     ensure_packages(docker)
-    layout.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    layout.state_dir.mkdir(parents=True, exist_ok=True)
+    layout.state_dir.chmod(0o711)  # a non-root node user reaches its home and engine socket below; lists nothing
     image_ref = BASE_IMAGE if docker else None
     Record(n, docker, image_ref).save(layout)  # first, so a failed up can still be found
 
     network.ensure_bridge(layout.state_dir)
     network.ensure_forward_rule()
-    _parallel(lambda node=node: _remove_node(node) for node in _known_nodes(layout) if node.index > n)
+    bastion = layout.node(0) if n >= BEHIND_BASTION else None
+    _parallel(lambda node=node: _remove_node(node) for node in _known_nodes(layout)
+              if node.index > n or (node.is_bastion and bastion is None))
 
     sshd.ensure_client_key(layout)
     nodes = [layout.node(i) for i in range(1, n + 1)]
-    for node in nodes:
+    for node in nodes + ([bastion] if bastion else []):
         node.dir.mkdir(exist_ok=True)
-        write_node_files(node)
+        write_node_files(node, layout.authorized_keys.read_text())
         sshd.ensure_key(node.host_key, node.name)
         network.ensure_node(node)
 
     services = [lambda node=node: _ensure_daemons(layout, node, docker) for node in nodes]
+    if bastion:
+        services.append(lambda: _ensure_daemons(layout, bastion, False))
     services.append(lambda: _ensure_registry(layout, docker))
     _parallel(services)
 
-    sshd.write_known_hosts(layout, nodes)
-    inventory_file.write(layout, nodes, image_ref)
+    sshd.write_known_hosts(layout, nodes + ([bastion] if bastion else []))
+    inventory_file.write(layout, nodes, image_ref, bastion)
     return Sandbox(layout.state_dir, n, docker, image_ref)
 
 
@@ -186,7 +219,7 @@ def _check_socket_paths(layout: Layout) -> None:
 
 
 def _ensure_daemons(layout: Layout, node: Node, docker: bool) -> None:
-    if docker:
+    if docker and not node.is_bastion:
         engine.start(node)
     else:
         engine.stop(node, remove=True)
@@ -257,12 +290,14 @@ def status(state_dir: Path = DEFAULT_STATE_DIR) -> dict:
     for node in nodes:
         docker_wanted = bool(record and record.docker)
         hosts[node.name] = {
-            "address": node.address,
+            "address": node.listen_address,
             "netns": node.netns_path.exists(),
             "sshd": sshd.pid(node) is not None and sshd.answers(node),
-            "dockerd": (engine.pid(node) is not None and engine.answers(node)) if docker_wanted else None,
+            "dockerd": (engine.pid(node) is not None and engine.answers(node)) if docker_wanted and not node.is_bastion
+            else None,
         }
-    wanted = {f"node{i}" for i in range(1, record.nodes + 1)} if record else set()
+    wanted = {layout.node(i).name for i in range(0 if record and record.nodes >= BEHIND_BASTION else 1,
+                                                 record.nodes + 1)} if record else set()
     healthy = bool(record) and wanted <= set(hosts) and all(
         h["netns"] and h["sshd"] and h["dockerd"] is not False for name, h in hosts.items() if name in wanted)
     running_registry = registry.pid(layout) is not None

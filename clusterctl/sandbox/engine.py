@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 from clusterctl.errors import SandboxError
-from clusterctl.sandbox.layout import REGISTRY, Node
+from clusterctl.sandbox.layout import DOCKER0_ADDRESS, PREFIX_LEN, REGISTRY, Node
 from clusterctl.sandbox.nodes import daemon_argv
 from clusterctl.sandbox.system import owned_pid, pid_file_names_dead_process, spawn_detached, tail, terminate, wait_until
 
@@ -61,7 +61,9 @@ def argv(node: Node) -> list[str]:
         "--exec-root", str(node.docker_exec),
         "-H", node.docker_host,
         "--pidfile", str(node.docker_pid),
-        "--bridge=none", "--iptables=false", "--ip-masq=false", "--ip-forward=false",
+        # docker0 as on a real node (its own address on every node, nothing routed to it);
+        # no iptables or forwarding changes in the node
+        f"--bip={DOCKER0_ADDRESS}/{PREFIX_LEN}", "--iptables=false", "--ip-masq=false", "--ip-forward=false",
         "--insecure-registry", REGISTRY,
     ]
 

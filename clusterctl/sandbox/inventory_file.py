@@ -24,7 +24,17 @@ def attention_heads(node_count: int) -> int:
     return math.lcm(24, NPROC_PER_NODE * node_count)
 
 
-def inventory(layout: Layout, nodes: Sequence[Node], image: Optional[str]) -> dict:
+def host_entry(node: Node, bastion: Optional[Node]) -> dict:
+    """How a user would write the node: its SSH address, and user/port/bastion where they differ."""
+    entry: dict = {"name": node.name, "address": node.listen_address}
+    if node.sudo_user:
+        entry.update(user=node.ssh_user, port=node.ssh_port)
+    if node.behind_bastion and bastion is not None:
+        entry["proxy_jump"] = f"root@{bastion.address}"
+    return entry
+
+
+def inventory(layout: Layout, nodes: Sequence[Node], image: Optional[str], bastion: Optional[Node] = None) -> dict:
     """With an image: ranks in a `--net=host` container; without: ranks on the node itself.
     Outputs go to one directory of the machine, shared by all nodes like an NFS mount."""
     doc: dict = {
@@ -36,7 +46,7 @@ def inventory(layout: Layout, nodes: Sequence[Node], image: Optional[str]) -> di
             "known_hosts": str(layout.known_hosts),
             "host_key_policy": "strict",
         },
-        "hosts": [{"name": n.name, "address": n.address} for n in nodes],
+        "hosts": [host_entry(n, bastion) for n in nodes],
     }
     examples = REPO / "examples"
     if image:
@@ -56,15 +66,18 @@ def inventory(layout: Layout, nodes: Sequence[Node], image: Optional[str]) -> di
     heads = attention_heads(len(nodes))
     job.update(args=[a.replace("{heads}", str(heads)) for a in JOB_ARGS],
                nproc_per_node=NPROC_PER_NODE, world_size_divides=heads)
-    doc["rendezvous"] = {"port": 29500}
+    # the job's traffic on the fabric network: the master's address there, not its SSH address
+    doc["rendezvous"] = {"port": 29500, "address": nodes[0].fabric_address}
     doc["checks"] = {"ib": "auto", "shm_min": "128m", "disk_min": "256m"}
     doc["job"] = job
     return doc
 
 
-def write(layout: Layout, nodes: Sequence[Node], image: Optional[str]) -> Path:
+def write(layout: Layout, nodes: Sequence[Node], image: Optional[str], bastion: Optional[Node] = None) -> Path:
     layout.shared_outputs.mkdir(exist_ok=True)
+    layout.shared_outputs.chmod(0o1777)  # ranks of a non-root SSH user write there too (no container)
     text = "# Written by `clusterctl sandbox up`; rewritten on every up.\n"
-    text += yaml.safe_dump(inventory(layout, nodes, image), sort_keys=False, default_flow_style=False, width=200)
+    text += yaml.safe_dump(inventory(layout, nodes, image, bastion), sort_keys=False, default_flow_style=False,
+                           width=200)
     layout.inventory.write_text(text)
     return layout.inventory

@@ -3,6 +3,18 @@
 Everything the sandbox creates is named here, so `down` can find it again even after a
 half-failed `up`: network objects by their `cc-` names, files and pid files under the
 state directory.
+
+The nodes look like real machines, not like their inventory entries (REALITY.md):
+- a hostname that is not the inventory name (an FQDN, `gpu-a01.rack1.cluster.internal`);
+  odd nodes map it to 127.0.1.1 in /etc/hosts as Debian does, even nodes to their address;
+- three networks: `eth0` on the management bridge (SSH, the registry), a fabric network
+  on its own bridge whose interface is `eth1` on odd nodes and `ens1f0` on even ones (the
+  job's traffic: the inventory's rendezvous.address is the master's fabric address), and
+  a `docker0` bridge with the same address on every node that nothing routes to;
+- every third node from node2 on (2, 5, 8...) is reached as a non-root user with
+  passwordless sudo on port 2222 (root login refused there);
+- node3 is reachable only through a bastion (the namespace `cc-bastion`): its sshd
+  listens on its fabric address, which this machine has no route to.
 """
 from __future__ import annotations
 
@@ -24,26 +36,90 @@ NETNS_DIR = Path("/run/netns")
 FIRST_HOST_OCTET = 10  # node i lives at 198.18.0.(10 + i)
 MAX_NODES = 240
 CONTAINER_NAME = "cc-sandbox"
+FABRIC_BRIDGE = "cc-fab"  # no address on this machine: only the nodes and the bastion are on it
+FABRIC_NETWORK = "198.19.0"  # node i at 198.19.0.(10 + i)/24
+DOCKER0_ADDRESS = "198.19.255.1"  # the same on every node, as Docker's default bridge is
+SUDO_USER = "ccops"
+SUDO_UID = 64222
+SUDO_PORT = 2222
+BASTION_INDEX = 0  # the bastion is node 0: same plumbing (namespace, veths, sshd), no engine
+BASTION_ADDRESS = "198.18.0.2"
+BEHIND_BASTION = 3  # the node reachable only through the bastion
 
 
 @dataclass(frozen=True)
 class Node:
-    """One rehearsal node: a network namespace with its own sshd (and Docker Engine)."""
+    """One rehearsal node: a network namespace with its own sshd (and Docker Engine).
+    Index 0 is the bastion."""
 
     index: int
     state_dir: Path
 
     @property
+    def is_bastion(self) -> bool:
+        return self.index == BASTION_INDEX
+
+    @property
     def name(self) -> str:
-        return f"node{self.index}"
+        return "bastion" if self.is_bastion else f"node{self.index}"
 
     @property
     def address(self) -> str:
-        return f"198.18.0.{FIRST_HOST_OCTET + self.index}"
+        """On the management network (eth0)."""
+        return BASTION_ADDRESS if self.is_bastion else f"198.18.0.{FIRST_HOST_OCTET + self.index}"
+
+    @property
+    def hostname(self) -> str:
+        if self.is_bastion:
+            return "bastion.cluster.internal"
+        return f"gpu-a{self.index:02d}.rack{(self.index - 1) // 16 + 1}.cluster.internal"
+
+    @property
+    def hostname_on_loopback(self) -> bool:
+        """Debian's /etc/hosts: `127.0.1.1 <fqdn> <short>`."""
+        return self.index % 2 == 1
+
+    @property
+    def fabric_ifname(self) -> str:
+        return "eth1" if self.index % 2 == 1 or self.is_bastion else "ens1f0"
+
+    @property
+    def fabric_address(self) -> str:
+        return f"{FABRIC_NETWORK}.{2 if self.is_bastion else FIRST_HOST_OCTET + self.index}"
+
+    @property
+    def fabric_host_veth(self) -> str:
+        return f"cc-f{self.index}"
+
+    @property
+    def fabric_mac(self) -> str:
+        return f"02:cc:02:00:{self.index >> 8:02x}:{self.index & 0xff:02x}"
+
+    @property
+    def behind_bastion(self) -> bool:
+        return self.index == BEHIND_BASTION
+
+    @property
+    def listen_address(self) -> str:
+        """Where its sshd listens: the fabric address for the node behind the bastion."""
+        return self.fabric_address if self.behind_bastion else self.address
+
+    @property
+    def sudo_user(self) -> bool:
+        """Reached as SUDO_USER on SUDO_PORT, root login refused."""
+        return self.index % 3 == 2
+
+    @property
+    def ssh_user(self) -> str:
+        return SUDO_USER if self.sudo_user else "root"
+
+    @property
+    def ssh_port(self) -> int:
+        return SUDO_PORT if self.sudo_user else 22
 
     @property
     def netns(self) -> str:
-        return f"{NETNS_PREFIX}{self.index}"
+        return "cc-bastion" if self.is_bastion else f"{NETNS_PREFIX}{self.index}"
 
     @property
     def netns_path(self) -> Path:
@@ -70,6 +146,33 @@ class Node:
     @property
     def hosts_file(self) -> Path:
         return self.dir / "hosts"
+
+    @property
+    def hardware_file(self) -> Path:
+        """Names the stand-in variant the node impersonates (see Sandbox.impersonate), if any."""
+        return self.dir / "hardware"
+
+    @property
+    def passwd_file(self) -> Path:
+        """/etc/passwd on the node: the machine's, plus SUDO_USER where the node has it."""
+        return self.dir / "passwd"
+
+    @property
+    def group_file(self) -> Path:
+        return self.dir / "group"
+
+    @property
+    def shadow_file(self) -> Path:
+        return self.dir / "shadow"
+
+    @property
+    def sudoers_file(self) -> Path:
+        return self.dir / "sudoers"
+
+    @property
+    def home(self) -> Path:
+        """SUDO_USER's home directory on the node."""
+        return self.dir / "home" / SUDO_USER
 
     @property
     def bashrc(self) -> Path:
@@ -123,7 +226,9 @@ class Node:
 
 
 def node_index(name: str) -> int:
-    """`node3` -> 3; anything else is not a sandbox node name."""
+    """`node3` -> 3, `bastion` -> 0; anything else is not a sandbox node name."""
+    if name == "bastion":
+        return BASTION_INDEX
     if not name.startswith("node") or not name[4:].isdigit():
         raise ValueError(f"not a sandbox node name: {name!r}")
     return int(name[4:])

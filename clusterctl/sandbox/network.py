@@ -1,21 +1,27 @@
-"""The virtual network: one bridge on the host, one network namespace per node.
+"""The virtual network: two bridges on the host, one network namespace per node.
 
-Node i is the namespace `cc-node{i}` with an `eth0` at 198.18.0.(10+i)/24, whose veth
-peer `cc-v{i}` is enslaved to the bridge `cc-br` (198.18.0.1/24). No route, NAT or
-forwarding to anything else is set up: nodes reach each other and the host, nothing more.
+Node i is the namespace `cc-node{i}` with
+- `eth0` at 198.18.0.(10+i)/24, whose veth peer `cc-v{i}` is enslaved to the management
+  bridge `cc-br` (198.18.0.1/24: this machine, the registry);
+- a fabric interface (`eth1` or `ens1f0`, layout.Node.fabric_ifname) at 198.19.0.(10+i)/24,
+  peer `cc-f{i}` on the bridge `cc-fab`, which has no address here: only nodes talk on it;
+- `docker0`, a bridge with no ports at 198.19.255.1/24 on every node, like Docker's default
+  bridge on a real machine: an interface a careless NIC choice picks, that leads nowhere.
+The bastion (node 0, `cc-bastion`) has eth0 and eth1 only. No route, NAT or forwarding to
+anything else is set up: nodes reach each other and this machine, nothing more.
 """
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from clusterctl.sandbox.layout import (BRIDGE, BRIDGE_ADDRESS, BRIDGE_MAC, NETNS_DIR, NETNS_PREFIX, PREFIX_LEN, Node,
-                                       node_index)
+from clusterctl.sandbox.layout import (BRIDGE, BRIDGE_ADDRESS, BRIDGE_MAC, DOCKER0_ADDRESS, FABRIC_BRIDGE, NETNS_DIR,
+                                       NETNS_PREFIX, PREFIX_LEN, Node, node_index)
 from clusterctl.sandbox.system import processes_in_netns, run, terminate, which
 
 # Once a Docker Engine with iptables enabled has run on the machine, FORWARD drops
 # bridged frames (br_netfilter): node-to-node TCP would time out while host-to-node works.
-FORWARD_RULE = ["FORWARD", "-i", BRIDGE, "-o", BRIDGE, "-j", "ACCEPT"]
+FORWARD_RULES = [["FORWARD", "-i", bridge, "-o", bridge, "-j", "ACCEPT"] for bridge in (BRIDGE, FABRIC_BRIDGE)]
 
 
 def link_exists(name: str) -> bool:
@@ -39,6 +45,9 @@ def ensure_bridge(owner: Path) -> None:
     if f" {BRIDGE_ADDRESS}/{PREFIX_LEN} " not in addresses:
         run(["ip", "addr", "add", f"{BRIDGE_ADDRESS}/{PREFIX_LEN}", "dev", BRIDGE])
     run(["ip", "link", "set", BRIDGE, "up"])
+    if not link_exists(FABRIC_BRIDGE):
+        run(["ip", "link", "add", FABRIC_BRIDGE, "type", "bridge"])
+    run(["ip", "link", "set", FABRIC_BRIDGE, "up"])
 
 
 def _iptables_backends() -> list[str]:
@@ -57,19 +66,22 @@ def _iptables_backends() -> list[str]:
 
 def ensure_forward_rule() -> None:
     for iptables in _iptables_backends():
-        if run([iptables, "-C", *FORWARD_RULE], check=False).returncode != 0:
-            run([iptables, "-I", *FORWARD_RULE])
+        for rule in FORWARD_RULES:
+            if run([iptables, "-C", *rule], check=False).returncode != 0:
+                run([iptables, "-I", *rule])
 
 
 def remove_forward_rule() -> None:
     for iptables in _iptables_backends():
-        for _ in range(100):  # every copy, in case an interrupted up inserted it twice
-            if run([iptables, "-D", *FORWARD_RULE], check=False).returncode != 0:
-                break
+        for rule in FORWARD_RULES:
+            for _ in range(100):  # every copy, in case an interrupted up inserted it twice
+                if run([iptables, "-D", *rule], check=False).returncode != 0:
+                    break
 
 
 def forward_rule_present() -> bool:
-    return any(run([iptables, "-C", *FORWARD_RULE], check=False).returncode == 0 for iptables in _iptables_backends())
+    return any(run([iptables, "-C", *rule], check=False).returncode == 0
+               for iptables in _iptables_backends() for rule in FORWARD_RULES)
 
 
 def ensure_node(node: Node) -> None:
@@ -87,6 +99,31 @@ def ensure_node(node: Node) -> None:
         run([*ns, "addr", "add", f"{node.address}/{PREFIX_LEN}", "dev", "eth0"])
     run([*ns, "link", "set", "eth0", "up"])
     run([*ns, "link", "set", "lo", "up"])
+    _ensure_link(node, node.fabric_host_veth, node.fabric_ifname, node.fabric_mac, FABRIC_BRIDGE, node.fabric_address)
+    if not node.is_bastion:
+        _ensure_docker0(node)
+
+
+def _ensure_link(node: Node, host_side: str, name: str, mac: str, bridge: str, address: str) -> None:
+    ns = ["ip", "-n", node.netns]
+    if not link_exists(host_side):
+        run([*ns, "link", "del", name], check=False)  # a stale half
+        run(["ip", "link", "add", host_side, "type", "veth", "peer", "name", name, "address", mac,
+             "netns", node.netns])
+    run(["ip", "link", "set", host_side, "master", bridge, "up"])
+    if f" {address}/{PREFIX_LEN} " not in run([*ns, "-o", "-4", "addr", "show", "dev", name]).stdout:
+        run([*ns, "addr", "add", f"{address}/{PREFIX_LEN}", "dev", name])
+    run([*ns, "link", "set", name, "up"])
+
+
+def _ensure_docker0(node: Node) -> None:
+    """An empty bridge, down like Docker's docker0 with no container on it (NO-CARRIER)."""
+    ns = ["ip", "-n", node.netns]
+    if run([*ns, "link", "show", "docker0"], check=False).returncode != 0:
+        run([*ns, "link", "add", "docker0", "type", "bridge"])
+    if f" {DOCKER0_ADDRESS}/{PREFIX_LEN} " not in run([*ns, "-o", "-4", "addr", "show", "dev", "docker0"]).stdout:
+        run([*ns, "addr", "add", f"{DOCKER0_ADDRESS}/{PREFIX_LEN}", "dev", "docker0"])
+    run([*ns, "link", "set", "docker0", "up"])
 
 
 def netns_inode(node: Node) -> int | None:
@@ -106,15 +143,17 @@ def kill_node_processes(node: Node, timeout: float = 10.0) -> int:
 
 def remove_node(node: Node) -> None:
     """Delete the veth pair first: another daemon's mount namespace may still pin the netns."""
-    if link_exists(node.host_veth):
-        run(["ip", "link", "del", node.host_veth], check=False)
+    for veth in (node.host_veth, node.fabric_host_veth):
+        if link_exists(veth):
+            run(["ip", "link", "del", veth], check=False)
     if node.netns_path.exists():
         run(["ip", "netns", "del", node.netns], check=False)
 
 
 def remove_bridge() -> None:
-    if link_exists(BRIDGE):
-        run(["ip", "link", "del", BRIDGE], check=False)
+    for bridge in (BRIDGE, FABRIC_BRIDGE):
+        if link_exists(bridge):
+            run(["ip", "link", "del", bridge], check=False)
 
 
 def sandbox_netns_indexes() -> list[int]:
@@ -123,7 +162,9 @@ def sandbox_netns_indexes() -> list[int]:
         return []
     found = []
     for entry in os.listdir(NETNS_DIR):
-        if entry.startswith(NETNS_PREFIX):
+        if entry == "cc-bastion":
+            found.append(0)
+        elif entry.startswith(NETNS_PREFIX):
             try:
                 found.append(node_index("node" + entry[len(NETNS_PREFIX):]))
             except ValueError:
@@ -134,6 +175,6 @@ def sandbox_netns_indexes() -> list[int]:
 def sandbox_veth_indexes() -> list[int]:
     found = []
     for entry in os.listdir("/sys/class/net"):
-        if entry.startswith("cc-v") and entry[4:].isdigit():
+        if entry.startswith(("cc-v", "cc-f")) and entry[4:].isdigit():
             found.append(int(entry[4:]))
-    return sorted(found)
+    return sorted(set(found))

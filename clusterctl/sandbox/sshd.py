@@ -12,11 +12,10 @@ from typing import Iterable
 
 from clusterctl.errors import SandboxError
 from clusterctl.sandbox.layout import Layout, Node
-from clusterctl.sandbox.nodes import daemon_argv
+from clusterctl.sandbox.nodes import daemon_argv, hardware, hardware_env, net_argv
 from clusterctl.sandbox.system import SYSTEM_PATH, children, owned_pid, run, tail, terminate, wait_until
 
 SSHD = "/usr/sbin/sshd"
-PORT = 22
 
 
 def ensure_key(path: Path, comment: str, regenerate: bool = False) -> None:
@@ -40,8 +39,13 @@ def ensure_client_key(layout: Layout) -> None:
     layout.authorized_keys.chmod(0o600)
 
 
+def known_hosts_name(node: Node) -> str:
+    """As OpenSSH writes it: `[address]:port` for a port other than 22."""
+    return node.listen_address if node.ssh_port == 22 else f"[{node.listen_address}]:{node.ssh_port}"
+
+
 def write_known_hosts(layout: Layout, nodes: Iterable[Node]) -> None:
-    lines = [f"{n.address},{n.name} {public_key(n.host_key)}\n" for n in nodes]
+    lines = [f"{known_hosts_name(n)} {public_key(n.host_key)}\n" for n in nodes]
     layout.known_hosts.write_text("".join(lines))
 
 
@@ -52,19 +56,22 @@ def session_path() -> str:
 
 
 def config_text(layout: Layout, node: Node, docker: bool) -> str:
-    env = [f'PATH="{session_path()}"']
+    variant = hardware(node)
+    path = f"{variant / 'bin'}:{session_path()}" if variant is not None else session_path()
+    env = [f'PATH="{path}"', *(f'{name}="{value}"' for name, value in hardware_env(node))]
     if docker:
         env.insert(0, f'DOCKER_HOST="{node.docker_host}"')
     return "\n".join([
-        f"Port {PORT}",
-        f"ListenAddress {node.address}",
+        f"Port {node.ssh_port}",
+        f"ListenAddress {node.listen_address}",
         f"HostKey {node.host_key}",
         f"PidFile {node.sshd_pid}",
-        "PermitRootLogin prohibit-password",
+        "PermitRootLogin no" if node.sudo_user else "PermitRootLogin prohibit-password",
         "PasswordAuthentication no",
         "KbdInteractiveAuthentication no",
         "PubkeyAuthentication yes",
-        f"AuthorizedKeysFile {layout.authorized_keys}",
+        # the non-root user's own ~/.ssh/authorized_keys, as on a real machine
+        f"AuthorizedKeysFile {node.home / '.ssh' / 'authorized_keys' if node.sudo_user else layout.authorized_keys}",
         "StrictModes no",  # /var/tmp is world-writable: strict modes would refuse the key file
         "UsePAM no",
         "UseDNS no",
@@ -91,10 +98,22 @@ def pid(node: Node) -> int | None:
     return owned_pid(node.sshd_pid, str(node.sshd_config))
 
 
+_BANNER = ("import socket, sys\n"
+           "try:\n"
+           "    c = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=float(sys.argv[3]))\n"
+           "    c.settimeout(float(sys.argv[3])); sys.exit(0 if c.recv(8).startswith(b'SSH-') else 1)\n"
+           "except OSError:\n"
+           "    sys.exit(1)\n")
+
+
 def answers(node: Node, timeout: float = 0.5) -> bool:
-    """The node's sshd sends its banner."""
+    """The node's sshd sends its banner. A node behind the bastion is asked from its own
+    network namespace: this machine has no route to it."""
+    if node.behind_bastion:
+        argv = net_argv(node, [sys.executable, "-c", _BANNER, node.listen_address, str(node.ssh_port), str(timeout)])
+        return run(argv, check=False, timeout=timeout + 10).returncode == 0
     try:
-        with socket.create_connection((node.address, PORT), timeout=timeout) as conn:
+        with socket.create_connection((node.listen_address, node.ssh_port), timeout=timeout) as conn:
             conn.settimeout(timeout)
             return conn.recv(8).startswith(b"SSH-")
     except OSError:

@@ -32,6 +32,7 @@ CORE_TOOLS = {
     "sshd": "openssh-server",
     "ssh-keygen": "openssh-client",
     "ibstat": "infiniband-diags",
+    "sudo": "sudo",  # the non-root node user's privilege escalation
 }
 DOCKER_TOOLS = {"dockerd": "docker.io", "docker-registry": "docker-registry"}
 

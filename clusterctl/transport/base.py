@@ -35,6 +35,12 @@ class TcpForwardingDisabled(Exception):
     """The node's sshd refuses direct-tcpip channels (AllowTcpForwarding no)."""
 
 
+# A privileged command: as root already, or through `sudo -n` (never a password prompt, so never
+# a hang) when the user may; else as the user. The check costs one `sudo -n true` per command.
+_BECOME = ('if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; '
+           'then exec sudo -n -- "$@"; fi; exec "$@"')
+
+
 def remote_argv(cmd: Command) -> list[str]:
     """The argv actually executed: env and cwd folded in without a shell around user data."""
     argv = list(cmd.argv)
@@ -42,6 +48,8 @@ def remote_argv(cmd: Command) -> list[str]:
         argv = ["sh", "-c", 'cd "$1" && shift && exec "$@"', "sh", cmd.cwd, *argv]
     if cmd.env:
         argv = ["env", *(f"{k}={v}" for k, v in cmd.env), *argv]
+    if cmd.privileged:
+        argv = ["sh", "-c", _BECOME, "sh", *argv]
     return argv
 
 
