@@ -77,6 +77,9 @@ class Scan:
 
     def add_text(self, text: str, host: Optional[str], rank: Optional[int], source: str, year: int) -> None:
         lines, roots = fmt.parse_lines(text, host, rank, year)
+        if host is not None:  # torchrun's summary names the machine as it calls itself (an FQDN,
+            for root in roots:  # `localhost`); the log is this host's, so the failure is too
+                root.fields["host"] = host
         self.lines.extend(lines)
         self.roots.extend(roots)
         self.events.extend(match_lines(lines, source))
