@@ -212,7 +212,9 @@ RULES: tuple[Rule, ...] = (
          "`ModuleNotFoundError: No module named ...`, "
          "`ImportError: ... undefined symbol` (module missing or different on a node)",
          F.IMPORT_ERROR, (
-             S(r"ModuleNotFoundError: No module named|No module named '?[\w.]+'?", .9),
+             # a warning that names a missing optional module (torch's "Failed to initialize NumPy")
+             # is not what failed
+             S(r"ModuleNotFoundError: No module named|No module named '?[\w.]+'?", .9, unless=r"Warning\b"),
              S(r"ImportError: .*undefined symbol|undefined symbol: _Z\w+", .9, unless=r"symbol: nccl"),
              S(r"ImportError: (?:cannot import name|DLL load failed|lib\S+\.so[\d.]*: cannot open)", .88),
              S(r"^ImportError:", .6),
