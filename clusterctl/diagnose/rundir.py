@@ -9,6 +9,8 @@ Xid or ECC errors, the container's OOMKilled flag, different images/NCCL version
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import json
 import re
 from pathlib import Path
@@ -28,7 +30,8 @@ FABRIC_NOT_READY = re.compile(r"Fabric\s*\n\s*State\s*:\s*(In Progress|Not Start
 VERSION_ENV = {"NCCL": "NCCL_VERSION", "torch": "PYTORCH_VERSION", "CUDA": "CUDA_VERSION"}
 DIAG_SIGNALS = {name: Signal(f"(node diagnostic: {name})", weight) for name, weight in (
     ("dmesg OOM kill", .9), ("container OOMKilled", .95), ("container exit 137", .6), ("Xid", .9),
-    ("ECC", .9), ("fabric state", .9), ("NIC not on node", .9), ("versions differ", .9), ("tiny shm", .9))}
+    ("ECC", .9), ("fabric state", .9), ("NIC not on node", .9), ("versions differ", .9),
+    ("tiny shm", .995))}  # the log line and the node together: stronger than the line alone
 # evidence that already combines the log with the node (or several nodes): never discounted as "alone"
 SELF_STANDING = {DIAG_SIGNALS[name] for name in ("NIC not on node", "versions differ", "tiny shm")}
 
@@ -56,7 +59,23 @@ def diagnose_run_dir(root: Path, record: Optional[dict] = None) -> list[Finding]
     join_node_diagnostics(scan)
     from clusterctl.diagnose.hang import with_hang_evidence  # the stacks and flight-recorder dumps of a hang
 
-    return with_hang_evidence(root, rank_findings(scan))
+    findings = with_hang_evidence(root, rank_findings(scan))
+    return first_failure_first(findings, record if record is not None else _read_json(root / "run.json"))
+
+
+def first_failure_first(findings: list[Finding], record: Optional[dict]) -> list[Finding]:
+    """The controller saw which rank failed first (the run record's first_failure); the logs of the
+    others only show the cascade. Findings on that host come first, and an `unknown` there takes
+    the recorded host and rank."""
+    first = record.get("first_failure") if isinstance(record, dict) else None
+    host = first.get("host") if isinstance(first, dict) else None
+    if not host or not findings:
+        return findings
+    ordered = sorted(findings, key=lambda f: f.host != host)
+    top = ordered[0]
+    if top.host != host and top.cause == "unknown":
+        ordered[0] = replace(top, host=host, rank=first.get("rank"))
+    return ordered
 
 
 # --------------------------------------------------------------------------- the run's outcome
