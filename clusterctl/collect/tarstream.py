@@ -55,8 +55,10 @@ class TarStream:
     def __init__(self, read: Callable[[int], bytes]):
         self._source = _Bytes(read)
         first = self._source.peek(2)
+        self._inflating: Optional[_Inflating] = None
         if first[:2] == b"\x1f\x8b":
-            self._source = _Bytes(_Inflating(self._source).read)
+            self._inflating = _Inflating(self._source)
+            self._source = _Bytes(self._inflating.read)
         self._left = 0  # data (and padding) of the current member not yet taken
         self._data_size = 0  # data of the current member not yet handed out by data()
         self._pax_global: dict = {}
@@ -87,6 +89,8 @@ class TarStream:
             if header is None:  # tar always ends with zero blocks: this stream was cut off
                 raise DamagedStream("the stream ended before tar's end-of-archive blocks")
             if header == bytes(BLOCK):
+                if self._inflating is not None:  # a damaged gzip stream is damaged however it was cut
+                    self._inflating.drain()
                 return None
             try:
                 info = tarfile.TarInfo.frombuf(header, "utf-8", "surrogateescape")
@@ -228,3 +232,13 @@ class _Inflating:
             if out:
                 return out
         return b""
+
+    def drain(self, limit: int = 1 << 30) -> None:
+        """Inflate what is left (up to `limit` bytes) so that zlib checks the stream's checksum:
+        tar stops at its end-of-archive block, and whether zlib had reached the gzip trailer by then
+        would depend on how the stream arrived."""
+        while limit > 0:
+            out = self.read(min(limit, READ_SIZE))
+            if not out:
+                return
+            limit -= len(out)
