@@ -39,6 +39,8 @@ class App:
         from clusterctl.inventory.load import load_inventory
 
         inventory = load_inventory(self.inventory_path(explicit))
+        for warning in inventory.warnings:  # read but not used (an ssh option, an Ansible variable): said
+            self.renderer.message(f"warning: {warning}", style="yellow")
         limit = getattr(self.args, "limit", None)
         if limit:
             wanted = [name.strip() for name in limit.split(",") if name.strip()]

@@ -39,6 +39,7 @@ COMMANDS = {
     "export": ("export", "write a Kubeflow PyTorchJob, KubeRay RayJob or batch Job from the inventory"),
     "launch": ("launch", "the entrypoint platforms run on every node (--from-env): checks, then torchrun"),
     "completion": ("completion", "print a shell completion script: source <(clusterctl completion bash)"),
+    "inventory": ("inventory", "show: every host as clusterctl will reach it, and where each value came from"),
 }
 
 
@@ -102,6 +103,10 @@ def main(argv: Optional[Sequence[str]] = None, env: Optional[dict] = None) -> in
     from clusterctl.render import emit_json
 
     app = App.create(args, env)
+    if args.json:  # a program reads stdout: never stop to ask for an SSH key's passphrase
+        from clusterctl.transport.ssh_keys import allow_prompts
+
+        allow_prompts(False)
     module = _command_module(COMMANDS[args.command][0])
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started ignoring it

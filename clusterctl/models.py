@@ -53,6 +53,13 @@ class SSHSettings:
     command_timeout: float = 600.0
     proxy_jump: Optional[str] = None
     forward_agent: bool = False
+    config_file: Optional[str] = None  # an ssh_config read instead of ~/.ssh/config + /etc/ssh/ssh_config (ssh -F)
+    # further ssh options, as `ssh -o Key=Value` (win over ssh_config): ProxyCommand (%h %p %r),
+    # StrictHostKeyChecking ...; e.g. from ansible_ssh_common_args
+    options: tuple[tuple[str, str], ...] = ()
+    # the fields above that the inventory set; the others are defaults that ssh_config may replace
+    # (known_hosts, host_key_policy, connect_timeout); where a value came from, not the value: not compared
+    explicit: frozenset = field(default=frozenset(), compare=False)
 
 
 @dataclass(frozen=True)
@@ -85,6 +92,10 @@ class Host:
     slots: Optional[int] = None  # from an MPI hostfile: processes this host may run
     nic: Optional[str] = None  # overrides the detected NCCL/GLOO socket interface
     env: tuple[EnvVar, ...] = ()
+    # privilege escalation for a non-root SSH user (ansible_become*): `sudo -n`, never a password
+    become: Optional[bool] = None
+    become_user: Optional[str] = None
+    become_method: Optional[str] = None  # sudo (the only one)
 
     @property
     def is_local(self) -> bool:
@@ -147,6 +158,9 @@ class Inventory:
     job: JobSpec = field(default_factory=JobSpec)
     checks: CheckSettings = field(default_factory=CheckSettings)
     source: Optional[Path] = None
+    # what was read but not used (an ssh option clusterctl does not act on, an unknown Ansible
+    # variable), each with file:line; said, never fatal
+    warnings: tuple[str, ...] = field(default=(), compare=False)
 
     def host(self, name: str) -> Host:
         for host in self.hosts:

@@ -1,4 +1,4 @@
-"""The pieces behind the benchmark fixes: known_hosts parsed once, ProxyJump specs, the chunk
+"""The pieces behind the benchmark fixes: known_hosts parsed once, keys read once, ProxyJump specs, the chunk
 buffers of SSH channels, streamed tar extraction with hashes, and collect-logs' one-round survey."""
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import pytest
 
 from clusterctl import transport
 from clusterctl.collect import fetch as collect
-from clusterctl.transport import paramiko_setup, ssh_files
+from clusterctl.transport import known_hosts, openssh_config, paramiko_setup, ssh_files, ssh_keys
 from clusterctl.commands.collect import _shared_by_run_dirs
-from clusterctl.models import Command, Host
+from clusterctl.models import Command, Host, SSHSettings
 
 KEY_A = "AAAAC3NzaC1lZDI1NTE5AAAAIKff8RpCBCXswXR7eK/XMxHrVbSYFy7i+/lJKVVNpKiD"
 KEY_B = "AAAAC3NzaC1lZDI1NTE5AAAAIMmuHiYyb1n7wCN/Uq+uAFKO0RgmFD0mvkIL5JCoW0Zp"
@@ -27,9 +27,14 @@ def _known_hosts(tmp_path, lines):
     return path
 
 
+def _plain_keys(path, name):
+    import base64
+
+    return [base64.b64encode(e.key).decode() for e in known_hosts.lines_for(name, [str(path)]) if e.marker is None]
+
+
 def test_known_hosts_lookup_matches_plain_bracketed_and_hashed_names(tmp_path):
-    paramiko = paramiko_setup._paramiko()
-    hashed = paramiko.HostKeys.hash_host("10.0.0.3")
+    hashed = known_hosts.hashed_name("10.0.0.3")
     path = _known_hosts(tmp_path, [
         f"10.0.0.1,node1 ssh-ed25519 {KEY_A}",
         f"[10.0.0.2]:2222 ssh-ed25519 {KEY_B}",
@@ -37,20 +42,23 @@ def test_known_hosts_lookup_matches_plain_bracketed_and_hashed_names(tmp_path):
         "# a comment",
         "@cert-authority *.example ssh-ed25519 " + KEY_B,
     ])
-    assert [k.get_base64() for k in ssh_files._known_keys(path, "10.0.0.1")] == [KEY_A]
-    assert [k.get_base64() for k in ssh_files._known_keys(path, "node1")] == [KEY_A]
-    assert [k.get_base64() for k in ssh_files._known_keys(path, "[10.0.0.2]:2222")] == [KEY_B]
-    assert ssh_files._known_keys(path, "10.0.0.2") == []
-    assert [k.get_base64() for k in ssh_files._known_keys(path, "10.0.0.3")] == [KEY_A]
-    assert ssh_files._known_keys(tmp_path / "missing", "10.0.0.1") == []
+    assert _plain_keys(path, "10.0.0.1") == [KEY_A]
+    assert _plain_keys(path, "node1") == [KEY_A]
+    assert _plain_keys(path, "[10.0.0.2]:2222") == [KEY_B]
+    assert _plain_keys(path, "10.0.0.2") == []
+    assert _plain_keys(path, "10.0.0.3") == [KEY_A]
+    assert _plain_keys(tmp_path / "missing", "10.0.0.1") == []
 
 
-def test_the_first_key_of_a_type_wins_and_a_changed_file_is_read_again(tmp_path):
+def test_every_line_for_a_host_counts_and_a_changed_file_is_read_again(tmp_path):
+    import base64
+
+    server_b = known_hosts.ServerKey("ssh-ed25519", base64.b64decode(KEY_B))
     path = _known_hosts(tmp_path, [f"10.0.0.1 ssh-ed25519 {KEY_A}", f"10.0.0.1 ssh-ed25519 {KEY_B}"])
-    assert [k.get_base64() for k in ssh_files._known_keys(path, "10.0.0.1")] == [KEY_A]
-    path.write_text(f"10.0.0.1 ssh-ed25519 {KEY_B}\n")
+    assert known_hosts.judge(server_b, "10.0.0.1", 22, None, [str(path)]).status == "ok"  # as ssh: any listed key
+    path.write_text(f"10.0.0.1 ssh-ed25519 {KEY_A}\n")
     os.utime(path, ns=(time.time_ns(), time.time_ns() + 10**9))
-    assert [k.get_base64() for k in ssh_files._known_keys(path, "10.0.0.1")] == [KEY_B]
+    assert known_hosts.judge(server_b, "10.0.0.1", 22, None, [str(path)]).status == "changed"
 
 
 def _keygen(path, passphrase: str = "") -> None:
@@ -60,20 +68,21 @@ def _keygen(path, passphrase: str = "") -> None:
 
 
 def test_a_private_key_is_read_once_per_process_and_again_when_it_changes(tmp_path):
-    plain, locked, certified = tmp_path / "plain", tmp_path / "locked", tmp_path / "certified"
+    from clusterctl.transport.openssh_config import SSHTarget
+
+    plain, locked = tmp_path / "plain", tmp_path / "locked"
     _keygen(plain)
     _keygen(locked, "a passphrase")
-    _keygen(certified)
-    (tmp_path / "certified-cert.pub").write_text("a certificate beside it\n")
-    paths = [str(tmp_path / "missing"), str(locked), str(certified), str(plain)]
-    path, key = ssh_files._first_loadable_key(paths)  # the locked and the certified key: paramiko's own way
-    assert path == str(plain) and key.get_name() == "ssh-ed25519"
-    assert ssh_files._first_loadable_key(paths)[1] is key  # not read again
+    target = SSHTarget("n", "n", 22, "root", batch_mode=True)
+    key = ssh_keys.load_key(str(plain), target, [])
+    assert key.get_name() == "ssh-ed25519"
+    assert ssh_keys.load_key(str(plain), target, []) is key  # not read again
     plain.unlink()
     _keygen(plain)
-    path, again = ssh_files._first_loadable_key(paths)
-    assert path == str(plain) and again.get_base64() != key.get_base64()
-    assert ssh_files._first_loadable_key([str(locked)]) == (None, None)
+    assert ssh_keys.load_key(str(plain), target, []).get_base64() != key.get_base64()
+    notes: list = []
+    assert ssh_keys.load_key(str(locked), target, notes) is None and "passphrase-protected" in notes[0]
+    assert ssh_keys.load_key(str(tmp_path / "missing"), target, []) is None
 
 
 @pytest.mark.parametrize("spec, parsed", [
@@ -81,22 +90,25 @@ def test_a_private_key_is_read_once_per_process_and_again_when_it_changes(tmp_pa
     ("ops@bastion:2222", ("ops", "bastion", 2222)),
     ("ops@[fd00::1]:22", ("ops", "fd00::1", 22)),
     ("[fd00::1]", (None, "fd00::1", None)),
+    ("ssh://ops@bastion:2200", ("ops", "bastion", 2200)),
 ])
 def test_proxy_jump_hops_are_read_like_openssh(spec, parsed):
-    assert ssh_files._split_hop(spec) == parsed
+    assert openssh_config.split_hop(spec) == parsed
 
 
 def test_an_inventory_proxy_jump_becomes_hops_in_order(monkeypatch, tmp_path):
     config = tmp_path / "ssh_config"
     config.write_text("Host node7\n  HostName 10.0.0.7\n  User ops\n  IdentityFile ~/.ssh/n7\n")
     monkeypatch.setenv("CLUSTERCTL_SSH_CONFIG", str(config))
-    target = ssh_files._resolve("node7", None, None, "a@jump1:2200,jump2")
+    monkeypatch.setenv("CLUSTERCTL_CACHE_DIR", str(tmp_path / "cache"))
+    target = ssh_files.target_for(Host("n7", "node7", ssh=SSHSettings(proxy_jump="a@jump1:2200,jump2")))
     assert (target.hostname, target.port, target.user) == ("10.0.0.7", 22, "ops")
-    assert target.identity_files == [os.path.expanduser("~/.ssh/n7")]
-    assert [(j.hostname, j.port, j.user) for j in target.jumps][0] == ("jump1", 2200, "a")
-    assert [j.hostname for j in target.jumps] == ["jump1", "jump2"]
+    assert target.identity_files == (os.path.join(openssh_config._home(), ".ssh/n7"),)
+    assert [(j.hostname, j.port, j.user) for j in target.hops][0] == ("jump1", 2200, "a")
+    assert [j.hostname for j in target.hops] == ["jump1", "jump2"]
     assert target.known_hosts_name == "10.0.0.7"
-    assert ssh_files._resolve("10.0.0.8", "root", 2222, None).known_hosts_name == "[10.0.0.8]:2222"
+    other = ssh_files.target_for(Host("n8", "10.0.0.8", ssh=SSHSettings(user="root", port=2222)))
+    assert other.known_hosts_name == "[10.0.0.8]:2222"
 
 
 def test_chunk_buffers_return_what_was_fed_in_order_whole_or_in_parts():

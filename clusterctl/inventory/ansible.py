@@ -1,45 +1,23 @@
-"""Ansible inventories (INI and YAML) -> clusterctl inventory data, with the line of every value.
+"""Ansible inventory files (INI and YAML) read into an AnsibleTree (ansible_tree.py), with the
+line of every value.
 
-Ansible semantics kept: a host without `ansible_host` is reached by its name; variables
-apply from `all` through parent groups to child groups (by depth, then name), and host
-variables win over all of them; host patterns like `node[01:04]` expand.
+Ansible semantics kept: a host without `ansible_host` is reached by its name; host patterns
+like `node[01:04]` expand; several files (an inventory directory) add to one tree.
 """
 from __future__ import annotations
 
-import difflib
 import re
 import shlex
-from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from clusterctl.inventory.ansible_tree import AnsibleTree, Var
 from clusterctl.inventory.formats import SECTION, fail
 from clusterctl.inventory.values import did_you_mean
 from clusterctl.inventory.yamlsource import Locator, format_key_path
 
-# Ansible variable -> clusterctl host key. Legacy spellings first: modern ones win.
-_LEGACY_VARS = {"ansible_ssh_host": "address", "ansible_ssh_port": "port", "ansible_ssh_user": "user",
-                "ansible_private_key_file": "identity_file"}
-_MODERN_VARS = {"ansible_host": "address", "ansible_port": "port", "ansible_user": "user",
-                "ansible_ssh_private_key_file": "identity_file", "ansible_connection": "connection"}
-# clusterctl's own host keys, usable as plain host or group variables
-_CLUSTERCTL_VARS = {"gpus": "gpus", "nic": "nic", "slots": "slots",
-                    "clusterctl_gpus": "gpus", "clusterctl_nic": "nic", "clusterctl_slots": "slots"}
-# Ansible variables that mean nothing to clusterctl (privilege escalation, interpreters)
-_IGNORED_VARS = {
-    "ansible_python_interpreter", "ansible_become", "ansible_become_user", "ansible_become_method",
-    "ansible_become_pass", "ansible_become_password", "ansible_become_exe", "ansible_become_flags",
-    "ansible_ssh_common_args", "ansible_ssh_extra_args", "ansible_sftp_extra_args", "ansible_scp_extra_args",
-    "ansible_shell_type", "ansible_shell_executable", "ansible_ssh_pipelining", "ansible_pipelining",
-    "ansible_ssh_executable", "ansible_timeout", "ansible_ssh_timeout", "ansible_host_key_checking",
-    "ansible_ssh_retries", "ansible_remote_tmp",
-}
-_PASSWORD_VARS = {"ansible_password", "ansible_ssh_pass", "ansible_ssh_password"}
-_KNOWN_ANSIBLE = sorted(set(_LEGACY_VARS) | set(_MODERN_VARS) | _IGNORED_VARS | _PASSWORD_VARS)
-_CONNECTIONS = {"ssh": "ssh", "paramiko": "ssh", "paramiko_ssh": "ssh", "smart": "ssh", "local": "local"}
 _GROUP_KEYS = ("hosts", "vars", "children")
 _MAX_EXPANDED = 4096
 _RANGE = re.compile(r"\[([0-9]+|[a-zA-Z]):([0-9]+|[a-zA-Z])(?::([0-9]+))?\]")
-
 
 
 # --------------------------------------------------------------------- host patterns
@@ -71,147 +49,19 @@ def expand_host_pattern(pattern: str, where: str) -> list[str]:
     return [head + value + rest for value in values for rest in rests]
 
 
-# --------------------------------------------------------------------- the Ansible model
-
-
-@dataclass
-class _Var:
-    value: Any
-    line: int
-    label: str
-
-
-@dataclass
-class AnsibleTree:
-    """Hosts, groups and variables as Ansible sees them, with where each was written."""
-
-    source_name: str
-    hosts: dict[str, int] = field(default_factory=dict)  # name -> first line (insertion order)
-    host_vars: dict[str, dict[str, _Var]] = field(default_factory=dict)
-    host_groups: dict[str, list[str]] = field(default_factory=dict)
-    group_vars: dict[str, dict[str, _Var]] = field(default_factory=dict)
-    parents: dict[str, list[str]] = field(default_factory=dict)
-    group_lines: dict[str, int] = field(default_factory=dict)
-    depths: dict[str, int] = field(default_factory=dict)  # memo of depth()
-
-    def where(self, line: int, label: str = "") -> str:
-        return f"{self.source_name}:{line}" + (f" {label}" if label else "")
-
-    def add_host(self, name: str, group: str, line: int, variables: dict[str, _Var]) -> None:
-        self.hosts.setdefault(name, line)
-        self.host_vars.setdefault(name, {}).update(variables)
-        groups = self.host_groups.setdefault(name, [])
-        if group not in groups:
-            groups.append(group)
-        self.group_lines.setdefault(group, line)
-
-    def add_child(self, parent: str, child: str, line: int) -> None:
-        self.group_lines.setdefault(parent, line)
-        self.group_lines.setdefault(child, line)
-        if parent not in self.parents.setdefault(child, []):
-            self.parents[child].append(parent)
-
-    def depth(self, group: str, seen: tuple = ()) -> int:
-        """Distance from `all` along the longest parent chain (Ansible orders group vars by it)."""
-        if group == "all":
-            return 0
-        if group in seen:
-            cycle = " -> ".join(seen[seen.index(group):] + (group,))
-            fail(self.where(self.group_lines.get(group, 1)), f"groups contain each other: {cycle}",
-                  "remove one of the children entries so that groups form a tree")
-        if group not in self.depths:
-            parents = self.parents.get(group) or ["all"]
-            self.depths[group] = 1 + max(self.depth(p, seen + (group,)) for p in parents)
-        return self.depths[group]
-
-    def ancestry(self, host: str) -> list[str]:
-        """Every group of `host`, parents included, most general first (Ansible's var order)."""
-        found: set[str] = set()
-        todo = list(self.host_groups.get(host, []))
-        while todo:
-            group = todo.pop()
-            if group not in found:
-                found.add(group)
-                todo.extend(self.parents.get(group, []))
-        found.add("all")
-        return sorted(sorted(found), key=self.depth)  # by name first: deterministic errors
-
-    def to_data(self) -> tuple[dict, Locator]:
-        locator = Locator(self.source_name)
-        locator.record(("hosts",), min(self.hosts.values(), default=1), label="hosts")
-        hosts = [self._host_data(name, index, locator) for index, name in enumerate(self.hosts)]
-        return {"hosts": hosts}, locator
-
-    def _host_data(self, name: str, index: int, locator: Locator) -> dict:
-        path = ("hosts", index)
-        locator.record(path, self.hosts[name], label=name)
-        locator.record(path + ("name",), self.hosts[name], label=name)
-        groups = self.ancestry(name)
-        merged: dict[str, _Var] = {}
-        for group in groups:
-            merged.update(self.group_vars.get(group, {}))
-        merged.update(self.host_vars.get(name, {}))
-        data: dict[str, Any] = {"name": name, "address": name}
-        locator.record(path + ("address",), self.hosts[name], label=name)
-        for table in (_LEGACY_VARS, _MODERN_VARS, _CLUSTERCTL_VARS):
-            for var_name, key in table.items():
-                if var_name in merged:
-                    var = merged[var_name]
-                    data[key] = self._translate(key, var)
-                    locator.record(path + (key,), var.line, label=var.label)
-        for var_name, var in merged.items():
-            self._check_var(var_name, var)
-        data["groups"] = [g for g in sorted(groups) if g not in ("all", "ungrouped")]
-        return data
-
-    def _translate(self, key: str, var: _Var) -> Any:
-        value = var.value
-        if isinstance(value, str) and "{{" in value:
-            fail(self.where(var.line, var.label), f"Jinja template {value!r} is not evaluated by clusterctl",
-                  "write the value literally")
-        if key == "connection" and isinstance(value, str):
-            return _CONNECTIONS.get(value, value)
-        if key in ("port", "slots") and isinstance(value, str) and value.strip().isdigit():
-            return int(value)
-        if key == "gpus":
-            return _gpus_from_text(value)
-        return value
-
-    def _check_var(self, name: str, var: _Var) -> None:
-        where = self.where(var.line, var.label)
-        if name in _PASSWORD_VARS:
-            fail(where, "a password variable: clusterctl connects with SSH keys only, not passwords",
-                  "remove the password variable; set ansible_ssh_private_key_file (or use ssh-agent)")
-        if name.startswith("ansible_") and name not in _KNOWN_ANSIBLE:
-            fail(where, f"unknown Ansible variable '{name}'{did_you_mean(name, _KNOWN_ANSIBLE)}",
-                  "use ansible_host, ansible_port, ansible_user, ansible_ssh_private_key_file or ansible_connection")
-        if name not in _CLUSTERCTL_VARS and not name.startswith("ansible_"):
-            hint = difflib.get_close_matches(name, list(_CLUSTERCTL_VARS), n=1, cutoff=0.75)
-            if hint:
-                fail(where, f"unknown variable '{name}' (did you mean '{hint[0]}'?)",
-                      f"rename it to {hint[0]}, or to a name clusterctl does not read")
-
-
-def _gpus_from_text(value: Any) -> Any:
-    """INI gives text: "all", "none", "4", "0,1,2" or "[0, 1]" -> the YAML value."""
-    if not isinstance(value, str):
-        return value
-    text = value.strip()
-    if text.isdigit():
-        return int(text)
-    inner = text[1:-1] if text.startswith("[") and text.endswith("]") else text
-    parts = [p.strip() for p in inner.split(",")]
-    if inner and all(p.isdigit() for p in parts):
-        return [int(p) for p in parts]
-    return text
-
-
 # --------------------------------------------------------------------- Ansible INI
 
 
 def parse_ansible_ini(text: str, source_name: str) -> tuple[dict, Locator]:
     """An Ansible INI inventory -> (clusterctl inventory data, Locator)."""
     tree = AnsibleTree(source_name)
+    read_ini(tree, text, source_name)
+    return tree.to_data()
+
+
+def read_ini(tree: AnsibleTree, text: str, source_name: str) -> None:
+    """Add an INI inventory file's hosts, groups and variables to `tree`."""
+    tree.current_source = source_name
     section, kind = "ungrouped", "hosts"
     for number, raw in enumerate(text.splitlines(), start=1):
         line = raw.strip()
@@ -220,7 +70,7 @@ def parse_ansible_ini(text: str, source_name: str) -> tuple[dict, Locator]:
         header = SECTION.match(line)
         if header:
             section, kind = _section(header.group(1).strip(), tree.where(number))
-            tree.group_lines.setdefault(section, number)
+            tree.note_group(section, number)
             tree.group_vars.setdefault(section, {})
         elif kind == "hosts":
             _ini_host_line(tree, section, line, number)
@@ -230,10 +80,6 @@ def parse_ansible_ini(text: str, source_name: str) -> tuple[dict, Locator]:
         else:
             child = _words(line, tree.where(number))[0]
             tree.add_child(section, child, number)
-    if not tree.hosts:
-        fail(f"{source_name}:1", "the Ansible inventory lists no hosts",
-              "add host lines under a [group] section, e.g. `node1 ansible_host=10.0.0.1`")
-    return tree.to_data()
 
 
 def _section(title: str, where: str) -> tuple[str, str]:
@@ -273,13 +119,13 @@ def _ini_host_line(tree: AnsibleTree, group: str, line: str, number: int) -> Non
                   "write host variables as key=value, e.g. ansible_user=root (no spaces around '=')")
         variables[key] = value
     for name in expand_host_pattern(pattern, where):
-        host_vars = {k: _Var(v, number, f"{name} {k}") for k, v in variables.items()}
+        host_vars = {k: tree.var(v, number, f"{name} {k}") for k, v in variables.items()}
         if port is not None:
-            host_vars.setdefault("ansible_port", _Var(port, number, f"{name} port"))
+            host_vars.setdefault("ansible_port", tree.var(port, number, f"{name} port"))
         tree.add_host(name, group, number, host_vars)
 
 
-def _ini_var_line(tree: AnsibleTree, group: str, line: str, number: int) -> tuple[str, _Var]:
+def _ini_var_line(tree: AnsibleTree, group: str, line: str, number: int) -> tuple[str, Var]:
     key, eq, value = line.partition("=")
     key, value = key.strip(), value.strip()
     if not eq or not key:
@@ -288,7 +134,7 @@ def _ini_var_line(tree: AnsibleTree, group: str, line: str, number: int) -> tupl
     if value[:1] in ("'", '"'):
         words = _words(value, tree.where(number))
         value = words[0] if words else ""
-    return key, _Var(value, number, f"[{group}:vars] {key}")
+    return key, tree.var(value, number, f"[{group}:vars] {key}")
 
 
 # --------------------------------------------------------------------- Ansible YAML
@@ -309,16 +155,24 @@ def looks_like_ansible_yaml(data: Any) -> bool:
 def convert_ansible_yaml(data: dict, locator: Locator) -> tuple[dict, Locator]:
     """Parsed Ansible YAML (with its Locator) -> (clusterctl inventory data, Locator)."""
     tree = AnsibleTree(locator.source_name)
-    for group, body in data.items():
-        _yaml_group(tree, locator, str(group), body, (group,))
-    if not tree.hosts:
-        fail(locator.where(()), "the Ansible inventory lists no hosts",
-              "add hosts under all: hosts:, e.g. `node1: {ansible_host: 10.0.0.1}`")
+    read_yaml(tree, data, locator)
     return tree.to_data()
 
 
+def read_yaml(tree: AnsibleTree, data: Any, locator: Locator) -> None:
+    """Add a parsed YAML inventory file's hosts, groups and variables to `tree`."""
+    tree.current_source = locator.source_name
+    if data is None:
+        return
+    if not isinstance(data, dict):
+        fail(locator.where(()), "an Ansible YAML inventory must be a mapping of groups",
+             "start with `all:` and put hosts under all: hosts:")
+    for group, body in data.items():
+        _yaml_group(tree, locator, str(group), body, (group,))
+
+
 def _yaml_group(tree: AnsibleTree, locator: Locator, group: str, body: Any, path: tuple) -> None:
-    tree.group_lines.setdefault(group, locator.line(path) or 1)
+    tree.note_group(group, locator.line(path) or 1)
     if body is None:
         return
     where = f"{locator.where(path)} {format_key_path(path)}"
@@ -331,7 +185,7 @@ def _yaml_group(tree: AnsibleTree, locator: Locator, group: str, body: Any, path
                   f"unknown key '{key}' in group '{group}'{did_you_mean(key, _GROUP_KEYS)}",
                   "an Ansible group has only hosts:, vars: and children:")
     _yaml_hosts(tree, locator, group, body.get("hosts"), path + ("hosts",))
-    tree.group_vars.setdefault(group, {}).update(_yaml_vars(locator, body.get("vars"), path + ("vars",)))
+    tree.group_vars.setdefault(group, {}).update(_yaml_vars(tree, locator, body.get("vars"), path + ("vars",)))
     children = body.get("children") or {}
     if not isinstance(children, dict):
         fail(f"{locator.where(path + ('children',))} {format_key_path(path + ('children',))}",
@@ -352,13 +206,13 @@ def _yaml_hosts(tree: AnsibleTree, locator: Locator, group: str, hosts: Any, pat
         host_path = path + (name,)
         line = locator.line(host_path) or 1
         for expanded in expand_host_pattern(str(name), f"{locator.where(host_path)} {format_key_path(host_path)}"):
-            tree.add_host(expanded, group, line, _yaml_vars(locator, variables, host_path))
+            tree.add_host(expanded, group, line, _yaml_vars(tree, locator, variables, host_path))
 
 
-def _yaml_vars(locator: Locator, variables: Any, path: tuple) -> dict[str, _Var]:
+def _yaml_vars(tree: AnsibleTree, locator: Locator, variables: Any, path: tuple) -> dict[str, Var]:
     if variables is None:
         return {}
     if not isinstance(variables, dict):
         fail(f"{locator.where(path)} {format_key_path(path)}", "variables must be a mapping of name: value",
               "write `ansible_host: 10.0.0.1` style entries")
-    return {str(k): _Var(v, locator.line(path + (k,)) or 1, format_key_path(path + (k,))) for k, v in variables.items()}
+    return {str(k): tree.var(v, locator.line(path + (k,)) or 1, format_key_path(path + (k,))) for k, v in variables.items()}

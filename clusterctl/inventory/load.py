@@ -22,17 +22,17 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from clusterctl.errors import InventoryError
-from clusterctl.inventory.ansible import convert_ansible_yaml, looks_like_ansible_yaml, parse_ansible_ini
+from clusterctl.inventory.ansible_source import ANSIBLE_PREFIX, read_ansible_dir, read_inventory_text, read_with_ansible
 from clusterctl.inventory.dump import dump_inventory
 from clusterctl.inventory.formats import sniff_format
-from clusterctl.inventory.hostfile import parse_hostfile
+from clusterctl.inventory.ssh_values import HOST_SSH_KEYS, expect_ssh_options, host_become, host_ssh
 from clusterctl.inventory.values import (
     Doc, did_you_mean, format_size, parse_size, HOST_NAME_RE, PLACEHOLDERS, check_placeholders, describe, expect_address, expect_bool, expect_choice,
     expect_env, expect_gpus, expect_ib, expect_int, expect_nproc, expect_number, expect_outputs, expect_policy,
     expect_port, expect_remote_dir, expect_safe_name, expect_size, expect_text, expect_text_list, expect_user,
 )
 from clusterctl.models import CheckSettings, ContainerSpec, Host, Inventory, JobSpec, RendezvousSpec, SSHSettings
-from clusterctl.inventory.yamlsource import Locator, parse_yaml, read_text
+from clusterctl.inventory.yamlsource import Locator, read_text
 
 CONTAINER_NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]+$")
 NIC_RE = re.compile(r"^[\^=]?[A-Za-z0-9_.:@-]{1,15}(,[A-Za-z0-9_.:@-]{1,15})*$")
@@ -40,9 +40,9 @@ LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost")
 
 TOP_KEYS = ("name", "ssh", "hosts", "container", "rendezvous", "job", "checks")
 SSH_KEYS = ("user", "port", "identity_file", "known_hosts", "host_key_policy", "connect_timeout",
-            "command_timeout", "proxy_jump", "forward_agent")
+            "command_timeout", "proxy_jump", "forward_agent", "config_file", "options")
 HOST_KEYS = ("name", "address", "port", "user", "identity_file", "proxy_jump", "connection", "gpus", "nic", "env",
-             "groups", "slots")
+             "groups", "slots") + HOST_SSH_KEYS
 CONTAINER_KEYS = ("image", "name", "runtime", "gpus", "shm_size", "ipc", "volumes", "env", "command", "pull",
                   "labels")
 RENDEZVOUS_KEYS = ("port", "master", "join_timeout", "address")
@@ -68,6 +68,9 @@ def _ssh_settings(doc: Doc, data: Any) -> SSHSettings:
         command_timeout=doc.value(ssh, "command_timeout", path, expect_number, default.command_timeout),
         proxy_jump=doc.value(ssh, "proxy_jump", path, _proxy_jump),
         forward_agent=doc.value(ssh, "forward_agent", path, expect_bool, default.forward_agent),
+        config_file=doc.value(ssh, "config_file", path, Doc.local_path),
+        options=doc.value(ssh, "options", path, expect_ssh_options, ()),
+        explicit=frozenset(key for key in SSH_KEYS if ssh.get(key) is not None),
     )
 
 
@@ -90,15 +93,16 @@ def _host(doc: Doc, item: Any, path: tuple, ssh: SSHSettings) -> Host:
     if address is None and connection == "ssh":
         doc.fail(path + ("address",), f"host {name} has no address",
                  "add address: (an IP, DNS name or ~/.ssh/config alias), or connection: local for this machine")
-    host_ssh = replace(ssh, port=doc.value(entry, "port", path, expect_port, ssh.port),
-                       user=doc.value(entry, "user", path, expect_user, ssh.user),
-                       identity_file=doc.value(entry, "identity_file", path, Doc.local_path, ssh.identity_file),
-                       proxy_jump=doc.value(entry, "proxy_jump", path, _proxy_jump, ssh.proxy_jump))
+    ssh_of_host = replace(host_ssh(doc, entry, path, ssh), port=doc.value(entry, "port", path, expect_port, ssh.port),
+                          user=doc.value(entry, "user", path, expect_user, ssh.user),
+                          identity_file=doc.value(entry, "identity_file", path, Doc.local_path, ssh.identity_file),
+                          proxy_jump=doc.value(entry, "proxy_jump", path, _proxy_jump, ssh.proxy_jump))
     groups = entry.get("groups")
     groups = [groups] if isinstance(groups, str) else groups
     if groups is not None and not isinstance(groups, list):
         doc.fail(path + ("groups",), f"groups must be a list of names, got {describe(groups)}", "write groups: [gpu]")
-    return Host(name=name, address=address or "127.0.0.1", ssh=host_ssh, connection=connection,
+    return Host(name=name, address=address or "127.0.0.1", ssh=ssh_of_host, connection=connection,
+                **host_become(doc, entry, path),
                 gpus=doc.value(entry, "gpus", path, expect_gpus),
                 groups=tuple(expect_safe_name(doc, g, path + ("groups", i)) for i, g in enumerate(groups or [])),
                 slots=doc.value(entry, "slots", path, expect_int),
@@ -339,6 +343,7 @@ def build_inventory(data: Any, locator: Locator, *, base_dir: Path, default_name
     """Validated clusterctl inventory data (with its Locator) -> Inventory."""
     if locator.line(()) is None:  # an empty document: point at its first line
         locator.record((), 1)
+    warnings = tuple(data.pop("warnings", ())) if isinstance(data, dict) and "hosts" in data else ()
     doc = Doc(locator, base_dir)
     top = _top_level(doc, data)
     ssh = _ssh_settings(doc, top.get("ssh"))
@@ -347,34 +352,53 @@ def build_inventory(data: Any, locator: Locator, *, base_dir: Path, default_name
     inventory = Inventory(
         name=doc.value(top, "name", (), expect_safe_name, default_name), hosts=hosts, ssh=ssh, container=container,
         rendezvous=_rendezvous(doc, top.get("rendezvous"), hosts), job=_job(doc, top.get("job")),
-        checks=_checks(doc, top.get("checks")), source=source,
+        checks=_checks(doc, top.get("checks")), source=source, warnings=warnings,
     )
     _check_nproc_fits(doc, inventory)
     return inventory
+
+
+def _name(source_name: str) -> str:
+    stem = re.sub(r"[^A-Za-z0-9._-]", "-", Path(source_name.rstrip("/")).stem).lstrip("._-") or "cluster"
+    return stem[:63]
 
 
 def parse_inventory(text: str, source_name: str = "<inventory>", *, base_dir: Optional[Path] = None,
                     fmt: Optional[str] = None, source: Optional[Path] = None) -> Inventory:
     """Inventory text in any supported format -> Inventory. fmt: yaml | ini | hostfile (default: sniffed)."""
     fmt = fmt or sniff_format(text, Path(source_name))
-    if fmt == "ini":
-        data, locator = parse_ansible_ini(text, source_name)
-    elif fmt == "hostfile":
-        data, locator = parse_hostfile(text, source_name)
-    else:
-        data, locator = parse_yaml(text, source_name, error_cls=InventoryError)
-        if looks_like_ansible_yaml(data):
-            data, locator = convert_ansible_yaml(data, locator)
-    stem = re.sub(r"[^A-Za-z0-9._-]", "-", Path(source_name).stem).lstrip("._-") or "cluster"
-    return build_inventory(data, locator, base_dir=base_dir or Path.cwd(), default_name=stem[:63], source=source)
+    data, locator = read_inventory_text(text, source_name, fmt, source.parent if source else None)
+    return build_inventory(data, locator, base_dir=base_dir or Path.cwd(), default_name=_name(source_name),
+                           source=source)
+
+
+def load_inventory_located(path: Union[str, os.PathLike]) -> tuple[Inventory, Locator]:
+    """An inventory and the Locator that says where each of its values was written: a file, an
+    Ansible inventory directory, or `ansible:SOURCE` (read by ansible-inventory). Raises only
+    InventoryError."""
+    given = str(path)
+    marker = "/" + ANSIBLE_PREFIX  # `ansible:PATH` remembered by `up` as an absolute path: CWD/ansible:PATH
+    if not given.startswith(ANSIBLE_PREFIX) and marker in given and not os.path.exists(given):
+        before, _, rest = given.partition(marker)
+        given = ANSIBLE_PREFIX + (rest if rest.startswith("/") else os.path.join(before, rest))
+    if given.startswith(ANSIBLE_PREFIX):
+        data, locator = read_with_ansible(os.path.expanduser(given[len(ANSIBLE_PREFIX):]))
+        return build_inventory(data, locator, base_dir=Path.cwd(), default_name=_name(given[len(ANSIBLE_PREFIX):]),
+                               source=None), locator
+    path = Path(os.path.expanduser(given))
+    if path.is_dir():
+        data, locator = read_ansible_dir(path)
+        return build_inventory(data, locator, base_dir=path.resolve(), default_name=_name(str(path.resolve())),
+                               source=path.resolve()), locator
+    text = read_text(path, InventoryError, what="inventory")
+    data, locator = read_inventory_text(text, str(path), sniff_format(text, path), path.parent)
+    return build_inventory(data, locator, base_dir=path.parent.resolve(), default_name=_name(str(path)),
+                           source=path.resolve()), locator
 
 
 def load_inventory(path: Union[str, os.PathLike]) -> Inventory:
-    """Read, detect, translate and validate an inventory file. Raises only InventoryError."""
-    path = Path(os.path.expanduser(str(path)))
-    text = read_text(path, InventoryError, what="inventory")
-    return parse_inventory(text, str(path), base_dir=path.parent.resolve(), fmt=sniff_format(text, path),
-                           source=path.resolve())
+    """Read, detect, translate and validate an inventory (see load_inventory_located)."""
+    return load_inventory_located(path)[0]
 
 
 __all__ = [

@@ -4,13 +4,18 @@ A `Transport` runs a `Command` (an argv tuple) on one host and returns a `Comman
 Quoting happens here and only here (`shlex.join`). Connection problems raise
 `UnreachableError` / `HostKeyError`; the executor turns them into per-host results.
 
-Host keys are verified against the inventory's known_hosts file, never auto-added:
-`strict` refuses unknown and changed keys, `accept-new` records unknown keys (like
-OpenSSH's StrictHostKeyChecking=accept-new) and still refuses changed ones.
+Where and how to connect is what the user's own OpenSSH would do (`ssh -G`, the inventory's
+values on its command line), and host keys are judged as OpenSSH judges them (user and global
+known_hosts, hashed, wildcard and negated names, @cert-authority, @revoked), never auto-added
+under `strict`; `accept-new` records unknown keys and still refuses changed ones.
 
 - base.py: the `Transport` interface, argv folding, batches, line splitting
 - ssh.py: `SSHTransport`, one persistent connection per host (commands, streams, Docker)
-- ssh_files.py: ~/.ssh/config, known_hosts and host-key policies, private keys
+- ssh_files.py: one host's settings put together (inventory over ssh_config), the host-key check
+- openssh_config.py: `ssh -G` (or ssh_config_file.py without ssh), cached (ssh_g_cache.py)
+- known_hosts.py, host_certs.py: known_hosts files and host certificates, as ssh judges them
+- ssh_keys.py, ssh_auth.py: which keys to offer (agent first), and why none worked
+- proxy_command.py: ProxyCommand as a socket
 - paramiko_setup.py: paramiko imported once and tuned; the TCP socket
 - local.py: `LocalTransport` (`connection: local`)
 """

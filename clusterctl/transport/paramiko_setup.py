@@ -101,14 +101,43 @@ class _DeferredModule(types.ModuleType):
         return getattr(importlib.import_module(self.__name__), name)
 
 
-def _new_transport(sock, disabled_algorithms=None, **_ignored):
-    """SSHClient's transport factory: our window and packet sizes, AES-GCM preferred."""
-    transport = _paramiko().Transport(sock, disabled_algorithms=disabled_algorithms,
-                                      default_window_size=CHANNEL_WINDOW, default_max_packet_size=CHANNEL_MAX_PACKET)
+def _new_transport(sock, disabled_algorithms=None, host_key_order=(), **_ignored):
+    """SSHClient's transport factory: our window and packet sizes, AES-GCM preferred, and the host
+    key algorithms in the order ssh would ask for them (known_hosts.preferred_algorithms)."""
+    transport = _transport_class()(sock, disabled_algorithms=disabled_algorithms,
+                                   default_window_size=CHANNEL_WINDOW, default_max_packet_size=CHANNEL_MAX_PACKET)
+    transport.clusterctl_host_key_order = tuple(host_key_order)
     options = transport.get_security_options()
     offered = tuple(options.ciphers)
     options.ciphers = tuple(c for c in PREFERRED_CIPHERS if c in offered) + tuple(c for c in offered if c not in PREFERRED_CIPHERS)
     return transport
+
+
+_ordered_transport = None
+
+
+def _transport_class():
+    """paramiko's Transport, asking for host key algorithms in a given order: paramiko's own
+    order puts certificates last, so a server with a host certificate would send its plain key."""
+    global _ordered_transport
+    if _ordered_transport is None:
+        base = _paramiko().Transport
+
+        class OrderedTransport(base):
+            clusterctl_host_key_order: tuple = ()
+
+            @property
+            def preferred_keys(self):
+                return self.clusterctl_host_key_order or base.preferred_keys.fget(self)
+
+        _ordered_transport = OrderedTransport
+    return _ordered_transport
+
+
+def offered_host_key_algorithms() -> tuple[str, ...]:
+    """What paramiko can verify: its plain host key algorithms and their certificate forms."""
+    plain = tuple(_paramiko().Transport._preferred_keys)
+    return plain + tuple(f"{name}-cert-v01@openssh.com" for name in plain)
 
 
 _chunk_pipe_class = None

@@ -8,16 +8,20 @@ import os
 import select
 import shlex
 import time
-from pathlib import Path
+from dataclasses import replace
 from typing import Any, BinaryIO, Callable, Optional
 
 from clusterctl.errors import HostKeyError, UnreachableError
 from clusterctl.models import Command, CommandResult, Host
 from clusterctl.transport.base import DOCKER_API_VERSION, TcpForwardingDisabled, _LineSplitter, _Runs, remote_argv
+from clusterctl.transport.openssh_config import SSHTarget
 from clusterctl.transport.paramiko_setup import (_new_transport, _open_failures, _paramiko, _tcp_socket,
-                                                 _use_chunk_buffers)
-from clusterctl.transport.ssh_files import (_AcceptNewPolicy, _RejectPolicy, _Target, _first_loadable_key, _known_keys,
-                                            _resolve)
+                                                 _use_chunk_buffers, offered_host_key_algorithms)
+from clusterctl.transport.proxy_command import ProxyCommand
+from clusterctl.transport.ssh_auth import KeyStrategy, auth_failure
+from clusterctl.transport.ssh_files import (HostKeyCheck, connect_timeout, describe, host_key_order, target_for,
+                                            trust_for)
+from clusterctl.transport.ssh_keys import plan_keys
 
 # Take everything a channel has buffered in one recv: paramiko's buffer drops what was read from
 # its front (`del buf[:n]`), so reading a full window in 64 KiB pieces costs O(window²) memmoves.
@@ -39,48 +43,45 @@ class SSHTransport(_Runs):
         self.host = host
         self._client = None
         self._jumps: list = []  # clients of ProxyJump hops, closed with this one
+        self._proxies: list = []  # ProxyCommand processes, stopped with this one
         self._docker = None
+        self.target: Optional[SSHTarget] = None
 
     # ---- connection
     def open(self) -> "SSHTransport":
-        """Connect with paramiko directly (no Fabric: its import pulls in Invoke, ~50 ms per process).
-
-        ~/.ssh/config (HostName, User, Port, IdentityFile, ProxyJump, ProxyCommand) applies;
-        CLUSTERCTL_SSH_CONFIG names another file (tests, shared jump-host setups). Jump hosts
-        are verified against the same known_hosts and policy as the node itself.
-        """
-        ssh = self.host.ssh
-        target = _resolve(self.host.address, ssh.user, ssh.port, ssh.proxy_jump)
-        keys = ([os.path.expanduser(ssh.identity_file)] if ssh.identity_file else []) + target.identity_files
+        """Connect as the user's own ssh would (openssh_config.py: `ssh -G`, or ssh_config read
+        alike), through its ProxyJump hosts or ProxyCommand; every host key, the jump hosts'
+        too, judged as ssh judges it (known_hosts.py); keys offered in ssh's order (ssh_keys.py).
+        CLUSTERCTL_SSH_CONFIG names another ssh_config (tests, shared jump-host setups)."""
         try:
-            sock = self._socket(target, keys)
-            self._client = _connect(target, sock, keys, self.host, look_for_keys=not ssh.identity_file)
+            target = target_for(self.host)
+            self.target = target
+            self._client = self._connect_hop(target, extra_identity=None)
         except BaseException:
             self.close()
             raise
         return self
 
-    def _socket(self, target: "_Target", keys: list[str]):
-        """A TCP socket to the node, a channel through the jump hosts, or a ProxyCommand."""
-        ssh = self.host.ssh
-        if target.jumps:
-            via = None
-            for hop in target.jumps:  # first hop first; each later hop is reached through the previous
-                hop_sock = via.get_transport().open_channel(
-                    "direct-tcpip", (hop.hostname, hop.port), ("", 0), timeout=ssh.connect_timeout
-                ) if via else _tcp_socket(hop.hostname, hop.port, ssh.connect_timeout)
-                via = _connect(hop, hop_sock, keys + hop.identity_files, self.host, look_for_keys=True)
-                self._jumps.append(via)
+    def _connect_hop(self, target: SSHTarget, extra_identity: Optional[str]):
+        """An authenticated client for `target`, reached through its jump host or proxy command."""
+        timeout = connect_timeout(self.host, target)
+        if target.jump is not None:
+            identity = os.path.expanduser(self.host.ssh.identity_file) if self.host.ssh.identity_file else None
+            via = self._connect_hop(target.jump, extra_identity=identity)
+            self._jumps.append(via)
             try:
-                return via.get_transport().open_channel(
-                    "direct-tcpip", (target.hostname, target.port), ("", 0), timeout=ssh.connect_timeout)
+                sock = via.get_transport().open_channel("direct-tcpip", (target.hostname, target.port), ("", 0),
+                                                        timeout=timeout)
             except Exception as exc:  # paramiko.ChannelException: the jump host could not reach the node
                 raise UnreachableError(f"cannot reach {target.hostname}:{target.port} through "
-                                       f"{target.jumps[-1].hostname}: {exc}", where=self.host.name,
+                                       f"{target.jump.hostname}: {exc}", where=self.host.name,
                                        fix="check the address and that the jump host can reach it") from None
+            return _connect(target, sock, self.host, extra_identity)
         if target.proxy_command:
-            return _paramiko().ProxyCommand(target.proxy_command)
-        return _tcp_socket(target.hostname, target.port, ssh.connect_timeout)
+            proxy = ProxyCommand(target.proxy_command, where=self.host.name)
+            self._proxies.append(proxy)
+            return _connect(target, proxy.sock, self.host, extra_identity, proxy=proxy)
+        return _connect(target, _tcp_socket(target.hostname, target.port, timeout), self.host, extra_identity)
 
     @property
     def _transport(self):
@@ -105,6 +106,9 @@ class SSHTransport(_Runs):
         for jump in reversed(self._jumps):
             jump.close()
         self._jumps = []
+        for proxy in self._proxies:
+            proxy.close()
+        self._proxies = []
 
     # ---- commands
     def _exec(self, cmd: Command, on_out, on_err) -> CommandResult:
@@ -187,53 +191,56 @@ class SSHTransport(_Runs):
         return self._docker
 
 
-def _connect(target: _Target, sock, keys: list, host: Host, look_for_keys: bool):
-    """An authenticated SSHClient over `sock`, the host key verified against the inventory's known_hosts."""
+def _connect(target: SSHTarget, sock, host: Host, extra_identity: Optional[str], proxy=None):
+    """An authenticated SSHClient over `sock`, its host key judged as ssh would (ssh_files.HostKeyCheck)."""
+    import functools
+
     paramiko = _paramiko()
-    first_path, first_key = _first_loadable_key(keys)
-    keys = [path for path in keys if path != first_path]  # tried after the loaded key, by paramiko
-    ssh = host.ssh
-    known_hosts = Path(os.path.expanduser(ssh.known_hosts))
+    if extra_identity and extra_identity not in target.identity_files:
+        target = replace(target, identity_files=target.identity_files + (extra_identity,))
+    trust = trust_for(host, target)
+    timeout = connect_timeout(host, target)
+    plan = plan_keys(target, first=os.path.expanduser(host.ssh.identity_file) if host.ssh.identity_file else None)
     client = paramiko.SSHClient()
-    for key in _known_keys(known_hosts, target.known_hosts_name):
-        client.get_host_keys().add(target.known_hosts_name, key.get_name(), key)
-    client.set_missing_host_key_policy(
-        _AcceptNewPolicy(known_hosts) if ssh.host_key_policy == "accept-new" else _RejectPolicy(known_hosts))
+    client.set_missing_host_key_policy(HostKeyCheck(host.name, target, trust))
+    order = host_key_order(target, trust, offered_host_key_algorithms())
     try:
-        client.connect(
-            target.hostname, target.port, username=target.user, sock=sock, timeout=None,
-            pkey=first_key, key_filename=keys or None, look_for_keys=look_for_keys,
-            allow_agent=ssh.forward_agent or look_for_keys, banner_timeout=ssh.connect_timeout,
-            auth_timeout=ssh.connect_timeout, transport_factory=_new_transport,
-        )
+        client.connect(target.hostname, target.port, username=target.user, sock=sock, timeout=None,
+                       banner_timeout=timeout, auth_timeout=timeout, auth_strategy=KeyStrategy(target.user, plan),
+                       transport_factory=functools.partial(_new_transport, host_key_order=order))
     except HostKeyError:
         client.close()
         raise
-    except paramiko.BadHostKeyException as exc:
-        client.close()
-        raise HostKeyError(
-            f"host key for {target.hostname} CHANGED (got {exc.key.get_name()} "
-            f"{exc.key.get_fingerprint().hex()}, known_hosts has a different key): refusing to connect",
-            where=host.name,
-            fix=f"if the host was really reinstalled: ssh-keygen -f {known_hosts} -R {target.known_hosts_name}; "
-            "otherwise treat this as a possible man-in-the-middle",
-        ) from None
     except paramiko.AuthenticationException as exc:
+        allowed = _allowed_methods(client, target.user)
         client.close()
-        raise UnreachableError(
-            f"authentication failed as {target.user}@{target.hostname}: {exc}",
-            where=host.name,
-            fix="check ssh.user and ssh.identity_file in the inventory (or the agent)",
-        ) from None
+        raise UnreachableError(auth_failure(target, plan, allowed, exc), where=host.name,
+                               fix="check ssh.user and ssh.identity_file in the inventory (or the agent: ssh-add -l)") from None
     except (OSError, paramiko.SSHException, EOFError) as exc:
         client.close()
+        said = f" ({proxy.said()})" if proxy is not None else ""
         raise UnreachableError(
-            f"cannot connect to {target.hostname}:{target.port}: {exc or type(exc).__name__}",
-            where=host.name,
+            f"cannot connect to {describe(target)}: {exc or type(exc).__name__}{said}", where=host.name,
             fix="check that sshd runs there, the address/port in the inventory, and routing/firewalls",
         ) from None
-    client.get_transport().set_keepalive(15)
+    finally:
+        plan.close()
+    client.get_transport().set_keepalive(target.server_alive_interval or 15)
     return client
+
+
+def _allowed_methods(client, user: str) -> list:
+    """What the server still allows (asked with `none` after a failure), for the message."""
+    transport = client.get_transport()
+    if transport is None or not transport.is_active():
+        return []
+    try:
+        transport.auth_none(user)
+    except _paramiko().BadAuthenticationType as exc:
+        return list(exc.allowed_types)
+    except Exception:  # the server hung up: nothing more to learn
+        return []
+    return []
 
 
 def _docker_over_ssh(ssh_client, address: str):

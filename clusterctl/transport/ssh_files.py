@@ -1,204 +1,160 @@
-"""What the user's SSH files say: ~/.ssh/config (HostName, User, Port, IdentityFile, ProxyJump,
-ProxyCommand), known_hosts with the host-key policies (`strict`, `accept-new`), and private
-keys. Each file is read once per process (again when it changes).
+"""One host's SSH settings put together, and its host key judged.
+
+The inventory's values win over ssh_config's: user, port, identity_file, proxy_jump, config_file
+and options (ProxyCommand, ...) go to ssh itself (`ssh -G -l -p -i -J -F -o`, openssh_config.py);
+known_hosts, host_key_policy and connect_timeout replace UserKnownHostsFile,
+StrictHostKeyChecking and ConnectTimeout where the inventory sets them. ssh_config's
+StrictHostKeyChecking applies otherwise: yes and ask (no one to ask) are `strict`;
+accept-new is `accept-new`; `no` is `accept-new` too (an unknown key is recorded; a changed or
+revoked key is refused, where ssh would connect anyway).
+
+The host key is judged as OpenSSH would (known_hosts.py), against the user files and
+GlobalKnownHostsFile (/etc/ssh/ssh_known_hosts), for the node and every jump host alike.
 """
 from __future__ import annotations
 
-import getpass
+import base64
+import hashlib
 import os
 import threading
-from pathlib import Path
-from typing import Any, Optional
+from dataclasses import dataclass
+from typing import Optional
 
 from clusterctl.errors import HostKeyError
-from clusterctl.transport.paramiko_setup import _paramiko
+from clusterctl.models import Host
+from clusterctl.transport import known_hosts
+from clusterctl.transport.host_certs import CERT_SUFFIX, CertificateError, parse_certificate
+from clusterctl.transport.openssh_config import Query, SSHTarget, resolve
 
-_known_hosts_lock = threading.Lock()
-
-
-class _AcceptNewPolicy:
-    """Record an unknown host key in known_hosts; paramiko itself refuses changed keys."""
-
-    def __init__(self, path: Path):
-        self.path = path
-
-    def missing_host_key(self, client, hostname, key) -> None:
-        with _known_hosts_lock:
-            client.get_host_keys().add(hostname, key.get_name(), key)
-            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            with open(self.path, "a") as handle:
-                os.chmod(self.path, 0o600)
-                handle.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+_write_lock = threading.Lock()
 
 
-class _RejectPolicy:
-    def __init__(self, path: Path):
-        self.path = path
-
-    def missing_host_key(self, client, hostname, key) -> None:
-        raise HostKeyError(
-            f"unknown host key for {hostname} ({key.get_name()}) and host_key_policy is strict",
-            fix=f"add the key to {self.path} (ssh-keyscan -p PORT HOST >> {self.path}) "
-            "or set ssh.host_key_policy: accept-new for the first connection",
-        )
+def query_for(host: Host) -> Query:
+    ssh = host.ssh
+    config = os.path.expanduser(ssh.config_file) if ssh.config_file else os.environ.get("CLUSTERCTL_SSH_CONFIG") or None
+    return Query(host.address, ssh.user, ssh.port, os.path.expanduser(ssh.identity_file) if ssh.identity_file else None,
+                 ssh.proxy_jump, config, tuple(ssh.options))
 
 
-_ssh_configs: dict = {}
-_config_lock = threading.Lock()
+def target_for(host: Host) -> SSHTarget:
+    """Where and how to reach `host` (and its jump hosts), as the user's ssh would."""
+    return resolve(query_for(host))
 
 
-_known_hosts_files: dict = {}
+@dataclass(frozen=True)
+class Trust:
+    """How host keys are judged for one host: the policy and the files."""
 
-
-class _Target:
-    """Where one SSH hop goes, after ~/.ssh/config: address, port, user, keys, and how to get there."""
-
-    def __init__(self, hostname: str, port: int, user: str, identity_files: list, jumps: list, proxy_command):
-        self.hostname, self.port, self.user = hostname, port, user
-        self.identity_files, self.jumps, self.proxy_command = identity_files, jumps, proxy_command
+    policy: str  # strict | accept-new
+    user_files: tuple[str, ...]
+    global_files: tuple[str, ...]
+    hash_names: bool
 
     @property
-    def known_hosts_name(self) -> str:
-        return self.hostname if self.port == 22 else f"[{self.hostname}]:{self.port}"
+    def files(self) -> tuple[str, ...]:
+        return self.user_files + self.global_files
 
 
-def _ssh_config():
-    """~/.ssh/config then /etc/ssh/ssh_config (or only $CLUSTERCTL_SSH_CONFIG), parsed once per process."""
-    path = os.environ.get("CLUSTERCTL_SSH_CONFIG") or None
-    paramiko = _paramiko()
-    with _config_lock:
-        if path not in _ssh_configs:
-            config = paramiko.SSHConfig()
-            for name in [path] if path else [os.path.expanduser("~/.ssh/config"), "/etc/ssh/ssh_config"]:
-                if os.path.isfile(name):
-                    with open(name) as handle:
-                        config.parse(handle)
-            _ssh_configs[path] = config
-        return _ssh_configs[path]
-
-
-_resolved: dict = {}
-
-
-def _resolve(address: str, user: Optional[str], port: Optional[int], proxy_jump: Optional[str], depth: int = 0) -> _Target:
-    """The hop after ~/.ssh/config, looked up once per process and config (a lookup expands every
-    matching block's tokens: ~8 % of the client's CPU per new connection)."""
-    key = (os.environ.get("CLUSTERCTL_SSH_CONFIG"), address, user, port, proxy_jump, depth)
-    target = _resolved.get(key)
-    if target is None:
-        target = _resolved[key] = _lookup(address, user, port, proxy_jump, depth)
-    return target
-
-
-def _lookup(address: str, user: Optional[str], port: Optional[int], proxy_jump: Optional[str], depth: int) -> _Target:
-    config = _ssh_config().lookup(address)
-    hostname = config.get("hostname", address)
-    user = user or config.get("user") or getpass.getuser()
-    port = int(port or config.get("port", 22))
-    files = [os.path.expanduser(f) for f in config.get("identityfile", [])]
-    spec = proxy_jump or config.get("proxyjump")
-    jumps, command = [], None
-    if spec and spec.lower() != "none" and depth < 4:
-        for index, hop in enumerate(h.strip() for h in spec.split(",")):
-            hop_user, hop_host, hop_port = _split_hop(hop)
-            if hop_host in (address, hostname):
-                break  # a wildcard Host block naming its own jump host
-            resolved = _resolve(hop_host, hop_user, hop_port, None, depth + 1)
-            jumps += (resolved.jumps if index == 0 else []) + [resolved]
-    elif config.get("proxycommand", "none").lower() != "none":
-        command = config["proxycommand"]
-    return _Target(hostname, port, user, files, jumps, command)
-
-
-def _split_hop(hop: str) -> tuple:
-    """ProxyJump's [user@]host[:port], with [v6]:port."""
-    user, _, rest = hop.rpartition("@")
-    port = None
-    if rest.startswith("["):
-        host, _, tail = rest[1:].partition("]")
-        port = tail[1:] if tail.startswith(":") else None
-    elif rest.count(":") == 1:
-        host, port = rest.split(":")
+def trust_for(host: Host, target: SSHTarget) -> Trust:
+    ssh = host.ssh
+    if "known_hosts" in ssh.explicit or not target.user_known_hosts:
+        user_files = (os.path.expanduser(ssh.known_hosts),)
     else:
-        host = rest
-    return user or None, host, int(port) if port else None
+        user_files = target.user_known_hosts
+    if "host_key_policy" in ssh.explicit:
+        policy = ssh.host_key_policy
+    else:
+        policy = "accept-new" if target.strict_host_key_checking in ("accept-new", "no") else "strict"
+    # HashKnownHosts applies to ssh's own files; a known_hosts the inventory names gets plain lines, as before
+    hashed = target.hash_known_hosts and "known_hosts" not in ssh.explicit
+    return Trust(policy, user_files, target.global_known_hosts, hashed)
 
 
-def _known_keys(path: Path, name: str) -> list:
-    """The keys known_hosts lists for `name`. The file is parsed once per process (again when it
-    changes), not once per host as SSHClient.load_host_keys does: that costs O(lines²) per host."""
-    try:
-        stat = path.stat()
-    except OSError:
-        return []
-    stamp = (stat.st_mtime_ns, stat.st_size)
-    _paramiko()
-    with _known_hosts_lock:
-        cached = _known_hosts_files.get(path)
-        if cached is None or cached[0] != stamp:
-            cached = _known_hosts_files[path] = (stamp, _parse_known_hosts(path))
-    keys, types = [], set()
-    for hostnames, key in cached[1]:
-        if key.get_name() not in types and any(_host_matches(name, h) for h in hostnames):
-            keys.append(key)
-            types.add(key.get_name())  # the first line of a key type wins, as with HostKeys.lookup
-    return keys
+def connect_timeout(host: Host, target: SSHTarget) -> float:
+    if "connect_timeout" in host.ssh.explicit or target.connect_timeout is None:
+        return host.ssh.connect_timeout
+    return target.connect_timeout
 
 
-def _parse_known_hosts(path: Path) -> list:
-    entry_type = _paramiko().hostkeys.HostKeyEntry
-    entries = []
-    with open(path) as handle:
-        for number, line in enumerate(handle, 1):
-            line = line.strip()
-            if not line or line.startswith("#"):
-                continue
-            try:
-                entry = entry_type.from_line(line, number)
-            except Exception:  # unknown key types, @cert-authority lines: skipped, like paramiko does
-                continue
-            if entry is not None and entry.key is not None:
-                entries.append((tuple(entry.hostnames), entry.key))
-    return entries
+def fingerprint(blob: bytes) -> str:
+    """SHA256:... as ssh prints it."""
+    return "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
 
 
-def _host_matches(name: str, pattern: str) -> bool:
-    if pattern == name:
-        return True
-    if pattern.startswith("|1|"):
-        import hmac
-
-        return hmac.compare_digest(_paramiko().HostKeys.hash_host(name, pattern), pattern)
-    return False
-
-
-_loaded_keys: dict = {}
-
-
-_keys_lock = threading.Lock()
-
-
-def _first_loadable_key(paths: list) -> tuple[Optional[str], Any]:
-    """(path, key) of the first of `paths` that loads without a passphrase, read once per process
-    (again when the file changes): given a file name, paramiko reads and parses it on every
-    connection, trying RSA, ECDSA and Ed25519 in turn (~15 % of the client's CPU per new
-    connection). Files with a certificate beside them are left to paramiko, which loads both."""
-    paramiko = _paramiko()
-    for path in paths:
+def server_key(key) -> known_hosts.ServerKey:
+    """paramiko's view of the server's host key -> its plain key and certificate."""
+    blob = getattr(key, "public_blob", None)
+    if blob is not None and blob.key_type.endswith(CERT_SUFFIX):
         try:
-            stat = os.stat(path)
-        except OSError:
-            continue
-        if os.path.exists(f"{path}-cert.pub"):
-            continue
-        stamp = (path, stat.st_mtime_ns, stat.st_size)
-        with _keys_lock:
-            if stamp not in _loaded_keys:
-                try:
-                    _loaded_keys[stamp] = paramiko.PKey.from_path(path)
-                except Exception:  # encrypted, or a type paramiko reads another way: its own way
-                    _loaded_keys[stamp] = None
-            key = _loaded_keys[stamp]
-        if key is not None:
-            return path, key
-    return None, None
+            cert = parse_certificate(blob.key_blob)
+            return known_hosts.ServerKey(known_hosts._blob_type(cert.plain_key), cert.plain_key, cert)
+        except CertificateError:
+            pass
+    plain = key.asbytes()
+    return known_hosts.ServerKey(known_hosts._blob_type(plain) or key.get_name(), plain)
+
+
+class HostKeyCheck:
+    """A paramiko missing-host-key policy that judges every key (the client is given no known
+    keys, so paramiko asks this for each connection)."""
+
+    def __init__(self, host_name: str, target: SSHTarget, trust: Trust):
+        self.host_name, self.target, self.trust = host_name, target, trust
+
+    def missing_host_key(self, client, hostname, key) -> None:
+        target, trust = self.target, self.trust
+        if target.revoked_host_keys:
+            raise HostKeyError(f"ssh_config sets RevokedHostKeys {target.revoked_host_keys} for {target.name}, "
+                               "a key revocation list clusterctl cannot read: refusing to connect",
+                               where=self.host_name, fix="list revoked keys as @revoked lines in known_hosts instead")
+        server = server_key(key)
+        verdict = known_hosts.judge(server, target.hostname, target.port, target.host_key_alias, trust.files)
+        if verdict.status == "ok":
+            return
+        name = target.known_hosts_name
+        shown = f"{server.key_type} {fingerprint(server.plain)}"
+        if verdict.status == "revoked":
+            raise HostKeyError(
+                f"host key for {name} ({shown}) is REVOKED ({verdict.line.where}): refusing to connect",
+                where=self.host_name, fix="treat this as a possible attack; if the host was re-keyed, get its new "
+                "key from its administrator")
+        if verdict.status == "changed":
+            raise HostKeyError(
+                f"host key for {name} CHANGED (got {shown}, {verdict.line.where} lists a different key): "
+                "refusing to connect", where=self.host_name,
+                fix=f"if the host was really reinstalled: ssh-keygen -f {verdict.line.path} -R '{name}'; "
+                "otherwise treat this as a possible man-in-the-middle")
+        if trust.policy == "accept-new" and trust.user_files:
+            self._record(name, server)
+            return
+        note = f" ({verdict.note})" if verdict.note else ""
+        if target.known_hosts_command:
+            note += f" (KnownHostsCommand {target.known_hosts_command} is not run by clusterctl)"
+        port = f"-p {target.port} " if target.port != 22 else ""
+        raise HostKeyError(
+            f"unknown host key for {name} ({shown}) and host_key_policy is strict{note}; looked in "
+            f"{', '.join(trust.files)}", where=self.host_name,
+            fix=f"check the key, then add it: ssh-keyscan {port}{target.hostname} >> {trust.user_files[0] if trust.user_files else '~/.ssh/known_hosts'} "
+            "(or set ssh.host_key_policy: accept-new for the first connection)")
+
+    def _record(self, name: str, server: known_hosts.ServerKey) -> None:
+        path = self.trust.user_files[0]
+        line = known_hosts.known_hosts_line(name, server.key_type, server.plain, self.trust.hash_names)
+        with _write_lock:
+            os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            with os.fdopen(fd, "a") as handle:
+                handle.write(line)
+
+
+def host_key_order(target: SSHTarget, trust: Trust, offered: tuple[str, ...]) -> tuple[str, ...]:
+    return known_hosts.preferred_algorithms(offered, target.known_hosts_name, trust.files)
+
+
+def describe(target: Optional[SSHTarget]) -> str:
+    """user@host:port via hops, for messages."""
+    if target is None:
+        return "?"
+    via = f" via {' -> '.join(hop.hostname for hop in target.hops)}" if target.jump else ""
+    proxy = f" via ProxyCommand `{target.proxy_command}`" if target.proxy_command else ""
+    return f"{target.user}@{target.hostname}:{target.port}{via}{proxy}"
