@@ -201,7 +201,11 @@ class Inventory:
         from dataclasses import replace
 
         wanted = set(names)
-        return replace(self, hosts=tuple(h for h in self.hosts if h.name in wanted or wanted & set(h.groups)))
+        hosts = tuple(h for h in self.hosts if h.name in wanted or wanted & set(h.groups))
+        rendezvous = self.rendezvous
+        if self.master not in hosts:  # rendezvous.master and .address name a host left out
+            rendezvous = replace(rendezvous, master=None, address=None)
+        return replace(self, hosts=hosts, rendezvous=rendezvous)
 
 
 # --------------------------------------------------------------------------- execution

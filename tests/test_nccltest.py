@@ -409,3 +409,18 @@ def test_sizes_are_checked_before_anything_runs(tmp_path):
     code, doc, _ = clusterctl(tmp_path, "nccl-test", "-i", str(local_inventory(tmp_path)), "--max-size", "1K",
                               "--min-size", "1M")
     assert code == 2 and "--max-size" in doc["error"]
+
+
+def test_a_pair_without_the_inventory_master_meets_at_its_own_address_on_the_job_network():
+    from clusterctl.commands.nccl_test import _pair_rendezvous
+    from clusterctl.job.topology import NodeFacts
+
+    hosts = tuple(Host(name=f"node{i}", address=f"198.18.0.{10 + i}") for i in (1, 2, 3))
+    inventory = Inventory(name="t", hosts=hosts, container=None, job=JobSpec(command=("x",)),
+                          rendezvous=RendezvousSpec(address="198.19.0.11"))
+    facts = {f"node{i}": NodeFacts(address=f"198.19.0.{10 + i}") for i in (1, 2, 3)}
+    assert _pair_rendezvous(inventory, facts, "node1").address == "198.19.0.11"
+    assert _pair_rendezvous(inventory, facts, "node2").address == "198.19.0.12"
+    assert _pair_rendezvous(inventory, {}, "node2").address is None  # then the master's own address
+    limited = inventory.limited(["node2", "node3"])  # --limit without the master
+    assert limited.master.name == "node2" and limited.rendezvous_address == "198.18.0.12"

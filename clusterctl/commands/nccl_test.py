@@ -246,6 +246,16 @@ def _show_test(app, test: dict) -> None:
 # --------------------------------------------------------------------------- pairs
 
 
+def _pair_rendezvous(inventory, facts, master: str):
+    """The pair's master is `master`. A `rendezvous.address` is the inventory master's address on
+    the job's network: another master is reached at its own address on that network (the source
+    of its route to that address), not at the inventory master's."""
+    address = inventory.rendezvous.address
+    if address is not None and master != inventory.master.name:
+        address = facts[master].address or None if master in facts else None
+    return replace(inventory.rendezvous, master=master, address=address)
+
+
 def _pairs(app, args, inventory, facts, sizes) -> Outcome:
     from clusterctl.nccltest.plan import pair_rounds, pairs_table_lines, rank_pairs, slowest_node
 
@@ -254,7 +264,7 @@ def _pairs(app, args, inventory, facts, sizes) -> Outcome:
     for number, pairs in enumerate(rounds, 1):
         for a, b in pairs:
             pair_inventory = replace(inventory, hosts=(inventory.host(a), inventory.host(b)),
-                                     rendezvous=replace(inventory.rendezvous, master=None))
+                                     rendezvous=_pair_rendezvous(inventory, facts, a))
             label = f"pair {a} + {b} (round {number}/{len(rounds)})"
             app.renderer.message(label, "bold")
             test = _one_test(app, args, pair_inventory, facts, sizes, label=label)
