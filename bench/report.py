@@ -4,7 +4,6 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from pathlib import Path
 from typing import Optional
 
 from common import BENCH, REPO, VENV, summary
@@ -62,7 +61,7 @@ def simple_table(block: Optional[dict], per: int = 1, per_label: str = "") -> st
     if not block:
         return "_not measured_"
     n = block.get("nodes")
-    lines = [f"| tool | wall s, median (min–max) | rounds | CPU s (median) |"
+    lines = ["| tool | wall s, median (min–max) | rounds | CPU s (median) |"
              + (f" CPU ms per host {per_label} |" if n else ""), "|---|---|---|---|" + ("---|" if n else "")]
     for tool, stat in _summaries(block).items():
         row = f"| {tool} | {_cell(stat)} | {stat['n']} | {_s(stat['cpu'])} |"
@@ -179,7 +178,7 @@ def verdicts(results: dict) -> list[tuple[str, str, str]]:
     warm = results.get("up_warm")
     w = _median(warm, "clusterctl up (warm)")
     nodes = warm["nodes"] if warm else 16
-    out.append((f"`up` warm on 16 nodes < 3 s", f"{w:.2f} s on {nodes} nodes" if w else "not measured",
+    out.append(("`up` warm on 16 nodes < 3 s", f"{w:.2f} s on {nodes} nodes" if w else "not measured",
                 (PASS if w < 3 and nodes >= 16 else (FAIL if w >= 3 else f"{PASS} ({nodes} nodes)")) if w else NA))
     h = _median(results.get("help"), "clusterctl --help")
     out.append(("`clusterctl --help` < 0.3 s", f"{h:.3f} s" if h else "not measured",

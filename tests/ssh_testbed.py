@@ -78,7 +78,7 @@ class Servers:
         host_key = keygen(home / "host_ed25519", comment=f"host {name}")
         keys = [public_line(Path(f"{self.client_key}.pub"))] + [public_line(Path(f"{p}.pub")) for p in authorized]
         (home / "authorized_keys").write_text("".join(k + "\n" for k in keys))
-        lines = [f"ListenAddress 127.0.0.1", f"HostKey {host_key}", f"AuthorizedKeysFile {home}/authorized_keys",
+        lines = ["ListenAddress 127.0.0.1", f"HostKey {host_key}", f"AuthorizedKeysFile {home}/authorized_keys",
                  f"PidFile {home}/sshd.pid", "StrictModes no", "UsePAM no", "PasswordAuthentication no",
                  "KbdInteractiveAuthentication no", "PermitRootLogin prohibit-password", "AllowTcpForwarding yes",
                  # the default post-quantum exchange costs ~0.3 s of CPU per connection here: tests only need trust

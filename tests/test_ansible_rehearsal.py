@@ -5,7 +5,6 @@ reaches every other node through the bastion, as real Ansible (`ansible -m raw`)
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 import subprocess

@@ -5,7 +5,6 @@ host_key_policy strict and the same ssh_config, connects. Every setup of issue 2
 negative control: a key signed by another CA, a wildcard line with the wrong key, a revoked key."""
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 

@@ -101,9 +101,3 @@ def _dump_job(job: JobSpec, reveal: bool) -> dict:
         out["env"] = _dump_env(job.env, reveal)
     return out
 
-
-__all__ = [
-    "dump_inventory", "parse_size", "format_size",
-    "AnsibleTree", "convert_ansible_yaml", "did_you_mean", "expand_host_pattern", "looks_like_ansible_yaml",
-    "parse_ansible_ini", "parse_hostfile", "sniff_format",
-]

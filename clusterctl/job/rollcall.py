@@ -193,7 +193,6 @@ def hang_finding(verdict: Verdict, silent_s: float, stacks_path: str = "") -> di
                f"(a slow load, a lock, a rank-dependent branch that skips the collective); if it is slow work, raise "
                f"job.stall_timeout{saved}")
         return _failure(suspect.host, suspect.rank, evidence, fix)
-    where = call.majority.where() if call and call.majority else "a collective"
     evidence = f"{call.evidence() if call else 'every rank waits'} (no output for {silent_s:.0f}s): no rank is " \
                f"elsewhere, so the peer they wait for is outside the job or the network drops its traffic"
     if verdict.suspects:

@@ -17,7 +17,6 @@ import ipaddress
 import os
 import subprocess
 from dataclasses import dataclass, field
-from typing import Optional
 
 from clusterctl.errors import UsageError
 

@@ -115,11 +115,11 @@ def _csv_rows(text: str) -> list[list[str]]:
 
 def _columns(rows: list[list[str]], fields: Sequence[str]) -> tuple[dict[str, int], list[list[str]]]:
     """Column positions by name: from a header row (`--format=csv`) wherever it starts, else `fields`."""
-    for number, row in enumerate(rows):
+    for at, row in enumerate(rows):
         if row and all(_HEADER_CELL.match(cell) for cell in row):
             names = [_ALIASES.get(cell.split(" [")[0], cell.split(" [")[0]) for cell in row]
             if set(names) & set(fields):
-                return {name: pos for pos, name in enumerate(names)}, rows[number + 1:]
+                return {name: pos for pos, name in enumerate(names)}, rows[at + 1:]
     return {name: pos for pos, name in enumerate(fields)}, rows
 
 
@@ -215,7 +215,7 @@ def parse_smi_table(text: str) -> GpuInventory:
     gpus: list[Gpu] = []
     processes: list[GpuProcess] = []
     in_processes = False
-    for number, line in enumerate(lines):
+    for line_no, line in enumerate(lines):
         header = _HEADER.search(line)
         if header and driver is None:
             driver, cuda = header.group("driver"), header.group("cuda")
@@ -225,7 +225,7 @@ def parse_smi_table(text: str) -> GpuInventory:
             continue
         row = _GPU_ROW.match(line)
         if row and not in_processes:
-            memory = _MEMORY.search(lines[number + 1]) if number + 1 < len(lines) else None
+            memory = _MEMORY.search(lines[line_no + 1]) if line_no + 1 < len(lines) else None
             gpus.append(Gpu(
                 index=int(row.group("index")), name=row.group("name").strip(), pci_bus_id=row.group("bus"),
                 memory_used_mib=int(memory.group("used")) if memory else None,

@@ -59,7 +59,7 @@ def check_rdzv_reachable(host: str, master: str, address: str, port: int, connec
     if not fixes:
         fixes.append(f"check that hosts[{master}].address ({address}) is {master}'s address on the network the "
                      f"nodes share and that {host} routes to it (`ip route get {address}` on {host})")
-    fixes.append(f"or set rendezvous.port to a port the firewall already lets through")
+    fixes.append("or set rendezvous.port to a port the firewall already lets through")
     return verdict(host, "rdzv_reachable", FAIL, detail, "; ".join(fixes), "rdzv_unreachable")
 
 
