@@ -5,11 +5,13 @@ Layout under DEST (default ./logs/<run-id>/):
   <host>/diag/*.txt|json                              the node at collection time
   <host>/outputs/...                                  what the run wrote (paths naming the run id)
   outputs/...                                         the same, once, when outputs are shared by all nodes
-  manifest.json                                       every file with size and sha256
+  run.json                                            the run record (as in .clusterctl/runs/<run-id>/)
+  manifest.json                                       the run id, and every file with size and sha256
 """
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import secrets as random_tokens
 import time
@@ -76,6 +78,10 @@ def execute(args, app) -> Outcome:
         for name, diag in list(diagnostics.results.items()):
             if diag.succeeded:
                 _write_diagnostics(dest / name, fetch.with_container_env(split_batch(diag.stdout)), secrets)
+        # the directory carries its run record, so `diagnose DEST` reads it anywhere (another
+        # machine, another state dir) and knows which rank the controller saw fail first
+        fetch.write_file(dest / "run.json", fetch.mask_values(json.dumps(record, indent=2).encode(), secrets))
+        manifest["run_id"] = run_id
         files = _finish_manifest(dest, manifest, digests)
     except OSError as exc:
         message = fetch.local_write_failure(dest, exc)

@@ -269,3 +269,30 @@ def _detect_dead_peer(sock: socket.socket, seconds: int = DEAD_PEER_S) -> None:
                           ("TCP_USER_TIMEOUT", seconds * 1000)):
         if hasattr(socket, option):  # Linux; elsewhere the system's keepalive defaults apply
             sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, option), value)
+
+
+def drop_when_silent(transport, interval: float, count: int = 3) -> None:
+    """OpenSSH's ServerAliveInterval/ServerAliveCountMax for a connection the kernel cannot watch.
+
+    Through a jump host or a proxy command, the TCP socket (`_detect_dead_peer`) is the jump
+    host's, which stays alive when the node behind it drops off the network: a command or a pull
+    would then wait on the tunnel for good. Every `interval` seconds a `keepalive@openssh.com`
+    request asks the node's sshd for a reply; with none for `count` intervals the connection is
+    closed, so what runs on it ends as an unreachable node. One thread per tunnelled connection.
+    """
+    def probe() -> None:
+        while transport.is_active():
+            time.sleep(interval)
+            answered = threading.Event()
+            timer = threading.Timer(interval * count, lambda: answered.is_set() or transport.close())
+            timer.daemon = True
+            timer.start()
+            try:
+                transport.global_request("keepalive@openssh.com", wait=True)
+            except Exception:  # the transport went away while asking: nothing left to watch
+                return
+            finally:
+                answered.set()
+                timer.cancel()
+
+    threading.Thread(target=probe, name="clusterctl-ssh-alive", daemon=True).start()

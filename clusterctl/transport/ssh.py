@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import select
+import socket
 import shlex
 import time
 from dataclasses import replace
@@ -15,8 +16,8 @@ from clusterctl.errors import HostKeyError, UnreachableError
 from clusterctl.models import Command, CommandResult, Host
 from clusterctl.transport.base import DOCKER_API_VERSION, TcpForwardingDisabled, _LineSplitter, _Runs, remote_argv
 from clusterctl.transport.openssh_config import SSHTarget
-from clusterctl.transport.paramiko_setup import (_new_transport, _open_failures, _paramiko, _tcp_socket,
-                                                 _use_chunk_buffers, offered_host_key_algorithms)
+from clusterctl.transport.paramiko_setup import (DEAD_PEER_S, _new_transport, _open_failures, _paramiko, _tcp_socket,
+                                                 _use_chunk_buffers, drop_when_silent, offered_host_key_algorithms)
 from clusterctl.transport.proxy_command import ProxyCommand
 from clusterctl.transport.ssh_auth import KeyStrategy, auth_failure
 from clusterctl.transport.ssh_files import (HostKeyCheck, connect_timeout, describe, host_key_order, target_for,
@@ -226,6 +227,8 @@ def _connect(target: SSHTarget, sock, host: Host, extra_identity: Optional[str],
     finally:
         plan.close()
     client.get_transport().set_keepalive(target.server_alive_interval or 15)
+    if proxy is not None or not isinstance(sock, socket.socket):  # a jump host's channel, a proxy command
+        drop_when_silent(client.get_transport(), target.server_alive_interval or DEAD_PEER_S / 2)
     return client
 
 
