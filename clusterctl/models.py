@@ -103,6 +103,17 @@ class Host:
 
 
 @dataclass(frozen=True)
+class RegistryAuth:
+    """Whose registry login a pull uses (`container.registry_auth`). Absent: the node's own
+    (ssh.user's Docker config and credential helpers there). Never holds a secret: the
+    password is read from this controller's environment when the pull is made."""
+
+    source: str = "node"  # node | password (username + password_env) | docker-config (this controller's)
+    username: Optional[str] = None
+    password_env: Optional[str] = None
+
+
+@dataclass(frozen=True)
 class ContainerSpec:
     image: str
     name: str = "clusterctl"
@@ -115,6 +126,7 @@ class ContainerSpec:
     command: tuple[str, ...] = ("sleep", "infinity")
     pull: str = "missing"  # always | missing | never
     labels: tuple[tuple[str, str], ...] = ()
+    registry_auth: RegistryAuth = field(default_factory=RegistryAuth)
 
 
 @dataclass(frozen=True)
@@ -314,4 +326,11 @@ def secret_values(inventory: Inventory) -> set[str]:
     for var in envs:
         if var.is_secret and len(var.value) >= 4:
             values.add(var.value)
+    auth = inventory.container.registry_auth if inventory.container is not None else None
+    if auth is not None and auth.password_env:
+        import os
+
+        password = os.environ.get(auth.password_env, "")
+        if len(password) >= 4:
+            values.add(password)
     return values

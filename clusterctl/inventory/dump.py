@@ -91,6 +91,11 @@ def _dump_container(spec: ContainerSpec, reveal: bool) -> dict:
         out["env"] = _dump_env(spec.env, reveal)
     if spec.labels:
         out["labels"] = dict(spec.labels)
+    auth = spec.registry_auth
+    if auth.source == "password":  # the variable's name only: the password is never in the inventory
+        out["registry_auth"] = {"username": auth.username, "password_env": auth.password_env}
+    elif auth.source != "node":
+        out["registry_auth"] = {"from": auth.source}
     return out
 
 

@@ -31,7 +31,8 @@ from clusterctl.inventory.values import (
     expect_env, expect_gpus, expect_ib, expect_int, expect_nproc, expect_number, expect_outputs, expect_policy,
     expect_port, expect_remote_dir, expect_safe_name, expect_size, expect_text, expect_text_list, expect_user,
 )
-from clusterctl.models import CheckSettings, ContainerSpec, Host, Inventory, JobSpec, RendezvousSpec, SSHSettings
+from clusterctl.models import (CheckSettings, ContainerSpec, Host, Inventory, JobSpec, RegistryAuth, RendezvousSpec,
+                               SSHSettings)
 from clusterctl.inventory.yamlsource import Locator, read_text
 
 CONTAINER_NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]+$")
@@ -44,7 +45,9 @@ SSH_KEYS = ("user", "port", "identity_file", "known_hosts", "host_key_policy", "
 HOST_KEYS = ("name", "address", "port", "user", "identity_file", "proxy_jump", "connection", "gpus", "nic", "env",
              "groups", "slots") + HOST_SSH_KEYS
 CONTAINER_KEYS = ("image", "name", "runtime", "gpus", "shm_size", "ipc", "volumes", "env", "command", "pull",
-                  "labels")
+                  "labels", "registry_auth")
+REGISTRY_AUTH_KEYS = ("from", "username", "password_env")
+REGISTRY_AUTH_FROM = ("node", "docker-config")
 RENDEZVOUS_KEYS = ("port", "master", "join_timeout", "address")
 JOB_KEYS = ("command", "args", "workdir", "nproc_per_node", "world_size_divides", "outputs", "env", "python",
             "stall_timeout")
@@ -191,7 +194,45 @@ def _container(doc: Doc, data: Any) -> Optional[ContainerSpec]:
         pull=doc.value(spec, "pull", path, lambda d, v, p: expect_choice(d, v, p, ("missing", "always", "never")),
                        default.pull),
         labels=doc.value(spec, "labels", path, _labels, ()),
+        registry_auth=doc.value(spec, "registry_auth", path, _registry_auth, RegistryAuth()),
     )
+
+
+def _registry_auth(doc: Doc, value: Any, path: tuple) -> RegistryAuth:
+    """`{from: node}` (the default), `{from: docker-config}` or `{username: NAME, password_env: VAR}`.
+    A password is never written here: the inventory is read, copied and shown (`inventory show`)."""
+    forms = ("registry_auth: {from: node} (each node's own `docker login`), "
+             "{from: docker-config} (this controller's), or {username: NAME, password_env: VAR}")
+    if isinstance(value, dict):
+        for key in value:
+            if str(key).lower() in ("password", "secret", "token", "auth"):
+                doc.fail(path + (key,), f"registry_auth.{key}: a secret is never written in the inventory",
+                         "put it in an environment variable of this controller and name it: "
+                         "registry_auth: {username: NAME, password_env: REGISTRY_PASSWORD}")
+    auth = doc.mapping(value, path, REGISTRY_AUTH_KEYS)
+    if not auth:
+        doc.fail(path, "registry_auth is empty", forms)
+    source = doc.value(auth, "from", path, lambda d, v, p: expect_choice(d, v, p, REGISTRY_AUTH_FROM))
+    username = doc.value(auth, "username", path, expect_text)
+    password_env = doc.value(auth, "password_env", path, _env_name)
+    if source is not None and (username or password_env):
+        doc.fail(path + ("username" if username else "password_env",),
+                 f"registry_auth has both from: {source} and a username/password_env", f"keep one: {forms}")
+    if source is not None:
+        return RegistryAuth(source=source)
+    if not username or not password_env:
+        missing = "password_env" if username else "username"
+        doc.fail(path, f"registry_auth has {'username' if username else 'password_env'} but no {missing}",
+                 "write registry_auth: {username: NAME, password_env: REGISTRY_PASSWORD} "
+                 "(the password is read from $REGISTRY_PASSWORD on this controller)")
+    return RegistryAuth(source="password", username=username, password_env=password_env)
+
+
+def _env_name(doc: Doc, value: Any, path: tuple) -> str:
+    if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):
+        doc.fail(path, f"password_env must name an environment variable, got {describe(value)}",
+                 "write password_env: REGISTRY_PASSWORD (the variable's name, not its value)")
+    return value
 
 
 def _image(doc: Doc, value: Any, path: tuple) -> str:

@@ -10,7 +10,8 @@ def preflight(ctx, fail_on_warn: bool = False):
     """Run every check; a host with a failing check fails (cluster-wide failures fail the master)."""
     from clusterctl.preflight.probe import run_checks
 
-    checks = run_checks(ctx.inventory, ctx.hosts, ctx.connections)
+    # the image_pull check ran as `up`'s first step (docker.pull_check), before anything changed
+    checks = run_checks(ctx.inventory, ctx.hosts, ctx.connections, image_pull=False)
     master = ctx.inventory.master.name
     results = {}
     for host in ctx.hosts:

@@ -114,9 +114,43 @@ def create_kwargs(inventory: Inventory, host: Host, config: dict) -> dict:
 # --------------------------------------------------------------------------- modules
 
 
+@module("docker.pull_check", cluster_scope=True)
+def pull_check(ctx):
+    """Before anything is stopped: every node asks the registry, through its engine and with the
+    credentials it will pull with, for the image's manifest. One node that cannot pull fails
+    every node here, so `up` ends before any container is replaced (a half-updated cluster
+    runs mixed images, or nothing)."""
+    from clusterctl.executor import for_each_host
+    from clusterctl.registry.pulling import check_node
+
+    if not ctx.inventory.uses_container:
+        return {h.name: HostResult(h.name, HostStatus.SKIPPED, NO_CONTAINER.reason) for h in ctx.hosts}
+    results = for_each_host(list(ctx.hosts), lambda t, h: _as_result(check_node(ctx.inventory, t, h)), ctx.connections)
+    # an unreachable node leaves the play as in every task; a node that cannot pull stops them all
+    failing = [name for name, r in results.items() if r.status is HostStatus.FAILED]
+    if not failing:
+        return results
+    stopped = (f"stopped before changing anything: {', '.join(sorted(failing))} cannot pull "
+               f"{ctx.inventory.container.image} (see {'its' if len(failing) == 1 else 'their'} image_pull check)")
+    return {name: HostResult(name, HostStatus.FAILED, stopped, data=r.data) if r.succeeded else r
+            for name, r in results.items()}
+
+
+def _as_result(check) -> HostResult:
+    from clusterctl.models import CheckStatus
+
+    if isinstance(check, HostResult):  # the host was unreachable
+        return check
+    data = {"checks": [check.to_json()]}
+    if check.status is CheckStatus.FAIL:
+        return HostResult(check.host, HostStatus.FAILED, f"image_pull: {check.detail}. fix: {check.fix}", data=data)
+    return HostResult(check.host, HostStatus.OK, check.detail if check.status is CheckStatus.WARN else "", data=data)
+
+
 @module("docker.pull")
 def pull(ctx):
-    """Pull the image unless present (container.pull: missing), with per-node progress events."""
+    """Pull the image unless present (container.pull: missing), with per-node progress events,
+    with the credentials container.registry_auth names (the node's own login by default)."""
     if not ctx.inventory.uses_container:
         return NO_CONTAINER
     spec = ctx.inventory.container
@@ -125,20 +159,33 @@ def pull(ctx):
     def action(transport, host) -> HostResult:
         import docker
 
+        from clusterctl.registry import pulling
+
         client = transport.docker()
-        changed = False
+        changed, resolved = False, None
         try:
             image = None if spec.pull == "always" else _local_image(client, spec.image)
             if image is None and spec.pull != "never":
-                _pull_with_progress(client, spec.image, host.name, on_event)
+                resolved = pulling.resolve_for(ctx.inventory, transport, host)
+                if resolved.problem:
+                    problem = pulling.credentials_problem(ctx.inventory, host, resolved)
+                    return HostResult(host.name, HostStatus.FAILED, f"pull of {spec.image} failed: {problem.cause}: "
+                                      f"{problem.what.removeprefix(spec.image + ': ')}. fix: {problem.fix}",
+                                      data={"image": spec.image, "cause": problem.cause})
+                server = pulling.credentials.auth_key(registry_of(spec.image))
+                _pull_with_progress(client, spec.image, host.name, on_event, resolved.credentials.auth_config(server))
                 changed = True
                 image = client.images.get(spec.image)
             if image is None:
                 return HostResult(host.name, HostStatus.FAILED, f"image {spec.image} is not on the node and container.pull is never")
         except docker.errors.APIError as exc:
-            return HostResult(host.name, HostStatus.FAILED, pull_failure(spec.image, _api_message(exc)),
+            context = pulling.context(ctx.inventory, host, resolved or pulling.credentials.Resolved(),
+                                      pulling.mirrors_of(client))
+            return HostResult(host.name, HostStatus.FAILED, pull_failure(spec.image, _api_message(exc), context),
                               data={"image": spec.image})
         data = {"image": spec.image, "image_id": image.id, "repo_digests": image.attrs.get("RepoDigests", [])}
+        if resolved is not None:
+            data["credentials"] = resolved.credentials.source  # where from, never what
         detail = f"pulled {spec.image}" if changed else ""
         return HostResult(host.name, HostStatus.CHANGED if changed else HostStatus.OK, detail, data=data)
 
@@ -177,12 +224,16 @@ def _local_image(client, ref: str):
         return None
 
 
-def _pull_with_progress(client, ref: str, host_name: str, on_event) -> None:
+def _pull_with_progress(client, ref: str, host_name: str, on_event, auth_config: Optional[dict] = None) -> None:
+    """The engine's pull, streamed. `auth_config` travels only inside this request (X-Registry-Auth);
+    {} is an anonymous pull (None would let docker-py send this controller's own login)."""
     from clusterctl.executor import Event
 
     repository, tag = split_image(ref)
     layers: dict[str, tuple[int, int]] = {}
-    for status in client.api.pull(repository, tag=tag, stream=True, decode=True):
+    stream = client.api.pull(repository, tag=tag, stream=True, decode=True,
+                             auth_config={} if auth_config is None else auth_config)
+    for status in stream:
         error = pull_status(status, layers)
         if error is not None:
             import docker

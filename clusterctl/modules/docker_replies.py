@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any, Optional
 
+from clusterctl.registry.pull_errors import registry_of  # noqa: F401  (part of this module's interface)
+
 LABEL_CONFIG = "clusterctl.config"  # the wanted config, as JSON, on the container clusterctl made
 
 
@@ -30,33 +32,13 @@ def stored_config(labels: Any) -> dict:
     return config if isinstance(config, dict) else {}
 
 
-_UNREACHABLE_MARKERS = ("connection refused", "no such host", "i/o timeout", "network is unreachable",
-                        "no route to host", "tls handshake timeout", "connection reset", "dial tcp")
+def pull_failure(ref: str, message: str, context=None) -> str:
+    """A failed pull, named by its cause (registry, tag, credentials, TLS, ...) with the fix
+    (clusterctl.registry.pull_errors); `context` says whose credentials were sent."""
+    from clusterctl.registry.pull_errors import PullContext, diagnose_pull
 
-
-def registry_of(ref: str) -> str:
-    """The registry an image reference pulls from (Docker's rule: a first part with . or : or localhost)."""
-    first = ref.split("/", 1)[0]
-    return first if "/" in ref and ("." in first or ":" in first or first == "localhost") else "docker.io"
-
-
-def pull_failure(ref: str, message: str) -> str:
-    """A failed pull, named by its cause (the registry, the tag, the credentials) with the fix."""
-    registry, lowered = registry_of(ref), message.lower()
-    if any(marker in lowered for marker in _UNREACHABLE_MARKERS):
-        return (f"pull of {ref} failed: registry {registry} is not reachable from this node ({message}). "
-                f"fix: check that the registry runs and that this node reaches it (`curl http://{registry}/v2/` "
-                "there), or `docker load` the image on every node and set container.pull: never")
-    if "http response to https client" in lowered:
-        return (f"pull of {ref} failed: registry {registry} speaks plain HTTP ({message}). fix: add "
-                f'"insecure-registries": ["{registry}"] to /etc/docker/daemon.json on the node and restart docker')
-    if any(marker in lowered for marker in ("unauthorized", "denied", "authentication required")):
-        return (f"pull of {ref} failed: registry {registry} refused it ({message}). "
-                f"fix: `docker login {registry}` on every node as ssh.user, or check the repository name")
-    if "manifest unknown" in lowered or "not found" in lowered:
-        return (f"pull of {ref} failed: registry {registry} has no such image ({message}). "
-                "fix: check container.image (repository and tag), or push the image first")
-    return f"pull of {ref} failed: {message}"
+    problem = diagnose_pull(ref, message, context or PullContext(host="this node"))
+    return f"pull of {ref} failed: {problem.cause}: {problem.what.removeprefix(ref + ': ')}. fix: {problem.fix}"
 
 
 def pull_status(status: Any, layers: dict) -> Optional[str]:

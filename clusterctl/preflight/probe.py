@@ -189,8 +189,10 @@ def parse_probe(stdout: str) -> Probe:
     )
 
 
-def run_checks(inventory: Inventory, hosts: Sequence[Host], connections: Connections) -> list[CheckResult]:
-    """Every check on every host; unreachable hosts get a failed `ssh` check."""
+def run_checks(inventory: Inventory, hosts: Sequence[Host], connections: Connections,
+               image_pull: bool = True) -> list[CheckResult]:
+    """Every check on every host; unreachable hosts get a failed `ssh` check. `image_pull` off:
+    the caller asked the registry already (`up` does so before changing anything)."""
     results = for_each_host(list(hosts), lambda t, h: probe_node(inventory, t, h), connections)
     checks: list[CheckResult] = []
     probes: dict[str, Probe] = {}
@@ -201,6 +203,10 @@ def run_checks(inventory: Inventory, hosts: Sequence[Host], connections: Connect
         if result.succeeded:
             probes[host.name] = parse_probe(result.stdout)
     checks += _per_node(inventory, probes)
+    if image_pull:
+        from clusterctl.preflight.image_pull import image_pull_checks
+
+        checks += image_pull_checks(inventory, [h for h in hosts if h.name in probes], connections)
     checks += _cross_node(inventory, probes, connections)
     checks += _rendezvous(inventory, probes, connections)
     return checks

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping, Optional, Sequence
 
 from clusterctl.errors import SandboxError
-from clusterctl.sandbox import engine, image, inventory_file, network, registry, sshd
+from clusterctl.sandbox import auth_registry, engine, image, inventory_file, network, registry, sshd
 from clusterctl.sandbox.layout import (BASE_IMAGE, BEHIND_BASTION, DEFAULT_STATE_DIR, MAX_NODES, REGISTRY, Layout, Node,
                                        Record)
 from clusterctl.sandbox.nodes import net_argv, write_node_files
@@ -235,6 +235,7 @@ def _ensure_registry(layout: Layout, docker: bool) -> None:
         image.push_base(BASE_IMAGE)
     else:
         registry.stop(layout)
+        auth_registry.stop(layout)
 
 
 def _known_nodes(layout: Layout) -> list[Node]:
@@ -267,6 +268,7 @@ def down(state_dir: Path = DEFAULT_STATE_DIR) -> dict:
     _parallel(lambda node=node: engine.stop(node, remove=True) for node in nodes)
     _parallel(lambda node=node: sshd.stop(node) for node in nodes)
     registry.stop(layout)
+    auth_registry.stop(layout)  # started by the registry tests, if they ran
     _parallel(lambda node=node: network.kill_node_processes(node) for node in nodes)
     unmount_under(layout.state_dir)
     for node in nodes:

@@ -16,7 +16,7 @@ from typing import Optional
 
 from clusterctl.errors import SandboxError
 from clusterctl.sandbox.layout import DOCKER0_ADDRESS, PREFIX_LEN, REGISTRY, Node
-from clusterctl.sandbox.nodes import daemon_argv
+from clusterctl.sandbox.nodes import DOCKER_CERTS_D, daemon_argv
 from clusterctl.sandbox.system import owned_pid, pid_file_names_dead_process, spawn_detached, tail, terminate, wait_until
 
 DOCKERD = "/usr/sbin/dockerd"
@@ -77,6 +77,9 @@ def start(node: Node, timeout: float = 30.0) -> None:
         return
     if pid(node) is None:
         node.docker_sock.unlink(missing_ok=True)
+        # each node's own /etc/docker/certs.d (the mount point must exist on this machine; left empty)
+        node.certs_dir.mkdir(parents=True, exist_ok=True)
+        DOCKER_CERTS_D.mkdir(parents=True, exist_ok=True)
         spawn_detached(daemon_argv(node, argv(node)), node.docker_log, node.docker_launch_pid)
     wait_until(lambda: answers(node), timeout, f"the Docker Engine of {node.name}",
                lambda: f"{node.docker_log}\n{tail(node.docker_log)}",

@@ -180,6 +180,23 @@ class Node:
         return self.dir / "bashrc"
 
     @property
+    def local_bin(self) -> Path:
+        """The node's /usr/local/bin: first on its sessions' PATH (a credential helper goes here)."""
+        return self.dir / "bin"
+
+    @property
+    def docker_config_dir(self) -> Path:
+        """The SSH user's Docker config on this node (what `docker login` there writes): the
+        non-root user's ~/.docker; for root, a directory of the node's own ($DOCKER_CONFIG in its
+        sessions), since root's home on the nodes is this machine's."""
+        return self.home / ".docker" if self.sudo_user else self.dir / "root-docker"
+
+    @property
+    def certs_dir(self) -> Path:
+        """The node's /etc/docker/certs.d (a registry's private CA goes in <registry>/ca.crt)."""
+        return self.dir / "certs.d"
+
+    @property
     def sshd_config(self) -> Path:
         return self.dir / "sshd_config"
 
@@ -289,6 +306,11 @@ class Layout:
     @property
     def registry_storage(self) -> Path:
         return self.registry_dir / "storage"
+
+    @property
+    def auth_registry_dir(self) -> Path:
+        """The registries that want a login (sandbox/auth_registry.py): CA, htpasswd, configs."""
+        return self.state_dir / "auth-registry"
 
     def node_dirs(self) -> list[Node]:
         """Nodes that have a directory under the state dir (maybe from a half-failed up)."""

@@ -36,6 +36,7 @@ _ENTER = (
     'exec "$@"'
 )
 STOCK_BASHRC = Path("/etc/skel/.bashrc")
+DOCKER_CERTS_D = Path("/etc/docker/certs.d")  # where dockerd looks for a registry's CA (per node: bound over)
 SUDOERS = (
     'Defaults env_reset\n'
     'Defaults secure_path="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"\n'
@@ -129,6 +130,8 @@ def _binds(node: Node) -> list[str]:
         binds += ["--sys-class", sys_class]
     if root_bashrc().is_file():
         binds += [str(node.bashrc), str(root_bashrc())]
+    if node.certs_dir.is_dir() and DOCKER_CERTS_D.is_dir():  # made by engine.start
+        binds += [str(node.certs_dir), str(DOCKER_CERTS_D)]
     if node.sudo_user:
         binds += [str(node.passwd_file), "/etc/passwd", str(node.group_file), "/etc/group",
                   str(node.shadow_file), "/etc/shadow", str(node.sudoers_file), "/etc/sudoers"]

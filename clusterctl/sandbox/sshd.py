@@ -58,7 +58,9 @@ def session_path() -> str:
 def config_text(layout: Layout, node: Node, docker: bool) -> str:
     variant = hardware(node)
     path = f"{variant / 'bin'}:{session_path()}" if variant is not None else session_path()
-    env = [f'PATH="{path}"', *(f'{name}="{value}"' for name, value in hardware_env(node))]
+    env = [f'PATH="{node.local_bin}:{path}"', *(f'{name}="{value}"' for name, value in hardware_env(node))]
+    if not node.sudo_user:  # root's home is this machine's: its Docker login on the node is the node's own
+        env.append(f'DOCKER_CONFIG="{node.docker_config_dir}"')
     if docker:
         env.insert(0, f'DOCKER_HOST="{node.docker_host}"')
     return "\n".join([
