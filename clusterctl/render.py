@@ -111,7 +111,8 @@ class Renderer:
     def _on_line(self, event: Event) -> None:
         prefix = event.data.get("prefix") or f"[{event.host}]"
         style = "red" if event.data.get("stream") == "stderr" else "cyan"
-        self.console.print(_text((prefix, style), " ", event.text))
+        repeated = event.data.get("repeated")  # a run's live log (job/livelog.py): how often others said it
+        self.console.print(_text((prefix, style), " ", event.text, *((" ", (repeated, "dim")) if repeated else ())))
 
     def _on_note(self, event: Event) -> None:
         where = f"[{event.host}] " if event.host else ""

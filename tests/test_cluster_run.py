@@ -4,13 +4,14 @@ rank and on a node cut off mid-run; Ctrl-C; one run at a time."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from pathlib import Path
 
 import pytest
 
-from clusterctl_helpers import Cli, load_inventory, processes_with, run_records, variant, wait_until
+from clusterctl_helpers import FIXTURE_JOBS, Cli, load_inventory, processes_with, run_records, variant, wait_until
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
 
@@ -157,3 +158,52 @@ def test_ctrl_c_stops_every_rank_and_a_second_run_meanwhile_is_refused(sandbox, 
             proc.wait()
     assert code == 130 and doc["exit_code"] == 130 and doc["run_id"] == run_id, (doc, stderr[-2000:])
     assert wait_until(lambda: not _left_over(run_id), 10, what="no process of the run") is True
+
+
+def test_a_tqdm_style_job_on_2_nodes_x_2_ranks_shows_at_most_40_progress_lines_and_each_ranks_final_state(
+        sandbox, cli, prompt_file, tmp_path):
+    """Issue 27: 4 ranks each redrawing a progress line 200 times with `\\r` (plain python: the rank
+    image has no tqdm) made 797 lines of the live log, halves of lines glued to another rank's
+    prefix. The live log (what `run` prints; rich draws it on stderr) shows each rank's states
+    and its final one; the files on the nodes keep every byte as the ranks wrote them."""
+    jobs = sandbox.shared_outputs / "test-jobs"
+    jobs.mkdir(exist_ok=True)
+    (jobs / "progress.py").write_bytes((FIXTURE_JOBS / "progress.py").read_bytes())
+
+    def two_nodes(d):
+        d["hosts"] = [h for h in d["hosts"] if h["name"] in ("node1", "node2")]
+        d["job"].update(command=["/workspace/output/test-jobs/progress.py"], args=["--steps", "200", "--delay", "0.02"])
+        d["job"].pop("world_size_divides", None)
+
+    inventory = variant(sandbox, tmp_path / "progress.yaml", two_nodes)
+    before = _run_dirs(sandbox)
+    proc = cli.popen("run", "-i", str(inventory), str(prompt_file), json_output=False)
+    try:
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err[-3000:]
+    shown = (out + err).splitlines()
+    progress = [line for line in shown if re.search(r"\d+/200\b", line)]
+    assert 4 <= len(progress) <= 40, "\n".join(progress[:60])
+    for rank in range(4):
+        final = f"[{NODE_OF_RANK[rank]} r{rank}] rank {rank}: 100%|{'#' * 20}| 200/200"
+        assert final in shown, f"rank {rank}'s final state is not in the live log:\n" + "\n".join(progress)
+    # one rank's line never carries another's text or torchrun's prefix
+    for line in progress:
+        match = re.match(r"\[node[12] r(\d)\] rank (\d): ", line)
+        assert match and match.group(1) == match.group(2) and "rank" not in line[match.end():], line
+    assert not [line for line in shown if re.search(r"\[node\d rank\d\]:", line)]
+    warnings = [line for line in shown if "the same on every rank" in line]
+    assert len(warnings) == 2 and "[repeated 3x across 3 ranks]" in warnings[1], warnings
+
+    (run_id,) = _run_dirs(sandbox) - before
+    for rank in range(4):
+        node, local = NODE_OF_RANK[rank], rank % 2
+        (log,) = (sandbox.shared_outputs / "logs" / run_id / node).glob(f"{run_id}_*/attempt_0/{local}/stdout.log")
+        data = log.read_bytes()
+        assert data.count(b"\r") == 201 and data.endswith(f"| 200/200\nrank {rank} finished\n".encode()), data[-200:]
+    agent_log = (sandbox.shared_outputs / "logs" / run_id / "node1" / "agent.log").read_bytes()
+    assert b"rank1]: rank 1:" in agent_log  # torchrun's own copy stays in agent.log as it wrote it

@@ -23,6 +23,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stall-timeout", type=_seconds, default=None, metavar="S",
                         help="seconds without output before every rank's stack is taken; stacks that do not move "
                              "stop the run and name the rank elsewhere (default: job.stall_timeout, 900; 0: off)")
+    parser.add_argument("--ranks", type=_ranks, default=(), metavar="LIST",
+                        help="show only these global ranks' lines in the live log, e.g. 0,8 or 0-3,8 (the files on "
+                             "the nodes, the run record and the diagnosis keep every rank)")
+    parser.add_argument("--local-ranks", "--local-ranks-filter", dest="local_ranks", type=_ranks, default=(),
+                        metavar="LIST", help="show only these local ranks of every node in the live log, like "
+                                             "torchrun's --local-ranks-filter (with --ranks: a rank either selects shows)")
 
 
 def _seconds(text: str) -> float:
@@ -33,6 +39,15 @@ def _seconds(text: str) -> float:
     if not value >= 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"not a number of seconds (0 or more): {text!r}")
     return value
+
+
+def _ranks(text: str):
+    from clusterctl.job.livelog import parse_ranks
+
+    try:
+        return parse_ranks(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def read_prompt(path: Path) -> str:
@@ -59,6 +74,7 @@ def read_prompt(path: Path) -> str:
 
 def execute(args, app) -> Outcome:
     from clusterctl.preflight.node_facts import gather_node_facts
+    from clusterctl.job.livelog import LiveLog, LiveLogEvents
     from clusterctl.job.runner import JobRunner, RunnerCrashed, ensure_no_run_in_progress
     from clusterctl.job.topology import plan
 
@@ -70,8 +86,10 @@ def execute(args, app) -> Outcome:
         if problems:
             return _not_ready(app, problems)
         topology = plan(inventory, facts, strict=args.strict)
+        ranks = _rank_filter(args, topology)
+        live = LiveLogEvents(LiveLog(ranks), app.renderer.on_event, time.monotonic)
         run_id = app.state.new_run_id()
-        runner = JobRunner(inventory, topology, run_id, prompt, app.connections, app.renderer.on_event,
+        runner = JobRunner(inventory, topology, run_id, prompt, app.connections, live.on_event,
                            timeout_s=args.timeout, stall_timeout_s=args.stall_timeout,
                            stacks_dir=app.state.root / "runs" / run_id / "stacks")
         summary = _summary(inventory, topology, run_id)
@@ -84,6 +102,8 @@ def execute(args, app) -> Outcome:
                              fix="wait for it to end, or stop it with `clusterctl down`")
         for note in topology.notes:
             app.renderer.message(f"plan: {note}", "yellow")
+        if ranks.ranks or ranks.local_ranks:
+            app.renderer.message(f"live log: {ranks} only (every rank's output stays in the files on the nodes)", "dim")
         started = time.time()
         # recorded at the start too: `clusterctl stacks` (and collect-logs) find a run that goes on
         app.state.write_json(app.state.run_dir(run_id) / "run.json", {
@@ -93,6 +113,8 @@ def execute(args, app) -> Outcome:
             outcome, crash = runner.run(), None
         except RunnerCrashed as crashed:
             outcome, crash = crashed.outcome, crashed.cause
+        finally:
+            live.close()  # the last progress states and counts of repeats, before the summary
         record = {**summary, "prompt_sha256": _sha256(prompt), "commands": runner.commands(),
                   "started": started, "ended": time.time(), "duration_s": round(outcome.duration, 3),
                   "exit_code": outcome.exit_code, "nodes": _node_states(runner),
@@ -109,6 +131,18 @@ def execute(args, app) -> Outcome:
     if outcome.first_failure:
         document["first_failure"] = outcome.first_failure
     return Outcome(document, interrupted=outcome.interrupted)
+
+
+def _rank_filter(args, topology):
+    """The live log's rank filter; one that selects no rank of this job is a mistake said now."""
+    from clusterctl.job.livelog import RankFilter
+
+    ranks = RankFilter(getattr(args, "ranks", ()) or (), getattr(args, "local_ranks", ()) or ())
+    if (ranks.ranks or ranks.local_ranks) and not ranks.selects_any(n.ranks for n in topology.nodes):
+        raise UsageError(f"{ranks} selects no rank of this job, whose ranks are 0-{topology.world_size - 1} "
+                         f"({topology.nproc_per_node} per node)", where="--ranks" if ranks.ranks else "--local-ranks",
+                         fix="name ranks the job has, or leave the flag out to see every rank")
+    return ranks
 
 
 def _check_prompt_fits(prompt: str, inventory, path: Path) -> None:

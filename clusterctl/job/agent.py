@@ -52,10 +52,26 @@ echo "$code" > "$dir/agent.exit.tmp" && mv -f "$dir/agent.exit.tmp" "$dir/agent.
 # Prints "exit N" once torchrun ended, else "running"; refreshes the lease.
 _POLL = 'touch "$1/lease" 2>/dev/null; if [ -e "$1/agent.exit" ]; then echo "exit $(cat "$1/agent.exit")"; else echo running; fi'
 
-# Streams agent.log until agent.exit appears, then the rest, then ends by itself.
+# Streams the node's output until agent.exit appears, then the rest, then ends by itself: each
+# local rank's own stdout/stderr files (byte for byte, `\r` and partial lines included) and
+# torchrun's agent.log, through one `tail -v -F` that marks each switch of file with a header.
+# First it waits for torchrun's per-rank directory (made as the workers start) and names it in a
+# line of its own; job/follow.py reads the stream back and says why torchrun's copy in agent.log
+# is not enough. A torchrun that ends before its workers start leaves agent.log alone to follow.
 _FOLLOW = r'''
-tail -n +1 -F "$1/agent.log" 2>/dev/null & t=$!
-while [ ! -e "$1/agent.exit" ]; do sleep 0.5; done
+i=0; until cd "$1" 2>/dev/null; do [ $i -lt 120 ] || exit 1; sleep 0.25; i=$((i+1)); done
+n=$2 att=
+while :; do
+  for a in */attempt_0; do [ -d "$a" ] && att=$a; done
+  if [ -n "$att" ] || [ -e agent.exit ]; then break; fi
+  sleep 0.25
+done
+echo "clusterctl-follow $att"
+set --
+i=0
+while [ -n "$att" ] && [ "$i" -lt "$n" ]; do set -- "$@" "$att/$i/stdout.log" "$att/$i/stderr.log"; i=$((i+1)); done
+tail -v -n +1 -F "$@" agent.log 2>/dev/null & t=$!
+while [ ! -e agent.exit ]; do sleep 0.5; done
 sleep 1; kill "$t" 2>/dev/null
 '''
 
@@ -89,8 +105,10 @@ def poll_command(inventory: Inventory, run_dir: str) -> Command:
     return Command(argv, timeout=4, privileged=_on_host(inventory, run_dir))
 
 
-def follow_command(inventory: Inventory, run_dir: str) -> Command:
-    argv = on_host_or_in_container(inventory, run_dir, lambda d: ("sh", "-c", _FOLLOW, "clusterctl-follow", d))
+def follow_command(inventory: Inventory, run_dir: str, nproc: int) -> Command:
+    """Stream the node's output (see _FOLLOW; read back by job/follow.py's FollowStream(nproc))."""
+    argv = on_host_or_in_container(inventory, run_dir,
+                                   lambda d: ("sh", "-c", _FOLLOW, "clusterctl-follow", d, str(nproc)))
     return Command(argv, timeout=None, privileged=_on_host(inventory, run_dir))
 
 

@@ -26,6 +26,7 @@ from clusterctl.executor import Background, Connections, Event, OnEvent, Ticker,
 from clusterctl.job.torchrun import MAX_ARG_BYTES, RANK_PREFIX_RE, job_argv, log_dir, placeholder_values, torchrun_argv, torchrun_env
 from clusterctl.models import Command, Host, HostResult, HostStatus, Inventory, MASK, looks_secret
 from clusterctl.job import agent, rollcall, stalls
+from clusterctl.job.follow import FollowStream, Piece, latest_state
 from clusterctl.modules import process
 from clusterctl.job.container import in_container
 from clusterctl.job.topology import Topology
@@ -188,20 +189,45 @@ class JobRunner:
         return for_each_host([n.host for n in self.nodes.values()], action, self.connections)
 
     def _follow(self, transport, host: Host) -> HostResult:
-        node = self.nodes[host.name]
+        """Stream the node's output as events: `line` for each whole line of a rank (or of
+        torchrun), `partial` for the line a rank is still writing (a progress bar redrawn with
+        `\\r`). The ranks' own files are read, not torchrun's copy (job/follow.py says why)."""
+        node, plan = self.nodes[host.name], self.topology.node(host.name)
+        stream = FollowStream(plan.nproc)
 
-        def on_line(stream: str, line: str) -> None:
-            match = RANK_PREFIX_RE.match(line)
-            prefix = f"[{host.name} r{match.group('rank')}]" if match else f"[{host.name}]"
-            text = self._mask(line[match.end():] if match else line)
-            if match:
-                node.ranks_seen.add(int(match.group("rank")))
-            node.last_line = text
-            self.stalls.heard()
-            self.on_event(Event("line", host.name, text, {"prefix": prefix, "stream": stream}))
+        def emit(pieces: list) -> None:
+            if pieces:
+                self.stalls.heard()
+            for piece in pieces:
+                self._emit(host.name, node, plan.first_rank, piece)
 
-        transport.run(agent.follow_command(self.inventory, node.run_dir), on_line=on_line)
+        class Sink:  # run_to_sink hands each chunk of stdout over as it arrives
+            @staticmethod
+            def write(data: bytes) -> None:
+                emit(stream.feed(data))
+
+        try:
+            transport.run_to_sink(agent.follow_command(self.inventory, node.run_dir, plan.nproc), Sink())
+        finally:
+            emit(stream.finish())
         return HostResult(host.name, HostStatus.OK)
+
+    def _emit(self, host: str, node: NodeRun, first_rank: int, piece: Piece) -> None:
+        if piece.source.local_rank is not None:
+            local_rank = piece.source.local_rank
+            rank, text, stream = first_rank + local_rank, piece.text, piece.source.stream
+        else:  # torchrun's own line, or (its ranks' files not followed) its copy of a rank's line
+            match = RANK_PREFIX_RE.match(piece.text)
+            rank = int(match.group("rank")) if match else None
+            local_rank = rank - first_rank if rank is not None else None
+            text, stream = (piece.text[match.end():] if match else piece.text), "stdout"
+        text = self._mask(text) if piece.complete else self._mask_partial(text)
+        if rank is not None:
+            node.ranks_seen.add(rank)
+        node.last_line = latest_state(text) if "\r" in text else text
+        prefix = f"[{host} r{rank}]" if rank is not None else f"[{host}]"
+        self.on_event(Event("line" if piece.complete else "partial", host, text,
+                            {"prefix": prefix, "stream": stream, "rank": rank, "local_rank": local_rank}))
 
     def _watch(self) -> JobOutcome:
         ticker = Ticker(self.poll_s)
@@ -333,6 +359,14 @@ class JobRunner:
         for value in self._secret_values:
             text = text.replace(value, MASK)
         return text
+
+    def _mask_partial(self, text: str) -> str:
+        """A line still being written may end in the first characters of a secret whose rest is
+        yet to come: those are left out until the line goes on (a few are harmless)."""
+        text = self._mask(text)
+        cut = max((n for value in self._secret_values for n in range(3, len(value))
+                   if text.endswith(value[:n])), default=0)
+        return text[:len(text) - cut]
 
     def stop(self, reason: str) -> dict[str, HostResult]:
         """Stop this run's processes on every node that still answers (marker-scoped)."""
