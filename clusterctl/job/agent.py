@@ -75,7 +75,17 @@ while [ ! -e agent.exit ]; do sleep 0.5; done
 sleep 1; kill "$t" 2>/dev/null
 '''
 
-_WRITE_ENV = 'umask 077; mkdir -p "$1" && rm -f "$1/agent.exit" && cat > "$1/env"'
+# The run's shared directories (<outputs>/logs, logs/<run id>, its .files) are made as open as
+# job.outputs itself: on a shared filesystem that nodes reach as different users (root on one, a
+# sudo user on another; job.outputs then 1777, as /tmp), each must be able to make its own run
+# directory and find the job's files there. `mk DIR`: DIR with its parent's mode, whoever wins a race.
+RUN_DIRS_SH = r'''mk() { [ -d "$1" ] || mkdir -m "$(stat -c %a "$(dirname "$1")" 2>/dev/null || echo 755)" "$1" 2>/dev/null \
+  || [ -d "$1" ]; }
+run_dirs() { r=$1; o=$(dirname "$(dirname "$r")"); mkdir -p "$o" && mk "$o/logs" && mk "$r"; }
+'''
+
+# $1: the node's own run directory (private: it holds the env file)
+_WRITE_ENV = RUN_DIRS_SH + 'run_dirs "$(dirname "$1")" && umask 077 && mkdir -p "$1" && rm -f "$1/agent.exit" && cat > "$1/env"'
 
 
 def env_file(env: tuple[tuple[str, str], ...]) -> bytes:

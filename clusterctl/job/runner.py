@@ -36,8 +36,13 @@ from clusterctl.transport import remote_argv
 # filesystem may write the same file at once, and a rank never reads a half-written one.
 # The temporary name comes from mktemp (O_EXCL), not `$$`: containers have PID namespaces
 # of their own, so shells on different nodes share PIDs, and with them a `.name.$$` file.
-_PUT_FILE = r'''umask 022; mkdir -p "$1" && tmp=$(mktemp "$1/.$2.XXXXXX") || exit 1
-cat > "$tmp" && chmod 644 "$tmp" && mv -f "$tmp" "$1/$2" && exit 0
+# $1 <outputs>/logs/<run id>/.files, $2 the file's name. On a shared filesystem another node may
+# have written the same file first (as another user, in a sticky directory): the same bytes there
+# are success.
+_PUT_FILE = agent.RUN_DIRS_SH + r'''umask 022; run_dirs "$(dirname "$1")" && mk "$1" && tmp=$(mktemp "$1/.$2.XXXXXX") || exit 1
+cat > "$tmp" && chmod 644 "$tmp" || { rm -f "$tmp"; exit 1; }
+if cmp -s "$tmp" "$1/$2" 2>/dev/null; then rm -f "$tmp"; exit 0; fi
+mv -f "$tmp" "$1/$2" && exit 0
 rm -f "$tmp"; exit 1'''
 _FILE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
