@@ -23,6 +23,7 @@ sys.path.insert(0, str(REPO))
 
 from clusterctl.diagnose import corpus, diagnose_text  # noqa: E402
 from clusterctl.diagnose.rules import RULES  # noqa: E402
+from clusterctl.diagnose.engine import with_similar_causes  # noqa: E402
 from clusterctl.diagnose.similar import build, similar_cases  # noqa: E402
 
 INTRO = """# Diagnosis: how well `clusterctl diagnose` names the cause
@@ -45,7 +46,9 @@ only. Caveat, stated plainly: the same person collected every entry, test ones i
 writing the rules, so the test split is held out from tuning but not from having been read once;
 the separate held-out set that issue 18 mentions is the real measure of generality.
 
-**How it is scored**: `diagnose_text(log)` on each entry's log lines; top-1 = the first finding's
+**How it is scored**: as `clusterctl diagnose` does it: the rules on each entry's log lines, then
+the causes of the nearest known cases of the training split (never the entry's own thread) as
+runner-ups where the rules name fewer than three; top-1 = the first finding's
 cause is the label, top-3 = the label is among the (at most three) findings.
 
 **How the engine decides** (clusterctl/diagnose/engine.py): every cause in `rules.py` has a family
@@ -67,10 +70,14 @@ the training split only.
 """
 
 
-def evaluate(entries):
+def evaluate(entries, index):
+    """Each entry diagnosed as `clusterctl diagnose` does it: the rules, then the causes of the
+    nearest known cases as runner-ups, drawn from `index` (the training split) without the entry's
+    own thread: a log nobody has seen cannot find itself."""
     rows = []
     for entry in entries:
-        findings = diagnose_text(entry.text)
+        similar = similar_cases(entry.text, 3, index, exclude_sources=[entry.source])
+        findings = with_similar_causes(diagnose_text(entry.text), similar)
         rows.append((entry, [f.cause for f in findings], findings[0].confidence))
     return rows
 
@@ -155,8 +162,9 @@ def main() -> int:
     entries = corpus.load()
     test_paths = corpus.frozen_test_paths()
     started = time.monotonic()
-    train = evaluate([e for e in entries if e.path not in test_paths])
-    test = evaluate([e for e in entries if e.path in test_paths])
+    train_index = build([e for e in entries if e.path not in test_paths])
+    train = evaluate([e for e in entries if e.path not in test_paths], train_index)
+    test = evaluate([e for e in entries if e.path in test_paths], train_index)
     seconds = time.monotonic() - started
     causes = Counter(e.cause for e in entries)
     confirmed = sum(e.confirmed for e in entries)

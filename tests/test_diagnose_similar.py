@@ -31,3 +31,22 @@ def test_the_nearest_other_case_mostly_shares_the_cause():
 def test_text_unlike_any_failure_has_no_similar_case():
     assert similar_cases("hello world, all good today") == []
     assert similar_cases("") == []
+
+
+def test_causes_of_resembling_cases_follow_the_rules_findings_as_runner_ups_never_the_lead():
+    from clusterctl.diagnose.engine import TOP, with_similar_causes
+    from clusterctl.diagnose.similar import Similar
+    from clusterctl.models import Finding
+
+    lead = Finding(cause="unknown", evidence="RuntimeError: x", fix="start from the quoted lines", host="node2", rank=3,
+                   confidence=0.3)
+    cases = [Similar("https://github.com/a/b/issues/1", "nic_mismatch", "set NCCL_SOCKET_IFNAME", 0.61),
+             Similar("https://github.com/a/b/issues/2", "nic_mismatch", "again", 0.55),
+             Similar("https://github.com/a/b/issues/3", "rdzv_unreachable", "open the port", 0.4),
+             Similar("https://github.com/a/b/issues/4", "port_in_use", "free the port", 0.3)]
+    out = with_similar_causes([lead], cases)
+    assert [f.cause for f in out] == ["unknown", "nic_mismatch", "rdzv_unreachable"] and len(out) == TOP
+    assert out[0] is lead and all((f.host, f.rank) == ("node2", 3) for f in out)
+    assert "issues/1" in out[1].evidence and out[1].fix == "set NCCL_SOCKET_IFNAME" and out[1].confidence < 0.61
+    full = [lead, Finding("oom_killed", "e", "f"), Finding("segfault", "e", "f")]
+    assert with_similar_causes(full, cases) == full and with_similar_causes([], cases) == []

@@ -31,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def execute(args, app) -> Outcome:
     from clusterctl.collect import fetch
-    from clusterctl.diagnose import diagnose_path
+    from clusterctl.diagnose.engine import diagnose
     from clusterctl.executor import Background, Event, for_each_host, run_commands
     from clusterctl.models import HostResult, HostStatus, secret_values
     from clusterctl.transport import split_batch
@@ -92,7 +92,7 @@ def execute(args, app) -> Outcome:
         from clusterctl.commands import hosts_document
 
         return Outcome({**hosts_document(results, run_id=run_id, dest=str(dest)), "ok": False, "error": message})
-    findings = diagnose_path(dest, record=record)  # [] when the record says the run succeeded
+    findings = diagnose(dest, record=record).findings  # [] when the record says the run succeeded
     app.renderer.hosts_table(f"collect-logs {run_id} -> {dest}", results, extra_columns=("files", "bytes"))
     app.renderer.findings(findings)
     app.renderer.on_event(Event("note", text=f"{files} files in {time.monotonic() - started:.1f}s under {dest}"))

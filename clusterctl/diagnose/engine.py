@@ -117,7 +117,30 @@ def diagnose(path: Path, record: Optional[dict] = None, k: int = 3) -> Diagnosis
     else:
         query = reader.read_log(path)
         findings = diagnose_text(query, source=str(path))
-    return Diagnosis(findings, similar_cases(query, k) if findings else [])
+    similar = similar_cases(query, k) if findings else []
+    return Diagnosis(with_similar_causes(findings, similar), similar)
+
+
+SIMILAR_FACTOR = 0.5  # a cause known only from a resembling case is a runner-up, never the lead
+
+
+def with_similar_causes(findings: list[Finding], similar: list) -> list[Finding]:
+    """Fewer than TOP findings (the rules explain the log only partly, or not at all): the causes
+    of the nearest known cases follow as runner-ups, each quoting the case it comes from, so the
+    right cause is more often among the three even where no rule has seen its wording yet."""
+    if not findings or len(findings) >= TOP:
+        return findings
+    lead, out, named = findings[0], list(findings), {f.cause for f in findings}
+    for case in similar:
+        if len(out) >= TOP:
+            break
+        if case.cause in named or case.cause == "unknown":
+            continue
+        named.add(case.cause)
+        out.append(Finding(cause=case.cause, host=lead.host, rank=lead.rank, fix=case.fix,
+                           evidence=f"resembles a known case ({case.source}, similarity {case.score:.2f})",
+                           confidence=round(min(CAP, case.score) * SIMILAR_FACTOR, 2)))
+    return out
 
 
 def diagnose_path(path: Path, record: Optional[dict] = None) -> list[Finding]:
