@@ -23,7 +23,7 @@ def _layout(tmp_path, sandbox):
     root = tmp_path / "config"
     (root / "group_vars").mkdir(parents=True)
     (root / "host_vars").mkdir()
-    lines = ["[all]"] + [f"{n.name} ansible_host={n.address}" for n in nodes]
+    lines = ["[all]"] + [f"{n.name} ansible_host={n.listen_address}" for n in nodes]  # node3: fabric only
     lines += ["", "[gpu-servers]"] + [n.name for n in nodes]
     lines += ["", "[all:vars]", "ansible_user=root",
               f"ansible_ssh_common_args='-o ProxyCommand=\"{ssh}\" -o UserKnownHostsFile={sandbox.known_hosts} "
@@ -31,8 +31,9 @@ def _layout(tmp_path, sandbox):
     (root / "inventory").write_text("\n".join(lines) + "\n")
     (root / "group_vars" / "all.yml").write_text("ansible_port: 2226  # wrong: host_vars must win\n")
     (root / "group_vars" / "gpu-servers.yml").write_text(f"ansible_ssh_private_key_file: {sandbox.identity_file}\n")
-    for node in nodes:
-        (root / "host_vars" / f"{node.name}.yml").write_text("ansible_port: 22\n")
+    for node in nodes:  # a sudo user's node: its own user and port in host_vars, as [all:vars] says root
+        user = f"ansible_user: {node.ssh_user}\n" if node.ssh_user != "root" else ""
+        (root / "host_vars" / f"{node.name}.yml").write_text(f"ansible_port: {node.ssh_port}\n{user}")
     return root, bastion, nodes
 
 
@@ -47,11 +48,12 @@ def test_the_deepops_layout_reaches_every_node_through_its_bastion(sandbox, tmp_
     document = json.loads(proc.stdout)
     for node in nodes:
         client_address = document["hosts"][node.name]["stdout"].split()[0]
-        assert client_address == bastion.address  # the node was reached from the bastion
+        # the node was reached from the bastion (over the fabric network for the node only there)
+        assert client_address in (bastion.address, bastion.fabric_address)
     if shutil.which("ansible"):
         ansible = subprocess.run(["ansible", "-i", str(root / "inventory"), "gpu-servers", "-m", "raw", "-a",
                                   'echo "$SSH_CONNECTION"'], env={**env, "ANSIBLE_HOST_KEY_CHECKING": "True",
                                                                 "ANSIBLE_HOME": str(tmp_path / "ansible")},
                                  capture_output=True, text=True, timeout=180)
         assert ansible.returncode == 0, ansible.stdout + ansible.stderr
-        assert ansible.stdout.count(bastion.address) >= len(nodes)
+        assert ansible.stdout.count(bastion.address) + ansible.stdout.count(bastion.fabric_address) >= len(nodes)

@@ -121,13 +121,16 @@ def pull_check(ctx):
     every node here, so `up` ends before any container is replaced (a half-updated cluster
     runs mixed images, or nothing)."""
     from clusterctl.executor import for_each_host
-    from clusterctl.registry.pulling import check_node
+    from clusterctl.registry.pulling import ask_registry
 
     if not ctx.inventory.uses_container:
         return {h.name: HostResult(h.name, HostStatus.SKIPPED, NO_CONTAINER.reason) for h in ctx.hosts}
-    results = for_each_host(list(ctx.hosts), lambda t, h: _as_result(check_node(ctx.inventory, t, h)), ctx.connections)
-    # an unreachable node leaves the play as in every task; a node that cannot pull stops them all
-    failing = [name for name, r in results.items() if r.status is HostStatus.FAILED]
+    ask = engine_action(lambda t, h: _as_result(ask_registry(ctx.inventory, t, h)))
+    results = for_each_host(list(ctx.hosts), ask, ctx.connections)
+    # an unreachable node, or one whose engine does not answer, leaves the play as in every task
+    # (it runs no container to replace); a node whose registry answer says it cannot pull stops them all
+    failing = [name for name, r in results.items()
+               if r.status is HostStatus.FAILED and (r.data or {}).get("engine") != "unreachable"]
     if not failing:
         return results
     stopped = (f"stopped before changing anything: {', '.join(sorted(failing))} cannot pull "

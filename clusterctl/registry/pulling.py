@@ -60,33 +60,40 @@ def mirrors_of(client) -> tuple[str, ...]:
 
 def check_node(inventory: Inventory, transport, host: Host) -> CheckResult:
     """`image_pull` for one node: can it pull container.image, with the credentials it will use?"""
-    import docker
     import requests
 
-    spec = inventory.container
     try:
-        client = transport.docker()
-        present = _present(client, spec.image)
-        if spec.pull == "never":
-            if present:
-                return CheckResult(host.name, CHECK, CheckStatus.PASS, f"{spec.image} is on the node (container.pull: never)")
-            return CheckResult(host.name, CHECK, CheckStatus.FAIL,
-                               f"{spec.image} is not on the node and container.pull is never",
-                               f"`docker load` it on {host.name}, or set container.pull: missing")
-        resolved = resolve_for(inventory, transport, host)
-        if resolved.problem:
-            return _verdict(host, credentials_problem(inventory, host, resolved), present and spec.pull == "missing")
-        server = credentials.auth_key(registry_of(spec.image))
-        try:
-            answer = client.api.inspect_distribution(spec.image, auth_config=resolved.credentials.auth_config(server))
-        except docker.errors.APIError as exc:
-            problem = diagnose_pull(spec.image, api_message(exc), context(inventory, host, resolved, mirrors_of(client)))
-            return _verdict(host, problem, present and spec.pull == "missing")
+        return ask_registry(inventory, transport, host)
     except requests.exceptions.ConnectionError as exc:
         if not getattr(transport, "alive", True):
             raise
         return CheckResult(host.name, CHECK, CheckStatus.FAIL, f"docker engine not reachable on {host.name}: {exc}",
                            f"start it (`systemctl enable --now docker`) and check `docker info` there as {_user(host)}")
+
+
+def ask_registry(inventory: Inventory, transport, host: Host) -> CheckResult:
+    """check_node's work; an engine that does not answer raises requests' ConnectionError (`up`
+    reports it as every engine step does: modules/docker.engine_action)."""
+    import docker
+
+    spec = inventory.container
+    client = transport.docker()
+    present = _present(client, spec.image)
+    if spec.pull == "never":
+        if present:
+            return CheckResult(host.name, CHECK, CheckStatus.PASS, f"{spec.image} is on the node (container.pull: never)")
+        return CheckResult(host.name, CHECK, CheckStatus.FAIL,
+                           f"{spec.image} is not on the node and container.pull is never",
+                           f"`docker load` it on {host.name}, or set container.pull: missing")
+    resolved = resolve_for(inventory, transport, host)
+    if resolved.problem:
+        return _verdict(host, credentials_problem(inventory, host, resolved), present and spec.pull == "missing")
+    server = credentials.auth_key(registry_of(spec.image))
+    try:
+        answer = client.api.inspect_distribution(spec.image, auth_config=resolved.credentials.auth_config(server))
+    except docker.errors.APIError as exc:
+        problem = diagnose_pull(spec.image, api_message(exc), context(inventory, host, resolved, mirrors_of(client)))
+        return _verdict(host, problem, present and spec.pull == "missing")
     digest = ((answer or {}).get("Descriptor") or {}).get("digest", "")
     who = resolved.credentials.source if resolved.credentials.present else "no login (anonymous)"
     return CheckResult(host.name, CHECK, CheckStatus.PASS,
