@@ -35,10 +35,24 @@ class TcpForwardingDisabled(Exception):
     """The node's sshd refuses direct-tcpip channels (AllowTcpForwarding no)."""
 
 
-# A privileged command: as root already, or through `sudo -n` (never a password prompt, so never
-# a hang) when the user may; else as the user. The check costs one `sudo -n true` per command.
-_BECOME = ('if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; '
+# A privileged command. By default: as root already, or through `sudo -n` (never a password
+# prompt, so never a hang) when the user may; else as the user (the check costs one `sudo -n true`
+# per command). A host's `become` (Ansible's ansible_become*) decides instead, through
+# CLUSTERCTL_BECOME (`with_become`): `never` runs it as the SSH user; `sudo:USER` always through
+# `sudo -n -u USER`, so a user without passwordless sudo gets sudo's own error, not a silent fallback.
+_BECOME = ('case "${CLUSTERCTL_BECOME:-auto}" in never) exec "$@";; '
+           'sudo:*) u=${CLUSTERCTL_BECOME#sudo:}; [ "$(id -un)" = "$u" ] && exec "$@"; exec sudo -n -u "$u" -- "$@";; esac; '
+           'if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; '
            'then exec sudo -n -- "$@"; fi; exec "$@"')
+
+
+def with_become(argv: list[str], host: Host) -> list[str]:
+    """`argv` with the host's escalation choice in its environment, for the privileged commands
+    (and the privileged sections of a batch) inside it; unchanged where the inventory says nothing."""
+    if host.become is None:
+        return argv
+    choice = f"sudo:{host.become_user or 'root'}" if host.become else "never"
+    return ["env", f"CLUSTERCTL_BECOME={choice}", *argv]
 
 
 def remote_argv(cmd: Command) -> list[str]:

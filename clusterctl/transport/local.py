@@ -10,7 +10,7 @@ import time
 from typing import Optional
 
 from clusterctl.models import Command, CommandResult, Host
-from clusterctl.transport.base import DOCKER_API_VERSION, _Runs, remote_argv
+from clusterctl.transport.base import DOCKER_API_VERSION, _Runs, remote_argv, with_become
 
 _READ_SIZE = 1 << 16
 
@@ -44,7 +44,7 @@ class LocalTransport(_Runs):
         deadline = start + cmd.timeout if cmd.timeout else None
         try:
             proc = subprocess.Popen(
-                remote_argv(cmd),
+                with_become(remote_argv(cmd), self.host),
                 stdin=subprocess.PIPE if cmd.stdin or cmd.stdin_open else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,

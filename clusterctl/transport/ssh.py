@@ -14,7 +14,8 @@ from typing import Any, BinaryIO, Callable, Optional
 
 from clusterctl.errors import HostKeyError, UnreachableError
 from clusterctl.models import Command, CommandResult, Host
-from clusterctl.transport.base import DOCKER_API_VERSION, TcpForwardingDisabled, _LineSplitter, _Runs, remote_argv
+from clusterctl.transport.base import (DOCKER_API_VERSION, TcpForwardingDisabled, _LineSplitter, _Runs, remote_argv,
+                                       with_become)
 from clusterctl.transport.openssh_config import SSHTarget
 from clusterctl.transport.paramiko_setup import (DEAD_PEER_S, _new_transport, _open_failures, _paramiko, _tcp_socket,
                                                  _use_chunk_buffers, drop_when_silent, offered_host_key_algorithms)
@@ -154,7 +155,7 @@ class SSHTransport(_Runs):
                 import paramiko.agent
 
                 paramiko.agent.AgentRequestHandler(channel)
-            channel.exec_command(shlex.join(remote_argv(cmd)))
+            channel.exec_command(shlex.join(with_become(remote_argv(cmd), self.host)))
             if cmd.stdin:
                 channel.sendall(cmd.stdin)
             if not cmd.stdin_open:
