@@ -112,29 +112,7 @@ def for_each_host(
     """Run `action` on every host at once (at most `width` in flight). Results in host order."""
 
     def one(host: Host) -> HostResult:
-        started = time.monotonic()
-        transport = None
-        try:
-            transport = connections.get(host)
-            result = action(transport, host)
-            if not result.duration:
-                result = replace(result, duration=time.monotonic() - started)
-            return result
-        except (UnreachableError, HostKeyError) as exc:
-            connections.drop(host.name)
-            return _unreachable(host, exc, time.monotonic() - started)
-        except ClusterctlError as exc:
-            return HostResult(host.name, HostStatus.FAILED, detail=str(exc), duration=time.monotonic() - started)
-        except Exception as exc:  # the edge: one host's bug never unwinds the pool
-            if transport is not None and not getattr(transport, "alive", True):
-                connections.drop(host.name)
-                return HostResult(host.name, HostStatus.UNREACHABLE, duration=time.monotonic() - started, detail=(
-                    f"the connection to {host.address} was lost ({type(exc).__name__}: {exc}). "
-                    "fix: check the host and its network, then rerun; what completed is kept"))
-            return HostResult(
-                host.name, HostStatus.FAILED, detail=f"internal error: {type(exc).__name__}: {exc}",
-                duration=time.monotonic() - started,
-            )
+        return _on_host(host, action, connections)
 
     if not hosts:
         return {}
@@ -148,6 +126,33 @@ def for_each_host(
         raise
     pool.shutdown(wait=True)
     return {r.host: r for r in results}
+
+
+def _on_host(host: Host, action: HostAction, connections: Connections) -> HostResult:
+    """`action` on one host as a value: an unreachable host or a crashed action is a HostResult."""
+    started = time.monotonic()
+    transport = None
+    try:
+        transport = connections.get(host)
+        result = action(transport, host)
+        if not result.duration:
+            result = replace(result, duration=time.monotonic() - started)
+        return result
+    except (UnreachableError, HostKeyError) as exc:
+        connections.drop(host.name)
+        return _unreachable(host, exc, time.monotonic() - started)
+    except ClusterctlError as exc:
+        return HostResult(host.name, HostStatus.FAILED, detail=str(exc), duration=time.monotonic() - started)
+    except Exception as exc:  # the edge: one host's bug never unwinds the pool
+        if transport is not None and not getattr(transport, "alive", True):
+            connections.drop(host.name)
+            return HostResult(host.name, HostStatus.UNREACHABLE, duration=time.monotonic() - started, detail=(
+                f"the connection to {host.address} was lost ({type(exc).__name__}: {exc}). "
+                "fix: check the host and its network, then rerun; what completed is kept"))
+        return HostResult(
+            host.name, HostStatus.FAILED, detail=f"internal error: {type(exc).__name__}: {exc}",
+            duration=time.monotonic() - started,
+        )
 
 
 def in_parallel(functions: Sequence[Callable[[], Any]]) -> list[Any]:
@@ -390,7 +395,9 @@ class Background:
             thread.start()
 
     def _one(self, host: Host, action: HostAction, connections: Connections) -> None:
-        self.results[host.name] = for_each_host([host], action, connections, width=1)[host.name]
+        # in this daemon thread itself, not a pool's: a pool's threads are joined at exit, so an
+        # action that never ends by itself (`logs --follow`) would hold the process after Ctrl-C
+        self.results[host.name] = _on_host(host, action, connections)
 
     def wait(self, timeout: float) -> bool:
         """Wait up to `timeout` seconds in all; True when every action has finished."""

@@ -87,6 +87,7 @@ class Renderer:
         self._progress = None
         self._live = None
         self._bars: dict[str, int] = {}
+        self._out = None  # stdout, for `logs`
 
     # ---- live events
     def on_event(self, event: Event) -> None:
@@ -275,7 +276,10 @@ class Renderer:
             table.add_row(_text(host), f"{ranks[host][0]}..{ranks[host][1]}", _text((code, style)), _text(node["run_dir"]))
         self.console.print(table)
         failure = record.get("first_failure")
-        if failure:
+        if record.get("state") == "stopped":
+            self.console.print(_text((f"run {record['run_id']} was stopped (clusterctl stop) after "
+                                      f"{record['duration_s']:.1f}s", "bold yellow")))
+        elif failure:
             where = f"{failure.get('host')}" + (f" rank {failure['rank']}" if failure.get("rank") is not None else "")
             self.console.print(_text(("first failure:", "bold red"), f" {where}"))
             for line in failure.get("log_tail", [])[-10:]:
@@ -288,6 +292,39 @@ class Renderer:
         elif record["exit_code"] == 0:
             self.console.print(_text((f"run {record['run_id']} succeeded in {record['duration_s']:.1f}s", "green"),
                                      f"; outputs under {record['outputs']} on the nodes (clusterctl collect-logs)"))
+
+    def runs_table(self, runs: list, shown: int = 5) -> None:
+        """`status`: the latest runs of this directory's records (`--json` has more)."""
+        if self.json_mode or not runs:
+            return
+        import time
+        from rich.table import Table
+
+        table = Table(title="runs", title_justify="left")
+        for column in ("run", "state", "started", "ranks", "exit", "first failure"):
+            table.add_column(column, overflow="fold")
+        styles = {"succeeded": "green", "running": "cyan", "failed": "bold red", "unknown": "yellow"}
+        for run in runs[:shown]:
+            started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.started)) if run.started else "-"
+            failure = run.first_failure or {}
+            where = " ".join(str(x) for x in (failure.get("host"), failure.get("rank") is not None and
+                                              f"rank {failure['rank']}", failure.get("cause")) if x)
+            table.add_row(_text(run.run_id), _text((run.state, styles.get(run.state, "yellow"))), started,
+                          "-" if run.world_size is None else str(run.world_size),
+                          "-" if run.exit_code is None else str(run.exit_code), _text(where or "-"))
+        self.console.print(table)
+
+    def log_line(self, prefix: str, text: str, stream: str = "stdout") -> None:
+        """`clusterctl logs`: a rank's line on stdout (the command's output, for pipes and grep),
+        terminal-safe like every remote text here."""
+        if self.json_mode:
+            return
+        from rich.console import Console
+
+        with self._lock:
+            if self._out is None:
+                self._out = Console(file=sys.stdout, highlight=False, soft_wrap=True)
+            self._out.print(_text((prefix, "red" if stream == "stderr" else "cyan"), " ", text))
 
     def message(self, text: str, style: str = "") -> None:
         if self.json_mode:

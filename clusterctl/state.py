@@ -105,22 +105,81 @@ class State:
         return runs[-1]
 
     # ---- locks: one run / one up per cluster at a time
+    def _lock_path(self, name: str) -> Path:
+        return self._ensure(self.root / "locks") / f"{name}.lock"
+
     @contextmanager
-    def lock(self, name: str, what: str) -> Iterator[None]:
-        path = self._ensure(self.root / "locks") / f"{name}.lock"
+    def lock(self, name: str, what: str, run_id: Optional[str] = None) -> Iterator[None]:
+        """Hold `name` for this process, or refuse saying who holds it. `run_id`: the run this
+        holder is (written into the lock file, so a refusal and `clusterctl stop` can name it)."""
+        path = self._lock_path(name)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                holder = os.read(fd, 200).decode(errors="replace").strip() or "another clusterctl process"
-                raise StateError(
-                    f"{what} is already in progress on this cluster ({holder})",
-                    where=str(path),
-                    fix="wait for it to finish, or stop it (Ctrl-C in its terminal / `clusterctl down`)",
-                ) from None
+            if not _take(fd):
+                holder = _holder(os.read(fd, 400))
+                described = _describe(holder)
+                fix = "wait for it to finish, or stop it (Ctrl-C in its terminal / `clusterctl down`)"
+                if holder.get("run_id"):
+                    fix = f"wait for it to end, or stop it: `clusterctl stop {holder['run_id']}`"
+                raise StateError(f"{what} is already in progress on this cluster ({described})", where=str(path),
+                                 fix=fix)
             os.ftruncate(fd, 0)
-            os.write(fd, f"pid {os.getpid()} since {time.strftime('%H:%M:%S')}".encode())
+            holder = {"pid": os.getpid(), "since": time.strftime("%H:%M:%S")}
+            if run_id:
+                holder["run_id"] = run_id
+            os.write(fd, json.dumps(holder).encode())
             yield
         finally:
             os.close(fd)
+
+    def lock_holder(self, name: str) -> Optional[dict]:
+        """Who holds lock `name` now ({"pid", "since", "run_id"?}), or None when nobody does.
+
+        Tested by taking the lock shared for an instant: a `lock()` that starts in that instant
+        tries again (see _take), so looking never refuses a run."""
+        path = self.root / "locks" / f"{name}.lock"
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            return None
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return _holder(os.read(fd, 400))
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return None
+        finally:
+            os.close(fd)
+
+
+def _take(fd: int, tries: int = 4) -> bool:
+    """flock(LOCK_EX) without waiting for a holder, but past a `lock_holder` look (an instant)."""
+    for attempt in range(tries):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if attempt + 1 < tries:
+                time.sleep(0.02)
+    return False
+
+
+def _holder(raw: bytes) -> dict:
+    """A lock file's contents: JSON since runs are named there; older clusterctl wrote a text."""
+    text = raw.decode(errors="replace").strip()
+    try:
+        holder = json.loads(text)
+    except ValueError:
+        holder = None
+    if not isinstance(holder, dict):
+        return {"text": text or "another clusterctl process"}
+    return holder
+
+
+def _describe(holder: dict) -> str:
+    if "text" in holder:
+        return holder["text"]
+    parts = [f"run {holder['run_id']}"] if holder.get("run_id") else []
+    parts.append(f"pid {holder.get('pid')} since {holder.get('since')}")
+    return ", ".join(parts)

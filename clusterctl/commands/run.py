@@ -75,20 +75,22 @@ def read_prompt(path: Path) -> str:
 def execute(args, app) -> Outcome:
     from clusterctl.preflight.node_facts import gather_node_facts
     from clusterctl.job.livelog import LiveLog, LiveLogEvents
+    from clusterctl.job.records import run_lock
     from clusterctl.job.runner import JobRunner, RunnerCrashed, ensure_no_run_in_progress
     from clusterctl.job.topology import plan
 
     prompt = read_prompt(args.prompt_file)
     inventory = app.inventory()
     _check_prompt_fits(prompt, inventory, args.prompt_file)
-    with app.state.lock(f"run-{inventory.name}", "a `clusterctl run`"):
+    run_id = app.state.new_run_id()
+    # one run of a cluster at a time: a second is refused naming the first (`clusterctl stop RUN`)
+    with app.state.lock(run_lock(inventory.name), "a `clusterctl run`", run_id=run_id):
         facts, problems = gather_node_facts(inventory, app.connections)
         if problems:
             return _not_ready(app, problems)
         topology = plan(inventory, facts, strict=args.strict)
         ranks = _rank_filter(args, topology)
         live = LiveLogEvents(LiveLog(ranks), app.renderer.on_event, time.monotonic)
-        run_id = app.state.new_run_id()
         runner = JobRunner(inventory, topology, run_id, prompt, app.connections, live.on_event,
                            timeout_s=args.timeout, stall_timeout_s=args.stall_timeout,
                            stacks_dir=app.state.root / "runs" / run_id / "stacks")
@@ -99,7 +101,7 @@ def execute(args, app) -> Outcome:
         busy = ensure_no_run_in_progress(inventory, app.connections)
         if busy:
             raise StateError(f"a run is already in progress: {busy}", where=inventory.name,
-                             fix="wait for it to end, or stop it with `clusterctl down`")
+                             fix=busy_fix(busy))
         for note in topology.notes:
             app.renderer.message(f"plan: {note}", "yellow")
         if ranks.ranks or ranks.local_ranks:
@@ -119,7 +121,9 @@ def execute(args, app) -> Outcome:
                   "started": started, "ended": time.time(), "duration_s": round(outcome.duration, 3),
                   "exit_code": outcome.exit_code, "nodes": _node_states(runner),
                   "first_failure": outcome.first_failure, "interrupted": outcome.interrupted,
-                  "inventory": str(app.inventory_path()), "state": "ended"}
+                  "inventory": str(app.inventory_path()), "state": "stopped" if outcome.stopped else "ended"}
+        if outcome.stopped:
+            record["stopped"] = True
         if crash is not None:
             record["internal_error"] = f"{type(crash).__name__}: {crash}"
         app.state.write_json(app.state.run_dir(run_id) / "run.json", record)
@@ -130,7 +134,21 @@ def execute(args, app) -> Outcome:
                 "duration_s": record["duration_s"], "nodes": record["nodes"]}
     if outcome.first_failure:
         document["first_failure"] = outcome.first_failure
+    if outcome.stopped:
+        document["stopped"] = True
     return Outcome(document, interrupted=outcome.interrupted)
+
+
+def busy_fix(busy: str) -> str:
+    """The fix of "a run is already in progress" seen on the nodes: stop that run, by its id when
+    its torchrun's command line gives it (`--rdzv-id=RUN`)."""
+    import re
+
+    match = re.search(r"\brun (\S+) ", busy)
+    if match:
+        return (f"wait for it to end, or stop it: `clusterctl stop {match.group(1)}` where it was started "
+                "(or `clusterctl down`)")
+    return "wait for it to end, or stop it with `clusterctl down`"
 
 
 def _rank_filter(args, topology):
@@ -160,6 +178,7 @@ def _check_prompt_fits(prompt: str, inventory, path: Path) -> None:
 def _summary(inventory, topology, run_id: str) -> dict:
     return {
         "run_id": run_id,
+        "cluster": inventory.name,
         "world_size": topology.world_size,
         "nproc_per_node": topology.nproc_per_node,
         "nnodes": topology.nnodes,

@@ -1,4 +1,5 @@
-"""`clusterctl status`: hosts, container state and image, GPUs in use, running ranks."""
+"""`clusterctl status`: hosts, container state and image, GPUs in use, running ranks; and the latest
+runs of this directory's records (job/records.py says how "running" is told from "unknown")."""
 from __future__ import annotations
 
 import argparse
@@ -22,6 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def execute(args, app) -> Outcome:
     from clusterctl import modules
     from clusterctl.executor import run_plan
+    from clusterctl.job.records import list_runs
 
     inventory = app.inventory()
     report = run_plan(TASKS, inventory, app.connections, modules.resolve)
@@ -31,4 +33,7 @@ def execute(args, app) -> Outcome:
         data.setdefault("container", "none" if not inventory.uses_container else "?")
     app.renderer.hosts_table(f"status of {inventory.name}", report.hosts,
                              extra_columns=("container", "image", "gpus_in_use", "ranks_running"))
-    return Outcome(hosts_document(report.hosts, cluster=inventory.name), unreachable=any_unreachable(report.hosts))
+    runs = list_runs(app.state)
+    app.renderer.runs_table(runs)
+    return Outcome(hosts_document(report.hosts, cluster=inventory.name, runs=[r.to_json() for r in runs]),
+                   unreachable=any_unreachable(report.hosts))

@@ -49,8 +49,10 @@ wait "$pid"; code=$?
 echo "$code" > "$dir/agent.exit.tmp" && mv -f "$dir/agent.exit.tmp" "$dir/agent.exit"
 '''
 
-# Prints "exit N" once torchrun ended, else "running"; refreshes the lease.
-_POLL = 'touch "$1/lease" 2>/dev/null; if [ -e "$1/agent.exit" ]; then echo "exit $(cat "$1/agent.exit")"; else echo running; fi'
+# Prints "exit N" once torchrun ended ("exit N stopped" when `clusterctl stop` ended it), else
+# "running"; refreshes the lease.
+_POLL = ('touch "$1/lease" 2>/dev/null; if [ -e "$1/agent.exit" ]; then s=; [ -e "$1/stopped" ] && s=" stopped"; '
+         'echo "exit $(cat "$1/agent.exit")$s"; else echo running; fi')
 
 # Streams the node's output until agent.exit appears, then the rest, then ends by itself: each
 # local rank's own stdout/stderr files (byte for byte, `\r` and partial lines included) and
@@ -74,6 +76,50 @@ tail -v -n +1 -F "$@" agent.log 2>/dev/null & t=$!
 while [ ! -e agent.exit ]; do sleep 0.5; done
 sleep 1; kill "$t" 2>/dev/null
 '''
+
+# `clusterctl logs`: some files of a node's run dir, read back by job/follow.py like _FOLLOW's stream.
+# $1 the run dir, $2 lines per file (K, or +1 for all), $3 follow (1/0), $4 agent.log too (1/0), then
+# the local ranks whose stdout/stderr to read. Without torchrun's per-rank directory (it never got
+# to its workers) agent.log is read. Following waits for that directory as _FOLLOW does and ends a
+# second after agent.exit appears; a run that already ended is read once, every line (a second of
+# `tail -F` may not get through a long log). Following, stdin stays open: its end (this clusterctl
+# gone, Ctrl-C) ends the tail at once instead of at the run's end.
+_LOGS = r"""
+cd "$1" 2>/dev/null || { echo "clusterctl-logs: no run directory" >&2; exit 3; }
+n=$2 follow=$3 agent=$4; shift 4
+[ -e agent.exit ] && follow=0
+att=
+while :; do
+  for a in */attempt_0; do [ -d "$a" ] && att=$a; done
+  if [ -n "$att" ] || [ -e agent.exit ] || [ "$follow" = 0 ]; then break; fi
+  sleep 0.25
+done
+echo "clusterctl-follow $att"
+ranks=$*; set --
+if [ -n "$att" ]; then for r in $ranks; do set -- "$@" "$att/$r/stdout.log" "$att/$r/stderr.log"; done; fi
+if [ "$agent" = 1 ] || [ -z "$att" ]; then set -- "$@" agent.log; fi
+if [ "$follow" = 0 ]; then tail -v -n "$n" "$@" 2>/dev/null; exit 0; fi
+tail -v -n "$n" -F "$@" 2>/dev/null & t=$!
+me=$$
+exec 3<&0  # an asynchronous list's own stdin is /dev/null
+{ cat <&3; kill "$t" "$me"; } >/dev/null 2>&1 & w=$!
+while [ ! -e agent.exit ]; do sleep 0.5; done
+sleep 1; kill "$t" "$w" 2>/dev/null
+exit 0
+"""
+
+# `clusterctl stop`, before it ends the ranks: marks the run dir, so the attached `clusterctl run`
+# (its poll, _POLL) tells "stopped" from a crash. Prints "no run dir" where the run never started.
+_MARK_STOPPED = 'if [ -d "$1" ]; then echo "$2" > "$1/stopped" && echo marked; else echo "no run dir"; fi'
+
+# `clusterctl stop`, after the ranks were ended: the node agent writes agent.exit and ends within a
+# second of its torchrun; wait for that (up to 10 s). Prints "exit N", "running" or "no agent".
+_AWAIT_EXIT = r"""
+i=0
+while [ -e "$1/agent.pid" ] && [ ! -e "$1/agent.exit" ] && [ $i -lt 40 ]; do sleep 0.25; i=$((i+1)); done
+if [ -e "$1/agent.exit" ]; then echo "exit $(cat "$1/agent.exit")"; elif [ -e "$1/agent.pid" ]; then echo running
+else echo "no agent"; fi
+"""
 
 # The run's shared directories (<outputs>/logs, logs/<run id>, its .files) are made as open as
 # job.outputs itself: on a shared filesystem that nodes reach as different users (root on one, a
@@ -122,6 +168,28 @@ def follow_command(inventory: Inventory, run_dir: str, nproc: int) -> Command:
     return Command(argv, timeout=None, privileged=_on_host(inventory, run_dir))
 
 
+def logs_command(inventory: Inventory, run_dir: str, local_ranks: tuple[int, ...], agent_log: bool,
+                 lines: Optional[int] = None, follow: bool = False) -> Command:
+    """Read (or follow) some of a node's files of a run (see _LOGS; read back by FollowStream)."""
+    count = "+1" if lines is None else str(max(0, lines))
+    argv_for = lambda d: ("sh", "-c", _LOGS, "clusterctl-logs", d, count, "1" if follow else "0",  # noqa: E731
+                          "1" if agent_log else "0", *map(str, local_ranks))
+    on_host = host_path(inventory, run_dir)
+    # in the container: `docker exec -i`, so that the end of stdin reaches the follower (see _LOGS)
+    argv = argv_for(on_host) if on_host is not None else in_container(inventory, argv_for(run_dir), interactive=True)
+    return Command(argv, timeout=None if follow else 120, privileged=on_host is not None, stdin_open=follow)
+
+
+def mark_stopped_command(inventory: Inventory, run_dir: str, note: str) -> Command:
+    argv = on_host_or_in_container(inventory, run_dir, lambda d: ("sh", "-c", _MARK_STOPPED, "clusterctl-stop", d, note))
+    return Command(argv, timeout=30, privileged=_on_host(inventory, run_dir))
+
+
+def await_exit_command(inventory: Inventory, run_dir: str) -> Command:
+    argv = on_host_or_in_container(inventory, run_dir, lambda d: ("sh", "-c", _AWAIT_EXIT, "clusterctl-stop", d))
+    return Command(argv, timeout=30, privileged=_on_host(inventory, run_dir))
+
+
 def tail_command(inventory: Inventory, run_dir: str, lines: int = 30) -> Command:
     argv = on_host_or_in_container(inventory, run_dir, lambda d: ("tail", "-n", str(lines), f"{d}/agent.log"))
     return Command(argv, timeout=20, privileged=_on_host(inventory, run_dir))
@@ -142,6 +210,12 @@ def parse_poll(stdout: str) -> Optional[int]:
         except (IndexError, ValueError):
             return 1
     return None
+
+
+def poll_says_stopped(stdout: str) -> bool:
+    """The node's torchrun ended because `clusterctl stop` ended the run (see _POLL)."""
+    words = stdout.split()
+    return len(words) == 3 and words[0] == "exit" and words[2] == "stopped"
 
 
 def job_env(inventory: Inventory, host_env: tuple[EnvVar, ...]) -> tuple[tuple[str, str], ...]:

@@ -76,11 +76,14 @@ class NodeRun:
     ended_at: Optional[float] = None
     last_line: str = ""
     ranks_seen: set = field(default_factory=set)
+    stopped: bool = False  # its torchrun ended by `clusterctl stop` (the run dir's `stopped` mark)
 
     @property
     def state(self) -> str:
         if self.lost:
             return "lost"
+        if self.stopped:
+            return "stopped"
         if self.exit_code is not None:
             return f"exited {self.exit_code}"
         return "running" if self.ranks_seen else "rendezvous"
@@ -97,6 +100,7 @@ class JobOutcome:
     interrupted: bool = False
     launch_failures: dict = field(default_factory=dict)
     duration: float = 0.0
+    stopped: bool = False  # ended by `clusterctl stop` (from another terminal)
 
 
 class RunnerCrashed(Exception):
@@ -241,8 +245,13 @@ class JobRunner:
             self._report_status()
             failed = [n for n in self.nodes.values() if n.failed]
             if failed:
-                if not any(n.lost for n in failed):
+                if not any(n.lost for n in failed) and not self._stopped():
                     failed = self._settle(ticker)
+                if self._stopped():
+                    # `clusterctl stop` marks every node before it ends any rank: a node that failed
+                    # meanwhile lost a peer to the stop; no failure to name, the rest to stop
+                    self.stop("the run was stopped by `clusterctl stop`")
+                    return JobOutcome(1, stopped=True)
                 first = self._first_failure(failed)
                 self.stop(f"{first['host']} failed")
                 return JobOutcome(1, first)
@@ -257,6 +266,9 @@ class JobRunner:
                     "cause": "unknown", "host": None, "rank": None, "evidence": f"the job ran past --timeout {self.timeout_s:g}s",
                     "fix": "raise --timeout, or look at the live log for the rank that stopped progressing"}]})
             ticker.sleep_until_next()
+
+    def _stopped(self) -> bool:
+        return any(n.stopped for n in self.nodes.values())
 
     def _hung(self, verdict: rollcall.Verdict) -> JobOutcome:
         """Stop every rank, then keep the stacks that show the hang: here and in each node's run dir
@@ -309,9 +321,11 @@ class JobRunner:
             if result.succeeded:
                 node.last_seen = now
                 node.exit_code = agent.parse_poll(result.stdout)
+                node.stopped = agent.poll_says_stopped(result.stdout)
                 if node.exit_code is not None:
                     node.ended_at = now
-                    self.on_event(Event("note", name, f"torchrun exited {node.exit_code}"))
+                    how = " (`clusterctl stop`)" if node.stopped else ""
+                    self.on_event(Event("note", name, f"torchrun exited {node.exit_code}{how}"))
             elif now - node.last_seen > self.lost_after_s:
                 node.lost = True
                 node.ended_at = now
@@ -430,5 +444,11 @@ def ensure_no_run_in_progress(inventory: Inventory, connections: Connections) ->
     for name, result in for_each_host(list(inventory.hosts), action, connections).items():
         ours = process.parse_scan(result.stdout)["ours"]
         if ours:
-            return f"{len(ours)} process(es) of this cluster already run on {name} (pid {ours[0]['pid']}: {ours[0]['command'][:80]})"
+            run_ids = [m.group(1) for p in ours for m in [_RDZV_ID_RE.search(p["command"])] if m]
+            which = f"run {run_ids[0]} " if run_ids else ""
+            return (f"{which}({len(ours)} process(es) of this cluster already run on {name}, pid {ours[0]['pid']}: "
+                    f"{ours[0]['command'][:80]})")
     return None
+
+
+_RDZV_ID_RE = re.compile(r"--rdzv-id=([A-Za-z0-9._-]+)")

@@ -1,0 +1,117 @@
+"""`clusterctl logs [RUN] [--node N] [--rank R] [--tail K] [--follow]`: a run's output, read from
+the nodes, running or ended.
+
+Lines print on stdout as the live log of `run` writes them, `[node2 r3] text` (torchrun's own:
+`[node2] text`), terminal-safe, secrets masked; node by node, each file in turn (the files carry no
+times to interleave them by). `--follow` streams until the run ends on those nodes (agent.exit) or
+Ctrl-C. `--json`: `{"ok", "run_id", "lines": [{"host", "rank", "stream", "text"}], "hosts"}`.
+"""
+from __future__ import annotations
+
+import argparse
+
+from clusterctl.app import add_cluster_options
+from clusterctl.cli import Outcome
+from clusterctl.errors import UsageError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_cluster_options(parser, limit=False)
+    parser.add_argument("run", nargs="?", help="the run id (default: the last run; `clusterctl status` lists them)")
+    parser.add_argument("--node", metavar="N", help="only this node's ranks and torchrun's own lines")
+    parser.add_argument("--rank", type=_count, metavar="R", help="only this global rank's stdout and stderr")
+    parser.add_argument("--tail", type=_count, metavar="K", help="only the last K lines of each file")
+    parser.add_argument("-f", "--follow", action="store_true",
+                        help="keep streaming until the run ends on those nodes (or Ctrl-C)")
+
+
+def _count(text: str) -> int:
+    if not (text.isascii() and text.isdigit()) or len(text) > 9:
+        raise argparse.ArgumentTypeError(f"not a whole number (0 or more): {text!r}")
+    return int(text)
+
+
+def execute(args, app) -> Outcome:
+    from clusterctl.commands import any_unreachable
+    from clusterctl.executor import Background, for_each_host
+    from clusterctl.job import agent, logs, records
+    from clusterctl.job.torchrun import log_dir
+    from clusterctl.models import MASK, HostResult, HostStatus, secret_values
+
+    if args.follow and args.json:
+        raise UsageError("--follow streams lines as they come; --json prints one document at the end",
+                         where="--follow", fix="leave out one of them (`logs --json --tail K` for the latest lines)")
+    run_id, record = records.resolve(app.state, args.run)
+    try:
+        parts = logs.select(record.get("topology") or [], args.node, args.rank)
+    except ValueError as exc:
+        raise UsageError(f"run {run_id}: {exc}", where="--rank" if args.rank is not None else "--node",
+                         fix="`clusterctl status` lists the runs; run.json under .clusterctl/runs/ has their "
+                             "topology") from None
+    inventory = app.inventory(args.inventory or record.get("inventory"))
+    hosts = {h.name: h for h in inventory.hosts}
+    missing = [p.host for p in parts if p.host not in hosts]
+    if missing:
+        raise UsageError(f"run {run_id} ran on {', '.join(missing)}, which the inventory does not have",
+                         where=str(app.inventory_path(args.inventory or record.get("inventory"))),
+                         fix="give the run's inventory with -i")
+    outputs = record.get("outputs") or inventory.job.outputs
+    secrets = sorted(secret_values(inventory), key=len, reverse=True)
+
+    def mask(text: str) -> str:
+        for value in secrets:
+            text = text.replace(value, MASK)
+        return text
+
+    collected: list = []
+
+    def show(lines) -> None:
+        for line in lines:
+            if args.json:
+                collected.append(line.to_json())
+            else:
+                app.renderer.log_line(line.prefix, line.text, line.stream)
+
+    by_host = {p.host: p for p in parts}
+    pending: dict[str, list] = {p.host: [] for p in parts}  # without --follow: shown node by node at the end
+
+    def read(transport, host) -> HostResult:
+        part = by_host[host.name]
+        run_dir = log_dir(outputs, run_id, host.name)
+        command = agent.logs_command(inventory, run_dir, part.local_ranks, part.agent_log, args.tail, args.follow)
+        lines = logs.NodeLines(part, mask)
+        take = show if args.follow else pending[host.name].extend
+
+        class Sink:  # run_to_sink hands each chunk over as it comes: --follow shows lines at once
+            @staticmethod
+            def write(data: bytes) -> None:
+                take(lines.feed(data))
+
+        result = transport.run_to_sink(command, Sink())
+        take(lines.finish())
+        if result.exit_code == 3 and "no run directory" in result.stderr:
+            return HostResult(host.name, HostStatus.FAILED, f"no run directory {run_dir} there (did the run start "
+                                                            "on this node?)")
+        if not result.ok:
+            why = "timed out" if result.timed_out else f"exit {result.exit_code}"
+            return HostResult(host.name, HostStatus.FAILED, f"reading the logs failed ({why}): {result.stderr[-300:]}")
+        return HostResult(host.name, HostStatus.OK)
+
+    targets = [hosts[p.host] for p in parts]
+    if args.follow:  # each node streams on its own; lines show as they come
+        streams = Background(targets, read, app.connections)
+        while not streams.wait(0.5):
+            pass
+        results = streams.results
+    else:
+        results = for_each_host(targets, read, app.connections)
+        for part in parts:  # node by node, in the run's order
+            show(pending.get(part.host, []))
+    for name, result in results.items():
+        if not result.succeeded:
+            app.renderer.message(f"{name}: {result.detail}", "yellow")
+    document = {"ok": all(r.succeeded for r in results.values()), "run_id": run_id,
+                "hosts": {n: {"status": r.status.value, "detail": r.detail} for n, r in results.items()}}
+    if args.json:
+        document["lines"] = collected
+    return Outcome(document, unreachable=any_unreachable(results))
