@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import secrets as random_tokens
 import time
 from pathlib import Path
 
 from clusterctl.app import add_cluster_options
 from clusterctl.cli import Outcome
-from clusterctl.errors import StateError, UsageError
+from clusterctl.job import records
+from clusterctl.errors import UsageError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -36,8 +36,7 @@ def execute(args, app) -> Outcome:
     from clusterctl.models import HostResult, HostStatus, secret_values
     from clusterctl.transport import split_batch
 
-    run_id = args.run or app.state.last_run_id()
-    record = _read_record(app, run_id)
+    run_id, record = records.resolve(app.state, args.run, where="--run")
     inventory = app.inventory(args.inventory or record.get("inventory"))
     dest = (args.dest or Path("logs") / run_id).resolve()
     try:
@@ -104,16 +103,6 @@ def execute(args, app) -> Outcome:
     document["ok"] = ok
     return Outcome(document, unreachable=any_unreachable(results))
 
-
-def _read_record(app, run_id: str) -> dict:
-    if not re.fullmatch(r"[A-Za-z0-9._-]+", run_id):
-        raise UsageError(f"not a run id: {run_id!r}", where="--run", fix="see .clusterctl/runs/ for run ids")
-    path = app.state.runs_dir / run_id / "run.json"
-    try:
-        return app.state.read_json(path)
-    except (OSError, ValueError):
-        raise StateError(f"no record of run {run_id}", where=str(path),
-                         fix="give a run id from .clusterctl/runs/ (or omit --run for the last run)") from None
 
 
 def _survey(app, inventory, hosts, run_id: str):

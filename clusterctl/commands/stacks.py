@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 
 from clusterctl.app import add_cluster_options
 from clusterctl.cli import Outcome
-from clusterctl.errors import StateError, UsageError
+from clusterctl.job import records
 
 SHOWN_FRAMES = 12  # of each group's stack, innermost first; the file has them all
 
@@ -28,8 +27,7 @@ def execute(args, app) -> Outcome:
     from clusterctl.job.runner import put_file_command
     from clusterctl.job.torchrun import log_dir
 
-    run_id = args.run or app.state.last_run_id()
-    record = _read_record(app, run_id)
+    run_id, record = records.resolve(app.state, args.run, where="--run")
     inventory = app.inventory(args.inventory or record.get("inventory"))
     shape = stalls.JobShape.of_record(record, inventory)
     planned = {node["host"] for node in record.get("topology") or []}
@@ -87,13 +85,3 @@ def _show(app, run_id: str, groups, call, nodes, saved: str) -> None:
     else:
         renderer.error(f"no rank of run {run_id} could be read (has it ended? `clusterctl status`)")
 
-
-def _read_record(app, run_id: str) -> dict:
-    if not re.fullmatch(r"[A-Za-z0-9._-]+", run_id):
-        raise UsageError(f"not a run id: {run_id!r}", where="--run", fix="see .clusterctl/runs/ for run ids")
-    path = app.state.runs_dir / run_id / "run.json"
-    try:
-        return app.state.read_json(path)
-    except (OSError, ValueError):
-        raise StateError(f"no record of run {run_id}", where=str(path),
-                         fix="give a run id from .clusterctl/runs/ (or omit --run for the last run)") from None
