@@ -14,8 +14,10 @@ from typing import Any, Optional
 
 from clusterctl.models import Command, ContainerSpec, Host, HostResult, HostStatus, Inventory, Skip
 from clusterctl.modules import module
-from clusterctl.modules.docker_replies import (  # noqa: F401  (part of this module's interface)
-    LABEL_CONFIG, memlock_limit, pull_failure, pull_status, registry_of, stored_config)
+from clusterctl.modules.docker_replies import (LABEL_CONFIG, api_message, memlock_limit, pull_failure, pull_status,
+                                                stored_config)
+from clusterctl.registry.pull_errors import failure_line
+from clusterctl.registry.pulling import local_image
 
 LABEL_MANAGED = "clusterctl.managed"
 LABEL_CLUSTER = "clusterctl.cluster"
@@ -167,16 +169,14 @@ def pull(ctx):
         client = transport.docker()
         changed, resolved = False, None
         try:
-            image = None if spec.pull == "always" else _local_image(client, spec.image)
+            image = None if spec.pull == "always" else local_image(client, spec.image)
             if image is None and spec.pull != "never":
                 resolved = pulling.resolve_for(ctx.inventory, transport, host)
                 if resolved.problem:
                     problem = pulling.credentials_problem(ctx.inventory, host, resolved)
-                    return HostResult(host.name, HostStatus.FAILED, f"pull of {spec.image} failed: {problem.cause}: "
-                                      f"{problem.what.removeprefix(spec.image + ': ')}. fix: {problem.fix}",
+                    return HostResult(host.name, HostStatus.FAILED, failure_line(spec.image, problem),
                                       data={"image": spec.image, "cause": problem.cause})
-                server = pulling.credentials.auth_key(registry_of(spec.image))
-                _pull_with_progress(client, spec.image, host.name, on_event, resolved.credentials.auth_config(server))
+                _pull_with_progress(client, spec.image, host.name, on_event, pulling.auth_config(resolved, spec.image))
                 changed = True
                 image = client.images.get(spec.image)
             if image is None:
@@ -184,7 +184,7 @@ def pull(ctx):
         except docker.errors.APIError as exc:
             context = pulling.context(ctx.inventory, host, resolved or pulling.credentials.Resolved(),
                                       pulling.mirrors_of(client))
-            return HostResult(host.name, HostStatus.FAILED, pull_failure(spec.image, _api_message(exc), context),
+            return HostResult(host.name, HostStatus.FAILED, pull_failure(spec.image, api_message(exc), context),
                               data={"image": spec.image})
         data = {"image": spec.image, "image_id": image.id, "repo_digests": image.attrs.get("RepoDigests", [])}
         if resolved is not None:
@@ -216,15 +216,6 @@ def engine_action(action):
                               "then rerun `clusterctl up`", data={"engine": "unreachable"})
 
     return run
-
-
-def _local_image(client, ref: str):
-    import docker
-
-    try:
-        return client.images.get(ref)
-    except docker.errors.ImageNotFound:
-        return None
 
 
 def _pull_with_progress(client, ref: str, host_name: str, on_event, auth_config: Optional[dict] = None) -> None:
@@ -301,7 +292,7 @@ def container(ctx, force: bool = False):
                 reason = "created"
             return _create_and_start(client, inventory, host, config, reason)
         except docker.errors.APIError as exc:
-            return HostResult(host.name, HostStatus.FAILED, f"docker: {_api_message(exc)}")
+            return HostResult(host.name, HostStatus.FAILED, f"docker: {api_message(exc)}")
 
     return engine_action(action)
 
@@ -326,7 +317,7 @@ def _keep_or_remove(existing, config: dict, inventory: Inventory, force: bool, c
                               "fix: rename container.name in the inventory, or rerun with --force to replace it")
         existing.remove(force=True)
         return "replaced a foreign container (--force)"
-    image_now = _local_image(client, config["image"])
+    image_now = local_image(client, config["image"])
     if labels.get(LABEL_HASH) == config_hash(config) and (image_now is None or existing.image.id == image_now.id):
         return True
     keys = changed_keys(stored_config(labels), config)
@@ -353,7 +344,7 @@ def _create_and_start(client, inventory: Inventory, host: Host, config: dict, re
     try:
         created.start()
     except docker.errors.APIError as exc:
-        message = _api_message(exc)
+        message = api_message(exc)
         inspected = client.api.inspect_container(created.id)["HostConfig"]
         created.remove(force=True)  # never leave a half-created container behind
         data = {"device_requests": inspected.get("DeviceRequests"), "network_mode": inspected.get("NetworkMode")}
@@ -408,8 +399,3 @@ def inspect(ctx):
                                                           "container_id": existing.id[:12]})
 
     return engine_action(action)
-
-
-def _api_message(exc) -> str:
-    explanation = getattr(exc, "explanation", None)
-    return str(explanation or exc).strip()

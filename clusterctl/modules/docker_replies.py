@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 from typing import Any, Optional
 
-from clusterctl.registry.pull_errors import registry_of  # noqa: F401  (part of this module's interface)
 
 LABEL_CONFIG = "clusterctl.config"  # the wanted config, as JSON, on the container clusterctl made
 
@@ -35,10 +34,14 @@ def stored_config(labels: Any) -> dict:
 def pull_failure(ref: str, message: str, context=None) -> str:
     """A failed pull, named by its cause (registry, tag, credentials, TLS, ...) with the fix
     (clusterctl.registry.pull_errors); `context` says whose credentials were sent."""
-    from clusterctl.registry.pull_errors import PullContext, diagnose_pull
+    from clusterctl.registry.pull_errors import PullContext, diagnose_pull, failure_line
 
-    problem = diagnose_pull(ref, message, context or PullContext(host="this node"))
-    return f"pull of {ref} failed: {problem.cause}: {problem.what.removeprefix(ref + ': ')}. fix: {problem.fix}"
+    return failure_line(ref, diagnose_pull(ref, message, context or PullContext(host="this node")))
+
+
+def api_message(exc) -> str:
+    """What the engine said in a docker.errors.APIError (its explanation), else the error itself."""
+    return str(getattr(exc, "explanation", None) or exc).strip()
 
 
 def pull_status(status: Any, layers: dict) -> Optional[str]:

@@ -52,6 +52,11 @@ class PullProblem:
         return f"{self.what}. fix: {self.fix}"
 
 
+def failure_line(ref: str, problem: "PullProblem") -> str:
+    """A failed pull as one line of `up`: the cause, what happened, the fix."""
+    return f"pull of {ref} failed: {problem.cause}: {problem.what.removeprefix(ref + ': ')}. fix: {problem.fix}"
+
+
 def registry_of(ref: str) -> str:
     """The registry an image reference pulls from (Docker's rule: a first part with . or : or localhost)."""
     first = ref.split("/", 1)[0]

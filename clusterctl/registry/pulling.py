@@ -8,6 +8,7 @@ so an answer here is the answer the pull will get.
 from __future__ import annotations
 
 from clusterctl.models import CheckResult, CheckStatus, Host, Inventory
+from clusterctl.modules.docker_replies import api_message
 from clusterctl.registry import credentials
 from clusterctl.registry.pull_errors import (
     PullContext,
@@ -78,7 +79,7 @@ def ask_registry(inventory: Inventory, transport, host: Host) -> CheckResult:
 
     spec = inventory.container
     client = transport.docker()
-    present = _present(client, spec.image)
+    present = local_image(client, spec.image) is not None
     if spec.pull == "never":
         if present:
             return CheckResult(host.name, CHECK, CheckStatus.PASS, f"{spec.image} is on the node (container.pull: never)")
@@ -88,9 +89,8 @@ def ask_registry(inventory: Inventory, transport, host: Host) -> CheckResult:
     resolved = resolve_for(inventory, transport, host)
     if resolved.problem:
         return _verdict(host, credentials_problem(inventory, host, resolved), present and spec.pull == "missing")
-    server = credentials.auth_key(registry_of(spec.image))
     try:
-        answer = client.api.inspect_distribution(spec.image, auth_config=resolved.credentials.auth_config(server))
+        answer = client.api.inspect_distribution(spec.image, auth_config=auth_config(resolved, spec.image))
     except docker.errors.APIError as exc:
         problem = diagnose_pull(spec.image, api_message(exc), context(inventory, host, resolved, mirrors_of(client)))
         return _verdict(host, problem, present and spec.pull == "missing")
@@ -110,16 +110,17 @@ def _verdict(host: Host, problem: PullProblem, has_image: bool) -> CheckResult:
     return CheckResult(host.name, CHECK, CheckStatus.FAIL, f"{problem.cause}: {problem.what}", problem.fix)
 
 
-def _present(client, ref: str) -> bool:
+def auth_config(resolved: credentials.Resolved, ref: str):
+    """What goes into the engine's request for `ref` (X-Registry-Auth): the resolved credentials
+    under the key Docker files that registry's login under."""
+    return resolved.credentials.auth_config(credentials.auth_key(registry_of(ref)))
+
+
+def local_image(client, ref: str):
+    """The node's image `ref`, or None."""
     import docker
 
     try:
-        client.images.get(ref)
-        return True
+        return client.images.get(ref)
     except docker.errors.ImageNotFound:
-        return False
-
-
-def api_message(exc) -> str:
-    explanation: str | None = getattr(exc, "explanation", None)
-    return str(explanation or exc).strip()
+        return None
