@@ -95,6 +95,12 @@ def _latest(text: str) -> str:
     return f"\r{shown}\r{now}" if shown else f"\r{now}"
 
 
+def line_prefix(host: "str | None", rank: "int | None") -> str:
+    """How a line of a run is labelled wherever it is shown: `[node2 r3]`, or `[node2]` for
+    torchrun's own lines."""
+    return f"[{host} r{rank}]" if rank is not None else f"[{host}]"
+
+
 def latest_state(text: str) -> str:
     """What a terminal would show of a `\\r`-redrawn line: its last state that is not blank
     (tqdm clears its bar with spaces before a message)."""

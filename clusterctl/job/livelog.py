@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from clusterctl.executor import Event, OnEvent
-from clusterctl.job.follow import latest_state
+from clusterctl.job.follow import latest_state, line_prefix
 
 PROGRESS_EVERY_S = 10.0
 REPEAT_WINDOW_S = 5.0
@@ -146,7 +146,7 @@ class LiveLog:
         out = self._close_windows(now)
         if not self.filter.shows(rank, local_rank):
             return out
-        prefix = prefix or _prefix(host, rank)
+        prefix = prefix or line_prefix(host, rank)
         bar = self._bars.get((host, rank, stream))
         if "\r" in text:
             text = latest_state(text)
@@ -169,7 +169,7 @@ class LiveLog:
         key = (host, rank, stream)
         bar = self._bars.get(key)
         if bar is None:
-            bar = self._bars[key] = _Bar(host, rank, stream, prefix or _prefix(host, rank))
+            bar = self._bars[key] = _Bar(host, rank, stream, prefix or line_prefix(host, rank))
         bar.state = state
         return out + self._bar_due(now, bar)
 
@@ -244,10 +244,6 @@ class LiveLog:
             across.append(_count(len(window.hosts), "node"))
         repeated = f"[repeated {window.count}x across {' and '.join(across)}]"
         return [Shown(None, first.text, f"[{' '.join(where)}]", first.stream, None, repeated)]
-
-
-def _prefix(host: str | None, rank: int | None) -> str:
-    return f"[{host} r{rank}]" if rank is not None else f"[{host}]"
 
 
 def _count(n: int, what: str) -> str:

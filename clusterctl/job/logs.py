@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from clusterctl.job.follow import FollowStream, Piece, latest_state
+from clusterctl.job.follow import FollowStream, Piece, latest_state, line_prefix
 from clusterctl.job.torchrun import RANK_PREFIX_RE
 
 
@@ -35,7 +35,7 @@ class LogLine:
     @property
     def prefix(self) -> str:
         """As the live log of `run` writes it: `[node2 r3]`, or `[node2]` for torchrun's own lines."""
-        return f"[{self.host} r{self.rank}]" if self.rank is not None else f"[{self.host}]"
+        return line_prefix(self.host, self.rank)
 
     def to_json(self) -> dict:
         return {"host": self.host, "rank": self.rank, "stream": self.stream, "text": self.text}

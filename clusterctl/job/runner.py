@@ -26,7 +26,7 @@ from clusterctl.executor import Background, Connections, Event, OnEvent, Ticker,
 from clusterctl.job.torchrun import MAX_ARG_BYTES, RANK_PREFIX_RE, job_argv, log_dir, placeholder_values, torchrun_argv, torchrun_env
 from clusterctl.models import Command, Host, HostResult, HostStatus, Inventory, MASK, looks_secret
 from clusterctl.job import agent, rollcall, stalls
-from clusterctl.job.follow import FollowStream, Piece, latest_state
+from clusterctl.job.follow import FollowStream, Piece, latest_state, line_prefix
 from clusterctl.modules import process
 from clusterctl.job.container import in_container
 from clusterctl.job.topology import Topology
@@ -234,7 +234,7 @@ class JobRunner:
         if rank is not None:
             node.ranks_seen.add(rank)
         node.last_line = latest_state(text) if "\r" in text else text
-        prefix = f"[{host} r{rank}]" if rank is not None else f"[{host}]"
+        prefix = line_prefix(host, rank)
         self.on_event(Event("line" if piece.complete else "partial", host, text,
                             {"prefix": prefix, "stream": stream, "rank": rank, "local_rank": local_rank}))
 
