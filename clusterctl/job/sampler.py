@@ -42,7 +42,7 @@ dir=$(mktemp -d "${TMPDIR:-/tmp}/clusterctl-stacks.XXXXXX" 2>/dev/null) || dir=$
   || { cat >/dev/null; echo "$M problem cannot create a temporary directory"; exit 0; }
 extra=""
 trap 'rm -rf "$dir" $extra' EXIT
-trap 'exit 130' INT TERM HUP
+trap 'exit 130' INT TERM HUP PIPE  # PIPE: clusterctl went away mid-sample (its end of the channel closed)
 echo "$M uid $(id -u)"
 echo "$M clk_tck $(getconf CLK_TCK 2>/dev/null || echo 100)"
 spy=""

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import select
+import signal
 import socket
 import subprocess
 import threading
@@ -55,7 +56,11 @@ class LocalTransport(_Runs):
             return CommandResult(127, "", "", time.monotonic() - start)
         if cmd.stdin:
             threading.Thread(target=_feed_stdin, args=(proc, cmd.stdin, not cmd.stdin_open), daemon=True).start()
-        timed_out = _pump_pipes(proc, on_out, on_err, deadline)
+        try:
+            timed_out = _pump_pipes(proc, on_out, on_err, deadline)
+        except BaseException:  # Ctrl-C: end the command as a closed SSH session would, letting its traps run
+            _terminate(proc)
+            raise
         if timed_out:
             proc.kill()
         code = proc.wait()
@@ -71,6 +76,17 @@ class LocalTransport(_Runs):
                 base_url=os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock"), version=DOCKER_API_VERSION
             )
         return self._docker
+
+
+def _terminate(proc: subprocess.Popen, grace_s: float = 2.0) -> None:
+    """TERM to the command's session (it was started in one of its own), KILL what is left after `grace_s`."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:  # already gone
+        pass
 
 
 def _feed_stdin(proc: subprocess.Popen, data: bytes, close: bool = True) -> None:
