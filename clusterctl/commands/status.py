@@ -1,5 +1,6 @@
 """`clusterctl status`: hosts, container state and image, GPUs in use, running ranks; and the latest
-runs of this directory's records (job/records.py says how "running" is told from "unknown")."""
+runs of this directory's records (job/records.py says how "running" is told from "unknown"; a detached
+run's record is first brought up to date from its supervisor on the cluster)."""
 from __future__ import annotations
 
 import argparse
@@ -24,6 +25,7 @@ def execute(args, app) -> Outcome:
     from clusterctl import modules
     from clusterctl.executor import run_plan
     from clusterctl.job.records import list_runs
+    from clusterctl.job.supervision import masker, refresh_running
 
     inventory = app.inventory()
     report = run_plan(TASKS, inventory, app.connections, modules.resolve)
@@ -33,6 +35,7 @@ def execute(args, app) -> Outcome:
         data.setdefault("container", "none" if not inventory.uses_container else "?")
     app.renderer.hosts_table(f"status of {inventory.name}", report.hosts,
                              extra_columns=("container", "image", "gpus_in_use", "ranks_running"))
+    refresh_running(app.state, inventory, app.connections, masker(inventory))
     runs = list_runs(app.state)
     app.renderer.runs_table(runs)
     return Outcome(hosts_document(report.hosts, cluster=inventory.name, runs=[r.to_json() for r in runs]),

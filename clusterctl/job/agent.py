@@ -14,7 +14,9 @@ How a node runs its part of a job (all files in the node's run dir,
   own `sleep 1` once outlived a stop and made the next run see "a run in progress").
 - The lease: the controller touches `lease` every poll. If it goes silent for
   `lease_s` seconds (controller killed, node cut off), the wrapper stops the node's
-  ranks by itself: no node waits forever for peers that are gone.
+  ranks by itself: no node waits forever for peers that are gone. A run handed over to
+  the cluster (job/supervision.py) has its node's keeper touch the lease instead, and a
+  `stop` file written by the keeper (the supervisor's word) stops the ranks at once.
 """
 from __future__ import annotations
 
@@ -37,8 +39,13 @@ echo "$pid" > "$dir/agent.pid"
 alive() { s=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -c1); [ -n "$s" ] && [ "$s" != Z ]; }
 while alive "$pid"; do
   age=$(( $(date +%s) - $(stat -c %Y "$dir/lease" 2>/dev/null || echo 0) ))
-  if [ "$age" -gt "$lease" ]; then
-    echo "clusterctl: no word from the controller for ${age}s (lease ${lease}s): stopping this node's ranks"
+  why=
+  if [ -e "$dir/stop" ]; then why="the run's supervisor stopped this node's ranks: $(head -c 300 "$dir/stop")"
+  elif [ "$age" -gt "$lease" ]; then
+    why="no word from the controller or the run's supervisor for ${age}s (lease ${lease}s): stopping this node's ranks"
+  fi
+  if [ -n "$why" ]; then
+    echo "clusterctl: $why"
     kill -TERM -"$pid" 2>/dev/null
     i=0; while alive "$pid" && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done
     kill -KILL -"$pid" 2>/dev/null
@@ -131,7 +138,7 @@ run_dirs() { r=$1; o=$(dirname "$(dirname "$r")"); mkdir -p "$o" && mk "$o/logs"
 '''
 
 # $1: the node's own run directory (private: it holds the env file)
-_WRITE_ENV = RUN_DIRS_SH + 'run_dirs "$(dirname "$1")" && umask 077 && mkdir -p "$1" && rm -f "$1/agent.exit" && cat > "$1/env"'
+_WRITE_ENV = RUN_DIRS_SH + 'run_dirs "$(dirname "$1")" && umask 077 && mkdir -p "$1" && rm -f "$1/agent.exit" "$1/stop" && cat > "$1/env"'
 
 
 def env_file(env: tuple[tuple[str, str], ...]) -> bytes:
