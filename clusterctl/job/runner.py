@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -144,6 +145,7 @@ class JobRunner:
                                                                         command), len(prompt.encode()))
         self.stacks_dir = stacks_dir
         self.supervised: Optional[supervision.Supervised] = None
+        self._wake = threading.Event()  # set when a node's output stream ends: its torchrun ended
         self.stalls = stalls.StallWatch(inventory, stalls.JobShape.of_topology(topology), run_id, connections, on_event,
                                         inventory.job.stall_timeout if stall_timeout_s is None else stall_timeout_s,
                                         stack_interval_s)
@@ -232,6 +234,7 @@ class JobRunner:
             transport.run_to_sink(agent.follow_command(self.inventory, node.run_dir, plan.nproc), Sink())
         finally:
             emit(stream.finish())
+            self._wake.set()  # the node's torchrun ended (or its connection did): poll it now
         return HostResult(host.name, HostStatus.OK)
 
     def _emit(self, host: str, node: NodeRun, first_rank: int, piece: Piece) -> None:
@@ -312,7 +315,7 @@ class JobRunner:
                 return JobOutcome(1, {"host": None, "rank": None, "diagnosis": [{
                     "cause": "unknown", "host": None, "rank": None, "evidence": f"the job ran past --timeout {self.timeout_s:g}s",
                     "fix": "raise --timeout, or look at the live log for the rank that stopped progressing"}]})
-            ticker.sleep_until_next()
+            ticker.sleep_until_next(self._wake)
 
     def _stopped(self) -> bool:
         return any(n.stopped for n in self.nodes.values())
