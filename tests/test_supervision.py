@@ -88,6 +88,30 @@ def test_a_silent_node_is_lost_and_one_never_heard_is_lost_later():
     assert sup.state == "failed" and sup.failures[0]["host"] == "b"
 
 
+def test_a_run_whose_ranks_all_went_silent_for_the_stall_timeout_is_reported_stalled_not_stopped():
+    clock = Clock()
+    sup = node_agent.Supervisor({"run_id": "r1", "hosts": ["a", "b"], "lost_after_s": 15, "stall_timeout_s": 60},
+                                "/nonexistent", now=clock)
+    _beat(sup, "a", 1, silent_s=50.0)
+    _beat(sup, "b", 1, silent_s=2.0)
+    sup.tick()
+    assert sup.stalled_s is None  # b wrote 2 s ago
+    clock.t += 1
+    _beat(sup, "a", 2, silent_s=70.0)
+    _beat(sup, "b", 2, silent_s=65.0)
+    clock.t += 0.5
+    assert sup.tick() is False and sup.stalled_s == 65.5 and sup.state == "running"
+    assert sup.document()["stalled_s"] == 65.5 and _beat(sup, "a", 3, silent_s=71.0)["stop"] is False
+    _beat(sup, "b", 3, silent_s=0.5)  # b printed again
+    sup.tick()
+    assert sup.stalled_s is None
+    off, _ = _supervisor()  # no stall_timeout_s: never
+    _beat(off, "a", 1, silent_s=1e6)
+    _beat(off, "b", 1, silent_s=1e6)
+    off.tick()
+    assert off.stalled_s is None
+
+
 def test_an_old_or_repeated_sequence_number_and_an_unknown_host_are_refused():
     sup, _ = _supervisor()
     assert _beat(sup, "a", 5) is not None

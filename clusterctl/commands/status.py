@@ -38,5 +38,10 @@ def execute(args, app) -> Outcome:
     refresh_running(app.state, inventory, app.connections, masker(inventory))
     runs = list_runs(app.state)
     app.renderer.runs_table(runs)
+    for run in runs:
+        if run.stalled_s:
+            app.renderer.message(f"run {run.run_id}: no output from any rank for {run.stalled_s:.0f}s (its supervisor on the "
+                                 f"cluster says so): `clusterctl stacks --run {run.run_id}` names the rank elsewhere, "
+                                 f"`clusterctl stop {run.run_id}` ends it", "yellow")
     return Outcome(hosts_document(report.hosts, cluster=inventory.name, runs=[r.to_json() for r in runs]),
                    unreachable=any_unreachable(report.hosts))

@@ -9,7 +9,10 @@ Two roles, one process each, both carrying the run's marker (modules/process.py)
   controller does: fail fast (a node whose torchrun failed -> after a few seconds for the others to
   report, every node is told to stop), lost nodes (silent for `lost_after_s`), a run stopped by
   `clusterctl stop`, and the run's state in `supervisor.json` beside it, which the controller reads
-  back (`status`, `attach`, `logs`) and turns into the local run record, with its diagnosis.
+  back (`status`, `attach`, `logs`) and turns into the local run record, with its diagnosis. With
+  `stall_timeout_s`, a run whose ranks all went silent that long is reported stalled (`stalled_s`):
+  it is not stopped, since telling a hang from a long silent step takes every rank's stack, which
+  `clusterctl stacks RUN` takes (the attached `run` does that by itself).
 - `keep RUN_DIR` on every node: every second it reports its torchrun's state (and at the end the
   tail of its log) to the supervisor; each answer renews the node's lease (job/agent.py's wrapper
   stops the ranks when the lease runs out), and an answer "stop" writes `stop`, on which the
@@ -63,8 +66,10 @@ class Supervisor:
         self.lock = threading.Lock()
         self.started = now()
         self.nodes = {h: {"seen": None, "seq": -1, "exit_code": None, "stopped": False, "ranks": 0,
-                          "last_output": None, "lost": False, "ended_at": None, "tail": ""}
+                          "silent_s": None, "lost": False, "ended_at": None, "tail": ""}
                       for h in config["hosts"]}
+        self.stall_timeout_s = float(config.get("stall_timeout_s") or 0)
+        self.stalled_s = None  # no rank of any node wrote a byte for this long (>= stall_timeout_s)
         self.state = "running"  # -> succeeded | failed | stopped
         self.stop_reason = None
         self.first_failure_at = None
@@ -80,9 +85,8 @@ class Supervisor:
                 return None
             node["seq"], node["seen"] = message["seq"], self.now()
             node["ranks"] = int(message.get("ranks") or 0)
-            node["last_output"] = message.get("last_output")
-            if node["lost"]:  # heard again after it was given up: it is told to stop like the rest
-                pass
+            silent = message.get("silent_s")
+            node["silent_s"] = float(silent) if isinstance(silent, (int, float)) else None
             code = message.get("exit_code")
             if code is not None and node["exit_code"] is None:
                 node["exit_code"], node["ended_at"] = int(code), self.now()
@@ -119,22 +123,35 @@ class Supervisor:
                     self._end("failed", f"{self.failures[0]['host']} failed (exit {self.failures[0]['exit_code']})")
                 elif all(n["exit_code"] == 0 for n in self.nodes.values()):
                     self._end("succeeded", None)
+            self.stalled_s = self._silence(now) if self.state == "running" else None
             if self.state == "running":
                 return False
             pending = [n for n in self.nodes.values() if n["exit_code"] is None and not n["lost"]]
             return not pending or now - self.ended > DRAIN_S
+
+    def _silence(self, now):
+        """How long no rank of any running node wrote a byte, once that reaches stall_timeout_s (else None).
+        Each node measures its own silence on its own clock; the time since its report is added here."""
+        if self.stall_timeout_s <= 0:
+            return None
+        running = [n for n in self.nodes.values() if n["exit_code"] is None and not n["lost"]]
+        if not running or any(n["seen"] is None or n["silent_s"] is None for n in running):
+            return None
+        silent = min(n["silent_s"] + (now - n["seen"]) for n in running)
+        return round(silent, 1) if silent >= self.stall_timeout_s else None
 
     def _end(self, state, reason):
         self.state, self.stop_reason, self.ended = state, reason, self.now()
 
     def document(self, final=False):
         with self.lock:
-            nodes = {h: {k: n[k] for k in ("exit_code", "stopped", "lost", "ranks", "last_output")}
+            nodes = {h: {k: n[k] for k in ("exit_code", "stopped", "lost", "ranks", "silent_s")}
                      for h, n in self.nodes.items()}
             for h, n in self.nodes.items():
                 nodes[h]["seen_s_ago"] = round(self.now() - n["seen"], 1) if n["seen"] is not None else None
             return {"run_id": self.config["run_id"], "state": self.state, "reason": self.stop_reason,
                     "started": self.started, "ended": self.ended, "final": final, "pid": os.getpid(),
+                    "stall_timeout_s": self.stall_timeout_s, "stalled_s": self.stalled_s,
                     "nodes": nodes, "failures": list(self.failures)}
 
 
@@ -229,17 +246,21 @@ def node_report(run_dir):
             exit_code = int(code.strip())
         except ValueError:
             exit_code = 1
-    ranks, last_output = 0, None
+    ranks, newest = 0, None
+    files = [os.path.join(run_dir, "agent.log")]
     for entry in os.listdir(run_dir) if os.path.isdir(run_dir) else ():
         attempt = os.path.join(run_dir, entry, "attempt_0")
         if os.path.isdir(attempt):
-            ranks = max(ranks, sum(1 for r in os.listdir(attempt) if r.isdigit()))
-    try:
-        last_output = os.stat(os.path.join(run_dir, "agent.log")).st_mtime
-    except OSError:
-        pass
+            local = [r for r in os.listdir(attempt) if r.isdigit()]
+            ranks = max(ranks, len(local))
+            files += [os.path.join(attempt, r, name) for r in local for name in ("stdout.log", "stderr.log")]
+    for path in files:
+        try:
+            newest = max(newest or 0, os.stat(path).st_mtime)
+        except OSError:
+            pass
     report = {"exit_code": exit_code, "stopped": os.path.exists(os.path.join(run_dir, "stopped")),
-              "ranks": ranks, "last_output": last_output}
+              "ranks": ranks, "silent_s": round(time.time() - newest, 1) if newest else None}
     if exit_code is not None:
         report["tail"] = _tail(os.path.join(run_dir, "agent.log"))
     return report

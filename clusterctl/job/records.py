@@ -55,6 +55,7 @@ class RunEntry:
     world_size: Optional[int]
     nodes: list
     cluster: Optional[str]
+    stalled_s: Optional[float] = None  # a detached run whose ranks all went silent this long (its supervisor says)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -99,7 +100,7 @@ def entry(record: dict, run_id: str, holder_of: Callable[[str], Optional[dict]])
     nodes = [n.get("host") for n in record.get("topology") or [] if isinstance(n, dict)]
     return RunEntry(run_id, state_of(record, run_id, holder_of), record.get("started"), record.get("ended"),
                     record.get("exit_code"), _failure(record.get("first_failure")), record.get("world_size"),
-                    nodes, record.get("cluster"))
+                    nodes, record.get("cluster"), record.get("stalled_s") if record.get("state") == "running" else None)
 
 
 def _failure(first: Optional[dict]) -> Optional[dict]:

@@ -265,7 +265,7 @@ class JobRunner:
         supervised, failed = supervision.establish(
             self.inventory, self.run_id, master, self.topology.master_addr, self.topology.port,
             {name: n.run_dir for name, n in self.nodes.items()}, {name: n.host for name, n in self.nodes.items()},
-            self.connections)
+            self.connections, stall_timeout_s=self.stalls.timeout_s)
         if supervised is None:
             self.stop("the run could not be handed over to the cluster")
             name, result = next(iter(failed.items()))

@@ -102,16 +102,18 @@ def parse_state(stdout: str) -> Optional[dict]:
 
 def establish(inventory: Inventory, run_id: str, master: str, address: str, port: int,
               run_dirs: dict[str, str], hosts: dict[str, Host], connections: Connections,
-              lease_s: int = agent.LEASE_S, wait_s: float = ESTABLISH_S) -> tuple[Optional[Supervised], dict]:
+              stall_timeout_s: float = 0.0, lease_s: int = agent.LEASE_S,
+              wait_s: float = ESTABLISH_S) -> tuple[Optional[Supervised], dict]:
     """Start the supervisor and the keepers; (where it listens, {} ) once every node was heard, else
-    (None, {host: HostResult}) naming what failed (the caller stops the run)."""
+    (None, {host: HostResult}) naming what failed (the caller stops the run). `stall_timeout_s`: the
+    supervisor reports the run stalled after that long without output from any rank (0: never)."""
     from clusterctl.job.node_agent import CONFIG
 
     key = secrets.token_hex(32)
     script = _SCRIPT.read_bytes()
     supervised = Supervised(master, address, port + PORT_OFFSET, run_dirs[master])
     base = {"run_id": run_id, "address": address, "port": supervised.port, "key": key, "lease_s": lease_s,
-            "lost_after_s": LOST_AFTER_S, "hosts": list(run_dirs)}
+            "lost_after_s": LOST_AFTER_S, "hosts": list(run_dirs), "stall_timeout_s": stall_timeout_s}
 
     def action(transport, host: Host) -> HostResult:
         run_dir = run_dirs[host.name]
@@ -230,6 +232,9 @@ def refresh_record(store, inventory: Inventory, connections: Connections, run_id
     if state.get("gone"):
         return {**record, "supervisor_gone": True}
     if not state.get("final"):
+        if state.get("stalled_s") != record.get("stalled_s"):  # a stall seen on the cluster: say it
+            record = {**record, "stalled_s": state.get("stalled_s")}
+            store.write_json(store.run_dir(run_id) / "run.json", record)
         return record
     done = finish_record(record, state, inventory, mask)
     store.write_json(store.run_dir(run_id) / "run.json", done)
