@@ -112,6 +112,22 @@ def test_a_run_whose_ranks_all_went_silent_for_the_stall_timeout_is_reported_sta
     assert off.stalled_s is None
 
 
+def test_a_run_past_its_timeout_is_stopped_and_says_so():
+    clock = Clock()
+    sup = node_agent.Supervisor({"run_id": "r1", "hosts": ["a"], "lost_after_s": 15, "timeout_s": 30},
+                                "/nonexistent", now=clock)
+    _beat(sup, "a", 1)
+    clock.t += 29
+    _beat(sup, "a", 2)
+    assert sup.tick() is False and sup.state == "running"
+    clock.t += 2
+    _beat(sup, "a", 3)
+    sup.tick()
+    assert sup.state == "failed" and _beat(sup, "a", 4)["stop"] is True
+    code, first = supervision.outcome_of(sup.document(), inventory=None)
+    assert code == 1 and "ran past --timeout 30s" in first["diagnosis"][0]["evidence"]
+
+
 def test_an_old_or_repeated_sequence_number_and_an_unknown_host_are_refused():
     sup, _ = _supervisor()
     assert _beat(sup, "a", 5) is not None

@@ -69,6 +69,8 @@ class Supervisor:
                           "silent_s": None, "lost": False, "ended_at": None, "tail": ""}
                       for h in config["hosts"]}
         self.stall_timeout_s = float(config.get("stall_timeout_s") or 0)
+        self.timeout_s = float(config.get("timeout_s") or 0)  # `run --timeout`: the run is stopped past it
+        self.timed_out = False
         self.stalled_s = None  # no rank of any node wrote a byte for this long (>= stall_timeout_s)
         self.state = "running"  # -> succeeded | failed | stopped
         self.stop_reason = None
@@ -117,6 +119,9 @@ class Supervisor:
                     self.failures.append({"host": host, "exit_code": None, "at": now, "lost": True,
                                           "tail": "", "silent_s": round(silent, 1)})
                     self._end("failed", f"{host} stopped answering for {silent:.0f}s")
+            if self.state == "running" and self.timeout_s and now - self.started > self.timeout_s:
+                self.timed_out = True
+                self._end("failed", f"the job ran past --timeout {self.timeout_s:g}s")
             if self.state == "running":
                 if self.first_failure_at is not None and (now - self.first_failure_at >= SETTLE_S or all(
                         n["exit_code"] is not None or n["lost"] for n in self.nodes.values())):
@@ -151,7 +156,7 @@ class Supervisor:
                 nodes[h]["seen_s_ago"] = round(self.now() - n["seen"], 1) if n["seen"] is not None else None
             return {"run_id": self.config["run_id"], "state": self.state, "reason": self.stop_reason,
                     "started": self.started, "ended": self.ended, "final": final, "pid": os.getpid(),
-                    "stall_timeout_s": self.stall_timeout_s, "stalled_s": self.stalled_s,
+                    "stall_timeout_s": self.stall_timeout_s, "stalled_s": self.stalled_s, "timed_out": self.timed_out,
                     "nodes": nodes, "failures": list(self.failures)}
 
 

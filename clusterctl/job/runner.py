@@ -146,6 +146,7 @@ class JobRunner:
         self.stacks_dir = stacks_dir
         self.supervised: Optional[supervision.Supervised] = None
         self._wake = threading.Event()  # set when a node's output stream ends: its torchrun ended
+        self._started = time.monotonic()
         self.stalls = stalls.StallWatch(inventory, stalls.JobShape.of_topology(topology), run_id, connections, on_event,
                                         inventory.job.stall_timeout if stall_timeout_s is None else stall_timeout_s,
                                         stack_interval_s)
@@ -171,7 +172,7 @@ class JobRunner:
             ranks_timeout_s: float = 300.0) -> JobOutcome:
         """The job from launch to its end; with `detach`, from launch to every rank started, then
         handed over to the cluster. `hung_up()` turning true (the terminal hung up) hands it over too."""
-        started = time.monotonic()
+        started = self._started = time.monotonic()
         launched = self._launch()
         failures = {n: r for n, r in launched.items() if not r.succeeded}
         if failures:
@@ -265,7 +266,8 @@ class JobRunner:
         supervised, failed = supervision.establish(
             self.inventory, self.run_id, master, self.topology.master_addr, self.topology.port,
             {name: n.run_dir for name, n in self.nodes.items()}, {name: n.host for name, n in self.nodes.items()},
-            self.connections, stall_timeout_s=self.stalls.timeout_s)
+            self.connections, stall_timeout_s=self.stalls.timeout_s,
+            timeout_s=max(1.0, self.timeout_s - (time.monotonic() - self._started)) if self.timeout_s else None)
         if supervised is None:
             self.stop("the run could not be handed over to the cluster")
             name, result = next(iter(failed.items()))

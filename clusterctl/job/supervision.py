@@ -102,18 +102,20 @@ def parse_state(stdout: str) -> Optional[dict]:
 
 def establish(inventory: Inventory, run_id: str, master: str, address: str, port: int,
               run_dirs: dict[str, str], hosts: dict[str, Host], connections: Connections,
-              stall_timeout_s: float = 0.0, lease_s: int = agent.LEASE_S,
+              stall_timeout_s: float = 0.0, timeout_s: Optional[float] = None, lease_s: int = agent.LEASE_S,
               wait_s: float = ESTABLISH_S) -> tuple[Optional[Supervised], dict]:
     """Start the supervisor and the keepers; (where it listens, {} ) once every node was heard, else
     (None, {host: HostResult}) naming what failed (the caller stops the run). `stall_timeout_s`: the
-    supervisor reports the run stalled after that long without output from any rank (0: never)."""
+    supervisor reports the run stalled after that long without output from any rank (0: never);
+    `timeout_s` (`run --timeout`, from the supervisor's start): the run is stopped past it."""
     from clusterctl.job.node_agent import CONFIG
 
     key = secrets.token_hex(32)
     script = _SCRIPT.read_bytes()
     supervised = Supervised(master, address, port + PORT_OFFSET, run_dirs[master])
     base = {"run_id": run_id, "address": address, "port": supervised.port, "key": key, "lease_s": lease_s,
-            "lost_after_s": LOST_AFTER_S, "hosts": list(run_dirs), "stall_timeout_s": stall_timeout_s}
+            "lost_after_s": LOST_AFTER_S, "hosts": list(run_dirs), "stall_timeout_s": stall_timeout_s,
+            "timeout_s": timeout_s or 0}
 
     def action(transport, host: Host) -> HostResult:
         run_dir = run_dirs[host.name]
@@ -178,6 +180,10 @@ def outcome_of(state: dict, inventory: Inventory, mask: Callable[[str], str] = l
 
     if state.get("state") == "succeeded":
         return 0, None
+    if state.get("timed_out"):
+        return 1, {"host": None, "rank": None, "diagnosis": [{
+            "cause": "unknown", "host": None, "rank": None, "evidence": str(state.get("reason")),
+            "fix": "raise --timeout, or look at `clusterctl logs` for the rank that stopped progressing"}]}
     failures = [f for f in state.get("failures") or [] if isinstance(f, dict) and f.get("host")]
     if state.get("state") != "failed" or not failures:
         return 1, None
