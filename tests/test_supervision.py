@@ -230,3 +230,23 @@ def test_the_state_read_from_a_node_says_how_old_it_is_and_whether_its_superviso
     assert supervision.parse_state(f"1000 900\n{final}")["gone"] is False
     for bad in ("", "x y\n{}", "1 2\nnot json", "1 2\n[1]"):
         assert supervision.parse_state(bad) is None
+
+
+def test_a_hang_up_sets_the_flag_and_silences_output_but_not_under_nohup(tmp_path):
+    """In a child process (it dup2s /dev/null over its stdout): SIGHUP turns the flag on and later
+    output goes nowhere; with SIGHUP ignored at the start (nohup), the handler is not installed."""
+    code = r'''
+import os, signal, sys
+from clusterctl.commands.run import hang_up_detaches
+if sys.argv[1] == "nohup":
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+with hang_up_detaches() as hung_up:
+    print("before", flush=True)
+    os.kill(os.getpid(), signal.SIGHUP)
+    print("after", hung_up(), flush=True)
+print("restored", signal.getsignal(signal.SIGHUP) in (signal.SIG_DFL, signal.SIG_IGN), flush=True)
+'''
+    plain = subprocess.run([sys.executable, "-c", code, "plain"], capture_output=True, text=True, timeout=60)
+    assert plain.returncode == 0 and plain.stdout == "before\n", (plain.stdout, plain.stderr)
+    nohup = subprocess.run([sys.executable, "-c", code, "nohup"], capture_output=True, text=True, timeout=60)
+    assert nohup.stdout == "before\nafter False\nrestored True\n", (nohup.stdout, nohup.stderr)

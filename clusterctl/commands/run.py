@@ -170,10 +170,14 @@ class hang_up_detaches:
         import threading
 
         self.flag = threading.Event()
+        self.previous = None
         try:
-            self.previous = signal.signal(signal.SIGHUP, self._on_hang_up)
+            # started under nohup (SIGHUP ignored): its user wants this process to watch on, writing
+            # to nohup.out; a hang-up changes nothing then
+            if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+                self.previous = signal.signal(signal.SIGHUP, self._on_hang_up)
         except (ValueError, AttributeError):  # not the main thread, or no SIGHUP here
-            self.previous = None
+            pass
         return self.flag.is_set
 
     def _on_hang_up(self, signum, frame) -> None:
