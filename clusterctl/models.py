@@ -125,6 +125,7 @@ class ContainerSpec:
     env: tuple[EnvVar, ...] = ()
     command: tuple[str, ...] = ("sleep", "infinity")
     pull: str = "missing"  # always | missing | never
+    distribute: str = "auto"  # registry | peers | auto (peers from 4 nodes up): registry/peers.py
     labels: tuple[tuple[str, str], ...] = ()
     registry_auth: RegistryAuth = field(default_factory=RegistryAuth)
 

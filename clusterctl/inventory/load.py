@@ -44,7 +44,7 @@ SSH_KEYS = ("user", "port", "identity_file", "known_hosts", "host_key_policy", "
             "command_timeout", "proxy_jump", "forward_agent", "config_file", "options")
 HOST_KEYS = ("name", "address", "port", "user", "identity_file", "proxy_jump", "connection", "gpus", "nic", "env",
              "groups", "slots") + HOST_SSH_KEYS
-CONTAINER_KEYS = ("image", "name", "runtime", "gpus", "shm_size", "ipc", "volumes", "env", "command", "pull",
+CONTAINER_KEYS = ("image", "name", "runtime", "gpus", "shm_size", "ipc", "volumes", "env", "command", "pull", "distribute",
                   "labels", "registry_auth")
 REGISTRY_AUTH_KEYS = ("from", "username", "password_env")
 REGISTRY_AUTH_FROM = ("node", "docker-config")
@@ -193,6 +193,8 @@ def _container(doc: Doc, data: Any) -> Optional[ContainerSpec]:
         command=doc.value(spec, "command", path, expect_text_list, default.command),
         pull=doc.value(spec, "pull", path, lambda d, v, p: expect_choice(d, v, p, ("missing", "always", "never")),
                        default.pull),
+        distribute=doc.value(spec, "distribute", path,
+                             lambda d, v, p: expect_choice(d, v, p, ("registry", "peers", "auto")), default.distribute),
         labels=doc.value(spec, "labels", path, _labels, ()),
         registry_auth=doc.value(spec, "registry_auth", path, _registry_auth, RegistryAuth()),
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from dataclasses import replace
 from typing import Any, Optional
 
@@ -17,6 +18,7 @@ from clusterctl.modules import module
 from clusterctl.modules.docker_replies import (LABEL_CONFIG, api_message, memlock_limit, pull_failure, pull_status,
                                                 stored_config)
 from clusterctl.registry.pull_errors import failure_line
+from clusterctl.registry.peers import peers_apply
 from clusterctl.registry.pulling import local_image
 
 LABEL_MANAGED = "clusterctl.managed"
@@ -152,6 +154,20 @@ def _as_result(check) -> HostResult:
     return HostResult(check.host, HostStatus.OK, check.detail if check.status is CheckStatus.WARN else "", data=data)
 
 
+@module("docker.distribute", cluster_scope=True)
+def distribute(ctx):
+    """`container.distribute: peers` (`auto`: from 4 nodes up): one node has or pulls the image, the
+    others get it from nodes that have it, node to node (registry/peers.py says how and why). Else,
+    and without a container: nothing here (docker.pull pulls on every node)."""
+    from clusterctl.registry import peers
+
+    hosts = list(ctx.hosts)
+    if not peers.peers_apply(ctx.inventory, len(ctx.inventory.hosts)) or ctx.inventory.container.pull == "never":
+        # no detail: a skipped step must not hide what an earlier one said of the node (a stale rank killed)
+        return {h.name: HostResult(h.name, HostStatus.SKIPPED, "") for h in hosts}
+    return peers.distribute(hosts, ctx.inventory, ctx.connections, pull(ctx), ctx.on_event)
+
+
 @module("docker.pull")
 def pull(ctx):
     """Pull the image unless present (container.pull: missing), with per-node progress events,
@@ -169,15 +185,18 @@ def pull(ctx):
         client = transport.docker()
         changed, resolved = False, None
         try:
-            image = None if spec.pull == "always" else local_image(client, spec.image)
+            # with peers, `always` was done by docker.distribute (the seed pulled, the others got its image)
+            fresh = spec.pull == "always" and not peers_apply(ctx.inventory, len(ctx.inventory.hosts))
+            image = None if fresh else local_image(client, spec.image)
             if image is None and spec.pull != "never":
                 resolved = pulling.resolve_for(ctx.inventory, transport, host)
                 if resolved.problem:
                     problem = pulling.credentials_problem(ctx.inventory, host, resolved)
                     return HostResult(host.name, HostStatus.FAILED, failure_line(spec.image, problem),
                                       data={"image": spec.image, "cause": problem.cause})
+                started = time.monotonic()
                 _pull_with_progress(client, spec.image, host.name, on_event, pulling.auth_config(resolved, spec.image))
-                changed = True
+                changed, pulled_s = True, time.monotonic() - started
                 image = client.images.get(spec.image)
             if image is None:
                 return HostResult(host.name, HostStatus.FAILED, f"image {spec.image} is not on the node and container.pull is never")
@@ -189,6 +208,9 @@ def pull(ctx):
         data = {"image": spec.image, "image_id": image.id, "repo_digests": image.attrs.get("RepoDigests", [])}
         if resolved is not None:
             data["credentials"] = resolved.credentials.source  # where from, never what
+        if changed:  # where its layers came from (docker.distribute says it for the nodes it served)
+            data["distribute"] = {"source": "registry", "image_id": image.id, "bytes": image.attrs.get("Size"),
+                                  "seconds": round(pulled_s, 2)}
         detail = f"pulled {spec.image}" if changed else ""
         return HostResult(host.name, HostStatus.CHANGED if changed else HostStatus.OK, detail, data=data)
 

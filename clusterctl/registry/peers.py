@@ -1,0 +1,311 @@
+"""The image crosses the registry's link once: nodes that have it send it to nodes that do not,
+node to node over the cluster network (`container.distribute: peers`; `auto`: from 4 nodes up).
+
+How, and why this way:
+- One seed has the image: a node that already holds the tag (`container.pull: missing`), else the
+  first node, which pulls it from the registry as `docker.pull` would.
+- Then rounds: every node that has the image sends it to one that has not, all pairs at once, so
+  the number of holders doubles each round (16 nodes: 4 rounds after the seed's pull). A transfer is
+  `docker save IMAGE` on the sender piped into a one-connection TCP server (RELAY, Python's standard
+  library on the host, bound to the sender's address on the job network), and on the receiver the
+  relay's client piped into `docker load`. Nothing is relayed through this controller, whose link is
+  as narrow as the registry's; only the commands go over SSH.
+- Why not a registry on the seed: an engine pulls from a plain-HTTP registry only where its
+  daemon.json lists it as insecure (a change to every node's engine config), and the classic image
+  store keeps unpacked layers, so a seed's registry would recompress every layer anyway
+  (distribution#1100). `docker save | docker load` needs nothing but the docker CLI and python3.
+  The price: a node that has an older version of the image receives every layer again (save sends
+  them all); a node with the same image ID receives nothing.
+- Verified: after `docker load` the receiver's image ID must equal the seed's (the config digest the
+  registry's manifest names); else the tag is removed there and the node fails, named. `docker load`
+  tags only a complete image, so a transfer cut short leaves no tag. A node whose transfer failed is
+  retried from another holder in the next round, then left to `docker.pull` (the registry).
+- The relay's server accepts one client that sends the transfer's token, within ACCEPT_S, and
+  ends with the stream: nothing listens after `up`, also after Ctrl-C (its client goes away).
+"""
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Optional
+
+from clusterctl.models import Command, Host, HostResult, HostStatus, Inventory
+
+PORT_OFFSET = 2  # the relay listens on rendezvous.port + 2 (up runs no job: the rendezvous ports are free)
+PEERS_FROM = 4  # `auto`: peers from this many nodes up
+ACCEPT_S = 60
+MAX_TRIES = 2
+
+RELAY = r'''
+import hmac, socket, sys, time
+role, address, port, token = sys.argv[1], sys.argv[2], int(sys.argv[3]), (sys.argv[4] + "\n").encode()
+total, chunk = 0, 1 << 20
+if role == "send":
+    server = socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET)
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind((address, port))
+    server.listen(4)
+    server.settimeout(float(sys.argv[5]))
+    while True:
+        try:
+            conn, _ = server.accept()
+        except socket.timeout:
+            sys.exit("clusterctl-relay: no receiver came")
+        conn.settimeout(30)
+        got = b""
+        while len(got) < len(token):
+            part = conn.recv(len(token) - len(got))
+            if not part:
+                break
+            got += part
+        if hmac.compare_digest(got, token):
+            break
+        conn.close()
+    server.close()
+    source = sys.stdin.buffer
+    while True:
+        data = source.read(chunk)
+        if not data:
+            break
+        conn.sendall(data)
+        total += len(data)
+    conn.shutdown(socket.SHUT_WR)
+    conn.close()
+    print("sent %d" % total)
+else:
+    deadline = time.monotonic() + float(sys.argv[5])
+    while True:
+        try:
+            conn = socket.create_connection((address, port), timeout=5)
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                sys.exit("clusterctl-relay: cannot reach %s:%d" % (address, port))
+            time.sleep(0.2)
+    conn.settimeout(60)
+    conn.sendall(token)
+    out = sys.stdout.buffer
+    while True:
+        data = conn.recv(chunk)
+        if not data:
+            break
+        out.write(data)
+        total += len(data)
+    out.flush()
+    sys.stderr.write("received %d\n" % total)
+'''
+
+# $1 image, $2 relay code, $3 address, $4 port, $5 token, $6 accept timeout
+_SEND = ('{ docker save "$1" || echo "clusterctl: docker save failed" >&2; } | python3 -c "$2" send "$3" "$4" "$5" "$6"')
+# $1 relay code, $2 sender address, $3 port, $4 token, $5 connect timeout; docker load's own output names the image
+_RECEIVE = 'python3 -c "$1" recv "$2" "$3" "$4" "$5" | docker load -q'
+# $1 image: its ID, or nothing
+_IMAGE_ID = 'docker image inspect -f "{{.Id}}" "$1" 2>/dev/null || true'
+# $1 image: untag a copy that is not the expected image (what `docker load` tagged)
+# (The docker CLI runs as the SSH user, as every docker command here: sudo would drop the session's
+# DOCKER_HOST, and a user who may not use the engine cannot run `up` at all.)
+_UNTAG = 'docker rmi "$1" >/dev/null 2>&1 || true'
+
+
+def peers_apply(inventory: Inventory, node_count: int) -> bool:
+    """Whether `up` distributes the image between the nodes (else every node pulls it)."""
+    if not inventory.uses_container:
+        return False
+    mode = inventory.container.distribute
+    return mode == "peers" or (mode == "auto" and node_count >= PEERS_FROM)
+
+
+@dataclass
+class Holding:
+    """Where one node's image came from, for `up`'s result (and --json)."""
+    source: str  # present | registry | peer:NODE
+    image_id: str
+    bytes: int = 0
+    seconds: float = 0.0
+
+    def to_json(self) -> dict:
+        rate = round(self.bytes / self.seconds / 1e6, 1) if self.seconds > 0 and self.bytes else None
+        return {"source": self.source, "image_id": self.image_id, "bytes": self.bytes,
+                "seconds": round(self.seconds, 2), "mb_per_s": rate}
+
+
+@dataclass
+class Plan:
+    """The rounds so far: who holds the image, who still needs it, who gave up."""
+    expected_id: str
+    holders: list[str]
+    needing: list[str]
+    tries: dict[str, int] = field(default_factory=dict)
+
+    def pairs(self) -> list[tuple[str, str]]:
+        """(sender, receiver) for the next round: each holder sends to one node that needs the image."""
+        return list(zip(self.holders, self.needing))
+
+    def received(self, node: str) -> None:
+        self.needing.remove(node)
+        self.holders.append(node)
+
+    def failed(self, node: str) -> bool:
+        """One more failed try for `node`; True when it is given up (left to the registry pull)."""
+        self.tries[node] = self.tries.get(node, 0) + 1
+        if self.tries[node] >= MAX_TRIES:
+            self.needing.remove(node)
+            return True
+        self.needing.remove(node)
+        self.needing.append(node)  # behind the others: another holder may send to it next round
+        return False
+
+
+def image_id_command(image: str) -> Command:
+    return Command(("sh", "-c", _IMAGE_ID, "clusterctl-image-id", image), timeout=60)
+
+
+def send_command(image: str, address: str, port: int, token: str) -> Command:
+    return Command(("sh", "-c", _SEND, "clusterctl-send", image, RELAY, address, str(port), token, str(ACCEPT_S)),
+                   timeout=None)
+
+
+def receive_command(address: str, port: int, token: str) -> Command:
+    return Command(("sh", "-c", _RECEIVE, "clusterctl-receive", RELAY, address, str(port), token, str(ACCEPT_S)),
+                   timeout=None)
+
+
+def untag_command(image: str) -> Command:
+    return Command(("sh", "-c", _UNTAG, "clusterctl-untag", image), timeout=60)
+
+
+def parse_sent(stdout: str) -> int:
+    for line in stdout.splitlines():
+        if line.startswith("sent ") and line[5:].strip().isdigit():
+            return int(line[5:].strip())
+    return 0
+
+
+def transfer_failure(receiver: str, sender: str, result: HostResult, got_id: Optional[str], expected: str) -> str:
+    if result.succeeded and got_id and got_id != expected:
+        return (f"the image {receiver} loaded from {sender} is {got_id[:19]}, not {expected[:19]} (the seed's, "
+                "which the registry's manifest names); its tag was removed there")
+    return f"from {sender}: {result.detail or 'the transfer failed'}"
+
+
+def new_token() -> str:
+    return secrets.token_hex(16)
+
+
+def now() -> float:
+    return time.monotonic()
+
+
+def unreachable(result: HostResult) -> bool:
+    return result.status is HostStatus.UNREACHABLE
+
+
+def holding_result(host: Host, holding: Holding) -> HostResult:
+    data = {"distribute": holding.to_json()}
+    if holding.source == "present":
+        return HostResult(host.name, HostStatus.OK, "", data=data)
+    rate = holding.to_json()["mb_per_s"]
+    how = f"{holding.bytes / 1e6:.0f} MB in {holding.seconds:.1f}s ({rate} MB/s)" if holding.bytes else "pulled"
+    return HostResult(host.name, HostStatus.CHANGED, f"image from {holding.source}: {how}", data=data)
+
+
+# --------------------------------------------------------------------------- the rounds (I/O)
+
+def distribute(hosts: list[Host], inventory: Inventory, connections, pull_seed, on_event=None) -> dict[str, HostResult]:
+    """Every node ends with the image (or a failure that names it, or is left to the registry pull:
+    OK with a detail that says so). `pull_seed`: the HostAction that pulls from the registry (docker.pull's)."""
+    from clusterctl.executor import Event, for_each_host
+    from clusterctl.preflight import facts
+
+    image, always = inventory.container.image, inventory.container.pull == "always"
+    port = inventory.rendezvous.port + PORT_OFFSET
+    master_address = inventory.rendezvous_address
+    by_name = {h.name: h for h in hosts}
+    note = on_event or (lambda event: None)
+
+    def look(transport, host: Host) -> HostResult:
+        found = transport.run(image_id_command(image))
+        route = transport.run(facts.route_get_command(master_address))
+        info = facts.parse_route_get(route.stdout)
+        address = master_address if info.local or not info.src else info.src
+        return HostResult(host.name, HostStatus.OK, data={"image_id": found.stdout.strip(), "address": address})
+
+    looked = for_each_host(hosts, look, connections)
+    results: dict[str, HostResult] = {n: r for n, r in looked.items() if not r.succeeded}
+    alive = [h for h in hosts if h.name not in results]
+    if not alive:
+        return results
+    ids = {h.name: looked[h.name].data["image_id"] for h in alive}
+    address = {h.name: looked[h.name].data["address"] for h in alive}
+    holdings: dict[str, Holding] = {}
+    present = [n for n, i in ids.items() if i]
+    seed = present[0] if present and not always else alive[0].name
+    if seed in present and not always:
+        holdings[seed] = Holding("present", ids[seed])
+    else:
+        started = now()
+        pulled = for_each_host([by_name[seed]], pull_seed, connections)[seed]
+        if not pulled.succeeded:
+            results[seed] = pulled
+            # the seed could not pull: every other node is left to its own pull (which says why)
+            return {**results, **{h.name: HostResult(h.name, HostStatus.OK, "no seed: left to the registry pull")
+                                  for h in alive if h.name != seed}}
+        holdings[seed] = Holding("registry", pulled.data.get("image_id", ""), seconds=now() - started)
+    expected = holdings[seed].image_id
+    for name in ids:  # same image already there: nothing to send
+        if name != seed and ids[name] == expected:
+            holdings[name] = Holding("present", expected)
+    plan = Plan(expected, [n for n in holdings], [h.name for h in alive if h.name not in holdings])
+    note(Event("note", text=f"image to {len(plan.needing)} node(s) from peers, seeded by {seed} "
+                            f"({holdings[seed].source})"))
+    while plan.pairs():
+        pairs = plan.pairs()
+        token = {receiver: new_token() for _, receiver in pairs}
+        role = {sender: ("send", receiver) for sender, receiver in pairs}
+        role.update({receiver: ("receive", sender) for sender, receiver in pairs})
+
+        def transfer(transport, host: Host) -> HostResult:
+            kind, other = role[host.name]
+            started = now()
+            if kind == "send":
+                sent = transport.run(send_command(image, address[host.name], port, token[other]))
+                status = HostStatus.OK if sent.exit_code == 0 else HostStatus.FAILED
+                return HostResult(host.name, status, sent.stderr.strip()[-300:], data={"bytes": parse_sent(sent.stdout)})
+            got = transport.run(receive_command(address[other], port, token[host.name]))
+            seconds = now() - started
+            found = transport.run(image_id_command(image)).stdout.strip()
+            if got.exit_code != 0:
+                return HostResult(host.name, HostStatus.FAILED, (got.stderr.strip() or got.stdout.strip())[-300:],
+                                  data={"image_id": found})
+            if found != expected:
+                transport.run(untag_command(image))
+            return HostResult(host.name, HostStatus.OK, data={"image_id": found, "seconds": seconds})
+
+        done = for_each_host([by_name[n] for n in role], transfer, connections)
+        for sender, receiver in pairs:
+            got, sent = done[receiver], done[sender]
+            if unreachable(got):
+                results[receiver] = got
+                plan.needing.remove(receiver)
+                continue
+            if unreachable(sent):
+                results[sender] = sent
+                plan.holders.remove(sender)
+            if got.succeeded and got.data.get("image_id") == expected:
+                holdings[receiver] = Holding(f"peer:{sender}", expected, sent.data.get("bytes", 0),
+                                             got.data.get("seconds", 0.0))
+                plan.received(receiver)
+                note(Event("note", receiver, f"image from {sender}: {holdings[receiver].to_json()['mb_per_s']} MB/s"))
+                continue
+            why = transfer_failure(receiver, sender, got, got.data.get("image_id"), expected)
+            if got.succeeded:  # a different image arrived: that node fails, named
+                results[receiver] = HostResult(receiver, HostStatus.FAILED, why, data={"image": image})
+                plan.needing.remove(receiver)
+            elif plan.failed(receiver):
+                results[receiver] = HostResult(receiver, HostStatus.OK, f"peers failed ({why}); the registry pull "
+                                                                        "follows",
+                                               data={"distribute": {"source": None, "peers_failed": why}})
+    for name, holding in holdings.items():
+        results.setdefault(name, holding_result(by_name[name], holding))
+    return {h.name: results[h.name] for h in hosts if h.name in results}
