@@ -84,21 +84,24 @@ def execute(args, app) -> Outcome:
     _check_prompt_fits(prompt, inventory, args.prompt_file)
     run_id = app.state.new_run_id()
     # one run of a cluster at a time: a second is refused naming the first (`clusterctl stop RUN`)
-    with app.state.lock(run_lock(inventory.name), "a `clusterctl run`", run_id=run_id):
-        facts, problems = gather_node_facts(inventory, app.connections)
+    with app.state.lock(run_lock(inventory.name), "a `clusterctl run`", run_id=run_id), \
+            _nodes(inventory, app, run_id) as (inventory, connections, scheduled):
+        facts, problems = gather_node_facts(inventory, connections)
         if problems:
             return _not_ready(app, problems)
         topology = plan(inventory, facts, strict=args.strict)
         ranks = _rank_filter(args, topology)
         live = LiveLogEvents(LiveLog(ranks), app.renderer.on_event, time.monotonic)
-        runner = JobRunner(inventory, topology, run_id, prompt, app.connections, live.on_event,
+        runner = JobRunner(inventory, topology, run_id, prompt, connections, live.on_event,
                            timeout_s=args.timeout, stall_timeout_s=args.stall_timeout,
                            stacks_dir=app.state.root / "runs" / run_id / "stacks")
         summary = _summary(inventory, topology, run_id)
+        if scheduled is not None:
+            summary["slurm"] = scheduled  # the same dict: its `cancelled` is filled in as the allocation ends
         if args.plan:
             app.renderer.plan(topology, runner.commands())
             return Outcome({"ok": True, **summary, "plan": runner.commands(), "exit_code": None})
-        busy = ensure_no_run_in_progress(inventory, app.connections)
+        busy = ensure_no_run_in_progress(inventory, connections)
         if busy:
             raise StateError(f"a run is already in progress: {busy}", where=inventory.name,
                              fix=busy_fix(busy))
@@ -129,6 +132,8 @@ def execute(args, app) -> Outcome:
         app.state.write_json(app.state.run_dir(run_id) / "run.json", record)
         if crash is not None:
             raise crash
+    if scheduled is not None:  # whether scancel emptied the queue is known only once the allocation ended
+        app.state.write_json(app.state.run_dir(run_id) / "run.json", record)
     app.renderer.run_summary(record)
     document = {"ok": outcome.exit_code == 0, **summary, "exit_code": outcome.exit_code,
                 "duration_s": record["duration_s"], "nodes": record["nodes"]}
@@ -137,6 +142,19 @@ def execute(args, app) -> Outcome:
     if outcome.stopped:
         document["stopped"] = True
     return Outcome(document, interrupted=outcome.interrupted)
+
+
+def _nodes(inventory, app, run_id: str):
+    """Where the run happens: the inventory's hosts over SSH, or a Slurm allocation's nodes (its
+    checks, salloc, and scancel when the block ends: slurm/run.py). Yields (inventory, connections,
+    the run record's `slurm` entry or None)."""
+    from contextlib import nullcontext
+
+    if inventory.scheduler is None:
+        return nullcontext((inventory, app.connections, None))
+    from clusterctl.slurm.run import on_allocation
+
+    return on_allocation(inventory, app, run_id)
 
 
 def busy_fix(busy: str) -> str:

@@ -34,6 +34,8 @@ def execute(args, app) -> Outcome:
         app.renderer.message(f"slurm: partition debug on {', '.join(nodes)}; for Slurm commands: "
                              f"export SLURM_CONF={conf}")
         document["slurm_conf"] = conf
+        document["slurm_inventory"] = str(handle.slurm_inventory_path)
+        app.renderer.message(f"slurm inventory: {handle.slurm_inventory_path}")
     if not args.json:
         print(handle.inventory_path)
     return Outcome(document)

@@ -63,6 +63,11 @@ class Sandbox:
         return self.layout.inventory
 
     @property
+    def slurm_inventory_path(self) -> Path:
+        """The inventory with `scheduler: {type: slurm}` and no hosts (`up(..., slurm_cluster=True)`)."""
+        return slurm.inventory_path(self.layout)
+
+    @property
     def slurm_env(self) -> dict[str, str]:
         """SLURM_CONF for Slurm commands that talk to this sandbox's Slurm (`up(..., slurm=True)`)."""
         return slurm.env(self.layout)
@@ -210,8 +215,10 @@ def up(n: int, docker: bool = False, state_dir: Path = DEFAULT_STATE_DIR, slurm_
     sshd.write_known_hosts(layout, nodes + ([bastion] if bastion else []))
     if slurm_cluster:
         slurm.start(layout, nodes)
+        slurm.write_inventory(layout, nodes)
     else:
         slurm.remove(layout)
+        slurm.inventory_path(layout).unlink(missing_ok=True)
     inventory_file.write(layout, nodes, image_ref, bastion)
     return Sandbox(layout.state_dir, n, docker, image_ref, slurm_cluster)
 

@@ -80,6 +80,28 @@ class SlurmFiles:
         return self.root / "spool" / node.name
 
 
+def inventory_path(layout: Layout) -> Path:
+    return layout.state_dir / "slurm-inventory.yaml"
+
+
+def write_inventory(layout: Layout, nodes: list[Node]) -> Path:
+    """The sandbox's inventory with `scheduler:` instead of hosts: the same job, on an allocation of
+    the `debug` partition. No container: slurmd's tasks run on the nodes themselves."""
+    import yaml
+
+    from clusterctl.sandbox import inventory_file
+
+    doc = inventory_file.inventory(layout, nodes, None)
+    del doc["hosts"]
+    doc["rendezvous"] = {"port": doc["rendezvous"]["port"]}  # the first allocated node, at its Slurm address
+    doc = {"name": "sandbox-slurm", "scheduler": {"type": "slurm", "partition": PARTITION, "nodes": len(nodes),
+                                                  "time": "00:10:00"}, **{k: v for k, v in doc.items() if k != "name"}}
+    path = inventory_path(layout)
+    path.write_text("# Written by `clusterctl sandbox up --slurm`; needs SLURM_CONF (see `sandbox up`'s output).\n"
+                    + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False))
+    return path
+
+
 def missing_packages() -> list[str]:
     """The Debian packages to install when a Slurm binary is missing (the whole set: they go together)."""
     return list(PACKAGES) if any(which(binary) is None for binary in SLURM_TOOLS) else []
