@@ -10,7 +10,7 @@ import os
 import subprocess
 import time
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable
 
 from clusterctl.errors import StateError, UsageError
 from clusterctl.models import CheckResult, CheckStatus, Host, Inventory
