@@ -82,6 +82,8 @@ def execute(args, app) -> Outcome:
     prompt = read_prompt(args.prompt_file)
     inventory = app.inventory()
     _check_prompt_fits(prompt, inventory, args.prompt_file)
+    if args.plan and inventory.scheduler is not None:
+        return _slurm_plan(app, inventory, prompt, args.strict)
     run_id = app.state.new_run_id()
     # one run of a cluster at a time: a second is refused naming the first (`clusterctl stop RUN`)
     with app.state.lock(run_lock(inventory.name), "a `clusterctl run`", run_id=run_id), \
@@ -155,6 +157,24 @@ def _nodes(inventory, app, run_id: str):
     from clusterctl.slurm.run import on_allocation
 
     return on_allocation(inventory, app, run_id)
+
+
+def _slurm_plan(app, inventory, prompt: str, strict: bool) -> Outcome:
+    """`run --plan` on Slurm asks for no allocation: the layout on the nodes the allocation would have
+    (scheduler.nodes x scheduler.gpus_per_node), as `export sbatch` plans it, and the script it writes."""
+    from clusterctl.slurm import sbatch
+
+    script = sbatch.build(inventory, prompt, strict=strict)
+    topo = script.topology
+    for note in script.notes:
+        app.renderer.message(f"plan: {note}", "yellow")
+    app.renderer.message(f"plan: {topo.nnodes} node(s) of the allocation x {topo.nproc_per_node} rank(s) = world size "
+                         f"{topo.world_size}; the first allocated node is the master (nothing submitted)", "green")
+    if not app.renderer.json_mode:
+        print(script.text)
+    return Outcome({"ok": True, "cluster": inventory.name, "world_size": topo.world_size,
+                    "nproc_per_node": topo.nproc_per_node, "nnodes": topo.nnodes, "notes": list(script.notes),
+                    "plan": script.text, "exit_code": None})
 
 
 def busy_fix(busy: str) -> str:

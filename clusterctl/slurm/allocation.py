@@ -60,6 +60,13 @@ def presubmit_checks(inventory: Inventory) -> list[CheckResult]:
                                       partition.parse_sinfo(info.stdout), jobs)
 
 
+def queued_jobs() -> tuple[partition.QueuedJob, ...]:
+    """clusterctl's jobs (named clusterctl-*) that Slurm lists; none when squeue does not answer."""
+    done = slurm(partition.SQUEUE_ARGV)
+    jobs = partition.parse_squeue(done.stdout) if done.returncode == 0 else ()
+    return tuple(j for j in jobs if j.name.startswith(submit.JOB_NAME_PREFIX))
+
+
 def refuse_unless_ready(inventory: Inventory, checks: list[CheckResult]) -> None:
     """The first failed check as the one error said before anything is submitted."""
     failed = [c for c in checks if c.status is CheckStatus.FAIL]
