@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from clusterctl_helpers import Cli, processes_with, run_records, stop, wait_until
+from clusterctl_helpers import Cli, load_inventory, processes_with, run_records, stop, wait_until
 from conftest import sandbox_skip_reason
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
@@ -202,3 +202,26 @@ def test_the_exported_batch_script_runs_under_sbatch_wait(slurm_sandbox, cli, pr
         assert record["prompt"] == PROMPT and record["world_size"] == 4
         assert record["hostname"] == slurm_sandbox.node(NODE_OF_RANK[rank]).hostname
     assert queue() == ""
+
+
+def test_listed_hosts_with_a_container_run_their_ranks_in_it_through_slurm(slurm_sandbox, cli, prompt_file, tmp_path):
+    """Where the nodes run Docker: the SSH inventory (hosts, container) plus `scheduler:`. `up` starts
+    the containers over SSH; `run` allocates exactly those nodes (--nodelist) and runs the ranks in the
+    inventory's container through `docker exec` in srun steps, as over SSH."""
+    doc = load_inventory(slurm_sandbox)
+    doc["hosts"] = [h for h in doc["hosts"] if h["name"] in ("node1", "node2")]
+    doc["scheduler"] = {"type": "slurm", "partition": "debug", "time": "00:10:00"}
+    inventory = tmp_path / "container.yaml"
+    inventory.write_text(yaml.safe_dump(doc, sort_keys=False, width=200))
+    code, up = cli.json("up", "-i", str(inventory))
+    assert code == 0, up
+    try:
+        code, run = cli.json("run", "-i", str(inventory), str(prompt_file))
+        assert code == 0 and run["world_size"] == 4 and run["slurm"]["nodes"] == ["node1", "node2"], run
+        record = json.loads((cli.state_dir / "runs" / run["run_id"] / "run.json").read_text())
+        assert all(c["launched_with"][:2] == ["docker", "exec"] for c in record["commands"].values()), record["commands"]
+        records = run_records(slurm_sandbox, run["run_id"])
+        assert sorted(records) == [0, 1, 2, 3] and all(r["prompt"] == PROMPT for r in records.values())
+        assert queue() == ""
+    finally:
+        cli.json("down", "-i", str(inventory))

@@ -214,7 +214,7 @@ def up(n: int, docker: bool = False, state_dir: Path = DEFAULT_STATE_DIR, slurm_
 
     sshd.write_known_hosts(layout, nodes + ([bastion] if bastion else []))
     if slurm_cluster:
-        slurm.start(layout, nodes)
+        slurm.start(layout, nodes, docker)
         slurm.write_inventory(layout, nodes)
     else:
         slurm.remove(layout)

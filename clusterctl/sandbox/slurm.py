@@ -60,6 +60,7 @@ class SlurmFiles:
 
     conf = property(lambda self: self.root / "slurm.conf")
     plugstack = property(lambda self: self.root / "plugstack.conf")
+    task_prolog = property(lambda self: self.root / "task_prolog.sh")
     munge_dir = property(lambda self: self.root / "munge")
     munge_key = property(lambda self: self.munge_dir / "munge.key")
     munge_socket = property(lambda self: self.munge_dir / "munge.socket")
@@ -112,7 +113,13 @@ def env(layout: Layout) -> dict[str, str]:
     return {"SLURM_CONF": str(SlurmFiles.of(layout).conf)}
 
 
-def conf_text(files: SlurmFiles, nodes: list[Node], controller_hostname: str) -> str:
+# Slurm runs it before each task and sets the task's environment from its `export NAME=value` lines:
+# a task's docker CLI then talks to its own node's engine, as an SSH session's does (sshd's SetEnv).
+# {state} is the sandbox's state dir; SLURMD_NODENAME is set by slurmstepd.
+TASK_PROLOG = '#!/bin/sh\necho "export DOCKER_HOST=unix://{state}/$SLURMD_NODENAME/docker.sock"\n'
+
+
+def conf_text(files: SlurmFiles, nodes: list[Node], controller_hostname: str, docker: bool = False) -> str:
     """slurm.conf for `nodes`: the settings SANDBOX.md's rehearsal verified, every path under `files.root`."""
     names = ",".join(n.name for n in nodes)
     lines = [
@@ -146,6 +153,7 @@ def conf_text(files: SlurmFiles, nodes: list[Node], controller_hostname: str) ->
         "SlurmdTimeout=30",
         "InactiveLimit=0",
         "KillWait=5",
+        *([f"TaskProlog={files.task_prolog}"] if docker else []),
         "MinJobAge=2",  # ended jobs leave squeue within seconds: "the queue is empty after" is checkable
         "SchedulerParameters=sched_interval=2",
         *(f"NodeName={n.name} NodeHostname={n.hostname.split('.')[0]} NodeAddr={n.address} CPUs=2 "
@@ -165,14 +173,17 @@ def controller_hostname() -> str:
 # --------------------------------------------------------------------------- start
 
 
-def start(layout: Layout, nodes: list[Node]) -> None:
+def start(layout: Layout, nodes: list[Node], docker: bool = False) -> None:
     """Start (or reconcile) munged, slurmctld and one slurmd per node, then wait until every
-    node is idle. A changed node list restarts the daemons: Slurm reads its nodes at start."""
+    node is idle. A changed node list restarts the daemons: Slurm reads its nodes at start.
+    With `docker`, each task's DOCKER_HOST is its node's engine (TASK_PROLOG)."""
     files = SlurmFiles.of(layout)
     for directory in (files.root, files.munge_dir, files.ctld_state, *(files.spool(n) for n in nodes)):
         directory.mkdir(parents=True, exist_ok=True)
     files.munge_dir.chmod(0o711)  # munged: the socket's directory must be searchable by every client
-    text = conf_text(files, nodes, controller_hostname())
+    files.task_prolog.write_text(TASK_PROLOG.format(state=layout.state_dir))
+    files.task_prolog.chmod(0o755)
+    text = conf_text(files, nodes, controller_hostname(), docker)
     changed = not files.conf.exists() or files.conf.read_text() != text
     if changed:
         stop(layout)
