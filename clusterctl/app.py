@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import argparse
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 from clusterctl.errors import UsageError
 from clusterctl.executor import Connections
@@ -59,6 +60,16 @@ class App:
 
             self._connections = Connections(connect)
         return self._connections
+
+    @contextmanager
+    def reaching(self, connections: Connections) -> Iterator[None]:
+        """`connections` as this command's way to the nodes for the block (Slurm: srun steps of an
+        allocation, slurm/run.py), instead of SSH."""
+        saved, self._connections = self._connections, connections
+        try:
+            yield
+        finally:
+            self._connections = saved
 
     def close(self) -> None:
         if self._connections is not None:

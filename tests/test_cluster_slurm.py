@@ -135,6 +135,15 @@ def test_a_failing_rank_cancels_the_job_within_10_s_and_is_named(slurm_sandbox, 
     assert returned - records[3]["t_end"] < 10, "the job did not end within 10 s of the failure"
     assert doc["slurm"]["cancelled"] is True and queue() == ""
     assert wait_until(lambda: not left_over(doc["run_id"]), 10, what="no process of the run") is True
+    # collect-logs and diagnose, unchanged: the run's nodes are reached through a new allocation of them
+    dest = tmp_path / "collected"
+    code, collected = cli.json("collect-logs", "--run", doc["run_id"], "--dest", str(dest))
+    assert code == 0 and collected["files"] > 0, collected
+    assert (dest / "node2" / "logs" / "node2-r3.log").exists()
+    assert collected["findings"][0]["host"] == "node2" and collected["findings"][0]["rank"] == 3, collected
+    code, diagnosis = cli.json("diagnose", str(dest))
+    assert diagnosis["findings"][0]["rank"] == 3 and "injected failure" in diagnosis["findings"][0]["evidence"]
+    assert queue() == ""
 
 
 def test_ctrl_c_cancels_the_job_and_leaves_no_process(slurm_sandbox, cli, prompt_file, tmp_path):

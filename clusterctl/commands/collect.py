@@ -30,14 +30,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args, app) -> Outcome:
+    run_id, record = records.resolve(app.state, args.run, where="--run")
+    inventory = app.inventory(args.inventory or record.get("inventory"))
+    if inventory.scheduler is not None and not inventory.hosts and record.get("slurm"):
+        # a run on a Slurm allocation: its nodes again, for as long as the collection takes (slurm/run.py)
+        from clusterctl.slurm.run import on_nodes_of_run
+
+        with on_nodes_of_run(inventory, record["slurm"]["nodes"], app, run_id) as (inventory, connections, _):
+            with app.reaching(connections):
+                return _collect(args, app, run_id, record, inventory)
+    return _collect(args, app, run_id, record, inventory)
+
+
+def _collect(args, app, run_id: str, record: dict, inventory) -> Outcome:
     from clusterctl.collect import fetch
     from clusterctl.diagnose.engine import diagnose
     from clusterctl.executor import Background, Event, for_each_host, run_commands
     from clusterctl.models import HostResult, HostStatus, secret_values
     from clusterctl.transport import split_batch
 
-    run_id, record = records.resolve(app.state, args.run, where="--run")
-    inventory = app.inventory(args.inventory or record.get("inventory"))
     dest = (args.dest or Path("logs") / run_id).resolve()
     try:
         dest.mkdir(parents=True, exist_ok=True, mode=0o700)

@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import Iterator
 
 from clusterctl.executor import Connections
-from clusterctl.models import CheckStatus, Inventory
+from clusterctl.models import CheckStatus, Host, Inventory
 from clusterctl.slurm import allocation
 from clusterctl.slurm.transport import SrunTransport
 
@@ -45,3 +45,11 @@ def on_allocation(inventory: Inventory, app, run_id: str) -> Iterator[tuple[Inve
         app.renderer.message(f"slurm: job {granted.job_id} cancelled" if record["cancelled"] else
                              f"slurm: job {granted.job_id} still listed after scancel (see `squeue -j "
                              f"{granted.job_id}`)", "dim" if record["cancelled"] else "yellow")
+
+
+def on_nodes_of_run(inventory: Inventory, nodes: list, app, run_id: str):
+    """An allocation of exactly the nodes a run had (`collect-logs` of a Slurm run: the run's own
+    allocation is gone), for the partition's default time; cancelled when the block ends."""
+    spec = replace(inventory.scheduler, nodes=len(nodes), time=None, gpus_per_node=None)
+    hosts = tuple(Host(name=name, address=name, ssh=inventory.ssh) for name in nodes)
+    return on_allocation(replace(inventory, scheduler=spec, hosts=hosts), app, f"{run_id}-collect")
