@@ -20,6 +20,19 @@ def add_cluster_options(parser: argparse.ArgumentParser, limit: bool = True) -> 
         parser.add_argument("--limit", help="comma-separated host names or groups to act on")
 
 
+# The commands that work on an inventory whose nodes are a Slurm allocation's (`scheduler:`, no hosts).
+ON_ALLOCATIONS = ("run", "check", "status", "export", "collect-logs", "inventory")
+
+
+def _check_hosts_listed(inventory: Inventory, command: Optional[str]) -> None:
+    if inventory.hosts or inventory.scheduler is None or command in ON_ALLOCATIONS or command is None:
+        return
+    raise UsageError(f"the inventory lists no hosts (its nodes are a Slurm allocation's), and `clusterctl {command}` "
+                     "acts on hosts", where=str(inventory.source or "the inventory"),
+                     fix="list the nodes under hosts: (they then become the allocation's --nodelist, reached over SSH "
+                         f"by `{command}`), or use {', '.join(f'`{c}`' for c in ON_ALLOCATIONS[:5])} on the allocation")
+
+
 @dataclass
 class App:
     args: argparse.Namespace
@@ -40,6 +53,7 @@ class App:
         from clusterctl.inventory.load import load_inventory
 
         inventory = load_inventory(self.inventory_path(explicit))
+        _check_hosts_listed(inventory, getattr(self.args, "command", None))
         for warning in inventory.warnings:  # read but not used (an ssh option, an Ansible variable): said
             self.renderer.message(f"warning: {warning}", style="yellow")
         limit = getattr(self.args, "limit", None)

@@ -234,3 +234,25 @@ def test_listed_hosts_with_a_container_run_their_ranks_in_it_through_slurm(slurm
         assert queue() == ""
     finally:
         cli.json("down", "-i", str(inventory))
+
+
+def test_ctrl_c_while_the_job_waits_in_the_queue_leaves_nothing_queued(slurm_sandbox, cli, prompt_file, tmp_path):
+    blocker = subprocess.run(["salloc", "--no-shell", "--exclusive", "-N", str(len(slurm_sandbox.nodes)),
+                              "-J", "blocker", "-t", "00:05:00"], capture_output=True, text=True, timeout=60)
+    blocker_id = blocker.stderr.split("Granted job allocation ")[1].split()[0]
+    try:
+        inventory = slurm_inventory(slurm_sandbox, tmp_path / "inv.yaml")
+        proc = cli.popen("run", "-i", str(inventory), str(prompt_file))
+        try:
+            wait_until(lambda: "clusterctl-" in queue(), 30, what="the run's job in the queue")
+            assert "PD" in queue()
+            proc.send_signal(signal.SIGINT)
+            code, doc, stderr = Cli.finish(proc, timeout=60)
+        finally:
+            stop(proc)
+        assert code == 130, (doc, stderr[-2000:])
+        assert "waits in the queue" in stderr or "may wait in the queue" in stderr, stderr[-2000:]
+        assert "clusterctl-" not in queue()
+    finally:
+        subprocess.run(["scancel", blocker_id], timeout=30)
+    wait_until(lambda: queue() == "", 15, what="an empty queue")

@@ -1,6 +1,7 @@
 """The inventory's `scheduler:` section and Slurm's time limits (issue #20). Pure."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -99,3 +100,15 @@ def test_the_time_reader_raises_only_its_own_error(text):
         timelimit.seconds(text)
     except timelimit.TimeLimitError:
         pass
+
+
+@pytest.mark.parametrize("argv", [["up", "{inv}"], ["down", "-i", "{inv}"], ["exec", "-i", "{inv}", "--", "true"],
+                                  ["nccl-test", "-i", "{inv}"]])
+def test_commands_that_act_on_hosts_refuse_an_inventory_of_none_with_the_way_out(tmp_path, capsys, argv):
+    from clusterctl.cli import main
+
+    path = tmp_path / "inv.yaml"
+    path.write_text("scheduler: {type: slurm}\n" + JOB)
+    code = main([a.replace("{inv}", str(path)) for a in argv], env={**os.environ, "CLUSTERCTL_STATE": str(tmp_path)})
+    err = capsys.readouterr().err
+    assert code == 2 and "lists no hosts" in err and "hosts:" in err and "`run`" in err
