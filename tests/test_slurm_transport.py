@@ -42,7 +42,8 @@ def calls(tmp_path: Path) -> list:
 
 
 def test_a_command_is_one_task_step_on_its_node_of_the_allocation(transport, tmp_path):
-    result = transport.run(Command(("sh", "-c", 'printf "%s|%s" "$X" "$(pwd)"'), env=(("X", "a b"),), cwd="/tmp"))
+    result = transport.run(Command(("sh", "-c", 'printf "%s|%s" "$X" "$(pwd)"'), env=(("X", "a b"),), cwd="/tmp",
+                                   timeout=None))
     assert result.exit_code == 0 and result.stdout == "a b|/tmp"
     (argv,) = calls(tmp_path)
     assert argv[:8] == ["--jobid=4242", "--overlap", "--nodes=1", "--ntasks=1", "--nodelist=node7", "--quiet",
@@ -50,7 +51,7 @@ def test_a_command_is_one_task_step_on_its_node_of_the_allocation(transport, tmp
 
 
 def test_stdin_reaches_the_task_and_exit_codes_come_back(transport):
-    assert transport.run(Command(("cat",), stdin=b"hello\n")).stdout == "hello\n"
+    assert transport.run(Command(("cat",), stdin=b"hello\n")).stdout == "hello\n"  # stdin: a step of its own
     assert transport.run(Command(("sh", "-c", "exit 3"))).exit_code == 3
 
 
@@ -73,3 +74,18 @@ def test_close_ends_a_step_still_running(transport, tmp_path):
     (step,) = transport._steps
     transport.close()
     assert step.poll() is not None
+
+
+def test_short_commands_share_one_step_and_keep_stdout_stderr_and_exit_codes_apart(transport, tmp_path):
+    for i in range(5):
+        result = transport.run(Command(("sh", "-c", f'printf "out{i}\\n\\001\\377"; echo err{i} >&2; exit {i}')))
+        assert (result.exit_code, result.stderr) == (i, f"err{i}\n")
+        assert result.stdout.startswith(f"out{i}\n")
+    assert len(calls(tmp_path)) == 1  # one srun for all five
+
+
+def test_a_short_command_past_its_timeout_ends_the_shell_step_and_the_next_starts_another(transport, tmp_path):
+    result = transport.run(Command(("sleep", "5"), timeout=0.5))
+    assert result.timed_out and result.exit_code is None
+    assert transport.run(Command(("echo", "again"))).stdout == "again\n"
+    assert len(calls(tmp_path)) == 2

@@ -12,11 +12,13 @@ a step of its own instead, started in the background here; that step ends when t
 """
 from __future__ import annotations
 
+import shlex
 import subprocess
 import time
 from dataclasses import replace
 
 from clusterctl.models import Command, CommandResult, Host
+from clusterctl.slurm.stepshell import StepShell
 from clusterctl.slurm.submit import srun_prefix
 from clusterctl.transport.base import remote_argv
 from clusterctl.transport.local import LocalTransport, _terminate
@@ -31,11 +33,18 @@ class SrunTransport(LocalTransport):
         super().__init__(host)
         self.job_id = job_id
         self._steps: list[subprocess.Popen] = []
+        self._shell = StepShell(srun_prefix(job_id, host.name))
 
     def _exec(self, cmd: Command, on_out, on_err) -> CommandResult:
         argv = remote_argv(cmd)  # env, cwd and privilege folded in, as for ssh
         if tuple(argv[:2]) == _DETACHED:
             return self._start_step(argv[2:])
+        if cmd.stdin is None and not cmd.stdin_open and cmd.timeout:  # a short command: the node's shell step
+            result = self._shell.run(shlex.join(argv), cmd.timeout)
+            if result is not None:
+                on_out(result.stdout.encode())
+                on_err(result.stderr.encode())
+                return CommandResult(result.exit_code, "", "", result.duration, result.timed_out)
         step = replace(cmd, argv=(*srun_prefix(self.job_id, self.host.name), *argv), env=(), cwd=None,
                        privileged=False)
         return super()._exec(step, on_out, on_err)
@@ -54,4 +63,5 @@ class SrunTransport(LocalTransport):
             if proc.poll() is None:
                 _terminate(proc)
         self._steps.clear()
+        self._shell.close()
         super().close()
