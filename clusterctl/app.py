@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import argparse
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Optional
@@ -21,7 +21,7 @@ def add_cluster_options(parser: argparse.ArgumentParser, limit: bool = True) -> 
 
 
 # The commands that work on an inventory whose nodes are a Slurm allocation's (`scheduler:`, no hosts).
-ON_ALLOCATIONS = ("run", "check", "status", "export", "collect-logs", "inventory")
+ON_ALLOCATIONS = ("run", "check", "status", "export", "collect-logs", "logs", "stop", "inventory")
 
 
 def _check_hosts_listed(inventory: Inventory, command: Optional[str]) -> None:
@@ -40,6 +40,7 @@ class App:
     state: State
     renderer: Renderer
     _connections: Optional[Connections] = field(default=None, repr=False)
+    _contexts: ExitStack = field(default_factory=ExitStack, repr=False)  # what lasts as long as the command
 
     @classmethod
     def create(cls, args: argparse.Namespace, env: dict) -> "App":
@@ -85,6 +86,11 @@ class App:
         finally:
             self._connections = saved
 
+    def enter(self, context):
+        """Enter `context` for the rest of the command (left by `close`), e.g. a Slurm allocation."""
+        return self._contexts.enter_context(context)
+
     def close(self) -> None:
+        self._contexts.close()
         if self._connections is not None:
             self._connections.close()

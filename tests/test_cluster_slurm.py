@@ -260,3 +260,34 @@ def test_ctrl_c_while_the_job_waits_in_the_queue_leaves_nothing_queued(slurm_san
     finally:
         subprocess.run(["scancel", blocker_id], timeout=30)
     wait_until(lambda: queue() == "", 15, what="an empty queue")
+
+
+def test_logs_and_stop_of_a_running_slurm_run_reach_its_nodes_through_its_allocation(slurm_sandbox, cli, prompt_file,
+                                                                                   tmp_path):
+    inventory = slurm_inventory(slurm_sandbox, tmp_path / "stall.yaml", args=("--stall_rank", "2", "--stall_s", "300"))
+    logs_dir = slurm_sandbox.shared_outputs / "logs"
+    before = set(os.listdir(logs_dir)) if logs_dir.is_dir() else set()
+    proc = cli.popen("run", "-i", str(inventory), str(prompt_file))
+    try:
+        def stalling():
+            for run_id in set(os.listdir(logs_dir)) - before if logs_dir.is_dir() else ():
+                log = logs_dir / run_id / "node2" / "agent.log"
+                if log.exists() and "stalling" in log.read_text(errors="replace"):
+                    return run_id
+            return None
+
+        run_id = wait_until(stalling, 120, interval=0.5, what="the stalling rank")
+        code, logs = cli.json("logs", run_id, "--rank", "2")
+        assert code == 0 and any("stalling" in line["text"] for line in logs["lines"]), logs
+        code, stopped = cli.json("stop", run_id)
+        assert code == 0 and stopped["ok"] is True, stopped
+        code, doc, stderr = Cli.finish(proc, timeout=60)
+    finally:
+        stop(proc)
+    assert code == 1 and doc.get("stopped") is True and doc["slurm"]["cancelled"] is True, (doc, stderr[-2000:])
+    assert queue() == ""
+    assert wait_until(lambda: not left_over(run_id), 10, what="no process of the run") is True
+    # and `logs` of the ended run: the nodes again, through a new allocation of them, given back after
+    code, logs = cli.json("logs", run_id, "--rank", "0", "--tail", "3")
+    assert code == 0 and logs["lines"], logs
+    assert queue() == ""

@@ -25,3 +25,14 @@ def any_unreachable(results: Mapping[str, HostResult]) -> bool:
 
 def _jsonable(value) -> bool:
     return isinstance(value, (str, int, float, bool, list, dict, type(None)))
+
+
+def nodes_of_run(app, inventory, record: dict, run_id: str):
+    """The inventory to reach a recorded run's nodes with: as it is, or, for a run made on a Slurm
+    allocation by an inventory that lists no hosts, the run's nodes reached through Slurm for the
+    rest of the command (slurm/run.py: nodes_of_recorded_run)."""
+    if inventory.scheduler is None or inventory.hosts:
+        return inventory
+    from clusterctl.slurm.run import nodes_of_recorded_run
+
+    return nodes_of_recorded_run(inventory, record, app, run_id)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from clusterctl.app import add_cluster_options
 from clusterctl.cli import Outcome
+from clusterctl.commands import nodes_of_run
 from clusterctl.job import records
 from clusterctl.errors import UsageError
 
@@ -31,15 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def execute(args, app) -> Outcome:
     run_id, record = records.resolve(app.state, args.run, where="--run")
-    inventory = app.inventory(args.inventory or record.get("inventory"))
-    if inventory.scheduler is not None and not inventory.hosts and record.get("slurm"):
-        # a run on a Slurm allocation: its nodes again, for as long as the collection takes (slurm/run.py)
-        from clusterctl.slurm.run import on_nodes_of_run
-
-        with on_nodes_of_run(inventory, record["slurm"]["nodes"], app, run_id) as (inventory, connections, _):
-            with app.reaching(connections):
-                return _collect(args, app, run_id, record, inventory)
+    inventory = nodes_of_run(app, app.inventory(args.inventory or record.get("inventory")), record, run_id)
     return _collect(args, app, run_id, record, inventory)
+
 
 
 def _collect(args, app, run_id: str, record: dict, inventory) -> Outcome:

@@ -12,6 +12,7 @@ import argparse
 
 from clusterctl.app import add_cluster_options
 from clusterctl.cli import Outcome
+from clusterctl.commands import nodes_of_run
 from clusterctl.errors import UsageError
 
 
@@ -48,7 +49,7 @@ def execute(args, app) -> Outcome:
         raise UsageError(f"run {run_id}: {exc}", where="--rank" if args.rank is not None else "--node",
                          fix="`clusterctl status` lists the runs; run.json under .clusterctl/runs/ has their "
                              "topology") from None
-    inventory = app.inventory(args.inventory or record.get("inventory"))
+    inventory = nodes_of_run(app, app.inventory(args.inventory or record.get("inventory")), record, run_id)
     hosts = {h.name: h for h in inventory.hosts}
     missing = [p.host for p in parts if p.host not in hosts]
     if missing:

@@ -20,6 +20,7 @@ import time
 
 from clusterctl.app import add_cluster_options
 from clusterctl.cli import Outcome
+from clusterctl.commands import nodes_of_run
 from clusterctl.errors import UsageError
 
 AWAIT_CONTROLLER_S = 30.0
@@ -43,7 +44,7 @@ def execute(args, app) -> Outcome:
     if state not in ("running", "unknown"):
         app.renderer.message(f"run {run_id} has already ended ({state}); nothing to stop", "green")
         return Outcome({"ok": True, "run_id": run_id, "state": state, "already_ended": True, "hosts": {}})
-    inventory = app.inventory(args.inventory or record.get("inventory"))
+    inventory = nodes_of_run(app, app.inventory(args.inventory or record.get("inventory")), record, run_id)
     planned = [n.get("host") for n in record.get("topology") or []]
     by_name = {h.name: h for h in inventory.hosts}
     missing = [name for name in planned if name not in by_name]
@@ -78,6 +79,11 @@ def execute(args, app) -> Outcome:
     results = {**marked, **for_each_host([h for h in hosts if marked[h.name].succeeded], end, app.connections)}
     results = {h.name: results[h.name] for h in hosts}
     final = _record_stopped(app, run_id, record, note)
+    job_id = (record.get("slurm") or {}).get("job_id")
+    if job_id and state == "unknown":  # a Slurm run whose controller is gone: nobody else gives the allocation back
+        from clusterctl.slurm.allocation import cancel
+
+        cancel(str(job_id))
     app.renderer.hosts_table(f"stop run {run_id}", results, extra_columns=("ended",))
     document = hosts_document(results, run_id=run_id, state=final)
     if any_unreachable(results):

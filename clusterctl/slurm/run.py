@@ -13,13 +13,13 @@ batch script would have to carry all of that to the nodes and report back throug
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import replace
 from typing import Iterator
 
 from clusterctl.executor import Connections
 from clusterctl.models import CheckStatus, Host, Inventory
-from clusterctl.slurm import allocation
+from clusterctl.slurm import allocation, submit
 from clusterctl.slurm.transport import SrunTransport
 
 
@@ -53,3 +53,21 @@ def on_nodes_of_run(inventory: Inventory, nodes: list, app, run_id: str):
     spec = replace(inventory.scheduler, nodes=len(nodes), time=None, gpus_per_node=None)
     hosts = tuple(Host(name=name, address=name, ssh=inventory.ssh) for name in nodes)
     return on_allocation(replace(inventory, scheduler=spec, hosts=hosts), app, f"{run_id}-collect")
+
+
+def nodes_of_recorded_run(inventory: Inventory, record: dict, app, run_id: str) -> Inventory:
+    """For a command on a run that was made on a Slurm allocation (`logs`, `stop`, `collect-logs`)
+    with an inventory that lists no hosts: the run's nodes as its hosts, reached for the rest of
+    the command through the run's own allocation while it lasts, else through a new allocation of
+    exactly those nodes. Any other inventory is returned as it is."""
+    slurm = record.get("slurm") or {}
+    if inventory.hosts or inventory.scheduler is None or not slurm.get("nodes"):
+        return inventory
+    state = submit.parse_job_state(allocation.slurm(submit.squeue_job_argv(str(slurm.get("job_id")))).stdout)
+    if state is not None and state[0] == "running":
+        connections = app.enter(closing(Connections(lambda host: SrunTransport(host, str(slurm["job_id"])).open())))
+        app.enter(app.reaching(connections))
+        return replace(inventory, hosts=tuple(Host(name=n, address=n, ssh=inventory.ssh) for n in slurm["nodes"]))
+    inventory, connections, _ = app.enter(on_nodes_of_run(inventory, slurm["nodes"], app, run_id))
+    app.enter(app.reaching(connections))
+    return inventory
