@@ -94,6 +94,25 @@ def allocations_asked(sb) -> int:
     return log.read_text(errors="replace").count("_slurm_rpc_allocate_resources") if log.exists() else 0
 
 
+def wait_for_stall(sb, before: set, host: str) -> str:
+    """The id of the run started after `before` (run dirs), once its stalling rank said so on `host`."""
+    logs = sb.shared_outputs / "logs"
+
+    def stalling():
+        for run_id in set(os.listdir(logs)) - before if logs.is_dir() else ():
+            log = logs / run_id / host / "agent.log"
+            if log.exists() and "stalling" in log.read_text(errors="replace"):
+                return run_id
+        return None
+
+    return wait_until(stalling, 120, interval=0.5, what=f"the stalling rank on {host}")
+
+
+def run_dirs(sb) -> set:
+    logs = sb.shared_outputs / "logs"
+    return set(os.listdir(logs)) if logs.is_dir() else set()
+
+
 def left_over(run_id: str) -> list:
     return [(pid, cmd) for pid, cmd in processes_with(run_id) if "pytest" not in cmd]
 
@@ -151,18 +170,10 @@ def test_a_failing_rank_cancels_the_job_within_10_s_and_is_named(slurm_sandbox, 
 
 def test_ctrl_c_cancels_the_job_and_leaves_no_process(slurm_sandbox, cli, prompt_file, tmp_path):
     inventory = slurm_inventory(slurm_sandbox, tmp_path / "stall.yaml", args=("--stall_rank", "0", "--stall_s", "300"))
-    logs = slurm_sandbox.shared_outputs / "logs"
-    before = set(os.listdir(logs)) if logs.is_dir() else set()
+    before = run_dirs(slurm_sandbox)
     proc = cli.popen("run", "-i", str(inventory), str(prompt_file))
     try:
-        def stalling():
-            for run_id in set(os.listdir(logs)) - before if logs.is_dir() else ():
-                log = logs / run_id / "node1" / "agent.log"
-                if log.exists() and "stalling" in log.read_text(errors="replace"):
-                    return run_id
-            return None
-
-        run_id = wait_until(stalling, 120, interval=0.5, what="the stalling rank")
+        run_id = wait_for_stall(slurm_sandbox, before, "node1")
         assert queue() != ""
         proc.send_signal(signal.SIGINT)
         interrupted = time.monotonic()
@@ -265,18 +276,10 @@ def test_ctrl_c_while_the_job_waits_in_the_queue_leaves_nothing_queued(slurm_san
 def test_logs_and_stop_of_a_running_slurm_run_reach_its_nodes_through_its_allocation(slurm_sandbox, cli, prompt_file,
                                                                                    tmp_path):
     inventory = slurm_inventory(slurm_sandbox, tmp_path / "stall.yaml", args=("--stall_rank", "2", "--stall_s", "300"))
-    logs_dir = slurm_sandbox.shared_outputs / "logs"
-    before = set(os.listdir(logs_dir)) if logs_dir.is_dir() else set()
+    before = run_dirs(slurm_sandbox)
     proc = cli.popen("run", "-i", str(inventory), str(prompt_file))
     try:
-        def stalling():
-            for run_id in set(os.listdir(logs_dir)) - before if logs_dir.is_dir() else ():
-                log = logs_dir / run_id / "node2" / "agent.log"
-                if log.exists() and "stalling" in log.read_text(errors="replace"):
-                    return run_id
-            return None
-
-        run_id = wait_until(stalling, 120, interval=0.5, what="the stalling rank")
+        run_id = wait_for_stall(slurm_sandbox, before, "node2")
         code, logs = cli.json("logs", run_id, "--rank", "2")
         assert code == 0 and any("stalling" in line["text"] for line in logs["lines"]), logs
         code, stopped = cli.json("stop", run_id)

@@ -47,22 +47,31 @@ def test_without_a_scheduler_hosts_are_still_required(tmp_path):
     assert "no hosts" in error_of("name: s\n" + JOB, tmp_path).what
 
 
-@pytest.mark.parametrize("section, line, words, fix", [
-    ("scheduler: {partition: debug}", 1, "scheduler has no type", "type: slurm"),
-    ("scheduler: {type: pbs}", 1, "must be one of slurm", "type: slurm"),
-    ("scheduler:\n  type: slurm\n  time: \"1:99\"", 3, "not a Slurm time limit", "HH:MM:SS"),
-    ("scheduler:\n  type: slurm\n  time: \"0\"", 3, "time is 0", "HH:MM:SS"),
-    ("scheduler:\n  type: slurm\n  nodes: 0", 3, "at least 1", "value"),
-    ("scheduler:\n  type: slurm\n  partition: \"gpu; rm -rf /\"", 3, "not a Slurm name", "partition: gpu"),
-    ("scheduler:\n  type: slurm\n  extra_args: [--qos=high, -N2]", 3, "sets -N", "scheduler.nodes"),
-    ("scheduler:\n  type: slurm\n  extra_args: [--time=10]", 3, "sets --time", "scheduler.time"),
-    ("scheduler:\n  type: slurm\n  extra_args: [--job-name=x]", 3, "sets --job-name", "clusterctl sets it"),
-    ("scheduler:\n  type: slurm\n  extra_args: [qos=high]", 3, "is not an option", "--qos=high"),
-    ("scheduler: {type: slurm}\nrendezvous: {master: node1}", 2, "lists none", "remove rendezvous.master"),
-    ("partition: debug\nscheduler: {type: slurm}", 1, "belongs under scheduler", "move 'partition'"),
-    ("scheduler: {type: slurm, nodes: 3}\nhosts:\n  - {name: a, address: 10.0.0.1}", 1, "1 host(s) are listed",
-     "remove scheduler.nodes"),
-])
+# section (\n for a line break) | the line the error names | words of the error | words of the fix
+BAD_SECTIONS = r"""
+scheduler: {partition: debug}                                | 1 | scheduler has no type  | type: slurm
+scheduler: {type: pbs}                                       | 1 | must be one of slurm   | type: slurm
+scheduler:\n  type: slurm\n  time: "1:99"                     | 3 | not a Slurm time limit | HH:MM:SS
+scheduler:\n  type: slurm\n  time: "0"                        | 3 | time is 0              | HH:MM:SS
+scheduler:\n  type: slurm\n  nodes: 0                         | 3 | at least 1             | value
+scheduler:\n  type: slurm\n  partition: "gpu; rm -rf /"       | 3 | not a Slurm name       | partition: gpu
+scheduler:\n  type: slurm\n  extra_args: [--qos=high, -N2]    | 3 | sets -N                | scheduler.nodes
+scheduler:\n  type: slurm\n  extra_args: [--time=10]          | 3 | sets --time            | scheduler.time
+scheduler:\n  type: slurm\n  extra_args: [--job-name=x]       | 3 | sets --job-name        | clusterctl sets it
+scheduler:\n  type: slurm\n  extra_args: [qos=high]           | 3 | is not an option       | --qos=high
+scheduler: {type: slurm}\nrendezvous: {master: node1}        | 2 | lists none             | remove rendezvous.master
+partition: debug\nscheduler: {type: slurm}                   | 1 | belongs under scheduler | move 'partition'
+scheduler: {type: slurm, nodes: 3}\nhosts: [{name: a, address: 10.0.0.1}] | 1 | 1 host(s) are listed | remove scheduler.nodes
+"""
+
+
+def bad_sections():
+    for row in BAD_SECTIONS.strip().splitlines():
+        section, line, words, fix = (cell.strip() for cell in row.split(" | "))
+        yield section.replace("\\n", "\n"), int(line), words, fix
+
+
+@pytest.mark.parametrize("section, line, words, fix", list(bad_sections()))
 def test_bad_scheduler_sections_name_file_line_and_fix(tmp_path, section, line, words, fix):
     error = error_of(section + "\n" + JOB, tmp_path)
     assert f"inv.yaml:{line}" in error.where
