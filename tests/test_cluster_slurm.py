@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from clusterctl_helpers import Cli, load_inventory, processes_with, run_records, stop, wait_until
+from clusterctl_helpers import FIXTURE_JOBS, Cli, load_inventory, processes_with, run_records, stop, wait_until
 from conftest import sandbox_skip_reason
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
@@ -294,3 +294,40 @@ def test_logs_and_stop_of_a_running_slurm_run_reach_its_nodes_through_its_alloca
     code, logs = cli.json("logs", run_id, "--rank", "0", "--tail", "3")
     assert code == 0 and logs["lines"], logs
     assert queue() == ""
+
+
+def test_a_hang_on_slurm_is_stopped_and_the_rank_elsewhere_named(slurm_sandbox, cli, prompt_file, tmp_path):
+    """Stall detection through srun: stacks taken (py-spy) on the allocation's nodes, the hang stopped,
+    the rank named, as over SSH (tests/test_cluster_stalls.py)."""
+    jobs = slurm_sandbox.shared_outputs / "slurm-stall-jobs"
+    jobs.mkdir(exist_ok=True)
+    shutil.copy(FIXTURE_JOBS / "stall.py", jobs / "stall.py")
+    doc = yaml.safe_load(slurm_sandbox.slurm_inventory_path.read_text())
+    doc["scheduler"]["nodes"] = 2
+    doc["job"].update(command=[str(jobs / "stall.py")], args=["--mode", "hang", "--rank", "3", "--seconds", "600"],
+                      nproc_per_node=2)
+    doc["job"].pop("world_size_divides", None)
+    inventory = tmp_path / "hang.yaml"
+    inventory.write_text(yaml.safe_dump(doc, sort_keys=False, width=200))
+    started = time.monotonic()
+    code, run = cli.json("run", "-i", str(inventory), "--stall-timeout", "15", str(prompt_file))
+    took = time.monotonic() - started
+    print(f"\nhang: stopped and named {took:.0f}s after the run started")
+    assert code == 1 and took < 60, (took, run)
+    first = run["first_failure"]
+    assert (first["host"], first["rank"]) == ("node2", 3), first
+    assert first["diagnosis"][0]["cause"] == "rank_hang" and "load_shard" in first["diagnosis"][0]["evidence"]
+    assert queue() == ""
+    assert wait_until(lambda: not left_over(run["run_id"]), 15, what="no process of the run") is True
+
+
+def test_taking_slurm_away_leaves_no_daemon_job_or_file(slurm_sandbox):
+    """Last in this module: `up` without --slurm (as `down` does) stops munged, slurmctld and every
+    slurmd, and removes <state>/slurm; the session sandbox goes on without it."""
+    from clusterctl.sandbox import slurm as sandbox_slurm, up
+
+    state = slurm_sandbox.state_dir
+    assert all(pid is not None for pid in sandbox_slurm.running(slurm_sandbox.layout).values())
+    up(len(slurm_sandbox.nodes), docker=slurm_sandbox.docker, state_dir=state)
+    assert not (state / "slurm").exists() and not slurm_sandbox.slurm_inventory_path.exists()
+    assert not [p for p in processes_with(str(state / "slurm")) if "pytest" not in p[1]]
