@@ -26,6 +26,7 @@ EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 0, 1,
 COMMANDS = {
     "up": ("up", "start the cluster: clean stale ranks, pull, start containers, preflight checks"),
     "run": ("run", "launch the job with torchrun on every node, stream logs, fail fast"),
+    "attach": ("attach", "back to the live log of a run that goes on (run --detach, or a hung-up terminal)"),
     "logs": ("logs", "a run's output from the nodes, running or ended: [RUN] [--node N] [--rank R] [--tail K] [--follow]"),
     "stop": ("stop", "end a run on every node (ranks and node agents), from any terminal"),
     "collect-logs": ("collect", "gather logs, outputs and node diagnostics of a run, then diagnose"),

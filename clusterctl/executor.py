@@ -418,6 +418,13 @@ class Ticker:
     def elapsed(self) -> float:
         return time.monotonic() - self.started
 
-    def sleep_until_next(self) -> None:
+    def sleep_until_next(self, wake: Optional[threading.Event] = None) -> None:
+        """Sleep until the next period begins; `wake`, set by another thread (something happened that
+        the loop should look at now), ends the sleep early, and the periods count from then."""
         self._next += self.period
-        time.sleep(max(0.0, self._next - time.monotonic()))
+        delay = max(0.0, self._next - time.monotonic())
+        if wake is None:
+            time.sleep(delay)
+        elif wake.wait(delay):
+            wake.clear()
+            self._next = time.monotonic()

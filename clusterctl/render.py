@@ -309,7 +309,8 @@ class Renderer:
             failure = run.first_failure or {}
             where = " ".join(str(x) for x in (failure.get("host"), failure.get("rank") is not None and
                                               f"rank {failure['rank']}", failure.get("cause")) if x)
-            table.add_row(_text(run.run_id), _text((run.state, styles.get(run.state, "yellow"))), started,
+            state = f"{run.state}, stalled {run.stalled_s:.0f}s" if getattr(run, "stalled_s", None) else run.state
+            table.add_row(_text(run.run_id), _text((state, styles.get(run.state, "yellow"))), started,
                           "-" if run.world_size is None else str(run.world_size),
                           "-" if run.exit_code is None else str(run.exit_code), _text(where or "-"))
         self.console.print(table)

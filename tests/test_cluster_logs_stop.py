@@ -3,10 +3,16 @@
 attached `clusterctl run`; `logs RUN --rank 3` shows that rank's lines (node2, reached as the sudo
 user `ccops`, its files read from the host through sudo); a second run is refused naming the run and
 `clusterctl stop RUN`; `stop RUN` from another process ends it on every node within 15 s with no
-process left, the attached run exits 1 saying it was stopped, and `status --json` lists it stopped."""
+process left, the attached run exits 1 saying it was stopped, and `status --json` lists it stopped.
+
+A run handed over to the cluster (job/supervision.py): `run --detach` returns with the ranks up and
+no clusterctl left, the run fails fast on its own (a rank exits 1 25 s in) and `status --json` names
+the node and rank; a hang-up of an attached run's terminal leaves its ranks running past their
+lease, a killed `attach` changes nothing, and `stop` ends it."""
 from __future__ import annotations
 
 import shutil
+import signal
 import time
 from pathlib import Path
 
@@ -24,6 +30,7 @@ def cluster(sandbox, tmp_path_factory):
     jobs = sandbox.shared_outputs / JOBS_DIR
     jobs.mkdir(parents=True, exist_ok=True)
     shutil.copy(FIXTURE_JOBS / "stall.py", jobs / "stall.py")
+    shutil.copy(FIXTURE_JOBS / "faults.py", jobs / "faults.py")
     where = tmp_path_factory.mktemp("logs-stop")
     cli = Cli(where / "state")
     (where / "prompt.txt").write_text("a cat\n")
@@ -44,6 +51,31 @@ def _sleeping_job(sb, path: Path) -> Path:
     return variant(sb, path, change)
 
 
+def _failing_job(sb, path: Path, after: float) -> Path:
+    """1 rank a node (the failed rank's own torchrun names it, with no peer racing it on that node); rank 0
+    sleeps in no collective meanwhile: only clusterctl's fail-fast can end it before 600 s."""
+    def change(doc):
+        doc["hosts"] = [h for h in doc["hosts"] if h["name"] in ("node1", "node2")]
+        doc["job"].update(command=[f"{CONTAINER_OUTPUTS}/{JOBS_DIR}/faults.py"], nproc_per_node=1,
+                          args=["--mode", "exit", "--rank", "1", "--after", str(after), "--others_sleep", "600",
+                                "--out", CONTAINER_OUTPUTS])
+        doc["job"].pop("world_size_divides", None)
+
+    return variant(sb, path, change)
+
+
+def _rank3_up(sb, before: set) -> str:
+    """The id of the new run once its rank 3 (node2, local rank 1) said it is up."""
+    def up():
+        for rid in _run_dirs(sb) - before:
+            for log in (sb.shared_outputs / "logs" / rid / "node2").glob("*/attempt_0/1/stdout.log"):
+                if "up, world 4" in log.read_text(errors="replace"):
+                    return rid
+        return None
+
+    return wait_until(up, 120, interval=0.5, what="rank 3 up on node2")
+
+
 def _run_dirs(sb) -> set:
     logs = sb.shared_outputs / "logs"
     return set(p.name for p in logs.iterdir()) if logs.is_dir() else set()
@@ -61,14 +93,7 @@ def test_logs_of_a_rank_then_stop_ends_the_run_everywhere_and_the_attached_run_s
     run = cli.popen("run", "-i", str(inventory), "--stall-timeout", "0", str(where / "prompt.txt"))
     run_id = None
     try:
-        def rank3_up():
-            for rid in _run_dirs(sandbox) - before:
-                for log in (sandbox.shared_outputs / "logs" / rid / "node2").glob("*/attempt_0/1/stdout.log"):
-                    if "up, world 4" in log.read_text(errors="replace"):
-                        return rid
-            return None
-
-        run_id = wait_until(rank3_up, 120, interval=0.5, what="rank 3 up on node2")
+        run_id = _rank3_up(sandbox, before)
 
         code, doc = cli.json("logs", run_id, "--rank", "3")
         assert code == 0 and doc["ok"] and doc["run_id"] == run_id, doc
@@ -110,6 +135,95 @@ def test_logs_of_a_rank_then_stop_ends_the_run_everywhere_and_the_attached_run_s
         code, doc = cli.json("logs", run_id, "--rank", "3")  # a run that ended: its files are still read
         assert code == 0 and ("node2", 3, "[stall rank 3] up, world 4") in [
             (x["host"], x["rank"], x["text"]) for x in doc["lines"]]
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+        if run_id:
+            cli.json("stop", run_id)
+
+
+def _supervision_left(run_id: str) -> list:
+    return [(pid, cmd) for pid, cmd in processes_with("node_agent.py") if run_id in cmd]
+
+
+def _job_processes(script: str) -> list[int]:
+    """torchrun and the ranks of the fixture job `script` (their command lines name it)."""
+    return sorted(pid for pid, cmd in processes_with(f"{JOBS_DIR}/{script}") if "pytest" not in cmd)
+
+
+def test_a_detached_run_goes_on_without_clusterctl_fails_fast_by_itself_and_status_names_the_rank(
+        sandbox, cluster, tmp_path):
+    cli, where = cluster
+    inventory = _failing_job(sandbox, tmp_path / "fail.yaml", after=25)
+    started = time.monotonic()
+    run = cli.popen("run", "-i", str(inventory), "--detach", str(where / "prompt.txt"))
+    code, doc, stderr = Cli.finish(run, timeout=90)
+    took = time.monotonic() - started
+    run_id = doc.get("run_id")
+    try:
+        assert code == 0 and doc["ok"] and doc["detached"] is True and doc["state"] == "running", (doc, stderr[-2000:])
+        assert took < 60, f"run --detach took {took:.1f}s"
+        assert not [p for p in processes_with("clusterctl") if " run " in p[1] and "-m clusterctl" in p[1]]
+        assert len(_supervision_left(run_id)) == 3, processes_with("node_agent.py")  # a supervisor, 2 keepers
+        assert _job_processes("faults.py"), "the ranks run"
+
+        def both_said() -> bool:  # the ranks started; they print once their process group is up
+            code, doc = cli.json("logs", run_id)
+            return code == 0 and {(x["host"], x["rank"]) for x in doc["lines"]
+                                  if "world 2 on" in x["text"]} == {("node1", 0), ("node2", 1)}
+
+        wait_until(both_said, 20, interval=1, what="`logs RUN` showing each rank's first line")
+
+        code, doc = cli.json("status", "-i", str(inventory))
+        assert doc["runs"][0]["run_id"] == run_id and doc["runs"][0]["state"] == "running", doc["runs"][:1]
+
+        # rank 1 exits 1 about 25 s after it started: nobody attached, the supervisor stops node1 within 30 s
+        wait_until(lambda: not _left_over(run_id) and not _job_processes("faults.py") and not _supervision_left(run_id),
+                   25 + 30 + 15, what="every process of the failed run gone")
+        gone = time.time()
+        failed_at = (sandbox.shared_outputs / "logs" / run_id / "node2" / "agent.exit").stat().st_mtime
+        assert gone - failed_at < 30, f"the last process ended {gone - failed_at:.1f}s after node2's torchrun failed"
+        code, doc = cli.json("status", "-i", str(inventory))
+        entry = doc["runs"][0]
+        assert entry["run_id"] == run_id and entry["state"] == "failed" and entry["exit_code"] == 1, entry
+        assert (entry["first_failure"]["host"], entry["first_failure"]["rank"]) == ("node2", 1), entry
+        code, doc = cli.json("attach", run_id)  # ended: its end, with the run's exit code
+        assert code == 1 and doc["state"] == "failed" and doc["first_failure"]["host"] == "node2", doc
+    finally:
+        if run_id:
+            cli.json("stop", run_id)
+
+
+def test_a_hang_up_detaches_an_attached_run_a_killed_attach_changes_nothing_and_stop_ends_it(
+        sandbox, cluster, tmp_path):
+    cli, where = cluster
+    inventory = _sleeping_job(sandbox, tmp_path / "sleep.yaml")
+    before = _run_dirs(sandbox)
+    run = cli.popen("run", "-i", str(inventory), "--stall-timeout", "0", str(where / "prompt.txt"), json_output=False)
+    run_id = None
+    try:
+        run_id = _rank3_up(sandbox, before)
+        ranks = _job_processes("stall.py")
+        run.send_signal(signal.SIGHUP)
+        assert run.wait(timeout=60) == 0  # handed over, then gone
+        time.sleep(20)  # past the 15 s lease that the attached controller held
+        assert _job_processes("stall.py") == ranks, "the ranks still run after the hang-up"
+
+        attach = cli.popen("attach", run_id, json_output=False)
+        wait_until(lambda: processes_with("clusterctl-logs"), 30, what="attach follows the nodes")
+        attach.kill()
+        attach.wait()
+        time.sleep(3)
+        assert _job_processes("stall.py") == ranks, "a killed attach changes nothing"
+
+        code, doc = cli.json("stop", run_id)
+        assert code == 0 and doc["ok"] and doc["state"] == "stopped", doc
+        assert wait_until(lambda: not _left_over(run_id) and not _supervision_left(run_id), 15,
+                          what="no process of the run") is True
+        assert not _job_processes("stall.py")
+        code, doc = cli.json("status", "-i", str(inventory))
+        assert doc["runs"][0]["run_id"] == run_id and doc["runs"][0]["state"] == "stopped", doc["runs"][:1]
     finally:
         if run.poll() is None:
             run.kill()

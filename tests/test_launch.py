@@ -97,7 +97,7 @@ def test_torchrun_argv_uses_static_rendezvous_with_the_node_rank():
     assert argv[:3] == ("python3", "-m", "torch.distributed.run")
     for flag in ("--nnodes=2:2", "--nproc-per-node=2", "--rdzv-backend=static", "--rdzv-endpoint=172.31.0.80:29511",
                  "--rdzv-id=run-1", "--node-rank=1", "--rdzv-conf=timeout=90", "--local-addr=172.31.0.82",
-                 "--max-restarts=0", "--monitor-interval=0.5"):
+                 "--max-restarts=0", "--monitor-interval=0.1"):
         assert flag in argv
     assert argv[-3:] == ("generate.py", "--task", "t2v-A14B")
     assert "--node-rank=0" in torchrun_argv(topo, topo.node("node-080"), "run-1", ("generate.py",))

@@ -23,6 +23,21 @@ def any_unreachable(results: Mapping[str, HostResult]) -> bool:
     return any(r.status is HostStatus.UNREACHABLE for r in results.values())
 
 
+def run_inventory(app, given, run_id: str, record: dict, hosts: list):
+    """The inventory of a recorded run (-i, else the one the run was started with), which must have every
+    host in `hosts` (those the run ran on): else one clear error naming them."""
+    from clusterctl.errors import UsageError
+
+    inventory = nodes_of_run(app, app.inventory(given or record.get("inventory")), record, run_id)
+    names = {h.name for h in inventory.hosts}
+    missing = [name for name in hosts if name not in names]
+    if missing or not hosts:
+        raise UsageError(f"run {run_id} ran on {', '.join(map(str, missing)) or 'no recorded node'}, which the "
+                         "inventory does not have", where=str(app.inventory_path(given or record.get("inventory"))),
+                         fix="give the run's inventory with -i")
+    return inventory
+
+
 def _jsonable(value) -> bool:
     return isinstance(value, (str, int, float, bool, list, dict, type(None)))
 

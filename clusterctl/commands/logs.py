@@ -12,7 +12,6 @@ import argparse
 
 from clusterctl.app import add_cluster_options
 from clusterctl.cli import Outcome
-from clusterctl.commands import nodes_of_run
 from clusterctl.errors import UsageError
 
 
@@ -33,11 +32,8 @@ def _count(text: str) -> int:
 
 
 def execute(args, app) -> Outcome:
-    from clusterctl.commands import any_unreachable
-    from clusterctl.executor import Background, for_each_host
-    from clusterctl.job import agent, logs, records
-    from clusterctl.job.torchrun import log_dir
-    from clusterctl.models import MASK, HostResult, HostStatus, secret_values
+    from clusterctl.commands import any_unreachable, run_inventory
+    from clusterctl.job import logs, records
 
     if args.follow and args.json:
         raise UsageError("--follow streams lines as they come; --json prints one document at the end",
@@ -49,21 +45,7 @@ def execute(args, app) -> Outcome:
         raise UsageError(f"run {run_id}: {exc}", where="--rank" if args.rank is not None else "--node",
                          fix="`clusterctl status` lists the runs; run.json under .clusterctl/runs/ has their "
                              "topology") from None
-    inventory = nodes_of_run(app, app.inventory(args.inventory or record.get("inventory")), record, run_id)
-    hosts = {h.name: h for h in inventory.hosts}
-    missing = [p.host for p in parts if p.host not in hosts]
-    if missing:
-        raise UsageError(f"run {run_id} ran on {', '.join(missing)}, which the inventory does not have",
-                         where=str(app.inventory_path(args.inventory or record.get("inventory"))),
-                         fix="give the run's inventory with -i")
-    outputs = record.get("outputs") or inventory.job.outputs
-    secrets = sorted(secret_values(inventory), key=len, reverse=True)
-
-    def mask(text: str) -> str:
-        for value in secrets:
-            text = text.replace(value, MASK)
-        return text
-
+    inventory = run_inventory(app, args.inventory, run_id, record, [p.host for p in parts])
     collected: list = []
 
     def show(lines) -> None:
@@ -73,17 +55,40 @@ def execute(args, app) -> Outcome:
             else:
                 app.renderer.log_line(line.prefix, line.text, line.stream)
 
+    results = read_logs(app, inventory, run_id, record, parts, show, args.tail, args.follow)
+    for name, result in results.items():
+        if not result.succeeded:
+            app.renderer.message(f"{name}: {result.detail}", "yellow")
+    document = {"ok": all(r.succeeded for r in results.values()), "run_id": run_id,
+                "hosts": {n: {"status": r.status.value, "detail": r.detail} for n, r in results.items()}}
+    if args.json:
+        document["lines"] = collected
+    return Outcome(document, unreachable=any_unreachable(results))
+
+
+def read_logs(app, inventory, run_id: str, record: dict, parts: list, show, tail=None, follow: bool = False) -> dict:
+    """Read (or follow) the run's files of `parts` (job/logs.py NodeSlice) on their nodes; `show(lines)`
+    gets job/logs.py LogLines, as they come when following, else node by node at the end."""
+    from clusterctl.executor import Background, for_each_host
+    from clusterctl.job import agent, logs
+    from clusterctl.job.supervision import masker
+    from clusterctl.job.torchrun import log_dir
+    from clusterctl.models import HostResult, HostStatus
+
+    hosts = {h.name: h for h in inventory.hosts}
+    outputs = record.get("outputs") or inventory.job.outputs
+    mask = masker(inventory)
     by_host = {p.host: p for p in parts}
-    pending: dict[str, list] = {p.host: [] for p in parts}  # without --follow: shown node by node at the end
+    pending: dict[str, list] = {p.host: [] for p in parts}  # without follow: shown node by node at the end
 
     def read(transport, host) -> HostResult:
         part = by_host[host.name]
         run_dir = log_dir(outputs, run_id, host.name)
-        command = agent.logs_command(inventory, run_dir, part.local_ranks, part.agent_log, args.tail, args.follow)
+        command = agent.logs_command(inventory, run_dir, part.local_ranks, part.agent_log, tail, follow)
         lines = logs.NodeLines(part, mask)
-        take = show if args.follow else pending[host.name].extend
+        take = show if follow else pending[host.name].extend
 
-        class Sink:  # run_to_sink hands each chunk over as it comes: --follow shows lines at once
+        class Sink:  # run_to_sink hands each chunk over as it comes: following shows lines at once
             @staticmethod
             def write(data: bytes) -> None:
                 take(lines.feed(data))
@@ -99,20 +104,12 @@ def execute(args, app) -> Outcome:
         return HostResult(host.name, HostStatus.OK)
 
     targets = [hosts[p.host] for p in parts]
-    if args.follow:  # each node streams on its own; lines show as they come
+    if follow:  # each node streams on its own; lines show as they come
         streams = Background(targets, read, app.connections)
         while not streams.wait(0.5):
             pass
-        results = streams.results
-    else:
-        results = for_each_host(targets, read, app.connections)
-        for part in parts:  # node by node, in the run's order
-            show(pending.get(part.host, []))
-    for name, result in results.items():
-        if not result.succeeded:
-            app.renderer.message(f"{name}: {result.detail}", "yellow")
-    document = {"ok": all(r.succeeded for r in results.values()), "run_id": run_id,
-                "hosts": {n: {"status": r.status.value, "detail": r.detail} for n, r in results.items()}}
-    if args.json:
-        document["lines"] = collected
-    return Outcome(document, unreachable=any_unreachable(results))
+        return streams.results
+    results = for_each_host(targets, read, app.connections)
+    for part in parts:  # node by node, in the run's order
+        show(pending.get(part.host, []))
+    return results

@@ -23,6 +23,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stall-timeout", type=_seconds, default=None, metavar="S",
                         help="seconds without output before every rank's stack is taken; stacks that do not move "
                              "stop the run and name the rank elsewhere (default: job.stall_timeout, 900; 0: off)")
+    parser.add_argument("-d", "--detach", action="store_true",
+                        help="return once every rank has started, printing the run id; the run goes on, watched "
+                             "on the cluster (`clusterctl attach`, `logs -f`, `stop`, `status`)")
     parser.add_argument("--ranks", type=_ranks, default=(), metavar="LIST",
                         help="show only these global ranks' lines in the live log, e.g. 0,8 or 0-3,8 (the files on "
                              "the nodes, the run record and the diagnosis keep every rank)")
@@ -84,6 +87,11 @@ def execute(args, app) -> Outcome:
     _check_prompt_fits(prompt, inventory, args.prompt_file)
     if args.plan and inventory.scheduler is not None:
         return _slurm_plan(app, inventory, prompt, args.strict)
+    if args.detach and inventory.scheduler is not None:
+        raise UsageError("--detach hands the run over to the cluster, but a run on a Slurm allocation is watched "
+                         "through the allocation this clusterctl holds (and gives back when it ends)",
+                         where="--detach", fix="leave --detach out (run it under nohup or tmux to outlive the "
+                         "terminal), or submit with `clusterctl export sbatch` and sbatch")
     run_id = app.state.new_run_id()
     # one run of a cluster at a time: a second is refused naming the first (`clusterctl stop RUN`)
     with app.state.lock(run_lock(inventory.name), "a `clusterctl run`", run_id=run_id), \
@@ -117,11 +125,15 @@ def execute(args, app) -> Outcome:
             **summary, "commands": runner.commands(), "started": started, "state": "running", "exit_code": None,
             "inventory": str(app.inventory_path())})
         try:
-            outcome, crash = runner.run(), None
+            # on Slurm a hang-up hands nothing over (see --detach): the run goes on watched by this process
+            with (hang_up_detaches() if scheduled is None else _not_hung_up()) as hung_up:
+                outcome, crash = runner.run(detach=args.detach, hung_up=hung_up), None
         except RunnerCrashed as crashed:
             outcome, crash = crashed.outcome, crashed.cause
         finally:
             live.close()  # the last progress states and counts of repeats, before the summary
+        if outcome.detached:
+            return _detached(app, runner, summary, started, prompt)
         record = {**summary, "prompt_sha256": _sha256(prompt), "commands": runner.commands(),
                   "started": started, "ended": time.time(), "duration_s": round(outcome.duration, 3),
                   "exit_code": outcome.exit_code, "nodes": _node_states(runner),
@@ -175,6 +187,66 @@ def _slurm_plan(app, inventory, prompt: str, strict: bool) -> Outcome:
     return Outcome({"ok": True, "cluster": inventory.name, "world_size": topo.world_size,
                     "nproc_per_node": topo.nproc_per_node, "nnodes": topo.nnodes, "notes": list(script.notes),
                     "plan": script.text, "exit_code": None})
+
+
+def _detached(app, runner, summary: dict, started: float, prompt: str) -> Outcome:
+    """The run goes on, watched on the cluster: the record says where its supervisor is."""
+    record = {**summary, "prompt_sha256": _sha256(prompt), "commands": runner.commands(), "started": started,
+              "state": "running", "detached": True, "supervisor": runner.supervised.to_json(), "exit_code": None,
+              "nodes": _node_states(runner), "inventory": str(app.inventory_path())}
+    app.state.write_json(app.state.run_dir(summary["run_id"]) / "run.json", record)
+    run_id = summary["run_id"]
+    app.renderer.message(f"run {run_id} goes on, watched on the cluster (supervisor on {runner.supervised.host}). "
+                         f"Follow it: clusterctl attach {run_id} | logs -f {run_id} | status; end it: "
+                         f"clusterctl stop {run_id}", "green")
+    return Outcome({"ok": True, **summary, "detached": True, "state": "running", "exit_code": None,
+                    "supervisor": runner.supervised.to_json()})
+
+
+class hang_up_detaches:
+    """While a run is attached, a hang-up of its terminal (SIGHUP: a closed laptop, a dropped SSH session
+    to this machine) hands the run over to the cluster instead of ending it. The handler only sets a
+    flag (the runner hands over at its next poll) and sends this process's output to /dev/null: the
+    terminal is gone, and writing to it would fail."""
+
+    def __enter__(self):
+        import signal
+        import threading
+
+        self.flag = threading.Event()
+        self.previous = None
+        try:
+            # started under nohup (SIGHUP ignored): its user wants this process to watch on, writing
+            # to nohup.out; a hang-up changes nothing then
+            if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+                self.previous = signal.signal(signal.SIGHUP, self._on_hang_up)
+        except (ValueError, AttributeError):  # not the main thread, or no SIGHUP here
+            pass
+        return self.flag.is_set
+
+    def _on_hang_up(self, signum, frame) -> None:
+        import os
+
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 1)
+            os.dup2(devnull, 2)
+            os.close(devnull)
+        except OSError:
+            pass
+        self.flag.set()
+
+    def __exit__(self, *exc) -> None:
+        import signal
+
+        if self.previous is not None:
+            signal.signal(signal.SIGHUP, self.previous)
+
+
+def _not_hung_up():
+    from contextlib import nullcontext
+
+    return nullcontext(lambda: False)
 
 
 def busy_fix(busy: str) -> str:

@@ -1,5 +1,6 @@
 """`clusterctl status`: hosts, container state and image, GPUs in use, running ranks; and the latest
-runs of this directory's records (job/records.py says how "running" is told from "unknown")."""
+runs of this directory's records (job/records.py says how "running" is told from "unknown"; a detached
+run's record is first brought up to date from its supervisor on the cluster)."""
 from __future__ import annotations
 
 import argparse
@@ -24,6 +25,7 @@ def execute(args, app) -> Outcome:
     from clusterctl import modules
     from clusterctl.executor import run_plan
     from clusterctl.job.records import list_runs
+    from clusterctl.job.supervision import masker, refresh_running
 
     inventory = app.inventory()
     if inventory.scheduler is not None and not inventory.hosts:
@@ -35,8 +37,14 @@ def execute(args, app) -> Outcome:
         data.setdefault("container", "none" if not inventory.uses_container else "?")
     app.renderer.hosts_table(f"status of {inventory.name}", report.hosts,
                              extra_columns=("container", "image", "gpus_in_use", "ranks_running"))
+    refresh_running(app.state, inventory, app.connections, masker(inventory))
     runs = list_runs(app.state)
     app.renderer.runs_table(runs)
+    for run in runs:
+        if run.stalled_s:
+            app.renderer.message(f"run {run.run_id}: no output from any rank for {run.stalled_s:.0f}s (its supervisor on the "
+                                 f"cluster says so): `clusterctl stacks --run {run.run_id}` names the rank elsewhere, "
+                                 f"`clusterctl stop {run.run_id}` ends it", "yellow")
     return Outcome(hosts_document(report.hosts, cluster=inventory.name, runs=[r.to_json() for r in runs]),
                    unreachable=any_unreachable(report.hosts))
 

@@ -20,8 +20,6 @@ import time
 
 from clusterctl.app import add_cluster_options
 from clusterctl.cli import Outcome
-from clusterctl.commands import nodes_of_run
-from clusterctl.errors import UsageError
 
 AWAIT_CONTROLLER_S = 30.0
 
@@ -32,26 +30,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args, app) -> Outcome:
-    from clusterctl.commands import any_unreachable, hosts_document
+    from clusterctl.commands import any_unreachable, hosts_document, run_inventory
     from clusterctl.executor import for_each_host, run_commands
-    from clusterctl.job import agent, records
+    from clusterctl.job import agent, records, supervision
     from clusterctl.job.torchrun import log_dir
     from clusterctl.models import HostResult
     from clusterctl.modules import process
 
     run_id, record = records.resolve(app.state, args.run)
     state = records.state_of(record, run_id, app.state.lock_holder)
+    planned = [n.get("host") for n in record.get("topology") or []]
+    if state in ("running", "unknown"):
+        inventory = run_inventory(app, args.inventory, run_id, record, planned)
+        # a detached run may have ended on the cluster since: its record learns it first
+        record = supervision.refresh_record(app.state, inventory, app.connections, run_id, record,
+                                            supervision.masker(inventory))
+        state = records.state_of(record, run_id, app.state.lock_holder)
     if state not in ("running", "unknown"):
         app.renderer.message(f"run {run_id} has already ended ({state}); nothing to stop", "green")
         return Outcome({"ok": True, "run_id": run_id, "state": state, "already_ended": True, "hosts": {}})
-    inventory = nodes_of_run(app, app.inventory(args.inventory or record.get("inventory")), record, run_id)
-    planned = [n.get("host") for n in record.get("topology") or []]
     by_name = {h.name: h for h in inventory.hosts}
-    missing = [name for name in planned if name not in by_name]
-    if missing or not planned:
-        raise UsageError(f"run {run_id} ran on {', '.join(missing) or 'no recorded node'}, which the inventory "
-                         "does not have", where=str(app.inventory_path(args.inventory or record.get("inventory"))),
-                         fix="give the run's inventory with -i")
     hosts = [by_name[name] for name in planned]
     outputs = record.get("outputs") or inventory.job.outputs
     run_dir = {h.name: log_dir(outputs, run_id, h.name) for h in hosts}

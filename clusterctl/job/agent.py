@@ -12,9 +12,13 @@ How a node runs its part of a job (all files in the node's run dir,
   modules/process.py), not the wrapper: stopping a run kills what carries the marker, and
   the wrapper then still writes `agent.exit` and ends, leaving nothing marked behind (its
   own `sleep 1` once outlived a stop and made the next run see "a run in progress").
+- agent.exit is written as soon as torchrun ends (the lease is watched by a subshell beside it,
+  not by a loop that would add up to its period to every run's end).
 - The lease: the controller touches `lease` every poll. If it goes silent for
   `lease_s` seconds (controller killed, node cut off), the wrapper stops the node's
-  ranks by itself: no node waits forever for peers that are gone.
+  ranks by itself: no node waits forever for peers that are gone. A run handed over to
+  the cluster (job/supervision.py) has its node's keeper touch the lease instead, and a
+  `stop` file written by the keeper (the supervisor's word) stops the ranks at once.
 """
 from __future__ import annotations
 
@@ -35,17 +39,25 @@ touch "$dir/lease"
 pid=$!
 echo "$pid" > "$dir/agent.pid"
 alive() { s=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -c1); [ -n "$s" ] && [ "$s" != Z ]; }
-while alive "$pid"; do
-  age=$(( $(date +%s) - $(stat -c %Y "$dir/lease" 2>/dev/null || echo 0) ))
-  if [ "$age" -gt "$lease" ]; then
-    echo "clusterctl: no word from the controller for ${age}s (lease ${lease}s): stopping this node's ranks"
-    kill -TERM -"$pid" 2>/dev/null
-    i=0; while alive "$pid" && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done
-    kill -KILL -"$pid" 2>/dev/null
-  fi
-  sleep 1
-done
+(
+  while sleep 1; do
+    age=$(( $(date +%s) - $(stat -c %Y "$dir/lease" 2>/dev/null || echo 0) ))
+    why=
+    if [ -e "$dir/stop" ]; then why="the run's supervisor stopped this node's ranks: $(head -c 300 "$dir/stop")"
+    elif [ "$age" -gt "$lease" ]; then
+      why="no word from the controller or the run's supervisor for ${age}s (lease ${lease}s): stopping this node's ranks"
+    fi
+    if [ -n "$why" ]; then
+      echo "clusterctl: $why"
+      kill -TERM -"$pid" 2>/dev/null
+      i=0; while alive "$pid" && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done
+      kill -KILL -"$pid" 2>/dev/null
+      exit 0
+    fi
+  done
+) & watch=$!
 wait "$pid"; code=$?
+kill "$watch" 2>/dev/null
 echo "$code" > "$dir/agent.exit.tmp" && mv -f "$dir/agent.exit.tmp" "$dir/agent.exit"
 '''
 
@@ -54,7 +66,8 @@ echo "$code" > "$dir/agent.exit.tmp" && mv -f "$dir/agent.exit.tmp" "$dir/agent.
 _POLL = ('touch "$1/lease" 2>/dev/null; if [ -e "$1/agent.exit" ]; then s=; [ -e "$1/stopped" ] && s=" stopped"; '
          'echo "exit $(cat "$1/agent.exit")$s"; else echo running; fi')
 
-# Streams the node's output until agent.exit appears, then the rest, then ends by itself: each
+# Streams the node's output until agent.exit appears, then the rest, then ends by itself (its end
+# tells the runner to poll the node at once; tail -F reads through inotify, so 0.3 s gets the rest): each
 # local rank's own stdout/stderr files (byte for byte, `\r` and partial lines included) and
 # torchrun's agent.log, through one `tail -v -F` that marks each switch of file with a header.
 # First it waits for torchrun's per-rank directory (made as the workers start) and names it in a
@@ -73,8 +86,8 @@ set --
 i=0
 while [ -n "$att" ] && [ "$i" -lt "$n" ]; do set -- "$@" "$att/$i/stdout.log" "$att/$i/stderr.log"; i=$((i+1)); done
 tail -v -n +1 -F "$@" agent.log 2>/dev/null & t=$!
-while [ ! -e agent.exit ]; do sleep 0.5; done
-sleep 1; kill "$t" 2>/dev/null
+while [ ! -e agent.exit ]; do sleep 0.25; done
+sleep 0.3; kill "$t" 2>/dev/null
 '''
 
 # `clusterctl logs`: some files of a node's run dir, read back by job/follow.py like _FOLLOW's stream.
@@ -131,7 +144,7 @@ run_dirs() { r=$1; o=$(dirname "$(dirname "$r")"); mkdir -p "$o" && mk "$o/logs"
 '''
 
 # $1: the node's own run directory (private: it holds the env file)
-_WRITE_ENV = RUN_DIRS_SH + 'run_dirs "$(dirname "$1")" && umask 077 && mkdir -p "$1" && rm -f "$1/agent.exit" && cat > "$1/env"'
+_WRITE_ENV = RUN_DIRS_SH + 'run_dirs "$(dirname "$1")" && umask 077 && mkdir -p "$1" && rm -f "$1/agent.exit" "$1/stop" && cat > "$1/env"'
 
 
 def env_file(env: tuple[tuple[str, str], ...]) -> bytes:

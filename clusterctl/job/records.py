@@ -2,7 +2,8 @@
 one by id, and list them for `clusterctl status`.
 
 A record says "running" from the launch until its controller (the attached `clusterctl run`)
-writes the end. A controller killed outright never does: whether one still watches the run is
+writes the end; a detached run's record ("detached", "supervisor") gets its end from the run's
+supervisor on the cluster when a command next asks (job/supervision.py: refresh_record). A controller killed outright never does: whether one still watches the run is
 told by the cluster's run lock (held by the controller for the whole run, naming its run id), not
 guessed from the record. Without it the record's run is "unknown": the nodes stop its ranks by
 themselves once their lease runs out (15 s), and `clusterctl stop RUN` makes sure.
@@ -54,6 +55,7 @@ class RunEntry:
     world_size: Optional[int]
     nodes: list
     cluster: Optional[str]
+    stalled_s: Optional[float] = None  # a detached run whose ranks all went silent this long (its supervisor says)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -63,6 +65,8 @@ def state_of(record: dict, run_id: str, holder_of: Callable[[str], Optional[dict
     """What became of a run, from its record; `holder_of(lock name)`: state.lock_holder."""
     state = record.get("state")
     if state == "running":
+        if record.get("detached"):  # watched on the cluster (job/supervision.py refreshes the record)
+            return "unknown" if record.get("supervisor_gone") else "running"
         cluster = record.get("cluster")
         holder = holder_of(run_lock(cluster)) if cluster else None
         return "running" if holder and holder.get("run_id") == run_id else "unknown"
@@ -96,7 +100,7 @@ def entry(record: dict, run_id: str, holder_of: Callable[[str], Optional[dict]])
     nodes = [n.get("host") for n in record.get("topology") or [] if isinstance(n, dict)]
     return RunEntry(run_id, state_of(record, run_id, holder_of), record.get("started"), record.get("ended"),
                     record.get("exit_code"), _failure(record.get("first_failure")), record.get("world_size"),
-                    nodes, record.get("cluster"))
+                    nodes, record.get("cluster"), record.get("stalled_s") if record.get("state") == "running" else None)
 
 
 def _failure(first: Optional[dict]) -> Optional[dict]:

@@ -15,17 +15,19 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Callable, Mapping, Optional
 
 from clusterctl.models import secret_values
 from clusterctl.errors import UsageError
 from clusterctl.executor import Background, Connections, Event, OnEvent, Ticker, for_each_host, run_commands
 from clusterctl.job.torchrun import MAX_ARG_BYTES, RANK_PREFIX_RE, job_argv, log_dir, placeholder_values, torchrun_argv, torchrun_env
 from clusterctl.models import Command, Host, HostResult, HostStatus, Inventory, MASK, looks_secret
-from clusterctl.job import agent, rollcall, stalls
+from clusterctl.job import agent, rollcall, stalls, supervision
+from clusterctl.job.failures import Ended, first_failure
 from clusterctl.job.follow import FollowStream, Piece, latest_state, line_prefix
 from clusterctl.modules import process
 from clusterctl.job.container import in_container
@@ -101,6 +103,7 @@ class JobOutcome:
     launch_failures: dict = field(default_factory=dict)
     duration: float = 0.0
     stopped: bool = False  # ended by `clusterctl stop` (from another terminal)
+    detached: bool = False  # handed over to the cluster (job/supervision.py); it goes on
 
 
 class RunnerCrashed(Exception):
@@ -141,6 +144,9 @@ class JobRunner:
             _check_command_line(plan.host.name, agent.start_command(inventory, self.nodes[plan.host.name].run_dir,
                                                                         command), len(prompt.encode()))
         self.stacks_dir = stacks_dir
+        self.supervised: Optional[supervision.Supervised] = None
+        self._wake = threading.Event()  # set when a node's output stream ends: its torchrun ended
+        self._started = time.monotonic()
         self.stalls = stalls.StallWatch(inventory, stalls.JobShape.of_topology(topology), run_id, connections, on_event,
                                         inventory.job.stall_timeout if stall_timeout_s is None else stall_timeout_s,
                                         stack_interval_s)
@@ -162,16 +168,26 @@ class JobRunner:
         }
 
     # ---- the job
-    def run(self) -> JobOutcome:
-        started = time.monotonic()
+    def run(self, detach: bool = False, hung_up: Callable[[], bool] = lambda: False,
+            ranks_timeout_s: float = 300.0) -> JobOutcome:
+        """The job from launch to its end; with `detach`, from launch to every rank started, then
+        handed over to the cluster. `hung_up()` turning true (the terminal hung up) hands it over too."""
+        started = self._started = time.monotonic()
         launched = self._launch()
         failures = {n: r for n, r in launched.items() if not r.succeeded}
         if failures:
             self.stop("launch failed")
             return JobOutcome(1, _launch_failure(failures), launch_failures=failures, duration=time.monotonic() - started)
+        if detach:
+            outcome = self.hand_over(ranks_timeout_s)
+            outcome.duration = time.monotonic() - started
+            return outcome
         streams = Background([n.host for n in self.nodes.values()], self._follow, self.connections)
         try:
-            outcome = self._watch()
+            outcome = self._watch(hung_up)
+            if outcome.detached:  # the streams end with the connections: nobody reads them any more
+                outcome.duration = time.monotonic() - started
+                return outcome
         except KeyboardInterrupt:
             self.on_event(Event("note", text="interrupted: stopping every node's ranks"))
             self.stop("interrupted")
@@ -219,6 +235,7 @@ class JobRunner:
             transport.run_to_sink(agent.follow_command(self.inventory, node.run_dir, plan.nproc), Sink())
         finally:
             emit(stream.finish())
+            self._wake.set()  # the node's torchrun ended (or its connection did): poll it now
         return HostResult(host.name, HostStatus.OK)
 
     def _emit(self, host: str, node: NodeRun, first_rank: int, piece: Piece) -> None:
@@ -238,9 +255,44 @@ class JobRunner:
         self.on_event(Event("line" if piece.complete else "partial", host, text,
                             {"prefix": prefix, "stream": stream, "rank": rank, "local_rank": local_rank}))
 
-    def _watch(self) -> JobOutcome:
+    def hand_over(self, ranks_timeout_s: Optional[float] = None) -> JobOutcome:
+        """Hand the run to the cluster (job/supervision.py): once its supervisor has heard every node,
+        this controller may go. With `ranks_timeout_s`, first wait until every rank has started (or
+        the run failed meanwhile, which is returned like any failure). A run that cannot be handed
+        over is stopped: nothing is left running that nobody watches."""
+        master = self.topology.master.host.name
+        self.on_event(Event("note", text="handing the run over to the cluster: a supervisor on "
+                                         f"{master}, a keeper on every node"))
+        supervised, failed = supervision.establish(
+            self.inventory, self.run_id, master, self.topology.master_addr, self.topology.port,
+            {name: n.run_dir for name, n in self.nodes.items()}, {name: n.host for name, n in self.nodes.items()},
+            self.connections, stall_timeout_s=self.stalls.timeout_s,
+            timeout_s=max(1.0, self.timeout_s - (time.monotonic() - self._started)) if self.timeout_s else None)
+        if supervised is None:
+            self.stop("the run could not be handed over to the cluster")
+            name, result = next(iter(failed.items()))
+            return JobOutcome(1, {"host": name, "rank": None, "diagnosis": [{
+                "cause": "unknown", "host": name, "rank": None, "evidence": result.detail,
+                "fix": f"the run's supervisor listens on {self.topology.master_addr}:{self.topology.port + supervision.PORT_OFFSET} "
+                       f"({master}); every node must reach it, as they reach the rendezvous port, and run "
+                       f"{self.inventory.job.python} (job.python); `clusterctl check` tests the ports"}]})
+        self.supervised = supervised
+        if ranks_timeout_s:
+            nproc = {plan.host.name: plan.nproc for plan in self.topology.nodes}
+            state = supervision.await_ranks(self.inventory, supervised, self.nodes[master].host, self.connections,
+                                            nproc, ranks_timeout_s)
+            if state.get("state") not in (None, "running", "succeeded"):
+                code, first = supervision.outcome_of(state, self.inventory, self._mask)
+                return JobOutcome(code, first, stopped=state.get("state") == "stopped")
+            ranks = sum(min((state.get("nodes") or {}).get(h, {}).get("ranks", 0), n) for h, n in nproc.items())
+            self.on_event(Event("note", text=f"{ranks} of {self.topology.world_size} ranks started"))
+        return JobOutcome(0, detached=True)
+
+    def _watch(self, hung_up: Callable[[], bool] = lambda: False) -> JobOutcome:
         ticker = Ticker(self.poll_s)
         while True:
+            if hung_up():
+                return self.hand_over()
             self._poll_once()
             self._report_status()
             failed = [n for n in self.nodes.values() if n.failed]
@@ -265,7 +317,7 @@ class JobRunner:
                 return JobOutcome(1, {"host": None, "rank": None, "diagnosis": [{
                     "cause": "unknown", "host": None, "rank": None, "evidence": f"the job ran past --timeout {self.timeout_s:g}s",
                     "fix": "raise --timeout, or look at the live log for the rank that stopped progressing"}]})
-            ticker.sleep_until_next()
+            ticker.sleep_until_next(self._wake)
 
     def _stopped(self) -> bool:
         return any(n.stopped for n in self.nodes.values())
@@ -342,30 +394,10 @@ class JobRunner:
         return [n for n in self.nodes.values() if n.failed]
 
     def _first_failure(self, failed: list[NodeRun]) -> dict:
-        from clusterctl.diagnose import diagnose_text
-
-        earliest = min(n.ended_at or 0 for n in failed)
-        candidates = [n for n in failed if (n.ended_at or 0) <= earliest + self.poll_s / 2]
-        lost = [n for n in candidates if n.lost]
-        if lost:
-            node = lost[0]
-            return {"host": node.host.name, "rank": None, "diagnosis": [{
-                "cause": "node_unreachable", "host": node.host.name, "rank": None,
-                "evidence": f"{node.host.name} stopped answering for more than {self.lost_after_s:g}s during the run",
-                "fix": f"check {node.host.name}'s network and power; clusterctl stopped the other nodes, "
-                       "and the node stops its own ranks when its lease expires"}]}
-        tails = self._tails(failed)
-        if all(_lost_a_peer(tails[n.host.name]) for n in candidates):
-            candidates = failed  # the first to exit only saw a peer crash: the crash is elsewhere
-        findings = [replace(f, host=self.inventory.host_named_by(f.host, node.host.name))
-                    for node in candidates for f in diagnose_text(tails[node.host.name], host=node.host.name)]
-        order = {node.host.name: (_lost_a_peer(tails[node.host.name]), node.ended_at or 0) for node in candidates}
-        findings.sort(key=lambda f: (-f.score, order.get(f.host, (True, 0))))
-        top = findings[0] if findings else None
-        host = top.host if top and top.host in self.nodes else candidates[0].host.name
-        rank = top.rank if top else None
-        return {"host": host, "rank": rank, "exit_code": self.nodes[host].exit_code,
-                "log_tail": tails.get(host, "").splitlines()[-15:], "diagnosis": [f.to_json() for f in findings[:5]]}
+        tails = self._tails([n for n in failed if not n.lost])
+        ended = [Ended(n.host.name, n.ended_at or 0, n.lost, n.exit_code, tails.get(n.host.name, "")) for n in failed]
+        return first_failure(self.inventory, ended, self.poll_s, self.lost_after_s,
+                             {name: n.exit_code for name, n in self.nodes.items()})
 
     def _tails(self, nodes: list[NodeRun]) -> dict[str, str]:
         def action(transport, host: Host) -> HostResult:
@@ -412,13 +444,6 @@ def _check_command_line(host: str, command: Command, prompt_bytes: int) -> None:
             f"({MAX_ARG_BYTES} bytes) in one argument, and ssh passes the whole command as one",
             where="PROMPT_FILE", fix="shorten the prompt (quotes and $ take more room once escaped), "
             "or have the job read it from a file on a shared volume")
-
-
-def _lost_a_peer(log_tail: str) -> bool:
-    """The log shows a rank that failed because a peer went away (gloo/NCCL connection closed)."""
-    from clusterctl.diagnose.rules import PEER_LOST_PATTERNS
-
-    return any(pattern.search(log_tail) for pattern in PEER_LOST_PATTERNS)
 
 
 def _with_connect_timeout(host: Host, seconds: float) -> Host:

@@ -1,0 +1,321 @@
+"""The part of a run that lives on the cluster when no clusterctl watches it (`run --detach`, or an
+attached `run` whose terminal hung up). Runs on the nodes, so: the standard library only, Python
+3.8+, one file, copied into each node's run dir for the run and run from there (nothing installed).
+
+Two roles, one process each, both carrying the run's marker (modules/process.py), so `stop` and
+`down` end them with the ranks:
+- `supervise RUN_DIR` on the master node: an HTTP server on the rendezvous address (the cluster
+  network), port rendezvous.port + 1. It holds every node's lease, and does what the attached
+  controller does: fail fast (a node whose torchrun failed -> after a few seconds for the others to
+  report, every node is told to stop), lost nodes (silent for `lost_after_s`), a run stopped by
+  `clusterctl stop`, and the run's state in `supervisor.json` beside it, which the controller reads
+  back (`status`, `attach`, `logs`) and turns into the local run record, with its diagnosis. With
+  `stall_timeout_s`, a run whose ranks all went silent that long is reported stalled (`stalled_s`):
+  it is not stopped, since telling a hang from a long silent step takes every rank's stack, which
+  `clusterctl stacks RUN` takes (the attached `run` does that by itself).
+- `keep RUN_DIR` on every node: every second it reports its torchrun's state (and at the end the
+  tail of its log) to the supervisor; each answer renews the node's lease (job/agent.py's wrapper
+  stops the ranks when the lease runs out), and an answer "stop" writes `stop`, on which the
+  wrapper stops the ranks at once. A supervisor that stops answering (its node died) is a lease
+  that runs out: every node stops its own ranks, as they do when the attached controller dies.
+Both end by themselves when the run has ended: no process, port or file outside the run dir stays.
+
+Every message is authenticated with an HMAC-SHA256 of its body under a per-run key (in the 0600
+`supervision.json` of each node's 0700 run dir) and carries a sequence number that must grow, so a
+message replayed from the network is refused; answers are signed the same way.
+"""
+import errno
+import hashlib
+import hmac
+import json
+import os
+import sys
+import threading
+import time
+
+CONFIG = "supervision.json"
+STATE = "supervisor.json"
+MAC_HEADER = "X-Clusterctl-Mac"
+SETTLE_S = 3.0  # after a first failure: the others report before the run is stopped (the culprit is named)
+DRAIN_S = 20.0  # after the run ended: the nodes' last reports (their ranks' exits) are awaited this long
+NEVER_SEEN_S = 60.0  # a node whose keeper never reported by then is lost
+TAIL_BYTES = 24000
+
+
+def load_config(run_dir):
+    with open(os.path.join(run_dir, CONFIG)) as f:
+        return json.load(f)
+
+
+def sign(key, body):
+    return hmac.new(key.encode(), body, hashlib.sha256).hexdigest()
+
+
+def write_json(path, document):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(document, f, indent=1)
+    os.replace(tmp, path)
+
+
+# ---- the supervisor (master node)
+
+class Supervisor:
+    def __init__(self, config, run_dir, now=time.time):
+        self.config, self.run_dir, self.now = config, run_dir, now
+        self.lock = threading.Lock()
+        self.started = now()
+        self.nodes = {h: {"seen": None, "seq": -1, "exit_code": None, "stopped": False, "ranks": 0,
+                          "silent_s": None, "lost": False, "ended_at": None, "tail": ""}
+                      for h in config["hosts"]}
+        self.stall_timeout_s = float(config.get("stall_timeout_s") or 0)
+        self.timeout_s = float(config.get("timeout_s") or 0)  # `run --timeout`: the run is stopped past it
+        self.timed_out = False
+        self.stalled_s = None  # no rank of any node wrote a byte for this long (>= stall_timeout_s)
+        self.state = "running"  # -> succeeded | failed | stopped
+        self.stop_reason = None
+        self.first_failure_at = None
+        self.ended = None
+        self.failures = []  # [{"host", "exit_code", "at", "lost", "tail"}] in the order they were seen
+
+    # one report of a node's keeper; returns the answer (None: refused)
+    def beat(self, message):
+        host = message.get("host")
+        with self.lock:
+            node = self.nodes.get(host)
+            if node is None or not isinstance(message.get("seq"), int) or message["seq"] <= node["seq"]:
+                return None
+            node["seq"], node["seen"] = message["seq"], self.now()
+            node["ranks"] = int(message.get("ranks") or 0)
+            silent = message.get("silent_s")
+            node["silent_s"] = float(silent) if isinstance(silent, (int, float)) else None
+            code = message.get("exit_code")
+            if code is not None and node["exit_code"] is None:
+                node["exit_code"], node["ended_at"] = int(code), self.now()
+                node["stopped"] = bool(message.get("stopped"))
+                node["tail"] = str(message.get("tail") or "")[-TAIL_BYTES:]
+                if node["exit_code"] != 0 and not node["stopped"] and not node["lost"]:
+                    self.failures.append({"host": host, "exit_code": node["exit_code"], "at": node["ended_at"],
+                                          "lost": False, "tail": node["tail"]})
+                    if self.first_failure_at is None:
+                        self.first_failure_at = self.now()
+                if node["stopped"] and self.state == "running":
+                    self._end("stopped", "the run was stopped by `clusterctl stop`")
+            stop = self.state != "running"
+            return {"seq": message["seq"], "stop": stop, "reason": self.stop_reason if stop else None,
+                    "ack": node["exit_code"] is not None}
+
+    def tick(self):
+        """Decide from what was heard; returns True once the supervisor may end."""
+        with self.lock:
+            now = self.now()
+            for host, node in self.nodes.items():
+                if node["lost"] or node["exit_code"] is not None:
+                    continue
+                silent = now - (node["seen"] if node["seen"] is not None else self.started)
+                limit = self.config["lost_after_s"] if node["seen"] is not None else NEVER_SEEN_S
+                if silent > limit and self.state == "running":
+                    node["lost"], node["ended_at"] = True, now
+                    self.failures.append({"host": host, "exit_code": None, "at": now, "lost": True,
+                                          "tail": "", "silent_s": round(silent, 1)})
+                    self._end("failed", f"{host} stopped answering for {silent:.0f}s")
+            if self.state == "running" and self.timeout_s and now - self.started > self.timeout_s:
+                self.timed_out = True
+                self._end("failed", f"the job ran past --timeout {self.timeout_s:g}s")
+            if self.state == "running":
+                if self.first_failure_at is not None and (now - self.first_failure_at >= SETTLE_S or all(
+                        n["exit_code"] is not None or n["lost"] for n in self.nodes.values())):
+                    self._end("failed", f"{self.failures[0]['host']} failed (exit {self.failures[0]['exit_code']})")
+                elif all(n["exit_code"] == 0 for n in self.nodes.values()):
+                    self._end("succeeded", None)
+            self.stalled_s = self._silence(now) if self.state == "running" else None
+            if self.state == "running":
+                return False
+            pending = [n for n in self.nodes.values() if n["exit_code"] is None and not n["lost"]]
+            return not pending or now - self.ended > DRAIN_S
+
+    def _silence(self, now):
+        """How long no rank of any running node wrote a byte, once that reaches stall_timeout_s (else None).
+        Each node measures its own silence on its own clock; the time since its report is added here."""
+        if self.stall_timeout_s <= 0:
+            return None
+        running = [n for n in self.nodes.values() if n["exit_code"] is None and not n["lost"]]
+        if not running or any(n["seen"] is None or n["silent_s"] is None for n in running):
+            return None
+        silent = min(n["silent_s"] + (now - n["seen"]) for n in running)
+        return round(silent, 1) if silent >= self.stall_timeout_s else None
+
+    def _end(self, state, reason):
+        self.state, self.stop_reason, self.ended = state, reason, self.now()
+
+    def document(self, final=False):
+        with self.lock:
+            nodes = {h: {k: n[k] for k in ("exit_code", "stopped", "lost", "ranks", "silent_s")}
+                     for h, n in self.nodes.items()}
+            for h, n in self.nodes.items():
+                nodes[h]["seen_s_ago"] = round(self.now() - n["seen"], 1) if n["seen"] is not None else None
+            return {"run_id": self.config["run_id"], "state": self.state, "reason": self.stop_reason,
+                    "started": self.started, "ended": self.ended, "final": final, "pid": os.getpid(),
+                    "stall_timeout_s": self.stall_timeout_s, "stalled_s": self.stalled_s, "timed_out": self.timed_out,
+                    "nodes": nodes, "failures": list(self.failures)}
+
+
+def serve(run_dir):
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    config = load_config(run_dir)
+    key = config["key"]
+    supervisor = Supervisor(config, run_dir)
+    state_path = os.path.join(run_dir, STATE)
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(min(length, 1 << 20))
+            if not hmac.compare_digest(self.headers.get(MAC_HEADER, ""), sign(key, body)):
+                return self._answer(403, b"{}")
+            try:
+                message = json.loads(body)
+            except ValueError:
+                return self._answer(400, b"{}")
+            answer = supervisor.beat(message) if isinstance(message, dict) else None
+            if answer is None:
+                return self._answer(409, b"{}")
+            self._answer(200, json.dumps(answer).encode())
+
+        def _answer(self, code, body):
+            self.send_response(code)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header(MAC_HEADER, sign(key, body))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):  # one line per beat would flood supervisor.log
+            pass
+
+    ThreadingHTTPServer.allow_reuse_address = True
+    ThreadingHTTPServer.daemon_threads = True
+    try:
+        try:
+            server = ThreadingHTTPServer((config["address"], config["port"]), Handler)
+        except OSError as exc:  # an address that is not this machine's own (NAT): all of them, as torchrun
+            if exc.errno != errno.EADDRNOTAVAIL:
+                raise
+            server = ThreadingHTTPServer(("", config["port"]), Handler)
+    except OSError as exc:
+        write_json(state_path, {"run_id": config["run_id"], "state": "failed", "final": True,
+                                "reason": f"the supervisor could not listen on {config['address']}:{config['port']}: "
+                                          f"{exc.strerror}", "nodes": {}, "failures": []})
+        return 1
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True).start()
+    print(f"supervising run {config['run_id']} on {config['address']}:{config['port']}", flush=True)
+    while True:
+        done = supervisor.tick()
+        write_json(state_path, supervisor.document(final=done))  # each time: its age says it still runs
+        if done:
+            break
+        time.sleep(0.5)
+    server.shutdown()
+    server.server_close()
+    print(f"run {config['run_id']} ended: {supervisor.state} ({supervisor.stop_reason or 'every node exited 0'})",
+          flush=True)
+    return 0
+
+
+# ---- the keeper (every node)
+
+def _read(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _tail(path, size=TAIL_BYTES):
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - size))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def node_report(run_dir):
+    """What this node's keeper says of its torchrun (see job/agent.py for the files)."""
+    code = _read(os.path.join(run_dir, "agent.exit"))
+    exit_code = None
+    if code is not None:
+        try:
+            exit_code = int(code.strip())
+        except ValueError:
+            exit_code = 1
+    ranks, newest = 0, None
+    files = [os.path.join(run_dir, "agent.log")]
+    for entry in os.listdir(run_dir) if os.path.isdir(run_dir) else ():
+        attempt = os.path.join(run_dir, entry, "attempt_0")
+        if os.path.isdir(attempt):
+            local = [r for r in os.listdir(attempt) if r.isdigit()]
+            ranks = max(ranks, len(local))
+            files += [os.path.join(attempt, r, name) for r in local for name in ("stdout.log", "stderr.log")]
+    for path in files:
+        try:
+            newest = max(newest or 0, os.stat(path).st_mtime)
+        except OSError:
+            pass
+    report = {"exit_code": exit_code, "stopped": os.path.exists(os.path.join(run_dir, "stopped")),
+              "ranks": ranks, "silent_s": round(time.time() - newest, 1) if newest else None}
+    if exit_code is not None:
+        report["tail"] = _tail(os.path.join(run_dir, "agent.log"))
+    return report
+
+
+def keep(run_dir, interval=1.0):
+    import urllib.request
+
+    config = load_config(run_dir)
+    key, host, lease_s = config["key"], config["host"], config["lease_s"]
+    url = f"http://{config['address']}:{config['port']}/beat"
+    lease, stop = os.path.join(run_dir, "lease"), os.path.join(run_dir, "stop")
+    seq, last_answer = int(time.time() * 1000), time.monotonic()
+    while True:
+        report = node_report(run_dir)
+        seq += 1
+        body = json.dumps({"host": host, "seq": seq, **report}).encode()
+        request = urllib.request.Request(url, data=body, headers={MAC_HEADER: sign(key, body),
+                                                                  "Content-Type": "application/json"})
+        answer = None
+        try:
+            with urllib.request.urlopen(request, timeout=3) as response:
+                data = response.read()
+                if hmac.compare_digest(response.headers.get(MAC_HEADER, ""), sign(key, data)):
+                    answer = json.loads(data)
+        except (OSError, ValueError):
+            pass
+        now = time.monotonic()
+        if isinstance(answer, dict) and answer.get("seq") == seq:
+            last_answer = now
+            os.utime(lease, None) if os.path.exists(lease) else None
+            if answer.get("stop") and report["exit_code"] is None and not os.path.exists(stop):
+                with open(stop, "w") as f:
+                    f.write(str(answer.get("reason") or "stopped by the run's supervisor") + "\n")
+            if report["exit_code"] is not None and answer.get("ack"):
+                return 0
+        elif now - last_answer > lease_s:
+            # the supervisor is gone: the wrapper's lease runs out and it stops the ranks itself
+            print(f"no answer from the supervisor at {config['address']}:{config['port']} for "
+                  f"{now - last_answer:.0f}s; leaving the lease to run out", flush=True)
+            return 1
+        time.sleep(interval)
+
+
+def main(argv):
+    if len(argv) != 3 or argv[1] not in ("supervise", "keep"):
+        sys.stderr.write("usage: node_agent.py supervise|keep RUN_DIR\n")
+        return 2
+    return serve(argv[2]) if argv[1] == "supervise" else keep(argv[2])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
