@@ -23,7 +23,8 @@ deps:
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  missing=""; \
 	  for p in sshd:openssh-server ssh:openssh-client dockerd:docker.io docker-registry:docker-registry \
-	           ip:iproute2 iptables:iptables ibstat:infiniband-diags ps:procps sudo:sudo; do \
+	           ip:iproute2 iptables:iptables ibstat:infiniband-diags ps:procps sudo:sudo \
+           slurmctld:slurm-wlm munged:munge; do \
 	    command -v $${p%%:*} >/dev/null || missing="$$missing $${p#*:}"; done; \
 	  if [ -n "$$missing" ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; fi; \
 	fi

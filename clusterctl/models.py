@@ -162,6 +162,20 @@ class CheckSettings:
 
 
 @dataclass(frozen=True)
+class SchedulerSpec:
+    """`scheduler:`: the job runs on an allocation of this scheduler (only Slurm so far); every
+    field but `type` left out means Slurm's own default (its default partition, one node...)."""
+
+    type: str = "slurm"
+    partition: Optional[str] = None
+    nodes: Optional[int] = None  # None: len(hosts) when hosts are listed, else Slurm's default (1)
+    time: Optional[str] = None  # as written (HH:MM:SS or another Slurm form); validated at load
+    account: Optional[str] = None
+    gpus_per_node: Optional[int] = None
+    extra_args: tuple[str, ...] = ()  # more salloc/sbatch options, e.g. [--qos=high]
+
+
+@dataclass(frozen=True)
 class Inventory:
     name: str
     hosts: tuple[Host, ...]
@@ -171,6 +185,7 @@ class Inventory:
     job: JobSpec = field(default_factory=JobSpec)
     checks: CheckSettings = field(default_factory=CheckSettings)
     source: Optional[Path] = None
+    scheduler: Optional[SchedulerSpec] = None  # with one, hosts may be empty: the allocation's nodes are the hosts
     # what was read but not used (an ssh option clusterctl does not act on, an unknown Ansible
     # variable), each with file:line; said, never fatal
     warnings: tuple[str, ...] = field(default=(), compare=False)

@@ -28,7 +28,7 @@ def run_inventory(app, given, run_id: str, record: dict, hosts: list):
     host in `hosts` (those the run ran on): else one clear error naming them."""
     from clusterctl.errors import UsageError
 
-    inventory = app.inventory(given or record.get("inventory"))
+    inventory = nodes_of_run(app, app.inventory(given or record.get("inventory")), record, run_id)
     names = {h.name for h in inventory.hosts}
     missing = [name for name in hosts if name not in names]
     if missing or not hosts:
@@ -40,3 +40,14 @@ def run_inventory(app, given, run_id: str, record: dict, hosts: list):
 
 def _jsonable(value) -> bool:
     return isinstance(value, (str, int, float, bool, list, dict, type(None)))
+
+
+def nodes_of_run(app, inventory, record: dict, run_id: str):
+    """The inventory to reach a recorded run's nodes with: as it is, or, for a run made on a Slurm
+    allocation by an inventory that lists no hosts, the run's nodes reached through Slurm for the
+    rest of the command (slurm/run.py: nodes_of_recorded_run)."""
+    if inventory.scheduler is None or inventory.hosts:
+        return inventory
+    from clusterctl.slurm.run import nodes_of_recorded_run
+
+    return nodes_of_recorded_run(inventory, record, app, run_id)

@@ -17,7 +17,13 @@ def execute(args, app) -> Outcome:
     from clusterctl.preflight.probe import run_checks
 
     inventory = app.inventory()
-    checks = run_checks(inventory, list(inventory.hosts), app.connections)
+    checks = []
+    if inventory.scheduler is not None:  # the partition, before any node (sinfo/squeue: slurm/partition.py)
+        from clusterctl.slurm.allocation import presubmit_checks
+
+        checks = presubmit_checks(inventory)
+    if inventory.hosts:
+        checks += run_checks(inventory, list(inventory.hosts), app.connections)
     app.renderer.checks_table(checks)
     bad = {CheckStatus.FAIL} | ({CheckStatus.WARN} if args.strict else set())
     failed = [c for c in checks if c.status in bad]

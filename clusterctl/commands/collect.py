@@ -18,6 +18,7 @@ from pathlib import Path
 
 from clusterctl.app import add_cluster_options
 from clusterctl.cli import Outcome
+from clusterctl.commands import nodes_of_run
 from clusterctl.job import records
 from clusterctl.errors import UsageError
 
@@ -30,14 +31,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args, app) -> Outcome:
+    run_id, record = records.resolve(app.state, args.run, where="--run")
+    inventory = nodes_of_run(app, app.inventory(args.inventory or record.get("inventory")), record, run_id)
+    return _collect(args, app, run_id, record, inventory)
+
+
+
+def _collect(args, app, run_id: str, record: dict, inventory) -> Outcome:
     from clusterctl.collect import fetch
     from clusterctl.diagnose.engine import diagnose
     from clusterctl.executor import Background, Event, for_each_host, run_commands
     from clusterctl.models import HostResult, HostStatus, secret_values
     from clusterctl.transport import split_batch
 
-    run_id, record = records.resolve(app.state, args.run, where="--run")
-    inventory = app.inventory(args.inventory or record.get("inventory"))
     dest = (args.dest or Path("logs") / run_id).resolve()
     try:
         dest.mkdir(parents=True, exist_ok=True, mode=0o700)

@@ -1,4 +1,5 @@
-"""`clusterctl export pytorchjob|rayjob|job`: the inventory's job as Kubernetes manifests.
+"""`clusterctl export pytorchjob|rayjob|job|sbatch`: the inventory's job as Kubernetes manifests,
+or as a Slurm batch script (`sbatch`, from the inventory's scheduler: section; slurm/sbatch.py).
 
 The topology rules run first (world size vs job.world_size_divides, nproc vs the GPUs
 each pod requests): a layout that cannot run is refused with the planner's message
@@ -18,8 +19,9 @@ from clusterctl.errors import UsageError
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_cluster_options(parser, limit=False)
-    parser.add_argument("kind", choices=("pytorchjob", "rayjob", "job"),
-                        help="Kubeflow PyTorchJob, KubeRay RayJob, or an indexed batch/v1 Job (+ headless Service)")
+    parser.add_argument("kind", choices=("pytorchjob", "rayjob", "job", "sbatch"),
+                        help="Kubeflow PyTorchJob, KubeRay RayJob, an indexed batch/v1 Job (+ headless Service), "
+                             "or a Slurm batch script (needs the inventory's scheduler: section)")
     parser.add_argument("-o", "--output", type=Path, help="write the YAML here (default: stdout)")
     parser.add_argument("--prompt-file", type=Path, help="its text becomes {prompt} in job.args, byte for byte")
     parser.add_argument("--name", help="job name (default: the inventory's name)")
@@ -48,6 +50,8 @@ def execute(args, app) -> Outcome:
     from clusterctl import k8s
 
     inventory = app.inventory()
+    if args.kind == "sbatch":
+        return _sbatch(args, app, inventory)
     name = k8s.job_name(args.name, "--name", k8s.NAME_MAX[args.kind]) if args.name else \
         k8s.default_name(inventory.name, k8s.NAME_MAX[args.kind])
     options = _options(args)
@@ -69,6 +73,25 @@ def execute(args, app) -> Outcome:
                     "nproc_per_node": export.topology.nproc_per_node, "world_size": export.topology.world_size,
                     "gpus_per_pod": export.gpus_per_pod, "file": str(args.output) if args.output else None,
                     "manifests": export.documents, "notes": export.notes, "warnings": export.warnings})
+
+
+def _sbatch(args, app, inventory) -> Outcome:
+    from clusterctl.slurm import sbatch
+
+    script = sbatch.build(inventory, _prompt(args, inventory), name=args.name, strict=args.strict)
+    if args.output:
+        _write(args.output, script.text)
+        args.output.chmod(0o755)
+    elif not args.json:
+        sys.stdout.write(script.text)
+    for note in script.notes:
+        app.renderer.message(f"note: {note}", "yellow")
+    topo = script.topology
+    app.renderer.message(f"sbatch: {topo.nnodes} node(s) x {topo.nproc_per_node} rank(s) = world size "
+                         f"{topo.world_size}" + (f", written to {args.output}" if args.output else ""), "green")
+    return Outcome({"ok": True, "kind": "sbatch", "nnodes": topo.nnodes, "nproc_per_node": topo.nproc_per_node,
+                    "world_size": topo.world_size, "file": str(args.output) if args.output else None,
+                    "script": script.text, "notes": list(script.notes)})
 
 
 def _options(args):

@@ -85,23 +85,33 @@ def execute(args, app) -> Outcome:
     prompt = read_prompt(args.prompt_file)
     inventory = app.inventory()
     _check_prompt_fits(prompt, inventory, args.prompt_file)
+    if args.plan and inventory.scheduler is not None:
+        return _slurm_plan(app, inventory, prompt, args.strict)
+    if args.detach and inventory.scheduler is not None:
+        raise UsageError("--detach hands the run over to the cluster, but a run on a Slurm allocation is watched "
+                         "through the allocation this clusterctl holds (and gives back when it ends)",
+                         where="--detach", fix="leave --detach out (run it under nohup or tmux to outlive the "
+                         "terminal), or submit with `clusterctl export sbatch` and sbatch")
     run_id = app.state.new_run_id()
     # one run of a cluster at a time: a second is refused naming the first (`clusterctl stop RUN`)
-    with app.state.lock(run_lock(inventory.name), "a `clusterctl run`", run_id=run_id):
-        facts, problems = gather_node_facts(inventory, app.connections)
+    with app.state.lock(run_lock(inventory.name), "a `clusterctl run`", run_id=run_id), \
+            _nodes(inventory, app, run_id) as (inventory, connections, scheduled):
+        facts, problems = gather_node_facts(inventory, connections)
         if problems:
             return _not_ready(app, problems)
         topology = plan(inventory, facts, strict=args.strict)
         ranks = _rank_filter(args, topology)
         live = LiveLogEvents(LiveLog(ranks), app.renderer.on_event, time.monotonic)
-        runner = JobRunner(inventory, topology, run_id, prompt, app.connections, live.on_event,
+        runner = JobRunner(inventory, topology, run_id, prompt, connections, live.on_event,
                            timeout_s=args.timeout, stall_timeout_s=args.stall_timeout,
                            stacks_dir=app.state.root / "runs" / run_id / "stacks")
         summary = _summary(inventory, topology, run_id)
+        if scheduled is not None:
+            summary["slurm"] = scheduled  # the same dict: its `cancelled` is filled in as the allocation ends
         if args.plan:
             app.renderer.plan(topology, runner.commands())
             return Outcome({"ok": True, **summary, "plan": runner.commands(), "exit_code": None})
-        busy = ensure_no_run_in_progress(inventory, app.connections)
+        busy = ensure_no_run_in_progress(inventory, connections)
         if busy:
             raise StateError(f"a run is already in progress: {busy}", where=inventory.name,
                              fix=busy_fix(busy))
@@ -115,7 +125,8 @@ def execute(args, app) -> Outcome:
             **summary, "commands": runner.commands(), "started": started, "state": "running", "exit_code": None,
             "inventory": str(app.inventory_path())})
         try:
-            with hang_up_detaches() as hung_up:
+            # on Slurm a hang-up hands nothing over (see --detach): the run goes on watched by this process
+            with (hang_up_detaches() if scheduled is None else _not_hung_up()) as hung_up:
                 outcome, crash = runner.run(detach=args.detach, hung_up=hung_up), None
         except RunnerCrashed as crashed:
             outcome, crash = crashed.outcome, crashed.cause
@@ -135,6 +146,8 @@ def execute(args, app) -> Outcome:
         app.state.write_json(app.state.run_dir(run_id) / "run.json", record)
         if crash is not None:
             raise crash
+    if scheduled is not None:  # whether scancel emptied the queue is known only once the allocation ended
+        app.state.write_json(app.state.run_dir(run_id) / "run.json", record)
     app.renderer.run_summary(record)
     document = {"ok": outcome.exit_code == 0, **summary, "exit_code": outcome.exit_code,
                 "duration_s": record["duration_s"], "nodes": record["nodes"]}
@@ -143,6 +156,37 @@ def execute(args, app) -> Outcome:
     if outcome.stopped:
         document["stopped"] = True
     return Outcome(document, interrupted=outcome.interrupted)
+
+
+def _nodes(inventory, app, run_id: str):
+    """Where the run happens: the inventory's hosts over SSH, or a Slurm allocation's nodes (its
+    checks, salloc, and scancel when the block ends: slurm/run.py). Yields (inventory, connections,
+    the run record's `slurm` entry or None)."""
+    from contextlib import nullcontext
+
+    if inventory.scheduler is None:
+        return nullcontext((inventory, app.connections, None))
+    from clusterctl.slurm.run import on_allocation
+
+    return on_allocation(inventory, app, run_id)
+
+
+def _slurm_plan(app, inventory, prompt: str, strict: bool) -> Outcome:
+    """`run --plan` on Slurm asks for no allocation: the layout on the nodes the allocation would have
+    (scheduler.nodes x scheduler.gpus_per_node), as `export sbatch` plans it, and the script it writes."""
+    from clusterctl.slurm import sbatch
+
+    script = sbatch.build(inventory, prompt, strict=strict)
+    topo = script.topology
+    for note in script.notes:
+        app.renderer.message(f"plan: {note}", "yellow")
+    app.renderer.message(f"plan: {topo.nnodes} node(s) of the allocation x {topo.nproc_per_node} rank(s) = world size "
+                         f"{topo.world_size}; the first allocated node is the master (nothing submitted)", "green")
+    if not app.renderer.json_mode:
+        print(script.text)
+    return Outcome({"ok": True, "cluster": inventory.name, "world_size": topo.world_size,
+                    "nproc_per_node": topo.nproc_per_node, "nnodes": topo.nnodes, "notes": list(script.notes),
+                    "plan": script.text, "exit_code": None})
 
 
 def _detached(app, runner, summary: dict, started: float, prompt: str) -> Outcome:
@@ -197,6 +241,12 @@ class hang_up_detaches:
 
         if self.previous is not None:
             signal.signal(signal.SIGHUP, self.previous)
+
+
+def _not_hung_up():
+    from contextlib import nullcontext
+
+    return nullcontext(lambda: False)
 
 
 def busy_fix(busy: str) -> str:

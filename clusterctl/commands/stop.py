@@ -77,6 +77,11 @@ def execute(args, app) -> Outcome:
     results = {**marked, **for_each_host([h for h in hosts if marked[h.name].succeeded], end, app.connections)}
     results = {h.name: results[h.name] for h in hosts}
     final = _record_stopped(app, run_id, record, note)
+    job_id = (record.get("slurm") or {}).get("job_id")
+    if job_id and state == "unknown":  # a Slurm run whose controller is gone: nobody else gives the allocation back
+        from clusterctl.slurm.allocation import cancel
+
+        cancel(str(job_id))
     app.renderer.hosts_table(f"stop run {run_id}", results, extra_columns=("ended",))
     document = hosts_document(results, run_id=run_id, state=final)
     if any_unreachable(results):

@@ -29,7 +29,8 @@ def dump_inventory(inv: Inventory, *, reveal_secrets: bool = False) -> str:
     ssh = _dump_ssh(inv.ssh)
     if ssh:
         doc["ssh"] = ssh
-    doc["hosts"] = [_dump_host(host, inv.ssh, reveal_secrets) for host in inv.hosts]
+    if inv.hosts or inv.scheduler is None:
+        doc["hosts"] = [_dump_host(host, inv.ssh, reveal_secrets) for host in inv.hosts]
     if inv.container is not None:
         doc["container"] = _dump_container(inv.container, reveal_secrets)
     rendezvous = _changed(inv.rendezvous, RendezvousSpec(), ("port", "master", "join_timeout", "address"))
@@ -38,6 +39,8 @@ def dump_inventory(inv: Inventory, *, reveal_secrets: bool = False) -> str:
     job = _dump_job(inv.job, reveal_secrets)
     if job:
         doc["job"] = job
+    if inv.scheduler is not None:
+        doc["scheduler"] = {k: _plain(v) for k, v in vars(inv.scheduler).items() if v not in (None, ())}
     doc["checks"] = {"ib": inv.checks.ib, "shm_min": format_size(inv.checks.shm_min_bytes),
                      "disk_min": format_size(inv.checks.disk_min_bytes),
                      "clock_skew_warn": inv.checks.clock_skew_warn_s}

@@ -25,6 +25,7 @@ from clusterctl.errors import InventoryError
 from clusterctl.inventory.ansible_source import ANSIBLE_PREFIX, read_ansible_dir, read_inventory_text, read_with_ansible
 from clusterctl.inventory.dump import dump_inventory
 from clusterctl.inventory.formats import sniff_format
+from clusterctl.inventory.scheduler import scheduler_spec
 from clusterctl.inventory.ssh_values import HOST_SSH_KEYS, expect_ssh_options, host_become, host_ssh
 from clusterctl.inventory.values import (
     Doc, did_you_mean, format_size, parse_size, HOST_NAME_RE, PLACEHOLDERS, check_placeholders, describe, expect_address, expect_bool, expect_choice,
@@ -32,14 +33,14 @@ from clusterctl.inventory.values import (
     expect_port, expect_remote_dir, expect_safe_name, expect_size, expect_text, expect_text_list, expect_user,
 )
 from clusterctl.models import (CheckSettings, ContainerSpec, Host, Inventory, JobSpec, RegistryAuth, RendezvousSpec,
-                               SSHSettings)
+                               SchedulerSpec, SSHSettings)
 from clusterctl.inventory.yamlsource import Locator, read_text
 
 CONTAINER_NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]+$")
 NIC_RE = re.compile(r"^[\^=]?[A-Za-z0-9_.:@-]{1,15}(,[A-Za-z0-9_.:@-]{1,15})*$")
 LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost")
 
-TOP_KEYS = ("name", "ssh", "hosts", "container", "rendezvous", "job", "checks")
+TOP_KEYS = ("name", "ssh", "hosts", "container", "rendezvous", "job", "checks", "scheduler")
 SSH_KEYS = ("user", "port", "identity_file", "known_hosts", "host_key_policy", "connect_timeout",
             "command_timeout", "proxy_jump", "forward_agent", "config_file", "options")
 HOST_KEYS = ("name", "address", "port", "user", "identity_file", "proxy_jump", "connection", "gpus", "nic", "env",
@@ -121,6 +122,8 @@ def _nic(doc: Doc, value: Any, path: tuple) -> str:
 
 def _hosts(doc: Doc, data: dict, ssh: SSHSettings, gpus_default: Any) -> tuple[Host, ...]:
     items = data.get("hosts")
+    if data.get("scheduler") is not None and not items and not isinstance(items, (dict, str)):
+        return ()  # the scheduler's allocation brings the nodes (inventory/scheduler.py)
     if "hosts" not in data:
         doc.fail((), "the inventory has no hosts: section", "add hosts:\n  - {name: node-01, address: 10.0.0.1}")
     if not isinstance(items, list):
@@ -290,6 +293,14 @@ def _labels(doc: Doc, value: Any, path: tuple) -> tuple[tuple[str, str], ...]:
 def _rendezvous(doc: Doc, data: Any, hosts: tuple[Host, ...]) -> RendezvousSpec:
     path, default = ("rendezvous",), RendezvousSpec()
     spec = doc.mapping(data, path, RENDEZVOUS_KEYS)
+    if not hosts:  # a scheduler's allocation: the first allocated node is the master, at its own address
+        for key in ("master", "address"):
+            if spec.get(key) is not None:
+                doc.fail(path + (key,), f"rendezvous.{key} names a host, but the inventory lists none: the nodes "
+                         "are the allocation's, and the first allocated node is the master",
+                         f"remove rendezvous.{key} (or list the hosts, which then become the allocation's --nodelist)")
+        return RendezvousSpec(port=doc.value(spec, "port", path, expect_port, default.port),
+                              join_timeout=doc.value(spec, "join_timeout", path, expect_int, default.join_timeout))
     master = doc.value(spec, "master", path, expect_text)
     names = [h.name for h in hosts]
     if master is not None and master not in names:
@@ -369,6 +380,17 @@ def _check_nproc_fits(doc: Doc, inv: Inventory) -> None:
                      f"set nproc_per_node: {count} (or auto), or give {host.name} more GPUs")
 
 
+def _scheduler(doc: Doc, top: dict, hosts: tuple[Host, ...]) -> Optional[SchedulerSpec]:
+    """`scheduler:`; with hosts listed too, they are the allocation's nodes (--nodelist), so a
+    node count that says otherwise is a contradiction."""
+    spec = scheduler_spec(doc, top.get("scheduler"))
+    if spec is not None and hosts and spec.nodes is not None and spec.nodes != len(hosts):
+        doc.fail(("scheduler", "nodes"), f"scheduler.nodes is {spec.nodes} but {len(hosts)} host(s) are listed, "
+                 "and listed hosts are the allocation's nodes", "remove scheduler.nodes, or remove the hosts: "
+                 "section to let Slurm choose the nodes")
+    return spec
+
+
 def _top_level(doc: Doc, data: Any) -> dict:
     if data is None:
         doc.fail((), "the inventory is empty", "write at least hosts:\n  - {name: node-01, address: 10.0.0.1}")
@@ -392,10 +414,11 @@ def build_inventory(data: Any, locator: Locator, *, base_dir: Path, default_name
     ssh = _ssh_settings(doc, top.get("ssh"))
     container = _container(doc, top.get("container"))
     hosts = _hosts(doc, top, ssh, container.gpus if container else None)
+    scheduler = _scheduler(doc, top, hosts)
     inventory = Inventory(
         name=doc.value(top, "name", (), expect_safe_name, default_name), hosts=hosts, ssh=ssh, container=container,
         rendezvous=_rendezvous(doc, top.get("rendezvous"), hosts), job=_job(doc, top.get("job")),
-        checks=_checks(doc, top.get("checks")), source=source, warnings=warnings,
+        checks=_checks(doc, top.get("checks")), source=source, warnings=warnings, scheduler=scheduler,
     )
     _check_nproc_fits(doc, inventory)
     return inventory

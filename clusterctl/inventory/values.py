@@ -32,7 +32,8 @@ _HOME = {"user": "ssh", "identity_file": "ssh", "known_hosts": "ssh", "host_key_
          "image": "container", "shm_size": "container", "volumes": "container", "ipc": "container",
          "pull": "container", "nproc_per_node": "job", "args": "job", "outputs": "job", "workdir": "job",
          "world_size_divides": "job", "ib": "checks", "shm_min": "checks", "disk_min": "checks",
-         "master": "rendezvous", "join_timeout": "rendezvous", "address": "hosts"}
+         "master": "rendezvous", "join_timeout": "rendezvous", "address": "hosts", "partition": "scheduler",
+         "account": "scheduler", "gpus_per_node": "scheduler", "extra_args": "scheduler"}
 # other tools' words -> ours
 _ALIASES = {"ip": "address", "host": "address", "hostname": "address", "ansible_host": "address",
             "ssh_port": "port", "ansible_port": "port", "username": "user", "ansible_user": "user",

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping, Optional, Sequence
 
 from clusterctl.errors import SandboxError
-from clusterctl.sandbox import auth_registry, engine, image, inventory_file, network, registry, sshd
+from clusterctl.sandbox import auth_registry, engine, image, inventory_file, network, registry, slurm, sshd
 from clusterctl.sandbox.layout import (BASE_IMAGE, BEHIND_BASTION, DEFAULT_STATE_DIR, MAX_NODES, REGISTRY, Layout, Node,
                                        Record)
 from clusterctl.sandbox.nodes import net_argv, write_node_files
@@ -38,10 +38,11 @@ class Sandbox:
 
     registry = REGISTRY
 
-    def __init__(self, state_dir: Path, nodes: int, docker: bool, image_ref: Optional[str]):
+    def __init__(self, state_dir: Path, nodes: int, docker: bool, image_ref: Optional[str], slurm: bool = False):
         self.layout = Layout(Path(state_dir))
         self.state_dir = Path(state_dir)
         self.docker = docker
+        self.slurm = slurm
         self.image = image_ref
         self.nodes: list[Node] = [self.layout.node(i) for i in range(1, nodes + 1)]
         self.bastion: Optional[Node] = self.layout.node(0) if nodes >= BEHIND_BASTION else None
@@ -51,7 +52,7 @@ class Sandbox:
         record = Record.load(Layout(Path(state_dir)))
         if record is None:
             raise SandboxError(f"no sandbox under {state_dir}", fix="clusterctl sandbox up N")
-        return cls(Path(state_dir), record.nodes, record.docker, record.image)
+        return cls(Path(state_dir), record.nodes, record.docker, record.image, record.slurm)
 
     def __repr__(self) -> str:
         return f"Sandbox({len(self.nodes)} nodes, docker={self.docker}, state_dir={str(self.state_dir)!r})"
@@ -60,6 +61,16 @@ class Sandbox:
     @property
     def inventory_path(self) -> Path:
         return self.layout.inventory
+
+    @property
+    def slurm_inventory_path(self) -> Path:
+        """The inventory with `scheduler: {type: slurm}` and no hosts (`up(..., slurm_cluster=True)`)."""
+        return slurm.inventory_path(self.layout)
+
+    @property
+    def slurm_env(self) -> dict[str, str]:
+        """SLURM_CONF for Slurm commands that talk to this sandbox's Slurm (`up(..., slurm=True)`)."""
+        return slurm.env(self.layout)
 
     @property
     def known_hosts(self) -> Path:
@@ -158,8 +169,9 @@ class Sandbox:
 # --------------------------------------------------------------------------- up
 
 
-def up(n: int, docker: bool = False, state_dir: Path = DEFAULT_STATE_DIR) -> Sandbox:
-    """Bring up (or reconcile to) N nodes, with a Docker Engine each when `docker`.
+def up(n: int, docker: bool = False, state_dir: Path = DEFAULT_STATE_DIR, slurm_cluster: bool = False) -> Sandbox:
+    """Bring up (or reconcile to) N nodes, with a Docker Engine each when `docker`, and a
+    Slurm controller with a slurmd per node when `slurm_cluster` (sandbox/slurm.py).
 
     Idempotent. A different N adds or removes nodes in place; switching `docker` starts
     or stops the engines and restarts sshd with the matching environment. On failure,
@@ -172,10 +184,13 @@ def up(n: int, docker: bool = False, state_dir: Path = DEFAULT_STATE_DIR) -> San
     _check_socket_paths(layout)
     _check_not_another_sandbox(layout)
     ensure_packages(docker)
+    if slurm_cluster:
+        slurm.install_packages()
+        slurm.check_installed()
     layout.state_dir.mkdir(parents=True, exist_ok=True)
     layout.state_dir.chmod(0o711)  # a non-root node user reaches its home and engine socket below; lists nothing
     image_ref = BASE_IMAGE if docker else None
-    Record(n, docker, image_ref).save(layout)  # first, so a failed up can still be found
+    Record(n, docker, image_ref, slurm_cluster).save(layout)  # first, so a failed up can still be found
 
     network.ensure_bridge(layout.state_dir)
     network.ensure_forward_rule()
@@ -198,8 +213,14 @@ def up(n: int, docker: bool = False, state_dir: Path = DEFAULT_STATE_DIR) -> San
     _parallel(services)
 
     sshd.write_known_hosts(layout, nodes + ([bastion] if bastion else []))
+    if slurm_cluster:
+        slurm.start(layout, nodes, docker)
+        slurm.write_inventory(layout, nodes)
+    else:
+        slurm.remove(layout)
+        slurm.inventory_path(layout).unlink(missing_ok=True)
     inventory_file.write(layout, nodes, image_ref, bastion)
-    return Sandbox(layout.state_dir, n, docker, image_ref)
+    return Sandbox(layout.state_dir, n, docker, image_ref, slurm_cluster)
 
 
 def _check_not_another_sandbox(layout: Layout) -> None:
@@ -265,6 +286,7 @@ def down(state_dir: Path = DEFAULT_STATE_DIR) -> dict:
     layout = Layout(Path(state_dir))
     _check_not_another_sandbox(layout)
     nodes = _known_nodes(layout)
+    slurm.remove(layout)  # its jobs first: their ranks run in the node namespaces
     _parallel(lambda node=node: engine.stop(node, remove=True) for node in nodes)
     _parallel(lambda node=node: sshd.stop(node) for node in nodes)
     registry.stop(layout)
@@ -312,5 +334,7 @@ def status(state_dir: Path = DEFAULT_STATE_DIR) -> dict:
         "registry": {"address": REGISTRY, "running": running_registry},
         "image": record.image if record else None,
         "inventory": str(layout.inventory) if layout.inventory.exists() else None,
+        "slurm": {name: pid is not None for name, pid in slurm.running(layout).items()} if record and record.slurm
+        else None,
         "hosts": hosts,
     }

@@ -332,14 +332,16 @@ class Record:
     nodes: int
     docker: bool
     image: Optional[str] = None
+    slurm: bool = False  # a Slurm controller, munged and one slurmd per node (sandbox/slurm.py)
 
     def save(self, layout: Layout) -> None:
-        layout.record.write_text(json.dumps({"nodes": self.nodes, "docker": self.docker, "image": self.image}) + "\n")
+        layout.record.write_text(json.dumps({"nodes": self.nodes, "docker": self.docker, "image": self.image,
+                                             "slurm": self.slurm}) + "\n")
 
     @classmethod
     def load(cls, layout: Layout) -> Optional["Record"]:
         try:
             data = json.loads(layout.record.read_text())
-            return cls(int(data["nodes"]), bool(data["docker"]), data.get("image"))
+            return cls(int(data["nodes"]), bool(data["docker"]), data.get("image"), bool(data.get("slurm")))
         except (OSError, ValueError, KeyError, TypeError):
             return None

@@ -75,7 +75,11 @@ def ensure_packages(docker: bool) -> None:
     Daemons that the packages would start (the machine's own sshd and dockerd) are kept
     from starting with a temporary policy-rc.d: the sandbox runs its own instances.
     """
-    missing = missing_packages(docker)
+    install_debian_packages(missing_packages(docker))
+
+
+def install_debian_packages(missing: list[str]) -> None:
+    """apt-get install `missing` (a no-op when empty), their own services kept from starting."""
     if not missing:
         return
     if which("apt-get") is None:
