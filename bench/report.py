@@ -120,6 +120,33 @@ def launch_table(results: dict) -> str:
         f"{len(good)} runs" + (f", {failed} failed" if failed else "") + "."
 
 
+def distribute_table(results: dict) -> str:
+    """Issue 22: a cold `up` with every node pulling from the registry vs peers (bench/distribute.py)."""
+    block = results.get("distribute")
+    if not block:
+        return "_not measured_"
+    import statistics
+
+    lines = ["| nodes | image | registry link | one node's pull | registry: time | registry: bytes sent | "
+             "peers: time | peers: bytes sent | peers vs one node |", "|---|---|---|---|---|---|---|---|---|"]
+    for n in sorted(block, key=int):
+        b = block[n]
+
+        def median(mode: str, key: str):
+            values = [s[key] for s in b.get(mode, []) if s.get("rc") == 0]
+            return statistics.median(values) if values else None
+
+        one, reg, peer = median("one_node", "wall"), median("registry", "wall"), median("peers", "wall")
+        reg_b, peer_b = median("registry", "control_bytes"), median("peers", "control_bytes")
+        size = b["size_mb"] * 1e6
+        cell = lambda v, fmt: "-" if v is None else fmt.format(v)  # noqa: E731
+        lines.append(f"| {n} | {b['size_mb']} MB | {b['rate'] or 'unlimited'} | {cell(one, '{:.1f} s')} | "
+                     f"{cell(reg, '{:.1f} s')} | {cell(reg_b and reg_b / size, '{:.1f}x the image')} | "
+                     f"{cell(peer, '{:.1f} s')} | {cell(peer_b and peer_b / size, '{:.1f}x the image')} | "
+                     f"{cell(peer and one and peer / one, '{:.1f}x')} |")
+    return "\n".join(lines)
+
+
 def collect_tables(results: dict) -> str:
     block = results.get("collect")
     if not block:
@@ -219,6 +246,7 @@ def render(results: dict) -> str:
         "up": up_tables(results),
         "launch": launch_table(results),
         "collect": collect_tables(results),
+        "distribute": distribute_table(results),
         "phases": phases_table(results),
         "config": ", ".join(f"{k} {v}" for k, v in (results.get("config") or {}).items()),
         "notes": NOTES.read_text().strip() if NOTES.exists() else "",  # hand-written: what remains and why
