@@ -116,3 +116,26 @@ def test_the_inventory_takes_distribute_and_refuses_other_words(tmp_path):
         load_inventory(path)
     assert "inv.yaml:5" in str(error.value.where) and "registry" in str(error.value)
     assert replace(_inventory(1).container, distribute="registry").distribute == "registry"
+
+
+def test_a_node_in_the_chain_loads_every_byte_and_passes_every_byte_on(tmp_path):
+    data = os.urandom(2 << 20)
+    up, down = _free_port(), _free_port()
+    relay = [sys.executable, "-c", peers.RELAY]
+    sender = subprocess.Popen([*relay, "send", "127.0.0.1", str(up), "a", "20"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    middle = subprocess.Popen([*relay, "pipe", "127.0.0.1", str(up), "a", "20", "127.0.0.1", str(down), "b"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    last = subprocess.Popen([*relay, "recv", "127.0.0.1", str(down), "b", "20"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        sender.stdin.write(data)
+        sender.stdin.close()
+        loaded_middle, err_middle = middle.communicate(timeout=60)
+        loaded_last, err_last = last.communicate(timeout=60)
+        assert middle.returncode == 0 and loaded_middle == data, err_middle
+        assert last.returncode == 0 and loaded_last == data, err_last
+        assert sender.wait(timeout=30) == 0
+    finally:
+        for proc in (sender, middle, last):
+            proc.kill()

@@ -4,8 +4,10 @@ node to node over the cluster network (`container.distribute: peers`; `auto`: fr
 How, and why this way:
 - One seed has the image: a node that already holds the tag (`container.pull: missing`), else the
   first node, which pulls it from the registry as `docker.pull` would.
-- Then rounds: every node that has the image sends it to one that has not, all pairs at once, so
-  the number of holders doubles each round (16 nodes: 4 rounds after the seed's pull). A transfer is
+- Then a chain: seed -> n1 -> n2 -> ..., every node loading the image while it passes each byte on to
+  the next, all at once (each link carries the image once, and no node waits for another to finish).
+  Then, for the nodes the chain did not serve (a node that died cuts it), rounds: every node that has
+  the image sends it to one that has not, all pairs at once, so the holders double each round. A transfer is
   `docker save IMAGE` on the sender piped into a one-connection TCP server (RELAY, Python's standard
   library on the host, bound to the sender's address on the job network), and on the receiver the
   relay's client piped into `docker load`. Nothing is relayed through this controller, whose link is
@@ -41,17 +43,21 @@ RELAY = r'''
 import hmac, socket, sys, time
 role, address, port, token = sys.argv[1], sys.argv[2], int(sys.argv[3]), (sys.argv[4] + "\n").encode()
 total, chunk = 0, 1 << 20
-if role == "send":
+
+
+def listen(address, port, timeout):
     server = socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET)
     server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     server.bind((address, port))
     server.listen(4)
-    server.settimeout(float(sys.argv[5]))
+    server.settimeout(timeout)
+    return server
+
+
+def accept(server, token):
+    # the first connection that presents the token; raises socket.timeout when none comes in time
     while True:
-        try:
-            conn, _ = server.accept()
-        except socket.timeout:
-            sys.exit("clusterctl-relay: no receiver came")
+        conn, _ = server.accept()
         conn.settimeout(30)
         got = b""
         while len(got) < len(token):
@@ -60,9 +66,16 @@ if role == "send":
                 break
             got += part
         if hmac.compare_digest(got, token):
-            break
+            server.close()
+            return conn
         conn.close()
-    server.close()
+
+
+if role == "send":
+    try:
+        conn = accept(listen(address, port, float(sys.argv[5])), token)
+    except socket.timeout:
+        sys.exit("clusterctl-relay: no receiver came")
     source = sys.stdin.buffer
     while True:
         data = source.read(chunk)
@@ -74,6 +87,10 @@ if role == "send":
     conn.close()
     print("sent %d" % total)
 else:
+    downstream = server = None
+    if role == "pipe":  # receive from upstream into stdout, and pass every byte on to one downstream node
+        # the next node connects as it starts; a dead one must not hold the chain long
+        server = listen(sys.argv[6], int(sys.argv[7]), 15.0)
     deadline = time.monotonic() + float(sys.argv[5])
     while True:
         try:
@@ -85,6 +102,12 @@ else:
             time.sleep(0.2)
     conn.settimeout(60)
     conn.sendall(token)
+    if server is not None:  # the downstream node first (it connects as soon as this listens): no byte is lost
+        try:
+            downstream = accept(server, (sys.argv[8] + "\n").encode())
+        except socket.timeout:
+            server.close()
+            sys.stderr.write("clusterctl-relay: no downstream node came; loading here only\n")
     out = sys.stdout.buffer
     while True:
         data = conn.recv(chunk)
@@ -92,7 +115,16 @@ else:
             break
         out.write(data)
         total += len(data)
+        if downstream is not None:
+            try:
+                downstream.sendall(data)
+            except OSError:  # the next node went away: this one still loads the image
+                sys.stderr.write("clusterctl-relay: the downstream node went away\n")
+                downstream = None
     out.flush()
+    if downstream is not None:
+        downstream.shutdown(socket.SHUT_WR)
+        downstream.close()
     sys.stderr.write("received %d\n" % total)
 '''
 
@@ -169,6 +201,16 @@ def send_command(image: str, address: str, port: int, token: str) -> Command:
 def receive_command(address: str, port: int, token: str) -> Command:
     return Command(("sh", "-c", _RECEIVE, "clusterctl-receive", RELAY, address, str(port), token, str(ACCEPT_S)),
                    timeout=None)
+
+
+# $1 relay code, upstream $2 address $3 port $4 token, $5 timeout, downstream $6 own address $7 port $8 token
+_PIPE = 'python3 -c "$1" pipe "$2" "$3" "$4" "$5" "$6" "$7" "$8" | docker load -q'
+
+
+def pipe_command(upstream: str, port: int, token: str, own_address: str, downstream_token: str) -> Command:
+    """Load the image from upstream while passing every byte on to the next node of the chain."""
+    return Command(("sh", "-c", _PIPE, "clusterctl-receive", RELAY, upstream, str(port), token, str(ACCEPT_S),
+                    own_address, str(port), downstream_token), timeout=None)
 
 
 def untag_command(image: str) -> Command:
@@ -259,6 +301,8 @@ def distribute(hosts: list[Host], inventory: Inventory, connections, pull_seed, 
     plan = Plan(expected, [n for n in holdings], [h.name for h in alive if h.name not in holdings])
     note(Event("note", text=f"image to {len(plan.needing)} node(s) from peers, seeded by {seed} "
                             f"({holdings[seed].source})"))
+    if len(plan.needing) >= 2:
+        _chain(plan, seed, image, address, port, by_name, connections, holdings, results, note)
     while plan.pairs():
         pairs = plan.pairs()
         token = {receiver: new_token() for _, receiver in pairs}
@@ -309,3 +353,55 @@ def distribute(hosts: list[Host], inventory: Inventory, connections, pull_seed, 
     for name, holding in holdings.items():
         results.setdefault(name, holding_result(by_name[name], holding))
     return {h.name: results[h.name] for h in hosts if h.name in results}
+
+
+def _chain(plan: Plan, seed: str, image: str, address: dict, port: int, by_name: dict, connections,
+           holdings: dict, results: dict, note) -> None:
+    """First pass: one chain, seed -> n1 -> n2 -> ..., every node loading the image while it passes each
+    byte on to the next, all at once: the image crosses each link once and no node waits for a round.
+    A node the chain did not serve stays in `plan.needing` for the rounds (a node that died cuts the
+    chain: the ones after it are sent the image again from holders)."""
+    from clusterctl.executor import Event, for_each_host
+
+    chain = [seed, *plan.needing]
+    token = {name: new_token() for name in chain[1:]}  # the token of the connection into that node
+
+    def link(transport, host: Host) -> HostResult:
+        i = chain.index(host.name)
+        if i == 0:
+            sent = transport.run(send_command(image, address[seed], port, token[chain[1]]))
+            status = HostStatus.OK if sent.exit_code == 0 else HostStatus.FAILED
+            return HostResult(host.name, status, sent.stderr.strip()[-300:], data={"bytes": parse_sent(sent.stdout)})
+        started = now()
+        upstream = address[chain[i - 1]]
+        command = (receive_command(upstream, port, token[host.name]) if i == len(chain) - 1 else
+                   pipe_command(upstream, port, token[host.name], address[host.name], token[chain[i + 1]]))
+        got = transport.run(command)
+        seconds = now() - started
+        found = transport.run(image_id_command(image)).stdout.strip()
+        if got.exit_code != 0:
+            return HostResult(host.name, HostStatus.FAILED, (got.stderr.strip() or got.stdout.strip())[-300:],
+                              data={"image_id": found})
+        if found != plan.expected_id:
+            transport.run(untag_command(image))
+        return HostResult(host.name, HostStatus.OK, data={"image_id": found, "seconds": seconds})
+
+    done = for_each_host([by_name[name] for name in chain], link, connections)
+    size = done[seed].data.get("bytes", 0) if done[seed].data else 0
+    for i, name in enumerate(chain[1:], 1):
+        got = done[name]
+        if unreachable(got):
+            results[name] = got
+            plan.needing.remove(name)
+        elif got.succeeded and got.data.get("image_id") == plan.expected_id:
+            holdings[name] = Holding(f"peer:{chain[i - 1]}", plan.expected_id, size, got.data.get("seconds", 0.0))
+            plan.received(name)
+        elif got.succeeded:  # a different image arrived: that node fails, named
+            results[name] = HostResult(name, HostStatus.FAILED, transfer_failure(
+                name, chain[i - 1], got, got.data.get("image_id"), plan.expected_id), data={"image": image})
+            plan.needing.remove(name)
+        else:
+            plan.tries[name] = plan.tries.get(name, 0) + 1
+    served = sum(1 for name in chain[1:] if name in holdings)
+    note(Event("note", text=f"image passed along a chain of {len(chain)} node(s): {served} of {len(chain) - 1} "
+                            "loaded it" + ("" if served == len(chain) - 1 else "; the others get it in rounds")))
