@@ -33,3 +33,60 @@ def test_up_with_peers_brings_the_image_to_the_nodes_without_it_from_a_node_that
         assert not processes_with("clusterctl-send") and not processes_with("clusterctl-receive")
     finally:
         cli.json("down", "-i", str(inventory))
+
+
+def _build_on(sandbox, node: str, base: str, tag: str, size: int) -> str:
+    """`base` plus one layer of `size` random bytes, built on `node`'s engine and pushed; its image ID."""
+    import io
+    import os
+    import tarfile
+
+    context = io.BytesIO()
+    with tarfile.open(fileobj=context, mode="w") as tar:
+        for name, data in (("Dockerfile", f"FROM {base}\nCOPY blob /blob-{tag.rsplit(':', 1)[-1]}\n".encode()),
+                           ("blob", os.urandom(size))):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    context.seek(0)
+    client = docker_client(sandbox, node)
+    image, _ = client.images.build(fileobj=context, custom_context=True, tag=tag, rm=True)
+    client.images.push(tag)  # the registry has it, as in real use; node1 (holding it) is the seed
+    return image.id
+
+
+def test_after_an_image_update_up_sends_the_nodes_only_the_layer_they_lack(sandbox, tmp_path):
+    """v1 = the sandbox image + 8 MB, on node1 only: the others receive all of it. v2 = v1 + 1 MB, on node1
+    only: the others receive that layer and keep the ones below it; every node ends with v2's ID."""
+    cli = Cli(tmp_path / "state")
+    base = load_inventory(sandbox)["container"]["image"]
+    repository = base.rsplit(":", 1)[0]
+    v1, v2 = f"{repository}:layers-v1", f"{repository}:layers-v2"
+    nodes = ("node1", "node2", "node3")
+    try:
+        _build_on(sandbox, "node1", base, v1, 8 << 20)
+        first = variant(sandbox, tmp_path / "v1.yaml",
+                        lambda doc: doc["container"].update(image=v1, distribute="peers", pull="missing"))
+        code, doc = cli.json("up", str(first))
+        assert code == 0 and doc["ok"], doc
+        assert all(doc["hosts"][n]["distribute"]["bytes"] > 8 << 20 for n in ("node2", "node3")), doc["hosts"]
+        cli.json("down", "-i", str(first))
+        v2_id = _build_on(sandbox, "node1", v1, v2, 1 << 20)
+        second = variant(sandbox, tmp_path / "v2.yaml",
+                         lambda doc: doc["container"].update(image=v2, distribute="peers", pull="missing"))
+        code, doc = cli.json("up", str(second))
+        assert code == 0 and doc["ok"], doc
+        for node in ("node2", "node3"):
+            got = doc["hosts"][node]["distribute"]
+            assert got["source"].startswith("peer:") and got["image_id"] == v2_id, got
+            assert (1 << 20) < got["bytes"] < (2 << 20) and got["layers_kept"] >= 2, got
+        assert {docker_client(sandbox, n).images.get(v2).id for n in nodes} == {v2_id}
+        assert not processes_with("clusterctl-send") and not processes_with("clusterctl-receive")
+    finally:
+        cli.json("down", "-i", str(tmp_path / "v2.yaml") if (tmp_path / "v2.yaml").exists() else str(sandbox))
+        for node in nodes:
+            for tag in (v2, v1):
+                try:
+                    docker_client(sandbox, node).images.remove(tag, force=True)
+                except Exception:  # noqa: BLE001 - not there: nothing to clean
+                    pass

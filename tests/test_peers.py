@@ -4,14 +4,20 @@ nothing, the right one gets every byte), and when `up` uses peers at all."""
 from __future__ import annotations
 
 import hashlib
+import io
+import json
 import os
 import socket
 import subprocess
 import sys
+import tarfile
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from clusterctl.models import ContainerSpec, Host, Inventory
 from clusterctl.registry import peers
@@ -118,16 +124,17 @@ def test_the_inventory_takes_distribute_and_refuses_other_words(tmp_path):
     assert replace(_inventory(1).container, distribute="registry").distribute == "registry"
 
 
+def _relay(*args) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", peers.RELAY, *map(str, args)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
 def test_a_node_in_the_chain_loads_every_byte_and_passes_every_byte_on(tmp_path):
     data = os.urandom(2 << 20)
     up, down = _free_port(), _free_port()
-    relay = [sys.executable, "-c", peers.RELAY]
-    sender = subprocess.Popen([*relay, "send", "127.0.0.1", str(up), "a", "20"], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    middle = subprocess.Popen([*relay, "pipe", "127.0.0.1", str(up), "a", "20", "127.0.0.1", str(down), "b"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    last = subprocess.Popen([*relay, "recv", "127.0.0.1", str(down), "b", "20"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+    sender = _relay("send", "127.0.0.1", up, "a", 20)
+    middle = _relay("pipe", "127.0.0.1", up, "a", 20, "127.0.0.1", down, "b")
+    last = _relay("recv", "127.0.0.1", down, "b", 20)
     try:
         sender.stdin.write(data)
         sender.stdin.close()
@@ -139,3 +146,86 @@ def test_a_node_in_the_chain_loads_every_byte_and_passes_every_byte_on(tmp_path)
     finally:
         for proc in (sender, middle, last):
             proc.kill()
+
+
+FIXTURE = Path(__file__).parent / "fixtures" / "docker_save" / "classic-20.10-two-layers.tar"
+BASE = "sha256:88eb3c728e909dde2ca932ac827239e64b0c35303aa33c40d57b1cb8c40027e3"
+NOTE = "sha256:c1a12e31c1c92f5d151342c30d290bceba5d20d5a6bf96ddc66a208b894c32c9"
+
+
+def _relay_through(tar: bytes, skip: str) -> tuple[bytes, str]:
+    """`tar` through the relay (send with `skip` -> recv) on loopback: what arrives, and the sender's report."""
+    port = _free_port()
+    sender = _relay("send", "127.0.0.1", port, "t", 20, skip)
+    receiver = _relay("recv", "127.0.0.1", port, "t", 20)
+    try:
+        sender.stdin.write(tar)
+        sender.stdin.close()
+        got, err = receiver.communicate(timeout=60)
+        assert receiver.returncode == 0, err
+        assert sender.wait(timeout=30) == 0, sender.stderr.read()
+        return got, sender.stdout.read().decode()
+    finally:
+        sender.kill()
+        receiver.kill()
+
+
+def _members(tar: bytes) -> dict[str, bytes]:
+    with tarfile.open(fileobj=io.BytesIO(tar)) as t:
+        return {m.name: (t.extractfile(m).read() if m.isfile() else b"") for m in t}
+
+
+def test_a_real_docker_save_goes_without_the_layers_the_receiver_has_and_keeps_everything_else():
+    saved = FIXTURE.read_bytes()
+    whole = _members(saved)
+    trimmed, report = _relay_through(saved, BASE.split(":")[1])
+    kept = _members(trimmed)
+    dropped = set(whole) - set(kept)
+    assert len(dropped) == 1 and dropped.pop().endswith("/layer.tar") and "skipped 1" in report
+    assert all(kept[name] == whole[name] for name in kept)  # manifest, config, the other layer: byte-exact
+    layer = next(data for name, data in kept.items() if name.endswith("/layer.tar"))
+    assert "sha256:" + hashlib.sha256(layer).hexdigest() == NOTE
+    assert int(report.split("sent ")[1]) == len(trimmed) < len(saved)
+    untouched, report = _relay_through(saved, "")
+    assert untouched == saved and "skipped" not in report  # nothing to drop: the stream as it came
+
+
+def test_an_oci_layout_save_drops_blobs_by_their_digest():
+    layer_a, layer_b = os.urandom(3000), os.urandom(5000)
+    digest_a, digest_b = hashlib.sha256(layer_a).hexdigest(), hashlib.sha256(layer_b).hexdigest()
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as t:
+        for name, data in ((f"blobs/sha256/{digest_a}", layer_a), (f"blobs/sha256/{digest_b}", layer_b),
+                           ("index.json", b"{}"), ("manifest.json", b"[]"), ("oci-layout", b"{}")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+    trimmed, report = _relay_through(raw.getvalue(), digest_a)
+    assert set(_members(trimmed)) == {f"blobs/sha256/{digest_b}", "index.json", "manifest.json", "oci-layout"}
+
+
+def _sha(text: str) -> str:
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def test_only_the_lowest_layers_held_on_the_same_layers_below_are_skipped():
+    a, b, c, d = (_sha(x) for x in "abcd")
+    held = peers.held_chains(json.dumps([a, b]) + "\n" + json.dumps([d]) + "\nnot json\n")
+    assert peers.chain_ids([a])[0] == a and peers.chain_ids([a, b])[1] == _sha(f"{a} {b}")
+    assert peers.layers_to_skip([a, b, c], held) == tuple(sorted((a, b)))  # an update on top of a, b
+    assert peers.layers_to_skip([b, c], held) == ()  # b held only on top of a: another layer here
+    assert peers.layers_to_skip([d, a], held) == (d,)
+    assert peers.layers_to_skip([a, c, a], held) == ()  # a is needed again above c: its file must go
+    assert peers.held_chains("") == set() and peers.parse_layer_list('["x"]') == []
+
+
+@given(st.lists(st.sampled_from([_sha(x) for x in "abcde"]), max_size=6),
+       st.lists(st.lists(st.sampled_from([_sha(x) for x in "abcde"]), max_size=6), max_size=4))
+def test_skipped_layers_are_always_a_prefix_of_the_image_that_the_node_holds(image, others):
+    held = peers.held_chains("\n".join(json.dumps(layers) for layers in others))
+    skip = peers.layers_to_skip(image, held)
+    chains = peers.chain_ids(image)
+    present = next((i for i, chain in enumerate(chains) if chain not in held), len(chains))
+    assert set(skip) <= set(image[:present]) and not set(skip) & set(image[present:])
+    if image in others:
+        assert set(skip) == set(image)

@@ -16,8 +16,14 @@ How, and why this way:
   daemon.json lists it as insecure (a change to every node's engine config), and the classic image
   store keeps unpacked layers, so a seed's registry would recompress every layer anyway
   (distribution#1100). `docker save | docker load` needs nothing but the docker CLI and python3.
-  The price: a node that has an older version of the image receives every layer again (save sends
-  them all); a node with the same image ID receives nothing.
+- Layers a node has are not sent again (moby#247's complaint about save/load): each node says which
+  layer chains its engine holds (every image's diff IDs); the sender drops from the saved tar the
+  image's lowest layers that the receiver holds on the same layers below (a chain ID match), and
+  `docker load` reads a layer's file only where the engine lacks that chain. An image update that
+  adds a layer sends that layer. In the chain pass the layers dropped are those every node of it
+  holds. Where a load of the trimmed tar fails (an engine that wants every file: the containerd
+  image store), the node's next try gets the whole image. A node with the same image ID receives
+  nothing.
 - Verified: after `docker load` the receiver's image ID must equal the seed's (the config digest the
   registry's manifest names); else the tag is removed there and the node fails, named. `docker load`
   tags only a complete image, so a transfer cut short leaves no tag. A node whose transfer failed is
@@ -27,6 +33,8 @@ How, and why this way:
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -71,18 +79,68 @@ def accept(server, token):
         conn.close()
 
 
+class Counted:
+    def __init__(self, conn):
+        self.conn, self.total = conn, 0
+
+    def write(self, data):
+        self.conn.sendall(data)
+        self.total += len(data)
+        return len(data)
+
+
+def copy(read, write):
+    copied = 0
+    while True:
+        data = read(chunk)
+        if not data:
+            return copied
+        write(data)
+        copied += len(data)
+
+
+def without_layers(stream, sink, skip):
+    # `docker save`'s tar minus the layers in `skip` (hex digests of uncompressed layer tars, the
+    # image's diff IDs): `docker load` reads a layer's file only where the engine lacks that layer.
+    # OCI layout (Docker 25+): blobs/sha256/<digest>, named by it. Classic layout: <v1 id>/layer.tar,
+    # named by an ID that is not the digest: spooled while hashed, then sent or dropped.
+    import hashlib, tarfile, tempfile
+    out = tarfile.open(fileobj=sink, mode="w|", format=tarfile.PAX_FORMAT)
+    dropped = 0
+    for member in stream:
+        if not member.isfile():
+            out.addfile(member)
+            continue
+        data = stream.extractfile(member)
+        if member.name.startswith("blobs/sha256/") and member.name[13:] in skip:
+            dropped += 1
+            continue
+        if member.name.endswith("/layer.tar"):
+            spool, digest = tempfile.SpooledTemporaryFile(64 << 20), hashlib.sha256()
+            copy(data.read, lambda part: (digest.update(part), spool.write(part)))
+            if digest.hexdigest() in skip:
+                dropped += 1
+                continue
+            spool.seek(0)
+            data = spool
+        out.addfile(member, data)
+    out.close()
+    return dropped
+
+
 if role == "send":
     try:
         conn = accept(listen(address, port, float(sys.argv[5])), token)
     except socket.timeout:
         sys.exit("clusterctl-relay: no receiver came")
-    source = sys.stdin.buffer
-    while True:
-        data = source.read(chunk)
-        if not data:
-            break
-        conn.sendall(data)
-        total += len(data)
+    source, skip = sys.stdin.buffer, set(filter(None, sys.argv[6].split(","))) if len(sys.argv) > 6 else set()
+    if skip:
+        import tarfile
+        sink = Counted(conn)
+        print("skipped %d" % without_layers(tarfile.open(fileobj=source, mode="r|"), sink, skip))
+        total = sink.total
+    else:
+        total = copy(source.read, conn.sendall)
     conn.shutdown(socket.SHUT_WR)
     conn.close()
     print("sent %d" % total)
@@ -129,11 +187,17 @@ else:
 '''
 
 # $1 image, $2 relay code, $3 address, $4 port, $5 token, $6 accept timeout
-_SEND = ('{ docker save "$1" || echo "clusterctl: docker save failed" >&2; } | python3 -c "$2" send "$3" "$4" "$5" "$6"')
+# $7: the layers not to send (comma-separated hex diff IDs; empty: all)
+_SEND = ('{ docker save "$1" || echo "clusterctl: docker save failed" >&2; } | python3 -c "$2" send "$3" "$4" "$5" "$6" "$7"')
 # $1 relay code, $2 sender address, $3 port, $4 token, $5 connect timeout; docker load's own output names the image
 _RECEIVE = 'python3 -c "$1" recv "$2" "$3" "$4" "$5" | docker load -q'
 # $1 image: its ID, or nothing
 _IMAGE_ID = 'docker image inspect -f "{{.Id}}" "$1" 2>/dev/null || true'
+# $1 image: its layers' diff IDs, as a JSON list (or nothing)
+_IMAGE_LAYERS = 'docker image inspect -f "{{json .RootFS.Layers}}" "$1" 2>/dev/null || true'
+# every image's layers on the node, one JSON list a line: the layer chains its engine holds
+_HELD_LAYERS = ('docker image ls -q --no-trunc | sort -u | xargs -r docker image inspect -f "{{json .RootFS.Layers}}" '
+                '2>/dev/null || true')
 # $1 image: untag a copy that is not the expected image (what `docker load` tagged)
 # (The docker CLI runs as the SSH user, as every docker command here: sudo would drop the session's
 # DOCKER_HOST, and a user who may not use the engine cannot run `up` at all.)
@@ -155,11 +219,12 @@ class Holding:
     image_id: str
     bytes: int = 0
     seconds: float = 0.0
+    layers_kept: int = 0  # layers the node already had (on the same layers below), not sent again
 
     def to_json(self) -> dict:
         rate = round(self.bytes / self.seconds / 1e6, 1) if self.seconds > 0 and self.bytes else None
         return {"source": self.source, "image_id": self.image_id, "bytes": self.bytes,
-                "seconds": round(self.seconds, 2), "mb_per_s": rate}
+                "seconds": round(self.seconds, 2), "mb_per_s": rate, "layers_kept": self.layers_kept}
 
 
 @dataclass
@@ -193,9 +258,55 @@ def image_id_command(image: str) -> Command:
     return Command(("sh", "-c", _IMAGE_ID, "clusterctl-image-id", image), timeout=60)
 
 
-def send_command(image: str, address: str, port: int, token: str) -> Command:
-    return Command(("sh", "-c", _SEND, "clusterctl-send", image, RELAY, address, str(port), token, str(ACCEPT_S)),
-                   timeout=None)
+def send_command(image: str, address: str, port: int, token: str, skip: tuple[str, ...] = ()) -> Command:
+    """`docker save` into the relay, without the layers in `skip` (diff IDs the receiver's engine has)."""
+    return Command(("sh", "-c", _SEND, "clusterctl-send", image, RELAY, address, str(port), token, str(ACCEPT_S),
+                    ",".join(d.split(":")[-1] for d in skip)), timeout=None)
+
+
+def image_layers_command(image: str) -> Command:
+    return Command(("sh", "-c", _IMAGE_LAYERS, "clusterctl-image-layers", image), timeout=60)
+
+
+def held_layers_command() -> Command:
+    return Command(("sh", "-c", _HELD_LAYERS), timeout=120)
+
+
+def parse_layer_list(line: str) -> list[str]:
+    """`{{json .RootFS.Layers}}` -> the diff IDs (nothing for anything else)."""
+    try:
+        layers = json.loads(line)
+    except ValueError:
+        return []
+    if not isinstance(layers, list) or not all(isinstance(d, str) and d.startswith("sha256:") for d in layers):
+        return []
+    return layers
+
+
+def chain_ids(diff_ids: list[str]) -> list[str]:
+    """The engine's key for each prefix of an image's layers (the OCI image spec's ChainID): a layer is
+    reused only on top of the same layers below it."""
+    chains: list[str] = []
+    for diff_id in diff_ids:
+        chains.append(diff_id if not chains else
+                      "sha256:" + hashlib.sha256(f"{chains[-1]} {diff_id}".encode()).hexdigest())
+    return chains
+
+
+def held_chains(stdout: str) -> set[str]:
+    """The layer chains a node's engine holds, from _HELD_LAYERS' output."""
+    return {chain for line in stdout.splitlines() for chain in chain_ids(parse_layer_list(line.strip()))}
+
+
+def layers_to_skip(image_layers: list[str], held: set[str]) -> tuple[str, ...]:
+    """The diff IDs a node need not be sent: the image's lowest layers, as far as the node holds that
+    very chain, less any that a layer above them (not held) repeats."""
+    chains = chain_ids(image_layers)
+    present = 0
+    while present < len(chains) and chains[present] in held:
+        present += 1
+    return tuple(sorted(set(image_layers[:present]) - set(image_layers[present:])))
+
 
 
 def receive_command(address: str, port: int, token: str) -> Command:
@@ -249,6 +360,8 @@ def holding_result(host: Host, holding: Holding) -> HostResult:
         return HostResult(host.name, HostStatus.OK, "", data=data)
     rate = holding.to_json()["mb_per_s"]
     how = f"{holding.bytes / 1e6:.0f} MB in {holding.seconds:.1f}s ({rate} MB/s)" if holding.bytes else "pulled"
+    if holding.layers_kept:
+        how += f", {holding.layers_kept} layer(s) it had not sent again"
     return HostResult(host.name, HostStatus.CHANGED, f"image from {holding.source}: {how}", data=data)
 
 
@@ -271,7 +384,9 @@ def distribute(hosts: list[Host], inventory: Inventory, connections, pull_seed, 
         route = transport.run(facts.route_get_command(master_address))
         info = facts.parse_route_get(route.stdout)
         address = master_address if info.local or not info.src else info.src
-        return HostResult(host.name, HostStatus.OK, data={"image_id": found.stdout.strip(), "address": address})
+        held = held_chains(transport.run(held_layers_command()).stdout)
+        return HostResult(host.name, HostStatus.OK, data={"image_id": found.stdout.strip(), "address": address,
+                                                          "held": held})
 
     looked = for_each_host(hosts, look, connections)
     results: dict[str, HostResult] = {n: r for n, r in looked.items() if not r.succeeded}
@@ -295,6 +410,15 @@ def distribute(hosts: list[Host], inventory: Inventory, connections, pull_seed, 
                                   for h in alive if h.name != seed}}
         holdings[seed] = Holding("registry", pulled.data.get("image_id", ""), seconds=now() - started)
     expected = holdings[seed].image_id
+    layers = parse_layer_list(for_each_host([by_name[seed]], lambda transport, host: HostResult(
+        host.name, HostStatus.OK, transport.run(image_layers_command(image)).stdout.strip()), connections)[seed].detail)
+
+    def skip_for(names) -> tuple[str, ...]:
+        """The layers every one of `names` holds already; none after a failed try (the full image then)."""
+        if any(plan.tries.get(name) for name in names):
+            return ()
+        common = [set(layers_to_skip(layers, looked[name].data["held"])) for name in names]
+        return tuple(sorted(set.intersection(*common))) if common else ()
     for name in ids:  # same image already there: nothing to send
         if name != seed and ids[name] == expected:
             holdings[name] = Holding("present", expected)
@@ -302,18 +426,20 @@ def distribute(hosts: list[Host], inventory: Inventory, connections, pull_seed, 
     note(Event("note", text=f"image to {len(plan.needing)} node(s) from peers, seeded by {seed} "
                             f"({holdings[seed].source})"))
     if len(plan.needing) >= 2:
-        _chain(plan, seed, image, address, port, by_name, connections, holdings, results, note)
+        _chain(plan, seed, image, address, port, by_name, connections, holdings, results, note,
+               skip_for(plan.needing))
     while plan.pairs():
         pairs = plan.pairs()
         token = {receiver: new_token() for _, receiver in pairs}
         role = {sender: ("send", receiver) for sender, receiver in pairs}
         role.update({receiver: ("receive", sender) for sender, receiver in pairs})
+        skip = {receiver: skip_for([receiver]) for _, receiver in pairs}
 
         def transfer(transport, host: Host) -> HostResult:
             kind, other = role[host.name]
             started = now()
             if kind == "send":
-                sent = transport.run(send_command(image, address[host.name], port, token[other]))
+                sent = transport.run(send_command(image, address[host.name], port, token[other], skip[other]))
                 status = HostStatus.OK if sent.exit_code == 0 else HostStatus.FAILED
                 return HostResult(host.name, status, sent.stderr.strip()[-300:], data={"bytes": parse_sent(sent.stdout)})
             got = transport.run(receive_command(address[other], port, token[host.name]))
@@ -338,7 +464,7 @@ def distribute(hosts: list[Host], inventory: Inventory, connections, pull_seed, 
                 plan.holders.remove(sender)
             if got.succeeded and got.data.get("image_id") == expected:
                 holdings[receiver] = Holding(f"peer:{sender}", expected, sent.data.get("bytes", 0),
-                                             got.data.get("seconds", 0.0))
+                                             got.data.get("seconds", 0.0), len(skip[receiver]))
                 plan.received(receiver)
                 note(Event("note", receiver, f"image from {sender}: {holdings[receiver].to_json()['mb_per_s']} MB/s"))
                 continue
@@ -356,7 +482,7 @@ def distribute(hosts: list[Host], inventory: Inventory, connections, pull_seed, 
 
 
 def _chain(plan: Plan, seed: str, image: str, address: dict, port: int, by_name: dict, connections,
-           holdings: dict, results: dict, note) -> None:
+           holdings: dict, results: dict, note, skip: tuple[str, ...]) -> None:
     """First pass: one chain, seed -> n1 -> n2 -> ..., every node loading the image while it passes each
     byte on to the next, all at once: the image crosses each link once and no node waits for a round.
     A node the chain did not serve stays in `plan.needing` for the rounds (a node that died cuts the
@@ -369,7 +495,7 @@ def _chain(plan: Plan, seed: str, image: str, address: dict, port: int, by_name:
     def link(transport, host: Host) -> HostResult:
         i = chain.index(host.name)
         if i == 0:
-            sent = transport.run(send_command(image, address[seed], port, token[chain[1]]))
+            sent = transport.run(send_command(image, address[seed], port, token[chain[1]], skip))
             status = HostStatus.OK if sent.exit_code == 0 else HostStatus.FAILED
             return HostResult(host.name, status, sent.stderr.strip()[-300:], data={"bytes": parse_sent(sent.stdout)})
         started = now()
@@ -394,7 +520,8 @@ def _chain(plan: Plan, seed: str, image: str, address: dict, port: int, by_name:
             results[name] = got
             plan.needing.remove(name)
         elif got.succeeded and got.data.get("image_id") == plan.expected_id:
-            holdings[name] = Holding(f"peer:{chain[i - 1]}", plan.expected_id, size, got.data.get("seconds", 0.0))
+            holdings[name] = Holding(f"peer:{chain[i - 1]}", plan.expected_id, size, got.data.get("seconds", 0.0),
+                                     len(skip))
             plan.received(name)
         elif got.succeeded:  # a different image arrived: that node fails, named
             results[name] = HostResult(name, HostStatus.FAILED, transfer_failure(
