@@ -1,6 +1,7 @@
-"""docs/benchmarks.png: cold fan-out wall time vs node count, one line per tool.
+"""docs/benchmarks.png: cold fan-out wall time vs node count, one line per tool; with --distribute,
+docs/distribute.png: image distribution, a cold `up` vs node count (issue 22).
 
-    bench/.venv/bin/python bench/plot.py [bench/results.json] [docs/benchmarks.png]
+    bench/.venv/bin/python bench/plot.py [--distribute] [bench/results.json] [docs/benchmarks.png]
 
 Points are medians; bars span the fastest and slowest round.
 """
@@ -64,7 +65,46 @@ def plot(results: dict, out: Path) -> Path:
     return out
 
 
+def plot_distribute(results: dict, out: Path) -> Path:
+    """docs/distribute.png: a cold `up`'s time and the bytes sent from the registry's machine vs nodes."""
+    block = results.get("distribute") or {}
+    sizes = sorted(int(n) for n in block)
+    fig, (time_ax, bytes_ax) = plt.subplots(1, 2, figsize=(10, 4.2), dpi=120)
+    for mode, color, label in (("registry", "tab:red", "every node pulls (registry)"),
+                               ("peers", "tab:blue", "peers (chain, then rounds)"),
+                               ("one_node", "tab:gray", "one node's pull (the floor)")):
+        points = [(n, statistics.median(walls)) for n in sizes
+                  if (walls := [s["wall"] for s in block[str(n)].get(mode, []) if s.get("rc") == 0])]
+        if points:
+            time_ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", color=color, label=label)
+        if mode == "one_node":
+            continue
+        ratio = [(n, statistics.median(sent) / (block[str(n)]["size_mb"] * 1e6)) for n in sizes
+                 if (sent := [s["control_bytes"] for s in block[str(n)].get(mode, []) if s.get("rc") == 0])]
+        if ratio:
+            bytes_ax.plot([p[0] for p in ratio], [p[1] for p in ratio], marker="o", color=color, label=label)
+    bytes_ax.axhline(2, color="tab:green", linestyle=":", label="goal: <= 2x")
+    for ax, ylabel in ((time_ax, "cold `up`, s"), (bytes_ax, "bytes from the registry's machine / image size")):
+        ax.set_xlabel("Docker nodes (rehearsal cluster)")
+        ax.set_ylabel(ylabel)
+        ax.set_xticks(sizes)
+        ax.set_ylim(bottom=0)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    first = block[str(sizes[0])] if sizes else {}
+    fig.suptitle(f"Image distribution: {first.get('size_mb', '?')} MB of random data, "
+                 f"registry link {first.get('rate') or 'unlimited'}")
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out)
+    return out
+
+
 if __name__ == "__main__":
-    source = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "bench" / "results.json"
-    target = Path(sys.argv[2]) if len(sys.argv) > 2 else ROOT / "docs" / "benchmarks.png"
-    print(plot(json.loads(source.read_text()), target))
+    args = sys.argv[1:]
+    draw = plot_distribute if args[:1] == ["--distribute"] else plot
+    args = args[1:] if args[:1] == ["--distribute"] else args
+    default = "distribute.png" if draw is plot_distribute else "benchmarks.png"
+    source = Path(args[0]) if args else ROOT / "bench" / "results.json"
+    target = Path(args[1]) if len(args) > 1 else ROOT / "docs" / default
+    print(draw(json.loads(source.read_text()), target))

@@ -11,6 +11,7 @@ from common import BENCH, REPO, VENV, summary
 TEMPLATE = BENCH / "benchmarks.md.in"
 DOC = REPO / "docs" / "benchmarks.md"
 PLOT = REPO / "docs" / "benchmarks.png"
+DISTRIBUTE_PLOT = REPO / "docs" / "distribute.png"
 NOTES = BENCH / "notes.md"
 PASS, FAIL, NA = "PASS", "FAIL", "n/a"
 
@@ -128,7 +129,8 @@ def distribute_table(results: dict) -> str:
     import statistics
 
     lines = ["| nodes | image | registry link | one node's pull | registry: time | registry: bytes sent | "
-             "peers: time | peers: bytes sent | peers vs one node |", "|---|---|---|---|---|---|---|---|---|"]
+             "peers: time | peers: bytes sent | peers vs one node | image update (peers) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for n in sorted(block, key=int):
         b = block[n]
 
@@ -143,8 +145,43 @@ def distribute_table(results: dict) -> str:
         lines.append(f"| {n} | {b['size_mb']} MB | {b['rate'] or 'unlimited'} | {cell(one, '{:.1f} s')} | "
                      f"{cell(reg, '{:.1f} s')} | {cell(reg_b and reg_b / size, '{:.1f}x the image')} | "
                      f"{cell(peer, '{:.1f} s')} | {cell(peer_b and peer_b / size, '{:.1f}x the image')} | "
-                     f"{cell(peer and one and peer / one, '{:.1f}x')} |")
+                     f"{cell(peer and one and peer / one, '{:.1f}x')} | {update_cell(b.get('update'), int(n))} |")
     return "\n".join(lines)
+
+
+def update_cell(sample: Optional[dict], nodes: int) -> str:
+    """The update's bytes node to node, per receiving node, against the new layer's size."""
+    if not sample or sample.get("rc") != 0:
+        return "-"
+    per_node = sample.get("peer_bytes", 0) / max(1, nodes - 1) / 1e6
+    return f"+{sample['update_mb']} MB layer: {per_node:.1f} MB to each node, {sample['wall']:.1f} s"
+
+
+def scale_table(results: dict) -> str:
+    """Issue 21: the controller at 64-240 SSH-only nodes (bench/scale.py): best of the rounds."""
+    block = results.get("scale")
+    if not block:
+        return "_not measured_"
+    lines = ["| nodes | command | wall s (best) | vs parallel ssh | peak RSS MB | peak threads | peak fds | rc |",
+             "|---|---|---|---|---|---|---|---|"]
+    costs = []
+    for n in sorted(block, key=int):
+        b = block[n]
+        floor = min((s["wall"] for s in b.get("parallel ssh", []) if s.get("rc") == 0), default=None)
+        for label in ("exec true", "check", "run --plan"):
+            samples = b.get(label) or []
+            if not samples:
+                continue
+            best = min(samples, key=lambda s: s["wall"])
+            ratio = f"{best['wall'] / floor:.2f}x" if floor and label == "exec true" else ""
+            lines.append(f"| {n} | `{label}` | {best['wall']:.2f} | {ratio} | {best['rss_mb']:.0f} | "
+                         f"{best['threads']} | {best['fds']} | {best['rc']} |")
+        if floor:
+            lines.append(f"| {n} | {b.get('parallel ssh nodes', n)} parallel `ssh` clients | {floor:.2f} | 1.00x | | | | |")
+        cost = b.get("node_cost") or {}
+        costs.append(f"{n} nodes: {cost.get('mem_mb_per_node')} MB of the machine's memory per node at rest "
+                     f"(sshd {cost.get('sshd_rss_mb')} MB RSS)")
+    return "\n".join(lines) + "\n\n" + "; ".join(costs) + "."
 
 
 def collect_tables(results: dict) -> str:
@@ -247,6 +284,7 @@ def render(results: dict) -> str:
         "launch": launch_table(results),
         "collect": collect_tables(results),
         "distribute": distribute_table(results),
+        "scale": scale_table(results),
         "phases": phases_table(results),
         "config": ", ".join(f"{k} {v}" for k, v in (results.get("config") or {}).items()),
         "notes": NOTES.read_text().strip() if NOTES.exists() else "",  # hand-written: what remains and why
@@ -260,6 +298,9 @@ def publish(results: dict) -> int:
     python = VENV / "bin" / "python"
     if python.exists() and results.get("fanout"):
         subprocess.run([str(python), str(BENCH / "plot.py"), str(BENCH / "results.json"), str(PLOT)], check=False)
+    if python.exists() and results.get("distribute"):
+        subprocess.run([str(python), str(BENCH / "plot.py"), "--distribute", str(BENCH / "results.json"),
+                        str(DISTRIBUTE_PLOT)], check=False)
     width = max(len(g) for g, _, _ in rows)
     print("\nverdicts:")
     for goal, measured, verdict in rows:

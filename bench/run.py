@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 from common import WORK, fresh_dir, log  # noqa: E402
 
-SECTIONS = ("help", "fanout", "playbook", "up", "launch", "collect")
+SECTIONS = ("help", "fanout", "playbook", "up", "launch", "collect", "distribute", "scale")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -100,6 +100,18 @@ def main(argv=None) -> int:
             _without_docker(args, results, phase, up, bin_dir)
         if {"up", "launch", "collect"} & set(args.only):
             _with_docker(args, results, phase, up)
+        if "distribute" in args.only:  # its own Docker sandboxes, 4 to 32 nodes (issue 22)
+            import distribute
+
+            for n in (4, 16) if args.quick else (4, 8, 16, 32):
+                results.setdefault("distribute", {})[str(n)] = phase(f"distribute {n}", lambda: dict(
+                    distribute.measure(n, 200, "200mbit", 1, 20, registry=n < 32), measured=time.strftime("%Y-%m-%d %H:%M")))
+        if "scale" in args.only:  # its own SSH-only sandboxes, 64 to 240 nodes (issue 21)
+            import scale
+
+            for n in (64,) if args.quick else (64, 128, 240):
+                results.setdefault("scale", {})[str(n)] = phase(f"scale {n}", lambda: dict(
+                    scale.measure(n, 1 if args.quick else 3), measured=time.strftime("%Y-%m-%d %H:%M")))
     finally:
         if not args.keep:
             log("bringing the sandbox down")

@@ -105,6 +105,9 @@ def main(argv: Optional[Sequence[str]] = None, env: Optional[dict] = None) -> in
     from clusterctl.errors import ClusterctlError
     from clusterctl.render import emit_json
 
+    from clusterctl.executor import raise_descriptor_limit
+
+    raise_descriptor_limit()
     app = App.create(args, env)
     if args.json:  # a program reads stdout: never stop to ask for an SSH key's passphrase
         from clusterctl.transport.ssh_keys import allow_prompts

@@ -21,6 +21,13 @@ from clusterctl.errors import ClusterctlError, HostKeyError, UnreachableError
 from clusterctl.models import Command, CommandResult, Host, HostResult, HostStatus, Inventory, Skip
 
 DEFAULT_WIDTH = 64
+# Connections kept open for the whole invocation. Each costs the controller a thread (paramiko's
+# transport; a second one for a jump host's keepalive), a socket (two through a jump host) and about
+# 0.3 MB. Up to MAX_OPEN nodes every connection is reused by every step; past it, a node's
+# connection is opened for its action and closed after (a reconnect per step for those nodes only),
+# so threads and descriptors stay under ~MAX_OPEN + the pool's width, far below the default
+# descriptor limit of 1024 that `raise_descriptor_limit` lifts anyway.
+MAX_OPEN = 256
 CONNECT_RETRIES = 1  # for a dropped handshake (sshd MaxStartups), never for a command that ran
 
 
@@ -47,12 +54,16 @@ def _ignore(_event: Event) -> None:
 class Connections:
     """One transport per host, opened on first use and closed by `close()`."""
 
-    def __init__(self, connect: Callable[[Host], Any]):
+    def __init__(self, connect: Callable[[Host], Any], max_open: int = MAX_OPEN):
         self._connect = connect
+        self.max_open = max_open
         self._open: dict[str, Any] = {}
         self._failed: dict[str, HostResult] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
+        self._users: dict[str, int] = {}  # actions using a host's connection now
+        self._passing: set[str] = set()  # hosts over max_open: closed when their last action ends
+        self.peak_open = 0
 
     def get(self, host: Host):
         """The transport for `host`, or raises UnreachableError/HostKeyError (remembered)."""
@@ -69,8 +80,32 @@ class Connections:
             except (UnreachableError, HostKeyError) as exc:
                 self._failed[host.name] = _unreachable(host, exc, time.monotonic() - started)
                 raise
-            self._open[host.name] = transport
+            with self._guard:
+                if len(self._open) >= self.max_open:
+                    self._passing.add(host.name)
+                self._open[host.name] = transport
+                self.peak_open = max(self.peak_open, len(self._open))
             return transport
+
+    def acquire(self, host: Host):
+        """`get`, counted as in use until `release`: a connection over max_open closes when unused."""
+        with self._guard:
+            self._users[host.name] = self._users.get(host.name, 0) + 1
+        try:
+            return self.get(host)
+        except BaseException:
+            self.release(host.name)
+            raise
+
+    def release(self, host_name: str) -> None:
+        with self._guard:
+            self._users[host_name] = self._users.get(host_name, 1) - 1
+            done = self._users[host_name] <= 0 and host_name in self._passing
+            if done:
+                self._passing.discard(host_name)
+                transport = self._open.pop(host_name, None)
+        if done and transport is not None:
+            transport.close()
 
     def _connect_with_retry(self, host: Host):
         for attempt in range(CONNECT_RETRIES + 1):
@@ -83,13 +118,34 @@ class Connections:
                 time.sleep(0.2 * (attempt + 1))
 
     def drop(self, host_name: str) -> None:
-        transport = self._open.pop(host_name, None)
+        with self._guard:
+            transport = self._open.pop(host_name, None)
+            self._passing.discard(host_name)
         if transport is not None:
             transport.close()
 
     def close(self) -> None:
         for name in list(self._open):
             self.drop(name)
+
+
+def raise_descriptor_limit(wanted: int = 8192) -> int:
+    """Lift this process's soft limit on open files towards `wanted` (never past the hard limit):
+    a node costs one socket, two through a jump host, and `logs`/`run` hold a channel per node, so the
+    usual soft limit of 1024 would be the first thing to break at a few hundred nodes. Returns the limit."""
+    try:
+        import resource
+    except ImportError:  # not POSIX: nothing to lift
+        return 0
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            return target
+        except (ValueError, OSError):
+            return soft
+    return soft
 
 
 def _unreachable(host: Host, exc: ClusterctlError, duration: float) -> HostResult:
@@ -131,28 +187,33 @@ def for_each_host(
 def _on_host(host: Host, action: HostAction, connections: Connections) -> HostResult:
     """`action` on one host as a value: an unreachable host or a crashed action is a HostResult."""
     started = time.monotonic()
-    transport = None
     try:
-        transport = connections.get(host)
+        transport = connections.acquire(host)
+    except Exception as exc:  # noqa: BLE001 - a value, as below
+        return _as_result(host, exc, None, connections, started)
+    try:
         result = action(transport, host)
-        if not result.duration:
-            result = replace(result, duration=time.monotonic() - started)
-        return result
-    except (UnreachableError, HostKeyError) as exc:
+        return result if result.duration else replace(result, duration=time.monotonic() - started)
+    except Exception as exc:  # noqa: BLE001 - the edge: one host's bug never unwinds the pool
+        return _as_result(host, exc, transport, connections, started)
+    finally:
+        connections.release(host.name)
+
+
+def _as_result(host: Host, exc: Exception, transport, connections: Connections, started: float) -> HostResult:
+    duration = time.monotonic() - started
+    if isinstance(exc, (UnreachableError, HostKeyError)):
         connections.drop(host.name)
-        return _unreachable(host, exc, time.monotonic() - started)
-    except ClusterctlError as exc:
-        return HostResult(host.name, HostStatus.FAILED, detail=str(exc), duration=time.monotonic() - started)
-    except Exception as exc:  # the edge: one host's bug never unwinds the pool
-        if transport is not None and not getattr(transport, "alive", True):
-            connections.drop(host.name)
-            return HostResult(host.name, HostStatus.UNREACHABLE, duration=time.monotonic() - started, detail=(
-                f"the connection to {host.address} was lost ({type(exc).__name__}: {exc}). "
-                "fix: check the host and its network, then rerun; what completed is kept"))
-        return HostResult(
-            host.name, HostStatus.FAILED, detail=f"internal error: {type(exc).__name__}: {exc}",
-            duration=time.monotonic() - started,
-        )
+        return _unreachable(host, exc, duration)
+    if isinstance(exc, ClusterctlError):
+        return HostResult(host.name, HostStatus.FAILED, detail=str(exc), duration=duration)
+    if transport is not None and not getattr(transport, "alive", True):
+        connections.drop(host.name)
+        return HostResult(host.name, HostStatus.UNREACHABLE, duration=duration, detail=(
+            f"the connection to {host.address} was lost ({type(exc).__name__}: {exc}). "
+            "fix: check the host and its network, then rerun; what completed is kept"))
+    return HostResult(host.name, HostStatus.FAILED, detail=f"internal error: {type(exc).__name__}: {exc}",
+                      duration=duration)
 
 
 def in_parallel(functions: Sequence[Callable[[], Any]]) -> list[Any]:

@@ -146,3 +146,53 @@ def test_local_transport_passes_stdin_env_and_cwd(tmp_path):
     transport = LocalTransport(Host("local", "127.0.0.1", connection="local"))
     result = transport.run(Command(("sh", "-c", 'cat; echo "$X"; pwd'), stdin=b"in\n", env=(("X", "y z"),), cwd=str(tmp_path)))
     assert result.stdout == f"in\ny z\n{tmp_path}\n"
+
+
+def test_past_max_open_a_nodes_connection_lives_for_its_action_only():
+    made: dict = {}
+    closed: list = []
+
+    def connect(host):
+        transport = FakeTransport(host)
+        transport.close = lambda name=host.name: closed.append(name)
+        made.setdefault(host.name, []).append(transport)
+        return transport
+
+    connections = Connections(connect, max_open=4)
+    for _ in range(3):  # three steps on ten nodes
+        results = for_each_host(hosts(10), lambda t, h: run_commands(t, h, [Command(("true",))]), connections, width=10)
+        assert all(r.succeeded for r in results.values())
+    kept = [name for name, transports in made.items() if len(transports) == 1]
+    assert len(kept) == 4 and connections.peak_open <= 10  # the first four reused by every step
+    assert all(len(made[name]) == 3 for name in made if name not in kept)  # the others: one per step
+    assert sorted(closed) == sorted(name for name in made if name not in kept for _ in range(3))
+    connections.close()
+    assert len(closed) == 6 * 3 + 4
+
+
+def test_a_connection_past_max_open_stays_while_another_action_still_uses_it():
+    connections = Connections(fake_connect(), max_open=0)
+    host = hosts(1)[0]
+    first = connections.acquire(host)
+    second = connections.acquire(host)
+    assert first is second
+    connections.release(host.name)
+    assert connections.acquire(host) is first  # still open: one user left
+    connections.release(host.name)
+    connections.release(host.name)
+    assert connections.acquire(host) is not first  # closed with its last user, opened again
+
+
+def test_the_descriptor_limit_is_lifted_within_the_hard_limit():
+    import resource
+
+    from clusterctl.executor import raise_descriptor_limit
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+        got = raise_descriptor_limit(2048)
+        assert got == resource.getrlimit(resource.RLIMIT_NOFILE)[0] == (2048 if hard == resource.RLIM_INFINITY
+                                                                      else min(2048, hard))
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

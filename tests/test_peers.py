@@ -229,3 +229,86 @@ def test_skipped_layers_are_always_a_prefix_of_the_image_that_the_node_holds(ima
     assert set(skip) <= set(image[:present]) and not set(skip) & set(image[present:])
     if image in others:
         assert set(skip) == set(image)
+
+
+class _Engines:
+    """The engines of a fake cluster, answering distribute()'s commands: a receive succeeds once its
+    upstream node has the image, unless the node is `broken` (its docker load fails) or the upstream
+    failed (a chain cut there: the stream ends early)."""
+
+    IMAGE_ID = "sha256:" + "1" * 64
+
+    def __init__(self, n: int, holding=("node1",), broken=(), held_base=()):
+        import threading
+
+        self.address = {f"node{i}": f"198.18.0.{10 + i}" for i in range(1, n + 1)}
+        self.by_address = {a: name for name, a in self.address.items()}
+        self.state = {name: ("has" if name in holding else None) for name in self.address}
+        self.broken, self.held_base = set(broken), set(held_base)
+        self.skips: dict[str, list[str]] = {}  # sender -> the skip argument of each send
+        self.changed = threading.Condition()
+
+    def connect(self, host):
+        engines = self
+
+        class Transport:
+            def run(self, cmd, on_line=None):
+                return engines.answer(host.name, cmd.argv)
+
+            def close(self):
+                pass
+
+        return Transport()
+
+    def answer(self, name: str, argv):
+        from clusterctl.models import CommandResult
+
+        tag = argv[3] if len(argv) > 3 else ""
+        ok = lambda out="": CommandResult(0, out, "", 0.0)  # noqa: E731
+        if tag == "clusterctl-image-id":
+            return ok(self.IMAGE_ID + "\n" if self.state[name] == "has" else "")
+        if tag == "clusterctl-image-layers":
+            return ok(json.dumps([BASE, NOTE]))
+        if argv == ("sh", "-c", peers._HELD_LAYERS):
+            return ok(json.dumps([BASE]) if name in self.held_base else "")
+        if tag == "clusterctl-send":
+            self.skips.setdefault(name, []).append(argv[10])
+            return ok("sent 1000\n")
+        if tag == "clusterctl-receive":
+            upstream = self.by_address[argv[5]]
+            with self.changed:
+                self.state[name] = None
+                self.changed.wait_for(lambda: self.state[upstream] is not None, timeout=5)
+                cut = self.state[upstream] != "has"
+                self.state[name] = "failed" if cut or name in self.broken else "has"
+                self.changed.notify_all()
+            if self.state[name] == "has":
+                return ok("Loaded image\n")
+            detail = "Error processing tar file: unexpected EOF" if cut else "open layer.tar: no such file"
+            return CommandResult(1, "", detail, 0.0)
+        if tag == "sh":  # ip route get: the node's own address on the job network
+            return ok(json.dumps([{"dst": argv[4], "prefsrc": self.address[name], "dev": "eth0"}]))
+        return ok()
+
+
+def _distribute(engines: _Engines, n: int):
+    from clusterctl.executor import Connections
+
+    inventory = _inventory(n, "peers")
+    hosts = list(inventory.hosts)
+    never = lambda transport, host: pytest.fail("the seed holds the image: nothing is pulled")  # noqa: E731
+    return peers.distribute(hosts, inventory, Connections(engines.connect), never)
+
+
+def test_a_node_that_fails_in_the_chain_is_left_to_the_registry_and_the_ones_after_it_get_the_image_in_rounds():
+    engines = _Engines(5, broken={"node3"}, held_base={"node2", "node3", "node4", "node5"})
+    results = _distribute(engines, 5)
+    sources = {name: (r.data.get("distribute") or {}).get("source") for name, r in results.items()}
+    assert sources["node1"] == "present" and sources["node2"] == "peer:node1", sources
+    assert sources["node4"].startswith("peer:") and sources["node5"].startswith("peer:"), sources
+    assert results["node3"].succeeded and "registry pull follows" in results["node3"].detail
+    assert engines.state["node4"] == engines.state["node5"] == "has"
+    # the chain and node4/node5's rounds leave out the base layer they hold; node3, whose load of the
+    # trimmed tar failed, is sent every layer when it is tried again
+    sends = [skip for skips in engines.skips.values() for skip in skips]
+    assert sends.count(BASE.split(":")[1]) == len(sends) - 1 and sends.count("") == 1, engines.skips

@@ -21,8 +21,8 @@ How, and why this way:
   image's lowest layers that the receiver holds on the same layers below (a chain ID match), and
   `docker load` reads a layer's file only where the engine lacks that chain. An image update that
   adds a layer sends that layer. In the chain pass the layers dropped are those every node of it
-  holds. Where a load of the trimmed tar fails (an engine that wants every file: the containerd
-  image store), the node's next try gets the whole image. A node with the same image ID receives
+  holds. Where a load of the trimmed tar fails other than by a stream cut short (an engine that
+  wants every file: the containerd image store), the node's next try gets the whole image. A node with the same image ID receives
   nothing.
 - Verified: after `docker load` the receiver's image ID must equal the seed's (the config digest the
   registry's manifest names); else the tag is removed there and the node fails, named. `docker load`
@@ -234,6 +234,13 @@ class Plan:
     holders: list[str]
     needing: list[str]
     tries: dict[str, int] = field(default_factory=dict)
+    whole: set[str] = field(default_factory=set)  # nodes sent every layer from now on (a trimmed load failed)
+
+    def load_failed(self, node: str, detail: str) -> None:
+        """A failed receive: unless its stream was only cut short (a node before it in the chain went
+        away), the engine may want every layer's file (the containerd image store): send it all next."""
+        if not cut_short(detail):
+            self.whole.add(node)
 
     def pairs(self) -> list[tuple[str, str]]:
         """(sender, receiver) for the next round: each holder sends to one node that needs the image."""
@@ -328,6 +335,12 @@ def untag_command(image: str) -> Command:
     return Command(("sh", "-c", _UNTAG, "clusterctl-untag", image), timeout=60)
 
 
+def cut_short(detail: str) -> bool:
+    """A receive that failed because its stream ended early or never came (docker load's "unexpected
+    EOF" on a truncated tar, the relay's own complaints), not because of what the stream held."""
+    return "unexpected EOF" in detail or "clusterctl-relay" in detail
+
+
 def parse_sent(stdout: str) -> int:
     for line in stdout.splitlines():
         if line.startswith("sent ") and line[5:].strip().isdigit():
@@ -414,8 +427,8 @@ def distribute(hosts: list[Host], inventory: Inventory, connections, pull_seed, 
         host.name, HostStatus.OK, transport.run(image_layers_command(image)).stdout.strip()), connections)[seed].detail)
 
     def skip_for(names) -> tuple[str, ...]:
-        """The layers every one of `names` holds already; none after a failed try (the full image then)."""
-        if any(plan.tries.get(name) for name in names):
+        """The layers every one of `names` holds already; none for a node whose trimmed load failed."""
+        if plan.whole & set(names):
             return ()
         common = [set(layers_to_skip(layers, looked[name].data["held"])) for name in names]
         return tuple(sorted(set.intersection(*common))) if common else ()
@@ -452,7 +465,9 @@ def distribute(hosts: list[Host], inventory: Inventory, connections, pull_seed, 
                 transport.run(untag_command(image))
             return HostResult(host.name, HostStatus.OK, data={"image_id": found, "seconds": seconds})
 
-        done = for_each_host([by_name[n] for n in role], transfer, connections)
+        # a pair's two ends side by side, and all in flight at once: a sender waits for its receiver
+        in_round = [by_name[name] for pair in pairs for name in pair]
+        done = for_each_host(in_round, transfer, connections, width=len(in_round))
         for sender, receiver in pairs:
             got, sent = done[receiver], done[sender]
             if unreachable(got):
@@ -472,7 +487,9 @@ def distribute(hosts: list[Host], inventory: Inventory, connections, pull_seed, 
             if got.succeeded:  # a different image arrived: that node fails, named
                 results[receiver] = HostResult(receiver, HostStatus.FAILED, why, data={"image": image})
                 plan.needing.remove(receiver)
-            elif plan.failed(receiver):
+                continue
+            plan.load_failed(receiver, got.detail)
+            if plan.failed(receiver):
                 results[receiver] = HostResult(receiver, HostStatus.OK, f"peers failed ({why}); the registry pull "
                                                                         "follows",
                                                data={"distribute": {"source": None, "peers_failed": why}})
@@ -512,7 +529,8 @@ def _chain(plan: Plan, seed: str, image: str, address: dict, port: int, by_name:
             transport.run(untag_command(image))
         return HostResult(host.name, HostStatus.OK, data={"image_id": found, "seconds": seconds})
 
-    done = for_each_host([by_name[name] for name in chain], link, connections)
+    # every node of the chain in flight at once (one stream through all of them), whatever the pool's width
+    done = for_each_host([by_name[name] for name in chain], link, connections, width=len(chain))
     size = done[seed].data.get("bytes", 0) if done[seed].data else 0
     for i, name in enumerate(chain[1:], 1):
         got = done[name]
@@ -529,6 +547,7 @@ def _chain(plan: Plan, seed: str, image: str, address: dict, port: int, by_name:
             plan.needing.remove(name)
         else:
             plan.tries[name] = plan.tries.get(name, 0) + 1
+            plan.load_failed(name, got.detail)
     served = sum(1 for name in chain[1:] if name in holdings)
     note(Event("note", text=f"image passed along a chain of {len(chain)} node(s): {served} of {len(chain) - 1} "
                             "loaded it" + ("" if served == len(chain) - 1 else "; the others get it in rounds")))

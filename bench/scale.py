@@ -1,0 +1,151 @@
+"""Hundreds of nodes (issue 21): what the controller costs, and what each rehearsal node costs.
+
+    python3 bench/scale.py --nodes 64,128,240      (as root; `python bench/run.py --only scale` runs it)
+
+For each node count: a sandbox of N SSH-only nodes (network namespaces, one sshd each), then
+`clusterctl exec true`, `clusterctl check` and `clusterctl run --plan` against it, each a fresh
+process, sampled every 20 ms from /proc: peak RSS, peak threads, peak open descriptors, and its
+wall time; beside `exec`, the floor: N OpenSSH clients started at once. What one node costs at rest
+is read off the machine before and after the sandbox came up (MemAvailable) and off the sshd
+processes (their RSS). Results: bench/results.json ("scale").
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import (WORK, clusterctl_argv, clusterctl_env, fresh_dir, load, log, save, ssh_options,  # noqa: E402
+                    timed_parallel)
+
+
+def _proc_status(pid: int) -> tuple[int, int]:
+    """(RSS in kB, threads) of a live process; (0, 0) once it is gone."""
+    rss = threads = 0
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                rss = int(line.split()[1])
+            elif line.startswith("Threads:"):
+                threads = int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return rss, threads
+
+
+def _open_fds(pid: int) -> int:
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return 0
+
+
+def sampled(argv, env, timeout: float = 900.0) -> dict:
+    """Run `argv` to the end; its wall time, exit status and peaks of RSS, threads and descriptors."""
+    WORK.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    proc = subprocess.Popen([str(a) for a in argv], env=env, cwd=WORK, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    peak = {"rss_mb": 0.0, "threads": 0, "fds": 0}
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            rss, threads = _proc_status(proc.pid)
+            peak["rss_mb"] = max(peak["rss_mb"], rss / 1024)
+            peak["threads"] = max(peak["threads"], threads)
+            peak["fds"] = max(peak["fds"], _open_fds(proc.pid))
+            done.wait(0.02)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        _out, err = proc.communicate(timeout=timeout)
+        rc = proc.returncode
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _out, err = proc.communicate()
+        rc = 124
+    done.set()
+    watcher.join()
+    return {"wall": round(time.perf_counter() - started, 3), "rc": rc, **{k: round(v, 1) for k, v in peak.items()},
+            "error": err.decode(errors="replace")[-400:] if rc not in (0, 1) else ""}
+
+
+def mem_available_mb() -> float:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def sshd_rss_mb() -> list[float]:
+    sizes = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if Path(f"/proc/{entry}/comm").read_text().strip() == "sshd":
+                sizes.append(_proc_status(int(entry))[0] / 1024)
+        except OSError:
+            continue
+    return sizes
+
+
+def measure(n: int, reps: int) -> dict:
+    from clusterctl.sandbox import down, up
+
+    log(f"scale: {n} SSH-only nodes")
+    before = mem_available_mb()
+    sandbox = up(n)
+    time.sleep(2)  # let the nodes settle before reading the machine
+    sshds = sshd_rss_mb()
+    result = {"nodes": n, "node_cost": {"mem_mb_per_node": round((before - mem_available_mb()) / n, 2),
+                                        "sshd_rss_mb": round(statistics.median(sshds), 2) if sshds else None}}
+    work = fresh_dir(WORK / f"scale-{n}")
+    env = clusterctl_env(work / "state")
+    prompt = work / "prompt.txt"
+    prompt.write_text("a prompt\n")
+    inventory = str(sandbox.inventory_path)
+    commands = {"exec true": ("exec", "-i", inventory, "true"), "check": ("check", "-i", inventory),
+                "run --plan": ("run", "-i", inventory, "--plan", str(prompt))}
+    ssh = ["ssh", *ssh_options(sandbox.identity_file, sandbox.known_hosts)]
+    floor = [[*ssh, "-p", str(node.ssh_port), f"{node.ssh_user}@{node.listen_address}", "true"]
+             for node in sandbox.nodes if not node.behind_bastion]
+    try:
+        for label, args in commands.items():
+            result[label] = [sampled(clusterctl_argv(*args), env) for _ in range(reps)]
+            best = min(result[label], key=lambda s: s["wall"])
+            log(f"  {label}: {best['wall']:.2f}s rc {best['rc']}, peak {best['rss_mb']:.0f} MB RSS, "
+                f"{best['threads']} threads, {best['fds']} fds")
+        result["parallel ssh"] = [timed_parallel(floor, timeout=600) for _ in range(reps)]
+        result["parallel ssh nodes"] = len(floor)
+        log(f"  parallel ssh ({len(floor)} clients): {min(s['wall'] for s in result['parallel ssh']):.2f}s")
+        return result
+    finally:
+        down(sandbox.state_dir)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", default="64,128,240", help="comma-separated node counts")
+    parser.add_argument("--reps", type=int, default=3)
+    args = parser.parse_args(argv)
+    results = load()
+    block = results.setdefault("scale", {})
+    for n in [int(x) for x in args.nodes.split(",") if x.strip()]:
+        block[str(n)] = measure(n, args.reps)
+        block[str(n)]["measured"] = time.strftime("%Y-%m-%d %H:%M")
+        save(results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
