@@ -312,3 +312,16 @@ def test_a_node_that_fails_in_the_chain_is_left_to_the_registry_and_the_ones_aft
     # trimmed tar failed, is sent every layer when it is tried again
     sends = [skip for skips in engines.skips.values() for skip in skips]
     assert sends.count(BASE.split(":")[1]) == len(sends) - 1 and sends.count("") == 1, engines.skips
+
+
+def test_a_relay_ends_as_soon_as_the_session_that_started_it_goes_away():
+    """As `up` runs it: the session's stdin on fd 3 (stdin_open); closing it (Ctrl-C, a killed clusterctl)
+    ends a relay still waiting for its receiver at once, not after ACCEPT_S."""
+    script = peers._WATCH + 'python3 -c "$1" send 127.0.0.1 "$2" t 60 < /dev/null'
+    session = subprocess.Popen(["sh", "-c", script, "clusterctl-send", peers.RELAY, str(_free_port())],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(1.0)
+    assert session.poll() is None  # listening, waiting for its receiver
+    started = time.monotonic()
+    session.stdin.close()
+    assert session.wait(timeout=10) == 3 and time.monotonic() - started < 5

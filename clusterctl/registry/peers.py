@@ -29,7 +29,9 @@ How, and why this way:
   tags only a complete image, so a transfer cut short leaves no tag. A node whose transfer failed is
   retried from another holder in the next round, then left to `docker.pull` (the registry).
 - The relay's server accepts one client that sends the transfer's token, within ACCEPT_S, and
-  ends with the stream: nothing listens after `up`, also after Ctrl-C (its client goes away).
+  ends with the stream. Every relay also ends the moment its SSH session does (it watches the
+  session's stdin, which clusterctl holds open): after Ctrl-C or a killed `up` nothing listens or
+  loads on, and a cut `docker load` tags nothing.
 """
 from __future__ import annotations
 
@@ -48,8 +50,24 @@ ACCEPT_S = 60
 MAX_TRIES = 2
 
 RELAY = r'''
-import hmac, socket, sys, time
+import hmac, os, socket, sys, threading, time
 role, address, port, token = sys.argv[1], sys.argv[2], int(sys.argv[3]), (sys.argv[4] + "\n").encode()
+
+
+def orphaned(fd):
+    # fd: the SSH session's stdin, kept open by clusterctl (stdin_open) while it waits for this
+    # transfer: its end (Ctrl-C, a killed clusterctl, a lost connection) ends this relay at once,
+    # not after the accept/connect timeouts; the pipes around it then end docker save/load
+    try:
+        while os.read(fd, 65536):
+            pass
+    except OSError:
+        return  # not given (run by hand): nothing to watch
+    os._exit(3)
+
+
+if os.environ.get("CLUSTERCTL_RELAY_WATCH"):
+    threading.Thread(target=orphaned, args=(int(os.environ["CLUSTERCTL_RELAY_WATCH"]),), daemon=True).start()
 total, chunk = 0, 1 << 20
 
 
@@ -188,9 +206,11 @@ else:
 
 # $1 image, $2 relay code, $3 address, $4 port, $5 token, $6 accept timeout
 # $7: the layers not to send (comma-separated hex diff IDs; empty: all)
-_SEND = ('{ docker save "$1" || echo "clusterctl: docker save failed" >&2; } | python3 -c "$2" send "$3" "$4" "$5" "$6" "$7"')
+_WATCH = 'exec 3<&0; export CLUSTERCTL_RELAY_WATCH=3; '  # the relay watches the session's stdin (RELAY)
+_SEND = (_WATCH + '{ docker save "$1" 3<&- || echo "clusterctl: docker save failed" >&2; } | '
+         'python3 -c "$2" send "$3" "$4" "$5" "$6" "$7"')
 # $1 relay code, $2 sender address, $3 port, $4 token, $5 connect timeout; docker load's own output names the image
-_RECEIVE = 'python3 -c "$1" recv "$2" "$3" "$4" "$5" | docker load -q'
+_RECEIVE = _WATCH + 'python3 -c "$1" recv "$2" "$3" "$4" "$5" | docker load -q 3<&-'
 # $1 image: its ID, or nothing
 _IMAGE_ID = 'docker image inspect -f "{{.Id}}" "$1" 2>/dev/null || true'
 # $1 image: its layers' diff IDs, as a JSON list (or nothing)
@@ -268,7 +288,7 @@ def image_id_command(image: str) -> Command:
 def send_command(image: str, address: str, port: int, token: str, skip: tuple[str, ...] = ()) -> Command:
     """`docker save` into the relay, without the layers in `skip` (diff IDs the receiver's engine has)."""
     return Command(("sh", "-c", _SEND, "clusterctl-send", image, RELAY, address, str(port), token, str(ACCEPT_S),
-                    ",".join(d.split(":")[-1] for d in skip)), timeout=None)
+                    ",".join(d.split(":")[-1] for d in skip)), timeout=None, stdin_open=True)
 
 
 def image_layers_command(image: str) -> Command:
@@ -318,17 +338,17 @@ def layers_to_skip(image_layers: list[str], held: set[str]) -> tuple[str, ...]:
 
 def receive_command(address: str, port: int, token: str) -> Command:
     return Command(("sh", "-c", _RECEIVE, "clusterctl-receive", RELAY, address, str(port), token, str(ACCEPT_S)),
-                   timeout=None)
+                   timeout=None, stdin_open=True)
 
 
 # $1 relay code, upstream $2 address $3 port $4 token, $5 timeout, downstream $6 own address $7 port $8 token
-_PIPE = 'python3 -c "$1" pipe "$2" "$3" "$4" "$5" "$6" "$7" "$8" | docker load -q'
+_PIPE = _WATCH + 'python3 -c "$1" pipe "$2" "$3" "$4" "$5" "$6" "$7" "$8" | docker load -q 3<&-'
 
 
 def pipe_command(upstream: str, port: int, token: str, own_address: str, downstream_token: str) -> Command:
     """Load the image from upstream while passing every byte on to the next node of the chain."""
     return Command(("sh", "-c", _PIPE, "clusterctl-receive", RELAY, upstream, str(port), token, str(ACCEPT_S),
-                    own_address, str(port), downstream_token), timeout=None)
+                    own_address, str(port), downstream_token), timeout=None, stdin_open=True)
 
 
 def untag_command(image: str) -> Command:
