@@ -84,7 +84,7 @@ def plot_distribute(results: dict, out: Path) -> Path:
         if ratio:
             bytes_ax.plot([p[0] for p in ratio], [p[1] for p in ratio], marker="o", color=color, label=label)
     bytes_ax.axhline(2, color="tab:green", linestyle=":", label="goal: <= 2x")
-    for ax, ylabel in ((time_ax, "cold `up`, s"), (bytes_ax, "bytes from the registry's machine / image size")):
+    for ax, ylabel in ((time_ax, "cold up, s"), (bytes_ax, "bytes from the registry's machine / image size")):
         ax.set_xlabel("Docker nodes (rehearsal cluster)")
         ax.set_ylabel(ylabel)
         ax.set_xticks(sizes)

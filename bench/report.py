@@ -257,11 +257,40 @@ def verdicts(results: dict) -> list[tuple[str, str, str]]:
     if cc and one:
         out.append(("collect-logs (per-node dirs) vs one `scp -r` of the same three directories",
                     f"{one / cc * 100:.0f} % ({cc:.2f} s vs {one:.2f} s)", "info"))
+    out += scale_verdicts(results)
     shared = block.get("shared")
     cc, scp1, scpn = (_median(shared, t) for t in ("clusterctl collect-logs", "scp, 1 stream", "scp, parallel"))
     if cc and scp1 and scpn:
         out.append(("collect-logs, shared outputs (fetched once): vs 1 scp stream / vs 3 parallel scps",
                     f"{scp1 / cc * 100:.0f} % / {scpn / cc * 100:.0f} %", "info"))
+    return out
+
+
+def scale_verdicts(results: dict) -> list[tuple[str, str, str]]:
+    """Issue 21 (exec at 240 nodes against the parallel-ssh floor) and issue 22 (16 nodes)."""
+    import statistics
+
+    out = []
+    big = (results.get("scale") or {}).get("240") or {}
+    cc = min((s["wall"] for s in big.get("exec true", []) if s.get("rc") == 0), default=None)
+    floor = min((s["wall"] for s in big.get("parallel ssh", []) if s.get("rc") == 0), default=None)
+    out.append(("`exec true` @240: within 1.0× of parallel OpenSSH",
+                f"{cc / floor:.2f}× ({cc:.2f} s vs {floor:.2f} s)" if cc and floor else "not measured",
+                (PASS if cc / floor <= 1.0 else FAIL) if cc and floor else NA))
+    block = (results.get("distribute") or {}).get("16") or {}
+
+    def median(mode: str, key: str):
+        values = [s[key] for s in block.get(mode, []) if s.get("rc") == 0]
+        return statistics.median(values) if values else None
+
+    sent, peers, one = median("peers", "control_bytes"), median("peers", "wall"), median("one_node", "wall")
+    size = block.get("size_mb", 0) * 1e6
+    out.append(("image to 16 nodes (peers): ≤ 2× the image from the registry's machine",
+                f"{sent / size:.2f}×" if sent and size else "not measured",
+                (PASS if sent / size <= 2 else FAIL) if sent and size else NA))
+    out.append(("cold `up` of 16 nodes (peers) ≤ 3× one node's pull",
+                f"{peers / one:.1f}× ({peers:.1f} s vs {one:.1f} s)" if peers and one else "not measured",
+                (PASS if peers / one <= 3 else FAIL) if peers and one else NA))
     return out
 
 
