@@ -67,7 +67,9 @@ _POLL = ('touch "$1/lease" 2>/dev/null; if [ -e "$1/agent.exit" ]; then s=; [ -e
          'echo "exit $(cat "$1/agent.exit")$s"; else echo running; fi')
 
 # Streams the node's output until agent.exit appears, then the rest, then ends by itself (its end
-# tells the runner to poll the node at once; tail -F reads through inotify, so 0.3 s gets the rest): each
+# tells the runner to poll the node at once; tail -F reads through inotify, so 0.15 s gets the rest:
+# the ranks' files were complete a second before, when the ranks exited, and torchrun's own last
+# lines are milliseconds old; agent.exit is looked for every 0.1 s, a fork a tenth of a second): each
 # local rank's own stdout/stderr files (byte for byte, `\r` and partial lines included) and
 # torchrun's agent.log, through one `tail -v -F` that marks each switch of file with a header.
 # First it waits for torchrun's per-rank directory (made as the workers start) and names it in a
@@ -86,8 +88,8 @@ set --
 i=0
 while [ -n "$att" ] && [ "$i" -lt "$n" ]; do set -- "$@" "$att/$i/stdout.log" "$att/$i/stderr.log"; i=$((i+1)); done
 tail -v -n +1 -F "$@" agent.log 2>/dev/null & t=$!
-while [ ! -e agent.exit ]; do sleep 0.25; done
-sleep 0.3; kill "$t" 2>/dev/null
+while [ ! -e agent.exit ]; do sleep 0.1; done
+sleep 0.15; kill "$t" 2>/dev/null
 '''
 
 # `clusterctl logs`: some files of a node's run dir, read back by job/follow.py like _FOLLOW's stream.
