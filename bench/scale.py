@@ -133,12 +133,62 @@ def measure(n: int, reps: int) -> dict:
         down(sandbox.state_dir)
 
 
+# A rank that only says who it is: the journey's cost at many Docker nodes is clusterctl's and
+# torchrun's, not the job's (64 ranks importing torch would not fit beside 64 engines on 2 cores).
+HELLO = """import os, sys, time
+print("rank %s of %s on %s" % (os.environ.get("RANK"), os.environ.get("WORLD_SIZE"), os.uname().nodename), flush=True)
+time.sleep(1)
+"""
+
+
+def measure_docker(n: int) -> dict:
+    """The journey at N Docker nodes: cold `up`, warm `up`, `run` of a one-rank-per-node job, `collect-logs`,
+    `down`, each sampled as above."""
+    import yaml
+
+    from clusterctl.sandbox import down, up
+
+    log(f"scale: {n} Docker nodes")
+    before = mem_available_mb()
+    sandbox = up(n, docker=True)
+    time.sleep(2)
+    result = {"nodes": n, "node_cost": {"mem_mb_per_node": round((before - mem_available_mb()) / n, 2)}}
+    work = fresh_dir(WORK / f"scale-docker-{n}")
+    env = clusterctl_env(work / "state")
+    (Path(sandbox.shared_outputs) / "hello.py").write_text(HELLO)
+    doc = yaml.safe_load(Path(sandbox.inventory_path).read_text())
+    doc["job"].update(command=["/workspace/output/hello.py"], args=[], nproc_per_node=1)
+    doc["job"].pop("world_size_divides", None)
+    inventory = work / "inventory.yaml"
+    inventory.write_text(yaml.safe_dump(doc, sort_keys=False))
+    prompt = work / "prompt.txt"
+    prompt.write_text("a prompt\n")
+    steps = {"up (cold)": ("up", str(inventory)), "up (warm)": ("up", str(inventory)),
+             "run": ("run", "-i", str(inventory), str(prompt)),
+             "collect-logs": ("collect-logs", "-i", str(inventory), "--dest", str(work / "collected")),
+             "down": ("down", "-i", str(inventory))}
+    try:
+        for label, args in steps.items():
+            result[label] = [sampled(clusterctl_argv(*args), env, timeout=1800)]
+            sample = result[label][0]
+            log(f"  {label}: {sample['wall']:.2f}s rc {sample['rc']}, peak {sample['rss_mb']:.0f} MB RSS, "
+                f"{sample['threads']} threads, {sample['fds']} fds {sample['error'][-200:]}")
+        return result
+    finally:
+        down(sandbox.state_dir)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--nodes", default="64,128,240", help="comma-separated node counts")
+    parser.add_argument("--nodes", default="64,128,240", help="comma-separated SSH-only node counts ('' for none)")
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--docker", default="", help="comma-separated Docker node counts for the journey (e.g. 64)")
     args = parser.parse_args(argv)
     results = load()
+    for n in [int(x) for x in args.docker.split(",") if x.strip()]:
+        results.setdefault("scale_docker", {})[str(n)] = measure_docker(n)
+        results["scale_docker"][str(n)]["measured"] = time.strftime("%Y-%m-%d %H:%M")
+        save(results)
     block = results.setdefault("scale", {})
     for n in [int(x) for x in args.nodes.split(",") if x.strip()]:
         block[str(n)] = measure(n, args.reps)

@@ -310,15 +310,10 @@ class FakeTransport:
         return self.engine
 
 
-class FakeConnections:
-    def __init__(self, transports):
-        self.transports = transports
+def connections_over(transports):  # the executor's own Connections, over fake transports
+    from clusterctl.executor import Connections
 
-    def get(self, host):
-        return self.transports[host.name]
-
-    def drop(self, name):
-        pass
+    return Connections(lambda host: transports[host.name])
 
 
 def _cluster(tmp_path, nodes: dict, extra: str = ""):
@@ -334,7 +329,7 @@ def _run_module(name, inventory, transports, **variables):
 
     module = modules.resolve(name)
     if module.cluster_scope:
-        return module(ClusterContext(inventory.hosts, inventory, {}, FakeConnections(transports), lambda e: None))
+        return module(ClusterContext(inventory.hosts, inventory, {}, connections_over(transports), lambda e: None))
     out = {}
     for host in inventory.hosts:
         output = module(TaskContext(host, inventory, {"on_event": lambda e: None, **variables}))
@@ -399,7 +394,7 @@ def test_controller_credentials_reach_the_node_only_inside_the_request(tmp_path,
 def _checks(inventory, transports):
     from clusterctl.preflight.image_pull import image_pull_checks
 
-    return image_pull_checks(inventory, list(inventory.hosts), FakeConnections(transports))
+    return image_pull_checks(inventory, list(inventory.hosts), connections_over(transports))
 
 
 def test_pull_never_checks_only_that_the_image_is_there(tmp_path):
