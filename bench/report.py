@@ -181,7 +181,17 @@ def scale_table(results: dict) -> str:
         cost = b.get("node_cost") or {}
         costs.append(f"{n} nodes: {cost.get('mem_mb_per_node')} MB of the machine's memory per node at rest "
                      f"(sshd {cost.get('sshd_rss_mb')} MB RSS)")
-    return "\n".join(lines) + "\n\n" + "; ".join(costs) + "."
+    text = "\n".join(lines) + "\n\n" + "; ".join(costs) + "."
+    docker = results.get("scale_docker") or {}
+    if docker:
+        rows = ["| Docker nodes | step | wall s | peak RSS MB | peak threads | peak fds | rc |", "|---|---|---|---|---|---|---|"]
+        for n in sorted(docker, key=int):
+            for label in ("up (cold)", "up (warm)", "run", "collect-logs", "down"):
+                for sample in docker[n].get(label) or []:
+                    rows.append(f"| {n} | `{label}` | {sample['wall']:.2f} | {sample['rss_mb']:.0f} | "
+                                f"{sample['threads']} | {sample['fds']} | {sample['rc']} |")
+        text += "\n\nThe journey at many Docker nodes (`bench/scale.py --docker N`):\n\n" + "\n".join(rows)
+    return text
 
 
 def collect_tables(results: dict) -> str:
