@@ -90,3 +90,56 @@ def test_after_an_image_update_up_sends_the_nodes_only_the_layer_they_lack(sandb
                     docker_client(sandbox, node).images.remove(tag, force=True)
                 except Exception:  # noqa: BLE001 - not there: nothing to clean
                     pass
+
+
+def test_a_node_cut_off_in_the_middle_of_the_chain_is_named_and_the_node_after_it_still_gets_the_image(
+        sandbox, tmp_path):
+    """node1 holds the image and sends it down the chain node1 -> node2 -> node3 at 16 Mbit/s; node2 is cut
+    off the network mid-transfer: `up` names node2 unreachable (exit 3) and node3 gets the image from
+    node1 in the rounds, verified by its ID."""
+    import os
+    import time
+
+    from clusterctl_helpers import wait_until
+
+    repository = load_inventory(sandbox)["container"]["image"].rsplit(":", 1)[0]
+    image = f"{repository}:peers-cut"
+    sandbox.push_image(image, {"/opt/blob.bin": os.urandom(32 << 20)})
+    inventory = variant(sandbox, tmp_path / "cut.yaml", lambda doc: doc["container"].update(
+        image=image, name="cc-peers-cut", distribute="peers", pull="missing"))
+    seed = docker_client(sandbox, "node1").images.pull(image)
+    for node in ("node2", "node3"):
+        try:
+            docker_client(sandbox, node).images.remove(image, force=True)
+        except Exception:  # noqa: BLE001 - not there
+            pass
+    cli = Cli(tmp_path / "state")
+    fabric = sandbox.node("node1").fabric_ifname
+    sandbox.ns_exec("node1", ["tc", "qdisc", "replace", "dev", fabric, "root", "tbf", "rate", "16mbit", "burst", "64kb",
+                              "latency", "500ms"])
+    proc = None
+    try:
+        proc = cli.popen("up", str(inventory))
+        wait_until(lambda: processes_with("\0pipe\0"), 60, what="node2 passing the image on")
+        time.sleep(2)
+        sandbox.cut_network("node2")
+        code, doc, _ = Cli.finish(proc, timeout=240)
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        sandbox.restore_network("node2")
+        sandbox.ns_exec("node1", ["tc", "qdisc", "del", "dev", fabric, "root"], check=False)
+    try:
+        assert code == 3, doc
+        assert doc["hosts"]["node2"]["status"] == "unreachable", doc["hosts"]["node2"]
+        node3 = doc["hosts"]["node3"]
+        assert node3["status"] in ("ok", "changed") and node3["distribute"]["source"] == "peer:node1", node3
+        assert docker_client(sandbox, "node3").images.get(image).id == seed.id
+    finally:
+        cli.json("down", "-i", str(inventory))
+        for node in ("node1", "node2", "node3"):
+            try:
+                docker_client(sandbox, node).images.remove(image, force=True)
+            except Exception:  # noqa: BLE001 - not there
+                pass

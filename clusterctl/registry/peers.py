@@ -176,7 +176,7 @@ else:
             if time.monotonic() > deadline:
                 sys.exit("clusterctl-relay: cannot reach %s:%d" % (address, port))
             time.sleep(0.2)
-    conn.settimeout(60)
+    conn.settimeout(30)  # a stream silent this long: its sender is gone (a node cut off)
     conn.sendall(token)
     if server is not None:  # the downstream node first (it connects as soon as this listens): no byte is lost
         try:
