@@ -14,7 +14,7 @@ import statistics
 import time
 from pathlib import Path
 
-from common import REPO, clusterctl_argv, clusterctl_env, log, timed
+from common import REPO, WORK, clusterctl_argv, clusterctl_env, log, timed, timed_parallel, write_ssh_config
 
 STAGES = ("t_start", "t_init", "t_first_collective", "t_end")
 
@@ -53,6 +53,17 @@ def _rank_records(outputs: Path, run_id) -> list[dict]:
     return records
 
 
+def floor_argvs(sandbox) -> list[list[str]]:
+    """What torchrun itself must do first on every node, from here: `ssh NODE docker exec CONTAINER
+    python3 -c 'import torch.distributed.run'`, one OpenSSH client per node, all at once."""
+    import yaml
+
+    config = write_ssh_config(sandbox, WORK / "launch-ssh-config")
+    container = yaml.safe_load(Path(sandbox.inventory_path).read_text())["container"]["name"]
+    return [["ssh", "-F", str(config), node.name, "docker", "exec", container, "python3", "-c",
+             "import torch.distributed.run"] for node in sandbox.nodes]
+
+
 def measure(sandbox, state_dir: Path, reps: int) -> dict:
     n = len(sandbox.nodes)
     env = clusterctl_env(state_dir)
@@ -65,7 +76,11 @@ def measure(sandbox, state_dir: Path, reps: int) -> dict:
         log(f"  run {index + 1}/{reps}: {sample['run_id']} exit {sample['rc']}, all ranks past the first collective "
             f"at {first if first is not None else '?'}s, command {sample['wall']:.2f}s"
             + (f": {sample.get('err', '')[-300:]}" if sample["rc"] else ""))
+    floors = [timed_parallel(floor_argvs(sandbox), timeout=300) for _ in range(reps)]
+    good_floors = [f["wall"] for f in floors if f["rc"] == 0]
+    log(f"  floor (parallel ssh + docker exec + import torch.distributed.run): "
+        f"{statistics.median(good_floors) if good_floors else '?'}s")
     good = [s for s in samples if s["rc"] == 0]
-    return {"nodes": n, "ranks_per_node": 2, "samples": {"clusterctl run": samples},
+    return {"nodes": n, "ranks_per_node": 2, "samples": {"clusterctl run": samples, "floor": floors},
             "last_run_id": good[-1]["run_id"] if good else None,
             "median_first_collective": statistics.median(s["t_first_collective"]["max"] for s in good) if good else None}

@@ -116,6 +116,13 @@ def launch_table(results: dict) -> str:
     walls = [s["wall"] for s in good]
     if walls:
         lines.append(f"| `clusterctl run` returned | | {statistics.median(walls):.2f} |")
+    floors = [s["wall"] for s in block["samples"].get("floor", []) if s.get("rc") == 0]
+    starts = [s["t_start"]["min"] for s in good if "t_start" in s]
+    if floors:
+        floor = statistics.median(floors)
+        ratio = f" (first rank started at {statistics.median(starts) / floor:.2f}x)" if starts else ""
+        lines.append(f"| floor: parallel `ssh NODE docker exec ... python3 -c 'import torch.distributed.run'`{ratio} "
+                     f"| {floor:.2f} | |")
     failed = len(block["samples"]["clusterctl run"]) - len(good)
     return "\n".join(lines) + f"\n\n{block['nodes']} nodes × {block['ranks_per_node']} CPU ranks (gloo), " \
         f"{len(good)} runs" + (f", {failed} failed" if failed else "") + "."

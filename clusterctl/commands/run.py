@@ -76,6 +76,7 @@ def read_prompt(path: Path) -> str:
 
 
 def execute(args, app) -> Outcome:
+    from clusterctl.executor import in_parallel
     from clusterctl.preflight.node_facts import gather_node_facts
     from clusterctl.job.livelog import LiveLog, LiveLogEvents
     from clusterctl.job.records import run_lock
@@ -96,7 +97,11 @@ def execute(args, app) -> Outcome:
     # one run of a cluster at a time: a second is refused naming the first (`clusterctl stop RUN`)
     with app.state.lock(run_lock(inventory.name), "a `clusterctl run`", run_id=run_id), \
             _nodes(inventory, app, run_id) as (inventory, connections, scheduled):
-        facts, problems = gather_node_facts(inventory, connections)
+        if scheduled is None:  # the probe and the look for a run in progress at once: one wait for the slowest node
+            (facts, problems), busy = in_parallel([lambda: gather_node_facts(inventory, connections),
+                                                   lambda: ensure_no_run_in_progress(inventory, connections)])
+        else:  # on Slurm each is an srun step of the allocation: one after the other
+            (facts, problems), busy = gather_node_facts(inventory, connections), None
         if problems:
             return _not_ready(app, problems)
         topology = plan(inventory, facts, strict=args.strict)
@@ -111,7 +116,8 @@ def execute(args, app) -> Outcome:
         if args.plan:
             app.renderer.plan(topology, runner.commands())
             return Outcome({"ok": True, **summary, "plan": runner.commands(), "exit_code": None})
-        busy = ensure_no_run_in_progress(inventory, connections)
+        if scheduled is not None:
+            busy = ensure_no_run_in_progress(inventory, connections)
         if busy:
             raise StateError(f"a run is already in progress: {busy}", where=inventory.name,
                              fix=busy_fix(busy))

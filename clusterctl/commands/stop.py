@@ -34,8 +34,9 @@ def execute(args, app) -> Outcome:
     from clusterctl.executor import for_each_host, run_commands
     from clusterctl.job import agent, records, supervision
     from clusterctl.job.torchrun import log_dir
-    from clusterctl.models import HostResult
+    from clusterctl.models import HostResult, HostStatus
     from clusterctl.modules import process
+    from clusterctl.slurm.allocation import allocation_ended
 
     run_id, record = records.resolve(app.state, args.run)
     state = records.state_of(record, run_id, app.state.lock_holder)
@@ -62,6 +63,8 @@ def execute(args, app) -> Outcome:
 
     marked = for_each_host(hosts, mark, app.connections)
 
+    job_id = (record.get("slurm") or {}).get("job_id")
+
     def end(transport, host) -> HostResult:
         kill = process.scan_command(inventory.name, host.name, port, "kill", run_id)
         after = process.scan_command(inventory.name, host.name, port, "list", run_id)
@@ -69,6 +72,12 @@ def execute(args, app) -> Outcome:
         if not ended.succeeded:
             return ended
         waited = run_commands(transport, host, [agent.await_exit_command(inventory, run_dir[host.name]), after])
+        if not waited.succeeded and job_id and allocation_ended(str(job_id)):
+            # the attached `run` saw the stop and gave its allocation back meanwhile, which ended this
+            # step: Slurm ends every process of an allocation with it, so nothing of the run is left
+            return HostResult(host.name, HostStatus.CHANGED if ended.stdout.strip() else HostStatus.OK,
+                              f"ended with Slurm allocation {job_id}", data={"ended": len(process.parse_scan(
+                                  ended.stdout)["ours"])})
         if not waited.succeeded:
             return waited
         return _verdict(host.name, process.parse_scan(ended.stdout)["ours"], waited.stdout,
@@ -77,7 +86,6 @@ def execute(args, app) -> Outcome:
     results = {**marked, **for_each_host([h for h in hosts if marked[h.name].succeeded], end, app.connections)}
     results = {h.name: results[h.name] for h in hosts}
     final = _record_stopped(app, run_id, record, note)
-    job_id = (record.get("slurm") or {}).get("job_id")
     if job_id and state == "unknown":  # a Slurm run whose controller is gone: nobody else gives the allocation back
         from clusterctl.slurm.allocation import cancel
 

@@ -67,6 +67,16 @@ def queued_jobs() -> tuple[partition.QueuedJob, ...]:
     return tuple(j for j in jobs if j.name.startswith(submit.JOB_NAME_PREFIX))
 
 
+def allocation_ended(job_id: str) -> bool:
+    """Whether Slurm no longer holds `job_id` (gone from the queue, or completing: its steps are being
+    ended); False when squeue does not answer (nothing known)."""
+    done = slurm(partition.SQUEUE_ARGV)
+    if done.returncode != 0:
+        return False
+    job = next((j for j in partition.parse_squeue(done.stdout) if j.job_id == str(job_id)), None)
+    return job is None or job.state.upper() in ("CG", "COMPLETING", "CD", "COMPLETED", "CA", "CANCELLED")
+
+
 def refuse_unless_ready(inventory: Inventory, checks: list[CheckResult]) -> None:
     """The first failed check as the one error said before anything is submitted."""
     failed = [c for c in checks if c.status is CheckStatus.FAIL]
