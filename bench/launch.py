@@ -10,6 +10,7 @@ collective.
 from __future__ import annotations
 
 import json
+import shlex
 import statistics
 import time
 from pathlib import Path
@@ -60,8 +61,8 @@ def floor_argvs(sandbox) -> list[list[str]]:
 
     config = write_ssh_config(sandbox, WORK / "launch-ssh-config")
     container = yaml.safe_load(Path(sandbox.inventory_path).read_text())["container"]["name"]
-    return [["ssh", "-F", str(config), node.name, "docker", "exec", container, "python3", "-c",
-             "import torch.distributed.run"] for node in sandbox.nodes]
+    remote = shlex.join(["docker", "exec", container, "python3", "-c", "import torch.distributed.run"])
+    return [["ssh", "-F", str(config), node.name, remote] for node in sandbox.nodes]
 
 
 def measure(sandbox, state_dir: Path, reps: int) -> dict:
