@@ -54,7 +54,7 @@ class Cli:
         """`clusterctl ARGS` as a subprocess of this interpreter; stdout/stderr piped, text."""
         argv = [sys.executable, "-m", "clusterctl", *(_with_json(args) if json_output else args)]
         return subprocess.Popen(argv, env=self.env, cwd=str(self.state_dir.parent), stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+                                stderr=subprocess.PIPE, text=True, preexec_fn=as_from_a_terminal)
 
     @staticmethod
     def finish(proc: subprocess.Popen, timeout: float = 180) -> tuple[int, dict, str]:
@@ -119,6 +119,12 @@ def container_of(sb, node: str, name: str):
         return None
     finally:
         client.close()
+
+
+def as_from_a_terminal() -> None:
+    """In a child before exec: SIGHUP as a shell on a terminal leaves it (default), even when these tests
+    run under `nohup` (which ignores it for the whole tree, and an ignored signal stays ignored across exec)."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 def processes_with(text: str) -> list[tuple[int, str]]:

@@ -16,6 +16,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from clusterctl_helpers import as_from_a_terminal
 
 from clusterctl.job import node_agent, supervision
 
@@ -246,7 +247,8 @@ with hang_up_detaches() as hung_up:
     print("after", hung_up(), flush=True)
 print("restored", signal.getsignal(signal.SIGHUP) in (signal.SIG_DFL, signal.SIG_IGN), flush=True)
 '''
-    plain = subprocess.run([sys.executable, "-c", code, "plain"], capture_output=True, text=True, timeout=60)
+    plain = subprocess.run([sys.executable, "-c", code, "plain"], capture_output=True, text=True, timeout=60,
+                           preexec_fn=as_from_a_terminal)
     assert plain.returncode == 0 and plain.stdout == "before\n", (plain.stdout, plain.stderr)
     nohup = subprocess.run([sys.executable, "-c", code, "nohup"], capture_output=True, text=True, timeout=60)
     assert nohup.stdout == "before\nafter False\nrestored True\n", (nohup.stdout, nohup.stderr)
