@@ -400,6 +400,28 @@ def holding_result(host: Host, holding: Holding) -> HostResult:
 
 # --------------------------------------------------------------------------- the rounds (I/O)
 
+def send_on(transport, host: Host, command: Command) -> HostResult:
+    """One sending end (a round's sender, the chain's seed): how many bytes went."""
+    sent = transport.run(command)
+    status = HostStatus.OK if sent.exit_code == 0 else HostStatus.FAILED
+    return HostResult(host.name, status, sent.stderr.strip()[-300:], data={"bytes": parse_sent(sent.stdout)})
+
+
+def receive_on(transport, host: Host, command: Command, image: str, expected: str) -> HostResult:
+    """One receiving end (`docker load` from a relay): the image ID it ended with; a loaded image that is
+    not `expected` is untagged at once (the caller fails the node, named)."""
+    started = now()
+    got = transport.run(command)
+    seconds = now() - started
+    found = transport.run(image_id_command(image)).stdout.strip()
+    if got.exit_code != 0:
+        return HostResult(host.name, HostStatus.FAILED, (got.stderr.strip() or got.stdout.strip())[-300:],
+                          data={"image_id": found})
+    if found != expected:
+        transport.run(untag_command(image))
+    return HostResult(host.name, HostStatus.OK, data={"image_id": found, "seconds": seconds})
+
+
 def distribute(hosts: list[Host], inventory: Inventory, connections, pull_seed, on_event=None) -> dict[str, HostResult]:
     """Every node ends with the image (or a failure that names it, or is left to the registry pull:
     OK with a detail that says so). `pull_seed`: the HostAction that pulls from the registry (docker.pull's)."""
@@ -443,8 +465,12 @@ def distribute(hosts: list[Host], inventory: Inventory, connections, pull_seed, 
                                   for h in alive if h.name != seed}}
         holdings[seed] = Holding("registry", pulled.data.get("image_id", ""), seconds=now() - started)
     expected = holdings[seed].image_id
-    layers = parse_layer_list(for_each_host([by_name[seed]], lambda transport, host: HostResult(
-        host.name, HostStatus.OK, transport.run(image_layers_command(image)).stdout.strip()), connections)[seed].detail)
+
+    def seed_layers(transport, host: Host) -> HostResult:
+        listed = transport.run(image_layers_command(image)).stdout.strip()
+        return HostResult(host.name, HostStatus.OK, data={"layers": parse_layer_list(listed)})
+
+    layers = for_each_host([by_name[seed]], seed_layers, connections)[seed].data.get("layers") or []
 
     def skip_for(names) -> tuple[str, ...]:
         """The layers every one of `names` holds already; none for a node whose trimmed load failed."""
@@ -470,20 +496,9 @@ def distribute(hosts: list[Host], inventory: Inventory, connections, pull_seed, 
 
         def transfer(transport, host: Host) -> HostResult:
             kind, other = role[host.name]
-            started = now()
             if kind == "send":
-                sent = transport.run(send_command(image, address[host.name], port, token[other], skip[other]))
-                status = HostStatus.OK if sent.exit_code == 0 else HostStatus.FAILED
-                return HostResult(host.name, status, sent.stderr.strip()[-300:], data={"bytes": parse_sent(sent.stdout)})
-            got = transport.run(receive_command(address[other], port, token[host.name]))
-            seconds = now() - started
-            found = transport.run(image_id_command(image)).stdout.strip()
-            if got.exit_code != 0:
-                return HostResult(host.name, HostStatus.FAILED, (got.stderr.strip() or got.stdout.strip())[-300:],
-                                  data={"image_id": found})
-            if found != expected:
-                transport.run(untag_command(image))
-            return HostResult(host.name, HostStatus.OK, data={"image_id": found, "seconds": seconds})
+                return send_on(transport, host, send_command(image, address[host.name], port, token[other], skip[other]))
+            return receive_on(transport, host, receive_command(address[other], port, token[host.name]), image, expected)
 
         # a pair's two ends side by side, and all in flight at once: a sender waits for its receiver
         in_round = [by_name[name] for pair in pairs for name in pair]
@@ -532,22 +547,11 @@ def _chain(plan: Plan, seed: str, image: str, address: dict, port: int, by_name:
     def link(transport, host: Host) -> HostResult:
         i = chain.index(host.name)
         if i == 0:
-            sent = transport.run(send_command(image, address[seed], port, token[chain[1]], skip))
-            status = HostStatus.OK if sent.exit_code == 0 else HostStatus.FAILED
-            return HostResult(host.name, status, sent.stderr.strip()[-300:], data={"bytes": parse_sent(sent.stdout)})
-        started = now()
+            return send_on(transport, host, send_command(image, address[seed], port, token[chain[1]], skip))
         upstream = address[chain[i - 1]]
         command = (receive_command(upstream, port, token[host.name]) if i == len(chain) - 1 else
                    pipe_command(upstream, port, token[host.name], address[host.name], token[chain[i + 1]]))
-        got = transport.run(command)
-        seconds = now() - started
-        found = transport.run(image_id_command(image)).stdout.strip()
-        if got.exit_code != 0:
-            return HostResult(host.name, HostStatus.FAILED, (got.stderr.strip() or got.stdout.strip())[-300:],
-                              data={"image_id": found})
-        if found != plan.expected_id:
-            transport.run(untag_command(image))
-        return HostResult(host.name, HostStatus.OK, data={"image_id": found, "seconds": seconds})
+        return receive_on(transport, host, command, image, plan.expected_id)
 
     # every node of the chain in flight at once (one stream through all of them), whatever the pool's width
     done = for_each_host([by_name[name] for name in chain], link, connections, width=len(chain))
