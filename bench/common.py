@@ -41,13 +41,13 @@ def log(text: str) -> None:
 # --------------------------------------------------------------------------- samples
 
 
-def _rusage_children() -> tuple[float, float]:
+def rusage_children() -> tuple[float, float]:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime, usage.ru_stime
 
 
 def _sample(wall: float, before: tuple, rcs: Sequence[int], errors: Sequence[str]) -> dict:
-    user, system = (a - b for a, b in zip(_rusage_children(), before))
+    user, system = (a - b for a, b in zip(rusage_children(), before))
     sample = {"wall": round(wall, 4), "user": round(user, 4), "sys": round(system, 4),
               "rc": next((rc for rc in rcs if rc != 0), 0)}
     if sample["rc"] != 0:
@@ -58,7 +58,7 @@ def _sample(wall: float, before: tuple, rcs: Sequence[int], errors: Sequence[str
 def timed(argv: Sequence[str], env: Optional[Mapping[str, str]] = None, cwd: Optional[Path] = None,
           timeout: float = 600.0) -> dict:
     """Run one command to completion; its wall time, CPU time (with all its children) and exit status."""
-    before = _rusage_children()
+    before = rusage_children()
     started = time.perf_counter()
     if cwd is None:  # not the checkout: `python -m` puts the cwd first on sys.path, ahead of PYTHONPATH
         WORK.mkdir(parents=True, exist_ok=True)
@@ -77,7 +77,7 @@ def timed(argv: Sequence[str], env: Optional[Mapping[str, str]] = None, cwd: Opt
 def timed_parallel(argvs: Sequence[Sequence[str]], env: Optional[Mapping[str, str]] = None,
                    timeout: float = 600.0) -> dict:
     """Start every command at once and wait for all: the wall time of the slowest."""
-    before = _rusage_children()
+    before = rusage_children()
     started = time.perf_counter()
     procs = [subprocess.Popen([str(a) for a in argv], env=dict(env) if env else None, stdin=subprocess.DEVNULL,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for argv in argvs]

@@ -1,7 +1,8 @@
 """docs/benchmarks.png: cold fan-out wall time vs node count, one line per tool; with --distribute,
-docs/distribute.png: image distribution, a cold `up` vs node count (issue 22).
+docs/distribute.png: image distribution, a cold `up` vs node count (issue 22); with --scale,
+docs/scale.png: the journey's steps vs Docker node count, wall time and controller CPU per node (issue 21).
 
-    bench/.venv/bin/python bench/plot.py [--distribute] [bench/results.json] [docs/benchmarks.png]
+    bench/.venv/bin/python bench/plot.py [--distribute | --scale] [bench/results.json] [docs/benchmarks.png]
 
 Points are medians; bars span the fastest and slowest round.
 """
@@ -100,11 +101,40 @@ def plot_distribute(results: dict, out: Path) -> Path:
     return out
 
 
+def plot_scale(results: dict, out: Path) -> Path:
+    """docs/scale.png: `up` (warm), `run` and `collect-logs` at 4..64 Docker nodes: wall time, and the
+    controller's CPU time per node (flat: the controller's work per node does not grow with N)."""
+    block = results.get("scale_docker") or {}
+    sizes = sorted(int(n) for n in block)
+    fig, (time_ax, cpu_ax) = plt.subplots(1, 2, figsize=(10, 4.2), dpi=120)
+    for label, color in (("up (warm)", "tab:blue"), ("run", "tab:orange"), ("collect-logs", "tab:green"),
+                         ("up (cold)", "tab:purple")):
+        points = [(n, s) for n in sizes for s in (block[str(n)].get(label) or [])[:1] if s.get("rc") == 0]
+        if not points:
+            continue
+        time_ax.plot([n for n, _ in points], [s["wall"] for _, s in points], marker="o", color=color, label=label)
+        cpu = [(n, s["cpu_s"] / n * 1000) for n, s in points if s.get("cpu_s") is not None]
+        cpu_ax.plot([n for n, _ in cpu], [c for _, c in cpu], marker="o", color=color, label=label)
+    for ax, ylabel in ((time_ax, "wall s"), (cpu_ax, "controller CPU ms per node")):
+        ax.set_xlabel("Docker nodes (rehearsal cluster, 2 cores)")
+        ax.set_ylabel(ylabel)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sizes, [str(n) for n in sizes])
+        ax.set_ylim(bottom=0)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle("The journey at many nodes: each step's wall time and what it costs the controller")
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out)
+    return out
+
+
 if __name__ == "__main__":
     args = sys.argv[1:]
-    draw = plot_distribute if args[:1] == ["--distribute"] else plot
-    args = args[1:] if args[:1] == ["--distribute"] else args
-    default = "distribute.png" if draw is plot_distribute else "benchmarks.png"
+    draws = {"--distribute": (plot_distribute, "distribute.png"), "--scale": (plot_scale, "scale.png")}
+    draw, default = draws.get(args[0], (plot, "benchmarks.png")) if args else (plot, "benchmarks.png")
+    args = args[1:] if args[:1] and args[0] in draws else args
     source = Path(args[0]) if args else ROOT / "bench" / "results.json"
     target = Path(args[1]) if len(args) > 1 else ROOT / "docs" / default
     print(draw(json.loads(source.read_text()), target))

@@ -12,6 +12,7 @@ TEMPLATE = BENCH / "benchmarks.md.in"
 DOC = REPO / "docs" / "benchmarks.md"
 PLOT = REPO / "docs" / "benchmarks.png"
 DISTRIBUTE_PLOT = REPO / "docs" / "distribute.png"
+SCALE_PLOT = REPO / "docs" / "scale.png"
 NOTES = BENCH / "notes.md"
 PASS, FAIL, NA = "PASS", "FAIL", "n/a"
 
@@ -185,17 +186,26 @@ def scale_table(results: dict) -> str:
                          f"{best['threads']} | {best['fds']} | {best['rc']} |")
         if floor:
             lines.append(f"| {n} | {b.get('parallel ssh nodes', n)} parallel `ssh` clients | {floor:.2f} | 1.00x | | | | |")
+        for label, title in (("ansible raw", "`ansible -m raw -f 50`"), ("pdsh", "`pdsh -f 256`")):
+            samples = [s for s in b.get(label) or [] if s.get("rc") == 0] or b.get(label) or []
+            if samples:
+                best = min(samples, key=lambda s: s["wall"])
+                ratio = f"{best['wall'] / floor:.2f}x" if floor else ""
+                lines.append(f"| {n} | {title} | {best['wall']:.2f} | {ratio} | | | | {best['rc']} |")
         cost = b.get("node_cost") or {}
         costs.append(f"{n} nodes: {cost.get('mem_mb_per_node')} MB of the machine's memory per node at rest "
                      f"(sshd {cost.get('sshd_rss_mb')} MB RSS)")
     text = "\n".join(lines) + "\n\n" + "; ".join(costs) + "."
     docker = results.get("scale_docker") or {}
     if docker:
-        rows = ["| Docker nodes | step | wall s | peak RSS MB | peak threads | peak fds | rc |", "|---|---|---|---|---|---|---|"]
+        rows = ["| Docker nodes | step | wall s | controller CPU s | CPU ms per node | peak RSS MB | peak threads | "
+                "peak fds | rc |", "|---|---|---|---|---|---|---|---|---|"]
         for n in sorted(docker, key=int):
             for label in ("up (cold)", "up (warm)", "run", "collect-logs", "down"):
                 for sample in docker[n].get(label) or []:
-                    rows.append(f"| {n} | `{label}` | {sample['wall']:.2f} | {sample['rss_mb']:.0f} | "
+                    cpu = sample.get("cpu_s")
+                    cpu_cells = f"{cpu:.2f} | {cpu / int(n) * 1000:.0f}" if cpu is not None else " | "
+                    rows.append(f"| {n} | `{label}` | {sample['wall']:.2f} | {cpu_cells} | {sample['rss_mb']:.0f} | "
                                 f"{sample['threads']} | {sample['fds']} | {sample['rc']} |")
         text += "\n\nThe journey at many Docker nodes (`bench/scale.py --docker N`):\n\n" + "\n".join(rows)
     return text
@@ -294,6 +304,10 @@ def scale_verdicts(results: dict) -> list[tuple[str, str, str]]:
     out.append(("`exec true` @240: within 1.0× of parallel OpenSSH",
                 f"{cc / floor:.2f}× ({cc:.2f} s vs {floor:.2f} s)" if cc and floor else "not measured",
                 (PASS if cc / floor <= 1.0 else FAIL) if cc and floor else NA))
+    ansible = min((s["wall"] for s in big.get("ansible raw", []) if s.get("rc") == 0), default=None)
+    out.append(("`exec true` @240: ≥ 3× faster than `ansible -m raw -f 50`",
+                f"{ansible / cc:.1f}× ({cc:.2f} s vs {ansible:.2f} s)" if cc and ansible else "not measured",
+                (PASS if ansible / cc >= 3 else FAIL) if cc and ansible else NA))
     block = (results.get("distribute") or {}).get("16") or {}
 
     def median(mode: str, key: str):
@@ -347,6 +361,9 @@ def publish(results: dict) -> int:
     if python.exists() and results.get("distribute"):
         subprocess.run([str(python), str(BENCH / "plot.py"), "--distribute", str(BENCH / "results.json"),
                         str(DISTRIBUTE_PLOT)], check=False)
+    if python.exists() and len(results.get("scale_docker") or {}) > 1:
+        subprocess.run([str(python), str(BENCH / "plot.py"), "--scale", str(BENCH / "results.json"),
+                        str(SCALE_PLOT)], check=False)
     width = max(len(g) for g, _, _ in rows)
     print("\nverdicts:")
     for goal, measured, verdict in rows:

@@ -4,10 +4,13 @@
 
 For each node count: a sandbox of N SSH-only nodes (network namespaces, one sshd each), then
 `clusterctl exec true`, `clusterctl check` and `clusterctl run --plan` against it, each a fresh
-process, sampled every 20 ms from /proc: peak RSS, peak threads, peak open descriptors, and its
-wall time; beside `exec`, the floor: N OpenSSH clients started at once. What one node costs at rest
-is read off the machine before and after the sandbox came up (MemAvailable) and off the sshd
-processes (their RSS). Results: bench/results.json ("scale").
+process, sampled every 20 ms from /proc: peak RSS, peak threads, peak open descriptors, its wall
+time and CPU time; beside `exec`, its peers on the same nodes: N OpenSSH clients started at once
+(the floor), `ansible -m raw` with 50 forks and `pdsh -f 256` (both through one ssh_config, as in
+bench/fanout.py). What one node costs at rest is read off the machine before and after the sandbox
+came up (MemAvailable) and off the sshd processes (their RSS). With --docker N: the journey (`up`
+cold and warm, `run`, `collect-logs`, `down`) at N Docker nodes. Results: bench/results.json
+("scale", "scale_docker").
 """
 from __future__ import annotations
 
@@ -22,8 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import (WORK, clusterctl_argv, clusterctl_env, fresh_dir, load, log, save, ssh_options,  # noqa: E402
-                    timed_parallel)
+from common import (WORK, rusage_children, clean, clusterctl_argv, clusterctl_env, ensure_bench_venv,  # noqa: E402
+                    fresh_dir, load, log, save, ssh_options, timed, timed_parallel)
 
 
 def _proc_status(pid: int) -> tuple[int, int]:
@@ -50,6 +53,7 @@ def _open_fds(pid: int) -> int:
 def sampled(argv, env, timeout: float = 900.0) -> dict:
     """Run `argv` to the end; its wall time, exit status and peaks of RSS, threads and descriptors."""
     WORK.mkdir(parents=True, exist_ok=True)
+    cpu_before = rusage_children()
     started = time.perf_counter()
     proc = subprocess.Popen([str(a) for a in argv], env=env, cwd=WORK, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)
@@ -73,9 +77,11 @@ def sampled(argv, env, timeout: float = 900.0) -> dict:
         proc.kill()
         _out, err = proc.communicate()
         rc = 124
+    wall = time.perf_counter() - started
     done.set()
     watcher.join()
-    return {"wall": round(time.perf_counter() - started, 3), "rc": rc, **{k: round(v, 1) for k, v in peak.items()},
+    cpu = sum(after - before for after, before in zip(rusage_children(), cpu_before))
+    return {"wall": round(wall, 3), "cpu_s": round(cpu, 3), "rc": rc, **{k: round(v, 1) for k, v in peak.items()},
             "error": err.decode(errors="replace")[-400:] if rc not in (0, 1) else ""}
 
 
@@ -128,9 +134,34 @@ def measure(n: int, reps: int) -> dict:
         result["parallel ssh"] = [timed_parallel(floor, timeout=600) for _ in range(reps)]
         result["parallel ssh nodes"] = len(floor)
         log(f"  parallel ssh ({len(floor)} clients): {min(s['wall'] for s in result['parallel ssh']):.2f}s")
+        result.update(peers_of_exec(sandbox, work, reps))
         return result
     finally:
         down(sandbox.state_dir)
+
+
+ANSIBLE_FORKS = 50  # the issue's setting: far above Ansible's default 5, as a team with hundreds of nodes sets it
+PDSH_FANOUT = 256
+
+
+def peers_of_exec(sandbox, work: Path, reps: int) -> dict:
+    """`true` on every node by Ansible (raw, 50 forks) and pdsh (-f 256), every node reached through
+    one ssh_config (the bastion's nodes through it); Ansible at most twice (it is the slow one)."""
+    import shutil
+
+    from fanout import Ansible, pdsh_argv
+
+    out = {}
+    ansible = Ansible(ensure_bench_venv(), sandbox, work)
+    out["ansible raw"] = [clean(ansible.raw(ANSIBLE_FORKS)) for _ in range(min(reps, 2))]
+    log(f"  ansible -m raw (forks {ANSIBLE_FORKS}): {min(s['wall'] for s in out['ansible raw']):.2f}s "
+        f"rc {out['ansible raw'][0]['rc']}")
+    if shutil.which("pdsh"):
+        argv, env = pdsh_argv(sandbox, ansible.ssh_config)
+        argv = [argv[0], "-f", str(PDSH_FANOUT), *argv[1:]]
+        out["pdsh"] = [clean(timed(argv, env=env)) for _ in range(reps)]
+        log(f"  pdsh -f {PDSH_FANOUT}: {min(s['wall'] for s in out['pdsh']):.2f}s rc {out['pdsh'][0]['rc']}")
+    return out
 
 
 # A rank that only says who it is: the journey's cost at many Docker nodes is clusterctl's and
@@ -182,7 +213,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", default="64,128,240", help="comma-separated SSH-only node counts ('' for none)")
     parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--docker", default="", help="comma-separated Docker node counts for the journey (e.g. 64)")
+    parser.add_argument("--docker", default="", help="comma-separated Docker node counts for the journey (e.g. 4,16,64)")
     args = parser.parse_args(argv)
     results = load()
     for n in [int(x) for x in args.docker.split(",") if x.strip()]:

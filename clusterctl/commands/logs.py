@@ -69,43 +69,47 @@ def execute(args, app) -> Outcome:
 def read_logs(app, inventory, run_id: str, record: dict, parts: list, show, tail=None, follow: bool = False) -> dict:
     """Read (or follow) the run's files of `parts` (job/logs.py NodeSlice) on their nodes; `show(lines)`
     gets job/logs.py LogLines, as they come when following, else node by node at the end."""
-    from clusterctl.executor import Background, for_each_host
+    from clusterctl.executor import Streams, for_each_host
     from clusterctl.job import agent, logs
     from clusterctl.job.supervision import masker
     from clusterctl.job.torchrun import log_dir
-    from clusterctl.models import HostResult, HostStatus
+    from clusterctl.models import Command, HostResult, HostStatus
 
     hosts = {h.name: h for h in inventory.hosts}
     outputs = record.get("outputs") or inventory.job.outputs
     mask = masker(inventory)
     by_host = {p.host: p for p in parts}
     pending: dict[str, list] = {p.host: [] for p in parts}  # without follow: shown node by node at the end
+    node_lines = {p.host: logs.NodeLines(p, mask) for p in parts}
+    take = (lambda lines, _host: show(lines)) if follow else (lambda lines, host: pending[host].extend(lines))
 
-    def read(transport, host) -> HostResult:
+    def command(host) -> Command:
         part = by_host[host.name]
-        run_dir = log_dir(outputs, run_id, host.name)
-        command = agent.logs_command(inventory, run_dir, part.local_ranks, part.agent_log, tail, follow)
-        lines = logs.NodeLines(part, mask)
-        take = show if follow else pending[host.name].extend
+        return agent.logs_command(inventory, log_dir(outputs, run_id, host.name), part.local_ranks, part.agent_log,
+                                  tail, follow)
 
-        class Sink:  # run_to_sink hands each chunk over as it comes: following shows lines at once
-            @staticmethod
-            def write(data: bytes) -> None:
-                take(lines.feed(data))
-
-        result = transport.run_to_sink(command, Sink())
-        take(lines.finish())
+    def ended(host_name: str, result) -> HostResult:
+        take(node_lines[host_name].finish(), host_name)
         if result.exit_code == 3 and "no run directory" in result.stderr:
-            return HostResult(host.name, HostStatus.FAILED, f"no run directory {run_dir} there (did the run start "
-                                                            "on this node?)")
+            return HostResult(host_name, HostStatus.FAILED, f"no run directory {log_dir(outputs, run_id, host_name)} "
+                                                            "there (did the run start on this node?)")
         if not result.ok:
             why = "timed out" if result.timed_out else f"exit {result.exit_code}"
-            return HostResult(host.name, HostStatus.FAILED, f"reading the logs failed ({why}): {result.stderr[-300:]}")
-        return HostResult(host.name, HostStatus.OK)
+            return HostResult(host_name, HostStatus.FAILED, f"reading the logs failed ({why}): {result.stderr[-300:]}")
+        return HostResult(host_name, HostStatus.OK)
+
+    def read(transport, host) -> HostResult:
+        class Sink:
+            @staticmethod
+            def write(data: bytes) -> None:
+                take(node_lines[host.name].feed(data), host.name)
+
+        return ended(host.name, transport.run_to_sink(command(host), Sink()))
 
     targets = [hosts[p.host] for p in parts]
-    if follow:  # each node streams on its own; lines show as they come
-        streams = Background(targets, read, app.connections)
+    if follow:  # every node streams at once (one thread reads them all); lines show as they come
+        streams = Streams(targets, command, lambda name, data: take(node_lines[name].feed(data), name), ended,
+                          app.connections)
         while not streams.wait(0.5):
             pass
         return streams.results

@@ -23,7 +23,7 @@ from typing import Callable, Mapping, Optional
 
 from clusterctl.models import secret_values
 from clusterctl.errors import UsageError
-from clusterctl.executor import Background, Connections, Event, OnEvent, Ticker, for_each_host, run_commands
+from clusterctl.executor import Connections, Event, OnEvent, Streams, Ticker, for_each_host, run_commands
 from clusterctl.job.torchrun import MAX_ARG_BYTES, RANK_PREFIX_RE, job_argv, log_dir, placeholder_values, torchrun_argv, torchrun_env
 from clusterctl.models import Command, Host, HostResult, HostStatus, Inventory, MASK, looks_secret
 from clusterctl.job import agent, rollcall, stalls, supervision
@@ -182,7 +182,12 @@ class JobRunner:
             outcome = self.hand_over(ranks_timeout_s)
             outcome.duration = time.monotonic() - started
             return outcome
-        streams = Background([n.host for n in self.nodes.values()], self._follow, self.connections)
+        follows = {name: FollowStream(self.topology.node(name).nproc) for name in self.nodes}
+        streams = Streams([n.host for n in self.nodes.values()],
+                          lambda host: agent.follow_command(self.inventory, self.nodes[host.name].run_dir,
+                                                            self.topology.node(host.name).nproc),
+                          lambda name, data: self._show(name, follows[name].feed(data)),
+                          lambda name, _result: self._followed_to_end(name, follows[name]), self.connections)
         try:
             outcome = self._watch(hung_up)
             if outcome.detached:  # the streams end with the connections: nobody reads them any more
@@ -213,30 +218,21 @@ class JobRunner:
         self.on_event(Event("note", text=f"launching {self.topology.world_size} ranks on {len(self.nodes)} nodes"))
         return for_each_host([n.host for n in self.nodes.values()], action, self.connections)
 
-    def _follow(self, transport, host: Host) -> HostResult:
-        """Stream the node's output as events: `line` for each whole line of a rank (or of
-        torchrun), `partial` for the line a rank is still writing (a progress bar redrawn with
-        `\\r`). The ranks' own files are read, not torchrun's copy (job/follow.py says why)."""
-        node, plan = self.nodes[host.name], self.topology.node(host.name)
-        stream = FollowStream(plan.nproc)
+    # The live log: every node's output stream (agent.follow_command), read by executor.Streams.
+    # The ranks' own files are read, not torchrun's copy (job/follow.py says why): `line` for each
+    # whole line of a rank (or of torchrun), `partial` for the line a rank is still writing (a
+    # progress bar redrawn with `\r`).
+    def _show(self, host: str, pieces: list[Piece]) -> None:
+        if pieces:
+            self.stalls.heard()
+        plan = self.topology.node(host)
+        for piece in pieces:
+            self._emit(host, self.nodes[host], plan.first_rank, piece)
 
-        def emit(pieces: list) -> None:
-            if pieces:
-                self.stalls.heard()
-            for piece in pieces:
-                self._emit(host.name, node, plan.first_rank, piece)
-
-        class Sink:  # run_to_sink hands each chunk of stdout over as it arrives
-            @staticmethod
-            def write(data: bytes) -> None:
-                emit(stream.feed(data))
-
-        try:
-            transport.run_to_sink(agent.follow_command(self.inventory, node.run_dir, plan.nproc), Sink())
-        finally:
-            emit(stream.finish())
-            self._wake.set()  # the node's torchrun ended (or its connection did): poll it now
-        return HostResult(host.name, HostStatus.OK)
+    def _followed_to_end(self, host: str, stream: FollowStream) -> HostResult:
+        self._show(host, stream.finish())
+        self._wake.set()  # the node's torchrun ended (or its connection did): poll it now
+        return HostResult(host, HostStatus.OK)
 
     def _emit(self, host: str, node: NodeRun, first_rank: int, piece: Piece) -> None:
         if piece.source.local_rank is not None:

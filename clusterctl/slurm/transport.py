@@ -45,9 +45,15 @@ class SrunTransport(LocalTransport):
                 on_out(result.stdout.encode())
                 on_err(result.stderr.encode())
                 return CommandResult(result.exit_code, "", "", result.duration, result.timed_out)
-        step = replace(cmd, argv=(*srun_prefix(self.job_id, self.host.name), *argv), env=(), cwd=None,
+        return super()._exec(self._as_step(cmd), on_out, on_err)
+
+    def open_stream(self, cmd: Command):
+        return super().open_stream(self._as_step(cmd))
+
+    def _as_step(self, cmd: Command) -> Command:
+        """`cmd` as an srun step of the allocation on this node (env, cwd and privilege folded in)."""
+        return replace(cmd, argv=(*srun_prefix(self.job_id, self.host.name), *remote_argv(cmd)), env=(), cwd=None,
                        privileged=False)
-        return super()._exec(step, on_out, on_err)
 
     def _start_step(self, argv: list[str]) -> CommandResult:
         """The launch: a step that lives as long as its command, not waited for here."""

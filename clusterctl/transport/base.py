@@ -4,7 +4,7 @@ cwd folded in), several commands in one round trip (batches), and output split i
 from __future__ import annotations
 
 import shlex
-from typing import Any, BinaryIO, Callable, Optional, Protocol
+from typing import Any, BinaryIO, Callable, Optional, Protocol, Sequence
 
 from clusterctl.models import Command, CommandResult, Host
 
@@ -24,11 +24,32 @@ class Transport(Protocol):
     def run_reading(self, cmd: Command, consume: Callable[[BinaryIO], Any],
                     on_bytes: Optional[Callable[[int], None]] = None) -> tuple[CommandResult, Any]: ...
 
+    def open_stream(self, cmd: Command) -> "OutputStream": ...
+
     def connect_tcp(self, address: str, port: int, timeout: float) -> Optional[str]: ...
 
     def docker(self): ...
 
     def close(self) -> None: ...
+
+
+class OutputStream(Protocol):
+    """A started command whose output is read without blocking, so that one thread can read many
+    (executor.Streams: the live log of every node of a run, `logs --follow`)."""
+
+    def filenos(self) -> Sequence[int]:
+        """Descriptors that turn readable when output (or its end) arrives; fewer as pipes end."""
+
+    def read_ready(self) -> Optional[list[tuple[str, bytes]]]:
+        """("stdout" | "stderr", data) chunks buffered now (maybe none), never blocking; None once
+        the output has ended."""
+
+    def exited(self) -> Optional[CommandResult]:
+        """Once the output has ended: None until the command's exit status is in, then the result
+        (stdout and stderr left empty: they went through read_ready). Never blocks."""
+
+    def close(self) -> None:
+        """Ends the command (its stdin closes, as with a closed SSH session), before its end too."""
 
 
 class TcpForwardingDisabled(Exception):

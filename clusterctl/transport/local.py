@@ -40,22 +40,26 @@ class LocalTransport(_Runs):
             return "timed out" if isinstance(exc, socket.timeout) else (exc.strerror or str(exc))
         return None
 
+    def _popen(self, cmd: Command) -> subprocess.Popen:
+        proc = subprocess.Popen(
+            with_become(remote_argv(cmd), self.host),
+            stdin=subprocess.PIPE if cmd.stdin or cmd.stdin_open else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        if cmd.stdin:
+            threading.Thread(target=_feed_stdin, args=(proc, cmd.stdin, not cmd.stdin_open), daemon=True).start()
+        return proc
+
     def _exec(self, cmd: Command, on_out, on_err) -> CommandResult:
         start = time.monotonic()
         deadline = start + cmd.timeout if cmd.timeout else None
         try:
-            proc = subprocess.Popen(
-                with_become(remote_argv(cmd), self.host),
-                stdin=subprocess.PIPE if cmd.stdin or cmd.stdin_open else subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-            )
+            proc = self._popen(cmd)
         except OSError as exc:
             on_err(f"{cmd.argv[0]}: {exc.strerror}\n".encode())
             return CommandResult(127, "", "", time.monotonic() - start)
-        if cmd.stdin:
-            threading.Thread(target=_feed_stdin, args=(proc, cmd.stdin, not cmd.stdin_open), daemon=True).start()
         try:
             timed_out = _pump_pipes(proc, on_out, on_err, deadline)
         except BaseException:  # Ctrl-C: end the command as a closed SSH session would, letting its traps run
@@ -68,6 +72,14 @@ class LocalTransport(_Runs):
             proc.stdin.close()
         return CommandResult(None if timed_out else code, "", "", time.monotonic() - start, timed_out)
 
+    def open_stream(self, cmd: Command) -> "_PipeOutput":
+        """The command started, its output read by whoever polls (executor.Streams)."""
+        started = time.monotonic()
+        try:
+            return _PipeOutput(self._popen(cmd), started)
+        except OSError as exc:
+            return _PipeOutput(None, started, f"{cmd.argv[0]}: {exc.strerror}\n".encode())
+
     def docker(self):
         if self._docker is None:
             import docker
@@ -76,6 +88,54 @@ class LocalTransport(_Runs):
                 base_url=os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock"), version=DOCKER_API_VERSION
             )
         return self._docker
+
+
+class _PipeOutput:
+    """A local command's stdout and stderr read without blocking (transport.base.OutputStream)."""
+
+    def __init__(self, proc: Optional[subprocess.Popen], started: float, failed_to_start: bytes = b""):
+        self.proc, self.started = proc, started
+        self.pipes = {} if proc is None else {proc.stdout.fileno(): "stdout", proc.stderr.fileno(): "stderr"}
+        for fd in self.pipes:
+            os.set_blocking(fd, False)
+        self.pending = [("stderr", failed_to_start)] if failed_to_start else []
+
+    def filenos(self) -> list[int]:
+        return list(self.pipes)
+
+    def read_ready(self) -> Optional[list[tuple[str, bytes]]]:
+        chunks, self.pending = self.pending, []
+        for fd, name in list(self.pipes.items()):
+            try:
+                data = os.read(fd, _READ_SIZE)
+            except BlockingIOError:
+                continue
+            if data:
+                chunks.append((name, data))
+            else:
+                del self.pipes[fd]
+        return chunks if chunks or self.pipes else None
+
+    def exited(self) -> Optional[CommandResult]:
+        if self.proc is None:
+            return CommandResult(127, "", "", time.monotonic() - self.started)
+        code = self.proc.poll()
+        if code is None:
+            return None
+        self._close_pipes()
+        return CommandResult(code, "", "", time.monotonic() - self.started)
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            _terminate(self.proc)
+        self._close_pipes()
+
+    def _close_pipes(self) -> None:
+        if self.proc is not None:
+            for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+                if pipe is not None:
+                    pipe.close()
+        self.pipes = {}
 
 
 def _terminate(proc: subprocess.Popen, grace_s: float = 2.0) -> None:

@@ -145,6 +145,10 @@ class SSHTransport(_Runs):
             stream.close()
         return CommandResult(code, "", err.finish(), time.monotonic() - start, timed_out), value
 
+    def open_stream(self, cmd: Command) -> "_ChannelOutput":
+        """The command started on a channel of its own, its output read by whoever polls (executor.Streams)."""
+        return _ChannelOutput(self._start(cmd), time.monotonic())
+
     def _start(self, cmd: Command, bulk: bool = False) -> "_ChannelStream":
         deadline = time.monotonic() + cmd.timeout if cmd.timeout else None
         with _ssh_errors(self.host.name, cmd):
@@ -344,6 +348,38 @@ class _ChannelStream:
     def close(self) -> None:
         with self.errors:
             self.channel.close()
+
+
+class _ChannelOutput:
+    """A running channel read without blocking (transport.base.OutputStream). paramiko sets the
+    channel's event pipe while data is buffered and once the channel has ended, so polling it is
+    level-triggered: what one read leaves behind wakes the poller again."""
+
+    def __init__(self, stream: _ChannelStream, started: float):
+        self.stream, self.started = stream, started
+
+    def filenos(self) -> list[int]:
+        return [self.stream.channel.fileno()]
+
+    def read_ready(self) -> Optional[list[tuple[str, bytes]]]:
+        channel, size = self.stream.channel, self.stream.read_size
+        chunks = []
+        with self.stream.errors:
+            while channel.recv_ready():
+                chunks.append(("stdout", channel.recv(size)))
+            while channel.recv_stderr_ready():
+                chunks.append(("stderr", channel.recv_stderr(size)))
+            if chunks or not (channel.eof_received or channel.closed):
+                return chunks
+            return None
+
+    def exited(self) -> Optional[CommandResult]:
+        if not self.stream.channel.status_event.is_set():  # paramiko sets it on exit-status and on close
+            return None
+        return CommandResult(self.stream.channel.recv_exit_status(), "", "", time.monotonic() - self.started)
+
+    def close(self) -> None:
+        self.stream.close()
 
 
 class _StdoutReader:
