@@ -5,17 +5,24 @@ The example job (examples/generate.py) writes one JSON record per rank with wall
 timestamps: process start (before `import torch`), after init_process_group, after the
 first collective, end. Each is reported relative to the wall time just before the
 `clusterctl run` process was started; the launch figure is the slowest rank's first
-collective.
+collective. `python3 bench/launch.py --nodes 8` (as root) measures it on a sandbox of its own
+(bench/results.json "launch_by_nodes"); `make bench` runs the 4-node measurement of §4 and this
+one at 8 nodes.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import shlex
 import statistics
+import sys
 import time
 from pathlib import Path
 
-from common import REPO, WORK, clusterctl_argv, clusterctl_env, log, timed, timed_parallel, write_ssh_config
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import (REPO, WORK, clusterctl_argv, clusterctl_env, fresh_dir, load, log, save, timed,  # noqa: E402
+                    timed_parallel, write_ssh_config)
 
 STAGES = ("t_start", "t_init", "t_first_collective", "t_end")
 
@@ -85,3 +92,36 @@ def measure(sandbox, state_dir: Path, reps: int) -> dict:
     return {"nodes": n, "ranks_per_node": 2, "samples": {"clusterctl run": samples, "floor": floors},
             "last_run_id": good[-1]["run_id"] if good else None,
             "median_first_collective": statistics.median(s["t_first_collective"]["max"] for s in good) if good else None}
+
+
+def measure_at(n: int, reps: int) -> dict:
+    """`measure` on a Docker sandbox of its own of `n` nodes (up first, down after)."""
+    from clusterctl.sandbox import down, up
+
+    sandbox = up(n, docker=True)
+    try:
+        state = fresh_dir(WORK / f"launch-{n}-state")
+        converged = timed(clusterctl_argv("up", sandbox.inventory_path), env=clusterctl_env(state), timeout=900)
+        if converged["rc"] != 0:
+            raise RuntimeError(f"`clusterctl up` on {n} nodes failed: {converged.get('err', '')[-300:]}")
+        result = measure(sandbox, state, reps)
+        result.pop("last_run_id", None)
+        return result
+    finally:
+        down(sandbox.state_dir)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description="launch latency on a Docker sandbox of N nodes")
+    parser.add_argument("--nodes", type=int, default=8)
+    parser.add_argument("--reps", type=int, default=3)
+    args = parser.parse_args(argv)
+    results = load()
+    results.setdefault("launch_by_nodes", {})[str(args.nodes)] = dict(measure_at(args.nodes, args.reps),
+                                                                      measured=time.strftime("%Y-%m-%d %H:%M"))
+    save(results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

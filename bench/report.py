@@ -126,7 +126,31 @@ def launch_table(results: dict) -> str:
                      f"| {floor:.2f} | |")
     failed = len(block["samples"]["clusterctl run"]) - len(good)
     return "\n".join(lines) + f"\n\n{block['nodes']} nodes × {block['ranks_per_node']} CPU ranks (gloo), " \
-        f"{len(good)} runs" + (f", {failed} failed" if failed else "") + "."
+        f"{len(good)} runs" + (f", {failed} failed" if failed else "") + "." + launch_by_nodes_table(results)
+
+
+def launch_by_nodes_table(results: dict) -> str:
+    """The same launch on more nodes (bench/launch.py --nodes N), one row per node count (medians)."""
+    import statistics
+
+    blocks = {"4": results.get("launch"), **(results.get("launch_by_nodes") or {})}
+    rows = []
+    for n in sorted((k for k, v in blocks.items() if v), key=int):
+        block = blocks[n]
+        good = [s for s in block["samples"]["clusterctl run"] if s["rc"] == 0]
+        floors = [s["wall"] for s in block["samples"].get("floor", []) if s.get("rc") == 0]
+        starts = [s["t_start"]["min"] for s in good if "t_start" in s]
+        firsts = [s["t_first_collective"]["max"] for s in good if "t_first_collective" in s]
+        if not (good and floors and starts):
+            continue
+        floor, start = statistics.median(floors), statistics.median(starts)
+        rows.append(f"| {n} | {start:.2f} | {floor:.2f} | {start / floor:.2f}x | "
+                    f"{statistics.median(firsts):.2f} | {statistics.median(s['wall'] for s in good):.2f} | {len(good)} |")
+    if len(rows) < 2:
+        return ""
+    return ("\n\nBy node count (each row its own sandbox; medians):\n\n| nodes | first rank started, s | floor, s | "
+            "first rank / floor | last rank past the first collective, s | `run` returned, s | runs |\n"
+            "|---|---|---|---|---|---|---|\n" + "\n".join(rows))
 
 
 def distribute_table(results: dict) -> str:
