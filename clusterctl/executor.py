@@ -218,19 +218,6 @@ def _as_result(host: Host, exc: Exception, transport, connections: Connections, 
                       duration=duration)
 
 
-def in_parallel(functions: Sequence[Callable[[], Any]]) -> list[Any]:
-    """Run independent local callables concurrently (e.g. the probe and the scan for a run in progress);
-    Ctrl-C returns at once, as for_each_host does (the caller's closing of the connections ends the rest)."""
-    pool = ThreadPoolExecutor(max_workers=max(1, len(functions)))
-    try:
-        results = list(pool.map(lambda fn: fn(), functions))
-    except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)
-        raise
-    pool.shutdown(wait=True)
-    return results
-
-
 # --------------------------------------------------------------------------- commands on one host
 
 

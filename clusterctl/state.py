@@ -1,4 +1,4 @@
-"""Local state under ./.clusterctl/: the active inventory, run records, locks.
+"""Local state under ./.clusterctl/: the active inventory, run records, locks, node facts `up` learned.
 
 Directories are created 0700 and files 0600: run records hold command lines and
 environments (secrets masked, but still nobody else's business).

@@ -207,3 +207,16 @@ def test_a_tqdm_style_job_on_2_nodes_x_2_ranks_shows_at_most_40_progress_lines_a
         assert data.count(b"\r") == 201 and data.endswith(f"| 200/200\nrank {rank} finished\n".encode()), data[-200:]
     agent_log = (sandbox.shared_outputs / "logs" / run_id / "node1" / "agent.log").read_bytes()
     assert b"rank1]: rank 1:" in agent_log  # torchrun's own copy stays in agent.log as it wrote it
+
+
+def test_run_plans_with_the_facts_up_learned_until_a_nodes_container_restarts(sandbox, cli, prompt_file):
+    # last in this module: it restarts node2's container
+    inventory = str(sandbox.inventory_path)
+    code, first = cli.json("run", "--plan", "-i", inventory, str(prompt_file))
+    assert code == 0 and first["facts_from"] == {"node1": "up", "node2": "up", "node3": "up"}, first
+    code, doc = cli.json("exec", "-i", inventory, "--limit", "node2", "--", "docker", "restart", "-t", "0", "cc-sandbox")
+    assert code == 0, doc
+    code, again = cli.json("run", "--plan", "-i", inventory, str(prompt_file))
+    assert code == 0 and again["facts_from"] == {"node1": "up", "node2": "probed", "node3": "up"}, again
+    # the probe finds what up had found: the same plan either way
+    assert again["topology"] == first["topology"] and again["master"] == first["master"]

@@ -76,7 +76,6 @@ def read_prompt(path: Path) -> str:
 
 
 def execute(args, app) -> Outcome:
-    from clusterctl.executor import in_parallel
     from clusterctl.preflight.node_facts import gather_node_facts
     from clusterctl.job.livelog import LiveLog, LiveLogEvents
     from clusterctl.job.records import run_lock
@@ -97,11 +96,11 @@ def execute(args, app) -> Outcome:
     # one run of a cluster at a time: a second is refused naming the first (`clusterctl stop RUN`)
     with app.state.lock(run_lock(inventory.name), "a `clusterctl run`", run_id=run_id), \
             _nodes(inventory, app, run_id) as (inventory, connections, scheduled):
-        if scheduled is None:  # the probe and the look for a run in progress at once: one wait for the slowest node
-            (facts, problems), busy = in_parallel([lambda: gather_node_facts(inventory, connections),
-                                                   lambda: ensure_no_run_in_progress(inventory, connections)])
+        if scheduled is None:
+            facts, problems, busy, facts_from = _facts_and_busy(app, inventory, connections)
         else:  # on Slurm each is an srun step of the allocation: one after the other
             (facts, problems), busy = gather_node_facts(inventory, connections), None
+            facts_from = {name: "probed" for name in facts}
         if problems:
             return _not_ready(app, problems)
         topology = plan(inventory, facts, strict=args.strict)
@@ -110,7 +109,11 @@ def execute(args, app) -> Outcome:
         runner = JobRunner(inventory, topology, run_id, prompt, connections, live.on_event,
                            timeout_s=args.timeout, stall_timeout_s=args.stall_timeout,
                            stacks_dir=app.state.root / "runs" / run_id / "stacks")
-        summary = _summary(inventory, topology, run_id)
+        summary = {**_summary(inventory, topology, run_id), "facts_from": facts_from}
+        reused = sum(1 for where in facts_from.values() if where == "up")
+        if reused:
+            app.renderer.message(f"facts of {reused} node(s) as `clusterctl up` learned them (same boot, same "
+                                 f"container); {len(facts_from) - reused} probed", "dim")
         if scheduled is not None:
             summary["slurm"] = scheduled  # the same dict: its `cancelled` is filled in as the allocation ends
         if args.plan:
@@ -162,6 +165,43 @@ def execute(args, app) -> Outcome:
     if outcome.stopped:
         document["stopped"] = True
     return Outcome(document, interrupted=outcome.interrupted)
+
+
+def _facts_and_busy(app, inventory, connections):
+    """(the planner's facts, the nodes not ready, a run in progress or None, where each node's facts
+    came from: "up" or "probed"), in one round trip per node: the look for a run in progress
+    batched with either the full probe or, where `up` remembered the facts, the light read of the
+    node's boot and container (node_facts.recall). Only nodes whose facts no longer hold are
+    probed again, in a second round trip."""
+    from clusterctl.executor import for_each_host, run_commands
+    from clusterctl.job.runner import run_in_progress, run_scan_command
+    from clusterctl.preflight import node_facts
+    from clusterctl.transport import batch_command, split_batch
+
+    remembered = node_facts.recall(app.state, inventory)
+    look = node_facts.instance_command(inventory) if remembered else node_facts.probe_command(inventory)
+
+    def action(transport, host):
+        batch = batch_command([("scan", run_scan_command(inventory, host)), ("look", look)],
+                              timeout=(look.timeout or 60) + 60)
+        return run_commands(transport, host, [batch])
+
+    results = for_each_host(list(inventory.hosts), action, connections)
+    busy = run_in_progress({name: split_batch(r.stdout).get("scan", "") for name, r in results.items() if r.succeeded})
+    if not remembered:
+        facts, problems = node_facts.facts_of(inventory, results)
+        return facts, problems, busy, {name: "probed" for name in facts}
+    instances = {name: node_facts.parse_instance(r.stdout, inventory) if r.succeeded else None
+                 for name, r in results.items()}
+    facts = node_facts.still_valid(remembered, instances)
+    sources = {name: "up" for name in facts}
+    stale = [h for h in inventory.hosts if h.name not in facts]
+    problems = {}
+    if stale:
+        probed, problems = node_facts.gather_node_facts(inventory, connections, stale)
+        facts.update(probed)
+        sources.update({name: "probed" for name in probed})
+    return facts, problems, busy, sources
 
 
 def _nodes(inventory, app, run_id: str):

@@ -64,6 +64,7 @@ def run_flow(args, app, flow: str, title: str, remember: bool = False, variables
     from clusterctl import modules
     from clusterctl.executor import run_plan
     from clusterctl.playbook import find_playbook, load_playbook
+    from clusterctl.preflight import node_facts
 
     playbook = load_playbook(find_playbook(flow))
     path = app.inventory_path(getattr(args, "inventory", None) or getattr(args, "inventory_opt", None))
@@ -75,6 +76,9 @@ def run_flow(args, app, flow: str, title: str, remember: bool = False, variables
         log_dir = app.state.step_logs(title)
         report = run_plan(playbook.tasks, inventory, app.connections, modules.resolve,
                           variables=dict(variables or {}), on_event=app.renderer.on_event, log_dir=log_dir)
+        if title == "up":  # what run may reuse of the preflight's probes (preflight/node_facts.py)
+            node_facts.remember(app.state, inventory, {name: r.data["node_facts"] for name, r in report.hosts.items()
+                                                       if r.succeeded and "node_facts" in r.data})
     app.renderer.hosts_table(title, report.hosts)
     checks = [c for r in report.hosts.values() for c in r.data.get("checks", [])]
     document = hosts_document(report.hosts, inventory=str(path), logs=str(log_dir))

@@ -459,11 +459,22 @@ def ensure_no_run_in_progress(inventory: Inventory, connections: Connections) ->
     """A message naming a node where this cluster's ranks already run, else None."""
 
     def action(transport, host: Host) -> HostResult:
-        command = process.scan_command(inventory.name, host.name, inventory.rendezvous.port, "list")
-        return run_commands(transport, host, [command])
+        return run_commands(transport, host, [run_scan_command(inventory, host)])
 
-    for name, result in for_each_host(list(inventory.hosts), action, connections).items():
-        ours = process.parse_scan(result.stdout)["ours"]
+    return run_in_progress({name: r.stdout for name, r in for_each_host(list(inventory.hosts), action,
+                                                                         connections).items()})
+
+
+def run_scan_command(inventory: Inventory, host: Host) -> Command:
+    """The look for this cluster's ranks on `host` (read by `run_in_progress`)."""
+    return process.scan_command(inventory.name, host.name, inventory.rendezvous.port, "list")
+
+
+def run_in_progress(scans: Mapping[str, str]) -> Optional[str]:
+    """From each node's output of run_scan_command: a message naming the first node where this
+    cluster's ranks already run, else None."""
+    for name, stdout in scans.items():
+        ours = process.parse_scan(stdout)["ours"]
         if ours:
             run_ids = [m.group(1) for p in ours for m in [_RDZV_ID_RE.search(p["command"])] if m]
             which = f"run {run_ids[0]} " if run_ids else ""

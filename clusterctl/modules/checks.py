@@ -8,10 +8,10 @@ from clusterctl.modules import module
 @module("checks.preflight", cluster_scope=True)
 def preflight(ctx, fail_on_warn: bool = False):
     """Run every check; a host with a failing check fails (cluster-wide failures fail the master)."""
-    from clusterctl.preflight.probe import run_checks
+    from clusterctl.preflight.probe import run_checks_and_facts
 
     # the image_pull check ran as `up`'s first step (docker.pull_check), before anything changed
-    checks = run_checks(ctx.inventory, ctx.hosts, ctx.connections, image_pull=False)
+    checks, reusable = run_checks_and_facts(ctx.inventory, ctx.hosts, ctx.connections, image_pull=False)
     master = ctx.inventory.master.name
     results = {}
     for host in ctx.hosts:
@@ -19,7 +19,10 @@ def preflight(ctx, fail_on_warn: bool = False):
         bad = [c for c in mine if c.status is CheckStatus.FAIL or (fail_on_warn and c.status is CheckStatus.WARN)]
         detail = "; ".join(f"{c.check}: {c.detail}" for c in bad)
         status = HostStatus.FAILED if bad else HostStatus.OK
-        results[host.name] = HostResult(host.name, status, detail, data={"checks": [c.to_json() for c in mine]})
+        # node_facts: what `run` may reuse (up remembers it: preflight/node_facts.py); not in the JSON
+        data = {"checks": [c.to_json() for c in mine],
+                **({"node_facts": reusable[host.name]} if host.name in reusable else {})}
+        results[host.name] = HostResult(host.name, status, detail, data=data)
     return results
 
 

@@ -73,6 +73,7 @@ class Probe:
     topology: object = None  # facts.GpuTopology (host side)
     fabric: object = None  # facts.SmiQuery (host side)
     hooks: object = None  # facts.GpuHooks, with a container that wants GPUs
+    boot_id: str = ""  # with the container's instance: whether `run` may reuse these facts (node_facts.py)
     # section -> why its output was not understood, for the parsers that return a tuple or None
     unreadable: Mapping[str, str] = field(default_factory=dict)
 
@@ -95,6 +96,7 @@ def probe_command(inventory: Inventory, host: Host, container_cli: bool = True) 
         ("ibstat", facts.IBSTAT),
         ("disk", Command(on_host_or_in_container(inventory, inventory.job.outputs, facts.df_at_argv))),
         ("memory", facts.MEMINFO),
+        ("boot_id", facts.BOOT_ID),
     ]
     if host.name == inventory.master.name:
         sections.append(("ss", Command(("sh", "-c", facts.SS_LISTENERS_SCRIPT, "sh", str(inventory.rendezvous.port)))))
@@ -185,6 +187,7 @@ def parse_probe(stdout: str) -> Probe:
         topology=facts.parse_topology(s["topo"]) if "topo" in s else facts.GpuTopology(error="not read"),
         fabric=facts.parse_smi_query(s.get("smi_query", "")),
         hooks=facts.parse_gpu_hooks(s["gpu_hooks"]) if "gpu_hooks" in s else None,
+        boot_id=s.get("boot_id", "").strip(),
         unreadable={name: why for name, why in unreadable.items() if why},
     )
 
@@ -193,6 +196,15 @@ def run_checks(inventory: Inventory, hosts: Sequence[Host], connections: Connect
                image_pull: bool = True) -> list[CheckResult]:
     """Every check on every host; unreachable hosts get a failed `ssh` check. `image_pull` off:
     the caller asked the registry already (`up` does so before changing anything)."""
+    return run_checks_and_facts(inventory, hosts, connections, image_pull)[0]
+
+
+def run_checks_and_facts(inventory: Inventory, hosts: Sequence[Host], connections: Connections,
+                         image_pull: bool = True) -> tuple[list[CheckResult], dict]:
+    """`run_checks`, and what `run` may reuse of the probes: node_facts.RememberedFacts by host
+    (nodes whose container runs, or without a container)."""
+    from clusterctl.preflight.node_facts import RememberedFacts, instance_key
+
     results = for_each_host(list(hosts), lambda t, h: probe_node(inventory, t, h), connections)
     checks: list[CheckResult] = []
     probes: dict[str, Probe] = {}
@@ -209,7 +221,11 @@ def run_checks(inventory: Inventory, hosts: Sequence[Host], connections: Connect
         checks += image_pull_checks(inventory, [h for h in hosts if h.name in probes], connections)
     checks += _cross_node(inventory, probes, connections)
     checks += _rendezvous(inventory, probes, connections)
-    return checks
+    reusable = {name: RememberedFacts(instance_key(p.boot_id, p.container.instance if inventory.uses_container else ""),
+                                      _node_facts(p, inventory.rendezvous_address), time.time())
+                for name, p in probes.items()
+                if p.boot_id and (not inventory.uses_container or p.container.instance)}
+    return checks, reusable
 
 
 def _per_node(inventory: Inventory, probes: dict[str, Probe]) -> list[CheckResult]:

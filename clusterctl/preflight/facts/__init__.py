@@ -12,7 +12,7 @@ from clusterctl.preflight.facts.firewall import (
 )
 from clusterctl.preflight.facts.gpu_runtime import GPU_HOOKS, GpuHooks, parse_gpu_hooks
 from clusterctl.preflight.facts.host import (
-    CLOCK, DOCKER_INFO, MEMINFO, VERSIONS_SNIPPET, ContainerState, DockerInfo, MemInfo, Versions,
+    BOOT_ID, CLOCK, DOCKER_INFO, MEMINFO, VERSIONS_SNIPPET, ContainerState, DockerInfo, MemInfo, Versions,
     clock_offset, docker_inspect_command, parse_clock, parse_docker_info,
     parse_docker_inspect, parse_meminfo, parse_versions, versions_command,
 )

@@ -136,6 +136,7 @@ class ContainerState:
     gpu_request: Optional[str] = None  # "all", a count, device ids; None when no GPUs asked for
     error: Optional[str] = None
     unreadable: Optional[str] = None  # neither a container nor docker's "no such container"
+    instance: Optional[str] = None  # "<Id> <StartedAt>" while running: a restart or a new container changes it
 
 
 def docker_inspect_command(name: str) -> Command:
@@ -171,6 +172,7 @@ def parse_docker_inspect(output: Union[str, Mapping[str, Any]]) -> ContainerStat
         ipc_mode=_str(host_config.get("IpcMode")),
         shm_size_bytes=shm if isinstance(shm, int) and not isinstance(shm, bool) else None,
         gpu_request=_gpu_request(host_config.get("DeviceRequests")),
+        instance=f"{data.get('Id', '')} {state.get('StartedAt', '')}" if state.get("Running") else None,
     )
 
 
@@ -194,6 +196,7 @@ def _gpu_request(requests: Any) -> Optional[str]:
 
 
 MEMINFO = Command(argv=("cat", "/proc/meminfo"), timeout=10.0)
+BOOT_ID = Command(argv=("cat", "/proc/sys/kernel/random/boot_id"), timeout=10.0)  # new at every boot
 
 
 @dataclass(frozen=True)
