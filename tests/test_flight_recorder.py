@@ -213,3 +213,41 @@ def test_a_stronger_cause_in_the_logs_stays_above_the_flight_recorder(tmp_path):
     oom = Finding("oom_killed", "Killed process 77 (python)", "less memory", "node1", 1, 1.0, 0.95)
     root = collected_run(tmp_path, dumps={"node1": [0, 1], "node2": [2]})
     assert [f.cause for f in with_hang_evidence(root, [oom])] == ["oom_killed", "rank_hang"]
+
+
+# --------------------------------------------------------------------------- real NCCL dumps (2 x H200)
+# tests/fixtures/flight_recorder/nccl_h200_2ranks_rank1_late: the whole directory `clusterctl collect-logs`
+# brought back from `clusterctl run` of docs/gpu-validation/round2/hang_job.py on 2 H200s (SOURCES.md):
+# rank 1 slept in rank_hang, rank 0's all_reduce #2 timed out after 30 s, NCCL's watchdog dumped both ranks.
+NCCL_RUN = FIXTURES / "flight_recorder" / "nccl_h200_2ranks_rank1_late"
+
+
+def test_real_nccl_dumps_written_on_a_watchdog_timeout_are_read():
+    dumps = {d.rank: d for d in fr.find_dumps(NCCL_RUN)}
+    assert sorted(dumps) == [0, 1] and {d.host for d in dumps.values()} == {"gpus01"}
+    assert [(e.seq, e.op, e.state, e.where) for e in dumps[0].entries] == [
+        (1, "nccl:all_reduce", "completed", "main (hang_job.py:39)"),
+        (2, "nccl:all_reduce", "scheduled", "main (hang_job.py:46)")]
+    assert [(e.seq, e.state) for e in dumps[1].entries] == [(1, "completed")]
+    assert dumps[0].groups == dumps[1].groups == {"0": (0, 1)}
+    [stuck] = fr.stuck_collectives(list(dumps.values()))
+    assert (stuck.group, stuck.seq, stuck.op, stuck.joined, stuck.missing) == ("0", 2, "nccl:all_reduce", (0,), (1,))
+
+
+def test_diagnose_puts_the_watchdogs_timeout_on_the_rank_the_dumps_name():
+    """The log alone names rank 0 (its watchdog timed out in SeqNum=2); the dumps say rank 1 never entered #2."""
+    findings = diagnose_run_dir(NCCL_RUN)
+    top = findings[0]
+    assert (top.cause, top.host, top.rank) == ("nccl_timeout_slow_rank", "gpus01", 1)
+    assert "rank 1 on gpus01 did not; its last: nccl:all_reduce #1" in top.evidence
+    assert "entered nccl:all_reduce #2 of group '0' (main (hang_job.py:46))" in top.evidence
+    assert "rank 0's watchdog: [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=2" in top.evidence
+    assert not any(f.cause in ("nccl_timeout_slow_rank", "rank_hang") and f.rank == 0 for f in findings)
+    assert sum(f.cause == "rank_hang" for f in findings) == 0  # said once, in the timeout's finding
+
+
+def test_a_timeout_of_another_collective_is_not_moved_onto_the_dumps_rank(tmp_path):
+    timeout = Finding("nccl_timeout_slow_rank", "[Rank 0] Watchdog caught collective operation timeout: "
+                      "WorkNCCL(SeqNum=7, OpType=ALLREDUCE, ...)", "raise it", "gpus01", 0, 1.0, 0.99)
+    findings = with_hang_evidence(NCCL_RUN, [timeout])
+    assert [(f.cause, f.rank) for f in findings] == [("nccl_timeout_slow_rank", 0), ("rank_hang", 1)]

@@ -119,6 +119,69 @@ def test_moving_stacks_are_said_once_and_watched_on():
     assert sum("taking every rank's stack" in n for n in notes) == 2
 
 
+# --------------------------------------------------------------------------- NCCL on real GPUs (2 x H200)
+# tests/fixtures/pyspy/SOURCES.md: the node script's whole output against hang_job.py on 2 H200s, where
+# rank 1 sleeps in rank_hang and rank 0's all_reduce #2 returned at once (NCCL) and its thread spins in
+# the next CUDA sync (100% of a CPU: CUDA's default wait), in torch.cuda.synchronize or in .item().
+
+
+def _node(fixture: str):
+    from clusterctl.job.sampler import parse_node_output
+
+    return parse_node_output((PYSPY / fixture).read_text(), "gpus01")
+
+
+def test_on_real_gpus_rank_0_spins_a_cpu_in_the_cuda_sync_while_rank_1_sleeps():
+    node = _node("node_nccl_sync_hang_2ranks_h200.txt")
+    first, last = ({r.rank: r for r in sample} for sample in node.samples)
+    assert str(last[0].innermost) == "synchronize (torch/cuda/__init__.py:1162)" and last[0].in_cuda_wait
+    assert last[0].cpu_s - first[0].cpu_s > 2.5  # 3 s apart: a whole CPU
+    assert str(last[1].innermost) == "rank_hang (hang_job.py:24)" and last[1].cpu_s == first[1].cpu_s
+
+
+def test_a_rank_spinning_in_torch_cuda_synchronize_behind_nccl_waits_and_the_sleeping_rank_is_named():
+    notes = []
+    stall = watch("node_nccl_sync_hang_2ranks_h200.txt", notes)
+    time.sleep(0.06)
+    verdict = settle(stall, list(stall.inventory.hosts))
+    assert verdict is not None and verdict.kind == HANG, notes
+    assert (verdict.roll_call.suspect.rank, verdict.roll_call.suspect.host) == (1, "local")  # the replay's host
+    assert verdict.detail.startswith("rank 1 on local in rank_hang (hang_job.py:24) while 1 rank waits in "
+                                     "synchronize (torch/cuda/__init__.py:1162)")
+
+
+def test_every_rank_spinning_in_torch_cuda_synchronize_may_be_gpu_work_and_is_left_alone():
+    from clusterctl.job.rollcall import MOVING, judge
+
+    node = _node("node_nccl_sync_hang_2ranks_h200.txt")
+    both = [[r for r in sample if r.rank == 0] for sample in node.samples]
+    twin = [[r, type(r)(r.host, 1, 1, r.pid + 1, r.threads, r.error, r.cpu_s, r.sockets)] for [r] in both]
+    assert judge(twin, 3.0, (0, 1)).kind == MOVING
+
+
+def test_with_the_roles_swapped_the_rank_elsewhere_is_still_the_one_named():
+    from clusterctl.job.rollcall import judge
+
+    node = _node("node_nccl_sync_hang_2ranks_h200.txt")
+    swapped = [[type(r)(r.host, 1 - r.rank, 1 - r.rank, r.pid, r.threads, r.error, r.cpu_s, r.sockets) for r in sample]
+               for sample in node.samples]
+    verdict = judge(swapped, 3.0, (0, 1))
+    assert verdict.kind == HANG and verdict.roll_call.suspect.rank == 0
+
+
+def test_known_limit_a_rank_spinning_in_item_reads_as_busy_in_its_own_line():
+    """`.item()` waits in the same CUDA sync (py-spy --native: cuStreamSynchronize under
+    _local_scalar_dense_cuda, nccl_item_rank0_native_h200.txt), but its Python stack ends in the job's own
+    line, like a hot loop: the watch says "computing" and the NCCL watchdog's timeout (flight recorder) is
+    what names the rank there."""
+    from clusterctl.job.rollcall import MOVING, judge
+
+    node = _node("node_nccl_item_hang_2ranks_h200.txt")
+    verdict = judge([list(s) for s in node.samples], 3.0, (0, 1))
+    assert verdict.kind == MOVING and "rank 0 on gpus01 busy on a CPU" in verdict.detail
+    assert "cuStreamSynchronize" in (PYSPY / "nccl_item_rank0_native_h200.txt").read_text()
+
+
 # --------------------------------------------------------------------------- for real: torchrun on this machine
 
 

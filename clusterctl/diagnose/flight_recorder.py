@@ -215,19 +215,24 @@ def _torch_details(dump: Dump) -> dict:
 
 def flight_recorder_findings(root: Path) -> list[Finding]:
     """rank_hang findings from the dumps under `root` (none when there are no dumps or nothing is stuck)."""
+    return [finding for _, finding in flight_recorder_results(root)]
+
+
+def flight_recorder_results(root: Path) -> list[tuple[Stuck, Finding]]:
+    """Each stuck collective under `root` with its rank_hang finding."""
     dumps = find_dumps(root)
     if not dumps:
         return []
     stuck = stuck_collectives(dumps)
     from_torch = torch_missing_ranks(dumps) if stuck else None
     hosts = {d.rank: d.host for d in dumps}
-    findings = []
+    results = []
     for item in stuck:
         confirmed = next((ranks for (group, seq), ranks in (from_torch or {}).items()
                           if seq == item.seq and group.startswith(item.group)), None)
         analyser = "torch.distributed.flight_recorder" if confirmed is not None else item.analyser
-        findings.append(_finding(item, hosts, analyser))
-    return findings
+        results.append((item, _finding(item, hosts, analyser)))
+    return results
 
 
 def _finding(item: Stuck, hosts: dict, analyser: str) -> Finding:

@@ -8,20 +8,27 @@
 `with_hang_evidence(root, findings)` puts these findings among the log's: a hang clusterctl stopped
 comes first (the run ended because of it); a flight-recorder finding takes its place by confidence,
 below a stronger cause on the logs (a rank killed by the OOM killer also leaves the others' dumps
-naming it as "did not join").
+naming it as "did not join"). One exception: the log's collective timeout (`nccl_timeout_slow_rank`,
+`Watchdog caught collective operation timeout: WorkNCCL(SeqNum=N ...`) is printed by a rank that
+*joined* collective N and waited; the dumps name the rank that did not. The two become one finding:
+the timeout's cause, on the rank the dumps name, quoting both (seen on 2 x H200: the log named rank 0,
+the watchdog's rank, while rank 1 slept; docs/gpu-validation.md, round 2).
 """
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Optional
 
-from clusterctl.diagnose.flight_recorder import flight_recorder_findings
+from clusterctl.diagnose.flight_recorder import Stuck, flight_recorder_results
 from clusterctl.models import Finding
 
 MAX_STACKS_BYTES = 16 << 20
 TOP = 3
 FLIGHT_RECORDER_CONFIDENCE = 0.8
+COLLECTIVE_TIMEOUT = "nccl_timeout_slow_rank"
+_SEQ = re.compile(r"SeqNum=(\d{1,12})")
 
 
 def stacks_documents(root: Path) -> list[tuple[Path, dict]]:
@@ -60,9 +67,11 @@ def stopped_hang(root: Path) -> Optional[Finding]:
 def with_hang_evidence(root: Path, findings: list[Finding]) -> list[Finding]:
     """The log's findings with the hang's own evidence merged in, top 3."""
     stopped = stopped_hang(root)
+    results = flight_recorder_results(root)
+    findings, named = _timeouts_on_the_absent_rank(findings, results)
     recorded = [Finding(f.cause, f.evidence, f.fix, f.host, f.rank, f.score, min(f.confidence, FLIGHT_RECORDER_CONFIDENCE))
-                for f in flight_recorder_findings(root)]
-    if stopped is None and not recorded:
+                for item, f in results if id(item) not in named]
+    if stopped is None and not recorded and not named:
         return findings
     same = [f for f in recorded if stopped and (f.host, f.rank) == (stopped.host, stopped.rank)]
     if same:  # the dumps agree with the stacks: one finding quoting both
@@ -79,6 +88,32 @@ def with_hang_evidence(root: Path, findings: list[Finding]) -> list[Finding]:
             seen.add(key)
             unique.append(finding)
     return unique[:TOP]
+
+
+def _timeouts_on_the_absent_rank(findings: list[Finding], results: list[tuple[Stuck, Finding]]) -> tuple[list[Finding], set]:
+    """Each collective timeout of the logs whose collective the dumps show a rank missing from, moved onto
+    that rank with the dumps' evidence; and the ids of the stuck collectives so used (not said twice)."""
+    used, out = set(), []
+    for finding in findings:
+        match = next((pair for pair in results if finding.cause == COLLECTIVE_TIMEOUT and pair[0].missing
+                      and finding.rank not in pair[0].missing and _same_collective(finding, pair[0])), None)
+        if match is None:
+            out.append(finding)
+            continue
+        item, recorded = match
+        used.add(id(item))
+        waited = f"rank {finding.rank}'s" if finding.rank is not None else "the"
+        evidence = f"{recorded.evidence} | {waited} watchdog: {finding.evidence}"
+        out.append(Finding(finding.cause, evidence[:600], f"{recorded.fix}; {finding.fix}"[:600], recorded.host,
+                           recorded.rank, finding.score, finding.confidence))
+    return out, used
+
+
+def _same_collective(finding: Finding, item: Stuck) -> bool:
+    """The timeout's WorkNCCL SeqNum is the dumps' collective number (the default group's); a timeout line
+    without one is taken to be about the collective the dumps show stuck."""
+    seq = _SEQ.search(finding.evidence)
+    return seq is None or int(seq.group(1)) == item.seq
 
 
 def _text(value) -> Optional[str]:

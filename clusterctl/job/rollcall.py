@@ -2,10 +2,12 @@
 
 Ranks are grouped by their innermost frame (main thread). In a hung collective, most ranks wait in
 the same place, inside torch.distributed; the ranks elsewhere are the suspects: one still loading a
-shard, or stuck in a lock, while the others wait for it. The majority is the largest group waiting in
-torch.distributed (with 2 ranks, 1 against 1, it is the one in the collective); without such a group,
-the largest. Where no rank is elsewhere (all wait in the same collective), the peer they wait for is
-outside the job or the network does not carry its traffic, and the ranks' connections say which.
+shard, or stuck in a lock, while the others wait for it. With NCCL a collective returns at once and a
+rank waits for it where it next waits for the GPU (torch.cuda.synchronize): that counts as waiting too.
+The majority is the largest group waiting in torch.distributed (with 2 ranks, 1 against 1, it is the
+one in the collective), else the largest waiting for the GPU; without such a group, the largest.
+Where no rank is elsewhere (all wait in the same collective), the peer they wait for is outside the
+job or the network does not carry its traffic, and the ranks' connections say which.
 
 `judge` compares the samples: if no rank's stack changed between them, the job hangs; if any did,
 it is computing (or at least moving) and is left alone.
@@ -32,6 +34,10 @@ class Group:
     @property
     def in_collective(self) -> bool:
         return bool(self.ranks) and self.ranks[0].in_collective
+
+    @property
+    def in_cuda_wait(self) -> bool:
+        return bool(self.ranks) and self.ranks[0].in_cuda_wait
 
     def where(self) -> str:
         """`all_reduce (train.py:57)`: the function, and the line of the job's code that led there."""
@@ -87,8 +93,8 @@ def roll_call(ranks: Iterable[RankStack], expected: Iterable[int] = ()) -> RollC
         by_frame.setdefault(_key(rank.innermost), []).append(rank)
     groups = [Group(members[0].innermost, members[0].own_code, tuple(members)) for members in by_frame.values()]
     groups.sort(key=lambda g: (-len(g.ranks), g.ranks[0].rank))
-    collective = [g for g in groups if g.in_collective]
-    majority = collective[0] if collective else (groups[0] if groups else None)
+    waiting = [g for g in groups if g.in_collective] or [g for g in groups if g.in_cuda_wait]
+    majority = waiting[0] if waiting else (groups[0] if groups else None)
     outliers = tuple(g for g in groups if g is not majority)
     seen = {r.rank for r in ranks}
     missing = tuple(sorted(set(expected) - seen))
@@ -141,7 +147,9 @@ def judge(samples: list[list[RankStack]], interval_s: float, expected: Iterable[
     A rank moved when its stack changed, or when its main thread was busy on a CPU outside
     torch.distributed: a hot loop can sit on one line in every sample (a generator expression, one
     big C call) and still be work. A rank waiting in a collective may spin on a CPU (a CUDA sync)
-    without progress, so there only its stack counts."""
+    without progress, so there only its stack counts. So does a rank spinning in torch.cuda's
+    synchronize while some rank is elsewhere (an NCCL all_reduce returns at once: its ranks wait in the
+    next sync, for the one that never came); where every rank spins there, it may be long GPU work."""
     if not samples or not any(r.frames for r in samples[-1]):
         errors = sorted({r.error for sample in samples for r in sample if r.error})
         hint = PTRACE_HINT if any("ermission denied" in e or "not permitted" in e for e in errors) else ""
@@ -154,7 +162,8 @@ def judge(samples: list[list[RankStack]], interval_s: float, expected: Iterable[
         if not both:
             return Verdict(UNKNOWN, call, "no rank was read in both samples")
         moved = [r for old, r in both if _frames(old) != _frames(r)]
-        busy = [(r, share) for old, r in both if not r.in_collective
+        elsewhere = any(not g.in_collective and not g.in_cuda_wait for g in call.groups)
+        busy = [(r, share) for old, r in both if not r.in_collective and not (r.in_cuda_wait and elsewhere)
                 for share in [_cpu_share(old, r, interval_s * (len(samples) - 1))] if share >= BUSY]
         if moved or busy:
             said = [f"{describe_ranks(moved)} moved between samples"] if moved else []

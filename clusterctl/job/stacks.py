@@ -18,6 +18,11 @@ _LIBRARY_PARTS = ("/site-packages/", "/dist-packages/", "<frozen ")
 _STDLIB_RE = re.compile(r"/lib/python3\.\d+/")
 # torch.distributed's own files: a rank whose stack passes through one waits in a collective (or the store)
 _COLLECTIVE_FILES = ("torch/distributed/",)
+# CUDA's host-side waits: torch.cuda.synchronize() and Stream.synchronize() spin a CPU (CUDA's default
+# schedule spins while a process has fewer contexts than the machine has cores) until the GPU's queue
+# drains. Behind an NCCL kernel whose peer never came that is a wait, not work (job/rollcall.py judge;
+# docs/gpu-validation.md, round 2).
+_CUDA_WAITS = (("synchronize", "torch/cuda/__init__.py"), ("synchronize", "torch/cuda/streams.py"))
 
 
 @dataclass(frozen=True)
@@ -39,6 +44,11 @@ class Frame:
     @property
     def in_torch_distributed(self) -> bool:
         return any(part in (self.path or self.file) for part in _COLLECTIVE_FILES)
+
+    @property
+    def is_cuda_wait(self) -> bool:
+        where = self.path or self.file
+        return any(self.function == name and where.endswith(file) for name, file in _CUDA_WAITS)
 
 
 @dataclass(frozen=True)
@@ -86,6 +96,12 @@ class RankStack:
     @property
     def in_collective(self) -> bool:
         return any(f.in_torch_distributed for f in self.frames)
+
+    @property
+    def in_cuda_wait(self) -> bool:
+        """Its main thread waits for the GPU (torch.cuda's synchronize): with NCCL, where a rank whose
+        all_reduce cannot finish sits, since the collective itself returns at once."""
+        return bool(self.frames) and self.frames[0].is_cuda_wait
 
 
 # --------------------------------------------------------------------------- py-spy --json
