@@ -200,7 +200,7 @@ def scale_table(results: dict) -> str:
     for n in sorted(block, key=int):
         b = block[n]
         floor = min((s["wall"] for s in b.get("parallel ssh", []) if s.get("rc") == 0), default=None)
-        for label in ("exec true", "check", "run --plan"):
+        for label in ("exec true", "check", "run --plan", "up", "run --plan (facts from up)"):
             samples = b.get(label) or []
             if not samples:
                 continue

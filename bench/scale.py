@@ -3,7 +3,8 @@
     python3 bench/scale.py --nodes 64,128,240      (as root; `python bench/run.py --only scale` runs it)
 
 For each node count: a sandbox of N SSH-only nodes (network namespaces, one sshd each), then
-`clusterctl exec true`, `clusterctl check` and `clusterctl run --plan` against it, each a fresh
+`clusterctl exec true`, `clusterctl check`, `clusterctl run --plan`, `clusterctl up` and `run --plan`
+again (now from the facts `up` learned) against it, each a fresh
 process, sampled every 20 ms from /proc: peak RSS, peak threads, peak open descriptors, its wall
 time and CPU time; beside `exec`, its peers on the same nodes: N OpenSSH clients started at once
 (the floor), `ansible -m raw` with 50 forks and `pdsh -f 256` (both through one ssh_config, as in
@@ -120,8 +121,11 @@ def measure(n: int, reps: int) -> dict:
     prompt = work / "prompt.txt"
     prompt.write_text("a prompt\n")
     inventory = str(sandbox.inventory_path)
+    # then `up` (its preflight probes every node; what the planner needs of it is kept), and the plan
+    # again: from the facts `up` learned, after one light read per node (node2 fails up's checks: probed)
     commands = {"exec true": ("exec", "-i", inventory, "true"), "check": ("check", "-i", inventory),
-                "run --plan": ("run", "-i", inventory, "--plan", str(prompt))}
+                "run --plan": ("run", "-i", inventory, "--plan", str(prompt)), "up": ("up", inventory),
+                "run --plan (facts from up)": ("run", "-i", inventory, "--plan", str(prompt))}
     ssh = ["ssh", *ssh_options(sandbox.identity_file, sandbox.known_hosts)]
     floor = [[*ssh, "-p", str(node.ssh_port), f"{node.ssh_user}@{node.listen_address}", "true"]
              for node in sandbox.nodes if not node.behind_bastion]
