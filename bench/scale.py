@@ -93,6 +93,17 @@ def mem_available_mb() -> float:
     return 0.0
 
 
+def cpu_busy_cores(seconds: float = 5.0) -> float:
+    """How many of the machine's cores were busy, on average, over `seconds` (/proc/stat)."""
+    def read() -> tuple[int, int]:
+        fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:8]]
+        return sum(fields), fields[3] + fields[4]  # all, idle + iowait
+
+    (total0, idle0), _ = read(), time.sleep(seconds)
+    total1, idle1 = read()
+    return round((1 - (idle1 - idle0) / max(1, total1 - total0)) * (os.cpu_count() or 1), 3)
+
+
 def sshd_rss_mb() -> list[float]:
     sizes = []
     for entry in os.listdir("/proc"):
@@ -110,11 +121,13 @@ def measure(n: int, reps: int) -> dict:
     from clusterctl.sandbox import down, up
 
     log(f"scale: {n} SSH-only nodes")
-    before = mem_available_mb()
+    busy_before, before = cpu_busy_cores(), mem_available_mb()
     sandbox = up(n)
     time.sleep(2)  # let the nodes settle before reading the machine
     sshds = sshd_rss_mb()
-    result = {"nodes": n, "node_cost": {"mem_mb_per_node": round((before - mem_available_mb()) / n, 2),
+    mem_per_node = round((before - mem_available_mb()) / n, 2)
+    cpu_per_node = round(max(0.0, cpu_busy_cores() - busy_before) / n * 1000, 3)  # milli-cores
+    result = {"nodes": n, "node_cost": {"mem_mb_per_node": mem_per_node, "cpu_millicores_per_node": cpu_per_node,
                                         "sshd_rss_mb": round(statistics.median(sshds), 2) if sshds else None}}
     work = fresh_dir(WORK / f"scale-{n}")
     env = clusterctl_env(work / "state")
