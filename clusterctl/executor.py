@@ -564,6 +564,9 @@ class _Followed:
     def time_left(self) -> float:
         return 3600.0 if self.deadline is None else self.deadline - time.monotonic()
 
+    def _stderr_text(self) -> str:
+        return b"".join(self.stderr).decode("utf-8", errors="replace")
+
     def step(self, readable: bool, on_output: Callable[[str, bytes], None]):
         """What the stream had, handed on; the host's CommandResult (or the exception) once it ended."""
         try:
@@ -580,11 +583,10 @@ class _Followed:
                 result = self.stream.exited()
                 if result is not None:
                     self.stream.close()
-                    return replace(result, stderr=b"".join(self.stderr).decode("utf-8", errors="replace"))
+                    return replace(result, stderr=self._stderr_text())
             if self.deadline is not None and time.monotonic() >= self.deadline:
                 self.stream.close()
-                return CommandResult(None, "", b"".join(self.stderr).decode("utf-8", errors="replace"),
-                                     time.monotonic() - self.started, timed_out=True)
+                return CommandResult(None, "", self._stderr_text(), time.monotonic() - self.started, timed_out=True)
         except Exception as exc:  # noqa: BLE001 - the connection lost on the way: a value for this host
             self.stream.close()
             return exc

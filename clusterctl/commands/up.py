@@ -76,7 +76,7 @@ def run_flow(args, app, flow: str, title: str, remember: bool = False, variables
         log_dir = app.state.step_logs(title)
         report = run_plan(playbook.tasks, inventory, app.connections, modules.resolve,
                           variables=dict(variables or {}), on_event=app.renderer.on_event, log_dir=log_dir)
-        if title == "up":  # what run may reuse of the preflight's probes (preflight/node_facts.py)
+        if remember:  # `up`: what run may reuse of the preflight's probes (preflight/node_facts.py)
             node_facts.remember(app.state, inventory, {name: r.data["node_facts"] for name, r in report.hosts.items()
                                                        if r.succeeded and "node_facts" in r.data})
     app.renderer.hosts_table(title, report.hosts)

@@ -219,10 +219,11 @@ def run_checks_and_facts(inventory: Inventory, hosts: Sequence[Host], connection
         from clusterctl.preflight.image_pull import image_pull_checks
 
         checks += image_pull_checks(inventory, [h for h in hosts if h.name in probes], connections)
-    checks += _cross_node(inventory, probes, connections)
+    planner_facts = {h: _node_facts(p, inventory.rendezvous_address) for h, p in probes.items()}
+    checks += _cross_node(inventory, probes, planner_facts, connections)
     checks += _rendezvous(inventory, probes, connections)
     reusable = {name: RememberedFacts(instance_key(p.boot_id, p.container.instance if inventory.uses_container else ""),
-                                      _node_facts(p, inventory.rendezvous_address), time.time())
+                                      planner_facts[name], time.time())
                 for name, p in probes.items()
                 if p.boot_id and (not inventory.uses_container or p.container.instance)}
     return checks, reusable
@@ -250,7 +251,8 @@ def _per_node(inventory: Inventory, probes: dict[str, Probe]) -> list[CheckResul
     return out
 
 
-def _cross_node(inventory: Inventory, probes: dict[str, Probe], connections: Connections) -> list[CheckResult]:
+def _cross_node(inventory: Inventory, probes: dict[str, Probe], node_facts: dict, connections: Connections
+                ) -> list[CheckResult]:
     from clusterctl.job.topology import plan
 
     master = inventory.master.name
@@ -265,7 +267,6 @@ def _cross_node(inventory: Inventory, probes: dict[str, Probe], connections: Con
     out += verdicts.check_ib({h: p.ib for h, p in probes.items()}, inventory.checks.ib)
     out += verdicts.check_versions({h: p.versions for h, p in probes.items()}, inventory.container)
     out += verdicts.check_clock_skew(_clock_offsets(inventory, probes, connections), inventory.checks)
-    node_facts = {h: _node_facts(p, inventory.rendezvous_address) for h, p in probes.items()}
     if len(node_facts) == len(inventory.hosts):
         out.append(verdicts.check_topology(lambda: plan(inventory, node_facts)))
     return out
