@@ -1,102 +1,22 @@
-"""Weigh the evidence of every cause in the rule table and rank the causes, top 3 with a confidence.
+"""The diagnosis of a log file or a collected run directory: `diagnose_path` (findings) and
+`diagnose` (findings and the nearest known public cases, their causes as runner-ups).
 
-Public API: `diagnose_text` (one log's text) and `diagnose_path` (a log file, or a run directory
-collected as `<dir>/<host>/logs/*.log` + `<dir>/<host>/diag/*`; see rundir.py).
-
-How a log becomes findings:
-1. lines are parsed (logformat): prefixes, timestamps, rank and host, torchrun's root-cause block;
-2. every signal of every rule is searched in every line (a cheap literal pre-filter first), and in a
-   line joined with its wrapped continuation;
-3. per cause (and host), the distinct signals combine by noisy-OR: 1 - prod(1 - weight). A line of
-   the rank torchrun names as the first failure weighs more, a line that only reports a lost peer
-   less, and evidence marked `consequence` (a collective timeout) is discounted when another cause
-   or an unexplained exception explains the failure;
-4. an exception nothing explains beats weak or consequential evidence: the finding is `unknown` and
-   quotes the three most suspicious lines (never nothing).
+The matching itself is matching.py (every name it had here is still importable from here); a run
+directory is rundir.py, which uses the matching and is used here: the three in one direction.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from clusterctl.diagnose import logformat as fmt
-from clusterctl.diagnose.logformat import LogLine, RootCause
-from clusterctl.diagnose.rules import RULES, Rule, Signal
-from clusterctl.diagnose.textmatch import (CASCADE_PATTERNS, CONTEXT_PATTERNS, EXCEPTION_LINE, PEER_LOST_PATTERNS,
-                                           SUSPICIOUS, UNKNOWN_FIX, compiled, render_fix, required_literals,
-                                           template_values)
+from clusterctl.diagnose import reader, rundir
+from clusterctl.diagnose.matching import (ALWAYS_TRIED, CAP, CONSEQUENCE_FACTOR, EVIDENCE_MAX,  # noqa: F401
+                                          INDEXED_SIGNALS, KEYWORDS, PEER_LOST_FACTOR, ROOT_RANK_FACTOR, STRONG,
+                                          TOP, WEAK, WRAPPER_EXCEPTIONS, Candidate, Event, Scan, context_from_text,
+                                          diagnose_text, match_lines, match_one, node_values, rank_findings)
+from clusterctl.diagnose.similar import similar_cases
 from clusterctl.models import Finding
-
-EVIDENCE_MAX = 600
-TOP = 3
-ROOT_RANK_FACTOR = 1.12  # a line of the rank torchrun saw fail first
-PEER_LOST_FACTOR = 0.6  # a line that says a peer went away
-CONSEQUENCE_FACTOR = 0.45  # timeouts while something else explains the failure
-STRONG = 0.6  # evidence at which a cause beats an unexplained exception
-WEAK = 0.2  # below this a cause is not worth naming
-CAP = 0.99
-WRAPPER_EXCEPTIONS = ("ChildFailedError", "DistBackendError", "CalledProcessError", "SignalException",
-                      "ProcessRaisedException", "ProcessExitedException", "RayTaskError", "TaskFailedException")
-INDEXED_SIGNALS = tuple((rule, signal, signal.keywords) for rule in RULES for signal in rule.signals)
-KEYWORDS = tuple(sorted({key for _, _, keys in INDEXED_SIGNALS if keys for key in keys}))
-ALWAYS_TRIED = tuple(item for item in INDEXED_SIGNALS if item[2] is None)
-
-
-@dataclass
-class Event:
-    """One signal seen on one line."""
-
-    rule: Rule
-    signal: Signal
-    line: LogLine
-    evidence: str
-    values: dict = field(default_factory=dict)
-    source: str = ""
-    factor: float = 1.0  # node diagnostics and joins adjust it
-
-    @property
-    def cause(self) -> str:
-        return self.rule.cause
-
-    @property
-    def weight(self) -> float:
-        return min(CAP, self.signal.weight * self.factor)
-
-
-@dataclass
-class Scan:
-    """Everything read from one log or one run directory."""
-
-    lines: list[LogLine] = field(default_factory=list)
-    roots: list[RootCause] = field(default_factory=list)
-    events: list[Event] = field(default_factory=list)
-    context: dict = field(default_factory=dict)
-    nodes: dict = field(default_factory=dict)  # host -> what its diag/ files say
-    lowered: str = ""  # all lines, lower-case, for `requires`
-
-    def add_text(self, text: str, host: Optional[str], rank: Optional[int], source: str, year: int) -> None:
-        lines, roots = fmt.parse_lines(text, host, rank, year)
-        if host is not None:  # torchrun's summary names the machine as it calls itself (an FQDN,
-            for root in roots:  # `localhost`); the log is this host's, so the failure is too
-                root.fields["host"] = host
-        self.lines.extend(lines)
-        self.roots.extend(roots)
-        self.events.extend(match_lines(lines, source))
-        for key, value in context_from_text(text).items():
-            self.context.setdefault(key, value)
-
-
-# --------------------------------------------------------------------------- public API
-
-
-def diagnose_text(text: str, host: Optional[str] = None, rank: Optional[int] = None,
-                  source: Optional[str] = None) -> list[Finding]:
-    """Findings for one log's text, most likely root cause first (never empty)."""
-    host, rank = fmt.identity_from_name(source, host, rank)
-    scan = Scan()
-    scan.add_text(text, host, rank, source or "", fmt.guess_year(text))
-    return rank_findings(scan)
 
 
 @dataclass(frozen=True)
@@ -107,9 +27,6 @@ class Diagnosis:
 
 def diagnose(path: Path, record: Optional[dict] = None, k: int = 3) -> Diagnosis:
     """`diagnose_path` plus "looks like a known case": the k nearest corpus entries."""
-    from clusterctl.diagnose import reader, rundir
-    from clusterctl.diagnose.similar import similar_cases
-
     path = Path(path)
     if path.is_dir():
         findings = rundir.diagnose_run_dir(path, record)
@@ -146,232 +63,7 @@ def with_similar_causes(findings: list[Finding], similar: list) -> list[Finding]
 def diagnose_path(path: Path, record: Optional[dict] = None) -> list[Finding]:
     """Findings for a log file or a collected run directory, most likely root cause first.
     A run directory whose run record (or agent.exit files) says every node exited 0 has none."""
-    from clusterctl.diagnose import reader, rundir
-
     path = Path(path)
     if path.is_dir():
         return rundir.diagnose_run_dir(path, record)
     return diagnose_text(reader.read_log(path), source=str(path))
-
-
-def context_from_text(text: str) -> dict:
-    found, lowered = {}, text.lower()
-    for key, patterns in CONTEXT_PATTERNS.items():
-        for pattern in patterns:
-            keys = required_literals(pattern.pattern)
-            match = None if keys and not any(k in lowered for k in keys) else pattern.search(text)
-            if match:
-                found[key] = match.group(1)
-                break
-    return found
-
-
-# --------------------------------------------------------------------------- matching
-
-
-def match_lines(lines: list[LogLine], source: str) -> list[Event]:
-    events = []
-    for index, line in enumerate(lines):
-        found = match_one(line, line.text, source)
-        if index + 1 < len(lines) and _continues(line, lines[index + 1]):
-            for glue in (" ", ""):  # a wrapped word ("capab" + "ilities") or a wrapped sentence
-                seen = {event.signal for event in found}
-                joined = line.text.rstrip() + glue + lines[index + 1].text.strip()
-                boundary = len(line.text.rstrip()) + len(glue)
-                found += [e for e in match_one(line, joined, source, boundary) if e.signal not in seen]
-        events.extend(found)
-    return events
-
-
-def _continues(line: LogLine, following: LogLine) -> bool:
-    """The next line is this message wrapped by a terminal or logger (indented, or lower-case after a long line)."""
-    bare = following.raw.strip() == following.text
-    return bare and (following.raw[:1].isspace() or (following.text[:1].islower() and len(line.raw) >= 60))
-
-
-def match_one(line: LogLine, text: str, source: str, boundary: int = -1) -> list[Event]:
-    """The signals found in `text`; with a boundary (a joined wrapped line), only those spanning it."""
-    lowered = text.lower()
-    present = {key for key in KEYWORDS if key in lowered}
-    events = []
-    candidates = [item for item in INDEXED_SIGNALS if item[2] is not None and not present.isdisjoint(item[2])]
-    for rule, signal, _ in candidates + list(ALWAYS_TRIED):
-        match = signal.regex.search(text)
-        if match is None or (signal.unless and _search(signal.unless, text)) or \
-                (boundary >= 0 and not match.start() < boundary < match.end()):
-            continue
-        values = {k.rstrip("0123456789"): v for k, v in match.groupdict().items() if v}
-        rank = int(values["rank"]) if "rank" in values and rule.cause != "duplicate_gpu" else None
-        events.append(Event(rule, signal, fmt.with_rank(line, rank), text.strip()[:EVIDENCE_MAX], values, source))
-    return events
-
-
-def _search(pattern: str, text: str) -> bool:
-    return compiled(pattern).search(text) is not None
-
-
-# --------------------------------------------------------------------------- scoring
-
-
-@dataclass
-class Candidate:
-    cause: str
-    host: Optional[str]
-    events: list[Event]
-    score: float = 0.0
-    consequence_only: bool = False
-
-
-def rank_findings(scan: Scan) -> list[Finding]:
-    scan.lowered = "\n".join(line.text for line in scan.lines).lower()
-    events = [e for e in scan.events if (not e.signal.requires or _search(e.signal.requires, scan.lowered))
-              and not (e.signal.unless_log and _search(e.signal.unless_log, scan.lowered))]
-    candidates = _candidates(scan, events)
-    unexplained = _unexplained_exceptions(scan, events)
-    strong_roots = [c for c in candidates if not c.consequence_only and c.score >= STRONG]
-    for candidate in candidates:
-        if candidate.consequence_only and (strong_roots or unexplained):
-            candidate.score *= CONSEQUENCE_FACTOR
-    candidates = sorted((c for c in candidates if c.score >= WEAK), key=_order(scan))
-    best = candidates[0].score if candidates else 0.0
-    findings = [_finding(c, scan) for c in candidates]
-    if not candidates or (unexplained and (best < STRONG or candidates[0].consequence_only)):
-        findings.insert(0, _unknown(scan, unexplained, best))
-    findings = _dedupe(findings)[:TOP]
-    return _with_confidence(findings, [f.score for f in findings])
-
-
-def _candidates(scan: Scan, events: list[Event]) -> list[Candidate]:
-    root_ranks = {root.rank for root in scan.roots if root.rank is not None}
-    groups: dict[tuple, list[Event]] = {}
-    hosts: dict[str, set] = {}
-    for event in events:
-        if event.line.host is not None:
-            hosts.setdefault(event.cause, set()).add(event.line.host)
-    for event in events:  # host-less evidence joins the cause's hosts (one log names a host only here and there)
-        joined = [event.line.host] if event.line.host is not None else sorted(hosts.get(event.cause, ())) or [None]
-        for host in joined:
-            groups.setdefault((event.cause, host), []).append(event)
-    candidates = []
-    for (cause, host), group in groups.items():
-        best: dict[Signal, float] = {}
-        for event in group:
-            weight = event.weight
-            if event.line.rank is not None and event.line.rank in root_ranks:
-                weight = min(CAP, weight * ROOT_RANK_FACTOR)
-            if any(p.search(event.line.text) for p in PEER_LOST_PATTERNS):
-                weight *= PEER_LOST_FACTOR
-            best[event.signal] = max(best.get(event.signal, 0.0), weight)
-        miss = 1.0
-        for weight in best.values():
-            miss *= 1.0 - weight
-        candidates.append(Candidate(cause, host, group, min(CAP, 1.0 - miss),
-                                    all(signal.consequence for signal in best)))
-    return candidates
-
-
-def _order(scan: Scan):
-    """Stronger evidence first; among near-equals the earlier failure, then the root-cause rank."""
-    root_ranks = {root.rank for root in scan.roots}
-
-    def key(candidate: Candidate):
-        stamps = [e.line.ts for e in candidate.events if e.line.ts is not None]
-        named = any(e.line.rank in root_ranks for e in candidate.events if e.line.rank is not None)
-        return (-round(candidate.score, 2), min(stamps) if stamps else float("inf"), not named,
-                min(e.line.number for e in candidate.events))
-    return key
-
-
-def _finding(candidate: Candidate, scan: Scan) -> Finding:
-    best = max(candidate.events, key=lambda e: (round(e.weight, 2), bool(EXCEPTION_LINE.match(e.evidence)),
-                                                  -(e.line.ts or 0), -e.line.number))
-    root_ranks = {root.rank for root in scan.roots}
-    ranks = [e.line.rank for e in candidate.events if e.line.rank is not None]
-    named = [r for r in ranks if r in root_ranks]
-    rank = named[0] if named else (min(ranks) if ranks else None)
-    if rank is None and len({r.rank for r in scan.roots if r.rank is not None}) == 1:
-        rank = scan.roots[0].rank if scan.roots[0].rank is not None else None
-    values = {**scan.context, **node_values(scan.nodes.get(candidate.host))}
-    for event in sorted(candidate.events, key=lambda e: e.weight):
-        values.update(event.values)
-    values.update(host=candidate.host, rank=rank)
-    fix = render_fix(best.rule.fix, template_values(values))
-    return Finding(candidate.cause, best.evidence, fix, host=candidate.host, rank=rank, score=candidate.score)
-
-
-def node_values(node: Optional[dict]) -> dict:
-    if not node:
-        return {}
-    return {k: node[k] for k in ("gpus", "driver", "shm_size") if node.get(k)}
-
-
-def _dedupe(findings: list[Finding]) -> list[Finding]:
-    seen, out = set(), []
-    for finding in findings:
-        key = (finding.cause, finding.host)
-        if key not in seen:
-            seen.add(key)
-            out.append(finding)
-    return out
-
-
-def _with_confidence(findings: list[Finding], scores: list[float]) -> list[Finding]:
-    """Evidence strength times its share among the ranked answers: one strong cause alone keeps its
-    strength, two equally strong ones split it."""
-    from dataclasses import replace
-
-    total = sum(scores) or 1.0
-    return [replace(f, confidence=round(min(1.0, s * s / total), 2)) for f, s in zip(findings, scores)]
-
-
-# --------------------------------------------------------------------------- unknown
-
-
-def _unexplained_exceptions(scan: Scan, events: list[Event]) -> list[LogLine]:
-    explained = {(e.line.number, e.line.text) for e in events}  # (number, text): files share line numbers
-    out = []
-    for line in scan.lines:
-        if not EXCEPTION_LINE.match(line.text) or (line.number, line.text) in explained:
-            continue
-        if any(w in line.text for w in WRAPPER_EXCEPTIONS) or any(p.search(line.text) for p in CASCADE_PATTERNS):
-            continue
-        out.append(line)
-    return out
-
-
-def _unknown(scan: Scan, unexplained: list[LogLine], best: float) -> Finding:
-    """The three most suspicious lines, of the root-cause rank if named: exceptions nothing
-    explains first, then other error-looking lines, consequences last."""
-    root = min(scan.roots, key=lambda r: (r.fields.get("time", ""), _lost_a_peer(scan, r)), default=None)
-    own = [line for line in unexplained if root is None or root.rank is None or line.rank == root.rank]
-    picked = _suspicious(own or unexplained)
-    if len(picked) < 3:
-        more = _suspicious([line for line in scan.lines if line not in picked])
-        picked += more[:3 - len(picked)]
-    evidence = " | ".join(line.text for line in picked)[:EVIDENCE_MAX] or _last_lines(scan)
-    first = picked[0] if picked else None
-    rank = first.rank if first is not None and first.rank is not None else (root.rank if root else None)
-    host = first.host if first is not None and first.host else (root.host if root else None)
-    score = (0.55 if unexplained else 0.35) * (1.0 - best)
-    return Finding("unknown", evidence, UNKNOWN_FIX, host=host, rank=rank, score=max(score, 0.05))
-
-
-def _last_lines(scan: Scan) -> str:
-    tail = [line.text for line in scan.lines[-3:] if line.text.strip()]
-    return " | ".join(tail)[:EVIDENCE_MAX] or "(the log is empty)"
-
-
-def _lost_a_peer(scan: Scan, root: RootCause) -> bool:
-    return any(p.search(line.text) for line in scan.lines if line.rank == root.rank and line.host == root.host
-               for p in PEER_LOST_PATTERNS)
-
-
-def _suspicious(lines: list[LogLine], limit: int = 3) -> list[LogLine]:
-    """Exception lines (a traceback's last line) first, then other error-looking lines, cascades last."""
-    def weight(line: LogLine) -> tuple:
-        exception = bool(EXCEPTION_LINE.match(line.text))
-        cascade = any(p.search(line.text) for p in CASCADE_PATTERNS)
-        return (cascade, not exception, line.ts or 0, line.number)
-    candidates = [line for line in lines if SUSPICIOUS.search(line.text) and not line.text.startswith("File ")]
-    unique = {line.text: line for line in sorted(candidates, key=weight, reverse=True)}
-    return sorted(unique.values(), key=weight)[:limit]

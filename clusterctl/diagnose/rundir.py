@@ -18,7 +18,7 @@ from typing import Optional
 
 from clusterctl.diagnose import logformat as fmt
 from clusterctl.diagnose import nodediag
-from clusterctl.diagnose.engine import EVIDENCE_MAX, Event, Scan, context_from_text, rank_findings
+from clusterctl.diagnose.matching import EVIDENCE_MAX, Event, Scan, context_from_text, rank_findings
 from clusterctl.diagnose.logformat import LogLine
 from clusterctl.diagnose.reader import LogInputError, read_log
 from clusterctl.diagnose.rules import RULE_OF, Signal

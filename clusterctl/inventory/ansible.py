@@ -11,6 +11,7 @@ import shlex
 from typing import Any, Optional
 
 from clusterctl.inventory.ansible_tree import AnsibleTree, Var
+from clusterctl.inventory.ansible_vars_map import tree_data
 from clusterctl.inventory.formats import SECTION, fail
 from clusterctl.inventory.values import did_you_mean
 from clusterctl.inventory.yamlsource import Locator, format_key_path
@@ -56,7 +57,7 @@ def parse_ansible_ini(text: str, source_name: str) -> tuple[dict, Locator]:
     """An Ansible INI inventory -> (clusterctl inventory data, Locator)."""
     tree = AnsibleTree(source_name)
     read_ini(tree, text, source_name)
-    return tree.to_data()
+    return tree_data(tree)
 
 
 def read_ini(tree: AnsibleTree, text: str, source_name: str) -> None:
@@ -156,7 +157,7 @@ def convert_ansible_yaml(data: dict, locator: Locator) -> tuple[dict, Locator]:
     """Parsed Ansible YAML (with its Locator) -> (clusterctl inventory data, Locator)."""
     tree = AnsibleTree(locator.source_name)
     read_yaml(tree, data, locator)
-    return tree.to_data()
+    return tree_data(tree)
 
 
 def read_yaml(tree: AnsibleTree, data: Any, locator: Locator) -> None:

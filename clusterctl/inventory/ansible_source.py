@@ -16,6 +16,7 @@ from clusterctl.errors import InventoryError
 from clusterctl.inventory.ansible import looks_like_ansible_yaml, read_ini, read_yaml
 from clusterctl.inventory.ansible_tree import AnsibleTree, FileLocator, Var
 from clusterctl.inventory.ansible_vars import read_vars_dirs
+from clusterctl.inventory.ansible_vars_map import tree_data
 from clusterctl.inventory.formats import sniff_format
 from clusterctl.inventory.hostfile import parse_hostfile
 from clusterctl.inventory.yamlsource import parse_yaml, read_text
@@ -50,7 +51,7 @@ def read_ansible_text(text: str, source_name: str, fmt: str, data=None, locator=
         read_yaml(tree, data, locator)
     if vars_base is not None:
         read_vars_dirs(tree, vars_base)
-    return tree.to_data()
+    return tree_data(tree)
 
 
 def read_ansible_dir(directory: Path) -> tuple[dict, FileLocator]:
@@ -62,7 +63,7 @@ def read_ansible_dir(directory: Path) -> tuple[dict, FileLocator]:
         raise InventoryError(f"the directory {directory} holds no Ansible inventory file", where=str(directory),
                              fix="put an INI or YAML inventory in it (hosts.ini, hosts.yml), or name the file itself")
     read_vars_dirs(tree, directory)
-    return tree.to_data()
+    return tree_data(tree)
 
 
 def _inventory_files(directory: Path) -> list[Path]:
@@ -117,7 +118,7 @@ def read_with_ansible(source: str) -> tuple[dict, FileLocator]:
         listing = json.loads(proc.stdout)
     except ValueError:
         raise InventoryError("ansible-inventory --list printed no JSON", where=source, fix=said or "check ansible.cfg")
-    return tree_from_listing(listing, f"ansible-inventory -i {source}").to_data()
+    return tree_data(tree_from_listing(listing, f"ansible-inventory -i {source}"))
 
 
 def tree_from_listing(listing: dict, label: str) -> AnsibleTree:

@@ -148,23 +148,3 @@ class AnsibleTree:
 
     def all_groups(self) -> list[str]:
         return sorted(set(self.group_lines) | {"all"})
-
-    def to_data(self) -> tuple[dict, FileLocator]:
-        """clusterctl inventory data for every host, its Locator, and the warnings of the translation."""
-        from clusterctl.inventory.ansible_vars_map import host_data
-
-        if not self.hosts:
-            fail(f"{self.source_name}:1", "the Ansible inventory lists no hosts",
-                 "add host lines under a [group] section, e.g. `node1 ansible_host=10.0.0.1`")
-        locator = FileLocator(self.source_name)
-        locator.record(("hosts",), min(self.hosts.values(), default=1), label="hosts")
-        warnings: list[str] = []
-        hosts = []
-        for index, name in enumerate(self.hosts):
-            path = ("hosts", index)
-            first = Var(name, self.hosts[name], name, self.host_sources.get(name))
-            locator.record_var(path, first)
-            locator.record_var(path + ("name",), first)
-            locator.record_var(path + ("address",), first)
-            hosts.append(host_data(self, name, path, locator, warnings))
-        return {"hosts": hosts, "warnings": sorted(set(warnings), key=warnings.index)}, locator

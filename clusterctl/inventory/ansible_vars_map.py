@@ -52,6 +52,25 @@ _TRUE = {"yes", "true", "1", "on", "y", "t"}
 _FALSE = {"no", "false", "0", "off", "n", "f"}
 
 
+def tree_data(tree: AnsibleTree) -> tuple[dict, FileLocator]:
+    """clusterctl inventory data for every host, its Locator, and the warnings of the translation."""
+    if not tree.hosts:
+        fail(f"{tree.source_name}:1", "the Ansible inventory lists no hosts",
+             "add host lines under a [group] section, e.g. `node1 ansible_host=10.0.0.1`")
+    locator = FileLocator(tree.source_name)
+    locator.record(("hosts",), min(tree.hosts.values(), default=1), label="hosts")
+    warnings: list[str] = []
+    hosts = []
+    for index, name in enumerate(tree.hosts):
+        path = ("hosts", index)
+        first = Var(name, tree.hosts[name], name, tree.host_sources.get(name))
+        locator.record_var(path, first)
+        locator.record_var(path + ("name",), first)
+        locator.record_var(path + ("address",), first)
+        hosts.append(host_data(tree, name, path, locator, warnings))
+    return {"hosts": hosts, "warnings": sorted(set(warnings), key=warnings.index)}, locator
+
+
 def host_data(tree: AnsibleTree, name: str, path: tuple, locator: FileLocator, warnings: list) -> dict:
     """One host's clusterctl data: its merged variables translated, each key's origin recorded."""
     merged = tree.merged(name)

@@ -11,24 +11,11 @@ import importlib
 import inspect
 from typing import Any, Callable, Mapping
 
+from clusterctl.modules.catalog import REGISTRY as _REGISTRY
+from clusterctl.modules.catalog import module  # noqa: F401 - where domains registered before the catalog
+
 _DOMAINS = ("shell", "copy", "process", "docker", "checks")
-_REGISTRY: dict[str, Callable[..., Any]] = {}
 _loaded = False
-
-
-def module(name: str, cluster_scope: bool = False):
-    """Register a module function under its playbook name (e.g. `docker.container`).
-
-    A cluster-scoped module is called once with a `ClusterContext` for all the task's hosts
-    and returns {host: HostResult} (for checks that compare nodes).
-    """
-
-    def register(fn):
-        fn.cluster_scope = cluster_scope
-        _REGISTRY[name] = fn
-        return fn
-
-    return register
 
 
 def _load_all() -> None:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from clusterctl.models import CheckStatus, HostResult, HostStatus
-from clusterctl.modules import module
+from clusterctl.modules.catalog import module
 
 
 @module("checks.preflight", cluster_scope=True)

@@ -7,7 +7,7 @@ from typing import Optional
 
 from clusterctl.errors import PlaybookError
 from clusterctl.models import Command, HostResult, HostStatus
-from clusterctl.modules import module
+from clusterctl.modules.catalog import module
 
 # Writes stdin to a temp file beside the destination, then renames it: never half a file.
 _WRITE = 'umask 077; mkdir -p -- "$(dirname -- "$1")" && cat > "$1.cc-tmp" && chmod "$2" "$1.cc-tmp" && mv -f -- "$1.cc-tmp" "$1"'

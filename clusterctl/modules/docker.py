@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import Any, Optional
 
 from clusterctl.models import Command, ContainerSpec, Host, HostResult, HostStatus, Inventory, Skip
-from clusterctl.modules import module
+from clusterctl.modules.catalog import module
 from clusterctl.modules.docker_replies import (LABEL_CONFIG, api_message, memlock_limit, pull_failure, pull_status,
                                                 stored_config)
 from clusterctl.registry.pull_errors import failure_line

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Optional
 
 from clusterctl.models import Command, HostResult, HostStatus
-from clusterctl.modules import module
+from clusterctl.modules.catalog import module
 
 MARKER_CLUSTER = "CLUSTERCTL_CLUSTER"
 MARKER_HOST = "CLUSTERCTL_HOST"

@@ -5,7 +5,7 @@ from typing import Optional, Union
 
 from clusterctl.errors import PlaybookError
 from clusterctl.models import Command
-from clusterctl.modules import module
+from clusterctl.modules.catalog import module
 
 
 def exec_command(argv: Union[str, list, tuple], chdir: Optional[str] = None, timeout: Optional[float] = None) -> Command:
