@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 from clusterctl.errors import StateError
+from clusterctl.executor.clock import attempts
 
 
 def private_dir(path: Path) -> Path:
@@ -155,13 +156,12 @@ class State:
 
 def _take(fd: int, tries: int = 4) -> bool:
     """flock(LOCK_EX) without waiting for a holder, but past a `lock_holder` look (an instant)."""
-    for attempt in range(tries):
+    for _attempt in attempts(tries, pause_s=0.02):
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return True
         except BlockingIOError:
-            if attempt + 1 < tries:
-                time.sleep(0.02)
+            pass
     return False
 
 

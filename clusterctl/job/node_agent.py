@@ -33,6 +33,9 @@ import sys
 import threading
 import time
 
+# A program of its own on the nodes (copied into the run dir, started with the node's python): its
+# threads and clocks are that process's, not the controller's (tests/test_architecture.py).
+RUNS_ON_NODES = True
 CONFIG = "supervision.json"
 STATE = "supervisor.json"
 MAC_HEADER = "X-Clusterctl-Mac"

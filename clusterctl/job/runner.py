@@ -383,9 +383,8 @@ class JobRunner:
         """Once a node failed, let the others report for a moment before naming the first failure:
         peers of a crashed rank fail within milliseconds (connection closed), and the culprit's
         own torchrun may well be the last of them to exit."""
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline and any(n.exit_code is None and not n.lost for n in self.nodes.values()):
-            ticker.sleep_until_next()
+        for _left in ticker.during(seconds, done=lambda: all(n.exit_code is not None or n.lost
+                                                             for n in self.nodes.values())):
             self._poll_once()
         return [n for n in self.nodes.values() if n.failed]
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from clusterctl.executor import Connections, for_each_host, run_commands
+from clusterctl.executor import Connections, for_each_host, run_commands, ticks
 from clusterctl.job import agent
 from clusterctl.job.container import in_container, on_host_or_in_container
 from clusterctl.models import Command, Host, HostResult, HostStatus, Inventory
@@ -132,16 +132,14 @@ def establish(inventory: Inventory, run_id: str, master: str, address: str, port
     failed = {name: r for name, r in started.items() if not r.succeeded}
     if failed:
         return None, failed
-    deadline = time.monotonic() + wait_s
     state: dict = {}
-    while time.monotonic() < deadline:
+    for _left in ticks(wait_s, 0.5):
         state = read_state(inventory, supervised, hosts[master], connections) or {}
         if state.get("final") and state.get("state") == "failed" and not state.get("nodes"):
             break  # it could not listen (the reason says why)
         nodes = state.get("nodes") or {}
         if nodes and all((nodes.get(n) or {}).get("seen_s_ago") is not None for n in run_dirs):
             return supervised, {}
-        time.sleep(0.5)
     nodes = state.get("nodes") or {}
     unheard = [n for n in run_dirs if (nodes.get(n) or {}).get("seen_s_ago") is None]
     why = state.get("reason") or (f"the supervisor on {master} ({address}:{supervised.port}) did not hear from "
@@ -160,9 +158,8 @@ def await_ranks(inventory: Inventory, supervised: Supervised, master: Host, conn
                 nproc: dict[str, int], timeout_s: float, on_wait: Callable[[dict], None] = lambda state: None
                 ) -> dict:
     """Wait until every node reports all its ranks started, or the run ended; the last state read."""
-    deadline = time.monotonic() + timeout_s
     state: dict = {}
-    while time.monotonic() < deadline:
+    for _left in ticks(timeout_s, 1.0):
         state = read_state(inventory, supervised, master, connections) or state
         nodes = state.get("nodes") or {}
         if state.get("state") not in (None, "running"):
@@ -170,7 +167,6 @@ def await_ranks(inventory: Inventory, supervised: Supervised, master: Host, conn
         if nodes and all((nodes.get(h) or {}).get("ranks", 0) >= n for h, n in nproc.items()):
             return state
         on_wait(state)
-        time.sleep(1.0)
     return state
 
 

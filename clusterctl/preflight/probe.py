@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Mapping, Optional, Sequence
 
 from clusterctl.preflight import facts, verdicts
-from clusterctl.executor import Background, Connections, for_each_host, run_commands
+from clusterctl.executor import Background, Connections, for_each_host, run_commands, wait_until
 from clusterctl.models import CheckResult, CheckStatus, Command, Host, HostResult, HostStatus, Inventory
 from clusterctl.job.container import in_container, on_host_or_in_container
 from clusterctl.transport import BATCH_MARK, TcpForwardingDisabled, batch_command, split_batch
@@ -332,9 +332,7 @@ def _connect_from_workers(inventory: Inventory, master: Host, workers: list[Host
 
     listener = Background([master], lambda t, h: run_commands(t, h, [listen], on_event=on_listener_event, stream=True),
                           connections)
-    deadline = time.monotonic() + LISTEN_READY_S
-    while not listening.wait(0.05) and time.monotonic() < deadline and not listener.wait(0):
-        pass
+    wait_until(lambda: listening.is_set() or listener.wait(0), LISTEN_READY_S, 0.05, wake=listening)
     connect = Command(in_container(inventory, (python, "-c", _CONNECT, inventory.rendezvous_address, str(port), "3")), timeout=15)
 
     def action(transport, host: Host) -> HostResult:

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 from dataclasses import dataclass
 from typing import Callable
 
 from clusterctl.errors import StateError, UsageError
+from clusterctl.executor import ticks
 from clusterctl.models import CheckResult, CheckStatus, Host, Inventory
 from clusterctl.slurm import partition, submit
 
@@ -142,10 +142,8 @@ def nodes_of(job_id: str) -> tuple[tuple[str, str], ...]:
 def cancel(job_id: str, wait_s: float = CANCEL_WAIT_S) -> bool:
     """scancel, then wait until Slurm says the job is no longer pending or running. True when it is gone."""
     slurm(submit.scancel_argv(job_id))
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
+    for _left in ticks(wait_s, 0.25):
         state = submit.parse_job_state(slurm(submit.squeue_job_argv(job_id)).stdout)
         if state is None or state[0] not in ("pending", "running", "configuring", "completing", "suspended"):
             return True
-        time.sleep(0.25)
     return False
