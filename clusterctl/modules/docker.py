@@ -20,6 +20,7 @@ from clusterctl.modules.docker_replies import (LABEL_CONFIG, api_message, memloc
 from clusterctl.registry.pull_errors import failure_line
 from clusterctl.registry.peers import peers_apply
 from clusterctl.registry.pulling import local_image
+from clusterctl.transport.docker_engine import EngineError, EngineNotFound, device_request, translated, ulimit
 
 LABEL_MANAGED = "clusterctl.managed"
 LABEL_CLUSTER = "clusterctl.cluster"
@@ -89,8 +90,6 @@ def _fingerprint(value: str, salt: str, slow: bool = False) -> str:
 
 def create_kwargs(inventory: Inventory, host: Host, config: dict) -> dict:
     """The docker-py `containers.create` arguments for a wanted config."""
-    from docker.types import DeviceRequest, Ulimit
-
     spec = inventory.container
     env = {e.name: e.value for e in (*spec.env, *host.env)}
     labels = {LABEL_MANAGED: "true", LABEL_CLUSTER: inventory.name, LABEL_HASH: config_hash(config),
@@ -98,13 +97,12 @@ def create_kwargs(inventory: Inventory, host: Host, config: dict) -> dict:
     kwargs = dict(
         image=spec.image, command=list(spec.command), name=spec.name, detach=True, network_mode="host",
         environment=env, labels=labels, volumes=list(spec.volumes),
-        ulimits=[Ulimit(name="memlock", soft=config["ulimits"]["memlock"], hard=config["ulimits"]["memlock"]),
-                 Ulimit(name="stack", soft=STACK_BYTES, hard=STACK_BYTES)],
+        ulimits=[ulimit("memlock", config["ulimits"]["memlock"], config["ulimits"]["memlock"]),
+                 ulimit("stack", STACK_BYTES, STACK_BYTES)],
     )
     if config["gpus"]:
         request = config["gpus"]
-        kwargs["device_requests"] = [DeviceRequest(count=request["Count"], device_ids=request["DeviceIDs"],
-                                                   capabilities=request["Capabilities"])]
+        kwargs["device_requests"] = [device_request(request["Count"], request["DeviceIDs"], request["Capabilities"])]
     if spec.ipc == "host":
         kwargs["ipc_mode"] = "host"
     elif spec.shm_size:
@@ -178,29 +176,28 @@ def pull(ctx):
     on_event = ctx.vars.get("on_event")
 
     def action(transport, host) -> HostResult:
-        import docker
-
         from clusterctl.registry import pulling
 
         client = transport.docker()
         changed, resolved = False, None
         try:
-            # with peers, `always` was done by docker.distribute (the seed pulled, the others got its image)
-            fresh = spec.pull == "always" and not peers_apply(ctx.inventory, len(ctx.inventory.hosts))
-            image = None if fresh else local_image(client, spec.image)
-            if image is None and spec.pull != "never":
-                resolved = pulling.resolve_for(ctx.inventory, transport, host)
-                if resolved.problem:
-                    problem = pulling.credentials_problem(ctx.inventory, host, resolved)
-                    return HostResult(host.name, HostStatus.FAILED, failure_line(spec.image, problem),
-                                      data={"image": spec.image, "cause": problem.cause})
-                started = time.monotonic()
-                _pull_with_progress(client, spec.image, host.name, on_event, pulling.auth_config(resolved, spec.image))
-                changed, pulled_s = True, time.monotonic() - started
-                image = client.images.get(spec.image)
-            if image is None:
-                return HostResult(host.name, HostStatus.FAILED, f"image {spec.image} is not on the node and container.pull is never")
-        except docker.errors.APIError as exc:
+            with translated():
+                # with peers, `always` was done by docker.distribute (the seed pulled, the others got its image)
+                fresh = spec.pull == "always" and not peers_apply(ctx.inventory, len(ctx.inventory.hosts))
+                image = None if fresh else local_image(client, spec.image)
+                if image is None and spec.pull != "never":
+                    resolved = pulling.resolve_for(ctx.inventory, transport, host)
+                    if resolved.problem:
+                        problem = pulling.credentials_problem(ctx.inventory, host, resolved)
+                        return HostResult(host.name, HostStatus.FAILED, failure_line(spec.image, problem),
+                                          data={"image": spec.image, "cause": problem.cause})
+                    started = time.monotonic()
+                    _pull_with_progress(client, spec.image, host.name, on_event, pulling.auth_config(resolved, spec.image))
+                    changed, pulled_s = True, time.monotonic() - started
+                    image = client.images.get(spec.image)
+                if image is None:
+                    return HostResult(host.name, HostStatus.FAILED, f"image {spec.image} is not on the node and container.pull is never")
+        except EngineError as exc:
             context = pulling.context(ctx.inventory, host, resolved or pulling.credentials.Resolved(),
                                       pulling.mirrors_of(client))
             return HostResult(host.name, HostStatus.FAILED, pull_failure(spec.image, api_message(exc), context),
@@ -252,9 +249,7 @@ def _pull_with_progress(client, ref: str, host_name: str, on_event, auth_config:
     for status in stream:
         error = pull_status(status, layers)
         if error is not None:
-            import docker
-
-            raise docker.errors.APIError(error)
+            raise EngineError(error)
         if on_event and layers:
             done, total = sum(c for c, _ in layers.values()), sum(t for _, t in layers.values())
             on_event(Event("progress", host_name, data={"key": f"pull:{host_name}", "description": f"pull {host_name}",
@@ -295,36 +290,34 @@ def container(ctx, force: bool = False):
     inventory = ctx.inventory
 
     def action(transport, host) -> HostResult:
-        import docker
-
         client = transport.docker()
         node = transport.run(Command(("sh", "-c", "test -d /dev/infiniband && echo ib; ulimit -H -l"), timeout=30))
         lines = node.stdout.split()
         config = wanted_config(inventory, host, "ib" in lines, memlock_limit(lines[-1] if lines else ""))
         try:
-            existing = _existing(client, inventory.container.name)
-            if existing is not None:
-                keep = _keep_or_remove(existing, config, inventory, force, client)
-                if isinstance(keep, HostResult):
-                    return replace(keep, host=host.name)
-                if keep is True:
-                    return _ensure_running(existing, host)
-                reason = keep
-            else:
-                reason = "created"
-            return _create_and_start(client, inventory, host, config, reason)
-        except docker.errors.APIError as exc:
+            with translated():
+                existing = _existing(client, inventory.container.name)
+                if existing is not None:
+                    keep = _keep_or_remove(existing, config, inventory, force, client)
+                    if isinstance(keep, HostResult):
+                        return replace(keep, host=host.name)
+                    if keep is True:
+                        return _ensure_running(existing, host)
+                    reason = keep
+                else:
+                    reason = "created"
+                return _create_and_start(client, inventory, host, config, reason)
+        except EngineError as exc:
             return HostResult(host.name, HostStatus.FAILED, f"docker: {api_message(exc)}")
 
     return engine_action(action)
 
 
 def _existing(client, name: str):
-    import docker
-
     try:
-        return client.containers.get(name)
-    except docker.errors.NotFound:
+        with translated():
+            return client.containers.get(name)
+    except EngineNotFound:
         return None
 
 
@@ -358,14 +351,13 @@ def _ensure_running(existing, host: Host) -> HostResult:
 
 
 def _create_and_start(client, inventory: Inventory, host: Host, config: dict, reason: str) -> HostResult:
-    import docker
-
     kwargs = create_kwargs(inventory, host, config)
     kwargs.pop("detach")
     created = client.containers.create(**kwargs)
     try:
-        created.start()
-    except docker.errors.APIError as exc:
+        with translated():
+            created.start()
+    except EngineError as exc:
         message = api_message(exc)
         inspected = client.api.inspect_container(created.id)["HostConfig"]
         created.remove(force=True)  # never leave a half-created container behind

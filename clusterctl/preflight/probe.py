@@ -22,6 +22,7 @@ from clusterctl.executor import Background, Connections, for_each_host, run_comm
 from clusterctl.models import CheckResult, CheckStatus, Command, Host, HostResult, HostStatus, Inventory
 from clusterctl.job.container import in_container, on_host_or_in_container
 from clusterctl.transport import BATCH_MARK, TcpForwardingDisabled, batch_command, split_batch
+from clusterctl.transport.docker_engine import EngineNotFound, translated
 
 LISTEN_S = 6  # the listener's life: workers connect (3 s timeout each, in parallel) well within it
 LISTEN_READY_S = 8.0  # the listener's python (in the container) prints "listening" within this
@@ -140,13 +141,12 @@ def _engine_sections(transport, inventory: Inventory) -> Optional[str]:
     """docker info, inspect and the in-container batch as the sections the CLI would print."""
     name = inventory.container.name
     try:
-        import docker
-
         client = transport.docker()
         info = client.info()
         try:
-            attrs = client.api.inspect_container(name)
-        except docker.errors.NotFound:
+            with translated():
+                attrs = client.api.inspect_container(name)
+        except EngineNotFound:
             attrs = None
         if attrs is None:
             inspected = inside = f"[]\nError: No such container: {name}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 from clusterctl.models import CheckResult, CheckStatus, Host, Inventory
 from clusterctl.modules.docker_replies import api_message
 from clusterctl.registry import credentials
+from clusterctl.transport.docker_engine import EngineError, EngineNotFound, translated
 from clusterctl.registry.pull_errors import (
     PullContext,
     PullProblem,
@@ -75,8 +76,6 @@ def check_node(inventory: Inventory, transport, host: Host) -> CheckResult:
 def ask_registry(inventory: Inventory, transport, host: Host) -> CheckResult:
     """check_node's work; an engine that does not answer raises requests' ConnectionError (`up`
     reports it as every engine step does: modules/docker.engine_action)."""
-    import docker
-
     spec = inventory.container
     client = transport.docker()
     present = local_image(client, spec.image) is not None
@@ -90,8 +89,9 @@ def ask_registry(inventory: Inventory, transport, host: Host) -> CheckResult:
     if resolved.problem:
         return _verdict(host, credentials_problem(inventory, host, resolved), present and spec.pull == "missing")
     try:
-        answer = client.api.inspect_distribution(spec.image, auth_config=auth_config(resolved, spec.image))
-    except docker.errors.APIError as exc:
+        with translated():
+            answer = client.api.inspect_distribution(spec.image, auth_config=auth_config(resolved, spec.image))
+    except EngineError as exc:
         problem = diagnose_pull(spec.image, api_message(exc), context(inventory, host, resolved, mirrors_of(client)))
         return _verdict(host, problem, present and spec.pull == "missing")
     digest = ((answer or {}).get("Descriptor") or {}).get("digest", "")
@@ -118,9 +118,8 @@ def auth_config(resolved: credentials.Resolved, ref: str):
 
 def local_image(client, ref: str):
     """The node's image `ref`, or None."""
-    import docker
-
     try:
-        return client.images.get(ref)
-    except docker.errors.ImageNotFound:
+        with translated():
+            return client.images.get(ref)
+    except EngineNotFound:
         return None
