@@ -30,41 +30,11 @@ from clusterctl.job import agent, rollcall, stalls, supervision
 from clusterctl.job.failures import Ended, first_failure
 from clusterctl.job.follow import FollowStream, Piece, latest_state, line_prefix
 from clusterctl.modules import process
-from clusterctl.job.container import in_container
 from clusterctl.job.topology import Topology
 from clusterctl.transport import remote_argv
-
-# Writes stdin to "$1/$2" through a temporary file and a rename: nodes sharing one
-# filesystem may write the same file at once, and a rank never reads a half-written one.
-# The temporary name comes from mktemp (O_EXCL), not `$$`: containers have PID namespaces
-# of their own, so shells on different nodes share PIDs, and with them a `.name.$$` file.
-# $1 <outputs>/logs/<run id>/.files, $2 the file's name. On a shared filesystem another node may
-# have written the same file first (as another user, in a sticky directory): the same bytes there
-# are success.
-_PUT_FILE = agent.RUN_DIRS_SH + r'''umask 022; run_dirs "$(dirname "$1")" && mk "$1" && tmp=$(mktemp "$1/.$2.XXXXXX") || exit 1
-cat > "$tmp" && chmod 644 "$tmp" || { rm -f "$tmp"; exit 1; }
-if cmp -s "$tmp" "$1/$2" 2>/dev/null; then rm -f "$tmp"; exit 0; fi
-mv -f "$tmp" "$1/$2" && exit 0
-rm -f "$tmp"; exit 1'''
-_FILE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-
-
-def files_dir(outputs: str, run_id: str) -> str:
-    """Where a run's shipped files land on every node: `<outputs>/logs/<run_id>/.files`.
-
-    One path for all nodes (the job's argv is the same everywhere), beside the nodes' own
-    run dirs; a host name cannot start with a dot, so it never collides with one.
-    """
-    return f"{outputs.rstrip('/') or ''}/logs/{run_id}/.files"
-
-
-def put_file_command(inventory: Inventory, directory: str, name: str, data: bytes) -> Command:
-    """Write `data` to directory/name where the ranks run (in the container when there is one)."""
-    if not _FILE_NAME_RE.fullmatch(name):
-        raise ValueError(f"not a plain file name: {name!r}")
-    argv = in_container(inventory, ("sh", "-c", _PUT_FILE, "clusterctl-put", directory, name), interactive=True)
-    return Command(argv, stdin=data, timeout=60)
-
+# what lived here before (importable from here as before): shipped files, and a run already going
+from clusterctl.job.in_progress import ensure_no_run_in_progress, run_in_progress, run_scan_command  # noqa: F401
+from clusterctl.job.shipping import _FILE_NAME_RE, _PUT_FILE, files_dir, put_file_command  # noqa: F401
 
 @dataclass
 class NodeRun:
@@ -452,34 +422,3 @@ def _launch_failure(failures: dict[str, HostResult]) -> dict:
         "cause": cause, "host": name, "rank": None, "evidence": result.detail,
         "fix": "the node could not start torchrun (see the evidence): check that job.outputs is writable there, "
                "run `clusterctl up` if the container is gone, and `clusterctl check`"}]}
-
-
-def ensure_no_run_in_progress(inventory: Inventory, connections: Connections) -> Optional[str]:
-    """A message naming a node where this cluster's ranks already run, else None."""
-
-    def action(transport, host: Host) -> HostResult:
-        return run_commands(transport, host, [run_scan_command(inventory, host)])
-
-    return run_in_progress({name: r.stdout for name, r in for_each_host(list(inventory.hosts), action,
-                                                                         connections).items()})
-
-
-def run_scan_command(inventory: Inventory, host: Host) -> Command:
-    """The look for this cluster's ranks on `host` (read by `run_in_progress`)."""
-    return process.scan_command(inventory.name, host.name, inventory.rendezvous.port, "list")
-
-
-def run_in_progress(scans: Mapping[str, str]) -> Optional[str]:
-    """From each node's output of run_scan_command: a message naming the first node where this
-    cluster's ranks already run, else None."""
-    for name, stdout in scans.items():
-        ours = process.parse_scan(stdout)["ours"]
-        if ours:
-            run_ids = [m.group(1) for p in ours for m in [_RDZV_ID_RE.search(p["command"])] if m]
-            which = f"run {run_ids[0]} " if run_ids else ""
-            return (f"{which}({len(ours)} process(es) of this cluster already run on {name}, pid {ours[0]['pid']}: "
-                    f"{ours[0]['command'][:80]})")
-    return None
-
-
-_RDZV_ID_RE = re.compile(r"--rdzv-id=([A-Za-z0-9._-]+)")
