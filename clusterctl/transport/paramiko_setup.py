@@ -9,6 +9,7 @@ import socket
 import threading
 import time
 import types
+import weakref
 
 from clusterctl.errors import UnreachableError
 
@@ -52,19 +53,23 @@ class _OpenFailureLog:
 
 
 _log_channels = itertools.count(1)
+_failure_logs: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # transport -> its _OpenFailureLog
 
 
 def _open_failures(transport) -> list:
-    """The reasons list of `transport`'s channel-open failures (its log channel gets a filter once)."""
+    """The reasons list of `transport`'s channel-open failures (its log channel gets a filter once).
+    paramiko has no public API for the reason of a refused channel (ChannelException carries only
+    the code); its own log line "... open FAILED: <reason>: ..." does, read through the public
+    `set_log_channel` (tests/test_library_canaries.py fails if paramiko words it otherwise)."""
     import logging
 
-    failures = getattr(transport, "_clusterctl_open_failures", None)
-    if failures is None:
-        name = f"paramiko.transport.clusterctl.{next(_log_channels)}"
-        transport.set_log_channel(name)
-        failures = _OpenFailureLog()
-        logging.getLogger(name).addFilter(failures)
-        transport._clusterctl_open_failures = failures
+    with _setup_lock:
+        failures = _failure_logs.get(transport)
+        if failures is None:
+            name = f"paramiko.transport.clusterctl.{next(_log_channels)}"
+            transport.set_log_channel(name)
+            failures = _failure_logs[transport] = _OpenFailureLog()
+            logging.getLogger(name).addFilter(failures)
     failures.reasons.clear()
     return failures.reasons
 
@@ -123,6 +128,9 @@ def _transport_class():
     if _ordered_transport is None:
         base = _paramiko().Transport
 
+        # Private touch: paramiko's only knob on host key algorithms is `disabled_algorithms`, which
+        # removes but cannot reorder; the order is Transport's `preferred_keys` property (no public
+        # setter). tests/test_library_canaries.py fails loudly if it goes.
         class OrderedTransport(base):
             clusterctl_host_key_order: tuple = ()
 
@@ -135,7 +143,9 @@ def _transport_class():
 
 
 def offered_host_key_algorithms() -> tuple[str, ...]:
-    """What paramiko can verify: its plain host key algorithms and their certificate forms."""
+    """What paramiko can verify: its plain host key algorithms and their certificate forms.
+    Private touch: `Transport._preferred_keys` is the class's list; the public read of it
+    (`get_security_options().keys`) needs a Transport over a socket (tests/test_library_canaries.py)."""
     plain = tuple(_paramiko().Transport._preferred_keys)
     return plain + tuple(f"{name}-cert-v01@openssh.com" for name in plain)
 
@@ -149,7 +159,10 @@ def _use_chunk_buffers(channel) -> None:
     paramiko's BufferedPipe appends every packet to an array.array and copies it out twice per
     read (slice, then tobytes), holding the GIL: at bulk rates (collect-logs) that was the
     client's largest CPU cost. These buffers keep a list of the packets' bytes and join them
-    once per read. Same interface; if a paramiko release renames these internals, nothing changes.
+    once per read. Same interface; if a paramiko release renames these internals, nothing changes
+    but the speed. Private touch: paramiko has no hook for a channel's receive buffer (`in_buffer`,
+    `in_stderr_buffer`) and BufferedPipe's state is `_lock`, `_cv`, `_event`, `_closed`;
+    tests/test_library_canaries.py fails loudly when a release changes them (the fallback is silent).
     """
     global _chunk_pipe_class
     if _chunk_pipe_class is None:

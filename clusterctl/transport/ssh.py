@@ -20,7 +20,7 @@ from clusterctl.transport.openssh_config import SSHTarget
 from clusterctl.transport.paramiko_setup import (DEAD_PEER_S, _new_transport, _open_failures, _paramiko, _tcp_socket,
                                                  _use_chunk_buffers, drop_when_silent, offered_host_key_algorithms)
 from clusterctl.transport.proxy_command import ProxyCommand
-from clusterctl.transport.ssh_auth import KeyStrategy, auth_failure
+from clusterctl.transport.ssh_auth import auth_failure, key_strategy
 from clusterctl.transport.ssh_files import (HostKeyCheck, connect_timeout, describe, host_key_order, target_for,
                                             trust_for)
 from clusterctl.transport.ssh_keys import plan_keys
@@ -212,7 +212,7 @@ def _connect(target: SSHTarget, sock, host: Host, extra_identity: Optional[str],
     order = host_key_order(target, trust, offered_host_key_algorithms())
     try:
         client.connect(target.hostname, target.port, username=target.user, sock=sock, timeout=None,
-                       banner_timeout=timeout, auth_timeout=timeout, auth_strategy=KeyStrategy(target.user, plan),
+                       banner_timeout=timeout, auth_timeout=timeout, auth_strategy=key_strategy(target.user, plan),
                        transport_factory=functools.partial(_new_transport, host_key_order=order))
     except HostKeyError:
         client.close()
@@ -252,6 +252,11 @@ def _allowed_methods(client, user: str) -> list:
 
 
 def _docker_over_ssh(ssh_client, address: str):
+    """A docker-py client over `ssh_client`'s connection. Private touch: docker-py's public ssh://
+    support (SSHHTTPAdapter) opens a connection of its own (a second handshake, its own host key and
+    config handling); no public API takes an existing paramiko client, so its channel pool
+    (docker.transport.sshconn.SSHConnectionPool) is used directly over ours.
+    tests/test_library_canaries.py fails loudly when docker-py changes it."""
     import docker
     from docker.transport.basehttpadapter import BaseHTTPAdapter
     from docker.transport.sshconn import SSHConnectionPool
@@ -272,13 +277,12 @@ def _docker_over_ssh(ssh_client, address: str):
         def close(self):
             self.pool.close()
 
-    api = docker.APIClient(base_url="tcp://127.0.0.1:9", version=DOCKER_API_VERSION, timeout=300)
-    adapter = ExistingSSHAdapter()
-    api.mount("http+docker://ssh", adapter)
-    api._custom_adapter = adapter
-    api.base_url = "http+docker://ssh"
-    client = docker.DockerClient.__new__(docker.DockerClient)
-    client.api = api
+    # Built through the public constructor (no connection is made: a version is given), then every
+    # request is routed to our adapter: requests' `mount` on the client's session and its URLs'
+    # base (`base_url`, as docker-py sets it for ssh:// itself).
+    client = docker.DockerClient(base_url="tcp://127.0.0.1:9", version=DOCKER_API_VERSION, timeout=300)
+    client.api.mount("http+docker://ssh", ExistingSSHAdapter())
+    client.api.base_url = "http+docker://ssh"
     return client
 
 

@@ -1,22 +1,34 @@
 """Offering the planned keys to the server (a paramiko AuthStrategy), and saying why none worked."""
 from __future__ import annotations
 
+import functools
+
 from clusterctl.transport.openssh_config import SSHTarget
 from clusterctl.transport.paramiko_setup import _paramiko
 from clusterctl.transport.ssh_keys import KeyPlan
 
 
-class KeyStrategy:
-    """paramiko's AuthStrategy interface over a KeyPlan: each key once, in the plan's order."""
+def key_strategy(user: str, plan: KeyPlan):
+    """A paramiko AuthStrategy offering the plan's keys, each once, in the plan's order."""
+    return _key_strategy_class()(user, plan)
 
-    def __init__(self, user: str, plan: KeyPlan):
-        self.user, self.plan = user, plan
 
-    def authenticate(self, transport):
-        auth = _paramiko().auth_strategy
-        strategy = auth.AuthStrategy(ssh_config=None)
-        strategy.get_sources = lambda: (auth.InMemoryPrivateKey(self.user, key) for _, key in self.plan.offered)
-        return strategy.authenticate(transport)
+@functools.lru_cache(maxsize=None)
+def _key_strategy_class():
+    """The subclass is made on first use: paramiko is imported only when a connection is made.
+    `get_sources` is AuthStrategy's documented override point (as Fabric's OpenSSHAuthStrategy)."""
+    auth = _paramiko().auth_strategy
+
+    class KeyStrategy(auth.AuthStrategy):
+        def __init__(self, user: str, plan: KeyPlan):
+            super().__init__(ssh_config=None)
+            self.user, self.plan = user, plan
+
+        def get_sources(self):
+            for _, key in self.plan.offered:
+                yield auth.InMemoryPrivateKey(self.user, key)
+
+    return KeyStrategy
 
 
 def auth_failure(target: SSHTarget, plan: KeyPlan, allowed: list, exc: Exception) -> str:
