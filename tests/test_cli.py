@@ -96,11 +96,3 @@ def test_run_on_this_machine_alone_completes_and_collect_logs_brings_the_gif_bac
     code, collected = run_cli(["collect-logs", "-i", str(inv), "--dest", str(tmp_path / "logs"), "--json"], tmp_path, capsys)
     assert code == 0 and collected["files"] > 5
     assert list((tmp_path / "logs").rglob(f"{doc['run_id']}.gif"))
-
-
-def test_bash_completion_offers_the_commands_and_their_options(tmp_path):
-    script = subprocess.run([sys.executable, "-m", "clusterctl", "completion", "bash"], capture_output=True, text=True,
-                            check=True).stdout
-    probe = 'source /dev/stdin; COMP_WORDS=(clusterctl collect-logs --de); COMP_CWORD=2; _clusterctl; echo "${COMPREPLY[@]}"'
-    out = subprocess.run(["bash", "-c", probe], input=script, capture_output=True, text=True, check=True).stdout
-    assert out.split() == ["--dest"]
