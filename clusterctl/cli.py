@@ -15,10 +15,10 @@ import importlib
 import os
 import signal
 import sys
-from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 from clusterctl import __version__
+from clusterctl.outcome import Outcome
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
@@ -44,21 +44,6 @@ COMMANDS = {
     "completion": ("completion", "print a shell completion script: source <(clusterctl completion bash)"),
     "inventory": ("inventory", "show: every host as clusterctl will reach it, and where each value came from"),
 }
-
-
-@dataclass
-class Outcome:
-    """What a command returns: the JSON document (always has "ok") and how it ended."""
-
-    document: dict
-    unreachable: bool = False
-    interrupted: bool = False
-    bad_input: bool = False
-    extra: dict = field(default_factory=dict)
-
-    @property
-    def ok(self) -> bool:
-        return bool(self.document.get("ok"))
 
 
 def exit_code(outcome: Outcome) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 
 from clusterctl.app import add_cluster_options
-from clusterctl.cli import Outcome
+from clusterctl.outcome import Outcome
 from clusterctl.commands.up import run_flow
 
 

@@ -5,7 +5,7 @@ import argparse
 from dataclasses import replace
 
 from clusterctl.app import add_cluster_options
-from clusterctl.cli import Outcome
+from clusterctl.outcome import Outcome
 from clusterctl.commands import any_unreachable, hosts_document
 from clusterctl.errors import UsageError
 from clusterctl.executor import for_each_host, run_commands

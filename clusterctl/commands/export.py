@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from clusterctl.app import add_cluster_options
-from clusterctl.cli import Outcome
+from clusterctl.outcome import Outcome
 from clusterctl.errors import UsageError
 
 
@@ -113,7 +113,7 @@ def _options(args):
 
 
 def _prompt(args, inventory) -> str:
-    from clusterctl.commands.run import read_prompt
+    from clusterctl.backends.prompt import read_prompt
 
     if args.prompt_file is not None:
         return read_prompt(args.prompt_file)

@@ -7,7 +7,7 @@ import argparse
 from typing import Any
 
 from clusterctl.app import add_cluster_options
-from clusterctl.cli import Outcome
+from clusterctl.outcome import Outcome
 from clusterctl.errors import ClusterctlError, UsageError
 
 SHOWN = ("address", "port", "user", "identity_file", "proxy_jump", "ssh_options", "ssh_config", "connection",

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
 from clusterctl.app import add_cluster_options
-from clusterctl.cli import Outcome
+from clusterctl.outcome import Outcome
 from clusterctl.errors import UsageError
 from clusterctl.models import MASK, CheckResult, CheckStatus, looks_secret
 from clusterctl.job.topology import NodeFacts
@@ -102,7 +102,7 @@ def execute(args, app) -> Outcome:
 
 
 def _prompt(args, inventory) -> str:
-    from clusterctl.commands.run import read_prompt
+    from clusterctl.backends.prompt import read_prompt
 
     if args.prompt_file is not None:
         return read_prompt(args.prompt_file)

@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import Optional
 
 from clusterctl.app import add_cluster_options
-from clusterctl.cli import Outcome
+from clusterctl.outcome import Outcome
 from clusterctl.errors import StateError, UsageError
 
 RESULT_FILE = "nccltest.jsonl"
@@ -57,7 +57,7 @@ def _sizes(args) -> tuple[int, Optional[int]]:
 
 
 def execute(args, app) -> Outcome:
-    from clusterctl.commands.run import _not_ready
+    from clusterctl.backends.launching import not_ready as _not_ready
     from clusterctl.preflight.node_facts import gather_node_facts
     from clusterctl.job.runner import ensure_no_run_in_progress
 
@@ -103,7 +103,7 @@ def bench_inventory(inventory, args, sizes: tuple[int, Optional[int]], run_id: s
 
 
 def _one_test(app, args, inventory, facts, sizes, label: str = "") -> dict:
-    from clusterctl.commands.run import _node_states, _summary
+    from clusterctl.backends.launching import node_states as _node_states, summary_of as _summary
     from clusterctl.nccltest.plan import report_ok, summarize
     from clusterctl.job.runner import JobRunner
     from clusterctl.job.topology import plan

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from clusterctl.app import add_cluster_options
-from clusterctl.cli import Outcome
+from clusterctl.outcome import Outcome
 from clusterctl.commands import any_unreachable, hosts_document
 from clusterctl.executor import PlannedTask
 

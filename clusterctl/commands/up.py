@@ -7,7 +7,7 @@ import os
 import socket
 from contextlib import contextmanager
 
-from clusterctl.cli import Outcome
+from clusterctl.outcome import Outcome
 from clusterctl.commands import any_unreachable, hosts_document
 
 
@@ -72,7 +72,7 @@ def run_flow(args, app, flow: str, title: str, remember: bool = False, variables
     with app.state.lock(f"cluster-{inventory.name}", f"`clusterctl {title}`"), \
             cluster_lock(app, inventory, title):
         if remember:
-            app.state.set_active_inventory(path)
+            app.state.set_active_inventory(path, app.source(str(path)).to_json())
         log_dir = app.state.step_logs(title)
         report = run_plan(playbook.tasks, inventory, app.connections, modules.resolve,
                           variables=dict(variables or {}), on_event=app.renderer.on_event, log_dir=log_dir)
