@@ -74,3 +74,15 @@ def run_flow(app, given: Optional[str], flow: str, title: str, remember: bool = 
     changed = sum(1 for r in report.hosts.values() if r.status.value == "changed")
     app.renderer.message(f"{title}: {len(report.hosts)} hosts, {changed} changed", "green" if document["ok"] else "red")
     return Outcome(document, unreachable=any_unreachable(report.hosts))
+
+
+def run_tasks(session, inventory, tasks, variables: Optional[dict] = None, log_dir=None, events: bool = True):
+    """A playbook's tasks (or `status`'s planned tasks: (name, module, params)) on every host of
+    `inventory` through the session's connections: the executor's RunReport."""
+    from clusterctl import modules
+    from clusterctl.executor import PlannedTask, run_plan
+
+    planned = [t if isinstance(t, PlannedTask) else PlannedTask(*t) for t in tasks]
+    options = {"on_event": session.renderer.on_event} if events else {}
+    return run_plan(planned, inventory, session.connections, modules.resolve, variables=variables, log_dir=log_dir,
+                    **options)

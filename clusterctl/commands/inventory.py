@@ -8,7 +8,7 @@ from typing import Any
 
 from clusterctl.app import add_cluster_options
 from clusterctl.outcome import Outcome
-from clusterctl.errors import ClusterctlError, UsageError
+from clusterctl.errors import UsageError
 
 SHOWN = ("address", "port", "user", "identity_file", "proxy_jump", "ssh_options", "ssh_config", "connection",
          "groups", "become", "become_user", "become_method")
@@ -21,6 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def execute(args, app) -> Outcome:
     from clusterctl.inventory.load import load_inventory_located
+    from clusterctl.api.reach import reached_as
 
     path = app.inventory_path()
     inventory, locator = load_inventory_located(path)
@@ -52,7 +53,7 @@ def _entry(index: int, host, locator) -> dict:
     origins = {key: _origin(locator, index, key) for key in SHOWN}
     entry = {"name": host.name, **values, "from": {k: v for k, v in origins.items() if v}}
     if not host.is_local:
-        entry["ssh"] = _resolved(host)
+        entry["ssh"] = reached_as(host)
     return entry
 
 
@@ -68,22 +69,6 @@ def _origin(locator, index: int, key: str) -> str:
         if position is not None and position != locator.position(path[:-1]):
             return locator.where(path)
     return ""
-
-
-def _resolved(host) -> dict:
-    """Where ssh_config sends the connection, as the transport will open it."""
-    from clusterctl.transport.ssh_files import target_for, trust_for
-
-    try:
-        target = target_for(host)
-    except ClusterctlError as exc:
-        return {"error": str(exc)}
-    trust = trust_for(host, target)
-    return {"hostname": target.hostname, "port": target.port, "user": target.user,
-            "identity_files": list(target.identity_files),
-            "jump": [f"{hop.user}@{hop.hostname}:{hop.port}" for hop in target.hops],
-            "proxy_command": target.proxy_command, "host_key_alias": target.host_key_alias,
-            "known_hosts": list(trust.files), "host_key_policy": trust.policy, "source": target.source}
 
 
 def _render(renderer, entry: dict) -> None:

@@ -8,12 +8,10 @@ import argparse
 from clusterctl.app import add_cluster_options
 from clusterctl.outcome import Outcome
 from clusterctl.commands import any_unreachable, hosts_document
-from clusterctl.executor import PlannedTask
-
-TASKS = (
-    PlannedTask("running ranks", "process.list", {}),
-    PlannedTask("container", "docker.inspect", {}),
-    PlannedTask("gpus", "checks.gpu_usage", {}),
+TASKS = (  # (name, module, params) of the executor's PlannedTask
+    ("running ranks", "process.list", {}),
+    ("container", "docker.inspect", {}),
+    ("gpus", "checks.gpu_usage", {}),
 )
 
 
@@ -22,15 +20,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args, app) -> Outcome:
-    from clusterctl import modules
-    from clusterctl.executor import run_plan
+    from clusterctl.api.playbooks import run_tasks
     from clusterctl.job.records import list_runs
     from clusterctl.job.supervision import masker, refresh_running
 
     inventory = app.inventory()
     if inventory.scheduler is not None and not inventory.hosts:
         return _slurm_status(app, inventory, list_runs(app.state))
-    report = run_plan(TASKS, inventory, app.connections, modules.resolve)
+    report = run_tasks(app, inventory, TASKS, events=False)
     for result in report.hosts.values():
         data = result.data
         data["ranks_running"] = len(data.get("ranks", []))
