@@ -3,6 +3,7 @@ reads it, and the check that it can reach the job at all."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 from clusterctl.errors import UsageError
 
@@ -41,3 +42,12 @@ def check_prompt_fits(prompt: str, inventory, where: str) -> None:
                          f"argument over 128 KiB ({MAX_ARG_BYTES} bytes)", where=where,
                          fix="shorten the prompt, or have the job read it from a file on a shared volume "
                              "(pass the file's path in job.args instead of {prompt})")
+
+
+def optional_prompt(path: Optional[Path], inventory, fix: str) -> str:
+    """The prompt file's text, or "" where none was given and the job has no {prompt} (`export`, `launch`)."""
+    if path is not None:
+        return read_prompt(path)
+    if any("{prompt}" in part for part in (*inventory.job.command, *inventory.job.args)):
+        raise UsageError("job.args use {prompt} but no prompt file was given", "--prompt-file", fix)
+    return ""

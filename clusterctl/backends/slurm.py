@@ -17,14 +17,15 @@ class SlurmBackend(NodesBackend):
     plans_on_nodes = False  # `run --plan` asks for no allocation
 
     def plan(self, inventory: Inventory, request: RunRequest, run_id: Optional[str],
-             facts: Optional[Mapping] = None) -> Plan:
+             facts: Optional[Mapping] = None, name: Optional[str] = None) -> Plan:
         """With the allocated nodes' `facts`: their layout; without: the layout on the nodes the
-        allocation would have (scheduler.nodes x scheduler.gpus_per_node) and its batch script."""
+        allocation would have (scheduler.nodes x scheduler.gpus_per_node) and its batch script
+        (`name`: the job's, default the inventory's)."""
         if facts is not None:
             return super().plan(inventory, request, run_id, facts)
         from clusterctl.slurm import sbatch
 
-        script = sbatch.build(inventory, request.prompt, strict=request.strict)
+        script = sbatch.build(inventory, request.prompt, name=name, strict=request.strict)
         topology = script.topology
         return Plan(self.name, inventory.name, run_id, topology.world_size, topology.nproc_per_node, topology.nnodes,
                     notes=tuple(script.notes), script=script.text)
