@@ -2,9 +2,9 @@
 (slurm/run.py); without an allocation the plan is the batch script `export sbatch` writes."""
 from __future__ import annotations
 
-from typing import Iterator, Mapping, Optional
+from typing import Mapping, Optional
 
-from clusterctl.backends.base import Plan, RunDescription, RunRequest, plan_of_topology
+from clusterctl.backends.base import Plan, RunRequest
 from clusterctl.backends.nodes import NodesBackend
 from clusterctl.errors import UsageError
 from clusterctl.models import Inventory

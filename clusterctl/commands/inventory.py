@@ -21,7 +21,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def execute(args, app) -> Outcome:
     from clusterctl.inventory.load import load_inventory_located
-    from clusterctl.api.reach import reached_as
 
     path = app.inventory_path()
     inventory, locator = load_inventory_located(path)
@@ -43,6 +42,8 @@ def execute(args, app) -> Outcome:
 
 
 def _entry(index: int, host, locator) -> dict:
+    from clusterctl.api.reach import reached_as
+
     values: dict[str, Any] = {
         "address": host.address, "port": host.ssh.port, "user": host.ssh.user,
         "identity_file": host.ssh.identity_file, "proxy_jump": host.ssh.proxy_jump,

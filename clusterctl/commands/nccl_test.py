@@ -18,8 +18,6 @@ from clusterctl.app import add_cluster_options
 from clusterctl.outcome import Outcome
 from clusterctl.errors import UsageError
 
-RESULT_FILE = "nccltest.jsonl"
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_cluster_options(parser)

@@ -2,7 +2,6 @@
 on every node."""
 from __future__ import annotations
 
-import argparse
 import errno
 import os
 import shlex

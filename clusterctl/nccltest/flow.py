@@ -9,6 +9,8 @@ from typing import Optional
 from clusterctl.errors import StateError, UsageError
 from clusterctl.outcome import Outcome
 
+RESULT_FILE = "nccltest.jsonl"
+
 
 @dataclass(frozen=True)
 class NcclTestOptions:
@@ -64,9 +66,9 @@ def bench_inventory(inventory, options, sizes: tuple[int, Optional[int]], run_id
                   "--result-file", result_file]
     if sizes[1] is not None:
         bench_args += ["--max-size", str(sizes[1])]
-    # Placeholders are expanded in job.command and job.options: keep literal braces literal.
+    # Placeholders are expanded in job.command and job.args: keep literal braces literal.
     job = replace(inventory.job, command=(f"{files_dir(outputs, run_id)}/{ALLREDUCE_BENCH}",),
-                  options=tuple(bench_args), world_size_divides=None)
+                  args=tuple(bench_args), world_size_divides=None)
     return replace(inventory, job=job), result_file
 
 
