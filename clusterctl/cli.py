@@ -88,15 +88,9 @@ def main(argv: Optional[Sequence[str]] = None, env: Optional[dict] = None) -> in
         return EXIT_BAD_INPUT
     from clusterctl.app import App
     from clusterctl.errors import ClusterctlError
-    from clusterctl.executor import raise_descriptor_limit
     from clusterctl.render import emit_json
 
-    raise_descriptor_limit()  # a socket per node (two through a jump host): 1024 would break first at scale
-    app = App.create(args, env)
-    if args.json:  # a program reads stdout: never stop to ask for an SSH key's passphrase
-        from clusterctl.transport.ssh_keys import allow_prompts
-
-        allow_prompts(False)
+    app = App.for_command(args, env)
     module = _command_module(COMMANDS[args.command][0])
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started ignoring it

@@ -46,6 +46,20 @@ class Session:
     def create(cls, args: argparse.Namespace, env: dict) -> "Session":
         return cls(args, env, State.here(env), Renderer(json_mode=args.json, verbose=args.verbose))
 
+    @classmethod
+    def for_command(cls, args: argparse.Namespace, env: dict) -> "Session":
+        """The session of one CLI command: the process's open-files limit lifted first, and with --json
+        no prompt for an SSH key's passphrase (a program reads stdout)."""
+        from clusterctl.executor import raise_descriptor_limit
+
+        raise_descriptor_limit()  # a socket per node (two through a jump host): 1024 would break first at scale
+        session = cls.create(args, env)
+        if args.json:
+            from clusterctl.transport.ssh_keys import allow_prompts
+
+            allow_prompts(False)
+        return session
+
     # ---- the inventory
     def inventory_path(self, explicit: Optional[str] = None) -> Path:
         """The inventory as given (-i, else the active cluster's): what records and documents show."""
