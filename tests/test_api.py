@@ -74,6 +74,35 @@ def test_a_run_that_hangs_is_stopped_through_the_api(cluster, sandbox, tmp_path)
             run.stop()
 
 
+def test_relaunch_stops_the_run_and_launches_its_plan_again_as_the_next_attempt_of_the_same_run(
+        cluster, sandbox, tmp_path):
+    from dataclasses import replace
+
+    from clusterctl import Cluster
+    from clusterctl.backends import RunRequest, backend_for
+
+    hanging = Cluster.load(_two_nodes(sandbox, tmp_path / "hang.yaml", "stall.py",
+                                      ["--mode", "hang", "--rank", "1", "--seconds", "600"]),
+                           state_dir=Path(cluster.env["CLUSTERCTL_STATE"]))
+    request = RunRequest("a cat", detach=True, stall_timeout_s=0)
+    run = hanging.run(prompt="a cat", detach=True, stall_timeout=0)
+    try:
+        plan = replace(hanging.plan("a cat"), run_id=run.id)
+        assert plan.attempt == 1 and "--rdzv-id=" in plan.nodes[0].command
+        with hanging.session("run") as session:
+            outcome = backend_for(session, hanging.inventory).relaunch(plan, request)
+        assert outcome.ok and outcome.document["run_id"] == run.id, outcome.document
+        assert run.state == "running"
+        with hanging.session("status") as session:
+            record = session.state.read_json(session.state.run_dir(run.id) / "run.json")
+        assert record["attempt"] == 2 and record["state"] == "running"
+        logs = sandbox.shared_outputs / "logs"
+        assert (logs / run.id / "node1").is_dir() and (logs / run.id / "node1.attempt-1" / "stopped").exists()
+    finally:
+        run.stop()
+    assert run.state == "stopped"
+
+
 def test_exec_gives_each_hosts_output_and_a_fabric_task_runs_through_group(cluster, sandbox):
     result = cluster.exec("hostname")
     hostnames = {n.name: n.hostname for n in sandbox.nodes if n.name in ("node1", "node2")}

@@ -31,10 +31,12 @@ def run_job(session, backend, inventory, request: RunRequest, live: LiveOptions 
     if plan_only and not backend.plans_on_nodes:
         return _plan_document(session, backend.plan(inventory, request, None))
     backend.refuse(request)
-    run_id = relaunch_of.run_id if relaunch_of is not None else session.state.new_run_id()
+    run_id = (relaunch_of.run_id if relaunch_of is not None else None) or session.state.new_run_id()
     # one run of a cluster at a time: a second is refused naming the first (`clusterctl stop RUN`)
     with session.state.lock(run_lock(inventory.name), "a `clusterctl run`", run_id=run_id), \
             backend.reach(inventory, run_id) as (inventory, connections, scheduled):
+        if relaunch_of is not None and relaunch_of.attempt > 1:  # not to meet the last attempt's stop mark
+            set_aside(inventory, connections, run_id, relaunch_of.attempt - 1)
         facts, problems, busy, facts_from = backend.facts(inventory, connections)
         if problems:
             return not_ready(session, problems)
@@ -52,7 +54,7 @@ def run_job(session, backend, inventory, request: RunRequest, live: LiveOptions 
 
 def _plan(backend, inventory, request: RunRequest, run_id: str, facts, relaunch_of: Optional[Plan]) -> Plan:
     if relaunch_of is not None and relaunch_of.topology is not None:
-        return relaunch_of
+        return replace(relaunch_of, run_id=run_id)
     plan = backend.plan(inventory, request, run_id, facts)
     return replace(plan, attempt=relaunch_of.attempt) if relaunch_of is not None else plan
 
@@ -159,6 +161,26 @@ def _detached(session, runner, summary: dict, started: float, prompt: str, place
                              f"clusterctl stop {run_id}", "green")
     return Outcome({"ok": True, **summary, "detached": True, "state": "running", "exit_code": None,
                     "supervisor": runner.supervised.to_json()})
+
+
+SET_ASIDE = 'if [ -e "$1" ]; then rm -rf "$1.attempt-$2"; mv -T "$1" "$1.attempt-$2"; fi'
+
+
+def set_aside(inventory, connections, run_id: str, attempt: int) -> dict:
+    """Every node's run dir of `run_id` renamed RUN_DIR.attempt-`attempt` (a relaunch): {host: HostResult}."""
+    from clusterctl.executor import for_each_host, run_commands
+    from clusterctl.job.container import host_path, on_host_or_in_container
+    from clusterctl.job.torchrun import log_dir
+    from clusterctl.models import Command
+
+    def action(transport, host):
+        run_dir = log_dir(inventory.job.outputs, run_id, host.name)
+        argv = on_host_or_in_container(inventory, run_dir,
+                                       lambda d: ("sh", "-c", SET_ASIDE, "clusterctl-relaunch", d, str(attempt)))
+        return run_commands(transport, host, [Command(argv, timeout=60,
+                                                      privileged=host_path(inventory, run_dir) is not None)])
+
+    return for_each_host(list(inventory.hosts), action, connections)
 
 
 def busy_fix(busy: str) -> str:

@@ -71,6 +71,7 @@ class NodesBackend:
         return stop_run(self.session, run_id)
 
     def relaunch(self, plan: Plan, request: RunRequest, inventory: Optional[Inventory] = None):
-        """Stop what runs of the plan's run, then launch `plan` as its next attempt (same run id)."""
+        """Stop what runs of the plan's run, then launch `plan` as the next attempt of the same run id
+        (launching.py sets the last attempt's run dirs aside on the nodes first)."""
         self.stop(plan.run_id)
         return self.launch(plan.next_attempt(), request, inventory)

@@ -61,7 +61,7 @@ class SlurmBackend(NodesBackend):
 
     def relaunch(self, plan: Plan, request: RunRequest, inventory: Optional[Inventory] = None):
         """Stop what runs, then plan again on a new allocation (its nodes may differ) as the next attempt."""
-        self.stop(plan.run_id)
         from dataclasses import replace
 
+        self.stop(plan.run_id)
         return self.launch(replace(plan.next_attempt(), topology=None), request, inventory)
