@@ -88,15 +88,22 @@ class Session:
 
     def inventory_of_run(self, given: Optional[str], run_id: str, record: dict,
                          hosts: Optional[list] = None) -> Inventory:
-        """The inventory of a recorded run (-i, else the one the run was started with), which must have
-        every host the run ran on (`hosts`, default: those its record keeps, or its topology's in a
-        record of an older clusterctl): else one clear error naming them. A run made on a Slurm
-        allocation by an inventory that lists no hosts: its nodes, reached through Slurm."""
+        """The inventory of a recorded run (-i, else the one the run was started with) with the hosts
+        its record keeps, as the run reached them. A record of an older clusterctl keeps none: the
+        inventory must then have every host the run ran on (`hosts`, default: its topology's), else one
+        clear error naming them. A run made on a Slurm allocation by an inventory that lists no hosts:
+        its nodes, reached through Slurm."""
+        from dataclasses import replace
+
+        from clusterctl.backends.base import hosts_of_record
+
         source = given or record.get("inventory")
         inventory = self.nodes_of_run(source, run_id, record)
+        kept = hosts_of_record(record, inventory)  # as the run reached them (the inventory's own where it has them)
+        if kept is not None:
+            inventory = replace(inventory, hosts=kept)
         if hosts is None:
-            kept = record.get("hosts") if isinstance(record.get("hosts"), list) else None
-            hosts = [h.get("name") for h in kept] if kept else [n.get("host") for n in record.get("topology") or []]
+            hosts = [h.name for h in kept] if kept else [n.get("host") for n in record.get("topology") or []]
         names = {h.name for h in inventory.hosts}
         missing = [name for name in hosts if name not in names]
         if missing or not hosts:
