@@ -79,7 +79,7 @@ class Session:
     def inventory(self, explicit: Optional[str] = None) -> Inventory:
         from clusterctl.inventory.load import load_inventory
 
-        inventory = load_inventory(self.source(explicit).loader_argument())
+        inventory = load_inventory(self.inventory_path(explicit))  # as written: its errors name the file so
         _check_hosts_listed(inventory, getattr(self.args, "command", None))
         for warning in inventory.warnings:  # read but not used (an ssh option, an Ansible variable): said
             self.renderer.message(f"warning: {warning}", style="yellow")
