@@ -49,6 +49,14 @@ class NodesBackend:
 
         return hang_up_detaches()
 
+    def lists_hosts(self, inventory: Inventory) -> bool:
+        """Whether the inventory names the nodes (else they are known to the scheduler only)."""
+        return True
+
+    def place_checks(self, inventory: Inventory) -> list:
+        """The checks of the place before any node (Slurm: the partition); none for SSH nodes."""
+        return []
+
     # ---- the run
     def launch(self, plan: Plan, request: RunRequest, inventory: Optional[Inventory] = None):
         from clusterctl.backends.launching import run_job

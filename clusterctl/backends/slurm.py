@@ -8,6 +8,7 @@ from clusterctl.backends.base import Plan, RunRequest
 from clusterctl.backends.nodes import NodesBackend
 from clusterctl.errors import UsageError
 from clusterctl.models import Inventory
+from clusterctl.outcome import Outcome
 
 
 class SlurmBackend(NodesBackend):
@@ -65,3 +66,30 @@ class SlurmBackend(NodesBackend):
 
         self.stop(plan.run_id)
         return self.launch(replace(plan.next_attempt(), topology=None), request, inventory)
+
+    def lists_hosts(self, inventory: Inventory) -> bool:
+        return bool(inventory.hosts)
+
+    def place_checks(self, inventory: Inventory) -> list:
+        """The partition, before any node (sinfo/squeue: slurm/partition.py)."""
+        from clusterctl.slurm.allocation import presubmit_checks
+
+        return presubmit_checks(inventory)
+
+    def queue_status(self, inventory: Inventory, runs: list) -> Outcome:
+        """An inventory whose nodes are a Slurm allocation's: the partition (sinfo) and clusterctl's jobs
+        in the queue (squeue), then the runs of this directory."""
+        from clusterctl.slurm.allocation import presubmit_checks, queued_jobs
+
+        renderer = self.session.renderer
+        checks = presubmit_checks(inventory)
+        renderer.checks_table(checks)
+        jobs = queued_jobs()
+        for job in jobs:
+            renderer.message(f"slurm job {job.job_id} {job.name}: {job.state} on {job.nodelist or '-'} "
+                             f"({job.elapsed} of {job.time_limit}; {job.reason})")
+        if not jobs:
+            renderer.message("slurm: no clusterctl job in the queue", "dim")
+        renderer.runs_table(runs)
+        return Outcome({"ok": True, "cluster": inventory.name, "checks": [c.to_json() for c in checks],
+                        "slurm_jobs": [vars(j) for j in jobs], "runs": [r.to_json() for r in runs]})

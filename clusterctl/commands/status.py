@@ -21,12 +21,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def execute(args, app) -> Outcome:
     from clusterctl.api.playbooks import run_tasks
+    from clusterctl.backends import backend_for
     from clusterctl.job.records import list_runs
     from clusterctl.job.supervision import masker, refresh_running
 
     inventory = app.inventory()
-    if inventory.scheduler is not None and not inventory.hosts:
-        return _slurm_status(app, inventory, list_runs(app.state))
+    backend = backend_for(app, inventory)
+    if not backend.lists_hosts(inventory):  # the nodes are an allocation's, known to Slurm only
+        return backend.queue_status(inventory, list_runs(app.state))
     report = run_tasks(app, inventory, TASKS, events=False)
     for result in report.hosts.values():
         data = result.data
@@ -44,21 +46,3 @@ def execute(args, app) -> Outcome:
                                  f"`clusterctl stop {run.run_id}` ends it", "yellow")
     return Outcome(hosts_document(report.hosts, cluster=inventory.name, runs=[r.to_json() for r in runs]),
                    unreachable=any_unreachable(report.hosts))
-
-
-def _slurm_status(app, inventory, runs) -> Outcome:
-    """An inventory whose nodes are a Slurm allocation's: the partition (sinfo) and clusterctl's jobs
-    in the queue (squeue), then the runs of this directory."""
-    from clusterctl.slurm.allocation import presubmit_checks, queued_jobs
-
-    checks = presubmit_checks(inventory)
-    app.renderer.checks_table(checks)
-    jobs = queued_jobs()
-    for job in jobs:
-        app.renderer.message(f"slurm job {job.job_id} {job.name}: {job.state} on {job.nodelist or '-'} "
-                             f"({job.elapsed} of {job.time_limit}; {job.reason})")
-    if not jobs:
-        app.renderer.message("slurm: no clusterctl job in the queue", "dim")
-    app.renderer.runs_table(runs)
-    return Outcome({"ok": True, "cluster": inventory.name, "checks": [c.to_json() for c in checks],
-                    "slurm_jobs": [vars(j) for j in jobs], "runs": [r.to_json() for r in runs]})
