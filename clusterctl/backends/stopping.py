@@ -25,12 +25,7 @@ AWAIT_CONTROLLER_S = 30.0
 
 def stop_run(app, given_run: Optional[str], given_inventory: Optional[str] = None) -> Outcome:
     """`clusterctl stop` (and `Run.stop()`): the run named (default: the last) ended on every node."""
-    from clusterctl.executor import for_each_host, run_commands
-    from clusterctl.job import agent, records, supervision
-    from clusterctl.job.torchrun import log_dir
-    from clusterctl.models import HostResult, HostStatus
-    from clusterctl.modules import process
-    from clusterctl.slurm.allocation import allocation_ended
+    from clusterctl.job import records, supervision
 
     run_id, record = records.resolve(app.state, given_run)
     state = records.state_of(record, run_id, app.state.lock_holder)
@@ -45,7 +40,18 @@ def stop_run(app, given_run: Optional[str], given_inventory: Optional[str] = Non
         app.renderer.message(f"run {run_id} has already ended ({state}); nothing to stop", "green")
         return Outcome({"ok": True, "run_id": run_id, "state": state, "already_ended": True, "hosts": {}})
     by_name = {h.name: h for h in inventory.hosts}
-    hosts = [by_name[name] for name in planned]
+    return _stop_on_nodes(app, inventory, [by_name[name] for name in planned], run_id, record, state)
+
+
+def _stop_on_nodes(app, inventory, hosts: list, run_id: str, record: dict, state: str) -> Outcome:
+    """Mark every node's run dir stopped, end what carries the run's marker, wait for the node agents."""
+    from clusterctl.executor import for_each_host, run_commands
+    from clusterctl.job import agent
+    from clusterctl.job.torchrun import log_dir
+    from clusterctl.models import HostResult, HostStatus
+    from clusterctl.modules import process
+    from clusterctl.slurm.allocation import allocation_ended
+
     outputs = record.get("outputs") or inventory.job.outputs
     run_dir = {h.name: log_dir(outputs, run_id, h.name) for h in hosts}
     port = inventory.rendezvous.port
