@@ -1,6 +1,3 @@
 """One module per CLI command: `add_arguments(parser)` and `execute(args, app) -> Outcome`. A command
 parses, calls the session (api/), a backend (backends/) or a flow, and renders; it never imports
 another command, the executor or transport/."""
-from __future__ import annotations
-
-from clusterctl.outcome import any_unreachable, hosts_document  # noqa: F401 (the commands' names for them)

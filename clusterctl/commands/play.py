@@ -5,7 +5,7 @@ import argparse
 
 from clusterctl.app import add_cluster_options
 from clusterctl.outcome import Outcome
-from clusterctl.commands import any_unreachable, hosts_document
+from clusterctl.outcome import any_unreachable, hosts_document
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

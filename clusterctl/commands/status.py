@@ -7,7 +7,7 @@ import argparse
 
 from clusterctl.app import add_cluster_options
 from clusterctl.outcome import Outcome
-from clusterctl.commands import any_unreachable, hosts_document
+from clusterctl.outcome import any_unreachable, hosts_document
 TASKS = (  # (name, module, params) of the executor's PlannedTask
     ("running ranks", "process.list", {}),
     ("container", "docker.inspect", {}),
