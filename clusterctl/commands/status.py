@@ -6,8 +6,7 @@ from __future__ import annotations
 import argparse
 
 from clusterctl.app import add_cluster_options
-from clusterctl.outcome import Outcome
-from clusterctl.outcome import any_unreachable, hosts_document
+from clusterctl.outcome import Outcome, any_unreachable, hosts_document
 TASKS = (  # (name, module, params) of the executor's PlannedTask
     ("running ranks", "process.list", {}),
     ("container", "docker.inspect", {}),
