@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from clusterctl.outcome import Outcome
+from clusterctl.cli import Outcome
 
 _BASH = """# bash completion for clusterctl: source <(clusterctl completion bash)
 _clusterctl() {
