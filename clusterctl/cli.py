@@ -86,11 +86,11 @@ def main(argv: Optional[Sequence[str]] = None, env: Optional[dict] = None) -> in
     if not args.command:
         parser.print_help(sys.stderr)
         return EXIT_BAD_INPUT
-    from clusterctl.app import App
+    from clusterctl.api.session import Session
     from clusterctl.errors import ClusterctlError
     from clusterctl.render import emit_json
 
-    app = App.for_command(args, env)
+    app = Session.for_command(args, env)
     module = _command_module(COMMANDS[args.command][0])
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started ignoring it

@@ -1,3 +1,13 @@
-"""One module per CLI command: `add_arguments(parser)` and `execute(args, app) -> Outcome`. A command
-parses, calls the session (api/), a backend (backends/) or a flow, and renders; it never imports
-another command, the executor or transport/."""
+"""One module per CLI command: `add_arguments(parser)` and `execute(args, app) -> Outcome`, where `app`
+is the command's session (api/session.py). A command parses, calls the session, a backend (backends/)
+or a flow, and renders; it never imports another command, the executor or transport/."""
+from __future__ import annotations
+
+import argparse
+
+
+def add_cluster_options(parser: argparse.ArgumentParser, limit: bool = True) -> None:
+    """-i/--inventory (and --limit), which every command that acts on a cluster takes."""
+    parser.add_argument("-i", "--inventory", help="inventory file (default: the active cluster of `up`)")
+    if limit:
+        parser.add_argument("--limit", help="comma-separated host names or groups to act on")

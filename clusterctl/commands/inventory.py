@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from clusterctl.app import add_cluster_options
+from clusterctl.commands import add_cluster_options
 from clusterctl.outcome import Outcome
 from clusterctl.errors import UsageError
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from typing import Optional
 
-from clusterctl.app import add_cluster_options
+from clusterctl.commands import add_cluster_options
 from clusterctl.outcome import Outcome
 from clusterctl.errors import UsageError
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from clusterctl.app import add_cluster_options
+from clusterctl.commands import add_cluster_options
 from clusterctl.outcome import Outcome
 from clusterctl.job import records
 
