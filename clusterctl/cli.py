@@ -15,10 +15,10 @@ import importlib
 import os
 import signal
 import sys
-from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 from clusterctl import __version__
+from clusterctl.outcome import Outcome
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
@@ -44,21 +44,6 @@ COMMANDS = {
     "completion": ("completion", "print a shell completion script: source <(clusterctl completion bash)"),
     "inventory": ("inventory", "show: every host as clusterctl will reach it, and where each value came from"),
 }
-
-
-@dataclass
-class Outcome:
-    """What a command returns: the JSON document (always has "ok") and how it ended."""
-
-    document: dict
-    unreachable: bool = False
-    interrupted: bool = False
-    bad_input: bool = False
-    extra: dict = field(default_factory=dict)
-
-    @property
-    def ok(self) -> bool:
-        return bool(self.document.get("ok"))
 
 
 def exit_code(outcome: Outcome) -> int:
@@ -101,17 +86,11 @@ def main(argv: Optional[Sequence[str]] = None, env: Optional[dict] = None) -> in
     if not args.command:
         parser.print_help(sys.stderr)
         return EXIT_BAD_INPUT
-    from clusterctl.app import App
+    from clusterctl.api.session import Session
     from clusterctl.errors import ClusterctlError
-    from clusterctl.executor import raise_descriptor_limit
     from clusterctl.render import emit_json
 
-    raise_descriptor_limit()  # a socket per node (two through a jump host): 1024 would break first at scale
-    app = App.create(args, env)
-    if args.json:  # a program reads stdout: never stop to ask for an SSH key's passphrase
-        from clusterctl.transport.ssh_keys import allow_prompts
-
-        allow_prompts(False)
+    app = Session.for_command(args, env)
     module = _command_module(COMMANDS[args.command][0])
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started ignoring it

@@ -64,8 +64,23 @@ class State:
     def _active_file(self) -> Path:
         return self.root / "active.json"
 
-    def set_active_inventory(self, path: Path) -> None:
-        self.write_json(self._active_file, {"inventory": str(Path(path).resolve()), "since": time.time()})
+    def set_active_inventory(self, path: Path, source: Optional[dict] = None) -> None:
+        """Remember the active cluster: `source` is api/source.py InventorySource.to_json(), kept as
+        itself (an `ansible:` source is no path to resolve)."""
+        where = source.get("location") if source and source.get("kind") != "ansible" else None
+        document = {"inventory": ("ansible:" + source["location"]) if source and source.get("kind") == "ansible"
+                    else str(Path(where or path).resolve()), "since": time.time()}
+        if source:
+            document["inventory_source"] = source
+        self.write_json(self._active_file, document)
+
+    def active_source(self) -> Optional[dict]:
+        """The remembered InventorySource.to_json(), or None (none remembered, or by an older clusterctl)."""
+        try:
+            source = self.read_json(self._active_file).get("inventory_source")
+        except (OSError, ValueError, AttributeError):
+            return None
+        return source if isinstance(source, dict) else None
 
     def active_inventory(self) -> Path:
         try:

@@ -14,7 +14,7 @@ import pytest
 from clusterctl import transport
 from clusterctl.collect import fetch as collect
 from clusterctl.transport import known_hosts, openssh_config, paramiko_setup, ssh_files, ssh_keys
-from clusterctl.commands.collect import _shared_by_run_dirs
+from clusterctl.collect.gather import _shared_by_run_dirs
 from clusterctl.models import Command, Host, SSHSettings
 
 KEY_A = "AAAAC3NzaC1lZDI1NTE5AAAAIKff8RpCBCXswXR7eK/XMxHrVbSYFy7i+/lJKVVNpKiD"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from clusterctl.cli import main
-from clusterctl.commands.launch import node_checks, node_command, probe_node
+from clusterctl.job.launcher import node_checks, node_command, probe_node
 from clusterctl.errors import TopologyError, UsageError
 from clusterctl.models import CheckSettings, CheckStatus, EnvVar, Inventory, JobSpec, RendezvousSpec
 from clusterctl.job.platform import (

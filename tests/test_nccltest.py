@@ -283,7 +283,7 @@ def test_the_put_command_writes_the_file_where_the_job_reads_it(tmp_path):
 
 
 def test_the_benchmark_inventory_runs_the_shipped_script_with_the_options():
-    from clusterctl.commands.nccl_test import bench_inventory
+    from clusterctl.nccltest.flow import bench_inventory
     from clusterctl.job.runner import JobRunner
     from clusterctl.job.topology import NodeFacts, plan
 
@@ -412,7 +412,7 @@ def test_sizes_are_checked_before_anything_runs(tmp_path):
 
 
 def test_a_pair_without_the_inventory_master_meets_at_its_own_address_on_the_job_network():
-    from clusterctl.commands.nccl_test import _pair_rendezvous
+    from clusterctl.nccltest.flow import _pair_rendezvous
     from clusterctl.job.topology import NodeFacts
 
     hosts = tuple(Host(name=f"node{i}", address=f"198.18.0.{10 + i}") for i in (1, 2, 3))

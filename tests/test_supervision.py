@@ -238,7 +238,7 @@ def test_a_hang_up_sets_the_flag_and_silences_output_but_not_under_nohup(tmp_pat
     output goes nowhere; with SIGHUP ignored at the start (nohup), the handler is not installed."""
     code = r'''
 import os, signal, sys
-from clusterctl.commands.run import hang_up_detaches
+from clusterctl.backends.hangup import hang_up_detaches
 if sys.argv[1] == "nohup":
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
 with hang_up_detaches() as hung_up:

@@ -9,12 +9,9 @@ again: the run goes on (`clusterctl stop RUN` ends it). A run that already ended
 from __future__ import annotations
 
 import argparse
-import time
 
-from clusterctl.app import add_cluster_options
-from clusterctl.cli import Outcome
-
-FINISH_S = 40.0  # after the nodes' files end: the supervisor's last word (it settles, then drains)
+from clusterctl.commands import add_cluster_options
+from clusterctl.outcome import Outcome
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,51 +22,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args, app) -> Outcome:
-    from clusterctl.commands import run_inventory
-    from clusterctl.commands.logs import read_logs
-    from clusterctl.executor import Event
-    from clusterctl.job import logs, records, supervision
-    from clusterctl.job.livelog import LiveLog, LiveLogEvents, RankFilter
+    from clusterctl.backends.attaching import attach
 
-    run_id, record = records.resolve(app.state, args.run)
-    topology = record.get("topology") or []
-    inventory = run_inventory(app, args.inventory, run_id, record, [n.get("host") for n in topology])
-    mask = supervision.masker(inventory)
-    record = supervision.refresh_record(app.state, inventory, app.connections, run_id, record, mask)
-    if records.state_of(record, run_id, app.state.lock_holder) == "running":
-        app.renderer.message(f"attached to run {run_id}: Ctrl-C detaches (the run goes on; "
-                             f"`clusterctl stop {run_id}` ends it)", "dim")
-
-        # the lines pass through the live log of `run`: repeats across ranks shown once, with a count
-        live = LiveLogEvents(LiveLog(RankFilter()), app.renderer.on_event, time.monotonic)
-
-        def show(lines) -> None:
-            for line in lines:
-                live.on_event(Event("line", line.host, line.text, {"prefix": line.prefix, "stream": line.stream,
-                                                                   "rank": line.rank}))
-
-        try:
-            try:
-                read_logs(app, inventory, run_id, record, logs.select(topology), show, max(0, args.tail), follow=True)
-            finally:
-                live.close()
-            deadline = time.monotonic() + FINISH_S
-            while records.state_of(record, run_id, app.state.lock_holder) == "running" and time.monotonic() < deadline:
-                time.sleep(1.0)
-                record = supervision.refresh_record(app.state, inventory, app.connections, run_id, record, mask)
-        except KeyboardInterrupt:
-            app.renderer.message(f"detached; run {run_id} goes on (`clusterctl attach {run_id}` again, "
-                                 f"`clusterctl stop {run_id}` to end it)", "yellow")
-            return Outcome({"ok": True, "run_id": run_id, "state": "running", "detached": True})
-    state = records.state_of(record, run_id, app.state.lock_holder)
-    if state == "running":
-        app.renderer.message(f"run {run_id}: every node's output ended, but its supervisor has not finished; "
-                             "`clusterctl status` asks again", "yellow")
-        return Outcome({"ok": False, "run_id": run_id, "state": state, "exit_code": None})
-    if isinstance(record.get("nodes"), dict) and record.get("exit_code") is not None:
-        app.renderer.run_summary(record)
-    document = {"ok": record.get("exit_code") == 0, "run_id": run_id, "state": state,
-                "exit_code": record.get("exit_code")}
-    if record.get("first_failure"):
-        document["first_failure"] = record["first_failure"]
-    return Outcome(document)
+    return attach(app, args.run, args.inventory, args.tail)

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import argparse
 
-from clusterctl.app import add_cluster_options
-from clusterctl.cli import Outcome
+from clusterctl.commands import add_cluster_options
+from clusterctl.outcome import Outcome
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -13,15 +13,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args, app) -> Outcome:
+    from clusterctl.backends import backend_for
     from clusterctl.models import CheckStatus
     from clusterctl.preflight.probe import run_checks
 
     inventory = app.inventory()
-    checks = []
-    if inventory.scheduler is not None:  # the partition, before any node (sinfo/squeue: slurm/partition.py)
-        from clusterctl.slurm.allocation import presubmit_checks
-
-        checks = presubmit_checks(inventory)
+    checks = backend_for(app, inventory).place_checks(inventory)
     if inventory.hosts:
         checks += run_checks(inventory, list(inventory.hosts), app.connections)
     app.renderer.checks_table(checks)

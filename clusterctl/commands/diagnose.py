@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Optional
 
-from clusterctl.cli import Outcome
+from clusterctl.outcome import Outcome
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import argparse
 
-from clusterctl.app import add_cluster_options
-from clusterctl.cli import Outcome
-from clusterctl.commands.up import run_flow
+from clusterctl.commands import add_cluster_options
+from clusterctl.outcome import Outcome
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -13,4 +12,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args, app) -> Outcome:
-    return run_flow(args, app, "down", title="down")
+    from clusterctl.api.playbooks import run_flow
+
+    return run_flow(app, getattr(args, "inventory", None), "down", title="down")

@@ -2,13 +2,10 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
 
-from clusterctl.app import add_cluster_options
-from clusterctl.cli import Outcome
-from clusterctl.commands import any_unreachable, hosts_document
+from clusterctl.commands import add_cluster_options
+from clusterctl.outcome import Outcome, any_unreachable, hosts_document
 from clusterctl.errors import UsageError
-from clusterctl.executor import for_each_host, run_commands
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -18,19 +15,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args, app) -> Outcome:
-    from clusterctl.modules.shell import exec_command
+    from clusterctl.api.adhoc import exec_on_hosts
 
     argv = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not argv:
         raise UsageError("no command given", where="clusterctl exec", fix="clusterctl exec -- hostname")
-    inventory = app.inventory()
-
-    def action(transport, host):
-        command = exec_command(argv, timeout=args.timeout or host.ssh.command_timeout)
-        result = run_commands(transport, host, [command], app.renderer.on_event, stream=not args.json)
-        return replace(result, data={"stdout": result.stdout, "stderr": result.stderr, "exit_code": result.exit_code})
-
-    results = for_each_host(list(inventory.hosts), action, app.connections)
+    results = exec_on_hosts(app, app.inventory(), argv, args.timeout, stream=not args.json)
     document = hosts_document(results)
     for entry in document["hosts"].values():
         entry.setdefault("stdout", "")

@@ -9,11 +9,10 @@ for come from options (docs/platforms.md lists them).
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-from clusterctl.app import add_cluster_options
-from clusterctl.cli import Outcome
+from clusterctl.commands import add_cluster_options
+from clusterctl.outcome import Outcome
 from clusterctl.errors import UsageError
 
 
@@ -48,50 +47,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def execute(args, app) -> Outcome:
     from clusterctl import k8s
+    from clusterctl.backends import exports
+    from clusterctl.backends.prompt import optional_prompt
 
     inventory = app.inventory()
+    fix = "pass --prompt-file FILE: its text goes into the manifest's command line"
     if args.kind == "sbatch":
-        return _sbatch(args, app, inventory)
+        prompt = optional_prompt(args.prompt_file, inventory, fix)
+        return exports.sbatch(app, inventory, prompt, args.name, args.strict, args.output)
     name = k8s.job_name(args.name, "--name", k8s.NAME_MAX[args.kind]) if args.name else \
         k8s.default_name(inventory.name, k8s.NAME_MAX[args.kind])
     options = _options(args)
-    prompt = _prompt(args, inventory)
-    export = k8s.build(args.kind, inventory, options, name, prompt)
-    text = to_yaml(export.documents)
-    if args.output:
-        _write(args.output, text)
-    elif not args.json:
-        sys.stdout.write(text)
-    for warning in export.warnings:
-        app.renderer.message(f"warning: {warning}", "bold yellow")
-    for note in export.notes:
-        app.renderer.message(f"note: {note}", "yellow")
-    app.renderer.message(f"{args.kind} {name}: {export.topology.nnodes} pod(s) x {export.topology.nproc_per_node} "
-                         f"rank(s) = world size {export.topology.world_size}"
-                         + (f", written to {args.output}" if args.output else ""), "green")
-    return Outcome({"ok": True, "kind": args.kind, "name": name, "nnodes": export.topology.nnodes,
-                    "nproc_per_node": export.topology.nproc_per_node, "world_size": export.topology.world_size,
-                    "gpus_per_pod": export.gpus_per_pod, "file": str(args.output) if args.output else None,
-                    "manifests": export.documents, "notes": export.notes, "warnings": export.warnings})
-
-
-def _sbatch(args, app, inventory) -> Outcome:
-    from clusterctl.slurm import sbatch
-
-    script = sbatch.build(inventory, _prompt(args, inventory), name=args.name, strict=args.strict)
-    if args.output:
-        _write(args.output, script.text)
-        args.output.chmod(0o755)
-    elif not args.json:
-        sys.stdout.write(script.text)
-    for note in script.notes:
-        app.renderer.message(f"note: {note}", "yellow")
-    topo = script.topology
-    app.renderer.message(f"sbatch: {topo.nnodes} node(s) x {topo.nproc_per_node} rank(s) = world size "
-                         f"{topo.world_size}" + (f", written to {args.output}" if args.output else ""), "green")
-    return Outcome({"ok": True, "kind": "sbatch", "nnodes": topo.nnodes, "nproc_per_node": topo.nproc_per_node,
-                    "world_size": topo.world_size, "file": str(args.output) if args.output else None,
-                    "script": script.text, "notes": list(script.notes)})
+    prompt = optional_prompt(args.prompt_file, inventory, fix)
+    return exports.manifests(app, args.kind, inventory, options, name, prompt, args.output)
 
 
 def _options(args):
@@ -110,32 +78,3 @@ def _options(args):
         tolerations=tuple(k8s.parse_toleration(t) for t in args.toleration),
         host_network=args.host_network, pvcs=tuple(k8s.parse_pvc(p) for p in args.pvc), strict=args.strict,
         join_timeout=args.join_timeout)
-
-
-def _prompt(args, inventory) -> str:
-    from clusterctl.commands.run import read_prompt
-
-    if args.prompt_file is not None:
-        return read_prompt(args.prompt_file)
-    if any("{prompt}" in part for part in (*inventory.job.command, *inventory.job.args)):
-        raise UsageError("job.args use {prompt} but no prompt file was given", "--prompt-file",
-                         "pass --prompt-file FILE: its text goes into the manifest's command line")
-    return ""
-
-
-def to_yaml(documents: list) -> str:
-    import yaml
-
-    class Dumper(yaml.SafeDumper):
-        def ignore_aliases(self, data):  # replicas share one template object: write it out each time
-            return True
-
-    return "---\n".join(yaml.dump(doc, Dumper=Dumper, sort_keys=False, allow_unicode=True, width=1 << 16)
-                        for doc in documents)
-
-
-def _write(path: Path, text: str) -> None:
-    try:
-        path.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"cannot write {path}: {exc.strerror}", "--output", "choose a writable path") from None

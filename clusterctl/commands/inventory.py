@@ -6,12 +6,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from clusterctl.app import add_cluster_options
-from clusterctl.cli import Outcome
-from clusterctl.errors import ClusterctlError, UsageError
+from clusterctl.commands import add_cluster_options
+from clusterctl.outcome import Outcome
+from clusterctl.errors import UsageError
 
-SHOWN = ("address", "port", "user", "identity_file", "proxy_jump", "ssh_options", "ssh_config", "connection",
-         "groups", "become", "become_user", "become_method")
+from clusterctl.api.reach import SHOWN
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -20,6 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args, app) -> Outcome:
+    from clusterctl.api.reach import host_entry
     from clusterctl.inventory.load import load_inventory_located
 
     path = app.inventory_path()
@@ -32,58 +32,13 @@ def execute(args, app) -> Outcome:
             raise UsageError(f"--limit names unknown hosts or groups: {', '.join(sorted(wanted - known))}",
                              where="--limit", fix=f"choose from: {', '.join(sorted(known))}")
         hosts = [(i, h) for i, h in hosts if h.name in wanted or wanted & set(h.groups)]
-    entries = [_entry(index, host, locator) for index, host in hosts]
+    entries = [host_entry(index, host, locator) for index, host in hosts]
     for entry in entries:
         _render(app.renderer, entry)
     for warning in inventory.warnings:
         app.renderer.message(f"warning: {warning}", style="yellow")
     return Outcome({"ok": True, "inventory": str(path), "name": inventory.name, "hosts": entries,
                     "warnings": list(inventory.warnings)})
-
-
-def _entry(index: int, host, locator) -> dict:
-    values: dict[str, Any] = {
-        "address": host.address, "port": host.ssh.port, "user": host.ssh.user,
-        "identity_file": host.ssh.identity_file, "proxy_jump": host.ssh.proxy_jump,
-        "ssh_options": dict(host.ssh.options), "ssh_config": host.ssh.config_file, "connection": host.connection,
-        "groups": list(host.groups), "become": host.become, "become_user": host.become_user,
-        "become_method": host.become_method,
-    }
-    origins = {key: _origin(locator, index, key) for key in SHOWN}
-    entry = {"name": host.name, **values, "from": {k: v for k, v in origins.items() if v}}
-    if not host.is_local:
-        entry["ssh"] = _resolved(host)
-    return entry
-
-
-def _origin(locator, index: int, key: str) -> str:
-    """file:line of the key for this host, or of the inventory's ssh: section; "" for a default."""
-    ssh_key = {"ssh_config": "config_file", "ssh_options": "options"}.get(key, key)
-    for path in (("hosts", index, key), ("ssh", ssh_key)):
-        if hasattr(locator, "recorded"):  # an Ansible inventory: the variables' own files and lines
-            if locator.recorded(path):
-                return locator.where(path)
-            continue
-        position = locator.position(path)
-        if position is not None and position != locator.position(path[:-1]):
-            return locator.where(path)
-    return ""
-
-
-def _resolved(host) -> dict:
-    """Where ssh_config sends the connection, as the transport will open it."""
-    from clusterctl.transport.ssh_files import target_for, trust_for
-
-    try:
-        target = target_for(host)
-    except ClusterctlError as exc:
-        return {"error": str(exc)}
-    trust = trust_for(host, target)
-    return {"hostname": target.hostname, "port": target.port, "user": target.user,
-            "identity_files": list(target.identity_files),
-            "jump": [f"{hop.user}@{hop.hostname}:{hop.port}" for hop in target.hops],
-            "proxy_command": target.proxy_command, "host_key_alias": target.host_key_alias,
-            "known_hosts": list(trust.files), "host_key_policy": trust.policy, "source": target.source}
 
 
 def _render(renderer, entry: dict) -> None:

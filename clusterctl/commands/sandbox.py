@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from clusterctl.cli import Outcome
+from clusterctl.outcome import Outcome
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -7,10 +7,9 @@ run dir (where collect-logs fetches it). One py-spy sample per rank (job/sampler
 from __future__ import annotations
 
 import argparse
-import json
 
-from clusterctl.app import add_cluster_options
-from clusterctl.cli import Outcome
+from clusterctl.commands import add_cluster_options
+from clusterctl.outcome import Outcome
 from clusterctl.job import records
 
 SHOWN_FRAMES = 12  # of each group's stack, innermost first; the file has them all
@@ -22,29 +21,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args, app) -> Outcome:
-    from clusterctl.executor import for_each_host, run_commands
-    from clusterctl.job import rollcall, sampler, stalls
-    from clusterctl.job.runner import put_file_command
-    from clusterctl.job.torchrun import log_dir
+    from clusterctl.backends.stacks import take_run_stacks
+    from clusterctl.job import rollcall
 
     run_id, record = records.resolve(app.state, args.run, where="--run")
     inventory = app.inventory(args.inventory or record.get("inventory"))
-    shape = stalls.JobShape.of_record(record, inventory)
-    planned = {node["host"] for node in record.get("topology") or []}
-    hosts = [h for h in inventory.hosts if h.name in planned]
-    nodes = sampler.take_stacks(inventory, hosts, run_id, app.connections, samples=1)
-    call = stalls.snapshot(nodes, shape.expected)
-    name = stalls.file_name()
-    saved = stalls.save_local(app.state.run_dir(run_id) / "stacks", name,
-                              stalls.stacks_document(run_id, nodes, "clusterctl stacks", call=call))
-    sampled = [h for h in hosts if nodes[h.name].samples]
-
-    def put(transport, host):
-        document = stalls.stacks_document(run_id, nodes, "clusterctl stacks", call=call, only_host=host.name)
-        run_dir = log_dir(inventory.job.outputs, run_id, host.name)
-        return run_commands(transport, host, [put_file_command(inventory, run_dir, name, json.dumps(document).encode())])
-
-    for_each_host(sampled, put, app.connections)
+    nodes, call, saved = take_run_stacks(app, inventory, run_id, record)
     ranks = [r for n in nodes.values() for sample in n.samples[-1:] for r in sample]
     groups = rollcall.group_by_stack([r for r in ranks if r.frames])
     _show(app, run_id, groups, call, nodes, str(saved))

@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import argparse
 
-from clusterctl.app import add_cluster_options
-from clusterctl.cli import Outcome
-from clusterctl.commands import any_unreachable, hosts_document
-from clusterctl.executor import PlannedTask
-
-TASKS = (
-    PlannedTask("running ranks", "process.list", {}),
-    PlannedTask("container", "docker.inspect", {}),
-    PlannedTask("gpus", "checks.gpu_usage", {}),
+from clusterctl.commands import add_cluster_options
+from clusterctl.outcome import Outcome, any_unreachable, hosts_document
+TASKS = (  # (name, module, params) of the executor's PlannedTask
+    ("running ranks", "process.list", {}),
+    ("container", "docker.inspect", {}),
+    ("gpus", "checks.gpu_usage", {}),
 )
 
 
@@ -22,15 +19,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args, app) -> Outcome:
-    from clusterctl import modules
-    from clusterctl.executor import run_plan
+    from clusterctl.api.playbooks import run_tasks
+    from clusterctl.backends import backend_for
     from clusterctl.job.records import list_runs
     from clusterctl.job.supervision import masker, refresh_running
 
     inventory = app.inventory()
-    if inventory.scheduler is not None and not inventory.hosts:
-        return _slurm_status(app, inventory, list_runs(app.state))
-    report = run_plan(TASKS, inventory, app.connections, modules.resolve)
+    backend = backend_for(app, inventory)
+    if not backend.lists_hosts(inventory):  # the nodes are an allocation's, known to Slurm only
+        return backend.queue_status(inventory, list_runs(app.state))
+    report = run_tasks(app, inventory, TASKS, events=False)
     for result in report.hosts.values():
         data = result.data
         data["ranks_running"] = len(data.get("ranks", []))
@@ -47,21 +45,3 @@ def execute(args, app) -> Outcome:
                                  f"`clusterctl stop {run.run_id}` ends it", "yellow")
     return Outcome(hosts_document(report.hosts, cluster=inventory.name, runs=[r.to_json() for r in runs]),
                    unreachable=any_unreachable(report.hosts))
-
-
-def _slurm_status(app, inventory, runs) -> Outcome:
-    """An inventory whose nodes are a Slurm allocation's: the partition (sinfo) and clusterctl's jobs
-    in the queue (squeue), then the runs of this directory."""
-    from clusterctl.slurm.allocation import presubmit_checks, queued_jobs
-
-    checks = presubmit_checks(inventory)
-    app.renderer.checks_table(checks)
-    jobs = queued_jobs()
-    for job in jobs:
-        app.renderer.message(f"slurm job {job.job_id} {job.name}: {job.state} on {job.nodelist or '-'} "
-                             f"({job.elapsed} of {job.time_limit}; {job.reason})")
-    if not jobs:
-        app.renderer.message("slurm: no clusterctl job in the queue", "dim")
-    app.renderer.runs_table(runs)
-    return Outcome({"ok": True, "cluster": inventory.name, "checks": [c.to_json() for c in checks],
-                    "slurm_jobs": [vars(j) for j in jobs], "runs": [r.to_json() for r in runs]})

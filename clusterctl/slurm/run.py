@@ -13,7 +13,7 @@ batch script would have to carry all of that to the nodes and report back throug
 """
 from __future__ import annotations
 
-from contextlib import closing, contextmanager
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Iterator
 
@@ -64,10 +64,12 @@ def nodes_of_recorded_run(inventory: Inventory, record: dict, app, run_id: str) 
     if inventory.hosts or inventory.scheduler is None or not slurm.get("nodes"):
         return inventory
     state = submit.parse_job_state(allocation.slurm(submit.squeue_job_argv(str(slurm.get("job_id")))).stdout)
+    hosts = tuple(Host(name=n, address=n, ssh=inventory.ssh) for n in slurm["nodes"])
     if state is not None and state[0] == "running":
-        connections = app.enter(closing(Connections(lambda host: SrunTransport(host, str(slurm["job_id"])).open())))
-        app.enter(app.reaching(connections))
-        return replace(inventory, hosts=tuple(Host(name=n, address=n, ssh=inventory.ssh) for n in slurm["nodes"]))
-    inventory, connections, _ = app.enter(on_nodes_of_run(inventory, slurm["nodes"], app, run_id))
-    app.enter(app.reaching(connections))
+        job_id = str(slurm["job_id"])
+        app.route(hosts, lambda host: SrunTransport(host, job_id).open())
+        return replace(inventory, hosts=hosts)
+    inventory, _, allocated = app.enter(on_nodes_of_run(inventory, slurm["nodes"], app, run_id))
+    new_job = str(allocated["job_id"])
+    app.route(inventory.hosts, lambda host: SrunTransport(host, new_job).open())
     return inventory

@@ -1,0 +1,85 @@
+"""The nodes of the inventory, reached over SSH (their ranks in Docker containers, or on the hosts)."""
+from __future__ import annotations
+
+from contextlib import nullcontext
+from typing import Iterator, Mapping, Optional
+
+from clusterctl.backends.base import Plan, RunDescription, RunRequest, plan_of_topology
+from clusterctl.models import Inventory
+
+
+class NodesBackend:
+    """SSH(+Docker) nodes: the run's facts are probed on the nodes (or remembered from `up`)."""
+
+    name = "nodes"
+    plans_on_nodes = True  # `run --plan` needs the nodes' facts
+
+    def __init__(self, session):
+        self.session = session
+
+    # ---- planning (pure)
+    def plan(self, inventory: Inventory, request: RunRequest, run_id: Optional[str],
+             facts: Optional[Mapping] = None) -> Plan:
+        """The layout the planner makes of `facts` (job/topology.py) and each node's command line."""
+        from clusterctl.job.runner import JobRunner
+        from clusterctl.job.topology import plan
+
+        topology = plan(inventory, facts or {}, strict=request.strict)
+        runner = JobRunner(inventory, topology, run_id or "RUN", request.prompt, None, lambda event: None,
+                           timeout_s=request.timeout_s, stall_timeout_s=request.stall_timeout_s)
+        return plan_of_topology(self.name, inventory, topology, run_id, runner.commands())
+
+    # ---- what the run flow (launching.py) asks of the place the run happens
+    def refuse(self, request: RunRequest) -> None:
+        """Nothing the nodes cannot do."""
+
+    def reach(self, inventory: Inventory, run_id: str):
+        return nullcontext((inventory, self.session.connections, None))
+
+    def facts(self, inventory: Inventory, connections):
+        from clusterctl.backends.facts import facts_and_busy
+
+        return facts_and_busy(self.session.state, inventory, connections)
+
+    def busy(self, inventory: Inventory, connections, seen: Optional[str]) -> Optional[str]:
+        return seen  # looked for in the same round trip as the facts
+
+    def hang_up(self):
+        from clusterctl.backends.hangup import hang_up_detaches
+
+        return hang_up_detaches()
+
+    def lists_hosts(self, inventory: Inventory) -> bool:
+        """Whether the inventory names the nodes (else they are known to the scheduler only)."""
+        return True
+
+    def place_checks(self, inventory: Inventory) -> list:
+        """The checks of the place before any node (Slurm: the partition); none for SSH nodes."""
+        return []
+
+    # ---- the run
+    def launch(self, plan: Plan, request: RunRequest, inventory: Optional[Inventory] = None):
+        from clusterctl.backends.launching import run_job
+
+        return run_job(self.session, self, inventory or self.session.inventory(), request, relaunch_of=plan)
+
+    def describe(self, run_id: Optional[str]) -> RunDescription:
+        from clusterctl.backends.records import describe
+
+        return describe(self.session, run_id, self.name)
+
+    def logs(self, run_id: Optional[str], follow: bool = False, **select) -> Iterator:
+        from clusterctl.backends.reading import log_lines
+
+        return log_lines(self.session, run_id, follow=follow, **select)
+
+    def stop(self, run_id: Optional[str]):
+        from clusterctl.backends.stopping import stop_run
+
+        return stop_run(self.session, run_id)
+
+    def relaunch(self, plan: Plan, request: RunRequest, inventory: Optional[Inventory] = None):
+        """Stop what runs of the plan's run, then launch `plan` as the next attempt of the same run id
+        (launching.py sets the last attempt's run dirs aside on the nodes first)."""
+        self.stop(plan.run_id)
+        return self.launch(plan.next_attempt(), request, inventory)
