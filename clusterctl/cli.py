@@ -90,7 +90,7 @@ def main(argv: Optional[Sequence[str]] = None, env: Optional[dict] = None) -> in
     from clusterctl.errors import ClusterctlError
     from clusterctl.render import emit_json
 
-    app = Session.for_command(args, env)
+    app = Session.for_command(args, env, parser)
     module = _command_module(COMMANDS[args.command][0])
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started ignoring it

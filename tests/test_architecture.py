@@ -233,7 +233,6 @@ def test_no_two_modules_import_each_other_even_through_importlib():
     assert not loops, "\n".join(loops)
 
 
-@pytest.mark.xfail(strict=False, reason="the session branch moves Outcome")
 def test_no_command_imports_the_cli_that_loads_it():
     loops = [_describe_cycle(c) for c in _cycles() if _through_cli(c)]
     assert not loops, "\n".join(loops)
@@ -256,14 +255,12 @@ def _commands() -> list[Module]:
             if name.startswith("clusterctl.commands.") and m.path.name != "__init__.py"]
 
 
-@pytest.mark.xfail(strict=False, reason="the session branch thins the commands")
 def test_no_command_imports_the_executor_or_transport():
     bad = [line for m in _commands() for line in _offending_imports(
         m, lambda t: _inside(t, "clusterctl.executor") or _inside(t, "clusterctl.transport"))]
     assert not bad, "commands reach nodes through the session:\n" + "\n".join(bad)
 
 
-@pytest.mark.xfail(strict=False, reason="the session branch thins the commands")
 def test_no_command_imports_another_command():
     bad = [line for m in _commands() for line in _offending_imports(
         m, lambda t, own=m.name: t.startswith("clusterctl.commands.") and t != own)]
@@ -336,7 +333,6 @@ def test_threads_sleeps_and_clock_loops_live_only_in_the_executor_the_io_edge_an
     assert not bad, "waits go through clusterctl.executor (ticks, wait_until, attempts, Background):\n" + "\n".join(bad)
 
 
-@pytest.mark.xfail(strict=False, reason="the session branch thins the commands")
 def test_commands_hold_no_thread_or_clock_of_their_own():
     bad = [line for m in modules().values() if any(_inside(m.name, p) for p in THINNED_BY_THE_SESSION_BRANCH)
            for line in threads_and_clocks(m)]

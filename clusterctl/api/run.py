@@ -60,7 +60,7 @@ class Run:
         from clusterctl.backends.records import wait
 
         with self.cluster.session("attach") as session:
-            description = wait(session, self._id, "nodes", timeout, time.sleep, time.monotonic, poll_s)
+            description = wait(session, self._id, "nodes", timeout, poll_s)
         if description.state == "running":
             raise TimeoutError(f"run {self._id} still runs after {timeout} s")
         return 0 if description.exit_code == 0 else 1

@@ -41,19 +41,22 @@ class Session:
     _connections: Optional[Connections] = field(default=None, repr=False)
     _routes: dict = field(default_factory=dict, repr=False)  # host name -> opener(host) for non-SSH nodes
     _contexts: ExitStack = field(default_factory=ExitStack, repr=False)  # what lasts as long as the session
+    parser: Optional[argparse.ArgumentParser] = field(default=None, repr=False)  # the CLI's (`completion` reads it)
 
     @classmethod
     def create(cls, args: argparse.Namespace, env: dict) -> "Session":
         return cls(args, env, State.here(env), Renderer(json_mode=args.json, verbose=args.verbose))
 
     @classmethod
-    def for_command(cls, args: argparse.Namespace, env: dict) -> "Session":
+    def for_command(cls, args: argparse.Namespace, env: dict,
+                    parser: Optional[argparse.ArgumentParser] = None) -> "Session":
         """The session of one CLI command: the process's open-files limit lifted first, and with --json
         no prompt for an SSH key's passphrase (a program reads stdout)."""
         from clusterctl.executor import raise_descriptor_limit
 
         raise_descriptor_limit()  # a socket per node (two through a jump host): 1024 would break first at scale
         session = cls.create(args, env)
+        session.parser = parser
         if args.json:
             from clusterctl.transport.ssh_keys import allow_prompts
 

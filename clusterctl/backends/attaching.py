@@ -12,7 +12,7 @@ FINISH_S = 40.0  # after the nodes' files end: the supervisor's last word (it se
 def attach(app, given_run: Optional[str], given_inventory: Optional[str], tail: int) -> Outcome:
     """`clusterctl attach`: the live log of a run that goes on, until it ends on every node; its end."""
     from clusterctl.backends.reading import read_logs
-    from clusterctl.executor import Event
+    from clusterctl.executor import Event, ticks
     from clusterctl.job import logs, records, supervision
     from clusterctl.job.livelog import LiveLog, LiveLogEvents, RankFilter
 
@@ -38,9 +38,9 @@ def attach(app, given_run: Optional[str], given_inventory: Optional[str], tail: 
                 read_logs(app, inventory, run_id, record, logs.select(topology), show, max(0, tail), follow=True)
             finally:
                 live.close()
-            deadline = time.monotonic() + FINISH_S
-            while records.state_of(record, run_id, app.state.lock_holder) == "running" and time.monotonic() < deadline:
-                time.sleep(1.0)
+            for _ in ticks(FINISH_S, 1.0):
+                if records.state_of(record, run_id, app.state.lock_holder) != "running":
+                    break
                 record = supervision.refresh_record(app.state, inventory, app.connections, run_id, record, mask)
         except KeyboardInterrupt:
             app.renderer.message(f"detached; run {run_id} goes on (`clusterctl attach {run_id}` again, "

@@ -35,7 +35,7 @@ def log_lines(session, given_run: Optional[str], follow: bool = False, **select)
 def read_logs(session, inventory, run_id: str, record: dict, parts: list, show, tail=None, follow: bool = False) -> dict:
     """Read (or follow) the run's files of `parts` (job/logs.py NodeSlice) on their nodes; `show(lines)`
     gets job/logs.py LogLines, as they come when following, else node by node at the end."""
-    from clusterctl.executor import Streams, for_each_host
+    from clusterctl.executor import Streams, for_each_host, wait_until
     from clusterctl.job import agent, logs
     from clusterctl.job.supervision import masker
     from clusterctl.job.torchrun import log_dir
@@ -76,8 +76,7 @@ def read_logs(session, inventory, run_id: str, record: dict, parts: list, show, 
     if follow:  # every node streams at once (one thread reads them all); lines show as they come
         streams = Streams(targets, command, lambda name, data: take(node_lines[name].feed(data), name), ended,
                           session.connections)
-        while not streams.wait(0.5):
-            pass
+        wait_until(lambda: streams.wait(0.5), float("inf"), 0)
         return streams.results
     results = for_each_host(targets, read, session.connections)
     for part in parts:  # node by node, in the run's order

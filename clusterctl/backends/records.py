@@ -20,12 +20,16 @@ def describe(session, given_run: Optional[str], backend: str) -> RunDescription:
                           record.get("exit_code"), record.get("first_failure"), record.get("backend") or backend)
 
 
-def wait(session, run_id: str, backend: str, timeout_s: Optional[float], sleep: Callable[[float], None],
-         clock: Callable[[], float], poll_s: float = 2.0) -> RunDescription:
+def wait(session, run_id: str, backend: str, timeout_s: Optional[float], poll_s: float = 2.0) -> RunDescription:
     """`describe` until the run is no longer running, or `timeout_s` passed (then as it stands)."""
-    deadline = None if timeout_s is None else clock() + timeout_s
-    while True:
-        description = describe(session, run_id, backend)
-        if description.state != "running" or (deadline is not None and clock() >= deadline):
-            return description
-        sleep(poll_s)
+    from clusterctl.executor import wait_until
+
+    latest = [describe(session, run_id, backend)]
+
+    def ended() -> bool:
+        latest[0] = describe(session, run_id, backend)
+        return latest[0].state != "running"
+
+    if latest[0].state == "running":
+        wait_until(ended, float("inf") if timeout_s is None else timeout_s, poll_s)
+    return latest[0]

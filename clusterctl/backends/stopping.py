@@ -126,12 +126,14 @@ def _record_stopped(app, run_id: str, record: dict, note: str) -> str:
 
     path = app.state.run_dir(run_id) / "run.json"
     cluster = record.get("cluster")
-    deadline = time.monotonic() + AWAIT_CONTROLLER_S
-    while cluster and time.monotonic() < deadline:
+    from clusterctl.executor import wait_until
+
+    def controller_gone() -> bool:
         holder = app.state.lock_holder(records.run_lock(cluster))
-        if not holder or holder.get("run_id") != run_id:
-            break
-        time.sleep(0.25)
+        return not holder or holder.get("run_id") != run_id
+
+    if cluster:
+        wait_until(controller_gone, AWAIT_CONTROLLER_S, 0.25)
     try:
         current = app.state.read_json(path)
     except (OSError, ValueError):

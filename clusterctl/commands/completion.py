@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from clusterctl.cli import Outcome
+from clusterctl.outcome import Outcome
 
 SHELLS = ("bash", "zsh")
 
@@ -17,9 +17,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def execute(args, app) -> Outcome:
     import shtab
 
-    from clusterctl.cli import build_parser
-
-    script = shtab.complete(build_parser(), shell=args.shell)
+    script = shtab.complete(app.parser, shell=args.shell)
     if not args.json:
         print(script, end="" if script.endswith("\n") else "\n")
     return Outcome({"ok": True, "shell": args.shell, "script": script})
