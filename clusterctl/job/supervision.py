@@ -174,8 +174,10 @@ def await_ranks(inventory: Inventory, supervised: Supervised, master: Host, conn
     return state
 
 
-def outcome_of(state: dict, inventory: Inventory, mask: Callable[[str], str] = lambda t: t) -> tuple[int, Optional[dict]]:
-    """(exit code, first failure) of a run from its supervisor's state."""
+def outcome_of(state: dict, inventory: Inventory, mask: Callable[[str], str] = lambda t: t,
+               first_ranks: Optional[dict] = None) -> tuple[int, Optional[dict]]:
+    """(exit code, first failure) of a run from its supervisor's state; `first_ranks`: each host's
+    first global rank in the plan (job/failures.first_ranks_of)."""
     from clusterctl.job.failures import Ended, first_failure
 
     if state.get("state") == "succeeded":
@@ -189,12 +191,14 @@ def outcome_of(state: dict, inventory: Inventory, mask: Callable[[str], str] = l
         return 1, None
     ended = [Ended(str(f["host"]), float(f.get("at") or 0), bool(f.get("lost")), f.get("exit_code"),
                    mask(str(f.get("tail") or ""))) for f in failures]
-    return 1, first_failure(inventory, ended, poll_s=1.0, lost_after_s=LOST_AFTER_S)
+    return 1, first_failure(inventory, ended, poll_s=1.0, lost_after_s=LOST_AFTER_S, first_ranks=first_ranks)
 
 
 def finish_record(record: dict, state: dict, inventory: Inventory, mask: Callable[[str], str] = lambda t: t) -> dict:
     """The local run record once the supervisor's state is final: its end, its exit code and what failed."""
-    code, first = outcome_of(state, inventory, mask)
+    from clusterctl.job.failures import first_ranks_of
+
+    code, first = outcome_of(state, inventory, mask, first_ranks_of(record.get("topology")))
     nodes = state.get("nodes") or {}
     run_dirs = record.get("nodes") if isinstance(record.get("nodes"), dict) else {}
     done = {**record, "ended": state.get("ended") or time.time(), "exit_code": code, "first_failure": first,
