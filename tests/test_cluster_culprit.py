@@ -82,3 +82,44 @@ def test_a_detached_run_names_the_same_host_and_global_rank(sandbox, cluster, tm
 
     run = wait_until(ended, 90, interval=1, what="the detached run's end")
     assert run["state"] == "failed" and _named(run["first_failure"]) == ("node2", 3), run
+
+
+def test_ranks_killed_by_sigkill_are_named_with_what_the_kernel_log_shows_not_as_the_oom_killer(
+        sandbox, cluster, tmp_path):
+    """No kernel record of an OOM kill: the first failure says so, and no diagnosis calls it the OOM
+    killer with confidence (issue 39: a plain SIGKILL was `oom_killed` at 0.89)."""
+    import os
+    import signal
+
+    from clusterctl_helpers import environ_of, processes_with
+
+    cli, where = cluster
+    inventory = variant(sandbox, tmp_path / "kill.yaml", lambda doc: doc["job"].update(
+        command=[f"{CONTAINER_OUTPUTS}/{JOBS_DIR}/faults.py"], nproc_per_node=2,
+        args=["--mode", "exit", "--rank", "99", "--others_sleep", "120", "--out", "{outputs}/{run_id}"]))
+    proc = cli.popen("run", "-i", str(inventory), str(where / "prompt.txt"))
+
+    def node2_ranks():
+        ranks = []
+        for pid, cmd in processes_with("faults.py"):
+            env = environ_of(pid)
+            if env.get("CLUSTERCTL_HOST") == "node2" and "RANK" in env and "--others_sleep" in cmd:
+                ranks.append(pid)
+        return ranks if len(ranks) == 2 else None
+
+    try:
+        pids = wait_until(node2_ranks, 90, interval=0.5, what="node2's two ranks")
+        time.sleep(3)  # every rank is past init, sleeping
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+    finally:
+        code, doc, err = cli.finish(proc, timeout=180)
+    result = {"code": code, "doc": doc}
+    assert result["code"] == 1, result
+    first = result["doc"]["first_failure"]
+    assert first["host"] == "node2" and first["rank"] in (2, 3) and first["signal"] == "SIGKILL", first
+    assert first["kernel_log"], first
+    top = first["diagnosis"][0] if first["diagnosis"] else {}
+    if any("Killed process" in line for line in first["kernel_log"]):
+        pytest.skip("this machine's kernel log holds a real OOM kill during the run")
+    assert top.get("cause") != "oom_killed" or top.get("confidence", 1) <= 0.4, first

@@ -110,3 +110,23 @@ def test_any_well_formed_agent_line_is_read_back(local, code, hour, minute):
             f"failed (exitcode: {code}) local_rank: {local} (pid: 77) of binary: /usr/bin/python3")
     process = first_failed_process(line)
     assert (process.local_rank, process.exit_code) == (local, code)
+
+
+def test_a_sigkill_with_no_kernel_record_is_not_called_the_oom_killer_with_confidence():
+    from clusterctl.job.kernel_log import NO_RECORD, with_kernel_log
+
+    guessed = {"host": "node2", "rank": 3, "signal": "SIGKILL", "diagnosis": [
+        {"cause": "oom_killed", "confidence": 0.89, "evidence": "exitcode  : -9 (pid: 1733)  (SIGKILL)"}]}
+    told = with_kernel_log(guessed, [])
+    assert told["kernel_log"] == [NO_RECORD]
+    assert told["diagnosis"][0]["confidence"] <= 0.4 and "not confirmed" in told["diagnosis"][0]["evidence"]
+
+
+def test_a_sigkill_with_the_kernels_oom_line_is_the_oom_killer_quoting_that_line():
+    from clusterctl.job.kernel_log import with_kernel_log
+
+    line = ("[ 5123.456789] Out of memory: Killed process 48213 (python3) total-vm:98765432kB, anon-rss:81234567kB, "
+            "file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:160000kB oom_score_adj:0")
+    told = with_kernel_log({"host": "node2", "rank": 3, "signal": "SIGKILL", "diagnosis": []}, [line])
+    assert told["diagnosis"][0]["cause"] == "oom_killed" and told["diagnosis"][0]["rank"] == 3
+    assert "Killed process 48213" in told["diagnosis"][0]["evidence"] and told["kernel_log"] == [line]

@@ -247,6 +247,13 @@ def refresh_record(store, inventory: Inventory, connections: Connections, run_id
             store.write_json(store.run_dir(run_id) / "run.json", record)
         return record
     done = finish_record(record, state, inventory, mask)
+    if isinstance(done.get("first_failure"), dict):  # a collective timeout: the dumps name who did not join
+        from clusterctl.job.dumps import with_dumps
+
+        nodes = done.get("nodes") or {}
+        answering = {h.name: (h, nodes[h.name]["run_dir"]) for h in inventory.hosts
+                     if isinstance(nodes.get(h.name), dict) and nodes[h.name].get("run_dir") and not nodes[h.name].get("lost")}
+        done["first_failure"] = with_dumps(done["first_failure"], inventory, answering, connections)
     store.write_json(store.run_dir(run_id) / "run.json", done)
     return done
 

@@ -16,11 +16,11 @@ from typing import Optional
 # E1127 04:45:16.220000 37 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: 3) local_rank: 1 (pid: 49) of binary: ...
 _FAILED_LINE = re.compile(
     r"^[EWI](?P<month>\d\d)(?P<day>\d\d) (?P<clock>\d\d:\d\d:\d\d(?:\.\d{1,9})?)\s+\d+\s+\S+\]\s*"
-    r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<local>\d+) \(pid: \d+\)")
+    r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<local>\d+) \(pid: (?P<pid>\d+)\)")
 _ROOT_HEADER = "Root Cause (first observed failure)"
 _FIELD = re.compile(r"^\s*(time|host|rank|exitcode)\s*:\s*(.*?)\s*$")
 _RANK_FIELD = re.compile(r"^(\d+)\s*\(local_rank:\s*(\d+)\)")
-_EXITCODE_FIELD = re.compile(r"^(-?\d+)")
+_EXITCODE_FIELD = re.compile(r"^(-?\d+)(?:\s*\(pid:\s*(\d+)\))?")
 _SIGNAL_NAME = re.compile(r"\((SIG[A-Z0-9]+)\)")
 _ROOT_TIME = "%Y-%m-%d_%H:%M:%S"
 
@@ -33,6 +33,7 @@ class FailedProcess:
     rank: Optional[int]  # as torchrun computed it (the global rank); failures.py recomputes it from the plan
     exit_code: Optional[int]  # negative: the signal that ended it
     at: Optional[float]  # seconds (the agent's clock; only differences between nodes are used)
+    pid: Optional[int] = None  # in the namespace torchrun ran in (a container's pids are not the kernel log's)
 
     @property
     def signal_name(self) -> Optional[str]:
@@ -53,15 +54,16 @@ def first_failed_process(tail: str, year: int = 2000) -> Optional[FailedProcess]
     if root is None and not failed:
         return None
     if root is None:
-        local, code, at = failed[0]
-        return FailedProcess(local, None, code, at)
+        local, code, at, pid = failed[0]
+        return FailedProcess(local, None, code, at, pid)
     ranks = _RANK_FIELD.match(root.get("rank", ""))
     code = _EXITCODE_FIELD.match(root.get("exitcode", ""))
     local = int(ranks.group(2)) if ranks else (failed[0][0] if failed else 0)
-    same = [at for line_local, _, at in failed if line_local == local]
+    same = [at for line_local, _, at, _ in failed if line_local == local]
     at = same[0] if same else _root_time(root.get("time", ""))
+    pid = int(code.group(2)) if code and code.group(2) else None
     return FailedProcess(local, int(ranks.group(1)) if ranks else None,
-                         int(code.group(1)) if code else (failed[0][1] if failed else None), at)
+                         int(code.group(1)) if code else (failed[0][1] if failed else None), at, pid)
 
 
 def _root_cause_fields(tail: str) -> Optional[dict]:
@@ -81,12 +83,13 @@ def _root_cause_fields(tail: str) -> Optional[dict]:
     return fields
 
 
-def _failed_lines(tail: str, year: int) -> list[tuple[int, Optional[int], Optional[float]]]:
+def _failed_lines(tail: str, year: int) -> list[tuple[int, Optional[int], Optional[float], int]]:
     found = []
     for line in tail.splitlines():
         match = _FAILED_LINE.match(line.strip())
         if match:
-            found.append((int(match.group("local")), int(match.group("code")), _glog_time(match, year)))
+            found.append((int(match.group("local")), int(match.group("code")), _glog_time(match, year),
+                          int(match.group("pid"))))
     return found
 
 
