@@ -331,3 +331,25 @@ def test_taking_slurm_away_leaves_no_daemon_job_or_file(slurm_sandbox):
     up(len(slurm_sandbox.nodes), docker=slurm_sandbox.docker, state_dir=state)
     assert not (state / "slurm").exists() and not slurm_sandbox.slurm_inventory_path.exists()
     assert not [p for p in processes_with(str(state / "slurm")) if "pytest" not in p[1]]
+
+
+def test_a_rank_exiting_with_its_own_error_on_slurm_is_named_with_its_global_rank(slurm_sandbox, cli, prompt_file,
+                                                                                  tmp_path):
+    """Issue 39: rank 3 (node2, local rank 1) exits with code 3 while the others wait at a barrier and
+    fail there: the run names node2 and global rank 3, as over SSH."""
+    jobs = slurm_sandbox.shared_outputs / "culprit-jobs"
+    jobs.mkdir(parents=True, exist_ok=True)
+    shutil.copy(FIXTURE_JOBS / "faults.py", jobs / "faults.py")
+    inventory = slurm_inventory(slurm_sandbox, tmp_path / "own.yaml")
+    doc = yaml.safe_load(inventory.read_text())
+    doc["job"].update(command=[str(jobs / "faults.py")], nproc_per_node=2,
+                      args=["--mode", "own", "--rank", "3", "--after", "2", "--out", "{outputs}/{run_id}"])
+    inventory.write_text(yaml.safe_dump(doc, sort_keys=False, width=200))
+    try:
+        code, result = cli.json("run", "-i", str(inventory), str(prompt_file))
+    finally:
+        shutil.rmtree(jobs, ignore_errors=True)
+    assert code == 1, result
+    first = result["first_failure"]
+    assert (first["host"], first["rank"], first["rank_exit_code"]) == ("node2", 3, 3), first
+    assert queue() == ""

@@ -220,7 +220,11 @@ def flight_recorder_findings(root: Path) -> list[Finding]:
 
 def flight_recorder_results(root: Path) -> list[tuple[Stuck, Finding]]:
     """Each stuck collective under `root` with its rank_hang finding."""
-    dumps = find_dumps(root)
+    return results_of(find_dumps(root))
+
+
+def results_of(dumps: list[Dump]) -> list[tuple[Stuck, Finding]]:
+    """Each stuck collective of these dumps (a collected run's, or read off the nodes by `run`) with its finding."""
     if not dumps:
         return []
     stuck = stuck_collectives(dumps)

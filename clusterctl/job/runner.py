@@ -27,7 +27,8 @@ from clusterctl.executor import Connections, Event, OnEvent, Streams, Ticker, fo
 from clusterctl.job.torchrun import MAX_ARG_BYTES, RANK_PREFIX_RE, job_argv, log_dir, placeholder_values, torchrun_argv, torchrun_env
 from clusterctl.models import Command, Host, HostResult, HostStatus, Inventory, MASK, looks_secret
 from clusterctl.job import agent, rollcall, stalls, supervision
-from clusterctl.job.failures import Ended, first_failure
+from clusterctl.job import dumps, kernel_log
+from clusterctl.job.failures import Ended, first_failure, first_ranks_of
 from clusterctl.job.follow import FollowStream, Piece, latest_state, line_prefix
 from clusterctl.modules import process
 from clusterctl.job.topology import Topology
@@ -102,6 +103,7 @@ class JobRunner:
                 raise ValueError(f"not a plain file name: {name!r}")
         self.connections, self.on_event = connections, on_event
         self.poll_s, self.lost_after_s, self.timeout_s = poll_s, lost_after_s, timeout_s
+        self.started_at = time.time()  # the kernel log of a SIGKILL is read from here on (job/kernel_log.py)
         outputs = inventory.job.outputs
         argv = job_argv(inventory.job, placeholder_values(topology, run_id, prompt, outputs))
         self.nodes: dict[str, NodeRun] = {}
@@ -248,7 +250,8 @@ class JobRunner:
             state = supervision.await_ranks(self.inventory, supervised, self.nodes[master].host, self.connections,
                                             nproc, ranks_timeout_s)
             if state.get("state") not in (None, "running", "succeeded"):
-                code, first = supervision.outcome_of(state, self.inventory, self._mask)
+                code, first = supervision.outcome_of(state, self.inventory, self._mask,
+                                                     first_ranks_of(self.topology.nodes))
                 return JobOutcome(code, first, stopped=state.get("state") == "stopped")
             ranks = sum(min((state.get("nodes") or {}).get(h, {}).get("ranks", 0), n) for h, n in nproc.items())
             self.on_event(Event("note", text=f"{ranks} of {self.topology.world_size} ranks started"))
@@ -361,8 +364,14 @@ class JobRunner:
     def _first_failure(self, failed: list[NodeRun]) -> dict:
         tails = self._tails([n for n in failed if not n.lost])
         ended = [Ended(n.host.name, n.ended_at or 0, n.lost, n.exit_code, tails.get(n.host.name, "")) for n in failed]
-        return first_failure(self.inventory, ended, self.poll_s, self.lost_after_s,
-                             {name: n.exit_code for name, n in self.nodes.items()})
+        first = first_failure(self.inventory, ended, self.poll_s, self.lost_after_s,
+                              {name: n.exit_code for name, n in self.nodes.items()}, first_ranks_of(self.topology.nodes))
+        answering = {name: (n.host, n.run_dir) for name, n in self.nodes.items() if not n.lost}
+        first = dumps.with_dumps(first, self.inventory, answering, self.connections)
+        if first.get("signal") == "SIGKILL" and first.get("host") in answering:
+            lines = kernel_log.read_oom_lines(answering[first["host"]][0], self.started_at, self.connections)
+            first = kernel_log.with_kernel_log(first, lines)
+        return first
 
     def _tails(self, nodes: list[NodeRun]) -> dict[str, str]:
         def action(transport, host: Host) -> HostResult:

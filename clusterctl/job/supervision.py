@@ -170,8 +170,10 @@ def await_ranks(inventory: Inventory, supervised: Supervised, master: Host, conn
     return state
 
 
-def outcome_of(state: dict, inventory: Inventory, mask: Callable[[str], str] = lambda t: t) -> tuple[int, Optional[dict]]:
-    """(exit code, first failure) of a run from its supervisor's state."""
+def outcome_of(state: dict, inventory: Inventory, mask: Callable[[str], str] = lambda t: t,
+               first_ranks: Optional[dict] = None) -> tuple[int, Optional[dict]]:
+    """(exit code, first failure) of a run from its supervisor's state; `first_ranks`: each host's
+    first global rank in the plan (job/failures.first_ranks_of)."""
     from clusterctl.job.failures import Ended, first_failure
 
     if state.get("state") == "succeeded":
@@ -185,12 +187,14 @@ def outcome_of(state: dict, inventory: Inventory, mask: Callable[[str], str] = l
         return 1, None
     ended = [Ended(str(f["host"]), float(f.get("at") or 0), bool(f.get("lost")), f.get("exit_code"),
                    mask(str(f.get("tail") or ""))) for f in failures]
-    return 1, first_failure(inventory, ended, poll_s=1.0, lost_after_s=LOST_AFTER_S)
+    return 1, first_failure(inventory, ended, poll_s=1.0, lost_after_s=LOST_AFTER_S, first_ranks=first_ranks)
 
 
 def finish_record(record: dict, state: dict, inventory: Inventory, mask: Callable[[str], str] = lambda t: t) -> dict:
     """The local run record once the supervisor's state is final: its end, its exit code and what failed."""
-    code, first = outcome_of(state, inventory, mask)
+    from clusterctl.job.failures import first_ranks_of
+
+    code, first = outcome_of(state, inventory, mask, first_ranks_of(record.get("topology")))
     nodes = state.get("nodes") or {}
     run_dirs = record.get("nodes") if isinstance(record.get("nodes"), dict) else {}
     done = {**record, "ended": state.get("ended") or time.time(), "exit_code": code, "first_failure": first,
@@ -239,6 +243,13 @@ def refresh_record(store, inventory: Inventory, connections: Connections, run_id
             store.write_json(store.run_dir(run_id) / "run.json", record)
         return record
     done = finish_record(record, state, inventory, mask)
+    if isinstance(done.get("first_failure"), dict):  # a collective timeout: the dumps name who did not join
+        from clusterctl.job.dumps import with_dumps
+
+        nodes = done.get("nodes") or {}
+        answering = {h.name: (h, nodes[h.name]["run_dir"]) for h in inventory.hosts
+                     if isinstance(nodes.get(h.name), dict) and nodes[h.name].get("run_dir") and not nodes[h.name].get("lost")}
+        done["first_failure"] = with_dumps(done["first_failure"], inventory, answering, connections)
     store.write_json(store.run_dir(run_id) / "run.json", done)
     return done
 
