@@ -55,9 +55,9 @@ The issue-39 logs were collected on 2026-11-27 and their side of the split writt
 `TEST_SPLIT.txt` (same hash, same cutoff) before any rule was changed for them; the rules were then
 tuned on their training side only. "Sources not used for tuning" below are those test entries, and
 the families with no entry on the training side at all. The same caveat holds for them (the hand
-that wrote the rules collected them), and they are few (14 entries): read their numbers as a check
+that wrote the rules collected them), and they are few (19 entries): read their numbers as a check
 that the new evidence families are not worded after the training side, not as the accuracy to
-expect on any log.
+expect on any log; the second batch's untouched score (below the table) is the better guide.
 
 **How it is scored**: as `clusterctl diagnose` does it: the rules on each entry's log lines, then
 the causes of the nearest known cases of the training split (never the entry's own thread) as
@@ -138,11 +138,11 @@ def untuned_rows(train, test) -> list[tuple[str, list]]:
     """The test entries from sources not used for tuning: by collection, and the families that have
     no entry on the training side at all."""
     seen = {row[0].family for row in train}
-    return [("test, issue-18 collection", [r for r in test if not r[0].collected]),
-            ("test, collected 2026-11-27 (other kinds of source; split frozen before tuning)",
-             [r for r in test if r[0].collected]),
-            ("test, families with no training entry (" + ", ".join(sorted({r[0].family for r in test} - seen)) + ")",
-             [r for r in test if r[0].family not in seen])]
+    batches = sorted({row[0].collected for row in test if row[0].collected})
+    return ([("test, issue-18 collection", [r for r in test if not r[0].collected])]
+            + [(f"test, collected {when}", [r for r in test if r[0].collected == when]) for when in batches]
+            + [("test, families with no training entry (" + ", ".join(sorted({r[0].family for r in test} - seen))
+                + ")", [r for r in test if r[0].family not in seen])])
 
 
 def confusions(rows) -> list[str]:
@@ -184,6 +184,13 @@ def bench() -> list[str]:
 
 
 BEFORE_AFTER = (
+    "Two batches were collected for issue 39 on 2026-11-27. The first (48 logs, `collected: 2026-11-27`) "
+    "before the rules were changed: its side of the split was frozen first, the rules tuned on its training "
+    "side. The second (15 logs, `collected: 2026-11-27, after the issue-39 rules`) after they were written, "
+    "and scored untouched: **12 of 15 top-1 (80.0 %), 13 of 15 top-3 (86.7 %)** (its 5 test entries 5/5); "
+    "the three misses, all on its training side, were a CUDA error 802 written `cudaSetDevice err: 802`, "
+    "NCCL's `async fatal event on QP` and a libcublas/libcublasLt symbol-version clash; the rules were then "
+    "tuned on that training side. That untouched 80 % is the fairest number here for logs nobody has seen.\n\n"
     "Before issue 39's rules (measured at commit 174b5fc, the 48 new logs in the corpus, the rules and the "
     "`similar` index as they were): the 48 new logs 25 top-1 (52.1 %) / 30 top-3 (62.5 %); their 14 test "
     "entries 9 (64.3 %) / 10 (71.4 %); the issue-18 test split 74 / 79 (93.7 %) top-1, 75 (94.9 %) top-3. "

@@ -30,6 +30,10 @@ def line_of(path: str, containing: str) -> str:
     ("fabricmanager/huggingface-hub-4134-error-802.log", "Error 802", "fabricmanager"),
     ("fabricmanager/NVIDIA-gpu-operator-356-fm-failed.log", "nvidia-fabricmanager.service failed", "fabricmanager"),
     ("killed_by_signal/ZettaAI-zetta_utils-671-time-limit.log", "DUE TO TIME LIMIT", "killed_by_signal"),
+    # collected after the rules were first written (scored untouched, then tuned on: docs/diagnosis.md)
+    ("fabricmanager/ollama-9031-cudart-802.log", "cudart init failure: 802", "fabricmanager"),
+    ("ib_config/NVIDIA-nccl-1919-fatal-qp-event.log", "async fatal event on QP", "ib_config"),
+    ("import_error/pytorch-xla-4150-cublaslt-symbol.log", "with link time reference", "import_error"),
 ])
 def test_a_real_line_of_each_new_family_names_its_cause_first(path, containing, cause):
     assert diagnose_text(line_of(path, containing))[0].cause == cause

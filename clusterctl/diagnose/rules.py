@@ -184,6 +184,7 @@ RULES: tuple[Rule, ...] = (
          F.FABRICMANAGER, (
              S(r"system not yet initialized|cudaErrorSystemNotReady|CUDA_ERROR_SYSTEM_NOT_READY", .95),
              S(r"(?:cuda runtime )?error \(?802\)?", .6, requires=r"not yet initialized|fabric|NVSwitch"),
+             S(r"\b(?:err|error|failure)\s*[:=]?\s*\(?802\)?(?:\s|$|\W)", .8, requires=r"cuda"),
              S(r"nv-fabricmanager|nvidia-fabricmanager|fabric ?manager", .55),
              S(r"NV_WARN_NOTHING_TO_DO|NVSwitch driver failed", .85),
              S(r"fabric manager .*version \S+ (?:don'?t|doesn'?t"
@@ -240,6 +241,8 @@ RULES: tuple[Rule, ...] = (
              S(r"ModuleNotFoundError: No module named|No module named '?[\w.]+'?", .9, unless=r"Warning\b"),
              S(r"ImportError: .*undefined symbol|undefined symbol: _Z\w+", .9, unless=r"symbol: nccl"),
              S(r"ImportError: (?:cannot import name|DLL load failed|lib\S+\.so[\d.]*: cannot open)", .88),
+             # two builds of one library family loaded together (libcublas of one CUDA, libcublasLt of another)
+             S(r"symbol \w+ version \S+ not defined in file \S+ with link time reference", .85),
              S(r"^ImportError:", .6, unless=GLIBC_TOO_OLD),
          )),
     Rule("library_too_old",
@@ -339,7 +342,7 @@ RULES: tuple[Rule, ...] = (
          F.IB_CONFIG, (
              S(r"NET/IBP? ?: ?Got completion (?:from peer \S+ )?with (?:error |status=)(?P<status>\d+)", .93),
              S(r"[Tt]ransport retry count(?:er)? exceeded", .9),
-             S(r"(?:Call to )?ibv_\w+ failed|NET/IB : Got async event", .85),
+             S(r"(?:Call to )?ibv_\w+ failed|NET/IB : (?:\S+ )?(?:Got async event|async fatal event)", .85),
              S(r"NET/IB : Unable to open device", .6),
              # NCCL looked for an HCA and found none: the container lacks /dev/infiniband, or no IB stack
              S(r"NET/IB : No device found", .5),
