@@ -11,7 +11,7 @@ OOM_KILLED = ("{rank_name|a rank} was killed by the OOM killer (the kernel, a co
               "Kubernetes/Slurm raise the memory limit or --mem")
 KILLED_BY_SIGNAL = ("{rank_name|a rank} was killed by a signal (SIGKILL)[ on {host}][: Slurm cancelled it ({reason})]"
                     " and nothing recorded why; the sender may be the OOM killer whose record is not readable here "
-                    "(look for `Out of memory: Killed process <pid>` in the node's `dmesg`, `oom_kill` in the "
+                    "(look for `Out of memory: Killed process {pid|<pid>}` in the node's `dmesg`, `oom_kill` in the "
                     "cgroup's memory.events, `OOMKilled` in `docker inspect`; `clusterctl collect-logs` gathers "
                     "them), an operator's `kill -9`, or a scheduler's time limit or preemption (give the job more "
                     "time, checkpoint and resume); if it is memory, lower the per-rank memory or run fewer ranks "

@@ -69,7 +69,8 @@ class Rule:
 SIGKILL_BY_LAUNCHER = r"closing signal SIGKILL|Sending process \d+ closing"
 # A record that the OOM killer (kernel, memory cgroup, container runtime, Ray's memory monitor) did it.
 OOM_RECORD = (r"Out of memory: Kill|invoked oom-killer|\boom[-_]kill|OOMKilled|Memory cgroup out of memory"
-              r"|out-of-memory handler|Out Of Memory\b|killed due to (?:the node running low on memory|memory pressure)")
+              r"|out-of-memory handler|Out Of Memory\b"
+              r"|killed due to (?:the node running low on memory|memory pressure)")
 EXIT_MINUS_9 = r"(?:exitcode|exit code|return code|exit status|returned non-zero exit status)\s*[:=]?\s*-9\b"
 EXIT_137 = r"(?:exit(?:ed)? (?:with )?(?:exit )?code|exit status|Exit Code:?|exit_code)\s*[:=(]?\s*137\b|\bcode 137\b"
 SIGNAL_9 = r"Signal 9 \(SIGKILL\)|signal 9: SIGKILL|Signals\.SIGKILL|got signal: 9\b|SIGKILL\)"
@@ -93,16 +94,19 @@ RULES: tuple[Rule, ...] = (
              S(r"CPU memory usage: \d{5,}", .3),
          )),
     Rule("killed_by_signal",
-         "`Signal 9 (SIGKILL)`, exitcode -9 / 137, `Killed`, Slurm `CANCELLED AT ... DUE TO TIME LIMIT` (no OOM record)",
+         "`Signal 9 (SIGKILL)`, exitcode -9 / 137, `Killed`, Slurm `CANCELLED AT ... DUE TO TIME LIMIT` "
+         "(no OOM record)",
          F.KILLED_BY_SIGNAL, (
              S(EXIT_MINUS_9, .62, unless=SIGKILL_BY_LAUNCHER, unless_log=OOM_RECORD),
              S(EXIT_137, .6, unless_log=OOM_RECORD),
-             S(SIGNAL_9, .58, unless=SIGKILL_BY_LAUNCHER, unless_log=OOM_RECORD),
+             S(f"(?:{SIGNAL_9})(?: received by PID (?P<pid>\\d+))?", .58, unless=SIGKILL_BY_LAUNCHER,
+               unless_log=OOM_RECORD),
              S(SHELL_KILLED, .6, unless_log=OOM_RECORD),
              S(r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+ DUE TO (?P<reason>TIME LIMIT|PREEMPTION"
                r"|JOB REQUEUE|NODE FAILURE)", .93),
              S(r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT", .8, unless_log=OOM_RECORD),
-             S(r"this job is preempted|was preempted|\bpreemption notice|Spot Instance (?:interruption|terminated)", .8),
+             S(r"this job is preempted|was preempted|\bpreemption notice"
+               r"|Spot Instance (?:interruption|terminated)", .8),
              S(r"srun: forcing job termination|Job step aborted: Waiting up to \d+ seconds", .45),
          )),
     Rule("cuda_oom", "`torch.OutOfMemoryError: CUDA out of memory. Tried to allocate ...`",
@@ -246,7 +250,8 @@ RULES: tuple[Rule, ...] = (
              S(r"^ImportError:", .6, unless=GLIBC_TOO_OLD),
          )),
     Rule("library_too_old",
-         "``version `GLIBCXX_3.4.30' not found``, `GLIBC_2.29`, `CXXABI_1.3.8` (a system library older than the binary)",
+         "``version `GLIBCXX_3.4.30' not found``, `GLIBC_2.29`, `CXXABI_1.3.8` "
+         "(a system library older than the binary)",
          F.LIBRARY_TOO_OLD, (
              S(GLIBC_TOO_OLD, .95),
              S(r"(?:libstdc\+\+|libc|libm)\.so\.6: version \S+ not found", .9),
