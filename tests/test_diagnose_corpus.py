@@ -27,7 +27,8 @@ def test_the_corpus_holds_at_least_250_real_logs_across_at_least_25_causes():
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e.path)
 def test_every_entry_names_a_public_source_a_known_cause_and_a_fix(entry):
-    assert entry.source.startswith("https://github.com/"), entry.source
+    assert entry.source.startswith("https://"), entry.source
+    assert entry.family == corpus.ORIGINAL_FAMILY or (entry.family and entry.collected), entry.path
     assert entry.cause in CAUSES and entry.cause != "unknown"
     assert entry.path.startswith(entry.cause + "/")
     assert len(entry.fix) > 20 and entry.text.strip()

@@ -62,14 +62,19 @@ def _write(path: Path, text: str) -> None:
     path.write_text(text)
 
 
-def test_a_collected_run_joins_a_sigkilled_rank_with_its_nodes_exit_137(tmp_path):
+def test_a_collected_run_joins_a_sigkilled_rank_with_its_nodes_exit_137_as_a_signal_kill_not_an_oom(tmp_path):
+    # docker says OOMKilled=false and nothing else records an OOM kill: a signal kill (issue 39; this
+    # test said oom_killed before)
     root = tmp_path / "run"
     _write(root / "gpu3" / "logs" / "gpu3-agent.log",
            "[E ...] failed (exitcode: -9) local_rank: 0 (pid: 11) of binary: /usr/bin/python3\n")
     _write(root / "gpu3" / "diag" / "docker-inspect.json", (DIAG / "docker_inspect_state_exit137.json").read_text())
-    first = diagnose_path(root)[0]
-    assert (first.cause, first.host) == ("oom_killed", "gpu3")
+    findings = diagnose_path(root)
+    first = findings[0]
+    assert (first.cause, first.host) == ("killed_by_signal", "gpu3")
     assert "exitcode: -9" in first.evidence and "ExitCode=137" in first.evidence
+    assert "dmesg" in first.fix and "OOMKilled" in first.fix
+    assert first.confidence < 0.89 and "oom_killed" in [f.cause for f in findings]
 
 
 def test_a_collected_run_names_the_xid_of_the_node_whose_rank_died(tmp_path):

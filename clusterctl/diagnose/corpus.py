@@ -1,13 +1,18 @@
 """The diagnosis corpus: real failure logs from public issue threads, one file per entry.
 
 An entry is `corpus/<cause>/<name>.log`: a header of `# key: value` lines (source, cause,
-confirmed, fix, optional thread), one blank line, then the log lines exactly as the thread
+confirmed, fix, optional thread, family and collected), one blank line, then the log lines exactly as the thread
 shows them (whole lines, some omitted, none reworded). The corpus ships with the package
 (package data, ~190 KB) because `similar` needs it at run time.
 
 The frozen test split is chosen by a seeded hash of the source URL (every entry of one
 thread lands on the same side) and recorded in `corpus/TEST_SPLIT.txt`; rules are tuned on
 the other 70 % only.
+
+`family` names the kind of source (`tracker-pytorch`, `tracker-slurm`, `vendor-kb`, ...), so that
+accuracy can be reported per kind of source; entries without one are the issue-18 collection
+(GitHub issue threads gathered by one hand, `ORIGINAL_FAMILY`). `collected` is the date an entry
+was added, when it was added after that collection.
 """
 from __future__ import annotations
 
@@ -22,7 +27,8 @@ CORPUS_DIR = Path(__file__).with_name("corpus")
 TEST_SPLIT_FILE = CORPUS_DIR / "TEST_SPLIT.txt"
 SPLIT_SEED = "clusterctl-diagnosis-split-v1"
 TEST_FRACTION = 0.30
-HEADER_KEYS = ("source", "cause", "confirmed", "fix", "thread")
+HEADER_KEYS = ("source", "cause", "confirmed", "fix", "thread", "family", "collected")
+ORIGINAL_FAMILY = "issue18-github"
 
 
 @dataclass(frozen=True)
@@ -34,6 +40,8 @@ class CorpusEntry:
     fix: str
     text: str  # the log lines only, header removed
     thread: str = ""
+    family: str = ORIGINAL_FAMILY  # the kind of source, for accuracy per kind
+    collected: str = ""  # the date it was added, for entries added after the issue-18 collection
 
 
 def split_hash(source: str) -> int:
@@ -68,7 +76,8 @@ def parse_entry(raw: str, path: str = "") -> CorpusEntry:
     if missing:
         raise ValueError(f"{path}: corpus entry header lacks {', '.join(missing)}")
     return CorpusEntry(path, header["source"], header["cause"], header["confirmed"] == "yes",
-                       header["fix"], body, header.get("thread", ""))
+                       header["fix"], body, header.get("thread", ""), header.get("family") or ORIGINAL_FAMILY,
+                       header.get("collected", ""))
 
 
 def split_header(raw: str) -> tuple[dict, str]:

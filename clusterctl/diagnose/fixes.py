@@ -5,10 +5,21 @@ nproc, gpus, driver, shm_size, ...), `{name|fallback}` falls back to the text af
 `[...]` holding placeholders is dropped when one of them is unknown (textmatch.render_fix).
 """
 
-OOM_KILLED = ("{rank_name|a rank} was killed with SIGKILL, the kernel OOM killer or a container/cgroup memory limit"
+OOM_KILLED = ("{rank_name|a rank} was killed by the OOM killer (the kernel, a container or cgroup memory limit)"
               "[ on {host}]: free host RAM (fewer DataLoader workers, no other jobs), lower the per-rank memory in "
               "job.args (e.g. --frame_num, offload flags) or run fewer ranks per node (job.nproc_per_node); under "
               "Kubernetes/Slurm raise the memory limit or --mem")
+KILLED_BY_SIGNAL = ("{rank_name|a rank} was killed by a signal (SIGKILL)[ on {host}][: Slurm cancelled it ({reason})]"
+                    " and nothing recorded why; the sender may be the OOM killer whose record is not readable here "
+                    "(look for `Out of memory: Killed process {pid|<pid>}` in the node's `dmesg`, `oom_kill` in the "
+                    "cgroup's memory.events, `OOMKilled` in `docker inspect`; `clusterctl collect-logs` gathers "
+                    "them), an operator's `kill -9`, or a scheduler's time limit or preemption (give the job more "
+                    "time, checkpoint and resume); if it is memory, lower the per-rank memory or run fewer ranks "
+                    "per node (job.nproc_per_node)")
+LIBRARY_TOO_OLD = ("a system library in container.image[ ({symbol})] is older than what torch or an extension was "
+                   "built against (libstdc++/glibc of an older base OS, or the host's libraries through "
+                   "LD_LIBRARY_PATH): use an image with a newer base OS or conda's libstdcxx-ng, keep host library "
+                   "paths out of job.env/container.env, or install builds made for the image's glibc")
 CUDA_OOM = ("{rank_name|a rank} ran out of GPU memory[ on {host}]: lower the per-rank load in job.args (batch size, "
             "--frame_num, resolution, offload flags such as --offload_model), set "
             "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True in job.env, or spread the model over more GPUs")
@@ -105,6 +116,7 @@ NODE_UNREACHABLE = ("check the node's network and power; clusterctl stopped the 
 # One line per cause for the README's diagnosis table (python -m clusterctl.diagnose.table).
 BRIEF = {
     "oom_killed": "less memory per rank (frames, batch, workers), fewer ranks per node, or more RAM / a higher limit",
+    "killed_by_signal": "read the node's kernel log / cgroup events for an OOM kill; more time for the job; resume",
     "cuda_oom": "smaller per-rank load (batch, frames, resolution, offload) or more GPUs",
     "shm_too_small": "`container.shm_size: 16g` or `ipc: host`",
     "shm_permission": "a writable /dev/shm: `ipc: host` or `shm_size`, mode 1777",
@@ -121,6 +133,7 @@ BRIEF = {
     "insufficient_resources": "lower the request or free GPUs/memory; check the device plugin",
     "image_pull_failed": "the image name/tag, `docker login` on every node, registry reachability",
     "import_error": "one image everywhere (`up` re-pulls); packages built for the image's torch",
+    "library_too_old": "an image with a newer base OS / libstdc++, no host library paths in LD_LIBRARY_PATH",
     "permission_denied": "a writable `job.outputs` / volume owned by the rank's user",
     "launcher_args": "fix job.command/job.args; clusterctl runs torchrun and passes LOCAL_RANK itself",
     "sighup_session_closed": "clusterctl detaches the launch; `nohup`/`setsid`/tmux by hand",

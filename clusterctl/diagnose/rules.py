@@ -14,7 +14,10 @@ failed first up and lines that only report a lost peer down, and ranks the cause
 - `fix` is a template: `{name}`, `{name|fallback}`, and `[...]` dropped when a value inside is
   unknown (see textmatch.render_fix). `summary` is the README's "what you see" column.
 
-Exit-code semantics live here too, as signals: -9/137/SIGKILL support oom_killed, -11/139/SIGSEGV
+Exit-code semantics live here too, as signals: -9/137/SIGKILL support killed_by_signal (and
+oom_killed only weakly: a SIGKILL is the OOM killer's tool, but also an operator's, a scheduler's or
+a preempting cloud's; oom_killed leads only with a record of the OOM kill: the kernel's `Out of
+memory: Killed process`, `oom-kill:`, a cgroup's oom_kill events, `OOMKilled: true`), -11/139/SIGSEGV
 segfault, SIGBUS shared memory, -6/134/SIGABRT (a C++ abort, often NCCL's watchdog) weakly a timeout.
 Signal patterns describe the failure class (a message family across versions and launchers),
 not one log's wording; tests/test_diagnose*.py and docs/diagnosis.md measure that on a held-out split.
@@ -64,11 +67,20 @@ class Rule:
 
 
 SIGKILL_BY_LAUNCHER = r"closing signal SIGKILL|Sending process \d+ closing"
+# A record that the OOM killer (kernel, memory cgroup, container runtime, Ray's memory monitor) did it.
+OOM_RECORD = (r"Out of memory: Kill|invoked oom-killer|\boom[-_]kill|OOMKilled|Memory cgroup out of memory"
+              r"|out-of-memory handler|Out Of Memory\b"
+              r"|killed due to (?:the node running low on memory|memory pressure)")
+EXIT_MINUS_9 = r"(?:exitcode|exit code|return code|exit status|returned non-zero exit status)\s*[:=]?\s*-9\b"
+EXIT_137 = r"(?:exit(?:ed)? (?:with )?(?:exit )?code|exit status|Exit Code:?|exit_code)\s*[:=(]?\s*137\b|\bcode 137\b"
+SIGNAL_9 = r"Signal 9 \(SIGKILL\)|signal 9: SIGKILL|Signals\.SIGKILL|got signal: 9\b|SIGKILL\)"
+SHELL_KILLED = r"is killed by signal: Killed|^(?:\S+: )?Killed\s*$|\bline \d+: +\d+ Killed\b|: task \d+: Killed\b"
+GLIBC_TOO_OLD = r"version `?(?P<symbol>(?:GLIBC|GLIBCXX|CXXABI)_[\d.]+)'? not found"
 NOT_SHM = r"/dev/shm|\bshm|NCCL|fallocate|torch_\d+|shared memory"
 PRIVILEGED_PORT = r"(?:master[-_]port|MASTER_PORT)[= ]+(?:\$RANDOM\b|[0-9]{1,3}\b)"
 
 RULES: tuple[Rule, ...] = (
-    Rule("oom_killed", "`Signal 9 (SIGKILL)`, exitcode -9 / 137, `OOMKilled`, dmesg `Out of memory: Killed process`",
+    Rule("oom_killed", "dmesg `Out of memory: Killed process`, `oom-kill event(s)`, `OOMKilled` (a record of the kill)",
          F.OOM_KILLED, (
              S(r"Out of memory: Kill(?:ed)? process|invoked oom-killer|\boom-kill:|Memory cgroup out of memory", .97),
              S(r"\bOOMKilled\b|Reason:\s+OOMKilled|OOMKilled=true|\"OOMKilled\": true", .95),
@@ -77,14 +89,25 @@ RULES: tuple[Rule, ...] = (
              S(r"killed due to (?:the node running low on memory|memory pressure)"
                r"|exceeds the memory usage threshold", .95),
              S(r"Workers? \(tasks / actors\) killed due to memory pressure", .95),
-             S(r"(?:exitcode|exit code|return code|exit status|returned non-zero exit status)\s*[:=]?\s*-9\b", .62,
-               unless=SIGKILL_BY_LAUNCHER),
-             S(r"(?:exit(?:ed)? (?:with )?(?:exit )?code|exit status|Exit Code:?|exit_code)\s*[:=(]?\s*137\b"
-               r"|\bcode 137\b", .6),
-             S(r"Signal 9 \(SIGKILL\)|signal 9: SIGKILL|Signals\.SIGKILL|got signal: 9\b|SIGKILL\)", .58,
-               unless=SIGKILL_BY_LAUNCHER),
-             S(r"is killed by signal: Killed|^(?:\S+: )?Killed\s*$|\bline \d+: +\d+ Killed\b", .7),
+             # a SIGKILL alone: the OOM killer is one possible sender, named after killed_by_signal
+             S(f"{EXIT_MINUS_9}|{EXIT_137}|{SIGNAL_9}|{SHELL_KILLED}", .3, unless=SIGKILL_BY_LAUNCHER),
              S(r"CPU memory usage: \d{5,}", .3),
+         )),
+    Rule("killed_by_signal",
+         "`Signal 9 (SIGKILL)`, exitcode -9 / 137, `Killed`, Slurm `CANCELLED AT ... DUE TO TIME LIMIT` "
+         "(no OOM record)",
+         F.KILLED_BY_SIGNAL, (
+             S(EXIT_MINUS_9, .62, unless=SIGKILL_BY_LAUNCHER, unless_log=OOM_RECORD),
+             S(EXIT_137, .6, unless_log=OOM_RECORD),
+             S(f"(?:{SIGNAL_9})(?: received by PID (?P<pid>\\d+))?", .58, unless=SIGKILL_BY_LAUNCHER,
+               unless_log=OOM_RECORD),
+             S(SHELL_KILLED, .6, unless_log=OOM_RECORD),
+             S(r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+ DUE TO (?P<reason>TIME LIMIT|PREEMPTION"
+               r"|JOB REQUEUE|NODE FAILURE)", .93),
+             S(r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT", .8, unless_log=OOM_RECORD),
+             S(r"this job is preempted|was preempted|\bpreemption notice"
+               r"|Spot Instance (?:interruption|terminated)", .8),
+             S(r"srun: forcing job termination|Job step aborted: Waiting up to \d+ seconds", .45),
          )),
     Rule("cuda_oom", "`torch.OutOfMemoryError: CUDA out of memory. Tried to allocate ...`",
          F.CUDA_OOM, (
@@ -165,11 +188,16 @@ RULES: tuple[Rule, ...] = (
          F.FABRICMANAGER, (
              S(r"system not yet initialized|cudaErrorSystemNotReady|CUDA_ERROR_SYSTEM_NOT_READY", .95),
              S(r"(?:cuda runtime )?error \(?802\)?", .6, requires=r"not yet initialized|fabric|NVSwitch"),
+             S(r"\b(?:err|error|failure)\s*[:=]?\s*\(?802\)?(?:\s|$|\W)", .8, requires=r"cuda"),
              S(r"nv-fabricmanager|nvidia-fabricmanager|fabric ?manager", .55),
              S(r"NV_WARN_NOTHING_TO_DO|NVSwitch driver failed", .85),
              S(r"fabric manager .*version \S+ (?:don'?t|doesn'?t"
                r"|does not) match.*driver version (?P<driver>\d+(?:\.\d+)+)", .95),
              S(r"Fabric\s*State\s*:\s*(?:In Progress|Not Started|Failure)", .85),
+             # NVLink SHARP (NVLS) buffers live in the NVSwitch fabric the fabric manager programs
+             S(r"transport/nvls\.cc:\d+ NCCL WARN Cuda failure|nvlsAllocateMem|NVLS (?:alloc|setup|init)\w* fail", .7),
+             S(r"nvidia-fabricmanager\.service failed|nvidia-fabricmanager\.service: (?:Failed|Main process exited"
+               r"|Control process exited)", .85),
          )),
     Rule("gpu_xid", "`NVRM: Xid (PCI:...): 79, GPU has fallen off the bus` (48/63/74/79/94/95...)",
          F.GPU_XID, (
@@ -217,7 +245,16 @@ RULES: tuple[Rule, ...] = (
              S(r"ModuleNotFoundError: No module named|No module named '?[\w.]+'?", .9, unless=r"Warning\b"),
              S(r"ImportError: .*undefined symbol|undefined symbol: _Z\w+", .9, unless=r"symbol: nccl"),
              S(r"ImportError: (?:cannot import name|DLL load failed|lib\S+\.so[\d.]*: cannot open)", .88),
-             S(r"^ImportError:", .6),
+             # two builds of one library family loaded together (libcublas of one CUDA, libcublasLt of another)
+             S(r"symbol \w+ version \S+ not defined in file \S+ with link time reference", .85),
+             S(r"^ImportError:", .6, unless=GLIBC_TOO_OLD),
+         )),
+    Rule("library_too_old",
+         "``version `GLIBCXX_3.4.30' not found``, `GLIBC_2.29`, `CXXABI_1.3.8` "
+         "(a system library older than the binary)",
+         F.LIBRARY_TOO_OLD, (
+             S(GLIBC_TOO_OLD, .95),
+             S(r"(?:libstdc\+\+|libc|libm)\.so\.6: version \S+ not found", .9),
          )),
     Rule("permission_denied", "`PermissionError: [Errno 13] Permission denied: '/data'`",
          F.PERMISSION_DENIED, (
@@ -280,7 +317,9 @@ RULES: tuple[Rule, ...] = (
              S(r"ncclSocketInit: connecting to address .*is neither AF_INET"
                r"|Unable to find address for: (?P<iface>[^\s.]+)", .93),
              S(r"Using the loopback\s+address as fallback|remote=\[127\.0\.[01]\.1\]|local=\[127\.0\.[01]\.1\]", .85),
-             S(r"Connect to 127\.0\.[01]\.1<\d+> failed", .85),
+             S(r"Connect to 127\.0\.[01]\.1<\d+> failed|connect \[127\.0\.[01]\.1\]:\d+", .85),
+             # gloo's own "no such interface" (GLOO_SOCKET_IFNAME or the hostname names nothing on this node)
+             S(r"gloo/transport/tcp/device\.cc:\d+\] (?:ifa|rp) != nullptr", .9),
              S(r"(?:Bootstrap|NET/Socket) : Using (?:\[\d+\])?(?P<iface>docker\d*|lo|virbr\d*|veth\w*"
                r"|br-\w+)[:\s]", .6),
              S(r"Using \[\d+\][\w.-]+:[\d.]+<\d+> \[\d+\](?:veth|docker|virbr)\w*:", .7),
@@ -308,8 +347,10 @@ RULES: tuple[Rule, ...] = (
          F.IB_CONFIG, (
              S(r"NET/IBP? ?: ?Got completion (?:from peer \S+ )?with (?:error |status=)(?P<status>\d+)", .93),
              S(r"[Tt]ransport retry count(?:er)? exceeded", .9),
-             S(r"(?:Call to )?ibv_\w+ failed|NET/IB : Got async event", .85),
+             S(r"(?:Call to )?ibv_\w+ failed|NET/IB : (?:\S+ )?(?:Got async event|async fatal event)", .85),
              S(r"NET/IB : Unable to open device", .6),
+             # NCCL looked for an HCA and found none: the container lacks /dev/infiniband, or no IB stack
+             S(r"NET/IB : No device found", .5),
              S(r"unhandled system error|ncclSystemError", .2),
              S(r"unhandled system error", .35, requires=r"NET/IB|Using network IB|ibv_"),
          )),

@@ -183,7 +183,7 @@ def _kernel_events(host: str, node: dict) -> list[Event]:
     if state is not None and state.oom_killed:
         events.append(_event("oom_killed", "container OOMKilled", host, state.describe()))
     elif state is not None and state.exit_code == 137:
-        events.append(_event("oom_killed", "container exit 137", host, state.describe()))
+        events.append(_event("killed_by_signal", "container exit 137", host, state.describe()))
     for xid in node["xids"][-1:]:
         events.append(_event("gpu_xid", "Xid", host, f"dmesg: {xid.line}", xid=xid.xid))
     return events
