@@ -82,3 +82,13 @@ def test_a_bad_health_section_is_one_error_with_file_and_line(section, line, wor
     with pytest.raises(InventoryError) as error:
         parse_inventory(HOSTS + section, "inv.yaml")
     assert words in error.value.what and error.value.where.startswith(f"inv.yaml:{line}")
+
+
+def test_the_readme_shows_the_rules_table_as_it_is():
+    from pathlib import Path
+
+    from clusterctl.health.rules import readme_table
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    start, end = readme.index("<!-- health-table:start"), readme.index("<!-- health-table:end -->")
+    assert readme[start:end].split("\n", 1)[1].strip() == readme_table()

@@ -150,3 +150,16 @@ def worst(verdicts: Iterable[Verdict]) -> Verdict:
     """The most serious of several verdicts (a node and its GPUs); the earliest of equals."""
     ranked = sorted(verdicts, key=lambda v: (-STATES.index(v.state), v.since_seq))
     return ranked[0] if ranked else Verdict(HEALTHY, None, 0, "")
+
+
+def readme_table() -> str:
+    """The README's table of the rules (tests/test_health_rules.py keeps the two equal)."""
+    def count(value: Optional[int]) -> str:
+        return "never" if value is None else str(value)
+
+    rows = ["| rule | what moves the node | suspect after | quarantined after | window |", "|---|---|---|---|---|"]
+    for rule in RULES:
+        window = "since the last release" if rule.window_s is None else f"{rule.window_s / DAY:g} d"
+        rows.append(f"| `{rule.kind}` | {rule.summary} | {count(rule.suspect_after)} | "
+                    f"{count(rule.quarantine_after)} | {window} |")
+    return "\n".join(rows)
