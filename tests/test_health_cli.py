@@ -28,7 +28,7 @@ def health(tmp_path: Path, capsys, *args: str):
 
 
 def recorded(tmp_path: Path) -> None:
-    with HealthRecord.open(tmp_path / "state", "fleet") as record:
+    with HealthRecord.open(tmp_path / "state" / "health.db", "fleet") as record:
         record.observe_gpus("n1", [GpuId(0, uuid="GPU-a"), GpuId(1, uuid="GPU-b")])
         record.record(Event("n1", "xid_fatal", "watch", evidence="NVRM: Xid (PCI:0000:3b:00): 79", cause="Xid 79",
                             gpu=GpuId(1, uuid="GPU-b")))

@@ -17,13 +17,12 @@ PER_WRITER = 150
 
 
 def _writer(root: str, name: str, count: int) -> None:
-    with HealthRecord.open(Path(root), "c") as record:
+    with HealthRecord.open(Path(root) / "health.db", "c") as record:
         for number in range(count):
             record.record(Event(f"{name}-{number % 3}", "straggler", "straggler", evidence=f"{name} {number}"))
 
 
-def test_two_processes_writing_events_at_once_lose_none(tmp_path):
-    HealthRecord.open(tmp_path, "c").close()  # the schema exists before the race, as after any first command
+def test_two_processes_creating_and_writing_the_record_at_once_lose_no_event(tmp_path):
     context = multiprocessing.get_context("spawn")
     writers = [context.Process(target=_writer, args=(str(tmp_path), name, PER_WRITER)) for name in ("a", "b")]
     for writer in writers:
@@ -31,7 +30,7 @@ def test_two_processes_writing_events_at_once_lose_none(tmp_path):
     for writer in writers:
         writer.join(120)
     assert [w.exitcode for w in writers] == [0, 0]
-    with HealthRecord.open(tmp_path, "c") as record:
+    with HealthRecord.open(tmp_path / "health.db", "c") as record:
         events = record.store.events("c")
     assert len(events) == 2 * PER_WRITER
     assert len({e.seq for e in events}) == 2 * PER_WRITER
@@ -66,7 +65,7 @@ def test_a_file_that_is_not_a_database_is_refused_without_being_overwritten(tmp_
 
 
 def test_a_database_damaged_inside_is_refused_and_kept(tmp_path):
-    with HealthRecord.open(tmp_path, "c") as record:
+    with HealthRecord.open(tmp_path / "health.db", "c") as record:
         record.record(*[Event("n1", "straggler", "straggler", evidence="x" * 500) for _ in range(50)])
     path = tmp_path / "health.db"
     db = sqlite3.connect(path)
@@ -76,14 +75,14 @@ def test_a_database_damaged_inside_is_refused_and_kept(tmp_path):
     data[4096 + 10:4096 + 4000] = b"\xff" * 3990  # the second page: an interior or leaf page of events
     path.write_bytes(bytes(data))
     with pytest.raises(StateError) as error:
-        with HealthRecord.open(tmp_path, "c") as record:
+        with HealthRecord.open(tmp_path / "health.db", "c") as record:
             record.states()
     assert "damaged" in error.value.what
     assert path.read_bytes() == bytes(data)
 
 
 def test_a_locked_file_says_who_to_wait_for(tmp_path):
-    HealthRecord.open(tmp_path, "c").close()
+    HealthRecord.open(tmp_path / "health.db", "c").close()
     holder = sqlite3.connect(tmp_path / "health.db", isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")
     try:
@@ -95,13 +94,13 @@ def test_a_locked_file_says_who_to_wait_for(tmp_path):
         holder.execute("ROLLBACK")
         holder.close()
     assert "locked by another process" in error.value.what and "fuser" in error.value.fix
-    with HealthRecord.open(tmp_path, "c") as record:  # and the record works again once it is free
+    with HealthRecord.open(tmp_path / "health.db", "c") as record:  # and the record works again once it is free
         record.record(Event("n1", "straggler", "straggler"))
         assert len(record.history("n1")) == 1
 
 
 def test_a_clock_that_jumps_backwards_does_not_reorder_or_undo_a_quarantine(tmp_path):
-    with HealthRecord.open(tmp_path, "c") as record:
+    with HealthRecord.open(tmp_path / "health.db", "c") as record:
         record.record(Event("n1", "node_lost", "run", evidence="first", at=2_000_000_000.0))
         record.record(Event("n1", "node_lost", "run", evidence="second", at=1_000_000_000.0))  # clock went back
         node = record.state("n1")
@@ -112,7 +111,7 @@ def test_a_clock_that_jumps_backwards_does_not_reorder_or_undo_a_quarantine(tmp_
 
 
 def test_a_quarantined_node_is_released_only_after_a_passing_check_or_with_force(tmp_path):
-    with HealthRecord.open(tmp_path, "c") as record:
+    with HealthRecord.open(tmp_path / "health.db", "c") as record:
         record.record(Event("n1", "xid_fatal", "watch", evidence="NVRM: Xid (PCI:0000:3b:00): 79"))
         assert record.quarantined() == {"n1": record.state("n1").verdict.reason}
         with pytest.raises(StateError) as error:
@@ -126,7 +125,7 @@ def test_a_quarantined_node_is_released_only_after_a_passing_check_or_with_force
 
 def test_a_swapped_gpu_starts_clean_and_a_gpu_without_serials_is_keyed_by_index(tmp_path):
     old, new = GpuId(0, uuid="GPU-old"), GpuId(0, uuid="GPU-new")
-    with HealthRecord.open(tmp_path, "c") as record:
+    with HealthRecord.open(tmp_path / "health.db", "c") as record:
         record.observe_gpus("n1", [old])
         record.record(Event("n1", "ecc_uncorrectable", "watch", gpu=old))
         assert record.state("n1").state == "quarantined"
@@ -141,7 +140,7 @@ def test_a_swapped_gpu_starts_clean_and_a_gpu_without_serials_is_keyed_by_index(
 
 
 def test_unknown_sources_and_kinds_are_refused_before_anything_is_written(tmp_path):
-    with HealthRecord.open(tmp_path, "c") as record:
+    with HealthRecord.open(tmp_path / "health.db", "c") as record:
         with pytest.raises(ValueError):
             record.record(Event("n1", "straggler", "straggler"), Event("n1", "gremlins", "run"))
         assert record.history("n1") == []

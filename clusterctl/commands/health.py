@@ -31,7 +31,7 @@ def execute(args, app) -> Outcome:
 
     inventory = app.inventory()
     words = list(args.words)
-    with HealthRecord.open(app.state.root, inventory.name, inventory.health) as record:
+    with HealthRecord.open(app.state.health_db, inventory.name, inventory.health) as record:
         if words[:1] == ["release"] and len(words) == 2:
             node = record.release(words[1], force=args.force, by=getpass.getuser())
             app.renderer.message(f"{node.host} is {node.state} again", "green")

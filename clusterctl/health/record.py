@@ -1,6 +1,6 @@
 """`HealthRecord`: the health record of one cluster, the API the commands use.
 
-    record = HealthRecord.open(app.state, inventory)     # .clusterctl/health.db, the inventory's rules
+    record = HealthRecord.open(app.state.health_db, inventory.name, inventory.health)
     record.record(Event(host, "node_lost", "run", evidence=..., run_id=...))
     record.quarantined()          -> {host: reason}   (up/run leave these out)
     record.states()               -> [NodeHealth]     (check shows them beside its verdicts)
@@ -23,7 +23,6 @@ from clusterctl.health.rules import (CHECK_PASSED, INFO_KINDS, QUARANTINED, RELE
 from clusterctl.health.store import HealthStore
 from clusterctl.models import HealthSettings
 
-DB_NAME = "health.db"
 LAST_EVENTS = 3
 
 
@@ -61,8 +60,9 @@ class HealthRecord:
         self.store, self.cluster, self.rules = store, cluster, dict(rules)
 
     @classmethod
-    def open(cls, state_root: Path, cluster: str, settings: Optional[HealthSettings] = None) -> "HealthRecord":
-        return cls(HealthStore(Path(state_root) / DB_NAME), cluster, rules_for(settings))
+    def open(cls, db_path: Path, cluster: str, settings: Optional[HealthSettings] = None) -> "HealthRecord":
+        """`db_path`: State.health_db; `settings`: the inventory's `health:` (its rules' overrides)."""
+        return cls(HealthStore(Path(db_path)), cluster, rules_for(settings))
 
     def close(self) -> None:
         self.store.close()

@@ -190,7 +190,7 @@ def _refuse_foreign_file(path: Path) -> None:
     except OSError as exc:
         raise StateError(f"cannot read the health record: {exc.strerror}", where=str(path),
                          fix="check the file's owner and permissions") from None
-    if header and header != SQLITE_HEADER:
+    if header and not SQLITE_HEADER.startswith(header):  # a prefix: another process is writing page one now
         raise _damaged(path, "not an SQLite database")
 
 
