@@ -39,6 +39,28 @@ def test_two_processes_creating_and_writing_the_record_at_once_lose_no_event(tmp
         assert mine == list(range(PER_WRITER))
 
 
+def _crash_mid_write(root: str) -> None:
+    import os
+
+    store = HealthStore(Path(root) / "health.db")
+    store.add("c", [(Event("n1", "straggler", "straggler", evidence="kept"), "soft")])
+    with store._write("record events") as db:  # the process dies inside a transaction
+        db.execute("INSERT INTO events (cluster, host, at, source, kind, severity) "
+                   "VALUES ('c', 'n1', 1, 'run', 'node_lost', 'soft')")
+        os._exit(9)
+
+
+def test_a_process_that_dies_mid_write_leaves_what_was_recorded_and_nothing_half_written(tmp_path):
+    process = multiprocessing.get_context("spawn").Process(target=_crash_mid_write, args=(str(tmp_path),))
+    process.start()
+    process.join(60)
+    assert process.exitcode == 9
+    with HealthRecord.open(tmp_path / "health.db", "c") as record:
+        assert [e.evidence for e in record.history("n1")] == ["kept"]
+        record.record(Event("n1", "straggler", "straggler", evidence="after"))
+        assert len(record.history("n1")) == 2
+
+
 def test_a_database_written_by_a_newer_clusterctl_is_refused_and_left_unaltered(tmp_path):
     path = tmp_path / "health.db"
     db = sqlite3.connect(path)

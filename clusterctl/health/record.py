@@ -121,12 +121,14 @@ class HealthRecord:
 
     def _node(self, host: str, events: list[StoredEvent], gpus: list[GpuRow]) -> NodeHealth:
         now = time.time()
-        gone = {g.key for g in gpus if g.gone_at is not None}
-        counted = [e for e in events if e.gpu is None or e.gpu not in gone]
-        node_verdict = judge(counted, self.rules, now)
-        gpu_states = tuple(
-            GpuHealth(g.key, g.index, judge([e for e in events if e.gpu == g.key or (e.gpu is None and e.kind in
-                                                                                      (RELEASED, CHECK_PASSED))],
-                                            self.rules, now), g.keyed_by_index)
-            for g in gpus if g.gone_at is None)
+        present = [g for g in gpus if g.gone_at is None]
+        gone = {g.key for g in gpus} - {g.key for g in present}
+        node_verdict = judge([e for e in events if e.gpu is None or e.gpu not in gone], self.rules, now)
+        gpu_states = tuple(GpuHealth(g.key, g.index, judge(_of_gpu(events, g.key), self.rules, now), g.keyed_by_index)
+                           for g in present)
         return NodeHealth(host, node_verdict, gpu_states, tuple(events))
+
+
+def _of_gpu(events: list[StoredEvent], key: str) -> list[StoredEvent]:
+    """A GPU's own events, and its host's releases and passing checks (which apply to every GPU)."""
+    return [e for e in events if e.gpu == key or (e.gpu is None and e.kind in (RELEASED, CHECK_PASSED))]
