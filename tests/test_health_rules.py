@@ -92,3 +92,10 @@ def test_the_readme_shows_the_rules_table_as_it_is():
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     start, end = readme.index("<!-- health-table:start"), readme.index("<!-- health-table:end -->")
     assert readme[start:end].split("\n", 1)[1].strip() == readme_table()
+
+
+def test_the_health_section_survives_inventory_show_and_back():
+    from clusterctl.inventory.load import dump_inventory
+
+    inventory = parse_inventory(HOSTS + "health:\n  rules:\n    straggler: {quarantine_after: never, window_days: 2.5}\n")
+    assert parse_inventory(dump_inventory(inventory), "dumped.yaml").health == inventory.health
