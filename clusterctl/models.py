@@ -162,6 +162,20 @@ class CheckSettings:
 
 
 @dataclass(frozen=True)
+class HealthRuleOverride:
+    """One row of the inventory's `health.rules`: a rule's kind and the values written for it
+    (suspect_after, quarantine_after, window_days; None where `never` was written)."""
+    kind: str
+    values: tuple[tuple[str, Optional[float]], ...] = ()
+
+
+@dataclass(frozen=True)
+class HealthSettings:
+    """The inventory's `health:` section (clusterctl/health/rules.py has the table it overrides)."""
+    rules: tuple[HealthRuleOverride, ...] = ()
+
+
+@dataclass(frozen=True)
 class SchedulerSpec:
     """`scheduler:`: the job runs on an allocation of this scheduler (only Slurm so far); every
     field but `type` left out means Slurm's own default (its default partition, one node...)."""
@@ -185,6 +199,7 @@ class Inventory:
     job: JobSpec = field(default_factory=JobSpec)
     checks: CheckSettings = field(default_factory=CheckSettings)
     source: Optional[Path] = None
+    health: HealthSettings = field(default_factory=HealthSettings)
     scheduler: Optional[SchedulerSpec] = None  # with one, hosts may be empty: the allocation's nodes are the hosts
     # what was read but not used (an ssh option clusterctl does not act on, an unknown Ansible
     # variable), each with file:line; said, never fatal

@@ -315,6 +315,39 @@ class Renderer:
                           "-" if run.exit_code is None else str(run.exit_code), _text(where or "-"))
         self.console.print(table)
 
+    def health_table(self, title: str, nodes: list, history: bool = False) -> None:
+        """`clusterctl health`: a row per node (state, since, reason, last events), or with
+        `history` a row per event of one node. `nodes`: health.record.NodeHealth."""
+        if self.json_mode:
+            return
+        import time
+        from rich.table import Table
+
+        def when(at):
+            return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at)) if at else "-"
+
+        table = Table(title=_text(title), title_justify="left")
+        styles = {"healthy": "green", "suspect": "yellow", "quarantined": "bold red"}
+        if history:
+            for column in ("seq", "time", "source", "kind", "severity", "gpu", "evidence"):
+                table.add_column(column, overflow="fold")
+            for event in nodes[0].events:
+                table.add_row(str(event.seq), when(event.at), event.source, event.kind, event.severity,
+                              _text(event.gpu or "-"), _text(event.evidence or event.cause or "-"))
+        else:
+            for column in ("host", "state", "since", "reason", "last events"):
+                table.add_column(column, overflow="fold")
+            for node in nodes:
+                last = ", ".join(f"{e.kind} ({e.source})" for e in node.events[-3:]) or "-"
+                table.add_row(_text(node.host), _text((node.state, styles.get(node.state, ""))),
+                              when(node.verdict.since), _text(node.verdict.reason or "-"), _text(last))
+        self.console.print(table)
+
+    def raw(self, text: str) -> None:
+        """A document for programs (e.g. Prometheus metrics) on stdout, as it is."""
+        if not self.json_mode:
+            sys.stdout.write(text)
+
     def log_line(self, prefix: str, text: str, stream: str = "stdout") -> None:
         """`clusterctl logs`: a rank's line on stdout (the command's output, for pipes and grep),
         terminal-safe like every remote text here."""

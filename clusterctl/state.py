@@ -92,6 +92,11 @@ class State:
                 fix="run `clusterctl up INVENTORY` first, or pass -i INVENTORY",
             ) from None
 
+    # ---- the fleet's health record (clusterctl/health/store.py opens it)
+    @property
+    def health_db(self) -> Path:
+        return self.root / "health.db"
+
     # ---- runs
     @property
     def runs_dir(self) -> Path:

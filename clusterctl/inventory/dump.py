@@ -41,6 +41,9 @@ def dump_inventory(inv: Inventory, *, reveal_secrets: bool = False) -> str:
         doc["job"] = job
     if inv.scheduler is not None:
         doc["scheduler"] = {k: _plain(v) for k, v in vars(inv.scheduler).items() if v not in (None, ())}
+    if inv.health.rules:  # only what was written: the defaults live in clusterctl/health/rules.py
+        doc["health"] = {"rules": {o.kind: {k: "never" if v is None else v for k, v in o.values}
+                                   for o in inv.health.rules}}
     doc["checks"] = {"ib": inv.checks.ib, "shm_min": format_size(inv.checks.shm_min_bytes),
                      "disk_min": format_size(inv.checks.disk_min_bytes),
                      "clock_skew_warn": inv.checks.clock_skew_warn_s}
