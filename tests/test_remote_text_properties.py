@@ -101,7 +101,7 @@ def _read_all(data: bytes, steps: list[int], take: list[bool]):
     """The members of a stream (and the data of those `take` says), or the DamagedStream."""
     found = []
     try:
-        tar = TarStream(_Chunked(data, steps).read)
+        tar = TarStream(_Chunked(data, steps).read, compressed=True)
         for index, member in enumerate(tar):
             body = b"".join(bytes(piece) for piece in tar.data()) if take[index % len(take)] else None
             found.append((member.name, member.size, member.mtime, member.type, member.linkname, body))

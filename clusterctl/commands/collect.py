@@ -204,7 +204,7 @@ def _collect_host(transport, host, inventory, run_id, dest, manifest, secrets, f
 
         def unpack(stream):
             try:
-                return fetch.extract_stream(stream, staging, secrets, digests)
+                return fetch.extract_stream(stream, staging, secrets, digests, compressed=compress)
             except DamagedStream as exc:  # judged after the exit status: tar's own failure explains it better
                 return exc
 

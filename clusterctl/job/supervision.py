@@ -211,9 +211,10 @@ def finish_record(record: dict, state: dict, inventory: Inventory, mask: Callabl
 
 def masker(inventory: Inventory) -> Callable[[str], str]:
     """Masks the inventory's secret values in text read from the nodes (a log's tail)."""
+    from clusterctl.collect.unpack import written_forms
     from clusterctl.models import MASK, secret_values
 
-    values = sorted(secret_values(inventory), key=len, reverse=True)
+    values = sorted(written_forms(secret_values(inventory)), key=len, reverse=True)
 
     def mask(text: str) -> str:
         for value in values:
