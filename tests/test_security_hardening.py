@@ -150,3 +150,127 @@ def test_a_password_with_a_quote_and_a_backslash_is_masked_in_docker_inspect_and
     assert json.loads(masked[0])[0]["Config"]["Env"] == [f"DB_PASSWORD={MASK}"]
     assert json.loads(masked[1])["env"]["DB_PASSWORD"] == MASK
     row.observe(f"both masked ({masked[0].decode()}; run.json {json.loads(masked[1])})")
+
+
+# --------------------------------------------------------------------------- collect-logs on the node
+
+def _archive(base: Path, roots: list[str], pattern: str = "", known: dict | None = None):
+    """collect/node_archive.py run as the node runs it; (members {name: bytes}, report)."""
+    from clusterctl.collect import fetch
+
+    command = fetch.archive_command(str(base), roots, None, sys.executable, pattern, known or {}, compress=False)
+    done = subprocess.run(command.argv, input=command.stdin, capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return _members(done.stdout), fetch.parse_report(done.stderr.decode("utf-8", "replace"))
+
+
+def _members(data: bytes) -> dict:
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r|") as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar if m.isfile()}
+
+
+@pytest.fixture
+def run_tree(tmp_path):
+    """<base>/logs/r1/node1 as a run leaves it, and a root-only file outside base."""
+    base = tmp_path / "outputs"
+    run = base / "logs" / "r1" / "node1"
+    (run / "r1_0" / "attempt_0" / "0").mkdir(parents=True)
+    (run / "agent.log").write_text("torchrun\n")
+    (run / "env").write_text("HF_TOKEN=hf_secret\n")
+    (run / "r1_0" / "attempt_0" / "0" / "stdout.log").write_text("rank 0\n")
+    private = tmp_path / "root-only"
+    (private / "attempt_0" / "0").mkdir(parents=True)
+    (private / "attempt_0" / "0" / "stdout.log").write_text("root:$6$shadow\n")
+    os.chmod(private / "attempt_0" / "0" / "stdout.log", 0o600)
+    return base, run, private
+
+
+def test_a_directory_swapped_for_a_symlink_while_the_node_archives_sends_nothing_from_outside_the_run(
+        run_tree, monkeypatch, reliability):
+    """The attack: the job swaps a directory it owns for a symlink to a root-only tree after the
+    node looked at it and before it is read (before: between the listing and `tar`). Played here at
+    the worst moment for the archiver: between the stat that saw a directory and its open."""
+    from clusterctl.collect import node_archive
+
+    row = reliability("collect-logs: a job swaps a directory of its run for a symlink to a root-only tree while "
+                      "the node archives it", "the symlink is not followed; the file outside the run never sent; "
+                      "the swap named as skipped", section="Hostile input")
+    base, run, private = run_tree
+    real_open_dir = node_archive._open_dir
+
+    def swap_then_open(path, dir_fd):
+        if path == "r1_0":
+            os.rename(run / "r1_0", run / "r1_0.moved")
+            os.symlink(private, run / "r1_0")
+        return real_open_dir(path, dir_fd)
+
+    monkeypatch.setattr(node_archive, "_open_dir", swap_then_open)
+    out, err = io.BytesIO(), io.StringIO()
+    monkeypatch.setattr(sys, "stdin", io.StringIO("{}"))
+    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(out))
+    monkeypatch.setattr(sys, "stderr", err)
+    node_archive.main(["node_archive", str(base), "", "none", "logs/r1/node1"])
+    sys.stdout.flush()
+    members = _members(out.getvalue())
+    assert b"root:$6$shadow\n" not in members.values()
+    assert set(members) == {"logs/r1/node1/agent.log"}  # env is the job's secrets: never sent
+    from clusterctl.collect import fetch
+
+    report = fetch.parse_report(err.getvalue())
+    assert [path for path, _ in report.skipped] == ["logs/r1/node1/r1_0"] and report.done
+    # a run directory that is itself a symlink (to anything) is not entered at all
+    (run / "r1_0").unlink()
+    os.rename(run / "r1_0.moved", run / "r1_0")
+    monkeypatch.undo()
+    os.rename(run, run.with_name("node1.real"))
+    os.symlink(private, run)
+    members, report = _archive(base, ["logs/r1/node1"])
+    assert members == {} and report.done
+    row.observe(f"the swapped directory skipped ({report and 'changed while it was read'}); the run directory "
+                "itself a symlink: nothing sent; the root-only file never in the stream")
+
+
+def test_a_file_named_with_a_newline_and_a_fake_listing_line_is_sent_under_a_safe_name_and_nothing_else_is(
+        run_tree, reliability):
+    """Before: the listing was split on newlines, so `x\\n0\\t0\\t..` listed `..` (the whole
+    parent of job.outputs was archived) and the odd file itself was silently not collected."""
+    row = reliability("collect-logs: a file named `x\\n0\\t0\\t..` (a fake listing line) in a run's outputs",
+                      "sent under a safe name and named as renamed; nothing outside the run directory sent",
+                      section="Hostile input")
+    base, run, private = run_tree
+    (base.parent / "beside-outputs.txt").write_text("not the run's\n")
+    odd = "x\n0\t0\t.."
+    (run / odd).write_text("odd\n")
+    (run / b"bad-\xff-utf8".decode("utf-8", "surrogateescape")).write_text("bytes\n")
+    members, report = _archive(base, ["logs/r1/node1"], pattern="r1")
+    assert members["logs/r1/node1/x%0A0%090%09.."] == b"odd\n"
+    assert members["logs/r1/node1/bad-%FF-utf8"] == b"bytes\n"
+    assert all(name.startswith("logs/r1/node1/") for name in members)
+    assert dict(report.renamed)[f"logs/r1/node1/{odd}"] == "logs/r1/node1/x%0A0%090%09.."
+    assert {f.path for f in report.sent} == set(members)
+    # the next collect sends nothing: the safe names are what the controller remembers
+    known = {f.path: [f.size, f.mtime] for f in report.sent}
+    assert _archive(base, ["logs/r1/node1"], pattern="r1", known=known)[0] == {}
+    row.observe(f"{len(members)} files sent, all under logs/r1/node1/; renamed: "
+                + ", ".join(f"{a!r} -> {b}" for a, b in report.renamed))
+
+
+@FAST
+@given(names=st.lists(st.binary(min_size=1, max_size=20).filter(lambda b: b"/" not in b and b"\0" not in b
+                                                                 and b not in (b".", b"..")),
+                      min_size=1, max_size=6, unique=True))
+def test_any_file_name_is_sent_once_or_named_as_skipped_and_the_report_parses(names):
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as top:
+        run = Path(top) / "logs" / "r" / "n"
+        run.mkdir(parents=True)
+        for name in names:
+            with open(os.path.join(os.fsencode(run), name), "wb") as handle:
+                handle.write(name)
+        members, report = _archive(Path(top), ["logs/r/n"])
+    sent = {f.path for f in report.sent}
+    skipped = {path for path, _ in report.skipped}
+    assert sent == set(members) and len(sent) + len(skipped) == len(names)
+    for name in sent:
+        assert name.isprintable() and name.startswith("logs/r/n/")

@@ -62,7 +62,7 @@ def _collect(args, app, run_id: str, record: dict, inventory) -> Outcome:
     def action(transport, host):
         try:
             return _collect_host(transport, host, inventory, run_id, dest, manifest, secrets, ranks[host.name],
-                                 surveys[host.name], fetch_outputs=(owner in (None, host.name)), shared=shared,
+                                 fetch_outputs=(owner in (None, host.name)), shared=shared,
                                  digests=digests,
                                  compress=args.compress, on_event=app.renderer.on_event)
         except OSError as exc:  # the local disk (full, read-only, quota): say so, not "internal error"
@@ -112,8 +112,7 @@ def _collect(args, app, run_id: str, record: dict, inventory) -> Outcome:
 
 
 def _survey(app, inventory, hosts, run_id: str):
-    """One round trip per node before any transfer: its files, which nodes' run directories it
-    sees, and its diagnostics. job.outputs is one filesystem on all nodes when every node sees
+    """One round trip per node before any transfer: which nodes' run directories it sees. job.outputs is one filesystem on all nodes when every node sees
     every node's run directory. When that evidence is incomplete (a node wrote none), a probe file
     written on the first node decides (two more round trips). Returns ({host: Survey}, shared,
     {host: failed result})."""
@@ -126,8 +125,7 @@ def _survey(app, inventory, hosts, run_id: str):
     surveys = {}
 
     def survey(transport, host):
-        command = fetch.survey_command(inventory, base, [run_dirs[host.name]], container, run_id,
-                                         list(run_dirs.values()) if len(hosts) > 1 else [])
+        command = fetch.survey_command(base, container, list(run_dirs.values()))
         surveys[host.name] = fetch.parse_survey(transport.run(command).stdout)
         return HostResult(host.name, HostStatus.OK)
 
@@ -175,7 +173,7 @@ def _shared_by_probe(app, hosts, base: str, container) -> bool:
     return all(r.succeeded for r in seen.values())
 
 
-def _collect_host(transport, host, inventory, run_id, dest, manifest, secrets, first_rank, survey, fetch_outputs,
+def _collect_host(transport, host, inventory, run_id, dest, manifest, secrets, first_rank, fetch_outputs,
                   shared, compress, on_event, digests=None):
     from clusterctl.collect import fetch
     from clusterctl.executor import Event
@@ -184,59 +182,49 @@ def _collect_host(transport, host, inventory, run_id, dest, manifest, secrets, f
 
     base, container = fetch.where_files_are(inventory, inventory.job.outputs)
     run_dir = f"logs/{run_id}/{host.name}"
-    if survey.files is None:
-        return HostResult(host.name, HostStatus.FAILED, f"cannot list {base}: {survey.listing_error}")
-    # every node listed the run's outputs too; with shared outputs only the first one fetches them
-    files = [f for f in survey.files if fetch_outputs or f.path.startswith(run_dir + "/")]
     known = manifest["remote"].setdefault(host.name, {})
-    wanted = fetch.changed_files(files, known)
     host_dir = dest / host.name
-    fetched = 0
-    if wanted:
-        done = [0]
+    done = [0]
 
-        def on_bytes(count: int) -> None:
-            done[0] += count
-            on_event(Event("progress", host.name, data={"key": f"collect:{host.name}", "description": host.name,
-                                                        "completed": done[0], "total": None}))
+    def on_bytes(count: int) -> None:
+        done[0] += count
+        on_event(Event("progress", host.name, data={"key": f"collect:{host.name}", "description": host.name,
+                                                    "completed": done[0], "total": None}))
 
-        staging = host_dir / "outputs"
+    staging = host_dir / "outputs"
 
-        def unpack(stream):
-            try:
-                return fetch.extract_stream(stream, staging, secrets, digests, compressed=compress)
-            except DamagedStream as exc:  # judged after the exit status: tar's own failure explains it better
-                return exc
-
+    def unpack(stream):
         try:
-            # unpacked while it arrives: no archive written to disk and read back, sha256 on the way
-            result, unpacked = transport.run_reading(
-                fetch.tar_command(base, [f.path for f in wanted], container, compress), unpack, on_bytes)
-        except OSError as exc:
-            message = fetch.local_write_failure(dest, exc)
-            if message is None:
-                raise
-            return HostResult(host.name, HostStatus.FAILED, message)
-        if not result.ok:
-            return HostResult(host.name, HostStatus.FAILED, f"tar on the node failed: {result.stderr.strip()[-300:]}"
-                              + (" (timed out)" if result.timed_out else ""))
-        if isinstance(unpacked, DamagedStream):
-            return HostResult(host.name, HostStatus.FAILED, f"the tar stream from the node is damaged: {unpacked}")
-        written, refused = unpacked
-        fetched = done[0]
-        for f in wanted:
-            known[f.path] = [f.size, f.mtime]
-        if refused:
-            return HostResult(host.name, HostStatus.FAILED, "; ".join(refused[:5]), data={"files": len(written)})
+            return fetch.extract_stream(stream, staging, secrets, digests, compressed=compress)
+        except DamagedStream as exc:  # judged after the exit status: the node's own failure explains it better
+            return exc
+
+    # every node finds the run's outputs too; with shared outputs only the first one sends them
+    command = fetch.archive_command(base, [run_dir], container, inventory.job.python, run_id if fetch_outputs else "",
+                                    known, compress)
+    try:  # unpacked while it arrives: no archive written to disk and read back, sha256 on the way
+        result, unpacked = transport.run_reading(command, unpack, on_bytes)
+    except OSError as exc:
+        message = fetch.local_write_failure(dest, exc)
+        if message is None:
+            raise
+        return HostResult(host.name, HostStatus.FAILED, message)
+    report = fetch.parse_report(result.stderr)
+    if not result.ok or not report.done:
+        return HostResult(host.name, HostStatus.FAILED, f"archiving {base} on the node failed: "
+                          f"{report.errors or result.stderr.strip()[-300:]}" + (" (timed out)" if result.timed_out else ""))
+    if isinstance(unpacked, DamagedStream):
+        return HostResult(host.name, HostStatus.FAILED, f"the tar stream from the node is damaged: {unpacked}")
+    written, refused = unpacked
+    for sent in report.sent:
+        known[sent.path] = [sent.size, sent.mtime]
+    if refused:
+        return HostResult(host.name, HostStatus.FAILED, "; ".join(refused[:5]), data={"files": len(written)})
     _arrange_logs(host_dir, run_id, host.name, first_rank)
     if shared and fetch_outputs:
         _move_shared_outputs(host_dir, dest, run_id)
-    links = [f"{path} -> {target}" for path, target in survey.links
-             if fetch_outputs or path.startswith(run_dir + "/")]
-    note = f"; {len(links)} symlink(s) not followed: {', '.join(links[:5])}" if links else ""
-    return HostResult(host.name, HostStatus.CHANGED if wanted else HostStatus.OK,
-                      f"{len(wanted)} new or changed file(s){note}",
-                      data={"files": len(wanted), "bytes": fetched, "links_not_followed": links})
+    return HostResult(host.name, HostStatus.CHANGED if report.sent else HostStatus.OK, fetch.archive_summary(report),
+                      data={"files": len(report.sent), "bytes": done[0], **fetch.archive_details(report)})
 
 
 def _arrange_logs(host_dir: Path, run_id: str, host: str, first_rank: int) -> None:
