@@ -274,3 +274,110 @@ def test_any_file_name_is_sent_once_or_named_as_skipped_and_the_report_parses(na
     assert sent == set(members) and len(sent) + len(skipped) == len(names)
     for name in sent:
         assert name.isprintable() and name.startswith("logs/r/n/")
+
+
+# --------------------------------------------------------------------------- the run's supervisor
+
+def _supervised_run(run_dir: Path, port: int) -> None:
+    from clusterctl.job import node_agent
+
+    run_dir.mkdir(parents=True)
+    (run_dir / "node_agent.py").write_bytes(Path(node_agent.__file__).read_bytes())
+    (run_dir / node_agent.CONFIG).write_text(json.dumps({
+        "run_id": "r1", "address": "127.0.0.1", "port": port, "key": "k" * 64, "lease_s": 5,
+        "lost_after_s": 15, "hosts": ["n1"], "host": "n1"}))
+    (run_dir / "lease").touch()
+
+
+def _peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")
+
+
+def _open_idle(count: int, port: int, addresses: int) -> list:
+    import socket
+
+    held = []
+    for index in range(count):
+        sock = socket.socket()
+        sock.bind((f"127.0.1.{index % addresses + 1}", 0))  # other machines of the job network
+        try:
+            sock.connect(("127.0.0.1", port))
+        except OSError:
+            sock.close()
+            continue
+        held.append(sock)
+    return held
+
+
+def _negative_length_flood(port: int, megabytes: int) -> None:
+    import socket
+
+    junk = bytes(1 << 20)
+    with socket.socket() as sock:
+        sock.bind(("127.0.2.1", 0))
+        sock.connect(("127.0.0.1", port))
+        sock.sendall(b"POST /beat HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n")
+        try:
+            for _ in range(megabytes):
+                sock.sendall(junk)
+        except OSError:  # refused at its header: the supervisor hung up
+            pass
+
+
+@pytest.mark.slow
+def test_800_idle_connections_and_a_negative_content_length_flood_neither_end_the_run_nor_grow_the_supervisor(
+        tmp_path, reliability):
+    import resource
+    import socket
+    import time
+
+    from clusterctl.job import node_agent
+
+    row = reliability("a peer on the job network against a detached run's supervisor: 800 idle TCP connections "
+                      "from 100 addresses, then `Content-Length: -1` followed by 400 MB, without the key "
+                      "(loopback: the real supervisor and keeper processes)",
+                      "the run keeps running (its node heard all along); the supervisor under 200 MB; "
+                      "supervisor.log a few bounded lines, no traceback", section="Hostile input")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    run_dir = tmp_path / "n1"
+    _supervised_run(run_dir, port)
+    log = open(tmp_path / "supervisor.log", "wb")
+    limit = lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))  # noqa: E731  (a usual soft limit)
+    supervisor = subprocess.Popen([sys.executable, str(run_dir / "node_agent.py"), "supervise", str(run_dir)],
+                                  stdout=log, stderr=subprocess.STDOUT, preexec_fn=limit)
+    keeper = subprocess.Popen([sys.executable, str(run_dir / "node_agent.py"), "keep", str(run_dir)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    state = run_dir / node_agent.STATE
+    try:
+        deadline = time.monotonic() + 30
+        while not (state.exists() and json.loads(state.read_text())["nodes"]["n1"]["seen_s_ago"] is not None):
+            assert time.monotonic() < deadline, "the keeper was never heard"
+            time.sleep(0.2)
+        started = time.monotonic()
+        held = _open_idle(800, port, addresses=100)
+        _negative_length_flood(port, 400)
+        while time.monotonic() - started < 20:  # past lost_after_s (15 s): a starved keeper would be lost
+            time.sleep(1)
+        document = json.loads(state.read_text())
+        peak = _peak_rss_mb(supervisor.pid)
+        for sock in held:
+            sock.close()
+        assert document["state"] == "running", document
+        assert document["nodes"]["n1"]["seen_s_ago"] < 5, document
+        assert peak < 200, peak
+    finally:
+        for process in (keeper, supervisor):
+            process.kill()
+            process.wait()
+        log.close()
+    lines = (tmp_path / "supervisor.log").read_text(errors="replace").splitlines()
+    assert not any("Traceback" in line for line in lines)
+    assert all(len(line) <= node_agent.LOG_LINE for line in lines) and len(lines) < 60, lines[:5]
+    row.observe(f"{len(held)} connections opened; after 20 s the run still running, n1 heard "
+                f"{document['nodes']['n1']['seen_s_ago']} s before; supervisor peak RSS {peak:.0f} MB; "
+                f"supervisor.log {len(lines)} lines (e.g. {lines[1] if len(lines) > 1 else ''!r})")
