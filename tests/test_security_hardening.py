@@ -381,3 +381,45 @@ def test_800_idle_connections_and_a_negative_content_length_flood_neither_end_th
     row.observe(f"{len(held)} connections opened; after 20 s the run still running, n1 heard "
                 f"{document['nodes']['n1']['seen_s_ago']} s before; supervisor peak RSS {peak:.0f} MB; "
                 f"supervisor.log {len(lines)} lines (e.g. {lines[1] if len(lines) > 1 else ''!r})")
+
+
+# --------------------------------------------------------------------------- run directories
+
+@pytest.mark.parametrize("planted", ["another user's directory", "a world-writable directory", "a symlink"])
+def test_a_run_directory_made_first_by_someone_else_is_refused_and_nothing_is_written_there(
+        tmp_path, planted, reliability):
+    from clusterctl.job import agent, supervision
+    from test_node_wrapper import _inventory, _run
+
+    row = reliability(f"a node's run directory made beforehand on shared outputs ({planted})",
+                      "refused before the job's env (its secrets) or the supervisor's files are written; "
+                      "the error names the directory, its owner and mode", section="Secrets")
+    if planted == "another user's directory" and os.geteuid() != 0:
+        pytest.skip("making a directory of another user takes root")
+    outputs = tmp_path / "outputs"
+    (outputs / "logs" / "r1").mkdir(parents=True)
+    run_dir = outputs / "logs" / "r1" / "n1"
+    elsewhere = tmp_path / "attacker"
+    elsewhere.mkdir(mode=0o777)
+    if planted == "a symlink":
+        run_dir.symlink_to(elsewhere)
+    else:
+        run_dir.mkdir(mode=0o777)
+        os.chmod(run_dir, 0o777)
+        if planted == "another user's directory":
+            os.chown(run_dir, 65534, 65534)
+            os.chmod(run_dir, 0o700)
+    inventory = _inventory("rundir-test")
+    done = _run(agent.write_env_command(inventory, str(run_dir), (("HF_TOKEN", "hf_s3cret"),)))
+    refusal = done.stderr.decode()
+    assert done.returncode != 0 and f"refusing the run directory {run_dir}" in refusal
+    assert not (run_dir / "env").exists() and not (elsewhere / "env").exists()
+    put = _run(supervision._put_private(inventory, str(run_dir), "supervision.json", b"{}"))
+    assert put.returncode != 0 and b"refusing the run directory" in put.stderr
+    assert list(elsewhere.iterdir()) == []
+    # ours, as write_env made it, is used (twice: a retried launch)
+    os.rename(tmp_path / "outputs", tmp_path / "old")
+    for _ in range(2):
+        assert _run(agent.write_env_command(inventory, str(run_dir), (("A", "1"),))).returncode == 0
+    assert (run_dir / "env").read_text() == "A=1\n" and oct(run_dir.stat().st_mode)[-3:] == "700"
+    row.observe(f"refused: {refusal.strip()[:220]}".replace(str(tmp_path), "TMP"))
