@@ -423,3 +423,67 @@ def test_a_run_directory_made_first_by_someone_else_is_refused_and_nothing_is_wr
         assert _run(agent.write_env_command(inventory, str(run_dir), (("A", "1"),))).returncode == 0
     assert (run_dir / "env").read_text() == "A=1\n" and oct(run_dir.stat().st_mode)[-3:] == "700"
     row.observe(f"refused: {refusal.strip()[:220]}".replace(str(tmp_path), "TMP"))
+
+
+# --------------------------------------------------------------------------- rank logs
+
+@pytest.mark.slow
+def test_a_1_4_gib_rank_log_is_collected_in_bounded_memory_and_stored_once(tmp_path, reliability):
+    row = reliability("collect-logs of a 1.4 GiB rank log (and a rank with 100 MB of stdout and some stderr): "
+                      "unpacked from the stream and arranged into <host>-r<rank>.log",
+                      "the controller's peak RSS under 300 MB; the big log stored once (a hard link)",
+                      section="Faults")
+    measured = _python_peak(f"""
+        import os, resource, tarfile
+        from pathlib import Path
+        from clusterctl.collect.unpack import extract_stream
+        from clusterctl.collect.arrange import arrange_logs
+
+        class Generated:  # a node's tar stream, made as it is read: nothing of it is held here
+            def __init__(self, members):
+                self.chunks = iter(self._chunks(members))
+                self.current = memoryview(b"")
+
+            def _chunks(self, members):
+                zeros = bytes(1 << 20)
+                for name, size, fill in members:
+                    info = tarfile.TarInfo(name)
+                    info.size, info.mtime = size, 1700000000
+                    yield info.tobuf(format=tarfile.PAX_FORMAT)
+                    left = size
+                    while left:
+                        piece = min(left, len(zeros))
+                        yield zeros[:piece] if fill is None else (fill * piece)[:piece]
+                        left -= piece
+                    yield bytes(-size % 512)
+                yield bytes(1024)
+
+            def read(self, n):
+                while not self.current:
+                    chunk = next(self.chunks, None)
+                    if chunk is None:
+                        return b""
+                    self.current = memoryview(chunk)
+                out, self.current = self.current[:n], self.current[n:]
+                return bytes(out)
+
+        run = "logs/r1/node1/r1_0/attempt_0"
+        members = [(f"{{run}}/0/stdout.log", 1400 << 20, None), (f"{{run}}/0/stderr.log", 0, None),
+                   (f"{{run}}/1/stdout.log", 100 << 20, None), (f"{{run}}/1/stderr.log", 10000, b"warning\\n")]
+        host_dir = Path({str(tmp_path)!r}) / "node1"
+        written, refused = extract_stream(Generated(members), host_dir / "outputs", {{"s3cret-value"}}, {{}})
+        arrange_logs(host_dir, "r1", "node1", 0)
+        logs = host_dir / "logs"
+        raw = host_dir / "outputs" / run
+        print(json.dumps({{"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                          "written": len(written), "refused": refused,
+                          "once": os.path.samefile(logs / "node1-r0.log", raw / "0" / "stdout.log"),
+                          "sizes": [(logs / f"node1-r{{r}}.log").stat().st_size for r in (0, 1)],
+                          "tail": (logs / "node1-r1.log").read_bytes()[-8:].decode()}}))
+    """, limit_bytes=1 << 30)
+    assert measured["written"] == 4 and measured["refused"] == []
+    assert measured["sizes"] == [1400 << 20, (100 << 20) + 10000] and measured["tail"] == "warning\n"
+    assert measured["once"]
+    assert measured["peak_rss_mb"] < 300, measured
+    row.observe(f"1.4 GiB + 100 MB of rank logs: peak RSS {measured['peak_rss_mb']:.0f} MB (was 2.8 GiB); "
+                "node1-r0.log is the fetched stdout.log itself (one inode); node1-r1.log stdout then stderr")

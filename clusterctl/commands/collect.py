@@ -175,7 +175,7 @@ def _shared_by_probe(app, hosts, base: str, container) -> bool:
 
 def _collect_host(transport, host, inventory, run_id, dest, manifest, secrets, first_rank, fetch_outputs,
                   shared, compress, on_event, digests=None):
-    from clusterctl.collect import fetch
+    from clusterctl.collect import arrange, fetch
     from clusterctl.executor import Event
     from clusterctl.models import HostResult, HostStatus
     from clusterctl.collect.tarstream import DamagedStream
@@ -220,37 +220,11 @@ def _collect_host(transport, host, inventory, run_id, dest, manifest, secrets, f
         known[sent.path] = [sent.size, sent.mtime]
     if refused:
         return HostResult(host.name, HostStatus.FAILED, "; ".join(refused[:5]), data={"files": len(written)})
-    _arrange_logs(host_dir, run_id, host.name, first_rank)
+    arrange.arrange_logs(host_dir, run_id, host.name, first_rank)
     if shared and fetch_outputs:
-        _move_shared_outputs(host_dir, dest, run_id)
+        arrange.move_shared_outputs(host_dir, dest)
     return HostResult(host.name, HostStatus.CHANGED if report.sent else HostStatus.OK, fetch.archive_summary(report),
                       data={"files": len(report.sent), "bytes": done[0], **fetch.archive_details(report)})
-
-
-def _arrange_logs(host_dir: Path, run_id: str, host: str, first_rank: int) -> None:
-    """torchrun's tree -> <host>-agent.log and <host>-r<global rank>.log (stdout, then stderr)."""
-    from clusterctl.collect import fetch
-
-    raw = host_dir / "outputs" / "logs" / run_id / host
-    logs = host_dir / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    if (raw / "agent.log").exists():
-        fetch.write_file(logs / f"{host}-agent.log", (raw / "agent.log").read_bytes())
-    for attempt in sorted(raw.glob(f"{run_id}_*/attempt_*")):
-        # ASCII digits only: the names come from the node, and int() refuses '²', which isdigit() takes
-        for local in sorted(p for p in attempt.iterdir() if p.is_dir() and p.name.isascii() and p.name.isdigit()):
-            parts = [(local / name).read_bytes() for name in ("stdout.log", "stderr.log") if (local / name).exists()]
-            fetch.write_file(logs / f"{host}-r{first_rank + int(local.name)}.log", b"".join(parts))
-
-
-def _move_shared_outputs(host_dir: Path, dest: Path, run_id: str) -> None:
-    source = host_dir / "outputs"
-    target = dest / "outputs"
-    for path in sorted(source.rglob("*")):
-        rel = path.relative_to(source)
-        if path.is_file() and rel.parts[:1] != ("logs",):
-            (target / rel).parent.mkdir(parents=True, exist_ok=True)
-            path.replace(target / rel)
 
 
 def _write_diagnostics(host_dir: Path, sections: dict, secrets: set) -> None:
