@@ -218,6 +218,7 @@ def test_a_directory_swapped_for_a_symlink_while_the_node_archives_sends_nothing
 
     report = fetch.parse_report(err.getvalue())
     assert [path for path, _ in report.skipped] == ["logs/r1/node1/r1_0"] and report.done
+    why = report.skipped[0][1]
     # a run directory that is itself a symlink (to anything) is not entered at all
     (run / "r1_0").unlink()
     os.rename(run / "r1_0.moved", run / "r1_0")
@@ -226,7 +227,7 @@ def test_a_directory_swapped_for_a_symlink_while_the_node_archives_sends_nothing
     os.symlink(private, run)
     members, report = _archive(base, ["logs/r1/node1"])
     assert members == {} and report.done
-    row.observe(f"the swapped directory skipped ({report and 'changed while it was read'}); the run directory "
+    row.observe(f"the swapped directory skipped ({why}); the run directory "
                 "itself a symlink: nothing sent; the root-only file never in the stream")
 
 
