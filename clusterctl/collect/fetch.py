@@ -92,8 +92,9 @@ def archive_summary(report: ArchiveReport) -> str:
     for what, pairs, arrow in (("symlink(s) not followed", report.links, " -> "),
                                ("file(s) renamed to a safe name", report.renamed, " -> "),
                                ("file(s) skipped", report.skipped, ": ")):
-        if pairs:  # repr: a name may hold a newline or bytes that are not UTF-8
-            parts.append(f"{len(pairs)} {what}: " + ", ".join(f"{a!r}{arrow}{b}" for a, b in pairs[:5]))
+        if pairs:  # renamed and skipped names as repr: they may hold a newline or bytes that are not UTF-8
+            shown = (f"{a}{arrow}{b}" if pairs is report.links else f"{a!r}{arrow}{b}" for a, b in pairs[:5])
+            parts.append(f"{len(pairs)} {what}: " + ", ".join(shown))
     return "; ".join(parts)
 
 
