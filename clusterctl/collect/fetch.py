@@ -13,7 +13,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Optional
 
 from clusterctl.models import MASK, Command, Inventory, looks_secret
 from clusterctl.job.container import host_path
