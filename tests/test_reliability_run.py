@@ -243,17 +243,19 @@ def test_a_full_local_disk_during_collect_is_a_clear_error_and_earlier_files_sta
 
 def test_symlinks_and_dotted_names_in_the_outputs_are_refused_or_kept_inside_dest(sandbox, cluster, finished_run,
                                                                                    tmp_path, reliability):
-    row = reliability("outputs holding a symlink to /etc, a symlink to /etc/passwd and a file named with '..' "
-                      "(planted on the nodes, then `collect-logs`)", "the links are not followed: refused and "
-                      "reported; the odd name lands inside dest; nothing is written outside dest", section="Hostile input")
+    row = reliability("outputs holding a symlink to /etc, a symlink to /etc/passwd, a file named with '..' and one "
+                      "named `x\\n0\\t0\\t..` (planted on the nodes, then `collect-logs`)", "the links are not followed: "
+                      "refused and reported; the odd names land inside dest (the newline one under a safe name, "
+                      "reported); nothing is written outside dest", section="Hostile input")
     cli, inventory, _ = cluster
     doc, _ = finished_run
     run_id = doc["run_id"]
     planted = [sandbox.shared_outputs / f"{run_id}-evil", sandbox.shared_outputs / run_id / "passwd",
-               sandbox.shared_outputs / run_id / "..hidden..txt"]
+               sandbox.shared_outputs / run_id / "..hidden..txt", sandbox.shared_outputs / run_id / "x\n0\t0\t.."]
     planted[0].symlink_to("/etc")
     planted[1].symlink_to("/etc/passwd")
     planted[2].write_text("a name with dots\n")
+    planted[3].write_text("a name with a newline\n")
     box = tmp_path / "box"
     dest = box / "collected"
     box.mkdir()
@@ -267,8 +269,10 @@ def test_symlinks_and_dotted_names_in_the_outputs_are_refused_or_kept_inside_des
     assert not any(p.is_symlink() for p in dest.rglob("*"))
     assert not [p for p in dest.rglob("*") if p.name in ("passwd", "shadow", "hostname")]
     assert (dest / "outputs" / run_id / "..hidden..txt").read_text() == "a name with dots\n"
+    assert (dest / "outputs" / run_id / "x%0A0%090%09..").read_text() == "a name with a newline\n"
     reported = " ".join(e["detail"] for e in result["hosts"].values())
     assert f"{run_id}-evil -> /etc" in reported and "passwd -> /etc/passwd" in reported, result["hosts"]
+    assert "renamed to a safe name" in reported, result["hosts"]
     row.observe(f"exit 0 in {seconds:.1f} s; reported: '{reported[:160]}'; ..hidden..txt inside dest; no link, "
                 "nothing from /etc, nothing outside dest", seconds=seconds)
 
