@@ -277,7 +277,8 @@ def test_idle_connections_and_a_negative_content_length_flood_neither_end_a_deta
         entry = next(r for r in doc["runs"] if r["run_id"] == run_id)
         assert entry["state"] == "running", entry
         assert peak_mb < 200, peak_mb
-        row.observe(f"{len(held)} of 800 connections accepted at first (16 per address); 20 s later `status`: "
+        row.observe(f"{len(held)} connections opened (the kernel completes them; the supervisor keeps 16 of one "
+                    f"address and closes the rest); 20 s later `status`: "
                     f"running; supervisor peak RSS {peak_mb:.0f} MB")
     finally:
         if run_id:
