@@ -24,8 +24,8 @@ from reliability import Watched, slow_uplink
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
 
 NODES = ("node1", "node2", "node3")
-# collect-logs' tar on a node (sh execs it at once: the wrapper's "clusterctl-tar" name is gone by then)
-TAR_ON_A_NODE = "tar\0--null\0-T\0-\0"
+# collect-logs' archiver on a node (collect/node_archive.py, whose source is its `python3 -c` argument)
+TAR_ON_A_NODE = "collect-logs on the node: find what changed and archive it"
 JOBS_DIR = "cc-rel-jobs"
 SECRETS = {  # name -> value, in every place an inventory can hold one
     "HF_TOKEN": "hf_reltoken_9f8e7d6c",  # job.env, a secret-looking name
