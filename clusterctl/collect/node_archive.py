@@ -157,8 +157,11 @@ def _open_dir(path, dir_fd):
 def main(argv):
     base, pattern, compress, roots = argv[1], argv[2], argv[3] == "gzip", argv[4:]
     known = json.load(sys.stdin)
-    base_fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY)  # BASE is the inventory's: trusted
     archive = Archive(sys.stdout.buffer, known if isinstance(known, dict) else {}, compress)
+    try:
+        base_fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY)  # BASE is the inventory's: trusted
+    except FileNotFoundError:  # no run ever wrote there: nothing to send
+        roots, pattern, base_fd = [], "", None
     for root in roots:
         fd = _open_dir(root, base_fd)
         if fd is None:
@@ -168,7 +171,7 @@ def main(argv):
             archive.walk(fd, rel, os.fstat(fd).st_uid, lambda path: True, private=True)
         finally:
             os.close(fd)
-    if pattern:
+    if pattern and base_fd is not None:
         def wanted(path):
             return pattern in path and path.split("/", 1)[0] != "logs"
 
