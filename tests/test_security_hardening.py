@@ -256,7 +256,7 @@ def test_a_file_named_with_a_newline_and_a_fake_listing_line_is_sent_under_a_saf
                 + ", ".join(f"{a!r} -> {b}" for a, b in report.renamed))
 
 
-@FAST
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])  # a process each
 @given(names=st.lists(st.binary(min_size=1, max_size=20).filter(lambda b: b"/" not in b and b"\0" not in b
                                                                  and b not in (b".", b"..")),
                       min_size=1, max_size=6, unique=True))
