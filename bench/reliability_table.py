@@ -75,6 +75,13 @@ LIMITS = """\
   every secret value in what it does fetch.
 - A dead peer is detected in 10-25 s (keepalive probes, then `TCP_USER_TIMEOUT` after the next
   write); `run` has its own 7 s lost-node detection through its polls.
+- collect-logs reads bind-mounted outputs on the host as root (sudo), not as the files' owner (what
+  root wrote in the container is root's there); what keeps it inside the run is the node-side
+  walk that follows no symlink, not a dropped privilege. A rank that wrote to both stdout and
+  stderr is stored twice (the fetched files and the joined `<host>-r<rank>.log`); agent.log and
+  one-stream ranks are hard links (stored once).
+- The peer image relay (`registry/peers.py`) is not hardened yet (issue 34, finding 3: a token on
+  a command line, the receiver's bytes unchecked before `docker load`).
 """
 
 
