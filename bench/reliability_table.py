@@ -51,7 +51,13 @@ NOTES = """\
 | `.clusterctl/` (the parents `mkdir -p` creates) was 0755 and step logs 0644 | every directory clusterctl creates is 0700, step logs 0600 (`state.private_dir`, `executor.HostLog`) |
 | Names were checked with `re.match(...$)`, which accepts a trailing newline (`"node1\\n"`) | `fullmatch` for host, group, container, env and NIC names and run ids (`inventory`, `platform_env`) |
 | `collect-logs` on a full disk: a traceback (manifest), "internal error" or "connection lost"; log files rewritten in place could be left truncated | "writing under DEST failed: No space left on device. Files collected earlier are intact. fix: free space there, or collect elsewhere with --dest DIR"; every file is written whole or not at all, partial files removed (`collect.write_file`, `collect.local_write_failure`) |
-| Symlinks in the outputs were silently skipped | still never followed, now reported per node ("N symlink(s) not followed: x -> /etc") (`collect._LIST`) |
+| Symlinks in the outputs were silently skipped | still never followed, now reported per node ("N symlink(s) not followed: x -> /etc") (`collect/node_archive.py`) |
+| collect-logs listed the files, then ran `tar` on the list as root: a directory swapped for a symlink in between was followed (a 0600 root file came back), and a file named `x\\n0\\t0\\t..` added `..` to the newline-split listing (the parent of job.outputs archived) while the odd file itself was dropped (issue 34) | one node-side step finds and archives (`collect/node_archive.py`): every path component opened with O_NOFOLLOW from its parent's descriptor, each file archived from the descriptor it was checked on; odd names sent under a safe name (%XX) and reported; the job's `env` and the run's `supervision.json` never sent |
+| A negative `Content-Length` made a run's supervisor read until the peer hung up, before the signature was checked (1.5 GiB sent: 1.5 GB of memory); idle connections had no timeout (~1000 of them ended the run); each malformed request wrote a traceback to supervisor.log (issue 34) | the length is checked first (digits, at most 256 KiB); 5 s per read; 16 connections per address, 256 in all (full: one of the greediest address is dropped); a refusal is one line of at most 300 characters, at most one a second |
+| `export sbatch` wrote `secret: true` values into the 0755 script and onto srun's command line (issue 34) | not written: the script checks that the submitting shell's environment holds them (`--export=ALL` for sbatch and srun) |
+| A run directory another local user made first on 1777 outputs was used as found: that user owned the env file with the job's secrets (issue 34) | made with an exclusive `mkdir -m 700` or proven ours (a directory, not a symlink, our owner, mode 0700), else refused with its owner and mode (`agent.OWN_DIR_SH`) |
+| collect's tar reader held GNU long-name and pax headers whole and inflated gzip nobody asked for: 1 MiB from a node cost 2 GiB; rank logs were read whole and stored twice: 1.4 GiB of logs peaked at 2.8 GiB (issue 34) | headers bounded (64 KiB names, 1 MiB pax), gzip refused without `--compress`; rank logs hard-linked or copied through 1 MiB (`collect/arrange.py`) |
+| Secret values escaped inside JSON (a password with `"` or `\\`; Go's `\\u0026`) were not masked in docker-inspect.json and run.json (issue 34) | every secret is also masked in its JSON-escaped forms (`collect.unpack.written_forms`) |
 """
 
 LIMITS = """\
@@ -69,6 +75,47 @@ LIMITS = """\
   every secret value in what it does fetch.
 - A dead peer is detected in 10-25 s (keepalive probes, then `TCP_USER_TIMEOUT` after the next
   write); `run` has its own 7 s lost-node detection through its polls.
+- collect-logs reads bind-mounted outputs on the host as root (sudo), not as the files' owner (what
+  root wrote in the container is root's there); what keeps it inside the run is the node-side
+  walk that follows no symlink, not a dropped privilege. A rank that wrote to both stdout and
+  stderr is stored twice (the fetched files and the joined `<host>-r<rank>.log`); agent.log and
+  one-stream ranks are hard links (stored once).
+- The peer image relay (`registry/peers.py`) is not hardened yet (issue 34, finding 3: a token on
+  a command line, the receiver's bytes unchecked before `docker load`).
+"""
+
+
+LISTENERS = """\
+## What listens on the job network, and what an attacker there can do
+
+Two things clusterctl starts accept connections from the network the ranks use:
+
+- **A detached run's supervisor** (`job/node_agent.py supervise`, on the master at the rendezvous
+  port + 1, for the run's life). It accepts `POST` requests whose body is a keeper's report,
+  signed with HMAC-SHA256 under the run's key (32 random bytes, in the 0600 `supervision.json` of
+  each node's 0700 run directory) and carrying a sequence number that must grow. Anything else is
+  answered 403/409/413 and changes nothing. Bounds: `Content-Length` must be digits and at most
+  256 KiB, checked before a byte of the body is read; 5 s per read; at most 16 connections per
+  source address and 256 in all; when full, a connection of the address holding the most is
+  dropped (keepers hold one, for milliseconds a second); a refused request is one line of
+  supervisor.log (at most 300 characters, at most one line a second, the rest counted).
+- **The peer image relay** (`registry/peers.py`, during `up`). Its authentication, the token on
+  the command line and the check of what `docker load` receives are covered by a later change
+  (issue 34, finding 3); until then, treat the job network as trusted while `up` relays images.
+
+An attacker on the job network **cannot**: end, stop or mark failed a supervised run, nor forge
+or replay a keeper's report or the supervisor's answer (no key); exhaust the supervisor's memory
+(under 30 MB observed against 800 idle connections and 400 MB behind a negative Content-Length);
+fill supervisor.log. It **can**: connect and be refused; hold up to 16 connections per address it
+owns for 5 s each; with hundreds of addresses, delay keepers' reports by the connections it makes
+them lose; past `lost_after_s` (15 s) without a report, the run is stopped as a lost node: the
+same as cutting the network, which such an attacker can do anyway.
+
+From a node (a job, a compromised host), collect-logs accepts a tar stream and a report: members
+outside the destination, links and devices are refused; headers are bounded; gzip only with
+`--compress`; every file is written in 1 MiB pieces; names with control characters arrive under
+a safe name. The job itself cannot make collect-logs read a file outside its run: nothing on the
+node is opened through a symlink, and hard links to files of another owner are skipped.
 """
 
 
@@ -113,6 +160,7 @@ def render(document: dict) -> str:
         out.append("")
     out.append(NOTES)
     out.append(LIMITS)
+    out.append(LISTENERS)
     return "\n".join(out)
 
 

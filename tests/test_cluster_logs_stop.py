@@ -230,3 +230,63 @@ def test_a_hang_up_detaches_an_attached_run_a_killed_attach_changes_nothing_and_
             run.wait()
         if run_id:
             cli.json("stop", run_id)
+
+
+def test_idle_connections_and_a_negative_content_length_flood_neither_end_a_detached_run_nor_grow_its_supervisor(
+        sandbox, cluster, tmp_path, reliability):
+    """Issue 34: without the key, ~1000 idle connections once ended a detached run ("node1 stopped
+    answering"), and `Content-Length: -1` made its supervisor hold whatever followed."""
+    import json
+    import socket
+
+    row = reliability("on the rehearsal cluster, a peer of the job network against a detached run's supervisor: "
+                      "800 idle TCP connections, then `Content-Length: -1` followed by 400 MB, without the key",
+                      "the run keeps running; the supervisor under 200 MB RSS", section="Hostile input")
+    cli, where = cluster
+    inventory = _failing_job(sandbox, tmp_path / "long.yaml", after=600)  # nothing ends it before `stop`
+    code, doc = cli.json("run", "-i", str(inventory), "--detach", str(where / "prompt.txt"))
+    run_id = doc.get("run_id")
+    try:
+        assert code == 0 and doc["state"] == "running", doc
+        record = json.loads((cli.state_dir / "runs" / run_id / "run.json").read_text())
+        address, port = record["supervisor"]["address"], int(record["supervisor"]["port"])
+        held = []
+        for _ in range(800):
+            sock = socket.socket()
+            try:
+                sock.connect((address, port))
+            except OSError:
+                sock.close()
+                continue
+            held.append(sock)
+        with socket.socket() as flood:
+            flood.connect((address, port))
+            flood.sendall(b"POST /beat HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n")
+            try:
+                for _ in range(400):
+                    flood.sendall(bytes(1 << 20))
+            except OSError:
+                pass  # refused at its header
+        time.sleep(20)  # past lost_after_s (15 s): a keeper shut out would have ended the run
+        supervisor = [pid for pid, cmd in processes_with("node_agent.py") if " supervise " in f" {cmd} "
+                      and run_id in cmd]
+        peak_mb = max(_peak_rss_mb(pid) for pid in supervisor)
+        for sock in held:
+            sock.close()
+        code, doc = cli.json("status", "-i", str(inventory))
+        entry = next(r for r in doc["runs"] if r["run_id"] == run_id)
+        assert entry["state"] == "running", entry
+        assert peak_mb < 200, peak_mb
+        row.observe(f"{len(held)} connections opened (the kernel completes them; the supervisor keeps 16 of one "
+                    f"address and closes the rest); 20 s later `status`: "
+                    f"running; supervisor peak RSS {peak_mb:.0f} MB")
+    finally:
+        if run_id:
+            cli.json("stop", run_id)
+
+
+def _peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0

@@ -170,19 +170,15 @@ def test_a_streamed_tar_is_unpacked_safely_masked_and_hashed_on_the_way(tmp_path
     assert collect._identity(moved.stat()) in digests
 
 
-def test_the_survey_reads_the_listing_and_the_run_directories():
-    stdout = (f"{transport.BATCH_MARK}clusterctl-listing\n12\t1700000000.5\tlogs/r/n1/agent.log\n"
-              f"{collect.LISTED}\n{transport.BATCH_MARK}clusterctl-run-dirs\nlogs/r/n1\nlogs/r/n2\n"
+def test_the_survey_reads_the_run_directories():
+    stdout = (f"{transport.BATCH_MARK}clusterctl-run-dirs\nlogs/r/n1\nlogs/r/n2\n"
               f"{transport.BATCH_MARK}ip-addr.txt\n1: lo\n")
-    survey = collect.parse_survey(stdout)
-    assert [(f.path, f.size) for f in survey.files] == [("logs/r/n1/agent.log", 12)]
-    assert survey.run_dirs == {"logs/r/n1", "logs/r/n2"}
-    broken = collect.parse_survey(f"{transport.BATCH_MARK}clusterctl-listing\nError: No such container\n")
-    assert broken.files is None and "No such container" in broken.listing_error
+    assert collect.parse_survey(stdout).run_dirs == {"logs/r/n1", "logs/r/n2"}
+    assert collect.parse_survey("Error: No such container\n").run_dirs == frozenset()
 
 
 def _survey(dirs):
-    return collect.Survey([], "", frozenset(dirs))
+    return collect.Survey(frozenset(dirs))
 
 
 @pytest.mark.parametrize("seen, expected", [
@@ -202,9 +198,11 @@ def test_run_reading_hands_a_local_commands_output_to_the_consumer(tmp_path):
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "f.txt").write_bytes(b"hello")
     local = transport.LocalTransport(Host("me", "127.0.0.1", connection="local"))
-    command = collect.tar_command(str(tmp_path / "src"), ["f.txt"], None, compress=False)
+    command = collect.archive_command(str(tmp_path / "src"), ["."], None, "python3", "", {}, compress=False)
+    command = Command(command.argv, stdin=command.stdin, timeout=command.timeout)  # not through sudo here
     result, (written, refused) = local.run_reading(command, lambda s: collect.extract_stream(s, tmp_path / "d", set()))
     assert result.ok and not refused and (tmp_path / "d" / "f.txt").read_bytes() == b"hello"
+    assert [f.path for f in collect.parse_report(result.stderr).sent] == ["f.txt"]
     failed, value = local.run_reading(Command(("sh", "-c", "exit 3")), lambda s: s.read())
     assert failed.exit_code == 3 and value is None
 

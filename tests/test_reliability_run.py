@@ -24,8 +24,8 @@ from reliability import Watched, slow_uplink
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
 
 NODES = ("node1", "node2", "node3")
-# collect-logs' tar on a node (sh execs it at once: the wrapper's "clusterctl-tar" name is gone by then)
-TAR_ON_A_NODE = "tar\0--null\0-T\0-\0"
+# collect-logs' archiver on a node (collect/node_archive.py, whose source is its `python3 -c` argument)
+TAR_ON_A_NODE = "collect-logs on the node: find what changed and archive it"
 JOBS_DIR = "cc-rel-jobs"
 SECRETS = {  # name -> value, in every place an inventory can hold one
     "HF_TOKEN": "hf_reltoken_9f8e7d6c",  # job.env, a secret-looking name
@@ -243,17 +243,19 @@ def test_a_full_local_disk_during_collect_is_a_clear_error_and_earlier_files_sta
 
 def test_symlinks_and_dotted_names_in_the_outputs_are_refused_or_kept_inside_dest(sandbox, cluster, finished_run,
                                                                                    tmp_path, reliability):
-    row = reliability("outputs holding a symlink to /etc, a symlink to /etc/passwd and a file named with '..' "
-                      "(planted on the nodes, then `collect-logs`)", "the links are not followed: refused and "
-                      "reported; the odd name lands inside dest; nothing is written outside dest", section="Hostile input")
+    row = reliability("outputs holding a symlink to /etc, a symlink to /etc/passwd, a file named with '..' and one "
+                      "named `x\\n0\\t0\\t..` (planted on the nodes, then `collect-logs`)", "the links are not followed: "
+                      "refused and reported; the odd names land inside dest (the newline one under a safe name, "
+                      "reported); nothing is written outside dest", section="Hostile input")
     cli, inventory, _ = cluster
     doc, _ = finished_run
     run_id = doc["run_id"]
     planted = [sandbox.shared_outputs / f"{run_id}-evil", sandbox.shared_outputs / run_id / "passwd",
-               sandbox.shared_outputs / run_id / "..hidden..txt"]
+               sandbox.shared_outputs / run_id / "..hidden..txt", sandbox.shared_outputs / run_id / "x\n0\t0\t.."]
     planted[0].symlink_to("/etc")
     planted[1].symlink_to("/etc/passwd")
     planted[2].write_text("a name with dots\n")
+    planted[3].write_text("a name with a newline\n")
     box = tmp_path / "box"
     dest = box / "collected"
     box.mkdir()
@@ -267,8 +269,10 @@ def test_symlinks_and_dotted_names_in_the_outputs_are_refused_or_kept_inside_des
     assert not any(p.is_symlink() for p in dest.rglob("*"))
     assert not [p for p in dest.rglob("*") if p.name in ("passwd", "shadow", "hostname")]
     assert (dest / "outputs" / run_id / "..hidden..txt").read_text() == "a name with dots\n"
+    assert (dest / "outputs" / run_id / "x%0A0%090%09..").read_text() == "a name with a newline\n"
     reported = " ".join(e["detail"] for e in result["hosts"].values())
     assert f"{run_id}-evil -> /etc" in reported and "passwd -> /etc/passwd" in reported, result["hosts"]
+    assert "renamed to a safe name" in reported, result["hosts"]
     row.observe(f"exit 0 in {seconds:.1f} s; reported: '{reported[:160]}'; ..hidden..txt inside dest; no link, "
                 "nothing from /etc, nothing outside dest", seconds=seconds)
 

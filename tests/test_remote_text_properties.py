@@ -101,7 +101,7 @@ def _read_all(data: bytes, steps: list[int], take: list[bool]):
     """The members of a stream (and the data of those `take` says), or the DamagedStream."""
     found = []
     try:
-        tar = TarStream(_Chunked(data, steps).read)
+        tar = TarStream(_Chunked(data, steps).read, compressed=True)
         for index, member in enumerate(tar):
             body = b"".join(bytes(piece) for piece in tar.data()) if take[index % len(take)] else None
             found.append((member.name, member.size, member.mtime, member.type, member.linkname, body))
@@ -220,16 +220,12 @@ def test_members_whose_names_clash_or_hold_a_nul_are_refused_not_fatal(tmp_path)
 @FAST
 @given(stdout=REMOTE_TEXT, listing=REMOTE_TEXT)
 @example(stdout="", listing=HUGE_LINE)
-def test_the_survey_listing_and_links_of_any_output_parse_without_raising(stdout, listing):
-    survey = fetch.parse_survey(stdout)
-    assert survey.files is None or all(isinstance(f, fetch.RemoteFile) for f in survey.files)
-    # the shape survey_command's batch prints, with anything in its sections
-    shaped = (f"{BATCH_MARK}clusterctl-listing\n{listing}\n{fetch.LISTED}\n"
-              f"{BATCH_MARK}clusterctl-run-dirs\n{stdout}\n")
-    survey = fetch.parse_survey(shaped)
-    assert survey.files is not None and all(isinstance(f.size, int) for f in survey.files)
-    fetch.parse_listing(listing)
-    fetch.parse_links(listing)
+def test_the_survey_and_the_archive_report_of_any_output_parse_without_raising(stdout, listing):
+    fetch.parse_survey(stdout)
+    fetch.parse_survey(f"{BATCH_MARK}clusterctl-run-dirs\n{stdout}\n")
+    report = fetch.parse_report(listing)
+    assert all(isinstance(f.size, int) and f.size >= 0 and isinstance(f.mtime, float) for f in report.sent)
+    fetch.archive_summary(report)
     fetch.mask_env_listing(listing)
 
 

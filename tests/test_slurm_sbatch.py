@@ -36,7 +36,7 @@ def test_the_header_asks_for_the_planned_allocation():
     assert [line for line in lines if line.startswith("#SBATCH")] == [
         "#SBATCH --job-name=clusterctl-demo", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=1",
         "#SBATCH --partition=gpu", "#SBATCH --time=02:00:00", "#SBATCH --account=proj", "#SBATCH --gpus-per-node=8",
-        "#SBATCH --qos=high", "#SBATCH --output=/data/out/logs/slurm-%j.out"]
+        "#SBATCH --qos=high", "#SBATCH --output=/data/out/logs/slurm-%j.out", "#SBATCH --export=ALL"]
 
 
 def test_the_planner_shapes_the_job_world_size_divides_included():
@@ -111,3 +111,26 @@ def test_a_container_inventory_is_refused_with_the_way_out():
 def test_an_impossible_layout_is_refused_by_the_planner():
     with pytest.raises(TopologyError):
         script(INVENTORY.replace("nproc_per_node: auto", "nproc_per_node: 8"), strict=True)
+
+
+def test_a_secret_is_neither_in_the_script_nor_on_sruns_command_line_and_comes_from_the_submitting_shell(
+        tmp_path, reliability):
+    row = reliability("`export sbatch` with `secret: true` HF_TOKEN and a WANDB_API_KEY in job.env",
+                      "no value in the 0755 script (nor, so, on srun's command line); the script refuses to start "
+                      "without them in the environment sbatch was run from", section="Secrets")
+    inventory = INVENTORY.replace("{NCCL_DEBUG: INFO}", "{NCCL_DEBUG: INFO, HF_TOKEN: {value: hf_s3cret_value, "
+                                  "secret: true}, WANDB_API_KEY: wandb-s3cret}")
+    built = script(inventory)
+    assert "s3cret" not in built.text
+    assert "export NCCL_DEBUG=INFO" in built.text and "#SBATCH --export=ALL" in built.text
+    assert "srun --export=ALL" in built.text
+    assert any("HF_TOKEN, WANDB_API_KEY: not written in the script" in note for note in built.notes)
+    path = tmp_path / "job.sbatch"
+    path.write_text(built.text)
+    missing = subprocess.run(["bash", str(path)], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
+    assert missing.returncode != 0 and "HF_TOKEN is secret and not in this script" in missing.stderr
+    given = subprocess.run(["bash", str(path)], capture_output=True, text=True,
+                           env={"PATH": "/usr/bin:/bin", "HF_TOKEN": "x", "WANDB_API_KEY": "y"})
+    assert "not in this script" not in given.stderr and "the job has no node(s)" in given.stderr  # past the check
+    row.observe(f"neither value in the {len(built.text)}-byte script; without them: "
+                f"{missing.stderr.strip().splitlines()[-1][:160]}")

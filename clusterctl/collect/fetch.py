@@ -1,8 +1,9 @@
 """collect-logs: what to fetch from a node, and the manifest.
 
 Per node, one tar stream over the node's existing SSH connection (in the container via
-`docker exec` when the files are not on a bind mount). Only files whose size or mtime
-changed since the last collect are sent. Unpacking it (collect/unpack.py) refuses absolute
+`docker exec` when the files are not on a bind mount), written by collect/node_archive.py,
+which finds the files and archives them in one step without following any symlink. Only files
+whose size or mtime changed since the last collect are sent. Unpacking it (collect/unpack.py) refuses absolute
 paths, `..`, links and special files, and masks every secret value before anything is written.
 """
 from __future__ import annotations
@@ -12,7 +13,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Optional
 
 from clusterctl.models import MASK, Command, Inventory, looks_secret
 from clusterctl.job.container import host_path
@@ -22,49 +23,99 @@ from clusterctl.transport import batch_command, split_batch
 
 MANIFEST = "manifest.json"
 
-LISTED = "clusterctl-listing-done"  # the listing's last line: a listing without it did not run to the end
-
-# $1: base dir, $2: a run id whose files to find anywhere but logs/ ("" for none), the rest:
-# paths relative to the base. Prints "size<TAB>mtime<TAB>path" per file, and "link<TAB>path<TAB>
-# target" per symbolic link: links are never followed (one to /etc would fetch the node's /etc).
-_LIST = r'''
-base=$1 pattern=$2; shift 2
-cd "$base" 2>/dev/null || { echo clusterctl-listing-done; exit 0; }
-for p in "$@"; do [ -e "$p" ] && find "$p" \( -type f ! -name env ! -name lease ! -name '*.pid' -printf '%s\t%T@\t%p\n' \) \
-  -o \( -type l -printf 'link\t%p\t%l\n' \) 2>/dev/null; done
-[ -n "$pattern" ] && find . -path ./logs -prune -o -path "*$pattern*" \( -type f -printf '%s\t%T@\t%p\n' -o -type l \
-  -printf 'link\t%p\t%l\n' \) 2>/dev/null
-echo clusterctl-listing-done
-exit 0
-'''
-
-# $1: base dir, $2: gzip|none; file list on stdin (NUL-separated). Writes a tar stream.
-_TAR = r'''
-cd "$1" || exit 3
-if [ "$2" = gzip ]; then exec tar --null -T - -czf - --ignore-failed-read 2>/dev/null
-else exec tar --null -T - -cf - --ignore-failed-read 2>/dev/null; fi
-'''
+_ARCHIVER = Path(__file__).with_name("node_archive.py")
 
 _KERNEL_EVENTS = ("(dmesg -T 2>/dev/null || journalctl -k --no-pager -n 5000 2>/dev/null)"
                   " | grep -iE 'oom|killed process|out of memory|nvrm|xid|segfault' | tail -n 200")
 
 
 @dataclass(frozen=True)
-class RemoteFile:
-    path: str  # relative to the base dir
+class SentFile:
+    path: str  # relative to the base dir, as the node sent it (a safe name where the node renamed it)
     size: int
     mtime: float
 
 
-def list_command(base: str, paths: Iterable[str], in_container: Optional[str], run_id_pattern: str = "") -> Command:
-    return _wrap(("sh", "-c", _LIST, "clusterctl-list", base, run_id_pattern, *paths), in_container, timeout=120)
+@dataclass(frozen=True)
+class ArchiveReport:
+    """What the node said of its archive (collect/node_archive.py): the files sent, the links not
+    followed, the files skipped (why) and renamed (from what); `done`: it ran to its end."""
+
+    sent: tuple = ()
+    links: tuple = ()  # (path, target)
+    skipped: tuple = ()  # (path, why)
+    renamed: tuple = ()  # (original name, safe name)
+    done: bool = False
+    errors: str = ""  # what else it printed (a traceback, "python3: not found")
 
 
-def tar_command(base: str, files: list[str], in_container: Optional[str], compress: bool) -> Command:
-    stdin = b"".join(f.encode() + b"\0" for f in files)
-    command = _wrap(("sh", "-c", _TAR, "clusterctl-tar", base, "gzip" if compress else "none"), in_container,
-                    timeout=3600, interactive=True)
-    return Command(command.argv, timeout=command.timeout, stdin=stdin, privileged=command.privileged)
+def archive_command(base: str, roots: list[str], in_container: Optional[str], python: str, run_id_pattern: str,
+                    known: dict, compress: bool) -> Command:
+    """One node-side step: the files under `roots` (and, with a pattern, any outside logs/ whose path
+    holds it) that are not in `known` as they are now, as a tar stream; the report on stderr. On the
+    host, the host's python3; in the container, the job's python."""
+    program = ("python3" if in_container is None else python, "-c", _ARCHIVER.read_text(), base, run_id_pattern,
+               "gzip" if compress else "none", *roots)
+    command = _wrap(program, in_container, timeout=3600, interactive=True)
+    return Command(command.argv, timeout=command.timeout, stdin=json.dumps(known).encode(),
+                   privileged=command.privileged)
+
+
+def parse_report(stderr: str) -> ArchiveReport:
+    from clusterctl.collect.node_archive import DONE
+
+    found: dict = {"sent": [], "links": [], "skipped": [], "renamed": []}
+    other, done = [], False
+    for line in stderr.splitlines():
+        if line == DONE:
+            done = True
+            continue
+        entry = _json_object(line)
+        if entry is None:
+            other.append(line)
+        elif _has(entry, sent=str, size=int, mtime=(int, float)) and entry["size"] >= 0:
+            found["sent"].append(SentFile(entry["sent"], entry["size"], float(entry["mtime"])))
+        elif _has(entry, link=str, target=str):
+            found["links"].append((entry["link"], entry["target"]))
+        elif _has(entry, skipped=str, why=str):
+            found["skipped"].append((entry["skipped"], entry["why"]))
+        elif _has(entry, renamed=str, to=str):
+            found["renamed"].append((entry["renamed"], entry["to"]))
+        else:
+            other.append(line)
+    return ArchiveReport(**{k: tuple(v) for k, v in found.items()}, done=done, errors="\n".join(other)[-300:])
+
+
+def archive_summary(report: ArchiveReport) -> str:
+    """The node's line of the collect-logs table: what was sent, and every file not sent as it is."""
+    parts = [f"{len(report.sent)} new or changed file(s)"]
+    for what, pairs, arrow in (("symlink(s) not followed", report.links, " -> "),
+                               ("file(s) renamed to a safe name", report.renamed, " -> "),
+                               ("file(s) skipped", report.skipped, ": ")):
+        if pairs:  # renamed and skipped names as repr: they may hold a newline or bytes that are not UTF-8
+            shown = (f"{a}{arrow}{b}" if pairs is report.links else f"{a!r}{arrow}{b}" for a, b in pairs[:5])
+            parts.append(f"{len(pairs)} {what}: " + ", ".join(shown))
+    return "; ".join(parts)
+
+
+def archive_details(report: ArchiveReport) -> dict:
+    return {"links_not_followed": [f"{path} -> {target}" for path, target in report.links],
+            "renamed": [{"name": name, "as": safe} for name, safe in report.renamed],
+            "skipped": [{"name": name, "why": why} for name, why in report.skipped]}
+
+
+def _json_object(line: str) -> Optional[dict]:
+    if not line.startswith("{"):
+        return None
+    try:
+        entry = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    return entry if isinstance(entry, dict) else None
+
+
+def _has(entry: dict, **types) -> bool:
+    return all(isinstance(entry.get(k), t) and not isinstance(entry.get(k), bool) for k, t in types.items())
 
 
 def probe_command(probe: str, in_container: Optional[str], remove: bool = False) -> Command:
@@ -79,38 +130,25 @@ def in_place(argv: tuple, container: Optional[str]) -> Command:
 
 @dataclass(frozen=True)
 class Survey:
-    """What one round trip to a node found: its files (None: the listing failed) and which of the
-    asked-about run directories exist there."""
+    """What one round trip to a node found: which of the asked-about run directories exist there."""
 
-    files: Optional[list]
-    listing_error: str
     run_dirs: frozenset
-    links: tuple = ()  # (path, target) of symbolic links: reported, not followed
 
 
 # $1: base dir, the rest: directories relative to it. Prints those that exist.
 _DIRS = 'cd "$1" 2>/dev/null || exit 0; shift; for d in "$@"; do [ -d "$d" ] && printf "%s\\n" "$d"; done; exit 0'
+_SURVEYED = "clusterctl-run-dirs"
 
 
-def survey_command(inventory: Inventory, base: str, paths: list[str], in_container: Optional[str],
-                   run_id_pattern: str, run_dirs: list[str]) -> Command:
-    """One round trip per node: the listing and which run directories it sees (the diagnostics
-    are read by `diag_command` while the files stream)."""
-    sections = [("clusterctl-listing", list_command(base, paths, in_container, run_id_pattern))]
-    if run_dirs:
-        sections.append(("clusterctl-run-dirs", _wrap(("sh", "-c", _DIRS, "clusterctl-dirs", base, *run_dirs),
-                                                      in_container, timeout=20)))
-    return batch_command(sections, timeout=120)
+def survey_command(base: str, in_container: Optional[str], run_dirs: list[str]) -> Command:
+    """One round trip per node before any transfer: which run directories it sees (the files are
+    found by the archive itself, the diagnostics read by `diag_command` while the files stream)."""
+    return batch_command([(_SURVEYED, _wrap(("sh", "-c", _DIRS, "clusterctl-dirs", base, *run_dirs),
+                                            in_container, timeout=20))], timeout=120)
 
 
 def parse_survey(stdout: str) -> Survey:
-    sections = split_batch(stdout)
-    listing = sections.pop("clusterctl-listing", "")
-    lines = listing.rstrip("\n").splitlines()
-    done = bool(lines) and lines[-1] == LISTED
-    files = parse_listing("\n".join(lines[:-1])) if done else None
-    dirs = frozenset(line for line in sections.pop("clusterctl-run-dirs", "").splitlines() if line)
-    return Survey(files, "" if done else (listing.strip()[-300:] or "no output"), dirs, tuple(parse_links(listing)))
+    return Survey(frozenset(line for line in split_batch(stdout).get(_SURVEYED, "").splitlines() if line))
 
 
 DIAG_TIMEOUT_S = 120
@@ -181,28 +219,6 @@ def where_files_are(inventory: Inventory, container_path: str) -> tuple[str, Opt
     if on_host is not None:
         return on_host, None
     return container_path, inventory.container.name
-
-
-def parse_links(stdout: str) -> list[tuple[str, str]]:
-    """(path, target) of the symbolic links a listing found: reported, never followed."""
-    links = []
-    for line in stdout.splitlines():
-        parts = line.split("\t", 2)
-        if len(parts) == 3 and parts[0] == "link":
-            links.append((parts[1].removeprefix("./"), parts[2]))
-    return links
-
-
-def parse_listing(stdout: str) -> list[RemoteFile]:
-    files = []
-    for line in stdout.splitlines():
-        parts = line.split("\t", 2)
-        if len(parts) == 3:
-            try:
-                files.append(RemoteFile(parts[2].removeprefix("./"), int(parts[0]), float(parts[1])))
-            except ValueError:
-                continue
-    return files
 
 
 # --------------------------------------------------------------------------- secrets
@@ -281,8 +297,3 @@ def local_write_failure(dest: Path, exc: OSError) -> Optional[str]:
         return None
     return (f"writing under {dest} failed: {exc.strerror or LOCAL_WRITE_ERRORS[exc.errno]}. Files collected "
             "earlier are intact. fix: free space there, or collect elsewhere with --dest DIR")
-
-
-def changed_files(listing: list[RemoteFile], known: dict) -> list[RemoteFile]:
-    """Files whose (size, mtime) differ from what the last collect fetched."""
-    return [f for f in listing if known.get(f.path) != [f.size, f.mtime]]

@@ -47,7 +47,7 @@ def collect_run(app, run_id: str, record: dict, inventory, dest: Optional[Path] 
     def action(transport, host):
         try:
             return _collect_host(transport, host, inventory, run_id, dest, manifest, secrets, ranks[host.name],
-                                 surveys[host.name], fetch_outputs=(owner in (None, host.name)), shared=shared,
+                                 fetch_outputs=(owner in (None, host.name)), shared=shared,
                                  digests=digests,
                                  compress=compress, on_event=app.renderer.on_event)
         except OSError as exc:  # the local disk (full, read-only, quota): say so, not "internal error"
@@ -109,8 +109,7 @@ def _survey(app, inventory, hosts, run_id: str):
     surveys = {}
 
     def survey(transport, host):
-        command = fetch.survey_command(inventory, base, [run_dirs[host.name]], container, run_id,
-                                         list(run_dirs.values()) if len(hosts) > 1 else [])
+        command = fetch.survey_command(base, container, list(run_dirs.values()))
         surveys[host.name] = fetch.parse_survey(transport.run(command).stdout)
         return HostResult(host.name, HostStatus.OK)
 
@@ -158,94 +157,58 @@ def _shared_by_probe(app, hosts, base: str, container) -> bool:
     return all(r.succeeded for r in seen.values())
 
 
-def _collect_host(transport, host, inventory, run_id, dest, manifest, secrets, first_rank, survey, fetch_outputs,
+def _collect_host(transport, host, inventory, run_id, dest, manifest, secrets, first_rank, fetch_outputs,
                   shared, compress, on_event, digests=None):
-    from clusterctl.collect import fetch
+    from clusterctl.collect import arrange, fetch
     from clusterctl.executor import Event
     from clusterctl.models import HostResult, HostStatus
     from clusterctl.collect.tarstream import DamagedStream
 
     base, container = fetch.where_files_are(inventory, inventory.job.outputs)
     run_dir = f"logs/{run_id}/{host.name}"
-    if survey.files is None:
-        return HostResult(host.name, HostStatus.FAILED, f"cannot list {base}: {survey.listing_error}")
-    # every node listed the run's outputs too; with shared outputs only the first one fetches them
-    files = [f for f in survey.files if fetch_outputs or f.path.startswith(run_dir + "/")]
     known = manifest["remote"].setdefault(host.name, {})
-    wanted = fetch.changed_files(files, known)
     host_dir = dest / host.name
-    fetched = 0
-    if wanted:
-        done = [0]
+    done = [0]
 
-        def on_bytes(count: int) -> None:
-            done[0] += count
-            on_event(Event("progress", host.name, data={"key": f"collect:{host.name}", "description": host.name,
-                                                        "completed": done[0], "total": None}))
+    def on_bytes(count: int) -> None:
+        done[0] += count
+        on_event(Event("progress", host.name, data={"key": f"collect:{host.name}", "description": host.name,
+                                                    "completed": done[0], "total": None}))
 
-        staging = host_dir / "outputs"
+    staging = host_dir / "outputs"
 
-        def unpack(stream):
-            try:
-                return fetch.extract_stream(stream, staging, secrets, digests)
-            except DamagedStream as exc:  # judged after the exit status: tar's own failure explains it better
-                return exc
-
+    def unpack(stream):
         try:
-            # unpacked while it arrives: no archive written to disk and read back, sha256 on the way
-            result, unpacked = transport.run_reading(
-                fetch.tar_command(base, [f.path for f in wanted], container, compress), unpack, on_bytes)
-        except OSError as exc:
-            message = fetch.local_write_failure(dest, exc)
-            if message is None:
-                raise
-            return HostResult(host.name, HostStatus.FAILED, message)
-        if not result.ok:
-            return HostResult(host.name, HostStatus.FAILED, f"tar on the node failed: {result.stderr.strip()[-300:]}"
-                              + (" (timed out)" if result.timed_out else ""))
-        if isinstance(unpacked, DamagedStream):
-            return HostResult(host.name, HostStatus.FAILED, f"the tar stream from the node is damaged: {unpacked}")
-        written, refused = unpacked
-        fetched = done[0]
-        for f in wanted:
-            known[f.path] = [f.size, f.mtime]
-        if refused:
-            return HostResult(host.name, HostStatus.FAILED, "; ".join(refused[:5]), data={"files": len(written)})
-    _arrange_logs(host_dir, run_id, host.name, first_rank)
+            return fetch.extract_stream(stream, staging, secrets, digests, compressed=compress)
+        except DamagedStream as exc:  # judged after the exit status: the node's own failure explains it better
+            return exc
+
+    # every node finds the run's outputs too; with shared outputs only the first one sends them
+    command = fetch.archive_command(base, [run_dir], container, inventory.job.python, run_id if fetch_outputs else "",
+                                    known, compress)
+    try:  # unpacked while it arrives: no archive written to disk and read back, sha256 on the way
+        result, unpacked = transport.run_reading(command, unpack, on_bytes)
+    except OSError as exc:
+        message = fetch.local_write_failure(dest, exc)
+        if message is None:
+            raise
+        return HostResult(host.name, HostStatus.FAILED, message)
+    report = fetch.parse_report(result.stderr)
+    if not result.ok or not report.done:
+        return HostResult(host.name, HostStatus.FAILED, f"archiving {base} on the node failed: "
+                          f"{report.errors or result.stderr.strip()[-300:]}" + (" (timed out)" if result.timed_out else ""))
+    if isinstance(unpacked, DamagedStream):
+        return HostResult(host.name, HostStatus.FAILED, f"the tar stream from the node is damaged: {unpacked}")
+    written, refused = unpacked
+    for sent in report.sent:
+        known[sent.path] = [sent.size, sent.mtime]
+    if refused:
+        return HostResult(host.name, HostStatus.FAILED, "; ".join(refused[:5]), data={"files": len(written)})
+    arrange.arrange_logs(host_dir, run_id, host.name, first_rank)
     if shared and fetch_outputs:
-        _move_shared_outputs(host_dir, dest, run_id)
-    links = [f"{path} -> {target}" for path, target in survey.links
-             if fetch_outputs or path.startswith(run_dir + "/")]
-    note = f"; {len(links)} symlink(s) not followed: {', '.join(links[:5])}" if links else ""
-    return HostResult(host.name, HostStatus.CHANGED if wanted else HostStatus.OK,
-                      f"{len(wanted)} new or changed file(s){note}",
-                      data={"files": len(wanted), "bytes": fetched, "links_not_followed": links})
-
-
-def _arrange_logs(host_dir: Path, run_id: str, host: str, first_rank: int) -> None:
-    """torchrun's tree -> <host>-agent.log and <host>-r<global rank>.log (stdout, then stderr)."""
-    from clusterctl.collect import fetch
-
-    raw = host_dir / "outputs" / "logs" / run_id / host
-    logs = host_dir / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    if (raw / "agent.log").exists():
-        fetch.write_file(logs / f"{host}-agent.log", (raw / "agent.log").read_bytes())
-    for attempt in sorted(raw.glob(f"{run_id}_*/attempt_*")):
-        # ASCII digits only: the names come from the node, and int() refuses '²', which isdigit() takes
-        for local in sorted(p for p in attempt.iterdir() if p.is_dir() and p.name.isascii() and p.name.isdigit()):
-            parts = [(local / name).read_bytes() for name in ("stdout.log", "stderr.log") if (local / name).exists()]
-            fetch.write_file(logs / f"{host}-r{first_rank + int(local.name)}.log", b"".join(parts))
-
-
-def _move_shared_outputs(host_dir: Path, dest: Path, run_id: str) -> None:
-    source = host_dir / "outputs"
-    target = dest / "outputs"
-    for path in sorted(source.rglob("*")):
-        rel = path.relative_to(source)
-        if path.is_file() and rel.parts[:1] != ("logs",):
-            (target / rel).parent.mkdir(parents=True, exist_ok=True)
-            path.replace(target / rel)
+        arrange.move_shared_outputs(host_dir, dest)
+    return HostResult(host.name, HostStatus.CHANGED if report.sent else HostStatus.OK, fetch.archive_summary(report),
+                      data={"files": len(report.sent), "bytes": done[0], **fetch.archive_details(report)})
 
 
 def _write_diagnostics(host_dir: Path, sections: dict, secrets: set) -> None:

@@ -9,7 +9,10 @@ parallel scp's throughput (bench/collect.py).
 What is read: ustar, GNU and pax archives as GNU tar, busybox tar and Python write them.
 Headers are parsed by `tarfile.TarInfo.frombuf` (checksums, base-256 sizes, ustar prefixes);
 GNU long names and link names ('L', 'K') and pax headers ('x'; 'g' for the rest of the
-archive: path, linkpath, size, mtime) are applied here. A gzip stream is inflated on the way.
+archive: path, linkpath, size, mtime) are applied here. A gzip stream is inflated on the way,
+only when the caller asked for one (`--compress`): otherwise a few MB from a node could inflate
+into gigabytes. Long-name and pax headers are bounded (MAX_NAME, MAX_PAX): a node controls their
+sizes, and they are held in memory whole.
 Sparse members and a stream cut short (even between members) raise `DamagedStream`.
 """
 from __future__ import annotations
@@ -22,6 +25,8 @@ from typing import Callable, Iterator, Optional
 
 BLOCK = 512
 READ_SIZE = 1 << 20
+MAX_NAME = 64 << 10  # a GNU long name or link name (PATH_MAX is 4096)
+MAX_PAX = 1 << 20  # a pax header's records (paths, times, the odd xattr)
 _PAX_KEYS = {"path": "name", "linkpath": "linkname", "size": "size", "mtime": "mtime"}
 
 
@@ -52,11 +57,13 @@ class TarStream:
     `data()` yields its bytes as memoryviews of the chunks as they were read. Data a caller does not
     take is skipped."""
 
-    def __init__(self, read: Callable[[int], bytes]):
+    def __init__(self, read: Callable[[int], bytes], compressed: bool = False):
         self._source = _Bytes(read)
         first = self._source.peek(2)
         self._inflating: Optional[_Inflating] = None
         if first[:2] == b"\x1f\x8b":
+            if not compressed:
+                raise DamagedStream("a gzip stream, and no compression was asked for")
             self._inflating = _Inflating(self._source)
             self._source = _Bytes(self._inflating.read)
         self._left = 0  # data (and padding) of the current member not yet taken
@@ -99,11 +106,13 @@ class TarStream:
             if info.size < 0:  # base-256 fields can be negative; a negative count would never end
                 raise DamagedStream(f"bad tar header: negative size {info.size}")
             if info.type in (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK):
+                _bounded(info, MAX_NAME)
                 text = self._source.exact(info.size + _padding(info.size))[:info.size]
                 key = "name" if info.type == tarfile.GNUTYPE_LONGNAME else "linkname"
                 overrides[key] = text.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
                 continue
             if info.type in (tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE):
+                _bounded(info, MAX_PAX)
                 records = _pax_records(self._source.exact(info.size + _padding(info.size))[:info.size])
                 (self._pax_global if info.type == tarfile.XGLTYPE else overrides).update(records)
                 continue
@@ -117,6 +126,13 @@ class TarStream:
             if size < 0:
                 raise DamagedStream(f"{name!r}: negative size {size}")
             return Member(name=name, size=size, mtime=mtime, type=info.type, linkname=fields["linkname"])
+
+
+def _bounded(info: tarfile.TarInfo, limit: int) -> None:
+    """A header read whole into memory: its size is the node's word, so it is capped."""
+    if info.size > limit:
+        raise DamagedStream(f"a {info.type.decode('ascii', 'replace')!r} header of {info.size} bytes "
+                            f"(at most {limit} are read)")
 
 
 def _padding(size: int) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import json
 import os
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Callable, Optional
@@ -18,9 +19,34 @@ from clusterctl.collect.tarstream import Member, TarStream
 
 
 def mask_values(data: bytes, secrets: set[str]) -> bytes:
-    for secret in sorted(secrets, key=len, reverse=True):
-        data = data.replace(secret.encode(), MASK.encode())
+    return _mask_forms(data, sorted({form.encode() for form in written_forms(secrets)}, key=len, reverse=True))
+
+
+def _mask_forms(data: bytes, forms: list[bytes]) -> bytes:
+    """`forms` longest first: a secret that contains another is masked whole."""
+    for form in forms:
+        data = data.replace(form, MASK.encode())
     return data
+
+
+def written_forms(secrets: set[str]) -> set[str]:
+    """Each secret as it may appear in a collected file: as it is, and escaped inside a JSON string
+    (`"` and `\\` escaped; non-ASCII as \\uXXXX as Python writes it; <, > and & as \\u003c.. as Go's
+    encoder writes them in `docker inspect`)."""
+    forms = set()
+    for secret in secrets:
+        for ascii_only in (False, True):
+            escaped = json.dumps(secret, ensure_ascii=ascii_only)[1:-1]
+            forms |= {escaped, escaped.replace("/", "\\/"), _go_escaped(escaped)}
+        forms.add(secret)
+    return {form for form in forms if form}
+
+
+def _go_escaped(escaped: str) -> str:
+    for char, code in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"),
+                       ("\u2029", "\\u2029")):
+        escaped = escaped.replace(char, code)
+    return escaped
 
 
 class UnsafeArchive(Exception):
@@ -41,16 +67,19 @@ def safe_member_path(dest: Path, name: str) -> Path:
     return target
 
 
-def extract(archive: Path, dest: Path, secrets: set[str], digests: Optional[dict] = None) -> tuple[list[Path], list[str]]:
+def extract(archive: Path, dest: Path, secrets: set[str], digests: Optional[dict] = None,
+            compressed: bool = False) -> tuple[list[Path], list[str]]:
     """Unpack regular files and directories only; returns (written files, refused names).
-    Raises tarstream.DamagedStream for what is not a (whole) tar archive."""
+    Raises tarstream.DamagedStream for what is not a (whole) tar archive, and for a gzip stream
+    unless `compressed`."""
     with open(archive, "rb") as handle:
-        return extract_stream(handle, dest, secrets, digests)
+        return extract_stream(handle, dest, secrets, digests, compressed)
 
 
-def extract_stream(stream: BinaryIO, dest: Path, secrets: set[str], digests: Optional[dict] = None) -> tuple[list[Path], list[str]]:
+def extract_stream(stream: BinaryIO, dest: Path, secrets: set[str], digests: Optional[dict] = None,
+                   compressed: bool = False) -> tuple[list[Path], list[str]]:
     """Like `extract`, from a tar stream as it arrives (the SSH channel itself: no archive on disk)."""
-    tar = TarStream(stream.read)
+    tar = TarStream(stream.read, compressed)
     written, refused = [], []
     for member in tar:
         try:
@@ -120,8 +149,7 @@ class StreamMask:
     pieces is masked too. What could be the start of a secret is held back until the next piece."""
 
     def __init__(self, secrets: set[str], write: Callable[[bytes], None]):
-        self.texts = secrets
-        self.secrets = sorted({secret.encode() for secret in secrets}, key=len, reverse=True)
+        self.secrets = sorted({form.encode() for form in written_forms(secrets)}, key=len, reverse=True)
         self.keep = max(len(secret) for secret in self.secrets) - 1
         self.write_out = write
         self.pending = b""
@@ -131,11 +159,11 @@ class StreamMask:
         cut = self._safe_cut(data, max(0, len(data) - self.keep))
         self.pending = data[cut:]
         if cut:
-            self.write_out(mask_values(data[:cut], self.texts))
+            self.write_out(_mask_forms(data[:cut], self.secrets))
 
     def close(self) -> None:
         if self.pending:
-            self.write_out(mask_values(self.pending, self.texts))
+            self.write_out(_mask_forms(self.pending, self.secrets))
         self.pending = b""
 
     def _safe_cut(self, data: bytes, cut: int) -> int:

@@ -145,8 +145,22 @@ RUN_DIRS_SH = r'''mk() { [ -d "$1" ] || mkdir -m "$(stat -c %a "$(dirname "$1")"
 run_dirs() { r=$1; o=$(dirname "$(dirname "$r")"); mkdir -p "$o" && mk "$o/logs" && mk "$r"; }
 '''
 
+# A node's own run directory holds the job's secrets (env) and what runs as root (the supervisor's
+# script): on an outputs directory every local user can write to (1777), another user could make it
+# first and own what we write there. So it is made here (mkdir fails on any existing path, a
+# symlink included) or proven ours: a directory, not a symlink, of our user, mode 0700.
+# `ours DIR` checks; `own_dir DIR` makes or checks. Either says why it refuses.
+OWN_DIR_SH = r'''ours() {
+  if [ -d "$1" ] && [ ! -L "$1" ] && [ -O "$1" ] && [ "$(stat -c %a "$1")" = 700 ]; then return 0; fi
+  echo "clusterctl: refusing the run directory $1: it is not ours ($(stat -c 'owner %U, mode %a, %F' "$1" 2>&1)): another user may have made it first; remove it, or use another job.outputs" >&2
+  return 1
+}
+own_dir() { mkdir -m 700 "$1" 2>/dev/null || ours "$1"; }
+'''
+
 # $1: the node's own run directory (private: it holds the env file)
-_WRITE_ENV = RUN_DIRS_SH + 'run_dirs "$(dirname "$1")" && umask 077 && mkdir -p "$1" && rm -f "$1/agent.exit" "$1/stop" && cat > "$1/env"'
+_WRITE_ENV = (RUN_DIRS_SH + OWN_DIR_SH + 'run_dirs "$(dirname "$1")" && umask 077 && own_dir "$1" && '
+              'rm -f "$1/agent.exit" "$1/stop" "$1/env" && cat > "$1/env"')
 
 
 def env_file(env: tuple[tuple[str, str], ...]) -> bytes:

@@ -43,6 +43,14 @@ SETTLE_S = 3.0  # after a first failure: the others report before the run is sto
 DRAIN_S = 20.0  # after the run ended: the nodes' last reports (their ranks' exits) are awaited this long
 NEVER_SEEN_S = 60.0  # a node whose keeper never reported by then is lost
 TAIL_BYTES = 24000
+# What a peer on the job network controls, bounded: a beat's body (the tail, JSON-escaped, fits),
+# how long a connection may take to send its request, how many connections are open at once (per
+# address and in all: keepers send one short request a second from their node's own address).
+MAX_BODY = 256 << 10  # x MAX_CONNECTIONS: 64 MB at most held at once
+REQUEST_TIMEOUT_S = 5.0
+MAX_CONNECTIONS = 256
+MAX_PER_ADDRESS = 16
+LOG_LINE = 300  # a refused request is one line of supervisor.log, at most this long, at most one a second
 
 
 def load_config(run_dir):
@@ -163,23 +171,129 @@ class Supervisor:
                     "nodes": nodes, "failures": list(self.failures)}
 
 
+def body_length(header):
+    """The Content-Length of a request as a count to read, or None: absent, not digits, or over MAX_BODY
+    (a negative one once made the supervisor read until the peer hung up, before the signature was checked)."""
+    text = (header or "").strip()
+    if not text.isascii() or not text.isdigit() or len(text) > 8 or int(text) > MAX_BODY:
+        return None
+    return int(text)
+
+
+class RefusalLog:
+    """One bounded line per refused request, at most one a second (a flood writes one line and a count)."""
+
+    def __init__(self, write=sys.stdout.write, now=time.monotonic):
+        self.write, self.now, self.last, self.quiet = write, now, None, 0
+
+    def __call__(self, peer, what):
+        now = self.now()
+        if self.last is not None and now - self.last < 1.0:
+            self.quiet += 1
+            return
+        more = f" ({self.quiet} more since the last line)" if self.quiet else ""
+        self.last, self.quiet = now, 0
+        line = f"refused a request from {peer}: {what}{more}".replace("\n", " ").replace("\r", " ")
+        self.write(line[:LOG_LINE] + "\n")
+
+
+def _more_descriptors():
+    """Room for MAX_CONNECTIONS at once, whatever the soft limit was (the hard one permitting)."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        wanted = MAX_CONNECTIONS * 2 + 64
+        if soft != resource.RLIM_INFINITY and soft < wanted:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (min(wanted, hard) if hard != resource.RLIM_INFINITY
+                                                        else wanted, hard))
+    except (ImportError, ValueError, OSError):
+        pass
+
+
+def make_server(address, handler, refuse):
+    """A threading HTTP server that holds at most MAX_PER_ADDRESS connections of one address (more are
+    closed at once) and MAX_CONNECTIONS in all, each dropped after REQUEST_TIMEOUT_S without a byte."""
+    from http.server import ThreadingHTTPServer
+
+    class Server(ThreadingHTTPServer):
+        allow_reuse_address = True
+        daemon_threads = True
+        request_queue_size = 64
+
+        def __init__(self, *args):
+            self.open, self.peers, self.count_lock = {}, {}, threading.Lock()  # address -> count, socket -> address
+            super().__init__(*args)
+
+        def verify_request(self, request, client_address):
+            with self.count_lock:
+                peer = client_address[0]
+                if self.open.get(peer, 0) >= MAX_PER_ADDRESS:
+                    refuse(peer, "too many connections at once")
+                    return False
+                if len(self.peers) >= MAX_CONNECTIONS:
+                    self._evict()
+                self.open[peer] = self.open.get(peer, 0) + 1
+                self.peers[request] = peer
+            request.settimeout(REQUEST_TIMEOUT_S)
+            return True
+
+        def _evict(self):
+            """Full: drop a connection of the address that holds the most (a keeper holds one, for
+            milliseconds a second), so that many addresses together cannot lock the keepers out."""
+            greediest = max(self.open, key=self.open.get)
+            victim = next(sock for sock, peer in self.peers.items() if peer == greediest)
+            refuse(greediest, "connections full: dropped one of the address that holds the most")
+            self._count_off(victim)
+            try:
+                victim.shutdown(2)  # its handler's read ends, and its thread closes it
+            except OSError:
+                pass
+
+        def shutdown_request(self, request):
+            with self.count_lock:
+                self._count_off(request)
+            super().shutdown_request(request)
+
+        def _count_off(self, request):
+            peer = self.peers.pop(request, None)
+            if peer is not None:
+                self.open[peer] -= 1
+                if not self.open[peer]:
+                    del self.open[peer]
+
+        def handle_error(self, request, client_address):  # not a traceback per malformed request
+            refuse(client_address[0], repr(sys.exc_info()[1]))
+
+    return Server(address, handler)
+
+
 def serve(run_dir):
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from http.server import BaseHTTPRequestHandler
 
     config = load_config(run_dir)
     key = config["key"]
     supervisor = Supervisor(config, run_dir)
     state_path = os.path.join(run_dir, STATE)
+    refuse = RefusalLog()
+    _more_descriptors()
 
     class Handler(BaseHTTPRequestHandler):
+        timeout = REQUEST_TIMEOUT_S  # each read: an idle peer is dropped, not waited for
+        protocol_version = "HTTP/1.0"  # one request per connection
+
         def do_POST(self):
-            length = int(self.headers.get("Content-Length") or 0)
-            body = self.rfile.read(min(length, 1 << 20))
+            length = body_length(self.headers.get("Content-Length"))
+            if length is None:
+                refuse(self.client_address[0], f"Content-Length {self.headers.get('Content-Length')!r:.40}")
+                return self._answer(413, b"{}")
+            body = self.rfile.read(length)
             if not hmac.compare_digest(self.headers.get(MAC_HEADER, ""), sign(key, body)):
+                refuse(self.client_address[0], "bad signature")
                 return self._answer(403, b"{}")
             try:
                 message = json.loads(body)
-            except ValueError:
+            except (ValueError, RecursionError):
                 return self._answer(400, b"{}")
             answer = supervisor.beat(message) if isinstance(message, dict) else None
             if answer is None:
@@ -196,15 +310,16 @@ def serve(run_dir):
         def log_message(self, *args):  # one line per beat would flood supervisor.log
             pass
 
-    ThreadingHTTPServer.allow_reuse_address = True
-    ThreadingHTTPServer.daemon_threads = True
+        def log_error(self, format, *args):  # a malformed request line or header: one bounded line
+            refuse(self.client_address[0], (format % args)[:LOG_LINE])
+
     try:
         try:
-            server = ThreadingHTTPServer((config["address"], config["port"]), Handler)
+            server = make_server((config["address"], config["port"]), Handler, refuse)
         except OSError as exc:  # an address that is not this machine's own (NAT): all of them, as torchrun
             if exc.errno != errno.EADDRNOTAVAIL:
                 raise
-            server = ThreadingHTTPServer(("", config["port"]), Handler)
+            server = make_server(("", config["port"]), Handler, refuse)
     except OSError as exc:
         write_json(state_path, {"run_id": config["run_id"], "state": "failed", "final": True,
                                 "reason": f"the supervisor could not listen on {config['address']}:{config['port']}: "

@@ -27,8 +27,9 @@ LOST_AFTER_S = 15.0
 ESTABLISH_S = 30.0
 _SCRIPT = Path(__file__).with_name("node_agent.py")
 
-# $1 dir, $2 file name: stdin into a file only its owner reads (the key), through a rename
-_PUT_PRIVATE = 'umask 077; cat > "$1/.$2.tmp" && mv -f "$1/.$2.tmp" "$1/$2"'
+# $1 dir (proven ours: agent.OWN_DIR_SH), $2 file name: stdin into a file only its owner reads (the
+# key), through a rename
+_PUT_PRIVATE = agent.OWN_DIR_SH + 'ours "$1" || exit 1; umask 077; cat > "$1/.$2.tmp" && mv -f "$1/.$2.tmp" "$1/$2"'
 
 # $1 dir, $2 role, $3 python, then the marker env: the role's process, detached from this session,
 # its output in $1/<role>.log
@@ -211,9 +212,10 @@ def finish_record(record: dict, state: dict, inventory: Inventory, mask: Callabl
 
 def masker(inventory: Inventory) -> Callable[[str], str]:
     """Masks the inventory's secret values in text read from the nodes (a log's tail)."""
+    from clusterctl.collect.unpack import written_forms
     from clusterctl.models import MASK, secret_values
 
-    values = sorted(secret_values(inventory), key=len, reverse=True)
+    values = sorted(written_forms(secret_values(inventory)), key=len, reverse=True)
 
     def mask(text: str) -> str:
         for value in values:

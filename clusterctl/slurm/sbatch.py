@@ -16,6 +16,11 @@ The checks inside, each failing the whole job at once with a line that says what
 Logs land where `clusterctl run` puts them (`<outputs>/logs/<run id>/<node>/`, per-rank files
 from torchrun's --log-dir), so `clusterctl logs`-style reading and `diagnose DIR` work on them.
 
+Secrets: a `secret: true` variable (or one whose name looks secret) is never written into the
+script (0755, readable by anyone who can read the directory) nor onto srun's command line (`ps` on
+every node): the script checks that the environment it was submitted from holds it (sbatch
+passes that environment, `--export=ALL`, and srun passes it on to each node's task).
+
 Quoting: the script is where argv meets a shell, so every argument is `shlex.quote`d once, and
 the values known only at run time are spliced in as "$VAR" between quoted pieces (`_word`).
 """
@@ -29,7 +34,7 @@ from typing import Optional
 from clusterctl.errors import UsageError
 from clusterctl.job.topology import NodeFacts, Topology, plan
 from clusterctl.job.torchrun import job_argv, log_dir, placeholder_values, torchrun_argv, torchrun_env
-from clusterctl.models import Host, Inventory
+from clusterctl.models import Host, Inventory, looks_secret
 from clusterctl.slurm import submit
 
 RUN_ID_PREFIX = "sbatch-"
@@ -68,8 +73,16 @@ def build(inventory: Inventory, prompt: str, name: Optional[str] = None, strict:
     run_dir = log_dir(inventory.job.outputs, refs["RUN_ID"], refs["NODE"])
     env = torchrun_env(node, inventory, run_dir)
     notes = tuple(n for n in topo.notes[1:] if "no network interface known" not in n)  # found when it runs
+    secret = sorted({name for name, _ in env if _is_secret(inventory, name)})
+    if secret:
+        notes += (f"secret {', '.join(secret)}: not written in the script; export {'them' if len(secret) > 1 else 'it'} "
+                  "in the shell you run sbatch from",)
     text = _script(inventory, topo, name or inventory.name, argv, env, run_dir, mark, notes)
     return BatchScript(text, topo, notes)
+
+
+def _is_secret(inventory: Inventory, name: str) -> bool:
+    return looks_secret(name) or any(var.name == name and var.is_secret for var in inventory.job.env)
 
 
 def _plan(inventory: Inventory, strict: bool) -> Topology:
@@ -124,8 +137,10 @@ def _script(inventory: Inventory, topo: Topology, name: str, argv: list[str], en
     user_nic = {e.name for e in inventory.job.env} & {"NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"}
     node_lines = [_NODE_PRELUDE.rstrip("\n")]
     node_lines.append(f"mkdir -p {_word(run_dir, mark)} || fail 'cannot make the run directory'")
+    secret = [name for name, _ in env if _is_secret(inventory, name)]
     for env_name, value in env:
-        node_lines.append(f"export {env_name}={_word(value, mark)}")
+        if env_name not in secret:  # a secret arrives in the environment srun passes on
+            node_lines.append(f"export {env_name}={_word(value, mark)}")
     for env_name in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
         if env_name not in user_nic:
             node_lines.append(f'export {env_name}="$NIC"')
@@ -138,6 +153,7 @@ def _script(inventory: Inventory, topo: Topology, name: str, argv: list[str], en
         f"#SBATCH --job-name={submit.JOB_NAME_PREFIX}{name}",
         *(f"#SBATCH {option}" for option in options),
         f"#SBATCH --output={inventory.job.outputs.rstrip('/')}/logs/slurm-%j.out",
+        "#SBATCH --export=ALL",  # the secrets come from the submitting shell's environment
         f"# Written by `clusterctl export sbatch` from {inventory.source or 'the inventory'}.",
         f"# The plan: {topo.nnodes} node(s) x {topo.nproc_per_node} rank(s) = world size {topo.world_size}; "
         f"the first allocated node is the master (node rank 0, ranks 0..{topo.nproc_per_node - 1}).",
@@ -145,6 +161,8 @@ def _script(inventory: Inventory, topo: Topology, name: str, argv: list[str], en
         "set -euo pipefail",
     ]
     body = [
+        *(f': "${{{name}?clusterctl check failed: {name} is secret and not in this script: export it in the shell '
+          'you run sbatch from}"' for name in secret),
         f'if [ "${{SLURM_JOB_NUM_NODES:-0}}" != {topo.nnodes} ]; then',
         f'  echo "clusterctl check failed: the job has ${{SLURM_JOB_NUM_NODES:-no}} node(s), the plan {topo.nnodes}'
         ' (sbatch -N must not change it: export the script again for another count)" >&2; exit 1',
@@ -156,7 +174,7 @@ def _script(inventory: Inventory, topo: Topology, name: str, argv: list[str], en
         f"mkdir -p {shlex.quote(inventory.job.outputs.rstrip('/') + '/logs')}",
         f"NODE_SCRIPT={shlex.quote(node_script)}",
         'echo "clusterctl: run $RUN_ID, master $MASTER ($MASTER_ADDR), nodes $SLURM_JOB_NODELIST"',
-        f"srun --ntasks-per-node=1 --nodes={topo.nnodes} --kill-on-bad-exit=1 --label "
+        f"srun --export=ALL --ntasks-per-node=1 --nodes={topo.nnodes} --kill-on-bad-exit=1 --label "
         f"sh -c \"$NODE_SCRIPT\" clusterctl-node {gpus_needed} {shlex.quote(inventory.job.python)}",
     ]
     return "\n".join(header + body) + "\n"
