@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 import getpass
 
-from clusterctl.app import add_cluster_options
-from clusterctl.cli import Outcome
+from clusterctl.commands import add_cluster_options
+from clusterctl.outcome import Outcome
 from clusterctl.errors import UsageError
 
 USAGE = "clusterctl health [HOST] | health release HOST [--force] | health export --prometheus"
