@@ -51,9 +51,10 @@ ALLOWED_CLOCKS = {
 # standard library or torch only) say so with a module-level `RUNS_ON_NODES = True`: their
 # threads and clocks are that process's own, never the controller's. They import no clusterctl.
 NODE_PROGRAM_MARKER = "RUNS_ON_NODES"
-# The other half of issue 33 (the session branch) thins these commands; until then their waits are
-# theirs. Listed so that the rule is strict everywhere else.
+# The commands are checked on their own (test_commands_hold_no_thread_or_clock_of_their_own), with a
+# message that says where their waits go instead.
 THINNED_BY_THE_SESSION_BRANCH = ("clusterctl.commands",)
+MAX_COMMAND_LINES = 70  # "none over ~60 lines": parse arguments, call the session or a flow, render
 
 _CLOCK_READS = {"monotonic", "time", "perf_counter", "monotonic_ns", "time_ns"}
 _THREAD_MODULES = ("concurrent.futures", "concurrent", "_thread", "multiprocessing", "asyncio")
@@ -222,6 +223,13 @@ def test_there_are_at_most_ten_top_level_modules():
 def test_no_module_is_over_450_lines():
     long = [f"{m.path.relative_to(ROOT)}:{m.lines}: {m.lines} lines (at most {MAX_LINES}): split it by job"
             for m in modules().values() if m.lines > MAX_LINES]
+    assert not long, "\n".join(long)
+
+
+def test_every_command_is_thin():
+    long = [f"{m.path.relative_to(ROOT)}: {m.lines} lines (at most {MAX_COMMAND_LINES}): move the flow into "
+            "api/, backends/ or a stage" for m in modules().values()
+            if _inside(m.name, "clusterctl.commands") and m.lines > MAX_COMMAND_LINES]
     assert not long, "\n".join(long)
 
 

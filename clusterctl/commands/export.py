@@ -13,7 +13,6 @@ from pathlib import Path
 
 from clusterctl.commands import add_cluster_options
 from clusterctl.outcome import Outcome
-from clusterctl.errors import UsageError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -57,24 +56,6 @@ def execute(args, app) -> Outcome:
         return exports.sbatch(app, inventory, prompt, args.name, args.strict, args.output)
     name = k8s.job_name(args.name, "--name", k8s.NAME_MAX[args.kind]) if args.name else \
         k8s.default_name(inventory.name, k8s.NAME_MAX[args.kind])
-    options = _options(args)
+    options = k8s.options_from_args(args)
     prompt = optional_prompt(args.prompt_file, inventory, fix)
     return exports.manifests(app, args.kind, inventory, options, name, prompt, args.output)
-
-
-def _options(args):
-    from clusterctl import k8s
-
-    if args.gpus_per_pod is not None and args.gpus_per_pod < 0:
-        raise UsageError(f"--gpus-per-pod {args.gpus_per_pod} is negative", "--gpus-per-pod", "give 0 (CPU) or more")
-    if args.join_timeout < 1:
-        raise UsageError(f"--join-timeout {args.join_timeout} must be at least 1", "--join-timeout", "e.g. 900")
-    return k8s.ExportOptions(
-        name=args.name, namespace=k8s.namespace(args.namespace), nodes=args.nodes, gpus_per_pod=args.gpus_per_pod,
-        image=args.image,
-        cpu=k8s.parse_request_limit(args.cpu, "--cpu") if args.cpu else None,
-        memory=k8s.parse_request_limit(args.memory, "--memory") if args.memory else None,
-        node_selector=k8s.parse_node_selector(args.node_selector),
-        tolerations=tuple(k8s.parse_toleration(t) for t in args.toleration),
-        host_network=args.host_network, pvcs=tuple(k8s.parse_pvc(p) for p in args.pvc), strict=args.strict,
-        join_timeout=args.join_timeout)

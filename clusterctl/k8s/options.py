@@ -174,3 +174,20 @@ def resource_warnings(opts: ExportOptions, shm_bytes: Optional[int]) -> list[str
         warnings.append(f"no {missing}: the pods get no {'/'.join(m[2:] for m in missing.split(' and '))} request, "
                         "so the scheduler may pack them onto a busy node and they are evicted first")
     return warnings
+
+
+def options_from_args(args) -> ExportOptions:
+    """`clusterctl export`'s options (its argparse namespace) as the builders take them, each checked."""
+    if args.gpus_per_pod is not None and args.gpus_per_pod < 0:
+        raise UsageError(f"--gpus-per-pod {args.gpus_per_pod} is negative", "--gpus-per-pod", "give 0 (CPU) or more")
+    if args.join_timeout < 1:
+        raise UsageError(f"--join-timeout {args.join_timeout} must be at least 1", "--join-timeout", "e.g. 900")
+    return ExportOptions(
+        name=args.name, namespace=namespace(args.namespace), nodes=args.nodes, gpus_per_pod=args.gpus_per_pod,
+        image=args.image,
+        cpu=parse_request_limit(args.cpu, "--cpu") if args.cpu else None,
+        memory=parse_request_limit(args.memory, "--memory") if args.memory else None,
+        node_selector=parse_node_selector(args.node_selector),
+        tolerations=tuple(parse_toleration(t) for t in args.toleration),
+        host_network=args.host_network, pvcs=tuple(parse_pvc(p) for p in args.pvc), strict=args.strict,
+        join_timeout=args.join_timeout)
