@@ -119,8 +119,12 @@ def check_host_certificate(cert: HostCertificate, name: str, now: Optional[float
         return f"Certificate invalid: name is not a listed principal ({name} not in {', '.join(cert.principals)})"
     if cert.critical_options:
         return "Certificate contains unsupported critical options"
-    if cert.signature_algorithm not in CA_SIGNATURE_ALGORITHMS:
-        return f"Certificate signed with disallowed algorithm {cert.signature_algorithm}"
+    try:  # the signature blob is read only here: a damaged one is a refusal, never a crash
+        algorithm = cert.signature_algorithm
+    except CertificateError as exc:
+        return f"Certificate invalid: its signature is damaged ({exc})"
+    if algorithm not in CA_SIGNATURE_ALGORITHMS:
+        return f"Certificate signed with disallowed algorithm {algorithm}"
     if not _signature_valid(cert):
         return "Certificate signature does not verify with its CA key"
     return None
