@@ -6,6 +6,7 @@ Environment (set in the inventory's job.env):
   HANG_NCCL_TIMEOUT_S  init_process_group's timeout, which bounds every collective (default 300): short, the
                        watchdog fires and, with clusterctl's TORCH_NCCL_DUMP_ON_TIMEOUT, the flight recorder dumps
   HANG_SLEEP_S         how long rank 1 sleeps (default 600)
+  HANG_RANK            the rank that stalls (default 1; round 3 plants it on rank 2 of 4)
   HANG_WAIT            how rank 0 waits for all_reduce #2: `sync` (the usual code: all_reduce, then
                        torch.cuda.synchronize), `item` (all_reduce, then .item()), `blocking` (rank 0's thread waits
                        inside torch.distributed: TORCH_NCCL_BLOCKING_WAIT=1 must be in the env too)
@@ -40,7 +41,7 @@ def main():
     print(f"rank {rank}: warm-up all_reduce done, sum {x[0].item():g} "
           f"({torch.cuda.get_device_name(device) if cuda else 'cpu'}, pid {os.getpid()}, wait={wait}, "
           f"timeout {timeout:g}s)", flush=True)
-    if rank == 1:
+    if rank == int(os.environ.get("HANG_RANK", "1")):
         rank_hang(sleep_s)
     print(f"rank {rank}: entering all_reduce #2", flush=True)
     dist.all_reduce(x)  # collective #2: rank 1 is late
