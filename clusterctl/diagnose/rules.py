@@ -390,6 +390,8 @@ RULES: tuple[Rule, ...] = (
              S(r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)"
                r".*?Timeout\(ms\)=(?P<timeout_ms>\d+)\) ran for (?P<ran_ms>\d+) milliseconds", .85, consequence=True),
              S(r"Watchdog caught collective operation timeout|collective operation timeout", .8, consequence=True),
+             # gloo's collective timeout (the rank waited on a peer that did not come: CPU jobs, the rehearsal)
+             S(r"Timed out waiting \d+ ?ms for (?:send|recv) operation to complete", .7, consequence=True),
              S(r"NCCL communicator was aborted on rank \d+|Some NCCL operations have failed or timed out", .6,
                consequence=True),
              S(r"Signal 6 \(SIGABRT\)|exitcode\s*:\s*-6\b|exit code 134\b", .25, requires=r"Watchdog|WorkNCCL|NCCL",

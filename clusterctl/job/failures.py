@@ -23,6 +23,7 @@ _RANK_PREFIX = re.compile(r"^\[(?:[^\]\s]+ )?(?:rank)?(\d+)\]:")  # `[rank3]:` (
 # a worker that waited on a peer: the collective timed out, or the store/peer went away
 WAITED_PATTERNS = tuple(re.compile(p) for p in (
     r"Watchdog caught collective operation timeout", r"ProcessGroupNCCL.*[Tt]imeout", r"Socket Timeout",
+    r"Timed out waiting \d+ ?ms for (?:send|recv) operation",  # gloo's collective timeout
     r"store.*(?:timed out|Timeout)", r"TCPStore.*(?:Connection reset|Broken pipe|failed to recv)",
 ))
 

@@ -18,7 +18,7 @@ NOLS='NCCL_NVLS_ENABLE: "0", TORCH_SYMM_MEM_DISABLE_MULTICAST: "1", NVSHMEM_DISA
 cat > "$W/timeout.yaml" <<YAML
 name: r3-timeout
 hosts:
-  - {name: gpus01, connection: local, gpus: [0, 1, 2, 3]}
+  - {name: gpus01, connection: local, gpus: ${GPUS:-[0, 1, 2, 3]}, slots: 4}
 rendezvous: {port: 29700}
 job:
   command: [docs/gpu-validation/round2/hang_job.py]
@@ -35,7 +35,7 @@ YAML
   t0=$(date +%s.%N); echo "run started $t0"
   timeout 400 $PY -m clusterctl run -i "$W/timeout.yaml" --stall-timeout 0 --timeout 300 "$W/prompt.txt" --json \
     >"$OUT/run.json" 2>"$OUT/run.stderr.txt"; code=$?
-  t1=$(date +%s.%N); echo "run returned $t1 exit $code after $(echo "$t1 - $t0" | bc) s"
+  t1=$(date +%s.%N); echo "run returned $t1 exit $code after $($PY -c "print(round($t1 - $t0, 1))") s"
   $PY -c "import json; d=json.load(open('$OUT/run.json')); f=d.get('first_failure') or {}; print(json.dumps({k: f.get(k) for k in ('host','rank','named_by','exit_code','rank_exit_code','signal')})); print(json.dumps((f.get('diagnosis') or [{}])[0], indent=1)[:1500]); print('phases', d.get('phases'))"
   run=$(ls -t .clusterctl/runs | head -1)
   log=$(find "$W/outputs/logs/$run" -name agent.log | head -1)
