@@ -321,18 +321,6 @@ def test_a_hang_on_slurm_is_stopped_and_the_rank_elsewhere_named(slurm_sandbox, 
     assert wait_until(lambda: not left_over(run["run_id"]), 15, what="no process of the run") is True
 
 
-def test_taking_slurm_away_leaves_no_daemon_job_or_file(slurm_sandbox):
-    """Last in this module: `up` without --slurm (as `down` does) stops munged, slurmctld and every
-    slurmd, and removes <state>/slurm; the session sandbox goes on without it."""
-    from clusterctl.sandbox import slurm as sandbox_slurm, up
-
-    state = slurm_sandbox.state_dir
-    assert all(pid is not None for pid in sandbox_slurm.running(slurm_sandbox.layout).values())
-    up(len(slurm_sandbox.nodes), docker=slurm_sandbox.docker, state_dir=state)
-    assert not (state / "slurm").exists() and not slurm_sandbox.slurm_inventory_path.exists()
-    assert not [p for p in processes_with(str(state / "slurm")) if "pytest" not in p[1]]
-
-
 def test_a_rank_exiting_with_its_own_error_on_slurm_is_named_with_its_global_rank(slurm_sandbox, cli, prompt_file,
                                                                                   tmp_path):
     """Issue 39: rank 3 (node2, local rank 1) exits with code 3 while the others wait at a barrier and
@@ -353,3 +341,16 @@ def test_a_rank_exiting_with_its_own_error_on_slurm_is_named_with_its_global_ran
     first = result["first_failure"]
     assert (first["host"], first["rank"], first["rank_exit_code"]) == ("node2", 3, 3), first
     assert queue() == ""
+
+
+def test_taking_slurm_away_leaves_no_daemon_job_or_file(slurm_sandbox):
+    """Last in this module: `up` without --slurm (as `down` does) stops munged, slurmctld and every
+    slurmd, and removes <state>/slurm; the session sandbox goes on without it."""
+    from clusterctl.sandbox import slurm as sandbox_slurm, up
+
+    state = slurm_sandbox.state_dir
+    assert all(pid is not None for pid in sandbox_slurm.running(slurm_sandbox.layout).values())
+    up(len(slurm_sandbox.nodes), docker=slurm_sandbox.docker, state_dir=state)
+    assert not (state / "slurm").exists() and not slurm_sandbox.slurm_inventory_path.exists()
+    assert not [p for p in processes_with(str(state / "slurm")) if "pytest" not in p[1]]
+
