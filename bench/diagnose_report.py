@@ -39,7 +39,8 @@ gathered by one hand. Issue 39 added logs from other kinds of source, each with 
 trackers of other projects (`tracker-pytorch`, `tracker-vllm`, `tracker-nccl`, `tracker-deepspeed`,
 `tracker-megatron`, `tracker-kubernetes`, `tracker-slurm`, `tracker-hpc-center`, `tracker-other`),
 HPC centres' knowledge bases (`vendor-kb`), a project README (`docs-readme`) and a project wiki
-(`project-wiki`), with `# collected:` the date. Each entry is one file: a header of `# source:`,
+(`project-wiki`), with `# collected:` the date; batch 3 adds `tracker-lightning`, `tracker-nvidia-container` and
+NVIDIA's own troubleshooting pages (`vendor-docs`). Each entry is one file: a header of `# source:`,
 `# cause:`, `# confirmed:` (`yes` when the source shows the fix working or a maintainer establishing
 the cause), `# fix:` (in our words), optionally `# thread:`, `# family:`, `# collected:`, then a blank
 line and the log lines exactly as the source shows them (whole lines; some lines omitted, none
