@@ -39,7 +39,8 @@ gathered by one hand. Issue 39 added logs from other kinds of source, each with 
 trackers of other projects (`tracker-pytorch`, `tracker-vllm`, `tracker-nccl`, `tracker-deepspeed`,
 `tracker-megatron`, `tracker-kubernetes`, `tracker-slurm`, `tracker-hpc-center`, `tracker-other`),
 HPC centres' knowledge bases (`vendor-kb`), a project README (`docs-readme`) and a project wiki
-(`project-wiki`), with `# collected:` the date. Each entry is one file: a header of `# source:`,
+(`project-wiki`), with `# collected:` the date; batch 3 adds `tracker-lightning`, `tracker-nvidia-container` and
+NVIDIA's own troubleshooting pages (`vendor-docs`). Each entry is one file: a header of `# source:`,
 `# cause:`, `# confirmed:` (`yes` when the source shows the fix working or a maintainer establishing
 the cause), `# fix:` (in our words), optionally `# thread:`, `# family:`, `# collected:`, then a blank
 line and the log lines exactly as the source shows them (whole lines; some lines omitted, none
@@ -57,7 +58,7 @@ tuned on their training side only. "Sources not used for tuning" below are those
 the families with no entry on the training side at all. The same caveat holds for them (the hand
 that wrote the rules collected them), and they are few (19 entries): read their numbers as a check
 that the new evidence families are not worded after the training side, not as the accuracy to
-expect on any log; the second batch's untouched score (below the table) is the better guide.
+expect on any log; the untouched scores of the later batches (below the table) are the better guide.
 
 **How it is scored**: as `clusterctl diagnose` does it: the rules on each entry's log lines, then
 the causes of the nearest known cases of the training split (never the entry's own thread) as
@@ -145,6 +146,30 @@ def untuned_rows(train, test) -> list[tuple[str, list]]:
                 + ")", [r for r in test if r[0].family not in seen])])
 
 
+BATCH_3 = "2026-11-27 batch 3"
+
+
+def batch_section(entries, test_paths, batch: str) -> list[str]:
+    """One collection scored whole (both sides of the split), with the `similar` index built from the
+    training split WITHOUT that batch: the measure of logs the rules were not written for. Overall,
+    per family and per cause, and each miss."""
+    index = build([e for e in entries if e.path not in test_paths and e.collected != batch])
+    rows = evaluate([e for e in entries if e.collected == batch], index)
+    sides = {"train": [r for r in rows if r[0].path not in test_paths],
+             "test": [r for r in rows if r[0].path in test_paths]}
+    lines = ["| part | entries | top-1 | top-3 |", "|---|---|---|---|"]
+    for name, part in (("all", rows), ("its training side", sides["train"]), ("its test side", sides["test"])):
+        n, t1, t3 = summary(part)
+        lines.append(f"| {name} | {n} | {t1} ({pct(t1, n)}) | {t3} ({pct(t3, n)}) |")
+    families = sorted({r[0].family for r in rows})
+    lines += ["", *per_key_table(sides["train"], sides["test"], lambda e: e.family, families, "source family")]
+    lines += ["", *per_cause_table(sides["train"], sides["test"])]
+    misses = [f"`{e.path}` ({'test' if e.path in test_paths else 'train'}): {', '.join(c[:3])}"
+              for e, c, _ in rows if c[0] != e.cause]
+    return lines + ["", "Diagnosed first otherwise (label is the directory; the causes named, in order):", ""] + \
+        [f"- {m}" for m in misses or ["(none)"]]
+
+
 def confusions(rows) -> list[str]:
     pairs = Counter((e.cause, c[0]) for e, c, _ in rows if c[0] != e.cause)
     if not pairs:
@@ -196,7 +221,33 @@ BEFORE_AFTER = (
     "entries 9 (64.3 %) / 10 (71.4 %); the issue-18 test split 74 / 79 (93.7 %) top-1, 75 (94.9 %) top-3. "
     "The issue-18 test split lost one top-1 hit with issue 39: `oom_killed/cBio-cbio-cluster-232.log` quotes "
     "only an exit code 137 (its thread's admin found the OOM kill in the node's log), now `killed_by_signal` "
-    "first and `oom_killed` second.")
+    "first and `oom_killed` second.\n\n"
+    "**Batch 3, untouched** (46 logs, `collected: 2026-11-27 batch 3`, its 18 test entries written into "
+    "`TEST_SPLIT.txt` and the whole batch scored at commit 8c48999, before any rule change): **46 of 46 top-1 "
+    "(100 %), 46 of 46 top-3** (95 % Wilson lower bound for top-1: 92 %); its training side 28/28, its test side "
+    "18/18; per family all 100 %: `tracker-other` 27, `tracker-pytorch` 6, `tracker-kubernetes` 4, "
+    "`tracker-lightning` 2, `tracker-hpc-center` 2, `tracker-nccl` 2, `tracker-deepspeed` 1, "
+    "`tracker-nvidia-container` 1, `vendor-docs` 1; per cause 24 causes, all 100 %. Read it with its bias "
+    "stated plainly: the collector had read the cause table before searching, searched by error text (which finds "
+    "threads quoting the canonical message), and skipped every thread whose cause was never established (those "
+    "are where unusual wordings live). So it shows the message families hold on new sources for known classes; "
+    "it does not show 100 % on arbitrary logs. The harsher guide stays batch 2's untouched 80 %, whose misses were "
+    "exactly such unusual wordings. After batch 3 the rules were changed only for message classes met in threads "
+    "that were read while collecting but not admitted (their cause was never established), none a test entry: "
+    "Ray's `A worker died or was killed ... (3) ... due to SIGSEGV or other unexpected errors` notice was named "
+    "`segfault` (it lists possible senders; now weak `killed_by_signal`, `oom_killed` runner-up), NVML's "
+    "`ERROR_GPU_IS_LOST` was `unknown` (now `gpu_xid`), and `No space left on device` from Python's "
+    "`_multiprocessing.SemLock` (a full /dev/shm) was `disk_full` (now `shm_too_small`). Batch 3 after tuning: "
+    "see its section below (unchanged, 46/46).")
+
+
+BATCH_3_NOTE = (
+    "46 logs collected on 2026-11-27 after the two earlier issue-39 batches, from sources unlike them (the trackers "
+    "of other projects: Lightning, Kubeflow, Ray users, an HPC centre's support tracker, NVIDIA's NCCL troubleshooting "
+    "page, ...). Their side of the split was written into `TEST_SPLIT.txt` (same hash, same cutoff) before any rule "
+    "was changed. Every entry of the batch is scored, both sides, with the `similar` index built from the training "
+    "split without this batch, so no batch-3 log helps another. This section is live (the rules as they are now); "
+    "the untouched score, frozen before any rule change, is in the paragraph under the accuracy table.")
 
 
 IDLE_HOST = ("On an idle machine (the lent H100 host: 16 CPU cores, load 0.3, Python 3.12.3, 2026-11-25) the same "
@@ -231,6 +282,8 @@ def main() -> int:
         n, t1, t3 = summary(rows)
         out.append(f"| {name} | {n} | {t1} ({pct(t1, n)}) | {t3} ({pct(t3, n)}) |")
     out += ["", BEFORE_AFTER]
+    out += ["", f"## Batch 3 (`collected: {BATCH_3}`), scored whole", "", BATCH_3_NOTE, ""]
+    out += batch_section(entries, test_paths, BATCH_3)
     out += ["", "## Per source family", ""] + per_family_table(train, test)
     out += ["", "## Per cause", ""] + per_cause_table(train, test)
     out += ["", "## Confusion pairs: test split", ""] + confusions(test)

@@ -75,6 +75,13 @@ EXIT_MINUS_9 = r"(?:exitcode|exit code|return code|exit status|returned non-zero
 EXIT_137 = r"(?:exit(?:ed)? (?:with )?(?:exit )?code|exit status|Exit Code:?|exit_code)\s*[:=(]?\s*137\b|\bcode 137\b"
 SIGNAL_9 = r"Signal 9 \(SIGKILL\)|signal 9: SIGKILL|Signals\.SIGKILL|got signal: 9\b|SIGKILL\)"
 SHELL_KILLED = r"is killed by signal: Killed|^(?:\S+: )?Killed\s*$|\bline \d+: +\d+ Killed\b|: task \d+: Killed\b"
+# Ray's notice for a worker that vanished: it lists the OOM killer's SIGKILL, `ray stop --force` and SIGSEGV as
+# possible senders, so it is evidence of a kill, not of a segfault.
+RAY_WORKER_DIED = (r"Worker unexpectedly exits with a connection error code \d+"
+                   r"|A worker died or was killed while executing a task by an unexpected system error")
+RAY_POSSIBLE_CAUSES = r"potential root causes|due to SIGSEGV or other unexpected errors"
+# Python multiprocessing's semaphores live in /dev/shm: ENOSPC while creating one is a full /dev/shm.
+SEMLOCK = r"_multiprocessing\.SemLock|SemLock\("
 GLIBC_TOO_OLD = r"version `?(?P<symbol>(?:GLIBC|GLIBCXX|CXXABI)_[\d.]+)'? not found"
 NOT_SHM = r"/dev/shm|\bshm|NCCL|fallocate|torch_\d+|shared memory"
 PRIVILEGED_PORT = r"(?:master[-_]port|MASTER_PORT)[= ]+(?:\$RANDOM\b|[0-9]{1,3}\b)"
@@ -92,6 +99,7 @@ RULES: tuple[Rule, ...] = (
              # a SIGKILL alone: the OOM killer is one possible sender, named after killed_by_signal
              S(f"{EXIT_MINUS_9}|{EXIT_137}|{SIGNAL_9}|{SHELL_KILLED}", .3, unless=SIGKILL_BY_LAUNCHER),
              S(r"CPU memory usage: \d{5,}", .3),
+             S(RAY_WORKER_DIED, .3, unless_log=OOM_RECORD),
          )),
     Rule("killed_by_signal",
          "`Signal 9 (SIGKILL)`, exitcode -9 / 137, `Killed`, Slurm `CANCELLED AT ... DUE TO TIME LIMIT` "
@@ -108,6 +116,7 @@ RULES: tuple[Rule, ...] = (
              S(r"this job is preempted|was preempted|\bpreemption notice"
                r"|Spot Instance (?:interruption|terminated)", .8),
              S(r"srun: forcing job termination|Job step aborted: Waiting up to \d+ seconds", .45),
+             S(RAY_WORKER_DIED, .5, unless_log=OOM_RECORD),
          )),
     Rule("cuda_oom", "`torch.OutOfMemoryError: CUDA out of memory. Tried to allocate ...`",
          F.CUDA_OOM, (
@@ -130,6 +139,7 @@ RULES: tuple[Rule, ...] = (
              S(r"killed by signal: Bus error|Bus error \(core dumped\)|Signal 7 \(SIGBUS\)|exitcode\s*:\s*-7\b", .75),
              S(r"DataLoader worker \(pid\(?s?\)? ?[\d, ]+\) exited unexpectedly", .45),
              S(r"unhandled system error|ncclSystemError", .2),
+             S(r"No space left on device|\[Errno 28\]", .85, requires=SEMLOCK),
          )),
     Rule("shm_permission", "`shm_open failed : Permission denied`, `/dev/shm` not writable",
          F.SHM_PERMISSION, (
@@ -141,7 +151,7 @@ RULES: tuple[Rule, ...] = (
          )),
     Rule("disk_full", "`No space left on device` writing a checkpoint or image layer, `Disk quota exceeded`",
          F.DISK_FULL, (
-             S(r"No space left on device|\[Errno 28\]|ENOSPC", .8, unless=NOT_SHM),
+             S(r"No space left on device|\[Errno 28\]|ENOSPC", .8, unless=NOT_SHM, unless_log=SEMLOCK),
              S(r"failed to register layer.*no space left|ApplyLayer.*no space left", .97),
              S(r"Disk quota exceeded|EDQUOT|quota exceeded", .9),
              S(r"PytorchStreamWriter failed writing file|file write failed|unexpected pos \d+ vs \d+", .85),
@@ -205,7 +215,7 @@ RULES: tuple[Rule, ...] = (
              S(r"fallen off the bus|has fallen off", .96),
              S(r"RmInitAdapter failed|rm_init_adapter failed|Cannot attach gpu", .85),
              S(r"GSP Timeout|_kgspLogXid|Timeout after \d+s of waiting for RPC response from GPU", .85),
-             S(r"Unable to determine the device handle for GPU|GPU is lost|XidCriticalError|Xid \d+", .8),
+             S(r"Unable to determine the device handle for GPU|GPU is lost|GPU_IS_LOST|XidCriticalError|Xid \d+", .8),
              S(r"uncorrectable NVLink error|NVLink.*(?:fatal|error detected)", .75),
              S(r"PCIe Bus Error|AER: (?:Uncorrected|Corrected) error", .45),
          )),
@@ -403,7 +413,7 @@ RULES: tuple[Rule, ...] = (
          )),
     Rule("segfault", "`Segmentation fault`, exitcode -11 / 139, `Signal 11 (SIGSEGV)`",
          F.SEGFAULT, (
-             S(r"Segmentation fault|SIGSEGV|signal 11\b|Signal 11 \(SIGSEGV\)", .88),
+             S(r"Segmentation fault|SIGSEGV|signal 11\b|Signal 11 \(SIGSEGV\)", .88, unless=RAY_POSSIBLE_CAUSES),
              S(r"(?:exitcode|exit code|return code|exit status)\s*[:=]?\s*(?:-11|139)\b|\bcode 139\b", .85),
          )),
     Rule("node_unreachable", "a node stops answering mid-run (no log of its own)", F.NODE_UNREACHABLE, ()),
