@@ -91,10 +91,10 @@ def verify_others(held, small):
 
 def main():
     try:
-        stream = tarfile.open(fileobj=sys.stdin.buffer, mode="r|")
+        stream = tarfile.open(fileobj=sys.stdin.buffer, mode="r|", bufsize=1 << 20)
     except tarfile.TarError:
         refuse("nothing arrived")
-    writer = tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT, copybufsize=1 << 20)
+    writer = tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT, bufsize=1 << 20, copybufsize=1 << 20)
     digests, held, small, kept = {}, {}, {}, 0
     try:
         for member in stream:
