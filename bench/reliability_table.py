@@ -113,8 +113,9 @@ Two things clusterctl starts accept connections from the network the ranks use:
   answers with its own nonce and HMAC-SHA256(key, "sender" + both nonces); the client checks it
   (constant time) and answers HMAC-SHA256(key, "receiver" + both nonces), which the sender checks
   before any image byte flows. Bounds: 51 bytes read from a client before its proof, 5 s to finish
-  the handshake, at most 32 handshakes at once and 4 per source address (full: the oldest of the
-  address holding the most is dropped), so idle connections never hold up the receiver's; a peer
+  the handshake, side by side: at most 4 per source address (a fifth is closed at once) and 32 in
+  all (full: the oldest of the address holding the most is dropped), so idle connections never
+  hold up the receiver's, which tries again until its 60 s are up; a peer
   silent for 30 s mid-stream ends the transfer. The receiving end checks what it gets before
   `docker load` may keep it (`registry/loadcheck.py`): only the seed's image (its config digest,
   the ID the registry's manifest names), with no tag but the one asked for, in `docker save`'s

@@ -29,11 +29,12 @@ HELD, HELD_MAX, SMALL_MAX, SMALL_TOTAL = ("manifest.json", "index.json", "reposi
 out = sys.stdout.buffer
 
 
-def refuse(why):
+def refuse(why, cut=False):
     # a broken end, not a short one: `docker load` must fail before it keeps anything
     out.write(b"clusterctl-check: refused" + b"\0" * 75)
     out.flush()
-    sys.exit("clusterctl-check: refused the relayed image: %s; docker load keeps nothing of it" % why)
+    sys.exit("clusterctl-check: %s: %s; docker load keeps nothing of it"
+             % ("the stream was cut" if cut else "refused the relayed image", why))
 
 
 class Hashing:
@@ -93,7 +94,7 @@ def main():
     try:
         stream = tarfile.open(fileobj=sys.stdin.buffer, mode="r|", bufsize=1 << 20)
     except tarfile.TarError:
-        refuse("nothing arrived")
+        refuse("nothing arrived", cut=True)
     writer = tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT, bufsize=1 << 20, copybufsize=1 << 20)
     digests, held, small, kept = {}, {}, {}, 0
     try:
@@ -120,7 +121,7 @@ def main():
             if keep:
                 small[digests[name]], kept = hashing.kept.getvalue(), kept + member.size
     except (tarfile.TarError, OSError, EOFError) as exc:
-        refuse("a damaged or cut stream (%s)" % exc)
+        refuse("a damaged or cut stream (%s)" % exc, cut=True)
     verify_manifest(held, digests)
     verify_others(held, small)
     for member, data in held.values():

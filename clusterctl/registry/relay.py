@@ -415,8 +415,10 @@ def untag_command(image: str) -> Command:
 
 def cut_short(detail: str) -> bool:
     """A receive that failed because its stream ended early or never came (docker load's "unexpected
-    EOF" on a truncated tar, the relay's own complaints), not because of what the stream held."""
-    return ("unexpected EOF" in detail or "clusterctl-relay" in detail) and "clusterctl-check" not in detail
+    EOF" on a truncated tar, the relay's own complaints, the check's "the stream was cut"), not because of
+    what the stream held (the check's refusal, a load that wants every layer's file)."""
+    return ("unexpected EOF" in detail or "clusterctl-relay" in detail or "the stream was cut" in detail) and \
+        "refused the relayed image" not in detail
 
 
 def parse_sent(stdout: str) -> int:
