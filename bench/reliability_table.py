@@ -87,6 +87,10 @@ LIMITS = """\
   which fails the transfer. Layer contents are checked by `docker load` itself against the config's
   diff IDs, not by the check. An OCI-layout save whose index points at an image index (several
   platforms: the containerd image store) is refused by the check: those nodes pull from the registry.
+  The check costs CPU on the receiver: on loopback on the 2-core test machine (load 4), a 268 MB
+  save went through send, receive and check at 250-320 MB/s, where the old send and receive alone
+  ran at 650-1950 MB/s; the check alone 310-390 MB/s in 24 MB of memory. On a link faster than
+  about 2.5 Gbit/s the check, not the link, sets a transfer's speed.
 """
 
 
