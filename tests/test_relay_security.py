@@ -306,3 +306,43 @@ def test_idle_connections_ahead_of_the_receiver_do_not_stall_the_sender(tmp_path
         for conn in idle:
             conn.close()
         sender.kill()
+
+
+def _oci_save(image_name: str, ref_tag: str, extra_index_entry: bool = False) -> tuple[bytes, str]:
+    """A `docker save` in the OCI layout (Docker 25+, the classic store): blobs named by their digest, an
+    index.json naming the image, manifest.json for docker's own loader. Its tar and the image ID."""
+    layer = os.urandom(4096)
+    layer_id = hashlib.sha256(layer).hexdigest()
+    config = json.dumps({"rootfs": {"type": "layers", "diff_ids": ["sha256:" + layer_id]}}).encode()
+    config_id = hashlib.sha256(config).hexdigest()
+    manifest_blob = json.dumps({"schemaVersion": 2, "config": {"digest": "sha256:" + config_id},
+                                "layers": [{"digest": "sha256:" + layer_id}]}).encode()
+    manifest_id = hashlib.sha256(manifest_blob).hexdigest()
+    entry = {"digest": "sha256:" + manifest_id, "annotations": {"io.containerd.image.name": image_name,
+                                                               "org.opencontainers.image.ref.name": ref_tag}}
+    index = {"schemaVersion": 2, "manifests": [entry] + ([{**entry, "annotations": {}}] if extra_index_entry else [])}
+    files = [(f"blobs/sha256/{layer_id}", layer), (f"blobs/sha256/{config_id}", config),
+             (f"blobs/sha256/{manifest_id}", manifest_blob), ("index.json", json.dumps(index).encode()),
+             ("manifest.json", json.dumps([{"Config": f"blobs/sha256/{config_id}", "RepoTags": ["me/app:2"],
+                                            "Layers": [f"blobs/sha256/{layer_id}"]}]).encode()),
+             ("oci-layout", b'{"imageLayoutVersion": "1.0.0"}')]
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as t:
+        for directory in ("blobs", "blobs/sha256"):
+            info = tarfile.TarInfo(directory)
+            info.type = tarfile.DIRTYPE
+            t.addfile(info)
+        for name, data in files:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+    return raw.getvalue(), "sha256:" + config_id
+
+
+def test_an_oci_layout_save_passes_and_an_index_naming_another_image_or_two_is_refused():
+    tar, image_id = _oci_save("docker.io/me/app:2", "2")
+    code, out, err = _check(tar, "me/app:2", image_id)
+    assert code == 0 and _members(out) == _members(tar), err
+    for hostile in (_oci_save("docker.io/library/ubuntu:22.04", "22.04"), _oci_save("docker.io/me/app:2", "2", True)):
+        code, out, err = _check(hostile[0], "me/app:2", hostile[1])
+        assert code != 0 and "index.json" in err and _broken(out), err
