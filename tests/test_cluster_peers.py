@@ -183,6 +183,10 @@ def _serve_once(port: int, payload: bytes, key=None):
     return proc
 
 
+def _line_with(text: str, word: str) -> str:
+    return next((line for line in text.splitlines() if word in line), text.strip()[:150])
+
+
 def test_a_receiving_node_keeps_nothing_from_an_impostor_or_from_a_tar_with_another_tag(sandbox, tmp_path, reliability):
     """node2 runs `up`'s real receive command (relay, check, docker load) against a relay on the controller's
     bridge address: an impostor without the key, then a sender with the key whose tar adds a tag, then the
@@ -252,7 +256,7 @@ def test_a_receiving_node_keeps_nothing_from_an_impostor_or_from_a_tar_with_anot
         assert honest.exit_code == 0, honest
         assert node2.images.get(image).id == expected
         row.observe(f"impostor: exit {impostor.exit_code}, '{impostor.stderr.strip().splitlines()[0][:120]}'; extra tag: "
-                    f"exit {tagged.exit_code}, '{tagged.stderr.strip().splitlines()[0][:150]}'; node2's engine held "
+                    f"exit {tagged.exit_code}, '{_line_with(tagged.stderr, 'clusterctl-check')[:150]}'; node2's engine held "
                     f"neither image nor tag after both; the {len(saved) / 1e6:.1f} MB tar as node1 saved it then loaded "
                     "with the expected ID")
     finally:
