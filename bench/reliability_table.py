@@ -58,6 +58,7 @@ NOTES = """\
 | A run directory another local user made first on 1777 outputs was used as found: that user owned the env file with the job's secrets (issue 34) | made with an exclusive `mkdir -m 700` or proven ours (a directory, not a symlink, our owner, mode 0700), else refused with its owner and mode (`agent.OWN_DIR_SH`) |
 | collect's tar reader held GNU long-name and pax headers whole and inflated gzip nobody asked for: 1 MiB from a node cost 2 GiB; rank logs were read whole and stored twice: 1.4 GiB of logs peaked at 2.8 GiB (issue 34) | headers bounded (64 KiB names, 1 MiB pax), gzip refused without `--compress`; rank logs hard-linked or copied through 1 MiB (`collect/arrange.py`) |
 | Secret values escaped inside JSON (a password with `"` or `\\`; Go's `\\u0026`) were not masked in docker-inspect.json and run.json (issue 34) | every secret is also masked in its JSON-escaped forms (`collect.unpack.written_forms`) |
+| The peer image relay authenticated one direction only (issue 34): its token was on a command line (`ps` showed it to every local user of the sending node, who could connect first and receive a private image: 64 KiB of it read in the test before stopping), the receiver piped whatever came into `docker load` and checked only the expected tag's ID afterwards (other tags in an injected tar stayed: on a Docker 20.10 engine, `ubuntu:22.04` added to the fixture's manifest was loaded beside it), and idle connections each held the sender 30 s in turn | a per-transfer key on each node's SSH session stdin; both ends prove it (HMAC-SHA256 over both sides' nonces) before any image byte; handshakes side by side, 5 s each, 32 at once, 4 per address; the receiver's check passes `docker load` only the seed's image with the tag asked for, else a broken stream (`registry/relay.py`, `registry/loadcheck.py`) |
 """
 
 LIMITS = """\
@@ -80,8 +81,16 @@ LIMITS = """\
   walk that follows no symlink, not a dropped privilege. A rank that wrote to both stdout and
   stderr is stored twice (the fetched files and the joined `<host>-r<rank>.log`); agent.log and
   one-stream ranks are hard links (stored once).
-- The peer image relay (`registry/peers.py`) is not hardened yet (issue 34, finding 3: a token on
-  a command line, the receiver's bytes unchecked before `docker load`).
+- The peer image relay's stream is authenticated at its start (both ends prove the transfer's key),
+  not encrypted: whoever can read the job network's traffic sees the image's bytes, and one who can
+  also rewrite it mid-stream gets its changes refused (the check's digests, `docker load`'s diff IDs),
+  which fails the transfer. Layer contents are checked by `docker load` itself against the config's
+  diff IDs, not by the check. An OCI-layout save whose index points at an image index (several
+  platforms: the containerd image store) is refused by the check: those nodes pull from the registry.
+  The check costs CPU on the receiver: on loopback on the 2-core test machine (load 4), a 268 MB
+  save went through send, receive and check at 250-320 MB/s, where the old send and receive alone
+  ran at 650-1950 MB/s; the check alone 310-390 MB/s in 24 MB of memory. On a link faster than
+  about 2.5 Gbit/s the check, not the link, sets a transfer's speed.
 """
 
 
@@ -99,9 +108,24 @@ Two things clusterctl starts accept connections from the network the ranks use:
   source address and 256 in all; when full, a connection of the address holding the most is
   dropped (keepers hold one, for milliseconds a second); a refused request is one line of
   supervisor.log (at most 300 characters, at most one line a second, the rest counted).
-- **The peer image relay** (`registry/peers.py`, during `up`). Its authentication, the token on
-  the command line and the check of what `docker load` receives are covered by a later change
-  (issue 34, finding 3); until then, treat the job network as trusted while `up` relays images.
+- **The peer image relay** (`registry/relay.py`, during `up` only: on a sending node's job-network
+  address at the rendezvous port + 2, for one transfer, at most 60 s waiting for its receiver, then
+  the stream). It sends the image to the first connection that proves the transfer's key and to no
+  other. The key is 32 random bytes clusterctl makes for that one transfer and gives only to its two
+  ends, on their SSH sessions' stdin (never a command line or the environment, which `ps` and /proc
+  show every local user). A client opens with the relay's hello and a 32-byte nonce; the sender
+  answers with its own nonce and HMAC-SHA256(key, "sender" + both nonces); the client checks it
+  (constant time) and answers HMAC-SHA256(key, "receiver" + both nonces), which the sender checks
+  before any image byte flows. Bounds: 51 bytes read from a client before its proof, 5 s to finish
+  the handshake, side by side: at most 4 per source address (a fifth is closed at once) and 32 in
+  all (full: the oldest of the address holding the most is dropped), so idle connections never
+  hold up the receiver's, which tries again until its 60 s are up; a peer
+  silent for 30 s mid-stream ends the transfer. The receiving end checks what it gets before
+  `docker load` may keep it (`registry/loadcheck.py`): only the seed's image (its config digest,
+  the ID the registry's manifest names), with no tag but the one asked for, in `docker save`'s
+  layouts; each blob the content its name says; anything else ends the stream broken, so
+  `docker load` fails before it tags or loads anything. Refusing was chosen over loading and
+  removing what was not asked for: a tag, once on a shared engine, can be used before it is removed.
 
 An attacker on the job network **cannot**: end, stop or mark failed a supervised run, nor forge
 or replay a keeper's report or the supervisor's answer (no key); exhaust the supervisor's memory
@@ -110,6 +134,16 @@ fill supervisor.log. It **can**: connect and be refused; hold up to 16 connectio
 owns for 5 s each; with hundreds of addresses, delay keepers' reports by the connections it makes
 them lose; past `lost_after_s` (15 s) without a report, the run is stopped as a lost node: the
 same as cutting the network, which such an attacker can do anyway.
+
+Against the image relay, an attacker on the job network (or a local user of a node, reading `ps`)
+**cannot**: receive an image (no key: the sender's relay answers no one who cannot prove it); feed a
+receiving node an image, a tag or a layer of its own (the receiver demands the sender's proof first,
+then the check refuses any image but the seed's and any tag but the one asked for); replay a
+handshake (fresh nonces from both sides, a new key per transfer); hold up a transfer with idle
+connections (they are proved side by side and dropped after 5 s). It **can**: see the image's bytes
+as they cross the network (the stream is not encrypted, as with a plain-HTTP registry); make a
+transfer fail by flooding the relay's handshake slots from more than 32 addresses, or by cutting the
+connection: that node is sent the image from another holder, then pulls from the registry.
 
 From a node (a job, a compromised host), collect-logs accepts a tar stream and a report: members
 outside the destination, links and devices are refused; headers are bounded; gzip only with

@@ -143,3 +143,126 @@ def test_a_node_cut_off_in_the_middle_of_the_chain_is_named_and_the_node_after_i
                 docker_client(sandbox, node).images.remove(image, force=True)
             except Exception:  # noqa: BLE001 - not there
                 pass
+
+
+def _serve_once(port: int, payload: bytes, key=None):
+    """On the controller's bridge address: the relay's real sender holding `key` (a node that sends what it
+    likes) fed `payload`, or, with no key, an impostor that answers any client with a made-up proof and
+    then `payload`."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    import threading
+
+    from clusterctl.registry import peers
+
+    if key is None:
+        server = socket.create_server(("198.18.0.1", port))
+
+        def serve():
+            with server:
+                conn, _ = server.accept()
+                with conn:
+                    conn.settimeout(30)
+                    conn.recv(51)
+                    try:
+                        conn.sendall(os.urandom(64) + payload)
+                    except OSError:
+                        pass
+        thread = threading.Thread(target=serve, daemon=True)
+        thread.start()
+        return thread
+    read_end, write_end = os.pipe()
+    os.write(write_end, key.encode() + b"\n")
+    proc = subprocess.Popen([sys.executable, "-c", peers.RELAY, "send", "198.18.0.1", str(port), "60"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(read_end,),
+                            env={**os.environ, "CLUSTERCTL_RELAY_WATCH": str(read_end)})
+    os.close(read_end)
+    threading.Thread(target=lambda: (proc.communicate(payload), os.close(write_end)), daemon=True).start()
+    return proc
+
+
+def _line_with(text: str, word: str) -> str:
+    return next((line for line in text.splitlines() if word in line), text.strip()[:150])
+
+
+def test_a_receiving_node_keeps_nothing_from_an_impostor_or_from_a_tar_with_another_tag(sandbox, tmp_path, reliability):
+    """node2 runs `up`'s real receive command (relay, check, docker load) against a relay on the controller's
+    bridge address: an impostor without the key, then a sender with the key whose tar adds a tag, then the
+    image as node1's engine saved it. Only the last is loaded; the engine keeps nothing of the first two."""
+    import io
+    import json
+    import os
+    import socket
+    import tarfile
+
+    from clusterctl.inventory.load import load_inventory as load
+    from clusterctl.registry import peers
+    from clusterctl.transport import connect
+
+    row = reliability("on the rehearsal cluster, node2's real receive (relay, check, `docker load`) from an impostor "
+                      "relay, then from a keyed sender whose tar adds the tag `198.18.0.1:5000/evil:1`",
+                      "both refused: node2's engine holds neither the image, nor its tag, nor the extra tag; the "
+                      "image as saved passes", section="Hostile input")
+    repository = load_inventory(sandbox)["container"]["image"].rsplit(":", 1)[0]
+    image, evil = f"{repository}:relay-check", "198.18.0.1:5000/evil:1"
+    sandbox.push_image(image, {"/opt/relay-check": os.urandom(1 << 20)})
+    node1, node2 = docker_client(sandbox, "node1"), docker_client(sandbox, "node2")
+    expected = node1.images.pull(image).id
+    saved = b"".join(node1.api.get_image(image))
+    host = next(h for h in load(sandbox.inventory_path).hosts if h.name == "node2")
+
+    def gone() -> bool:
+        names = {tag for i in node2.images.list() for tag in i.tags}
+        return image not in names and evil not in names and expected not in {i.id for i in node2.images.list()}
+
+    def receive(payload: bytes, keyed: bool):
+        with socket.socket() as s:
+            s.bind(("198.18.0.1", 0))
+            port = s.getsockname()[1]
+        key = peers.new_key()
+        _serve_once(port, payload, key if keyed else None)
+        transport = connect(host)
+        try:
+            return transport.run(peers.receive_command("198.18.0.1", port, key, image, expected))
+        finally:
+            transport.close()
+
+    out = io.BytesIO()
+    with tarfile.open(fileobj=io.BytesIO(saved)) as source, tarfile.open(fileobj=out, mode="w") as target:
+        for member in source:
+            data = source.extractfile(member).read() if member.isfile() else None
+            if member.name == "manifest.json":
+                manifest = json.loads(data)
+                manifest[0]["RepoTags"].append(evil)
+                data = json.dumps(manifest).encode()
+                member.size = len(data)
+            target.addfile(member, io.BytesIO(data) if data is not None else None)
+    try:
+        for name in (image, evil):
+            try:
+                node2.images.remove(name, force=True)
+            except Exception:  # noqa: BLE001 - not there
+                pass
+        assert gone()
+        impostor = receive(saved, keyed=False)
+        assert impostor.exit_code != 0 and "did not prove the transfer's key" in impostor.stderr, impostor
+        assert gone()
+        tagged = receive(out.getvalue(), keyed=True)
+        assert tagged.exit_code != 0 and "carries other tags" in tagged.stderr, tagged
+        assert gone()
+        honest = receive(saved, keyed=True)
+        assert honest.exit_code == 0, honest
+        assert node2.images.get(image).id == expected
+        row.observe(f"impostor: exit {impostor.exit_code}, '{impostor.stderr.strip().splitlines()[0][:120]}'; extra tag: "
+                    f"exit {tagged.exit_code}, '{_line_with(tagged.stderr, 'clusterctl-check')[:150]}'; node2's engine held "
+                    f"neither image nor tag after both; the {len(saved) / 1e6:.1f} MB tar as node1 saved it then loaded "
+                    "with the expected ID")
+    finally:
+        for client in (node1, node2):
+            for name in (image, evil):
+                try:
+                    client.images.remove(name, force=True)
+                except Exception:  # noqa: BLE001 - not there
+                    pass

@@ -1,5 +1,5 @@
 """Image distribution between the nodes (registry/peers.py; issue 22): the rounds, the relay that
-carries `docker save` to `docker load` node to node (run here on loopback: a token-less client gets
+carries `docker save` to `docker load` node to node (run here on loopback: a client without the key gets
 nothing, the right one gets every byte), and when `up` uses peers at all."""
 from __future__ import annotations
 
@@ -67,25 +67,25 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_the_relay_sends_every_byte_to_the_client_with_the_token_and_nothing_to_one_without(tmp_path):
+def test_the_relay_sends_every_byte_to_the_client_with_the_key_and_nothing_to_one_without(tmp_path):
     data = os.urandom(3 << 20)
     port = _free_port()
-    sender = subprocess.Popen([sys.executable, "-c", peers.RELAY, "send", "127.0.0.1", str(port), "t0ken", "20"],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    sender = _relay("5e" * 32, "send", "127.0.0.1", port, 20)
     try:
         deadline = time.monotonic() + 10
-        while True:  # an intruder first: it sends a wrong token and gets nothing
+        while True:  # an intruder first: it proves a wrong key and gets nothing
             try:
                 with socket.create_connection(("127.0.0.1", port), timeout=2) as intruder:
-                    intruder.sendall(b"guess\n")
-                    intruder.settimeout(2)
+                    intruder.sendall(b"clusterctl-relay/2\n" + bytes(32))
+                    intruder.settimeout(5)
+                    assert len(_read(intruder, 64)) == 64  # the sender's nonce and proof
+                    intruder.sendall(bytes(32))
                     assert intruder.recv(10) == b""
                 break
             except ConnectionRefusedError:
                 assert time.monotonic() < deadline
                 time.sleep(0.1)
-        receiver = subprocess.Popen([sys.executable, "-c", peers.RELAY, "recv", "127.0.0.1", str(port), "t0ken", "20"],
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        receiver = _relay("5e" * 32, "recv", "127.0.0.1", port, 20)
         sender.stdin.write(data)
         sender.stdin.close()
         got, err = receiver.communicate(timeout=30)
@@ -97,15 +97,24 @@ def test_the_relay_sends_every_byte_to_the_client_with_the_token_and_nothing_to_
         sender.kill()
 
 
+def _read(conn: socket.socket, size: int) -> bytes:
+    got = b""
+    while len(got) < size:
+        part = conn.recv(size - len(got))
+        if not part:
+            break
+        got += part
+    return got
+
+
 def test_a_relay_nobody_comes_to_ends_by_itself_and_a_receiver_with_no_sender_too():
     port = _free_port()
     started = time.monotonic()
-    sender = subprocess.run([sys.executable, "-c", peers.RELAY, "send", "127.0.0.1", str(port), "x", "1"],
-                            input=b"", capture_output=True, timeout=30)
-    receiver = subprocess.run([sys.executable, "-c", peers.RELAY, "recv", "127.0.0.1", str(port), "x", "1"],
-                              capture_output=True, timeout=30)
-    assert sender.returncode != 0 and b"no receiver came" in sender.stderr
-    assert receiver.returncode != 0 and b"cannot reach 127.0.0.1" in receiver.stderr
+    sender = _relay("ab" * 32, "send", "127.0.0.1", port, 1)
+    sender.stdin.close()
+    assert sender.wait(timeout=30) != 0 and b"no receiver came" in sender.stderr.read()
+    receiver = _relay("ab" * 32, "recv", "127.0.0.1", port, 1)
+    assert receiver.wait(timeout=30) != 0 and b"cannot reach 127.0.0.1" in receiver.stderr.read()
     assert time.monotonic() - started < 15
 
 
@@ -124,17 +133,29 @@ def test_the_inventory_takes_distribute_and_refuses_other_words(tmp_path):
     assert replace(_inventory(1).container, distribute="registry").distribute == "registry"
 
 
-def _relay(*args) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", peers.RELAY, *map(str, args)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+_KEY_PIPES: list[int] = []  # the write ends standing for the SSH sessions' stdin (closed: the session ended)
+
+
+def _relay(keys: str, *args) -> subprocess.Popen:
+    """RELAY as `up` runs it: `keys` on the first line of the session's stdin (fd CLUSTERCTL_RELAY_WATCH),
+    which stays open while the relay runs; its own stdin and stdout the pipes of docker save/load."""
+    read_end, write_end = os.pipe()
+    os.write(write_end, keys.encode() + b"\n")
+    _KEY_PIPES.append(write_end)
+    proc = subprocess.Popen([sys.executable, "-c", peers.RELAY, *map(str, args)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(read_end,),
+                            env={**os.environ, "CLUSTERCTL_RELAY_WATCH": str(read_end)})
+    os.close(read_end)
+    return proc
 
 
 def test_a_node_in_the_chain_loads_every_byte_and_passes_every_byte_on(tmp_path):
     data = os.urandom(2 << 20)
     up, down = _free_port(), _free_port()
-    sender = _relay("send", "127.0.0.1", up, "a", 20)
-    middle = _relay("pipe", "127.0.0.1", up, "a", 20, "127.0.0.1", down, "b")
-    last = _relay("recv", "127.0.0.1", down, "b", 20)
+    a, b = "0a" * 32, "0b" * 32
+    sender = _relay(a, "send", "127.0.0.1", up, 20)
+    middle = _relay(f"{a} {b}", "pipe", "127.0.0.1", up, 20, "127.0.0.1", down)
+    last = _relay(b, "recv", "127.0.0.1", down, 20)
     try:
         sender.stdin.write(data)
         sender.stdin.close()
@@ -156,8 +177,8 @@ NOTE = "sha256:c1a12e31c1c92f5d151342c30d290bceba5d20d5a6bf96ddc66a208b894c32c9"
 def _relay_through(tar: bytes, skip: str) -> tuple[bytes, str]:
     """`tar` through the relay (send with `skip` -> recv) on loopback: what arrives, and the sender's report."""
     port = _free_port()
-    sender = _relay("send", "127.0.0.1", port, "t", 20, skip)
-    receiver = _relay("recv", "127.0.0.1", port, "t", 20)
+    sender = _relay("cd" * 32, "send", "127.0.0.1", port, 20, skip)
+    receiver = _relay("cd" * 32, "recv", "127.0.0.1", port, 20)
     try:
         sender.stdin.write(tar)
         sender.stdin.close()
@@ -272,7 +293,7 @@ class _Engines:
         if argv == ("sh", "-c", peers._HELD_LAYERS):
             return ok(json.dumps([BASE]) if name in self.held_base else "")
         if tag == "clusterctl-send":
-            self.skips.setdefault(name, []).append(argv[10])
+            self.skips.setdefault(name, []).append(argv[9])
             return ok("sent 1000\n")
         if tag == "clusterctl-receive":
             upstream = self.by_address[argv[5]]
@@ -317,9 +338,11 @@ def test_a_node_that_fails_in_the_chain_is_left_to_the_registry_and_the_ones_aft
 def test_a_relay_ends_as_soon_as_the_session_that_started_it_goes_away():
     """As `up` runs it: the session's stdin on fd 3 (stdin_open); closing it (Ctrl-C, a killed clusterctl)
     ends a relay still waiting for its receiver at once, not after ACCEPT_S."""
-    script = peers._WATCH + 'python3 -c "$1" send 127.0.0.1 "$2" t 60 < /dev/null'
+    script = peers._WATCH + 'python3 -c "$1" send 127.0.0.1 "$2" 60 < /dev/null'
     session = subprocess.Popen(["sh", "-c", script, "clusterctl-send", peers.RELAY, str(_free_port())],
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    session.stdin.write(b"ef" * 32 + b"\n")  # the transfer's key first, as send_command's stdin
+    session.stdin.flush()
     time.sleep(1.0)
     assert session.poll() is None  # listening, waiting for its receiver
     started = time.monotonic()

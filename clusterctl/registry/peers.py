@@ -24,19 +24,24 @@ How, and why this way:
   holds. Where a load of the trimmed tar fails other than by a stream cut short (an engine that
   wants every file: the containerd image store), the node's next try gets the whole image. A node with the same image ID receives
   nothing.
-- Verified: after `docker load` the receiver's image ID must equal the seed's (the config digest the
-  registry's manifest names); else the tag is removed there and the node fails, named. `docker load`
-  tags only a complete image, so a transfer cut short leaves no tag. A node whose transfer failed is
-  retried from another holder in the next round, then left to `docker.pull` (the registry).
-- The relay's server accepts one client that sends the transfer's token, within ACCEPT_S, and
-  ends with the stream. Every relay also ends the moment its SSH session does (it watches the
-  session's stdin, which clusterctl holds open): after Ctrl-C or a killed `up` nothing listens or
-  loads on, and a cut `docker load` tags nothing.
+- Verified: the receiver's check (loadcheck.CHECK, between the relay and `docker load`) passes on
+  only a stream that holds the seed's image (its config digest, which the registry's manifest names)
+  with no tag but the one asked for; anything else ends broken, so `docker load` keeps nothing.
+  After the load the receiver's image ID must equal the seed's; else the tag is removed there and
+  the node fails, named. `docker load` tags only a complete image, so a transfer cut short leaves
+  no tag. A node whose transfer failed is retried from another holder in the next round, then left
+  to `docker.pull` (the registry).
+- Both ends of every transfer prove its key (32 random bytes, new for each transfer, on each node's
+  SSH session stdin, never a command line) to each other before any byte of the image flows: a
+  local user who reads `ps` on the sender, or anyone on the job network, can neither receive the
+  image nor feed a receiver. The relay's server takes the first client that proves the key, within
+  ACCEPT_S, and ends with the stream. Every relay also ends the moment its SSH session does (it
+  watches the session's stdin, which clusterctl holds open): after Ctrl-C or a killed `up` nothing
+  listens or loads on, and a cut `docker load` tags nothing.
 """
 from __future__ import annotations
 
 import json
-import secrets
 import time
 from dataclasses import dataclass, field
 from typing import Optional
@@ -45,7 +50,7 @@ from clusterctl.models import Command, Host, HostResult, HostStatus, Inventory
 # the relay and its commands (relay.py), importable from here as before the split
 from clusterctl.registry.relay import (ACCEPT_S, RELAY, _HELD_LAYERS, _WATCH, chain_ids, cut_short,  # noqa: F401
                                        held_chains, held_layers_command, image_id_command, image_layers_command,
-                                       layers_to_skip, parse_layer_list, parse_sent, pipe_command,
+                                       layers_to_skip, new_key, parse_layer_list, parse_sent, pipe_command,
                                        receive_command, send_command, untag_command)
 
 PORT_OFFSET = 2  # the relay listens on rendezvous.port + 2 (up runs no job: the rendezvous ports are free)
@@ -115,10 +120,6 @@ def transfer_failure(receiver: str, sender: str, result: HostResult, got_id: Opt
         return (f"the image {receiver} loaded from {sender} is {got_id[:19]}, not {expected[:19]} (the seed's, "
                 "which the registry's manifest names); its tag was removed there")
     return f"from {sender}: {result.detail or 'the transfer failed'}"
-
-
-def new_token() -> str:
-    return secrets.token_hex(16)
 
 
 def now() -> float:
@@ -231,7 +232,7 @@ def distribute(hosts: list[Host], inventory: Inventory, connections, pull_seed, 
                skip_for(plan.needing))
     while plan.pairs():
         pairs = plan.pairs()
-        token = {receiver: new_token() for _, receiver in pairs}
+        key = {receiver: new_key() for _, receiver in pairs}  # one per transfer, to its two ends only
         role = {sender: ("send", receiver) for sender, receiver in pairs}
         role.update({receiver: ("receive", sender) for sender, receiver in pairs})
         skip = {receiver: skip_for([receiver]) for _, receiver in pairs}
@@ -239,8 +240,9 @@ def distribute(hosts: list[Host], inventory: Inventory, connections, pull_seed, 
         def transfer(transport, host: Host) -> HostResult:
             kind, other = role[host.name]
             if kind == "send":
-                return send_on(transport, host, send_command(image, address[host.name], port, token[other], skip[other]))
-            return receive_on(transport, host, receive_command(address[other], port, token[host.name]), image, expected)
+                return send_on(transport, host, send_command(image, address[host.name], port, key[other], skip[other]))
+            return receive_on(transport, host, receive_command(address[other], port, key[host.name], image, expected),
+                              image, expected)
 
         # a pair's two ends side by side, and all in flight at once: a sender waits for its receiver
         in_round = [by_name[name] for pair in pairs for name in pair]
@@ -284,15 +286,16 @@ def _chain(plan: Plan, seed: str, image: str, address: dict, port: int, by_name:
     from clusterctl.executor import Event, for_each_host
 
     chain = [seed, *plan.needing]
-    token = {name: new_token() for name in chain[1:]}  # the token of the connection into that node
+    key = {name: new_key() for name in chain[1:]}  # the key of the connection into that node
 
     def link(transport, host: Host) -> HostResult:
         i = chain.index(host.name)
         if i == 0:
-            return send_on(transport, host, send_command(image, address[seed], port, token[chain[1]], skip))
-        upstream = address[chain[i - 1]]
-        command = (receive_command(upstream, port, token[host.name]) if i == len(chain) - 1 else
-                   pipe_command(upstream, port, token[host.name], address[host.name], token[chain[i + 1]]))
+            return send_on(transport, host, send_command(image, address[seed], port, key[chain[1]], skip))
+        upstream, expected = address[chain[i - 1]], plan.expected_id
+        command = (receive_command(upstream, port, key[host.name], image, expected) if i == len(chain) - 1 else
+                   pipe_command(upstream, port, key[host.name], address[host.name], key[chain[i + 1]], image,
+                                expected))
         return receive_on(transport, host, command, image, plan.expected_id)
 
     # every node of the chain in flight at once (one stream through all of them), whatever the pool's width

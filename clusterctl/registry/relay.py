@@ -1,11 +1,15 @@
 """The relay: what moves an image between two nodes, and the commands that run it there.
 
-A transfer is `docker save IMAGE` on the sender piped into a one-connection TCP server (RELAY, a
-Python program of the standard library run by the node's python3, bound to the sender's address on
-the job network), and on the receiver the relay's client piped into `docker load` (`pipe`: loading
-while passing every byte on to the next node of a chain). The relay's server accepts one client that
-sends the transfer's token, within ACCEPT_S, and ends with the stream; every relay also ends the
-moment its SSH session does (it watches the session's stdin, which clusterctl holds open).
+A transfer is `docker save IMAGE` on the sender piped into a TCP server (RELAY, a Python program of
+the standard library run by the node's python3, bound to the sender's address on the job network),
+and on the receiver the relay's client piped through the check (loadcheck.CHECK) into `docker load`
+(`pipe`: loading while passing every byte on to the next node of a chain). Both ends of every
+transfer hold its key (32 random bytes, on their SSH sessions' stdin, never on a command line) and
+prove it to each other over fresh nonces (HMAC-SHA256, compared in constant time) before any image
+byte flows. The server takes the first client that proves the key within ACCEPT_S, proving up to 32
+connections side by side (4 per address) for 5 s each, so an idle one never holds up the sender;
+a peer silent for 30 s mid-stream ends the transfer. Every relay also ends the moment its SSH
+session does (it watches the session's stdin, which clusterctl holds open).
 
 Layers a node has are not sent again: `held_chains` reads the layer chains a node's engine holds
 (every image's diff IDs, as OCI chain IDs) and `layers_to_skip` the image's lowest layers the
@@ -16,14 +20,33 @@ from __future__ import annotations
 
 import hashlib
 import json
+import secrets
 
 from clusterctl.models import Command
+from clusterctl.registry.loadcheck import CHECK, check_args, save_reference
 
 ACCEPT_S = 60
 
 RELAY = r'''
-import hmac, os, socket, sys, threading, time
-role, address, port, token = sys.argv[1], sys.argv[2], int(sys.argv[3]), (sys.argv[4] + "\n").encode()
+import hashlib, hmac, os, socket, sys, threading, time
+role, address, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
+HELLO = b"clusterctl-relay/2\n"
+HANDSHAKE_S, IDLE_S, PENDING, PER_ADDRESS = 5.0, 30.0, 32, 4
+
+
+def session_keys(fd):
+    # the transfer's keys (hex, one line) come first on the SSH session's stdin: never on the command
+    # line or in the environment, which `ps` and /proc show every local user
+    line = b""
+    while not line.endswith(b"\n"):
+        part = os.read(fd, 1)
+        if not part or len(line) > 1024:
+            sys.exit("clusterctl-relay: no transfer key on the session's stdin")
+        line += part
+    try:
+        return [bytes.fromhex(key) for key in line.decode().split()]
+    except ValueError:
+        sys.exit("clusterctl-relay: the transfer key is not hex")
 
 
 def orphaned(fd):
@@ -34,39 +57,143 @@ def orphaned(fd):
         while os.read(fd, 65536):
             pass
     except OSError:
-        return  # not given (run by hand): nothing to watch
+        pass
     os._exit(3)
 
 
-if os.environ.get("CLUSTERCTL_RELAY_WATCH"):
-    threading.Thread(target=orphaned, args=(int(os.environ["CLUSTERCTL_RELAY_WATCH"]),), daemon=True).start()
+watch = int(os.environ.get("CLUSTERCTL_RELAY_WATCH") or sys.exit("clusterctl-relay: run by clusterctl only"))
+keys = session_keys(watch)
+threading.Thread(target=orphaned, args=(watch,), daemon=True).start()
 total, chunk = 0, 1 << 20
 
 
-def listen(address, port, timeout):
+def listen(address, port):
     server = socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET)
     server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     server.bind((address, port))
-    server.listen(4)
-    server.settimeout(timeout)
+    server.listen(64)
+    server.settimeout(0.2)
     return server
 
 
-def accept(server, token):
-    # the first connection that presents the token; raises socket.timeout when none comes in time
-    while True:
-        conn, _ = server.accept()
-        conn.settimeout(30)
-        got = b""
-        while len(got) < len(token):
-            part = conn.recv(len(token) - len(got))
-            if not part:
-                break
-            got += part
-        if hmac.compare_digest(got, token):
-            server.close()
-            return conn
+def read_exactly(conn, size):
+    got = b""
+    while len(got) < size:
+        part = conn.recv(size - len(got))
+        if not part:
+            raise ConnectionError("closed before the handshake ended")
+        got += part
+    return got
+
+
+def mac(key, side, nonces):
+    return hmac.new(key, side + nonces, hashlib.sha256).digest()
+
+
+def prove_sender(conn, key):
+    # both ends prove the transfer's key over fresh nonces of both, before any image byte: the
+    # receiver's nonce, then ours with our proof, then the receiver's proof (each side's own label,
+    # so neither proof can be played back as the other)
+    conn.settimeout(HANDSHAKE_S)
+    hello = read_exactly(conn, len(HELLO) + 32)
+    if hello[:len(HELLO)] != HELLO:
+        raise ConnectionError("not a relay")
+    nonces = hello[len(HELLO):] + os.urandom(32)
+    conn.sendall(nonces[32:] + mac(key, b"sender", nonces))
+    if not hmac.compare_digest(read_exactly(conn, 32), mac(key, b"receiver", nonces)):
+        raise ConnectionError("wrong key")
+    conn.settimeout(IDLE_S)  # a receiver that stops reading this long: the send fails, named
+
+
+def prove_receiver(conn, key, where):
+    conn.settimeout(HANDSHAKE_S)
+    mine = os.urandom(32)
+    conn.sendall(HELLO + mine)
+    answer = read_exactly(conn, 64)
+    nonces = mine + answer[:32]
+    if not hmac.compare_digest(answer[32:], mac(key, b"sender", nonces)):
+        sys.exit("clusterctl-relay: %s did not prove the transfer's key (not the sending node's relay): "
+                 "nothing received" % where)
+    conn.sendall(mac(key, b"receiver", nonces))
+    conn.settimeout(IDLE_S)  # a stream silent this long: its sender is gone (a node cut off)
+
+
+class Handshakes:
+    # connections proving the key side by side, each within HANDSHAKE_S: an idle or slow one never
+    # holds up the receiver's. At most PENDING at once and PER_ADDRESS of one address; when full,
+    # the oldest of the address holding the most is dropped
+    def __init__(self, key):
+        self.key, self.pending, self.won, self.lock = key, {}, [], threading.Lock()
+
+    def admit(self, conn, peer):
+        with self.lock:
+            mine = [c for c, p in self.pending.items() if p == peer]
+            if len(mine) >= PER_ADDRESS:
+                return conn.close()
+            if len(self.pending) >= PENDING:
+                counts = {}
+                for p in self.pending.values():
+                    counts[p] = counts.get(p, 0) + 1
+                greedy = max(counts, key=counts.get)
+                self.drop(next(c for c, p in self.pending.items() if p == greedy))
+            self.pending[conn] = peer
+        threading.Thread(target=self.shake, args=(conn,), daemon=True).start()
+
+    def drop(self, conn):
+        del self.pending[conn]
+        try:
+            conn.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def shake(self, conn):
+        try:
+            prove_sender(conn, self.key)
+            proven = True
+        except (OSError, ValueError):
+            proven = False
+        with self.lock:
+            if self.pending.pop(conn, None) is not None and proven and not self.won:
+                self.won.append(conn)
+                return
         conn.close()
+
+    def end(self):
+        with self.lock:
+            for conn in list(self.pending):
+                self.drop(conn)
+
+
+def accept(server, key, timeout):
+    # the first connection that proves the key; raises socket.timeout when none does in time
+    shakes, deadline = Handshakes(key), time.monotonic() + timeout
+    try:
+        while not shakes.won:
+            if time.monotonic() > deadline:
+                raise socket.timeout()
+            try:
+                conn, peer = server.accept()
+            except socket.timeout:
+                continue
+            shakes.admit(conn, peer[0])
+    finally:
+        server.close()
+        shakes.end()
+    return shakes.won[0]
+
+
+def connect(address, port, key, timeout):
+    # the sender, once it proves the key; a refused or dropped connection is tried again until `timeout`
+    deadline, where = time.monotonic() + timeout, "%s:%d" % (address, port)
+    while True:
+        try:
+            conn = socket.create_connection((address, port), timeout=5)
+            prove_receiver(conn, key, where)
+            return conn
+        except OSError:
+            if time.monotonic() > deadline:
+                sys.exit("clusterctl-relay: cannot reach %s" % where)
+            time.sleep(0.2)
 
 
 class Counted:
@@ -94,7 +221,7 @@ def without_layers(stream, sink, skip):
     # image's diff IDs): `docker load` reads a layer's file only where the engine lacks that layer.
     # OCI layout (Docker 25+): blobs/sha256/<digest>, named by it. Classic layout: <v1 id>/layer.tar,
     # named by an ID that is not the digest: spooled while hashed, then sent or dropped.
-    import hashlib, tarfile, tempfile
+    import tarfile, tempfile
     out = tarfile.open(fileobj=sink, mode="w|", format=tarfile.PAX_FORMAT)
     dropped = 0
     for member in stream:
@@ -118,71 +245,74 @@ def without_layers(stream, sink, skip):
     return dropped
 
 
-if role == "send":
-    try:
-        conn = accept(listen(address, port, float(sys.argv[5])), token)
-    except socket.timeout:
-        sys.exit("clusterctl-relay: no receiver came")
-    source, skip = sys.stdin.buffer, set(filter(None, sys.argv[6].split(","))) if len(sys.argv) > 6 else set()
+def send(conn, skip):
+    source, sink = sys.stdin.buffer, Counted(conn)
     if skip:
         import tarfile
-        sink = Counted(conn)
         print("skipped %d" % without_layers(tarfile.open(fileobj=source, mode="r|"), sink, skip))
-        total = sink.total
     else:
-        total = copy(source.read, conn.sendall)
+        copy(source.read, sink.write)
     conn.shutdown(socket.SHUT_WR)
     conn.close()
-    print("sent %d" % total)
-else:
-    downstream = server = None
-    if role == "pipe":  # receive from upstream into stdout, and pass every byte on to one downstream node
-        # the next node connects as it starts; a dead one must not hold the chain long
-        server = listen(sys.argv[6], int(sys.argv[7]), 15.0)
-    deadline = time.monotonic() + float(sys.argv[5])
-    while True:
-        try:
-            conn = socket.create_connection((address, port), timeout=5)
-            break
-        except OSError:
-            if time.monotonic() > deadline:
-                sys.exit("clusterctl-relay: cannot reach %s:%d" % (address, port))
-            time.sleep(0.2)
-    conn.settimeout(30)  # a stream silent this long: its sender is gone (a node cut off)
-    conn.sendall(token)
-    if server is not None:  # the downstream node first (it connects as soon as this listens): no byte is lost
-        try:
-            downstream = accept(server, (sys.argv[8] + "\n").encode())
-        except socket.timeout:
-            server.close()
-            sys.stderr.write("clusterctl-relay: no downstream node came; loading here only\n")
-    out = sys.stdout.buffer
+    return sink.total
+
+
+def receive(conn, downstream):
+    # every byte from upstream into stdout (docker load, through the check), and on to `downstream`
+    received, out = 0, sys.stdout.buffer
     while True:
         data = conn.recv(chunk)
         if not data:
             break
         out.write(data)
-        total += len(data)
+        received += len(data)
         if downstream is not None:
             try:
                 downstream.sendall(data)
-            except OSError:  # the next node went away: this one still loads the image
+            except OSError:  # the next node went away or stopped reading: this one still loads the image
                 sys.stderr.write("clusterctl-relay: the downstream node went away\n")
                 downstream = None
     out.flush()
     if downstream is not None:
         downstream.shutdown(socket.SHUT_WR)
         downstream.close()
-    sys.stderr.write("received %d\n" % total)
+    return received
+
+
+try:
+    if role == "send":
+        try:
+            conn = accept(listen(address, port), keys[0], float(sys.argv[4]))
+        except socket.timeout:
+            sys.exit("clusterctl-relay: no receiver came (none proved the transfer's key)")
+        total = send(conn, set(filter(None, sys.argv[5].split(","))) if len(sys.argv) > 5 else set())
+        print("sent %d" % total)
+    else:
+        # a chain's node listens first (the next node connects as it starts), then takes its upstream,
+        # then the next node (a dead one must not hold the chain long): no byte is lost
+        server = listen(sys.argv[5], int(sys.argv[6])) if role == "pipe" else None
+        conn, downstream = connect(address, port, keys[0], float(sys.argv[4])), None
+        if server is not None:
+            try:
+                downstream = accept(server, keys[1], 15.0)
+            except socket.timeout:
+                sys.stderr.write("clusterctl-relay: no downstream node came; loading here only\n")
+        sys.stderr.write("received %d\n" % receive(conn, downstream))
+except OSError as exc:  # a peer gone or silent for IDLE_S: one line, the check and docker load see a cut stream
+    sys.exit("clusterctl-relay: %s" % (exc.strerror or str(exc) or exc.__class__.__name__))
 '''
 
-# $1 image, $2 relay code, $3 address, $4 port, $5 token, $6 accept timeout
-# $7: the layers not to send (comma-separated hex diff IDs; empty: all)
-_WATCH = 'exec 3<&0; export CLUSTERCTL_RELAY_WATCH=3; '  # the relay watches the session's stdin (RELAY)
-_SEND = (_WATCH + '{ docker save "$1" 3<&- || echo "clusterctl: docker save failed" >&2; } | '
-         'python3 -c "$2" send "$3" "$4" "$5" "$6" "$7"')
-# $1 relay code, $2 sender address, $3 port, $4 token, $5 connect timeout; docker load's own output names the image
-_RECEIVE = _WATCH + 'python3 -c "$1" recv "$2" "$3" "$4" "$5" | docker load -q 3<&-'
+# The transfer's keys never go on a command line: each relay reads them from the first line of its
+# SSH session's stdin (Command.stdin), then watches that stdin for the session's end (RELAY).
+# $1 image, $2 relay code, $3 address, $4 port, $5 accept timeout,
+# $6: the layers not to send (comma-separated hex diff IDs; empty: all)
+_WATCH = 'exec 3<&0; export CLUSTERCTL_RELAY_WATCH=3; '  # the relay reads its key from, and watches, fd 3
+_SEND = (_WATCH + '{ docker save "$1" 3<&- </dev/null || echo "clusterctl: docker save failed" >&2; } | '
+         'python3 -c "$2" send "$3" "$4" "$5" "$6"')
+# $1 relay code, $2 sender address, $3 port, $4 connect timeout, $5 the check (loadcheck.CHECK), $6-$9 its
+# arguments (the expected image ID and names); docker load's own output names the image
+_RECEIVE = (_WATCH + 'python3 -c "$1" recv "$2" "$3" "$4" </dev/null | python3 -c "$5" "$6" "$7" "$8" "$9" 3<&- | '
+            'docker load -q 3<&-')
 # $1 image: its ID, or nothing
 _IMAGE_ID = 'docker image inspect -f "{{.Id}}" "$1" 2>/dev/null || true'
 # $1 image: its layers' diff IDs, as a JSON list (or nothing)
@@ -200,10 +330,12 @@ def image_id_command(image: str) -> Command:
     return Command(("sh", "-c", _IMAGE_ID, "clusterctl-image-id", image), timeout=60)
 
 
-def send_command(image: str, address: str, port: int, token: str, skip: tuple[str, ...] = ()) -> Command:
-    """`docker save` into the relay, without the layers in `skip` (diff IDs the receiver's engine has)."""
-    return Command(("sh", "-c", _SEND, "clusterctl-send", image, RELAY, address, str(port), token, str(ACCEPT_S),
-                    ",".join(d.split(":")[-1] for d in skip)), timeout=None, stdin_open=True)
+def send_command(image: str, address: str, port: int, key: str, skip: tuple[str, ...] = ()) -> Command:
+    """`docker save` into the relay, without the layers in `skip` (diff IDs the receiver's engine has);
+    `key` (new_key()) goes on the session's stdin, never the command line."""
+    return Command(("sh", "-c", _SEND, "clusterctl-send", save_reference(image), RELAY, address, str(port),
+                    str(ACCEPT_S), ",".join(d.split(":")[-1] for d in skip)),
+                   timeout=None, stdin=f"{key}\n".encode(), stdin_open=True)
 
 
 def image_layers_command(image: str) -> Command:
@@ -251,19 +383,30 @@ def layers_to_skip(image_layers: list[str], held: set[str]) -> tuple[str, ...]:
 
 
 
-def receive_command(address: str, port: int, token: str) -> Command:
-    return Command(("sh", "-c", _RECEIVE, "clusterctl-receive", RELAY, address, str(port), token, str(ACCEPT_S)),
-                   timeout=None, stdin_open=True)
+def receive_command(address: str, port: int, key: str, image: str, expected_id: str) -> Command:
+    """The relay's client into the check into `docker load`: only `expected_id`, tagged `image`, is kept."""
+    return Command(("sh", "-c", _RECEIVE, "clusterctl-receive", RELAY, address, str(port), str(ACCEPT_S), CHECK,
+                    *check_args(image, expected_id)), timeout=None, stdin=f"{key}\n".encode(), stdin_open=True)
 
 
-# $1 relay code, upstream $2 address $3 port $4 token, $5 timeout, downstream $6 own address $7 port $8 token
-_PIPE = _WATCH + 'python3 -c "$1" pipe "$2" "$3" "$4" "$5" "$6" "$7" "$8" | docker load -q 3<&-'
+# $1 relay code, upstream $2 address $3 port, $4 timeout, downstream $5 own address $6 port, $7 the check,
+# $8-$11 its arguments
+_PIPE = (_WATCH + 'python3 -c "$1" pipe "$2" "$3" "$4" "$5" "$6" </dev/null | '
+         'python3 -c "$7" "$8" "$9" "${10}" "${11}" 3<&- | docker load -q 3<&-')
 
 
-def pipe_command(upstream: str, port: int, token: str, own_address: str, downstream_token: str) -> Command:
-    """Load the image from upstream while passing every byte on to the next node of the chain."""
-    return Command(("sh", "-c", _PIPE, "clusterctl-receive", RELAY, upstream, str(port), token, str(ACCEPT_S),
-                    own_address, str(port), downstream_token), timeout=None, stdin_open=True)
+def pipe_command(upstream: str, port: int, key: str, own_address: str, downstream_key: str, image: str,
+                 expected_id: str) -> Command:
+    """Load the image from upstream (checked) while passing every byte on to the next node of the chain
+    (which checks it itself)."""
+    return Command(("sh", "-c", _PIPE, "clusterctl-receive", RELAY, upstream, str(port), str(ACCEPT_S),
+                    own_address, str(port), CHECK, *check_args(image, expected_id)),
+                   timeout=None, stdin=f"{key} {downstream_key}\n".encode(), stdin_open=True)
+
+
+def new_key() -> str:
+    """One transfer's key: 32 random bytes, hex (given to its two ends only, on their sessions' stdin)."""
+    return secrets.token_hex(32)
 
 
 def untag_command(image: str) -> Command:
@@ -272,8 +415,10 @@ def untag_command(image: str) -> Command:
 
 def cut_short(detail: str) -> bool:
     """A receive that failed because its stream ended early or never came (docker load's "unexpected
-    EOF" on a truncated tar, the relay's own complaints), not because of what the stream held."""
-    return "unexpected EOF" in detail or "clusterctl-relay" in detail
+    EOF" on a truncated tar, the relay's own complaints, the check's "the stream was cut"), not because of
+    what the stream held (the check's refusal, a load that wants every layer's file)."""
+    return ("unexpected EOF" in detail or "clusterctl-relay" in detail or "the stream was cut" in detail) and \
+        "refused the relayed image" not in detail
 
 
 def parse_sent(stdout: str) -> int:
