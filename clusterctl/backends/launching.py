@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from typing import Optional
 from clusterctl.backends.base import Plan, RunRequest, recorded_hosts
 from clusterctl.errors import StateError, UsageError
+from clusterctl.health.fleet import record_run_end
 from clusterctl.outcome import Outcome, any_unreachable, hosts_document
 
 
@@ -28,6 +29,7 @@ def run_job(session, backend, inventory, request: RunRequest, live: LiveOptions 
     the layout is planned anew on the nodes reached, under its run id and attempt."""
     from clusterctl.job.records import run_lock
 
+    inventory = session.plannable(inventory)  # quarantined hosts left out (issue 36)
     if plan_only and not backend.plans_on_nodes:
         return _plan_document(session, backend.plan(inventory, request, None))
     backend.refuse(request)
@@ -120,6 +122,9 @@ def _watch(session, backend, runner, summary: dict, place: dict, request: RunReq
     if crash is not None:
         record["internal_error"] = f"{type(crash).__name__}: {crash}"
     session.state.write_json(record_path, record)
+    health_note = record_run_end(session.state, runner.inventory, record)  # issue 36: lost and blamed nodes
+    if health_note:
+        session.renderer.message(health_note, "yellow")
     if crash is not None:
         raise crash
     return summary, record, outcome
