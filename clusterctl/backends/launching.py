@@ -72,6 +72,7 @@ def _launch(session, backend, inventory, connections, plan: Plan, request: RunRe
     runner = JobRunner(inventory, topology, run_id, request.prompt, connections, live.on_event,
                        timeout_s=request.timeout_s, stall_timeout_s=request.stall_timeout_s,
                        stacks_dir=session.state.root / "runs" / run_id / "stacks")
+    runner.health_watch = _health_watch(session, inventory, connections, runner, live.on_event)
     summary = {**summary_of(inventory, topology, run_id), "facts_from": facts_from}
     reused = sum(1 for where in facts_from.values() if where == "up")
     if reused:
@@ -92,6 +93,17 @@ def _launch(session, backend, inventory, connections, plan: Plan, request: RunRe
     place = {"backend": backend.name, "hosts": recorded_hosts(inventory.hosts), "attempt": plan.attempt,
              "inventory_source": session.source().to_json()}
     return _watch(session, backend, runner, summary, place, request, live)
+
+
+def _health_watch(session, inventory, connections, runner, on_event):
+    """The passive watch of the run's nodes (issue 36), its events kept in the health record."""
+    from clusterctl.health.fleet import record_events
+    from clusterctl.job.health_watch import PassiveWatch
+
+    def record(events, gpus):
+        return record_events(session.state.health_db, inventory, events, gpus)
+
+    return PassiveWatch(connections, runner.started_at, record, on_event, runner.run_id)
 
 
 def _watch(session, backend, runner, summary: dict, place: dict, request: RunRequest, live) -> Outcome:

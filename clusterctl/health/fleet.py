@@ -111,3 +111,16 @@ def judged(store, inventory: Inventory, checks: Sequence[Mapping], source: str) 
         return note or f"the health record could not be read ({error.args[0] if error.args else error})", []
     names = {h.name for h in inventory.hosts}
     return note, [{k: v for k, v in n.to_json().items() if k != "events"} for n in nodes if n.host in names]
+
+
+def partner_for(db_path: Path, inventory: Inventory, host: str) -> Optional[str]:
+    """A node of the inventory other than `host` that the record calls healthy (the first), or None."""
+    from clusterctl.health.record import HealthRecord
+    from clusterctl.health.rules import HEALTHY
+
+    others = [h.name for h in inventory.hosts if h.name != host]
+    if not others:
+        return None
+    with HealthRecord.open(db_path, inventory.name, inventory.health) as record:
+        healthy = {node.host for node in record.states(others) if node.state == HEALTHY}
+    return next((name for name in others if name in healthy), None)
