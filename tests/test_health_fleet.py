@@ -122,6 +122,14 @@ def test_the_watch_records_the_gpus_a_real_h100_reports_and_says_nothing_of_a_he
     assert events == [] and [g.uuid for g in gpus] == ["GPU-5265385e-0415-61d5-ef87-fb14ec87c22e"]
 
 
+def test_a_real_4x_h100_round_trip_gives_its_four_gpus_by_uuid_and_serial_and_no_event():
+    watch = PassiveWatch(None, 0.0, lambda events, gpus: None, lambda event: None)
+    text = (FIXTURES / "watch_batch_h100x4_580.txt").read_text()
+    events, gpus = watch.read("h1", HostResult("h1", HostStatus.OK, stdout=text))
+    assert events == [] and [g.index for g in gpus] == [0, 1, 2, 3]
+    assert gpus[3].uuid == "GPU-f4822d79-d184-b15d-18e4-6c403acf7361" and gpus[3].serial == "1652824180879"
+
+
 def test_the_watch_reads_nothing_without_a_running_node_and_asks_the_kernel_log_since_the_runs_start():
     seen = []
     watch = PassiveWatch(None, 0.0, lambda events, gpus: seen.append(events), lambda event: None, run_id="r9")
