@@ -26,7 +26,9 @@ from clusterctl.models import Command, Host, HostResult
 from clusterctl.transport import batch_command, split_batch
 
 WATCH_EVERY_S = 30.0
-SAMPLE_TIMEOUT_S = 15.0
+# the poll loop waits for the sample, and the polls renew the nodes' leases (agent.LEASE_S, 15 s): a node
+# whose nvidia-smi hangs (a GPU fallen off the bus does that) must not cost the run its leases
+SAMPLE_TIMEOUT_S = 5.0
 # $1: the run's start (unix time). Lines stamped [seconds since boot] at or after it; an unstamped
 # line (the rest of a multi-line notice) goes with the line before it.
 _KERNEL_SINCE = r'''since=$1; now=$(date +%s); up=$(cut -d. -f1 /proc/uptime); boot=$((now - up))
