@@ -95,12 +95,14 @@ def test_a_plan_with_every_node_quarantined_is_refused_naming_the_node_the_reaso
     assert "clusterctl health check n1" in refused.value.fix and "clusterctl health release n1" in refused.value.fix
 
 
-def test_a_record_that_cannot_be_written_is_said_and_the_flow_goes_on(tmp_path):
+def test_a_record_that_cannot_be_written_or_read_is_said_and_the_flow_goes_on(tmp_path):
     db = tmp_path / "health.db"
     db.write_text("not a database at all, and long enough to have a header")
     note = record_events(db, FLEET, [Event("n1", "node_lost", "run")])
     assert note and note.startswith("the health record was not updated") and "1 event(s) lost" in note
     assert db.read_text().startswith("not a database")
+    found = plannable(db, FLEET)  # nor does it stop a plan: every host, said
+    assert len(found.inventory.hosts) == 3 and found.note().startswith("health: the health record could not be read")
 
 
 def _sample(kernel: str, smi: str = "sh: 1: nvidia-smi: not found\n") -> HostResult:

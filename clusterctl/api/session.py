@@ -95,7 +95,7 @@ class Session:
         from clusterctl.health.fleet import plannable
 
         found = plannable(self.state.health_db, inventory, bool(getattr(self.args, "include_quarantined", False)))
-        if found.left_out:
+        if found.left_out or found.unread:
             self.renderer.message(found.note(), "yellow")
         return found.inventory
 

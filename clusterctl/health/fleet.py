@@ -55,9 +55,12 @@ class Plannable:
 
     inventory: Inventory
     left_out: Mapping[str, str]
+    unread: str = ""  # why the record could not be read (then every host is planned)
 
     def note(self) -> str:
-        """The one line a command says when it left hosts out."""
+        """The one line a command says when it left hosts out (or could not read the record)."""
+        if self.unread:
+            return f"health: {self.unread}; planning every host"
         hosts = ", ".join(f"{host} ({reason})" for host, reason in self.left_out.items())
         return (f"health: leaving out quarantined {hosts}; --include-quarantined to use them, or "
                 f"`clusterctl health check HOST` then `clusterctl health release HOST`")
@@ -68,7 +71,10 @@ def plannable(db_path: Path, inventory: Inventory, include_quarantined: bool = F
     and the fix) where too few are left: none, or fewer than the job's `nodes` where it sets one."""
     if include_quarantined or not inventory.hosts or not Path(db_path).exists():
         return Plannable(inventory, {})
-    quarantined = states_of(db_path, inventory)
+    try:
+        quarantined = states_of(db_path, inventory)
+    except ClusterctlError as error:  # a damaged or newer record stops no run: said, and left as it is
+        return Plannable(inventory, {}, f"the health record could not be read ({error.args[0] if error.args else error})")
     if not quarantined:
         return Plannable(inventory, {})
     kept = [h.name for h in inventory.hosts if h.name not in quarantined]
