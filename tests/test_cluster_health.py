@@ -94,6 +94,9 @@ def test_a_node_lost_mid_run_is_quarantined_left_out_of_the_next_plan_and_back_a
     # node3 stops its own ranks once its lease runs out; then it is checked like any node
     wait_until(lambda: not [p for p in processes_with(run_id) if "pytest" not in p[1]], 60, interval=0.5,
                what="no process of the lost run")
+    code, judged = cli.json("check", "-i", str(inventory))  # the state beside the verdicts
+    assert {n["host"]: n["state"] for n in judged["health"]} == {"node1": "healthy", "node2": "healthy",
+                                                                   "node3": "quarantined"}, judged["health"]
     code, checked = cli.json("health", "-i", str(inventory), "check", "node3")
     steps = {s["step"]: s for s in checked["steps"]}
     assert code == 0 and checked["ok"] is True, checked
