@@ -18,7 +18,7 @@ import math
 import re
 import sys
 import threading
-from typing import Iterable, Mapping, Union
+from typing import Iterable, Mapping, Optional, Union
 
 from clusterctl.executor import Event
 from clusterctl.models import CheckResult, CheckStatus, Finding, HostResult, HostStatus
@@ -189,8 +189,9 @@ class Renderer:
             table.add_row(_text(result.host), _text((result.status.value, STATUS_STYLE[result.status])), *extras, _text(detail))
         self.console.print(table)
 
-    def checks_table(self, checks: list[CheckResult]) -> None:
-        """A matrix of checks x hosts, then the detail and fix of everything not passing."""
+    def checks_table(self, checks: list[CheckResult], states: Optional[dict] = None) -> None:
+        """A matrix of checks x hosts, then the detail and fix of everything not passing. `states`:
+        {host: health state} (issue 36), a last row beside the verdicts."""
         if self.json_mode:
             return
         from rich.table import Table
@@ -208,6 +209,10 @@ class Renderer:
                 cell = cells.get((check, host))
                 row.append(_text((cell.status.value, CHECK_STYLE[cell.status])) if cell else _text(("-", "dim")))
             table.add_row(_text(check), *row)
+        if states:
+            styles = {"healthy": "green", "suspect": "yellow", "quarantined": "bold red"}
+            table.add_row(_text(("health", "bold")), *(_text((states.get(h, "-"), styles.get(states.get(h), "dim")))
+                                                        for h in hosts))
         self.console.print(table)
         for check in checks:
             if check.status is not CheckStatus.PASS or self.verbose:

@@ -97,13 +97,14 @@ class Cluster:
 
         request = RunRequest(prompt, strict=strict)
         with self.session("run") as session:
-            backend = backend_for(session, self.inventory)
+            inventory = session.plannable(self.inventory)  # quarantined hosts left out (issue 36)
+            backend = backend_for(session, inventory)
             if not backend.plans_on_nodes:
-                return backend.plan(self.inventory, request, None)
-            facts, problems, _, _ = facts_and_busy(session.state, self.inventory, session.connections)
+                return backend.plan(inventory, request, None)
+            facts, problems, _, _ = facts_and_busy(session.state, inventory, session.connections)
             if problems:
                 raise _not_ready(problems)
-            return backend.plan(self.inventory, request, None, facts)
+            return backend.plan(inventory, request, None, facts)
 
     def run(self, prompt: Optional[str] = None, prompt_file: Union[str, os.PathLike, None] = None,
             detach: bool = True, strict: bool = False, timeout: Optional[float] = None,

@@ -7,6 +7,7 @@ import socket
 from contextlib import contextmanager
 from typing import Optional
 
+from clusterctl.health.fleet import record_checks
 from clusterctl.outcome import Outcome, any_unreachable, hosts_document
 
 
@@ -56,6 +57,8 @@ def run_flow(app, given: Optional[str], flow: str, title: str, remember: bool = 
     playbook = load_playbook(find_playbook(flow))
     path = app.inventory_path(given)
     inventory = app.inventory(str(path))
+    if remember:  # `up`: quarantined hosts left out (issue 36)
+        inventory = app.plannable(inventory)
     with app.state.lock(f"cluster-{inventory.name}", f"`clusterctl {title}`"), \
             cluster_lock(app, inventory, title):
         if remember:
@@ -71,9 +74,15 @@ def run_flow(app, given: Optional[str], flow: str, title: str, remember: bool = 
     document = hosts_document(report.hosts, inventory=str(path), logs=str(log_dir))
     if checks:
         document["checks"] = checks
+        _say_health(app, record_checks(app.state, inventory, checks, "up"))
     changed = sum(1 for r in report.hosts.values() if r.status.value == "changed")
     app.renderer.message(f"{title}: {len(report.hosts)} hosts, {changed} changed", "green" if document["ok"] else "red")
     return Outcome(document, unreachable=any_unreachable(report.hosts))
+
+
+def _say_health(app, note) -> None:
+    if note:
+        app.renderer.message(note, "yellow")
 
 
 def run_tasks(session, inventory, tasks, variables: Optional[dict] = None, log_dir=None, events: bool = True):

@@ -89,6 +89,16 @@ class Session:
         limit = getattr(self.args, "limit", None)
         return _limited(inventory, limit) if limit else inventory
 
+    def plannable(self, inventory: Inventory) -> Inventory:
+        """`inventory` without the hosts the health record quarantined (said in one line), unless
+        --include-quarantined; too few left is refused (health/fleet.py: plannable)."""
+        from clusterctl.health.fleet import plannable
+
+        found = plannable(self.state.health_db, inventory, bool(getattr(self.args, "include_quarantined", False)))
+        if found.left_out or found.unread:
+            self.renderer.message(found.note(), "yellow")
+        return found.inventory
+
     def inventory_of_run(self, given: Optional[str], run_id: str, record: dict,
                          hosts: Optional[list] = None) -> Inventory:
         """The inventory of a recorded run (-i, else the one the run was started with) with the hosts

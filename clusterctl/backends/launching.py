@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from typing import Optional
 from clusterctl.backends.base import Plan, RunRequest, recorded_hosts
 from clusterctl.errors import StateError, UsageError
+from clusterctl.health.fleet import record_run_end
 from clusterctl.outcome import Outcome, any_unreachable, hosts_document
 
 
@@ -28,6 +29,7 @@ def run_job(session, backend, inventory, request: RunRequest, live: LiveOptions 
     the layout is planned anew on the nodes reached, under its run id and attempt."""
     from clusterctl.job.records import run_lock
 
+    inventory = session.plannable(inventory)  # quarantined hosts left out (issue 36)
     if plan_only and not backend.plans_on_nodes:
         return _plan_document(session, backend.plan(inventory, request, None))
     backend.refuse(request)
@@ -70,6 +72,7 @@ def _launch(session, backend, inventory, connections, plan: Plan, request: RunRe
     runner = JobRunner(inventory, topology, run_id, request.prompt, connections, live.on_event,
                        timeout_s=request.timeout_s, stall_timeout_s=request.stall_timeout_s,
                        stacks_dir=session.state.root / "runs" / run_id / "stacks")
+    runner.health_watch = _health_watch(session, inventory, connections, runner, live.on_event)
     summary = {**summary_of(inventory, topology, run_id), "facts_from": facts_from}
     reused = sum(1 for where in facts_from.values() if where == "up")
     if reused:
@@ -90,6 +93,17 @@ def _launch(session, backend, inventory, connections, plan: Plan, request: RunRe
     place = {"backend": backend.name, "hosts": recorded_hosts(inventory.hosts), "attempt": plan.attempt,
              "inventory_source": session.source().to_json()}
     return _watch(session, backend, runner, summary, place, request, live)
+
+
+def _health_watch(session, inventory, connections, runner, on_event):
+    """The passive watch of the run's nodes (issue 36), its events kept in the health record."""
+    from clusterctl.health.fleet import record_events
+    from clusterctl.job.health_watch import PassiveWatch
+
+    def record(events, gpus):
+        return record_events(session.state.health_db, inventory, events, gpus)
+
+    return PassiveWatch(connections, runner.started_at, record, on_event, runner.run_id)
 
 
 def _watch(session, backend, runner, summary: dict, place: dict, request: RunRequest, live) -> Outcome:
@@ -120,6 +134,9 @@ def _watch(session, backend, runner, summary: dict, place: dict, request: RunReq
     if crash is not None:
         record["internal_error"] = f"{type(crash).__name__}: {crash}"
     session.state.write_json(record_path, record)
+    health_note = record_run_end(session.state, runner.inventory, record)  # issue 36: lost and blamed nodes
+    if health_note:
+        session.renderer.message(health_note, "yellow")
     if crash is not None:
         raise crash
     return summary, record, outcome

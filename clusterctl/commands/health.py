@@ -2,6 +2,7 @@
 
     clusterctl health [--json]              every node: state, since, reason, last events
     clusterctl health HOST                  that node's history
+    clusterctl health check HOST            preflight, a short GPU burn, an nccl-test pair; recorded
     clusterctl health release HOST [--force]
     clusterctl health export --prometheus   node and GPU states as metrics on stdout
 """
@@ -14,13 +15,14 @@ from clusterctl.commands import add_cluster_options
 from clusterctl.outcome import Outcome
 from clusterctl.errors import UsageError
 
-USAGE = "clusterctl health [HOST] | health release HOST [--force] | health export --prometheus"
+USAGE = ("clusterctl health [HOST] | health check HOST | health release HOST [--force] | "
+         "health export --prometheus")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_cluster_options(parser, limit=False)
-    parser.add_argument("words", nargs="*", metavar="HOST | release HOST | export",
-                        help="a host's history, `release HOST`, or `export --prometheus`")
+    parser.add_argument("words", nargs="*", metavar="HOST | check HOST | release HOST | export",
+                        help="a host's history, `check HOST`, `release HOST`, or `export --prometheus`")
     parser.add_argument("--force", action="store_true", help="release without a passing check since the quarantine")
     parser.add_argument("--prometheus", action="store_true", help="export: Prometheus text exposition format")
 
@@ -31,6 +33,8 @@ def execute(args, app) -> Outcome:
 
     inventory = app.inventory()
     words = list(args.words)
+    if words[:1] == ["check"] and len(words) == 2:
+        return _check(app, inventory, words[1])
     with HealthRecord.open(app.state.health_db, inventory.name, inventory.health) as record:
         if words[:1] == ["release"] and len(words) == 2:
             node = record.release(words[1], force=args.force, by=getpass.getuser())
@@ -42,7 +46,7 @@ def execute(args, app) -> Outcome:
             text = prometheus_text(inventory.name, record.states(h.name for h in inventory.hosts))
             app.renderer.raw(text)
             return Outcome({"ok": True, "prometheus": text})
-        if len(words) == 1 and words[0] not in ("release", "export"):
+        if len(words) == 1 and words[0] not in ("release", "export", "check"):
             node = record.state(words[0])
             app.renderer.health_table(f"health of {node.host}: {node.state}", [node], history=True)
             return Outcome({"ok": True, "nodes": [node.to_json(last=None)]})
@@ -51,3 +55,22 @@ def execute(args, app) -> Outcome:
         nodes = record.states(h.name for h in inventory.hosts)
         app.renderer.health_table(f"health of {inventory.name}", nodes)
         return Outcome({"ok": True, "nodes": [node.to_json() for node in nodes]})
+
+
+def _check(app, inventory, host: str) -> Outcome:
+    from clusterctl.health.checkup import check_host
+    from clusterctl.health.record import HealthRecord
+
+    steps, checks = check_host(app, inventory, host)
+    app.renderer.checks_table(checks)
+    for step in steps:
+        style = {"pass": "green", "skip": "dim", "fail": "bold red"}[step.status]
+        app.renderer.message(f"{step.status} {host} {step.name}: {step.detail}", style)
+    with HealthRecord.open(app.state.health_db, inventory.name, inventory.health) as record:
+        node = record.state(host)
+    ok = all(step.status != "fail" for step in steps)
+    then = f"; `clusterctl health release {host}` brings it back" if ok and node.state == "quarantined" else ""
+    app.renderer.message(f"health check of {host}: {'passed' if ok else 'FAILED'} ({node.state}){then}",
+                         "green" if ok else "bold red")
+    return Outcome({"ok": ok, "host": host, "steps": [s.to_json() for s in steps],
+                    "checks": [c.to_json() for c in checks], "nodes": [node.to_json()]})

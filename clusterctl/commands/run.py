@@ -14,6 +14,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("prompt_file", type=Path, help="its text becomes {prompt} in job.args, byte for byte")
     parser.add_argument("--plan", action="store_true", help="print the topology and per-node commands; launch nothing")
     parser.add_argument("--dry-run", dest="plan", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--include-quarantined", action="store_true",
+                        help="plan the hosts the health record quarantined too (`clusterctl health`)")
     parser.add_argument("--strict", action="store_true",
                         help="fail instead of shrinking nproc_per_node to fit world_size_divides")
     parser.add_argument("--timeout", type=float, default=None, help="stop the job after this many seconds")

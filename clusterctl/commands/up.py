@@ -12,6 +12,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--limit", help="comma-separated host names or groups to act on")
     parser.add_argument("--force", action="store_true",
                         help="also kill foreign processes holding GPUs/the port and replace foreign containers")
+    parser.add_argument("--include-quarantined", action="store_true",
+                        help="plan the hosts the health record quarantined too (`clusterctl health`)")
     parser.add_argument("--playbook", default="up", help="the flow to run (default: playbooks/up.yaml)")
 
 

@@ -118,6 +118,7 @@ class JobRunner:
         self.stacks_dir = stacks_dir
         self.supervised: Optional[supervision.Supervised] = None
         self._wake = threading.Event()  # set when a node's output stream ends: its torchrun ended
+        self.health_watch = None  # job/health_watch.PassiveWatch, set by the run flow (issue 36)
         self._started = time.monotonic()
         self.stalls = stalls.StallWatch(inventory, stalls.JobShape.of_topology(topology), run_id, connections, on_event,
                                         inventory.job.stall_timeout if stall_timeout_s is None else stall_timeout_s,
@@ -264,6 +265,8 @@ class JobRunner:
                 return self.hand_over()
             self._poll_once()
             self._report_status()
+            if self.health_watch is not None:  # issue 36: every 30 s, the running nodes' GPUs and kernel log
+                self.health_watch.tick([n.host for n in self.nodes.values() if n.exit_code is None and not n.lost])
             failed = [n for n in self.nodes.values() if n.failed]
             if failed:
                 if not any(n.lost for n in failed) and not self._stopped():

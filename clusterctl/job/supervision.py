@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from clusterctl.executor import Connections, for_each_host, run_commands, ticks
+from clusterctl.health import fleet as health
 from clusterctl.job import agent
 from clusterctl.job.container import in_container, on_host_or_in_container
 from clusterctl.models import Command, Host, HostResult, HostStatus, Inventory
@@ -253,6 +254,7 @@ def refresh_record(store, inventory: Inventory, connections: Connections, run_id
                      if isinstance(nodes.get(h.name), dict) and nodes[h.name].get("run_dir") and not nodes[h.name].get("lost")}
         done["first_failure"] = with_dumps(done["first_failure"], inventory, answering, connections)
     store.write_json(store.run_dir(run_id) / "run.json", done)
+    health.record_run_end(store, inventory, done)  # issue 36: the run's lost and blamed nodes
     return done
 
 

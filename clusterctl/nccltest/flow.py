@@ -7,6 +7,8 @@ from dataclasses import dataclass, replace
 from typing import Optional
 
 from clusterctl.errors import StateError, UsageError
+from clusterctl.health.fleet import record_events
+from clusterctl.health.seen import pair_events
 from clusterctl.outcome import Outcome
 
 RESULT_FILE = "nccltest.jsonl"
@@ -258,7 +260,25 @@ def _pairs(app, options, inventory, facts, sizes) -> Outcome:
     ok = bool(results) and all(p["ok"] for p in results) and not slow["outlier"] and not interrupted
     document = {"ok": ok, "mode": "pairs", "stages": {}, "sizes": [], "pairs": ranked,
                 "slowest_node": slow["host"], "slowest": slow, "rounds": len(rounds)}
+    note = record_events(app.state.health_db, inventory, pair_events(document))  # issue 36: the outlier
+    if note:
+        app.renderer.message(note, "yellow")
     return Outcome(document, interrupted=interrupted)
+
+
+def pair_test(app, options: NcclTestOptions, inventory, a: str, b: str) -> dict:
+    """One pair's test (`clusterctl health check`: the checked node against a healthy one): its
+    _pair_entry, or {"ok": False, "detail": ...} where the pair's facts could not be learned."""
+    from clusterctl.preflight.node_facts import gather_node_facts
+
+    pair_inventory = replace(inventory, hosts=(inventory.host(a), inventory.host(b)))
+    facts, problems = gather_node_facts(pair_inventory, app.connections)
+    if problems:
+        return {"ok": False, "hosts": [a, b], "detail": "; ".join(f"{h}: {r.detail}" for h, r in problems.items())}
+    pair_inventory = replace(pair_inventory, rendezvous=_pair_rendezvous(inventory, facts, a))
+    test = _one_test(app, options, pair_inventory, facts, (8, None), label=f"pair {a} + {b}")
+    _show_test(app, test)
+    return _pair_entry(test, 1)
 
 
 def _pair_entry(test: dict, round_number: int) -> dict:

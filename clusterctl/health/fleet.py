@@ -1,0 +1,132 @@
+"""The health record where the other flows meet it (issue #36): the events they saw written
+(`record_events`, `record_run_end`), and the hosts a plan may use (`plannable`).
+
+Writing never stops the flow that saw the events: a record that cannot be written (locked, from a
+newer clusterctl, damaged) comes back as a sentence for the caller to say, and nothing recorded is
+lost. Planning reads the record only where one exists (a first `run --plan` creates no file)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Mapping, Optional, Sequence
+
+from clusterctl.errors import ClusterctlError, StateError
+from clusterctl.health.events import Event, GpuId
+from clusterctl.models import Inventory
+
+
+def record_events(db_path: Path, inventory: Inventory, events: Sequence[Event],
+                  gpus: Optional[Mapping[str, Sequence[GpuId]]] = None) -> Optional[str]:
+    """Keep `events` (and the GPUs each host reports now); None, or why the record was not updated."""
+    from clusterctl.health.record import HealthRecord
+
+    if not events and not gpus:
+        return None
+    try:
+        with HealthRecord.open(db_path, inventory.name, inventory.health) as record:
+            for host, ids in (gpus or {}).items():
+                if ids:
+                    record.observe_gpus(host, list(ids))
+            if events:
+                record.record(*events)
+    except ClusterctlError as error:
+        return f"the health record was not updated ({error.args[0] if error.args else error}); {len(events)} event(s) lost"
+    return None
+
+
+def record_run_end(store, inventory: Inventory, record: Mapping) -> Optional[str]:
+    """The one place a run's end reaches the health record (attached: launching.py; detached:
+    supervision.refresh_record, once the supervisor's state is final). `store`: the State."""
+    from clusterctl.health.seen import run_events
+
+    return record_events(store.health_db, inventory, run_events(record))
+
+
+def record_checks(store, inventory: Inventory, checks: Sequence[Mapping], source: str) -> Optional[str]:
+    """Preflight verdicts (`up`, `check`): CheckResult.to_json() documents."""
+    from clusterctl.health.seen import check_events
+
+    return record_events(store.health_db, inventory, check_events(checks, source, [h.name for h in inventory.hosts]))
+
+
+@dataclass(frozen=True)
+class Plannable:
+    """The inventory a plan may use, and the hosts left out of it with why ({host: reason})."""
+
+    inventory: Inventory
+    left_out: Mapping[str, str]
+    unread: str = ""  # why the record could not be read (then every host is planned)
+
+    def note(self) -> str:
+        """The one line a command says when it left hosts out (or could not read the record)."""
+        if self.unread:
+            return f"health: {self.unread}; planning every host"
+        hosts = ", ".join(f"{host} ({reason})" for host, reason in self.left_out.items())
+        return (f"health: leaving out quarantined {hosts}; --include-quarantined to use them, or "
+                f"`clusterctl health check HOST` then `clusterctl health release HOST`")
+
+
+def plannable(db_path: Path, inventory: Inventory, include_quarantined: bool = False) -> Plannable:
+    """`inventory` without its quarantined hosts. Refused (StateError naming each node, its reason
+    and the fix) where too few are left: none, or fewer than the job's `nodes` where it sets one."""
+    if include_quarantined or not inventory.hosts or not Path(db_path).exists():
+        return Plannable(inventory, {})
+    try:
+        quarantined = states_of(db_path, inventory)
+    except ClusterctlError as error:  # a damaged or newer record stops no run: said, and left as it is
+        return Plannable(inventory, {}, f"the health record could not be read ({error.args[0] if error.args else error})")
+    if not quarantined:
+        return Plannable(inventory, {})
+    kept = [h.name for h in inventory.hosts if h.name not in quarantined]
+    wanted = getattr(inventory.job, "nodes", None) or 1
+    if len(kept) < wanted:
+        first = next(iter(quarantined))
+        named = "; ".join(f"{host}: {reason}" for host, reason in quarantined.items())
+        raise StateError(f"too few healthy nodes: {len(kept)} left of {len(inventory.hosts)}, the job needs "
+                         f"{wanted}; quarantined {named}", where=", ".join(quarantined),
+                         fix=f"repair it, then `clusterctl health check {first}` and `clusterctl health release "
+                             f"{first}`; or --include-quarantined if you know better")
+    return Plannable(_without(inventory, kept), quarantined)
+
+
+def states_of(db_path: Path, inventory: Inventory) -> dict[str, str]:
+    """{host: reason} of the inventory's quarantined hosts."""
+    from clusterctl.health.record import HealthRecord
+
+    with HealthRecord.open(db_path, inventory.name, inventory.health) as record:
+        found = record.quarantined([h.name for h in inventory.hosts])
+    return {h.name: found[h.name] for h in inventory.hosts if h.name in found}
+
+
+def _without(inventory: Inventory, kept: list[str]) -> Inventory:
+    limited = inventory.limited(kept)
+    hosts = tuple(h for h in inventory.hosts if h.name in kept)  # by name only: a group names no host here
+    return replace(limited, hosts=hosts)
+
+
+def judged(store, inventory: Inventory, checks: Sequence[Mapping], source: str) -> tuple[Optional[str], list[dict]]:
+    """`check`: its verdicts recorded, then each host's state as the record now has it
+    (NodeHealth.to_json() without events): (why the record was not updated, or None; the states)."""
+    from clusterctl.health.record import HealthRecord
+
+    note = record_checks(store, inventory, checks, source)
+    try:
+        with HealthRecord.open(store.health_db, inventory.name, inventory.health) as record:
+            nodes = record.states([h.name for h in inventory.hosts])
+    except ClusterctlError as error:
+        return note or f"the health record could not be read ({error.args[0] if error.args else error})", []
+    names = {h.name for h in inventory.hosts}
+    return note, [{k: v for k, v in n.to_json().items() if k != "events"} for n in nodes if n.host in names]
+
+
+def partner_for(db_path: Path, inventory: Inventory, host: str) -> Optional[str]:
+    """A node of the inventory other than `host` that the record calls healthy (the first), or None."""
+    from clusterctl.health.record import HealthRecord
+    from clusterctl.health.rules import HEALTHY
+
+    others = [h.name for h in inventory.hosts if h.name != host]
+    if not others:
+        return None
+    with HealthRecord.open(db_path, inventory.name, inventory.health) as record:
+        healthy = {node.host for node in record.states(others) if node.state == HEALTHY}
+    return next((name for name in others if name in healthy), None)

@@ -1,0 +1,130 @@
+"""Issue 36 on the rehearsal cluster: the fleet remembers its sick nodes. A node lost mid-run ends
+quarantined with the run's evidence, the next plan leaves it out, and a passing `health check`
+lets `health release` bring it back; a node whose kernel log shows an Xid 79 while a run goes on
+(tests/fixtures/hardware/xid79_dmesg: its dmesg serves the captured line) is quarantined by the
+passive watch during that run; --include-quarantined plans it anyway."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from clusterctl_helpers import Cli, processes_with, variant, wait_until
+
+pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def cli(hardware_sandbox, tmp_path_factory):
+    cli = Cli(tmp_path_factory.mktemp("health-state"))
+    code, doc = cli.json("up", str(hardware_sandbox.inventory_path))
+    assert code == 0, doc
+    yield cli
+    cli.json("down", "-i", str(hardware_sandbox.inventory_path))
+
+
+@pytest.fixture(scope="module")
+def prompt_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("prompt") / "prompt.txt"
+    path.write_text("a cat on the grass\n")
+    return path
+
+
+def _inventory(sb, path, *args: str):
+    """The sandbox inventory, a node lost once enough to quarantine it, the job given `args`."""
+    def change(doc):
+        doc["job"]["args"] = doc["job"]["args"] + list(args)
+        doc["health"] = {"rules": {"node_lost": {"quarantine_after": 1}}}
+
+    return variant(sb, path, change)
+
+
+def _node(cli, inventory, host: str) -> dict:
+    code, doc = cli.json("health", "-i", str(inventory))
+    assert code == 0, doc
+    return next(n for n in doc["nodes"] if n["host"] == host)
+
+
+def _planned(cli, inventory, *flags: str) -> list:
+    code, doc = cli.json("run", "-i", str(inventory), "--plan", *flags, str(inventory))
+    assert code == 0, doc
+    return [n["host"] for n in doc["topology"]]
+
+
+def _stalling(sb, before: set, host: str):
+    logs = sb.shared_outputs / "logs"
+
+    def found():
+        for run_id in (set(p.name for p in logs.iterdir()) if logs.is_dir() else set()) - before:
+            log = logs / run_id / host / "agent.log"
+            if log.exists() and "stalling" in log.read_text(errors="replace"):
+                return run_id
+        return None
+
+    return wait_until(found, 90, interval=0.5, what=f"a stalling rank on {host}")
+
+
+def test_a_node_lost_mid_run_is_quarantined_left_out_of_the_next_plan_and_back_after_a_passing_check(
+        hardware_sandbox, cli, prompt_file, tmp_path):
+    sb = hardware_sandbox
+    inventory = _inventory(sb, tmp_path / "lost.yaml", "--stall_rank", "4", "--stall_s", "300")
+    logs = sb.shared_outputs / "logs"
+    before = set(p.name for p in logs.iterdir()) if logs.is_dir() else set()
+    proc = cli.popen("run", "-i", str(inventory), str(prompt_file))
+    try:
+        run_id = _stalling(sb, before, "node3")
+        sb.cut_network("node3")
+        code, doc, _ = Cli.finish(proc, timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        sb.restore_network("node3")
+    assert code == 1 and doc["first_failure"]["host"] == "node3", doc.get("first_failure")
+
+    node3 = _node(cli, inventory, "node3")
+    assert node3["state"] == "quarantined" and node3["reason"].startswith("node_lost"), node3
+    lost = [e for e in node3["events"] if e["kind"] == "node_lost"]
+    assert lost and lost[-1]["run_id"] == run_id and "stopped answering" in lost[-1]["evidence"]
+
+    assert _planned(cli, inventory) == ["node1", "node2"]
+    code, refused = cli.json("health", "-i", str(inventory), "release", "node3")
+    assert code == 2 and "no check has passed since" in refused["error"], refused
+
+    # node3 stops its own ranks once its lease runs out; then it is checked like any node
+    wait_until(lambda: not [p for p in processes_with(run_id) if "pytest" not in p[1]], 60, interval=0.5,
+               what="no process of the lost run")
+    code, judged = cli.json("check", "-i", str(inventory))  # the state beside the verdicts
+    assert {n["host"]: n["state"] for n in judged["health"]} == {"node1": "healthy", "node2": "healthy",
+                                                                   "node3": "quarantined"}, judged["health"]
+    code, checked = cli.json("health", "-i", str(inventory), "check", "node3")
+    steps = {s["step"]: s for s in checked["steps"]}
+    assert code == 0 and checked["ok"] is True, checked
+    assert steps["preflight"]["status"] == "pass"
+    assert steps["gpu_burn"]["status"] == "skip" and "no CUDA GPU" in steps["gpu_burn"]["detail"]
+    assert steps["nccl_pair"]["status"] == "pass" and "with node1" in steps["nccl_pair"]["detail"]
+
+    code, released = cli.json("health", "-i", str(inventory), "release", "node3")
+    assert code == 0 and released["nodes"][0]["state"] == "healthy", released
+    assert _planned(cli, inventory) == ["node1", "node2", "node3"]
+
+
+def test_an_xid_79_in_a_nodes_kernel_log_quarantines_it_during_the_run_and_include_quarantined_plans_it(
+        hardware_sandbox, cli, prompt_file, tmp_path):
+    node = hardware_sandbox.node_of["xid79_dmesg"]
+    inventory = _inventory(hardware_sandbox, tmp_path / "xid.yaml")
+    started = time.time()
+    code, doc = cli.json("run", "-i", str(inventory), str(prompt_file))
+    assert code == 0, doc
+
+    state = _node(cli, inventory, node)
+    xids = [e for e in state["events"] if e["kind"] == "xid_fatal"]
+    assert state["state"] == "quarantined" and state["reason"].startswith("xid_fatal"), state
+    assert xids[0]["source"] == "watch" and xids[0]["run_id"] == doc["run_id"] and xids[0]["at"] >= started
+    assert "NVRM: Xid (PCI:0000:44:00): 79, GPU has fallen off the bus" in xids[0]["evidence"]
+    assert all(_node(cli, inventory, other)["state"] == "healthy" for other in {"node1", "node2", "node3"} - {node})
+
+    assert node not in _planned(cli, inventory)
+    assert node in _planned(cli, inventory, "--include-quarantined")
+    code, released = cli.json("health", "-i", str(inventory), "release", node, "--force")
+    assert code == 0 and released["nodes"][0]["state"] == "healthy"
