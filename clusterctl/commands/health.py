@@ -34,7 +34,9 @@ def execute(args, app) -> Outcome:
     inventory = app.inventory()
     words = list(args.words)
     if words[:1] == ["check"] and len(words) == 2:
-        return _check(app, inventory, words[1])
+        from clusterctl.health.checkup import check_outcome
+
+        return check_outcome(app, inventory, words[1])
     with HealthRecord.open(app.state.health_db, inventory.name, inventory.health) as record:
         if words[:1] == ["release"] and len(words) == 2:
             node = record.release(words[1], force=args.force, by=getpass.getuser())
@@ -56,21 +58,3 @@ def execute(args, app) -> Outcome:
         app.renderer.health_table(f"health of {inventory.name}", nodes)
         return Outcome({"ok": True, "nodes": [node.to_json() for node in nodes]})
 
-
-def _check(app, inventory, host: str) -> Outcome:
-    from clusterctl.health.checkup import check_host
-    from clusterctl.health.record import HealthRecord
-
-    steps, checks = check_host(app, inventory, host)
-    app.renderer.checks_table(checks)
-    for step in steps:
-        style = {"pass": "green", "skip": "dim", "fail": "bold red"}[step.status]
-        app.renderer.message(f"{step.status} {host} {step.name}: {step.detail}", style)
-    with HealthRecord.open(app.state.health_db, inventory.name, inventory.health) as record:
-        node = record.state(host)
-    ok = all(step.status != "fail" for step in steps)
-    then = f"; `clusterctl health release {host}` brings it back" if ok and node.state == "quarantined" else ""
-    app.renderer.message(f"health check of {host}: {'passed' if ok else 'FAILED'} ({node.state}){then}",
-                         "green" if ok else "bold red")
-    return Outcome({"ok": ok, "host": host, "steps": [s.to_json() for s in steps],
-                    "checks": [c.to_json() for c in checks], "nodes": [node.to_json()]})

@@ -132,3 +132,23 @@ def _pair(app, inventory: Inventory, name: str, partner: Optional[str]) -> Step:
         return Step("nccl_pair", "pass", f"with {partner}: busbw {entry.get('busbw_gbps')} GB/s, sums exact")
     detail = entry.get("detail") or ((entry.get("first_failure") or {}).get("diagnosis") or [{}])[0].get("evidence")
     return Step("nccl_pair", "fail", f"with {partner}: {detail or entry.get('stages')}"[:800])
+
+
+def check_outcome(app, inventory, host: str):
+    """`clusterctl health check HOST`: the checks, rendered, and the command's Outcome."""
+    from clusterctl.health.record import HealthRecord
+    from clusterctl.outcome import Outcome
+
+    steps, checks = check_host(app, inventory, host)
+    app.renderer.checks_table(checks)
+    for step in steps:
+        style = {"pass": "green", "skip": "dim", "fail": "bold red"}[step.status]
+        app.renderer.message(f"{step.status} {host} {step.name}: {step.detail}", style)
+    with HealthRecord.open(app.state.health_db, inventory.name, inventory.health) as record:
+        node = record.state(host)
+    ok = all(step.status != "fail" for step in steps)
+    then = f"; `clusterctl health release {host}` brings it back" if ok and node.state == "quarantined" else ""
+    app.renderer.message(f"health check of {host}: {'passed' if ok else 'FAILED'} ({node.state}){then}",
+                         "green" if ok else "bold red")
+    return Outcome({"ok": ok, "host": host, "steps": [s.to_json() for s in steps],
+                    "checks": [c.to_json() for c in checks], "nodes": [node.to_json()]})
