@@ -29,8 +29,7 @@ def run_job(session, backend, inventory, request: RunRequest, live: LiveOptions 
     from clusterctl.job.phases import Phases
     from clusterctl.job.records import run_lock
 
-    phases = Phases()
-
+    phases = Phases()  # job/phases.py: when each phase of the run was reached (`run --json`'s `phases`)
     if plan_only and not backend.plans_on_nodes:
         return _plan_document(session, backend.plan(inventory, request, None))
     backend.refuse(request)
@@ -50,7 +49,7 @@ def run_job(session, backend, inventory, request: RunRequest, live: LiveOptions 
     if isinstance(result, Outcome):
         return result
     summary, record, outcome = result
-    phases.reach("returned")
+    phases.reach("returned")  # written again: the phases (and on Slurm whether scancel emptied the queue) are known now
     record["phases"] = phases.to_json()
     session.state.write_json(session.state.run_dir(run_id) / "run.json", record)
     session.renderer.run_summary(record)

@@ -19,7 +19,7 @@ How a node runs its part of a job (all files in the node's run dir,
   newer than `lease.seen`, which it rewrites with a builtin `echo`; before, `date` and `stat`
   each second); the output stream waits for agent.exit through `tail -F` (inotify), not a
   `sleep 0.1` loop (10 forks a second); the controller renews the lease every few seconds.
-- The lease: the controller touches `lease` every poll. If it goes silent for
+- The lease: the controller renews `lease` with each poll (job/pace.py). If it goes silent for
   `lease_s` seconds (controller killed, node cut off), the wrapper stops the node's
   ranks by itself: no node waits forever for peers that are gone. A run handed over to
   the cluster (job/supervision.py) has its node's keeper touch the lease instead, and a
