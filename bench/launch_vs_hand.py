@@ -20,7 +20,6 @@ import argparse
 import json
 import shlex
 import statistics
-import subprocess
 import sys
 import threading
 import time
