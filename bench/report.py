@@ -6,6 +6,7 @@ import subprocess
 import sys
 from typing import Optional
 
+import launch_report
 from common import BENCH, REPO, VENV, summary
 
 TEMPLATE = BENCH / "benchmarks.md.in"
@@ -383,6 +384,7 @@ def render(results: dict) -> str:
         "playbook": playbook_tables(results),
         "up": up_tables(results),
         "launch": launch_table(results),
+        "launch_vs_hand": launch_report.table(results),
         "collect": collect_tables(results),
         "distribute": distribute_table(results),
         "scale": scale_table(results),
@@ -391,6 +393,10 @@ def render(results: dict) -> str:
         "notes": NOTES.read_text().strip() if NOTES.exists() else "",  # hand-written: what remains and why
     }
     return re.sub(r"\{\{(\w+)\}\}", lambda m: values.get(m.group(1), m.group(0)), text)
+
+
+def _has_matplotlib(python: str) -> bool:
+    return subprocess.run([python, "-c", "import matplotlib"], capture_output=True).returncode == 0
 
 
 def publish(results: dict) -> int:
@@ -405,6 +411,10 @@ def publish(results: dict) -> int:
     if python.exists() and len(results.get("scale_docker") or {}) > 1:
         subprocess.run([str(python), str(BENCH / "plot.py"), "--scale", str(BENCH / "results.json"),
                         str(SCALE_PLOT)], check=False)
+    if results.get("launch_vs_hand"):
+        plotter = sys.executable if _has_matplotlib(sys.executable) else str(python)
+        subprocess.run([plotter, str(BENCH / "launch_report.py"), str(BENCH / "results.json"),
+                        str(REPO / "docs" / "launch_vs_hand.png")], check=False)
     width = max(len(g) for g, _, _ in rows)
     print("\nverdicts:")
     for goal, measured, verdict in rows:

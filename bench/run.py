@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 from common import WORK, fresh_dir, log  # noqa: E402
 
-SECTIONS = ("help", "fanout", "playbook", "up", "launch", "collect", "distribute", "scale")
+SECTIONS = ("help", "fanout", "playbook", "up", "launch", "launch_vs_hand", "collect", "distribute", "scale")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -100,6 +100,12 @@ def main(argv=None) -> int:
             _without_docker(args, results, phase, up, bin_dir)
         if {"up", "launch", "collect"} & set(args.only):
             _with_docker(args, results, phase, up, down)
+        if "launch_vs_hand" in args.only:  # `clusterctl run` beside torchrun typed by hand, 2 and 8 nodes (issue 40)
+            import launch_vs_hand
+
+            for n in (2,) if args.quick else (2, 8):
+                results.setdefault("launch_vs_hand", {}).setdefault("after", {})[str(n)] = phase(
+                    f"launch_vs_hand {n}", lambda: dict(launch_vs_hand.measure_at(n, 3), measured=time.strftime("%Y-%m-%d %H:%M")))
         if "distribute" in args.only:  # its own Docker sandboxes, 4 to 32 nodes (issue 22)
             import distribute
 

@@ -111,3 +111,64 @@ def test_without_the_containers_pid_the_shm_is_read_by_docker_exec(tmp_path):
     out = subprocess.run(["sh", "-c", _CONTAINER_SHM, "shm", "ctr"], env=env, capture_output=True, text=True,
                          check=True).stdout
     assert parse_df(out).size_bytes == 111
+
+
+def _start_sleeping_job(tmp_path, lease_s: int):
+    cluster = f"lease-test-{uuid.uuid4().hex[:8]}"
+    inventory, run_dir = _inventory(cluster), tmp_path / "run"
+    env = process.marker_env(cluster, "n1", "r1")
+    assert _run(torchrun.write_env_command(inventory, str(run_dir), env)).returncode == 0
+    assert _run(torchrun.start_command(inventory, str(run_dir), ("sleep", "60"), lease_s=lease_s)).returncode == 0
+    _wait_for(run_dir / "agent.pid")
+    return inventory, run_dir
+
+
+def test_a_lease_nobody_renews_stops_the_nodes_ranks_and_says_why(tmp_path):
+    _inventory_, run_dir = _start_sleeping_job(tmp_path, lease_s=2)
+    _wait_for(run_dir / "agent.exit", 30)
+    assert int((run_dir / "agent.exit").read_text()) != 0
+    assert "no word from the controller or the run's supervisor" in (run_dir / "agent.log").read_text()
+
+
+def test_the_controllers_polls_renew_the_lease_and_the_job_runs_past_it(tmp_path):
+    inventory, run_dir = _start_sleeping_job(tmp_path, lease_s=2)
+    poll = torchrun.poll_command(inventory, str(run_dir))
+    try:
+        for _ in range(12):  # 6 s of polls every 0.5 s: three leases' worth
+            assert _run(poll, text=True).stdout.strip() == "running"
+            time.sleep(0.5)
+        assert not (run_dir / "agent.exit").exists()
+    finally:
+        (run_dir / "stop").write_text("the test is over")
+    _wait_for(run_dir / "agent.exit", 30)
+    assert "the test is over" in (run_dir / "agent.log").read_text()
+
+
+def test_the_output_stream_ends_by_itself_once_agent_exit_appears(tmp_path):
+    inventory, run_dir = _start_sleeping_job(tmp_path, lease_s=60)
+    follow = subprocess.Popen(torchrun.follow_command(inventory, str(run_dir), 1).argv, stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL)
+    try:
+        (run_dir / "stop").write_text("the test is over")
+        assert follow.wait(timeout=30) == 0
+    finally:
+        if follow.poll() is None:
+            follow.kill()
+            follow.wait()
+    assert (run_dir / "agent.exit").exists()
+    deadline = time.monotonic() + 10  # the tail that waited for agent.exit ends with its reader
+    while str(run_dir) in _tails():
+        assert time.monotonic() < deadline, "a tail of the output stream outlived it"
+        time.sleep(0.1)
+
+
+def _tails() -> list[str]:
+    """The working directories of the `tail` processes now (the output stream's run in the run dir)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if (entry / "comm").read_text().strip() == "tail":
+                found.append(os.readlink(entry / "cwd"))
+        except OSError:
+            continue
+    return found

@@ -27,9 +27,11 @@ def run_job(session, backend, inventory, request: RunRequest, live: LiveOptions 
     """`clusterctl run` (and `Cluster.run`): the whole run, or with `plan_only` the plan alone.
     `relaunch_of`: a plan to launch as it is (its run id, its attempt), where it has a layout; else
     the layout is planned anew on the nodes reached, under its run id and attempt."""
+    from clusterctl.job.phases import Phases
     from clusterctl.job.records import run_lock
 
     inventory = session.plannable(inventory)  # quarantined hosts left out (issue 36)
+    phases = Phases()  # job/phases.py: when each phase of the run was reached (`run --json`'s `phases`)
     if plan_only and not backend.plans_on_nodes:
         return _plan_document(session, backend.plan(inventory, request, None))
     backend.refuse(request)
@@ -40,16 +42,18 @@ def run_job(session, backend, inventory, request: RunRequest, live: LiveOptions 
         if relaunch_of is not None and relaunch_of.attempt > 1:  # not to meet the last attempt's stop mark
             set_aside(inventory, connections, run_id, relaunch_of.attempt - 1)
         facts, problems, busy, facts_from = backend.facts(inventory, connections)
+        phases.reach("probe")
         if problems:
             return not_ready(session, problems)
         plan = _plan(backend, inventory, request, run_id, facts, relaunch_of)
         result = _launch(session, backend, inventory, connections, plan, request, live, plan_only,
-                         facts_from, busy, scheduled)
+                         facts_from, busy, scheduled, phases)
     if isinstance(result, Outcome):
         return result
     summary, record, outcome = result
-    if scheduled is not None:  # whether scancel emptied the queue is known only once the allocation ended
-        session.state.write_json(session.state.run_dir(run_id) / "run.json", record)
+    phases.reach("returned")  # written again: the phases (and on Slurm whether scancel emptied the queue) are known now
+    record["phases"] = phases.to_json()
+    session.state.write_json(session.state.run_dir(run_id) / "run.json", record)
     session.renderer.run_summary(record)
     return _ended(summary, record, outcome)
 
@@ -62,7 +66,7 @@ def _plan(backend, inventory, request: RunRequest, run_id: str, facts, relaunch_
 
 
 def _launch(session, backend, inventory, connections, plan: Plan, request: RunRequest, live_options: LiveOptions,
-            plan_only: bool, facts_from: dict, busy, scheduled) -> Outcome:
+            plan_only: bool, facts_from: dict, busy, scheduled, phases=None) -> Outcome:
     from clusterctl.job.livelog import LiveLog, LiveLogEvents
     from clusterctl.job.runner import JobRunner
 
@@ -73,6 +77,7 @@ def _launch(session, backend, inventory, connections, plan: Plan, request: RunRe
                        timeout_s=request.timeout_s, stall_timeout_s=request.stall_timeout_s,
                        stacks_dir=session.state.root / "runs" / run_id / "stacks")
     runner.health_watch = _health_watch(session, inventory, connections, runner, live.on_event)
+    runner.phases = phases if phases is not None else runner.phases
     summary = {**summary_of(inventory, topology, run_id), "facts_from": facts_from}
     reused = sum(1 for where in facts_from.values() if where == "up")
     if reused:
@@ -144,7 +149,7 @@ def _watch(session, backend, runner, summary: dict, place: dict, request: RunReq
 
 def _ended(summary: dict, record: dict, outcome) -> Outcome:
     document = {"ok": outcome.exit_code == 0, **summary, "exit_code": outcome.exit_code,
-                "duration_s": record["duration_s"], "nodes": record["nodes"]}
+                "duration_s": record["duration_s"], "nodes": record["nodes"], "phases": record.get("phases", {})}
     if outcome.first_failure:
         document["first_failure"] = outcome.first_failure
     if outcome.stopped:

@@ -14,7 +14,12 @@ How a node runs its part of a job (all files in the node's run dir,
   own `sleep 1` once outlived a stop and made the next run see "a run in progress").
 - agent.exit is written as soon as torchrun ends (the lease is watched by a subshell beside it,
   not by a loop that would add up to its period to every run's end).
-- The lease: the controller touches `lease` every poll. If it goes silent for
+- What the node pays while the job runs (issue 40: at most 1% of a core): the lease watcher forks
+  one `sleep 1` a second and nothing else (the shell's own `-nt` tells a renewed lease: the lease
+  newer than `lease.seen`, which it rewrites with a builtin `echo`; before, `date` and `stat`
+  each second); the output stream waits for agent.exit through `tail -F` (inotify), not a
+  `sleep 0.1` loop (10 forks a second); the controller renews the lease every few seconds.
+- The lease: the controller renews `lease` with each poll (job/pace.py). If it goes silent for
   `lease_s` seconds (controller killed, node cut off), the wrapper stops the node's
   ranks by itself: no node waits forever for peers that are gone. A run handed over to
   the cluster (job/supervision.py) has its node's keeper touch the lease instead, and a
@@ -40,12 +45,14 @@ pid=$!
 echo "$pid" > "$dir/agent.pid"
 alive() { s=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -c1); [ -n "$s" ] && [ "$s" != Z ]; }
 (
+  echo > "$dir/lease.seen"; age=0
   while sleep 1; do
-    age=$(( $(date +%s) - $(stat -c %Y "$dir/lease" 2>/dev/null || echo 0) ))
     why=
     if [ -e "$dir/stop" ]; then why="the run's supervisor stopped this node's ranks: $(head -c 300 "$dir/stop")"
-    elif [ "$age" -gt "$lease" ]; then
+    elif [ "$dir/lease" -nt "$dir/lease.seen" ]; then echo > "$dir/lease.seen"; age=0
+    elif [ "$age" -ge "$lease" ]; then
       why="no word from the controller or the run's supervisor for ${age}s (lease ${lease}s): stopping this node's ranks"
+    else age=$((age+1))
     fi
     if [ -n "$why" ]; then
       echo "clusterctl: $why"
@@ -62,14 +69,17 @@ echo "$code" > "$dir/agent.exit.tmp" && mv -f "$dir/agent.exit.tmp" "$dir/agent.
 '''
 
 # Prints "exit N" once torchrun ended ("exit N stopped" when `clusterctl stop` ended it), else
-# "running"; refreshes the lease.
-_POLL = ('touch "$1/lease" 2>/dev/null; if [ -e "$1/agent.exit" ]; then s=; [ -e "$1/stopped" ] && s=" stopped"; '
+# "running"; renews the lease (a builtin `echo >` sets its mtime: one fork less than `touch`).
+_POLL = ('{ echo > "$1/lease"; } 2>/dev/null; if [ -e "$1/agent.exit" ]; then s=; [ -e "$1/stopped" ] && s=" stopped"; '
          'echo "exit $(cat "$1/agent.exit")$s"; else echo running; fi')
 
 # Streams the node's output until agent.exit appears, then the rest, then ends by itself (its end
 # tells the runner to poll the node at once; tail -F reads through inotify, so 0.15 s gets the rest:
 # the ranks' files were complete a second before, when the ranks exited, and torchrun's own last
-# lines are milliseconds old; agent.exit is looked for every 0.1 s, a fork a tenth of a second): each
+# lines are milliseconds old). agent.exit is waited for by a second `tail -F`, which sees it appear
+# through inotify (no fork while the job runs; it was a `sleep 0.1` loop, 10 forks a second) and
+# ends once `head` has its first byte (GNU tail notices its reader gone; --pid ends it with the
+# first tail otherwise); a tail that cannot (no --pid: busybox) leaves the old loop to wait. Each
 # local rank's own stdout/stderr files (byte for byte, `\r` and partial lines included) and
 # torchrun's agent.log, through one `tail -v -F` that marks each switch of file with a header.
 # First it waits for torchrun's per-rank directory (made as the workers start) and names it in a
@@ -88,6 +98,7 @@ set --
 i=0
 while [ -n "$att" ] && [ "$i" -lt "$n" ]; do set -- "$@" "$att/$i/stdout.log" "$att/$i/stderr.log"; i=$((i+1)); done
 tail -v -n +1 -F "$@" agent.log 2>/dev/null & t=$!
+tail -n +1 -F -s 0.1 --pid="$t" agent.exit 2>/dev/null | head -c 1 >/dev/null
 while [ ! -e agent.exit ]; do sleep 0.1; done
 sleep 0.15; kill "$t" 2>/dev/null
 '''

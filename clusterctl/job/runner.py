@@ -27,7 +27,7 @@ from clusterctl.executor import Connections, Event, OnEvent, Streams, Ticker, fo
 from clusterctl.job.torchrun import MAX_ARG_BYTES, RANK_PREFIX_RE, job_argv, log_dir, placeholder_values, torchrun_argv, torchrun_env
 from clusterctl.models import Command, Host, HostResult, HostStatus, Inventory, MASK, looks_secret
 from clusterctl.job import agent, rollcall, stalls, supervision
-from clusterctl.job import dumps, kernel_log
+from clusterctl.job import dumps, kernel_log, pace, phases
 from clusterctl.job.failures import Ended, first_failure, first_ranks_of
 from clusterctl.job.follow import FollowStream, Piece, latest_state, line_prefix
 from clusterctl.modules import process
@@ -119,6 +119,8 @@ class JobRunner:
         self.supervised: Optional[supervision.Supervised] = None
         self._wake = threading.Event()  # set when a node's output stream ends: its torchrun ended
         self.health_watch = None  # job/health_watch.PassiveWatch, set by the run flow (issue 36)
+        self.phases = phases.Phases()  # the run flow hands its own in (job/phases.py)
+        self.pace = pace.Pace()  # which nodes a turn of the watch loop asks (job/pace.py)
         self._started = time.monotonic()
         self.stalls = stalls.StallWatch(inventory, stalls.JobShape.of_topology(topology), run_id, connections, on_event,
                                         inventory.job.stall_timeout if stall_timeout_s is None else stall_timeout_s,
@@ -147,6 +149,7 @@ class JobRunner:
         handed over to the cluster. `hung_up()` turning true (the terminal hung up) hands it over too."""
         started = self._started = time.monotonic()
         launched = self._launch()
+        self.phases.reach("launch")
         failures = {n: r for n, r in launched.items() if not r.succeeded}
         if failures:
             self.stop("launch failed")
@@ -159,7 +162,7 @@ class JobRunner:
         streams = Streams([n.host for n in self.nodes.values()],
                           lambda host: agent.follow_command(self.inventory, self.nodes[host.name].run_dir,
                                                             self.topology.node(host.name).nproc),
-                          lambda name, data: self._show(name, follows[name].feed(data)),
+                          lambda name, data: self._show(name, follows[name].feed(data), follows[name].follows_ranks),
                           lambda name, _result: self._followed_to_end(name, follows[name]), self.connections)
         try:
             outcome = self._watch(hung_up)
@@ -195,15 +198,18 @@ class JobRunner:
     # The ranks' own files are read, not torchrun's copy (job/follow.py says why): `line` for each
     # whole line of a rank (or of torchrun), `partial` for the line a rank is still writing (a
     # progress bar redrawn with `\r`).
-    def _show(self, host: str, pieces: list[Piece]) -> None:
+    def _show(self, host: str, pieces: list[Piece], ranks_started: bool = False) -> None:
         if pieces:
             self.stalls.heard()
+        if ranks_started:
+            self.phases.reach("first_rank")
         plan = self.topology.node(host)
         for piece in pieces:
             self._emit(host, self.nodes[host], plan.first_rank, piece)
 
     def _followed_to_end(self, host: str, stream: FollowStream) -> HostResult:
         self._show(host, stream.finish())
+        self.pace.everyone()
         self._wake.set()  # the node's torchrun ended (or its connection did): poll it now
         return HostResult(host, HostStatus.OK)
 
@@ -219,6 +225,8 @@ class JobRunner:
         text = self._mask(text) if piece.complete else self._mask_partial(text)
         if rank is not None:
             node.ranks_seen.add(rank)
+            self.phases.reach("first_rank")
+            self.phases.again("last_rank_done")
         node.last_line = latest_state(text) if "\r" in text else text
         prefix = line_prefix(host, rank)
         self.on_event(Event("line" if piece.complete else "partial", host, text,
@@ -279,6 +287,8 @@ class JobRunner:
                 first = self._first_failure(failed)
                 self.stop(f"{first['host']} failed")
                 return JobOutcome(1, first)
+            if all(n.exit_code is not None or n.lost for n in self.nodes.values()):
+                self.phases.reach("torchrun_exits")
             if all(n.exit_code == 0 for n in self.nodes.values()):
                 return JobOutcome(0)
             hang = self.stalls.check([n.host for n in self.nodes.values() if n.exit_code is None and not n.lost])
@@ -328,12 +338,13 @@ class JobRunner:
                         "last": n.last_line[-80:]} for name, n in self.nodes.items()}
         self.on_event(Event("status", data={"nodes": nodes}))
 
-    def _poll_once(self) -> None:
+    def _poll_once(self, everyone: bool = False) -> None:
         # A node whose connection dropped is reconnected within a few seconds, not within the
         # inventory's connect_timeout: a node cut off mid-run must count as lost after
         # `lost_after_s`, and one dead node must not hold up the polls (and leases) of the others.
         quick = max(1.0, min(self.lost_after_s / 2, 3.0))
-        waiting = [_with_connect_timeout(n.host, quick) for n in self.nodes.values() if n.exit_code is None and not n.lost]
+        due = self.pace.due([name for name, n in self.nodes.items() if n.exit_code is None and not n.lost], time.monotonic(), everyone)
+        waiting = [_with_connect_timeout(self.nodes[name].host, quick) for name in due]
 
         def action(transport, host: Host) -> HostResult:
             node = self.nodes[host.name]
@@ -342,6 +353,7 @@ class JobRunner:
         now = time.monotonic()
         for name, result in for_each_host(waiting, action, self.connections).items():
             node = self.nodes[name]
+            self.pace.answered(name, result.succeeded)
             if result.succeeded:
                 node.last_seen = now
                 node.exit_code = agent.parse_poll(result.stdout)
@@ -361,7 +373,7 @@ class JobRunner:
         own torchrun may well be the last of them to exit."""
         for _left in ticker.during(seconds, done=lambda: all(n.exit_code is not None or n.lost
                                                              for n in self.nodes.values())):
-            self._poll_once()
+            self._poll_once(everyone=True)
         return [n for n in self.nodes.values() if n.failed]
 
     def _first_failure(self, failed: list[NodeRun]) -> dict:

@@ -1,0 +1,56 @@
+"""When each phase of a run was reached, in seconds since the command started (`run --json`'s
+`phases`, and the run record's). How each is observed, on this machine:
+
+- `probe`: the nodes' facts are known (the backend's `facts`: read from `clusterctl up`'s, or probed).
+- `launch`: every node's start command returned (torchrun started, detached, on every node).
+- `first_rank`: the first node's output stream names torchrun's per-rank directory (torchrun makes
+  it as it starts its workers; the stream looks for it every 0.25 s) or brings a rank's first line.
+- `last_rank_done`: the last line of any rank reached this machine.
+- `torchrun_exits`: the poll that learned the last node's torchrun exit code (`agent.exit`).
+- `returned`: the run's record is written and its document is about to be returned.
+
+"Since the command started" is since this process started (Linux: /proc/self/stat), so the
+interpreter's own start-up is in every figure, as it is in the time a user waits; elsewhere,
+since this module was imported.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Optional
+
+NAMES = ("probe", "launch", "first_rank", "last_rank_done", "torchrun_exits", "returned")
+
+
+def process_started() -> float:
+    """This process's start, wall clock (Linux); the import of this module elsewhere."""
+    try:
+        with open("/proc/self/stat") as stat:
+            ticks = int(stat.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as uptime:  # to 0.01 s (the boot time in /proc/stat is whole seconds)
+            up = float(uptime.read().split()[0])
+        return time.time() - (up - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return _IMPORTED
+
+
+_IMPORTED = time.time()
+
+
+class Phases:
+    """The phases reached so far. `reach` keeps the first time, `again` the latest; thread-safe
+    enough for its use (a float stored per key, from the streams' threads too)."""
+
+    def __init__(self, started: Optional[float] = None):
+        self.started = process_started() if started is None else started
+        self._at: dict[str, float] = {}
+
+    def reach(self, name: str) -> None:
+        self._at.setdefault(name, time.time())
+
+    def again(self, name: str) -> None:
+        self._at[name] = time.time()
+
+    def to_json(self) -> dict:
+        """{name: seconds since the command started}, in NAMES' order, the phases reached only."""
+        return {name: round(max(0.0, self._at[name] - self.started), 3) for name in NAMES if name in self._at}
