@@ -43,6 +43,7 @@ test-fast: $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q -m "not sandbox and not slow"
 
 bench: deps $(STAMP)
+	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) bench/run.py $(BENCH_ARGS)
 
 # docs/diagnosis.md (accuracy on the corpus' splits, confusions, the 1 GB benchmark) and the README's
