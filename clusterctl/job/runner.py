@@ -28,6 +28,7 @@ from clusterctl.job.torchrun import MAX_ARG_BYTES, RANK_PREFIX_RE, job_argv, log
 from clusterctl.models import Command, Host, HostResult, HostStatus, Inventory, MASK, looks_secret
 from clusterctl.job import agent, rollcall, stalls, supervision
 from clusterctl.job import dumps, kernel_log
+from clusterctl.job.straggler_watch import StragglerWatch
 from clusterctl.job.failures import Ended, first_failure, first_ranks_of
 from clusterctl.job.follow import FollowStream, Piece, latest_state, line_prefix
 from clusterctl.modules import process
@@ -122,6 +123,7 @@ class JobRunner:
         self.stalls = stalls.StallWatch(inventory, stalls.JobShape.of_topology(topology), run_id, connections, on_event,
                                         inventory.job.stall_timeout if stall_timeout_s is None else stall_timeout_s,
                                         stack_interval_s)
+        self.stragglers = StragglerWatch.of_topology(inventory, topology, run_id, connections, on_event)
         self._secret_values = sorted(secret_values(inventory), key=len, reverse=True)
         self._secret_names = {e.name for e in (*inventory.job.env, *(inventory.container.env if inventory.container else ()),
                                                *(e for h in inventory.hosts for e in h.env)) if e.is_secret}
@@ -218,6 +220,7 @@ class JobRunner:
         text = self._mask(text) if piece.complete else self._mask_partial(text)
         if rank is not None:
             node.ranks_seen.add(rank)
+            self.stragglers.heard(rank, text, piece.complete)  # its progress: the step time
         node.last_line = latest_state(text) if "\r" in text else text
         prefix = line_prefix(host, rank)
         self.on_event(Event("line" if piece.complete else "partial", host, text,
@@ -278,7 +281,9 @@ class JobRunner:
                 return JobOutcome(1, first)
             if all(n.exit_code == 0 for n in self.nodes.values()):
                 return JobOutcome(0)
-            hang = self.stalls.check([n.host for n in self.nodes.values() if n.exit_code is None and not n.lost])
+            running = [n.host for n in self.nodes.values() if n.exit_code is None and not n.lost]
+            self.stragglers.check(running, paused=self.stalls.sampling)
+            hang = self.stalls.check(running)
             if hang is not None:
                 return self._hung(hang)
             if self.timeout_s and ticker.elapsed() > self.timeout_s:
