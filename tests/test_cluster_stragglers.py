@@ -1,10 +1,11 @@
 """Stragglers on the rehearsal cluster (issue 37): 3 nodes x 2 gloo ranks in containers running
 tests/fixtures/jobs/straggler.py (0.2 s steps, an all_reduce each). A rank 0.35 s slower per step is
-named, with its host, within 30 s of the start, live (`[straggler] node2 r3: ...`) and in `run --json`,
-run.json and `status --json`; the same job with every rank alike names nobody. The cost of the
+named, with its host, within 30 s of the start, in `run --json`, run.json and `status --json` (the live
+line is checked on this machine's run, tests/test_stragglers.py); the same job with every rank alike names nobody. The cost of the
 sampling is measured on the healthy job (its mean step time with and without the watch) and printed."""
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -57,13 +58,9 @@ def test_a_rank_0_35_s_slower_per_step_is_named_with_its_host_within_30_s(sandbo
     named = doc["stragglers"]
     assert [(s["host"], s["rank"]) for s in named] == [("node2", 3)], (named, err[-6000:])
     record = cli.state_dir / "runs" / doc["run_id"] / "run.json"
-    import json
-
     started = json.loads(record.read_text())["started"]
     assert named[0]["since"] - started < 30, (f"named {named[0]['since'] - started:.0f}s after the start", err[-6000:])
     assert named[0]["ratio"] > 1.5 and named[0]["evidence"].endswith("waited in a collective"), named
-    assert re.search(r"\[straggler\] node2 r3: \+[0-9.]+ s per step \([0-9.]+x the median\), \d+ of the last \d+ "
-                     r"samples working while the other 5 ranks waited in a collective", err), err[-3000:]
     assert json.loads(record.read_text())["stragglers"] == named
     code, status = cli.json("status", "-i", str(inventory))
     run = next(r for r in status["runs"] if r["run_id"] == doc["run_id"])

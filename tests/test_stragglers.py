@@ -65,6 +65,11 @@ def test_ranks_of_several_nodes_are_judged_together():
     assert (found.host, found.rank, found.others_waiting) == ("node1", 1, 2)
 
 
+def test_a_rank_the_others_wait_for_in_every_sample_is_a_hang_and_not_named_a_straggler():
+    hung = [s for s in _samples(SLOW) if any(r.in_collective for r in s)]
+    assert len(hung) == 10 and find(hung, 0.55, 0.0) is None
+
+
 def test_too_few_samples_name_nobody_yet():
     assert find(_samples(SLOW)[:4], 0.55, 0.0) is None
 

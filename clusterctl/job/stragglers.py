@@ -30,6 +30,7 @@ MIN_SHARE = 0.15  # of the window's samples (a rank 20% slower is singled out in
 DOMINANCE = 3.0  # times as often as any other rank
 RECOVERED_SHARE = MIN_SHARE / 2  # below this, over the latest RECENT samples, a named rank keeps pace again
 RECENT = 20
+STALLED_SHARE = 0.95  # the others wait in (nearly) every sample: not a slow rank but a stopped one
 
 Key = tuple[str, int]  # (host, rank)
 
@@ -118,6 +119,8 @@ def find(samples: Sequence[Sequence[RankStack]], step_s: Optional[float], now: f
         return None
     others = [t.wait_share for t in ranked[1:] if t.read]
     lag_share = statistics.median(others) if others else 0.0
+    if lag_share >= STALLED_SHARE:
+        return None  # the others never get past the collective: a hang, the stall watch's to judge (job/stalls.py)
     ratio = (1.0 - top.wait_share) / max(1.0 - lag_share, 0.05)
     return Straggler(top.host, top.rank, gpu_of.get((top.host, top.rank)),
                      lag_share * step_s if step_s else None, lag_share, ratio, now, top.singled_out,
