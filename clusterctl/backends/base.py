@@ -26,6 +26,7 @@ class RunRequest:
     timeout_s: Optional[float] = None
     stall_timeout_s: Optional[float] = None
     detach: bool = False
+    straggler_watch: bool = True  # sample the ranks to name a straggler (job/straggler_watch.py)
 
 
 @dataclass(frozen=True)

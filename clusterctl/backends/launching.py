@@ -78,6 +78,7 @@ def _launch(session, backend, inventory, connections, plan: Plan, request: RunRe
                        stacks_dir=session.state.root / "runs" / run_id / "stacks")
     runner.health_watch = _health_watch(session, inventory, connections, runner, live.on_event)
     runner.phases = phases if phases is not None else runner.phases
+    runner.stragglers.enabled = runner.stragglers.enabled and request.straggler_watch
     summary = {**summary_of(inventory, topology, run_id), "facts_from": facts_from}
     reused = sum(1 for where in facts_from.values() if where == "up")
     if reused:
@@ -117,9 +118,11 @@ def _watch(session, backend, runner, summary: dict, place: dict, request: RunReq
     run_id, started, inventory_given = summary["run_id"], time.time(), str(session.inventory_path())
     record_path = session.state.run_dir(run_id) / "run.json"
     # recorded at the start too: `clusterctl stacks` (and collect-logs) find a run that goes on
-    session.state.write_json(record_path, {**summary, "commands": runner.commands(), "started": started,
-                                           "state": "running", "exit_code": None, "inventory": inventory_given,
-                                           **place})
+    running = {**summary, "commands": runner.commands(), "started": started, "state": "running", "exit_code": None,
+               "inventory": inventory_given, **place, "stragglers": []}
+    session.state.write_json(record_path, running)
+    # a rank named late (or keeping pace again) is in the record at once: `status --json` shows it
+    runner.stragglers.on_change = lambda found: session.state.write_json(record_path, {**running, "stragglers": found})
     try:
         with backend.hang_up() as hung_up:
             outcome, crash = runner.run(detach=request.detach, hung_up=hung_up), None
@@ -133,7 +136,8 @@ def _watch(session, backend, runner, summary: dict, place: dict, request: RunReq
               "started": started, "ended": time.time(), "duration_s": round(outcome.duration, 3),
               "exit_code": outcome.exit_code, "nodes": node_states(runner),
               "first_failure": outcome.first_failure, "interrupted": outcome.interrupted,
-              "inventory": inventory_given, "state": "stopped" if outcome.stopped else "ended", **place}
+              "inventory": inventory_given, "state": "stopped" if outcome.stopped else "ended", **place,
+              "stragglers": runner.stragglers.found()}
     if outcome.stopped:
         record["stopped"] = True
     if crash is not None:
@@ -142,6 +146,7 @@ def _watch(session, backend, runner, summary: dict, place: dict, request: RunReq
     health_note = record_run_end(session.state, runner.inventory, record)  # issue 36: lost and blamed nodes
     if health_note:
         session.renderer.message(health_note, "yellow")
+    record_stragglers(session, runner.inventory, run_id, record["stragglers"])
     if crash is not None:
         raise crash
     return summary, record, outcome
@@ -149,12 +154,31 @@ def _watch(session, backend, runner, summary: dict, place: dict, request: RunReq
 
 def _ended(summary: dict, record: dict, outcome) -> Outcome:
     document = {"ok": outcome.exit_code == 0, **summary, "exit_code": outcome.exit_code,
-                "duration_s": record["duration_s"], "nodes": record["nodes"], "phases": record.get("phases", {})}
+                "duration_s": record["duration_s"], "nodes": record["nodes"], "phases": record.get("phases", {}),
+                "stragglers": record.get("stragglers", [])}
     if outcome.first_failure:
         document["first_failure"] = outcome.first_failure
     if outcome.stopped:
         document["stopped"] = True
     return Outcome(document, interrupted=outcome.interrupted)
+
+
+def record_stragglers(session, inventory, run_id: str, found: list) -> None:
+    """Each rank named late during the run: a `straggler` event of its node (its GPU, where known)
+    in the fleet health record (clusterctl/health/)."""
+    if not found:
+        return
+    from clusterctl.errors import ClusterctlError
+    from clusterctl.health.events import Event, GpuId
+    from clusterctl.health.record import HealthRecord
+
+    events = [Event(s["host"], "straggler", "straggler", f"rank {s['rank']}: {s['evidence']}",
+                    gpu=GpuId(index=s["gpu"]) if s.get("gpu") is not None else None, run_id=run_id) for s in found]
+    try:
+        with HealthRecord.open(session.state.health_db, inventory.name, inventory.health) as health:
+            health.record(*events)
+    except ClusterctlError as exc:  # the run is recorded all the same; the health record says why not
+        session.renderer.message(f"the health record did not take the straggler events: {exc}", "yellow")
 
 
 def _plan_document(session, plan: Plan) -> Outcome:

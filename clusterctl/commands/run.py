@@ -22,6 +22,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stall-timeout", type=_seconds, default=None, metavar="S",
                         help="seconds without output before every rank's stack is taken; stacks that do not move "
                              "stop the run and name the rank elsewhere (default: job.stall_timeout, 900; 0: off)")
+    parser.add_argument("--no-straggler-watch", dest="straggler_watch", action="store_false",
+                        help="do not sample the ranks to name one the others wait for (a straggler); by default "
+                             "every rank is sampled with py-spy every second, without pausing it")
     parser.add_argument("-d", "--detach", action="store_true",
                         help="return once every rank has started, printing the run id; the run goes on, watched "
                              "on the cluster (`clusterctl attach`, `logs -f`, `stop`, `status`)")
@@ -61,6 +64,6 @@ def execute(args, app) -> Outcome:
     inventory = app.inventory()
     check_prompt_fits(prompt, inventory, str(args.prompt_file))
     request = RunRequest(prompt, strict=args.strict, timeout_s=args.timeout, stall_timeout_s=args.stall_timeout,
-                         detach=args.detach)
+                         detach=args.detach, straggler_watch=args.straggler_watch)
     live = LiveOptions(getattr(args, "ranks", ()) or (), getattr(args, "local_ranks", ()) or ())
     return run_job(app, backend_for(app, inventory), inventory, request, live, plan_only=args.plan)

@@ -56,9 +56,10 @@ class RunEntry:
     nodes: list
     cluster: Optional[str]
     stalled_s: Optional[float] = None  # a detached run whose ranks all went silent this long (its supervisor says)
+    stragglers: tuple = ()  # ranks the others waited for (job/stragglers.py), as run.json has them
 
     def to_json(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "stragglers": [dict(s) for s in self.stragglers]}
 
 
 def state_of(record: dict, run_id: str, holder_of: Callable[[str], Optional[dict]]) -> str:
@@ -100,7 +101,8 @@ def entry(record: dict, run_id: str, holder_of: Callable[[str], Optional[dict]])
     nodes = [n.get("host") for n in record.get("topology") or [] if isinstance(n, dict)]
     return RunEntry(run_id, state_of(record, run_id, holder_of), record.get("started"), record.get("ended"),
                     record.get("exit_code"), _failure(record.get("first_failure")), record.get("world_size"),
-                    nodes, record.get("cluster"), record.get("stalled_s") if record.get("state") == "running" else None)
+                    nodes, record.get("cluster"), record.get("stalled_s") if record.get("state") == "running" else None,
+                    tuple(s for s in record.get("stragglers") or () if isinstance(s, dict)))
 
 
 def _failure(first: Optional[dict]) -> Optional[dict]:

@@ -27,8 +27,9 @@ from clusterctl.executor import Connections, Event, OnEvent, Streams, Ticker, fo
 from clusterctl.job.torchrun import MAX_ARG_BYTES, RANK_PREFIX_RE, job_argv, log_dir, placeholder_values, torchrun_argv, torchrun_env
 from clusterctl.models import Command, Host, HostResult, HostStatus, Inventory, MASK, looks_secret
 from clusterctl.job import agent, rollcall, stalls, supervision
-from clusterctl.job import dumps, kernel_log, pace, phases
-from clusterctl.job.failures import Ended, first_failure, first_ranks_of
+from clusterctl.job import culprit, pace, phases
+from clusterctl.job.straggler_watch import StragglerWatch
+from clusterctl.job.failures import first_ranks_of
 from clusterctl.job.follow import FollowStream, Piece, latest_state, line_prefix
 from clusterctl.modules import process
 from clusterctl.job.topology import Topology
@@ -125,6 +126,7 @@ class JobRunner:
         self.stalls = stalls.StallWatch(inventory, stalls.JobShape.of_topology(topology), run_id, connections, on_event,
                                         inventory.job.stall_timeout if stall_timeout_s is None else stall_timeout_s,
                                         stack_interval_s)
+        self.stragglers = StragglerWatch.of_topology(inventory, topology, run_id, connections, on_event)
         self._secret_values = sorted(secret_values(inventory), key=len, reverse=True)
         self._secret_names = {e.name for e in (*inventory.job.env, *(inventory.container.env if inventory.container else ()),
                                                *(e for h in inventory.hosts for e in h.env)) if e.is_secret}
@@ -227,6 +229,7 @@ class JobRunner:
             node.ranks_seen.add(rank)
             self.phases.reach("first_rank")
             self.phases.again("last_rank_done")
+            self.stragglers.heard(rank, text, piece.complete)  # its progress: the step time
         node.last_line = latest_state(text) if "\r" in text else text
         prefix = line_prefix(host, rank)
         self.on_event(Event("line" if piece.complete else "partial", host, text,
@@ -291,7 +294,9 @@ class JobRunner:
                 self.phases.reach("torchrun_exits")
             if all(n.exit_code == 0 for n in self.nodes.values()):
                 return JobOutcome(0)
-            hang = self.stalls.check([n.host for n in self.nodes.values() if n.exit_code is None and not n.lost])
+            running = [n.host for n in self.nodes.values() if n.exit_code is None and not n.lost]
+            self.stragglers.check(running, paused=self.stalls.sampling)
+            hang = self.stalls.check(running)
             if hang is not None:
                 return self._hung(hang)
             if self.timeout_s and ticker.elapsed() > self.timeout_s:
@@ -377,22 +382,7 @@ class JobRunner:
         return [n for n in self.nodes.values() if n.failed]
 
     def _first_failure(self, failed: list[NodeRun]) -> dict:
-        tails = self._tails([n for n in failed if not n.lost])
-        ended = [Ended(n.host.name, n.ended_at or 0, n.lost, n.exit_code, tails.get(n.host.name, "")) for n in failed]
-        first = first_failure(self.inventory, ended, self.poll_s, self.lost_after_s,
-                              {name: n.exit_code for name, n in self.nodes.items()}, first_ranks_of(self.topology.nodes))
-        answering = {name: (n.host, n.run_dir) for name, n in self.nodes.items() if not n.lost}
-        first = dumps.with_dumps(first, self.inventory, answering, self.connections)
-        if first.get("signal") == "SIGKILL" and first.get("host") in answering:
-            lines = kernel_log.read_oom_lines(answering[first["host"]][0], self.started_at, self.connections)
-            first = kernel_log.with_kernel_log(first, lines)
-        return first
-
-    def _tails(self, nodes: list[NodeRun]) -> dict[str, str]:
-        def action(transport, host: Host) -> HostResult:
-            return run_commands(transport, host, [agent.tail_command(self.inventory, self.nodes[host.name].run_dir, 200)])
-
-        return {name: self._mask(r.stdout) for name, r in for_each_host([n.host for n in nodes], action, self.connections).items()}
+        return culprit.first_failure_of(self, failed)
 
     def _mask(self, text: str) -> str:
         """What a job prints of its secrets (a config dump) never reaches the terminal or the run record."""

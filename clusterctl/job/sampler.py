@@ -35,9 +35,10 @@ from clusterctl.models import Command, Host, HostResult, HostStatus, Inventory
 MARK = "@@@clusterctl-stacks "
 
 # $1 cluster, $2 host, $3 run id, $4 samples, $5 seconds between samples, $6 the `uname -m` the shipped
-# binary runs on ("" when none is shipped). stdin: the gzipped py-spy binary, or nothing.
+# binary runs on ("" when none is shipped), $7 `--nonblocking` (read the ranks without pausing them: the
+# straggler watch samples a healthy job all along) or "". stdin: the gzipped py-spy binary, or nothing.
 _SCRIPT = r'''
-cluster=$1 host=$2 run=$3 samples=$4 interval=$5 arch=$6 M='@@@clusterctl-stacks'
+cluster=$1 host=$2 run=$3 samples=$4 interval=$5 arch=$6 nb=$7 M='@@@clusterctl-stacks'
 dir=$(mktemp -d "${TMPDIR:-/tmp}/clusterctl-stacks.XXXXXX" 2>/dev/null) || dir=$(mktemp -d /var/tmp/clusterctl-stacks.XXXXXX) \
   || { cat >/dev/null; echo "$M problem cannot create a temporary directory"; exit 0; }
 extra=""
@@ -73,7 +74,7 @@ for e in $(grep -lzxF "CLUSTERCTL_CLUSTER=$cluster" /proc/[0-9]*/environ 2>/dev/
 done
 [ -s "$dir/ranks" ] || { echo "$M problem no rank of run $run runs here"; exit 0; }
 one() {
-  out=$("$spy" dump --json --pid "$1" 2>&1); code=$?
+  out=$("$spy" dump --json $nb --pid "$1" 2>&1); code=$?
   # an older py-spy on the node without --json: its text form
   [ "$code" != 0 ] && case "$out" in *--json*) out=$("$spy" dump --full-filenames --pid "$1" 2>&1); code=$?;; esac
   ticks=$(sed 's/.*) //' "/proc/$1/task/$1/stat" 2>/dev/null | cut -d' ' -f12,13 | tr ' ' '+')
@@ -137,11 +138,11 @@ def payload() -> tuple[bytes, str]:
 
 
 def sample_command(inventory: Inventory, host: str, run_id: str, samples: int = 2, interval_s: float = 3.0,
-                   inside: bool = False) -> Command:
+                   inside: bool = False, nonblocking: bool = False) -> Command:
     """The script for one node, on the host (as root where sudo allows) or, with `inside`, in the container."""
     data, arch = payload()
     argv = ("sh", "-c", _SCRIPT, "clusterctl-stacks", inventory.name, host, run_id, str(max(1, samples)),
-            f"{max(0.0, interval_s):g}", arch)
+            f"{max(0.0, interval_s):g}", arch, "--nonblocking" if nonblocking else "")
     if inside:
         argv = in_container(inventory, argv, interactive=True)
     timeout = 60 + max(0.0, interval_s) * max(0, samples - 1)
@@ -212,15 +213,17 @@ def _int(text: Optional[str]) -> Optional[int]:
     return int(text) if text and text.isascii() and text.isdigit() and len(text) < 10 else None
 
 
-def sample_action(inventory: Inventory, run_id: str, samples: int = 2, interval_s: float = 3.0):
+def sample_action(inventory: Inventory, run_id: str, samples: int = 2, interval_s: float = 3.0,
+                  nonblocking: bool = False):
     """A host action (executor's `(transport, host) -> HostResult`) whose data["stacks"] is a NodeStacks."""
 
     def action(transport, host: Host) -> HostResult:
-        result = transport.run(sample_command(inventory, host.name, run_id, samples, interval_s))
+        result = transport.run(sample_command(inventory, host.name, run_id, samples, interval_s, nonblocking=nonblocking))
         node = parse_node_output(result.stdout, host.name)
         if not node.samples and node.uid not in (None, 0) and inventory.uses_container:
             # a user without sudo cannot see the ranks (root in the container): ask in the container
-            result = transport.run(sample_command(inventory, host.name, run_id, samples, interval_s, inside=True))
+            result = transport.run(sample_command(inventory, host.name, run_id, samples, interval_s, inside=True,
+                                                  nonblocking=nonblocking))
             inside = parse_node_output(result.stdout, host.name)
             node = inside if inside.samples else node
         if result.timed_out:
