@@ -11,7 +11,7 @@ themselves once their lease runs out (15 s), and `clusterctl stop RUN` makes sur
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional
 
 from clusterctl.errors import StateError, UsageError
@@ -56,6 +56,7 @@ class RunEntry:
     nodes: list
     cluster: Optional[str]
     stalled_s: Optional[float] = None  # a detached run whose ranks all went silent this long (its supervisor says)
+    attempts: list = field(default_factory=list)  # a run that healed itself: one entry per launch (issue 35)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -100,7 +101,8 @@ def entry(record: dict, run_id: str, holder_of: Callable[[str], Optional[dict]])
     nodes = [n.get("host") for n in record.get("topology") or [] if isinstance(n, dict)]
     return RunEntry(run_id, state_of(record, run_id, holder_of), record.get("started"), record.get("ended"),
                     record.get("exit_code"), _failure(record.get("first_failure")), record.get("world_size"),
-                    nodes, record.get("cluster"), record.get("stalled_s") if record.get("state") == "running" else None)
+                    nodes, record.get("cluster"), record.get("stalled_s") if record.get("state") == "running" else None,
+                    record.get("attempts") or [])
 
 
 def _failure(first: Optional[dict]) -> Optional[dict]:
