@@ -4,8 +4,9 @@ saving a checkpoint each second), node2 cut off the network after step 3. From t
 
 - detection: clusterctl says node2 is lost (the live log's "node lost" line)
 - stop: the survivors' ranks stopped (the "stopped:" line)
-- replan: the relaunch decided and the new hosts named ("relaunching on" line; includes the 1 s backoff)
-- relaunch: the second attempt's ranks launched ("launching" line of attempt 2)
+- replan: the failure classified, the node left out, the spare named ("relaunching on" line)
+- relaunch: the 1 s backoff, the relaunch's stop, the run dirs set aside, the facts and the plan, and
+  attempt 2's ranks launched (its "launching N ranks on M nodes" line)
 - resume: the job's rank 0 says it resumed from the checkpoint ("resumed from" line of attempt 2)
 
 Each line's time is when it reached this process (clusterctl's stderr, read as it comes). Goal: the
@@ -29,7 +30,7 @@ from common import REPO, WORK, clusterctl_argv, clusterctl_env, fresh_dir, log  
 
 CONTAINER_OUTPUTS = "/workspace/output"
 MARKS = (("detection", "node lost"), ("stop", "stopped:"), ("replan", "relaunching on"),
-         ("relaunch", "launching"), ("resume", "resumed from /"))
+         ("relaunch", " ranks on "), ("resume", "resumed from /"))
 
 
 def measure(sandbox, state: Path, steps: int = 20) -> dict:
