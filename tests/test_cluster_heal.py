@@ -132,7 +132,8 @@ def test_the_master_cut_off_mid_run_gives_way_to_the_first_survivor(sandbox, cli
     assert wait_until(lambda: not _left_over(doc["run_id"]), 40, interval=0.5, what="no process of the run")
 
 
-def test_a_rank_killed_on_one_node_is_that_nodes_fault_and_the_spare_takes_its_place(sandbox, cli, prompt, tmp_path):
+def test_a_rank_killed_on_one_node_is_that_nodes_fault_the_spare_takes_its_place_and_collect_logs_brings_both_attempts(
+        sandbox, cli, prompt, tmp_path):
     name = "killed"
     inventory = _inventory(sandbox, tmp_path / "inv.yaml", name, "--kill_at", "4", "--kill_rank", "1")
     code, doc = cli.json("run", "-i", str(inventory), str(prompt))
@@ -141,6 +142,11 @@ def test_a_rank_killed_on_one_node_is_that_nodes_fault_and_the_spare_takes_its_p
     assert first["excluded"] == [{"host": "node2", "cause": "killed_by_signal"}], first["first_failure"]
     assert doc["attempts"][1]["hosts"] == ["node1", "node3"]
     assert _done(sandbox, name)["total"] == sum(range(1, STEPS + 1))
+    dest = tmp_path / "collected"
+    code, collected = cli.json("collect-logs", "-i", str(inventory), "--run", doc["run_id"], "--dest", str(dest))
+    files = [str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file()]
+    assert any(f"{doc['run_id']}/node1.attempt-1/" in f for f in files), (collected, files[:40])
+    assert any(f"{doc['run_id']}/node1/" in f for f in files), files[:40]
 
 
 def test_a_python_exception_on_every_rank_is_the_jobs_fault_and_is_not_retried(sandbox, cli, prompt, tmp_path):
