@@ -374,6 +374,19 @@ def verdict_table(rows) -> str:
 # --------------------------------------------------------------------------- publish
 
 
+def heal_table(heal) -> str:
+    """bench/heal.py: each phase of a node cut mid-run, alone and since the cut (goal: relaunch < 60 s)."""
+    if not heal:
+        return "_not measured yet: `make bench BENCH_ARGS=--only=heal`_"
+    rows = ["| phase | this phase (s) | since the cut (s) |", "|---|---|---|"]
+    for name in ("detection", "stop", "replan", "relaunch", "resume"):
+        rows.append(f"| {name} | {heal.get(name + '_s', '-')} | {heal.get(name + '_since_cut_s', '-')} |")
+    done = heal.get("done") or {}
+    rows.append(f"\nexit {heal.get('rc')}; attempt {done.get('attempt')} resumed from {done.get('resumed_from')}, "
+                f"ran steps {(done.get('ran') or ['-'])[0]}..{(done.get('ran') or ['-'])[-1]} ({heal.get('measured')})")
+    return "\n".join(rows)
+
+
 def render(results: dict) -> str:
     text = TEMPLATE.read_text()
     values = {
@@ -386,6 +399,7 @@ def render(results: dict) -> str:
         "launch": launch_table(results),
         "launch_vs_hand": launch_report.table(results),
         "collect": collect_tables(results),
+        "heal": heal_table(results.get("heal")),
         "distribute": distribute_table(results),
         "scale": scale_table(results),
         "phases": phases_table(results),

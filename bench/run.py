@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 from common import WORK, fresh_dir, log  # noqa: E402
 
-SECTIONS = ("help", "fanout", "playbook", "up", "launch", "launch_vs_hand", "collect", "distribute", "scale")
+SECTIONS = ("help", "fanout", "playbook", "up", "launch", "launch_vs_hand", "collect", "heal", "distribute", "scale")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -98,7 +98,7 @@ def main(argv=None) -> int:
             results["help"] = phase("help", lambda: fanout.measure_help(max(args.reps, 10)))
         if "fanout" in args.only or "playbook" in args.only:
             _without_docker(args, results, phase, up, bin_dir)
-        if {"up", "launch", "collect"} & set(args.only):
+        if {"up", "launch", "collect", "heal"} & set(args.only):
             _with_docker(args, results, phase, up, down)
         if "launch_vs_hand" in args.only:  # `clusterctl run` beside torchrun typed by hand, 2 and 8 nodes (issue 40)
             import launch_vs_hand
@@ -174,6 +174,10 @@ def _with_docker(args, results, phase, up, down) -> None:
             log("collect: no successful run to collect; skipped")
         else:
             results["collect"] = phase("collect", lambda: collect.measure(sandbox, state, run_id, max(5, args.reps)))
+    if "heal" in args.only:  # a node cut mid-run, relaunched on a spare (issue 35)
+        import heal
+
+        results["heal"] = phase("heal", lambda: heal.measure(sandbox, state))
     if "launch" in args.only and not args.quick:  # the issue's 8 nodes, on a sandbox of their own
         phase("sandbox down (4)", down)
         results.setdefault("launch_by_nodes", {})["8"] = phase("launch 8", lambda: dict(

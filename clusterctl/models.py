@@ -141,6 +141,29 @@ class RendezvousSpec:
 
 
 @dataclass(frozen=True)
+class CheckpointSpec:
+    """`job.checkpoint`: where the job saves its checkpoints (on the nodes) and what marks one complete:
+    a file name inside a checkpoint's directory (`COMPLETE`) or a glob matched there (`*.done`)."""
+    dir: str
+    complete: str
+
+
+@dataclass(frozen=True)
+class HealingSpec:
+    """`job.nodes/restarts/min_nodes/checkpoint/heal` (clusterctl/job/healing.py has the cause table
+    `heal` overrides): a run that heals itself. The defaults are today's fail-fast run on every host."""
+    nodes: Optional[int] = None  # hosts a run uses (the first N); the others are spares; None: all
+    restarts: int = 0
+    min_nodes: Optional[int] = None
+    checkpoint: Optional[CheckpointSpec] = None
+    heal: tuple[tuple[str, str], ...] = ()  # (cause, node | job | transient)
+
+    @property
+    def enabled(self) -> bool:
+        return self.restarts > 0
+
+
+@dataclass(frozen=True)
 class JobSpec:
     command: tuple[str, ...] = ()
     args: tuple[str, ...] = ()
@@ -151,6 +174,7 @@ class JobSpec:
     env: tuple[EnvVar, ...] = ()
     python: str = "python3"
     stall_timeout: float = 900.0  # seconds without output before the ranks' stacks are taken; 0: never
+    healing: HealingSpec = field(default_factory=HealingSpec)
 
 
 @dataclass(frozen=True)

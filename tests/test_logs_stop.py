@@ -181,7 +181,8 @@ def test_runs_are_listed_newest_first_with_what_became_of_them(tmp_path):
     assert failed == {"run_id": "20250101-110000-bbbbbb", "state": "failed", "started": 1700000000.0,
                       "ended": 1700000100.0, "exit_code": 1, "world_size": 4, "nodes": ["node1", "node2"],
                       "cluster": "c1", "first_failure": {"host": "node2", "rank": 3, "cause": "oom",
-                                                         "evidence": "CUDA out of memory"}, "stalled_s": None, "stragglers": []}
+                                                         "evidence": "CUDA out of memory"}, "stalled_s": None, "stragglers": [],
+                      "attempts": []}
     assert [r.run_id[-6:] for r in records.list_runs(state, limit=2)] == ["ffffff", "eeeeee"]
     # the lock released: the record that says running has no controller any more
     assert records.list_runs(state)[0].state == "unknown"

@@ -113,7 +113,7 @@ class Cluster:
         rank started, the run watched on the cluster; without, once the run ended. Give the prompt
         as text or as the path of a file (read as `clusterctl run PROMPT_FILE` reads it)."""
         from clusterctl.backends import RunRequest, backend_for
-        from clusterctl.backends.launching import run_job
+        from clusterctl.backends.healing import run_healing
         from clusterctl.backends.prompt import check_prompt_fits, read_prompt
         from clusterctl.errors import UsageError
         from clusterctl.job.torchrun import prompt_text
@@ -128,7 +128,7 @@ class Cluster:
         check_prompt_fits(text, self.inventory, str(prompt_file or "prompt="))
         request = RunRequest(text, strict=strict, timeout_s=timeout, stall_timeout_s=stall_timeout, detach=detach)
         with self.session("run") as session:
-            outcome = run_job(session, backend_for(session, self.inventory), self.inventory, request)
+            outcome = run_healing(session, backend_for(session, self.inventory), self.inventory, request)
         run_id = outcome.document.get("run_id")
         if run_id is None:
             raise _not_ready(outcome.document.get("hosts") or {})

@@ -9,6 +9,8 @@ import time
 from dataclasses import dataclass, replace
 from typing import Optional
 from clusterctl.backends.base import Plan, RunRequest, recorded_hosts
+from clusterctl.backends.healing_hooks import (StopRequested, earlier_attempts, held_or_taken, latest_checkpoint,
+                                               stop_requested)
 from clusterctl.errors import StateError, UsageError
 from clusterctl.health.fleet import record_run_end
 from clusterctl.outcome import Outcome, any_unreachable, hosts_document
@@ -36,8 +38,9 @@ def run_job(session, backend, inventory, request: RunRequest, live: LiveOptions 
         return _plan_document(session, backend.plan(inventory, request, None))
     backend.refuse(request)
     run_id = (relaunch_of.run_id if relaunch_of is not None else None) or session.state.new_run_id()
-    # one run of a cluster at a time: a second is refused naming the first (`clusterctl stop RUN`)
-    with session.state.lock(run_lock(inventory.name), "a `clusterctl run`", run_id=run_id), \
+    # one run of a cluster at a time: a second is refused naming the first (`clusterctl stop RUN`);
+    # a run that heals itself holds the lock across its attempts (backends/healing.py)
+    with held_or_taken(session, inventory, run_id), \
             backend.reach(inventory, run_id) as (inventory, connections, scheduled):
         if relaunch_of is not None and relaunch_of.attempt > 1:  # not to meet the last attempt's stop mark
             set_aside(inventory, connections, run_id, relaunch_of.attempt - 1)
@@ -73,9 +76,11 @@ def _launch(session, backend, inventory, connections, plan: Plan, request: RunRe
     topology, run_id = plan.topology, plan.run_id
     ranks = rank_filter(live_options, topology)
     live = LiveLogEvents(LiveLog(ranks), session.renderer.on_event, time.monotonic)
+    checkpoint = None if plan_only else latest_checkpoint(inventory, connections, topology, session.renderer)
     runner = JobRunner(inventory, topology, run_id, request.prompt, connections, live.on_event,
                        timeout_s=request.timeout_s, stall_timeout_s=request.stall_timeout_s,
-                       stacks_dir=session.state.root / "runs" / run_id / "stacks")
+                       stacks_dir=session.state.root / "runs" / run_id / "stacks", attempt=plan.attempt,
+                       checkpoint=checkpoint)
     runner.health_watch = _health_watch(session, inventory, connections, runner, live.on_event)
     runner.phases = phases if phases is not None else runner.phases
     runner.stragglers.enabled = runner.stragglers.enabled and request.straggler_watch
@@ -97,7 +102,10 @@ def _launch(session, backend, inventory, connections, plan: Plan, request: RunRe
     if ranks.ranks or ranks.local_ranks:
         session.renderer.message(f"live log: {ranks} only (every rank's output stays in the files on the nodes)", "dim")
     place = {"backend": backend.name, "hosts": recorded_hosts(inventory.hosts), "attempt": plan.attempt,
-             "inventory_source": session.source().to_json()}
+             "inventory_source": session.source().to_json(), "checkpoint": checkpoint,
+             **earlier_attempts(session, run_id, plan.attempt)}
+    if stop_requested(session, run_id):  # `clusterctl stop` while a run that heals itself relaunched
+        raise StopRequested(run_id)
     return _watch(session, backend, runner, summary, place, request, live)
 
 

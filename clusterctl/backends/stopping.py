@@ -39,6 +39,9 @@ def stop_run(app, given_run: Optional[str], given_inventory: Optional[str] = Non
     if state not in ("running", "unknown"):
         app.renderer.message(f"run {run_id} has already ended ({state}); nothing to stop", "green")
         return Outcome({"ok": True, "run_id": run_id, "state": state, "already_ended": True, "hosts": {}})
+    from clusterctl.backends.healing_hooks import request_stop
+
+    request_stop(app.state, run_id)  # a run that heals itself, between attempts, launches no more
     by_name = {h.name: h for h in inventory.hosts}
     return _stop_on_nodes(app, inventory, [by_name[name] for name in planned], run_id, record, state)
 

@@ -48,7 +48,7 @@ def collect_run(app, run_id: str, record: dict, inventory, dest: Optional[Path] 
         try:
             return _collect_host(transport, host, inventory, run_id, dest, manifest, secrets, ranks[host.name],
                                  fetch_outputs=(owner in (None, host.name)), shared=shared,
-                                 digests=digests,
+                                 digests=digests, earlier=int(record.get("attempt") or 1) - 1,
                                  compress=compress, on_event=app.renderer.on_event)
         except OSError as exc:  # the local disk (full, read-only, quota): say so, not "internal error"
             message = fetch.local_write_failure(dest, exc)
@@ -158,7 +158,7 @@ def _shared_by_probe(app, hosts, base: str, container) -> bool:
 
 
 def _collect_host(transport, host, inventory, run_id, dest, manifest, secrets, first_rank, fetch_outputs,
-                  shared, compress, on_event, digests=None):
+                  shared, compress, on_event, digests=None, earlier: int = 0):
     from clusterctl.collect import arrange, fetch
     from clusterctl.executor import Event
     from clusterctl.models import HostResult, HostStatus
@@ -184,7 +184,9 @@ def _collect_host(transport, host, inventory, run_id, dest, manifest, secrets, f
             return exc
 
     # every node finds the run's outputs too; with shared outputs only the first one sends them
-    command = fetch.archive_command(base, [run_dir], container, inventory.job.python, run_id if fetch_outputs else "",
+    # a run that healed itself: each earlier attempt's run dir, set aside as RUN_DIR.attempt-N
+    roots = [run_dir, *(f"{run_dir}.attempt-{n}" for n in range(1, earlier + 1))]
+    command = fetch.archive_command(base, roots, container, inventory.job.python, run_id if fetch_outputs else "",
                                     known, compress)
     try:  # unpacked while it arrives: no archive written to disk and read back, sha256 on the way
         result, unpacked = transport.run_reading(command, unpack, on_bytes)

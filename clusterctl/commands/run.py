@@ -57,7 +57,8 @@ def _ranks(text: str):
 
 def execute(args, app) -> Outcome:
     from clusterctl.backends import RunRequest, backend_for
-    from clusterctl.backends.launching import LiveOptions, run_job
+    from clusterctl.backends.healing import run_healing
+    from clusterctl.backends.launching import LiveOptions
     from clusterctl.backends.prompt import check_prompt_fits, read_prompt
 
     prompt = read_prompt(args.prompt_file)
@@ -66,4 +67,4 @@ def execute(args, app) -> Outcome:
     request = RunRequest(prompt, strict=args.strict, timeout_s=args.timeout, stall_timeout_s=args.stall_timeout,
                          detach=args.detach, straggler_watch=args.straggler_watch)
     live = LiveOptions(getattr(args, "ranks", ()) or (), getattr(args, "local_ranks", ()) or ())
-    return run_job(app, backend_for(app, inventory), inventory, request, live, plan_only=args.plan)
+    return run_healing(app, backend_for(app, inventory), inventory, request, live, plan_only=args.plan)

@@ -27,6 +27,7 @@ from clusterctl.inventory.container_section import (CONTAINER_KEYS, CONTAINER_NA
 from clusterctl.inventory.dump import dump_inventory
 from clusterctl.inventory.formats import sniff_format
 from clusterctl.inventory.health_section import health_settings
+from clusterctl.inventory.healing_section import HEALING_KEYS, healing_settings
 from clusterctl.inventory.scheduler import scheduler_spec
 from clusterctl.inventory.ssh_values import HOST_SSH_KEYS, expect_ssh_options, host_become, host_ssh
 from clusterctl.inventory.values import (
@@ -47,7 +48,7 @@ HOST_KEYS = ("name", "address", "port", "user", "identity_file", "proxy_jump", "
              "groups", "slots") + HOST_SSH_KEYS
 RENDEZVOUS_KEYS = ("port", "master", "join_timeout", "address")
 JOB_KEYS = ("command", "args", "workdir", "nproc_per_node", "world_size_divides", "outputs", "env", "python",
-            "stall_timeout")
+            "stall_timeout", *HEALING_KEYS)
 CHECK_KEYS = ("ib", "shm_min", "disk_min", "clock_skew_warn")
 
 
@@ -209,7 +210,7 @@ def _is_loopback(address: str) -> bool:
         return address.lower() in LOOPBACK_NAMES
 
 
-def _job(doc: Doc, data: Any) -> JobSpec:
+def _job(doc: Doc, data: Any, host_count: int = 0) -> JobSpec:
     path, default = ("job",), JobSpec()
     spec = doc.mapping(data, path, JOB_KEYS)
     args = doc.value(spec, "args", path, expect_text_list, ())
@@ -223,6 +224,7 @@ def _job(doc: Doc, data: Any) -> JobSpec:
         env=doc.value(spec, "env", path, expect_env, ()),
         python=doc.value(spec, "python", path, expect_text, default.python),
         stall_timeout=doc.value(spec, "stall_timeout", path, _expect_stall_timeout, default.stall_timeout),
+        healing=healing_settings(doc, spec, path, host_count),
     )
 
 
@@ -296,7 +298,7 @@ def build_inventory(data: Any, locator: Locator, *, base_dir: Path, default_name
     scheduler = _scheduler(doc, top, hosts)
     inventory = Inventory(
         name=doc.value(top, "name", (), expect_safe_name, default_name), hosts=hosts, ssh=ssh, container=container,
-        rendezvous=_rendezvous(doc, top.get("rendezvous"), hosts), job=_job(doc, top.get("job")),
+        rendezvous=_rendezvous(doc, top.get("rendezvous"), hosts), job=_job(doc, top.get("job"), len(hosts)),
         checks=_checks(doc, top.get("checks")), source=source, warnings=warnings, scheduler=scheduler,
         health=health_settings(doc, top.get("health")),
     )

@@ -22,7 +22,7 @@ from clusterctl.inventory.yamlsource import Locator
 
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 HOST_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
-PLACEHOLDERS = ("prompt", "world_size", "nnodes", "nproc_per_node", "run_id", "outputs")
+PLACEHOLDERS = ("prompt", "world_size", "nnodes", "nproc_per_node", "run_id", "outputs", "attempt", "checkpoint")
 SYSTEM_DIRS = ("/", "/etc", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/proc", "/sys", "/dev", "/boot", "/root",
                "/var")
 SYSTEM_TREES = ("/proc", "/sys", "/dev", "/etc", "/usr", "/bin", "/sbin", "/boot", "/lib", "/lib64")

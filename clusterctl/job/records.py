@@ -11,7 +11,7 @@ themselves once their lease runs out (15 s), and `clusterctl stop RUN` makes sur
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional
 
 from clusterctl.errors import StateError, UsageError
@@ -57,6 +57,7 @@ class RunEntry:
     cluster: Optional[str]
     stalled_s: Optional[float] = None  # a detached run whose ranks all went silent this long (its supervisor says)
     stragglers: tuple = ()  # ranks the others waited for (job/stragglers.py), as run.json has them
+    attempts: list = field(default_factory=list)  # a run that healed itself: one entry per launch (issue 35)
 
     def to_json(self) -> dict:
         return {**asdict(self), "stragglers": [dict(s) for s in self.stragglers]}
@@ -102,7 +103,8 @@ def entry(record: dict, run_id: str, holder_of: Callable[[str], Optional[dict]])
     return RunEntry(run_id, state_of(record, run_id, holder_of), record.get("started"), record.get("ended"),
                     record.get("exit_code"), _failure(record.get("first_failure")), record.get("world_size"),
                     nodes, record.get("cluster"), record.get("stalled_s") if record.get("state") == "running" else None,
-                    tuple(s for s in record.get("stragglers") or () if isinstance(s, dict)))
+                    tuple(s for s in record.get("stragglers") or () if isinstance(s, dict)),
+                    record.get("attempts") or [])
 
 
 def _failure(first: Optional[dict]) -> Optional[dict]:

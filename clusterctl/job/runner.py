@@ -92,7 +92,7 @@ class JobRunner:
                  connections: Connections, on_event: OnEvent, poll_s: float = 1.0, lost_after_s: float = 7.0,
                  timeout_s: Optional[float] = None, files: Optional[Mapping[str, bytes]] = None,
                  stall_timeout_s: Optional[float] = None, stacks_dir: Optional[Path] = None,
-                 stack_interval_s: float = stalls.INTERVAL_S):
+                 stack_interval_s: float = stalls.INTERVAL_S, attempt: int = 1, checkpoint: Optional[str] = None):
         """`files`: {name: bytes} written into `files_dir(outputs, run_id)` on every node before
         torchrun starts (e.g. a rank-side script that job.command points at). `stall_timeout_s`:
         seconds without output before the stacks are taken (None: job.stall_timeout; 0: never);
@@ -106,12 +106,15 @@ class JobRunner:
         self.poll_s, self.lost_after_s, self.timeout_s = poll_s, lost_after_s, timeout_s
         self.started_at = time.time()  # the kernel log of a SIGKILL is read from here on (job/kernel_log.py)
         outputs = inventory.job.outputs
-        argv = job_argv(inventory.job, placeholder_values(topology, run_id, prompt, outputs))
+        # a run that heals itself (backends/healing.py): which attempt this is, and where to resume
+        attempt_env = (("CLUSTERCTL_ATTEMPT", str(attempt)),) + ((("CLUSTERCTL_CHECKPOINT", checkpoint),) if checkpoint else ())
+        argv = job_argv(inventory.job, {**placeholder_values(topology, run_id, prompt, outputs),
+                                        "attempt": str(attempt), "checkpoint": checkpoint or ""})
         self.nodes: dict[str, NodeRun] = {}
         for plan in topology.nodes:
             run_dir = log_dir(outputs, run_id, plan.host.name)
             env = (*process.marker_env(inventory.name, plan.host.name, run_id), *torchrun_env(plan, inventory, run_dir),
-                   *agent.job_env(inventory, plan.host.env))
+                   *agent.job_env(inventory, plan.host.env), *attempt_env)
             command = torchrun_argv(topology, plan, run_id, argv, python=inventory.job.python, outputs=outputs)
             self.nodes[plan.host.name] = NodeRun(plan.host, run_dir, command, env)
             _check_command_line(plan.host.name, agent.start_command(inventory, self.nodes[plan.host.name].run_dir,

@@ -62,7 +62,7 @@ from clusterctl.errors import UsageError
 from clusterctl.job.topology import NodePlan, Topology
 from clusterctl.models import Inventory, JobSpec
 
-PLACEHOLDERS = ("prompt", "world_size", "nnodes", "nproc_per_node", "run_id", "outputs")
+PLACEHOLDERS = ("prompt", "world_size", "nnodes", "nproc_per_node", "run_id", "outputs", "attempt", "checkpoint")
 _PLACEHOLDER_RE = re.compile(r"\{(" + "|".join(PLACEHOLDERS) + r")\}")
 # Linux refuses a single argv element of MAX_ARG_STRLEN (32 pages) or more with E2BIG.
 MAX_ARG_BYTES = 131071
@@ -91,6 +91,8 @@ def placeholder_values(topo: Topology, run_id: str, prompt: str, outputs: str) -
         "nproc_per_node": str(topo.nproc_per_node),
         "run_id": run_id,
         "outputs": outputs,
+        "attempt": "1",  # a run that heals itself: the runner passes its attempt and checkpoint
+        "checkpoint": "",
     }
 
 

@@ -1,0 +1,223 @@
+"""A run that heals itself (issue 35): the one loop around the run flow, the same for every backend.
+
+An attempt is launching.run_job on the hosts in use. When it fails, its first failure (job/failures.py:
+the host, the global rank, the diagnosis) is classified (job/healing.py): a job fault ends the run as
+without `restarts`; a transient one is relaunched on the same hosts; a node fault leaves that host out
+for the rest of the run (never taken back) and the first spare joins, or, without one, the job goes on
+with fewer nodes down to `job.min_nodes`. The topology is planned again on the hosts in use (the first
+one is the master: the lost master's place is taken by the first survivor), and `Backend.relaunch`
+launches the same command under the same run id as the next attempt, after a backoff. Every rank of
+the failed attempt was stopped by the run flow (fail fast) before its run_job returned.
+
+The run lock is held across the attempts; `clusterctl stop` between two attempts (and Ctrl-C) ends the
+run with nothing launched. Every attempt is kept in the run record's `attempts`."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from typing import Optional
+
+from clusterctl.backends.base import Plan, RunRequest
+from clusterctl.backends.healing_hooks import StopRequested, holding, stop_requested
+from clusterctl.errors import UsageError
+from clusterctl.outcome import Outcome
+
+BACKOFF_S = (1.0, 10.0, 30.0, 60.0)  # before relaunch 1, 2, 3, then every later one
+
+
+@dataclass
+class Fleet:
+    """The hosts of a run: those in use (the first is the master), the spares, and those left out."""
+
+    active: list
+    spares: list
+    excluded: list = field(default_factory=list)  # {"host", "cause"}
+
+    def leave_out(self, host: str, cause: str) -> Optional[str]:
+        """`host` out for good, the first spare in its place; the spare's name, or None without one."""
+        self.active = [h for h in self.active if h.name != host]
+        self.spares = [h for h in self.spares if h.name != host]
+        self.excluded.append({"host": host, "cause": cause})
+        if not self.spares:
+            return None
+        spare, self.spares = self.spares[0], self.spares[1:]
+        self.active.append(spare)
+        return spare.name
+
+    def names(self) -> list[str]:
+        return [h.name for h in self.active]
+
+
+def run_healing(session, backend, inventory, request: RunRequest, live=None, plan_only: bool = False) -> Outcome:
+    """`clusterctl run` (and `Cluster.run`): today's run where the inventory has no `job.restarts` and no
+    `job.nodes`; else its attempts on the hosts in use (`plan_only`: the plan of the first)."""
+    from clusterctl.backends.launching import LiveOptions, run_job
+
+    healing, live = inventory.job.healing, live or LiveOptions()
+    if not healing.enabled and healing.nodes is None:
+        return run_job(session, backend, inventory, request, live, plan_only=plan_only)
+    if plan_only:
+        return run_job(session, backend, on_hosts(inventory, _fleet(inventory, healing.nodes)), request, live,
+                       plan_only=True)
+    if request.detach and healing.enabled:
+        raise UsageError("a detached run does not heal itself yet: its supervisor on the cluster ends it at the "
+                         "first failure", where="--detach", fix="leave --detach out (run it under nohup or tmux), "
+                         "or set job.restarts: 0 to detach a run that fails fast")
+    fleet = _fleet(inventory, healing.nodes)
+    run_id = session.state.new_run_id()
+    with holding(session, inventory, run_id):
+        return _attempts(session, backend, inventory, request, live, fleet, run_id)
+
+
+def _fleet(inventory, nodes: Optional[int]) -> Fleet:
+    """The first `nodes` hosts (the rendezvous master first, as the planner orders them); the rest are spares."""
+    hosts = list(inventory.hosts)
+    master = inventory.rendezvous.master
+    if master:
+        hosts.sort(key=lambda h: h.name != master)
+    count = nodes or len(hosts)
+    return Fleet(hosts[:count], hosts[count:])
+
+
+def on_hosts(inventory, fleet: Fleet, addresses: Optional[dict] = None):
+    """The inventory of one attempt: the hosts in use. A master left out gives way to the first host in
+    use; a `rendezvous.address` (the master's address on the job's network) becomes the new master's
+    address on that network: the one the last plan found it on (`addresses`: host -> local_addr)."""
+    if not inventory.hosts:  # a Slurm allocation's nodes: the scheduler grants them
+        return inventory
+    rendezvous, names = inventory.rendezvous, fleet.names()
+    master = rendezvous.master or inventory.hosts[0].name
+    if master not in names:
+        address = (addresses or {}).get(names[0]) if rendezvous.address else None
+        rendezvous = replace(rendezvous, master=None, address=address)
+    return replace(inventory, hosts=tuple(fleet.active), rendezvous=rendezvous)
+
+
+def _attempts(session, backend, inventory, request: RunRequest, live, fleet: Fleet, run_id: str) -> Outcome:
+    from clusterctl.backends.launching import run_job
+
+    healing, attempts, addresses = inventory.job.healing, [], {}
+    plan = Plan(backend.name, inventory.name, run_id, 0, 0, 0, attempt=1)
+    while True:
+        try:
+            hosts = on_hosts(inventory, fleet, addresses)
+            if plan.attempt == 1:
+                outcome = run_job(session, backend, hosts, request, live, relaunch_of=plan)
+            else:
+                outcome = backend.relaunch(replace(plan, attempt=plan.attempt - 1), request, hosts)
+        except (KeyboardInterrupt, StopRequested) as ended:
+            return _ended_between(session, run_id, attempts, interrupted=isinstance(ended, KeyboardInterrupt))
+        except Exception as error:  # a plan that no longer fits (TopologyError...): recorded, then said
+            _record(session, run_id, attempts, {"heal_refused": str(error)})
+            raise
+        attempts.append(_attempt_entry(session, run_id, plan.attempt, fleet, outcome, attempts))
+        addresses.update({n.get("host"): n.get("local_addr") for n in _read(session, run_id).get("topology") or []})
+        left_out = len(fleet.excluded)
+        verdict, reason = _next_step(outcome, healing, plan.attempt, fleet)
+        attempts[-1]["excluded"] = fleet.excluded[left_out:]
+        if verdict is None:
+            if reason:
+                session.renderer.message(f"not relaunched: {reason}", "red")
+            return _finished(session, run_id, attempts, outcome, reason)
+        session.renderer.message(f"attempt {plan.attempt}: {verdict}; relaunching on {', '.join(fleet.names())} "
+                                 f"(attempt {plan.attempt + 1} of at most {healing.restarts + 1})", "yellow")
+        try:
+            if not _backoff(session, run_id, attempts, plan.attempt):
+                return _ended_between(session, run_id, attempts, interrupted=False)
+        except KeyboardInterrupt:
+            return _ended_between(session, run_id, attempts, interrupted=True)
+        plan = replace(plan, attempt=plan.attempt + 1)
+
+
+def _next_step(outcome: Outcome, healing, attempt: int, fleet: Fleet) -> tuple[Optional[str], Optional[str]]:
+    """(what is done, None) when the run goes on; (None, why not) when it ends here (why: None when it
+    simply succeeded, was stopped or interrupted). Leaves the blamed host out of `fleet`."""
+    from clusterctl.job.healing import classify
+
+    document = outcome.document
+    if outcome.ok or outcome.interrupted or document.get("stopped") or document.get("exit_code") is None:
+        return None, None
+    verdict = classify(document.get("first_failure"), healing.heal)
+    if verdict.response == "job":
+        return None, verdict.says()
+    if attempt > healing.restarts:
+        return None, f"{verdict.says()}, and the {healing.restarts} restart(s) of job.restarts are spent"
+    if verdict.response == "transient":
+        return verdict.says(), None
+    spare = fleet.leave_out(verdict.host, verdict.cause)
+    if spare is None and len(fleet.active) < (healing.min_nodes or len(fleet.active) + 1):
+        need = f"job.min_nodes is {healing.min_nodes}" if healing.min_nodes else "job.min_nodes is not set"
+        return None, (f"{verdict.says()}, no spare host is left and {len(fleet.active)} node(s) remain "
+                      f"({need}): set job.min_nodes, or add a spare host beyond job.nodes")
+    joined = f", {spare} joins" if spare else f", going on with {len(fleet.active)} node(s) (job.min_nodes)"
+    return verdict.says() + joined, None
+
+
+def _attempt_entry(session, run_id: str, attempt: int, fleet: Fleet, outcome: Outcome, earlier: list) -> dict:
+    """One entry of the record's `attempts`, from the record the attempt wrote as it ended."""
+    record = _read(session, run_id)
+    ended_before = earlier[-1]["ended"] if earlier else None
+    started = record.get("started")
+    return {"attempt": attempt, "started": started, "ended": record.get("ended") or time.time(),
+            "hosts": [n.get("host") for n in record.get("topology") or []] or fleet.names(),
+            "exit_code": outcome.document.get("exit_code"), "first_failure": outcome.document.get("first_failure"),
+            "excluded": [], "relaunch_s": round(started - ended_before, 1) if started and ended_before else None,
+            "checkpoint": record.get("checkpoint")}
+
+
+def _backoff(session, run_id: str, attempts: list, attempt: int) -> bool:
+    """Wait before the next attempt, the run still `running` for `clusterctl stop`; False when stopped."""
+    from clusterctl.executor import wait_until
+
+    ended = _read(session, run_id).get("state")
+    _record(session, run_id, attempts, {"state": "running", "relaunching": True})
+    pause = BACKOFF_S[min(attempt, len(BACKOFF_S)) - 1]
+    stopped = wait_until(lambda: stop_requested(session, run_id), pause, interval_s=0.2)
+    if not stopped:  # ended again: the stop that Backend.relaunch makes finds nothing to stop
+        _record(session, run_id, attempts, {"state": ended, "relaunching": False})
+    return not stopped
+
+
+def _finished(session, run_id: str, attempts: list, outcome: Outcome, reason: Optional[str]) -> Outcome:
+    extra = {"heal_refused": reason} if reason else {}
+    _record(session, run_id, attempts, extra)
+    for line in summary_lines(attempts):
+        session.renderer.message(line, "green" if outcome.ok else "yellow")
+    return replace(outcome, document={**outcome.document, "attempts": attempts, **extra})
+
+
+def _ended_between(session, run_id: str, attempts: list, interrupted: bool) -> Outcome:
+    """Ctrl-C or `clusterctl stop` while no attempt ran: the run ends stopped, nothing launched."""
+    how = "interrupted" if interrupted else "stopped"
+    session.renderer.message(f"run {run_id} {how} between two attempts: nothing more is launched", "yellow")
+    _record(session, run_id, attempts, {"state": "stopped", "stopped": True, "interrupted": interrupted,
+                                        "relaunching": False})
+    return Outcome({"ok": False, "run_id": run_id, "exit_code": 130 if interrupted else 1, "stopped": True,
+                    "attempts": attempts}, interrupted=interrupted)
+
+
+def _record(session, run_id: str, attempts: list, changes: dict) -> None:
+    path = session.state.run_dir(run_id) / "run.json"
+    session.state.write_json(path, {**_read(session, run_id), **changes, "attempts": attempts})
+
+
+def _read(session, run_id: str) -> dict:
+    try:
+        record = session.state.read_json(session.state.run_dir(run_id) / "run.json")
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def summary_lines(attempts: list) -> list[str]:
+    """One line per relaunch: "node2 lost (node_unreachable): relaunched on node1, node3 in 24 s, resuming from step-5"."""
+    lines = []
+    for before, after in zip(attempts, attempts[1:]):
+        lost = ", ".join(f"{e['host']} lost ({e['cause']})" for e in before["excluded"])
+        first = before.get("first_failure") or {}
+        cause = ((first.get("diagnosis") or [{}])[0]).get("cause", "unknown")
+        what = lost or f"attempt {before['attempt']} failed ({cause})"
+        resume = f", resuming from {after['checkpoint'].rstrip('/').rsplit('/', 1)[-1]}" if after.get("checkpoint") else ""
+        took = f" in {after['relaunch_s']:.0f} s" if after.get("relaunch_s") is not None else ""
+        lines.append(f"{what}: relaunched on {', '.join(after['hosts'])}{took}{resume}")
+    return lines
