@@ -52,6 +52,9 @@ def _inventory(sb, path: Path, name: str, *args: str, nodes=2, restarts=2, **job
                           restarts=restarts, checkpoint={"dir": f"{where}/ckpt", "complete": "COMPLETE"}, **job)
         if nodes is not None:
             doc["job"]["nodes"] = nodes
+        # every test here blames node2 or node3 again: the fleet record remembers (heal_excluded, node_lost)
+        # but quarantines nobody, so each test plans the same hosts (tests/test_cluster_health.py covers that)
+        doc["health"] = {"rules": {kind: {"quarantine_after": "never"} for kind in ("heal_excluded", "node_lost")}}
 
     return variant(sb, path, change)
 
@@ -116,6 +119,8 @@ def test_a_node_cut_off_mid_run_is_left_out_and_the_run_resumes_on_the_spare_fro
     assert len(said) == 1 and said[0].startswith("node2 lost (node_unreachable): relaunched on node1, node3 in ")
     assert said[0].endswith(f", resuming from step-{resumed}")
     assert _record(cli, doc["run_id"])["attempts"] == doc["attempts"]
+    code, health = cli.json("health", "-i", str(inventory), "node2")  # the fleet remembers who was left out
+    assert any(e["kind"] == "heal_excluded" and e["run_id"] == doc["run_id"] for e in health["nodes"][0]["events"]), health
     code, status = cli.json("status")
     assert [r for r in status["runs"] if r["run_id"] == doc["run_id"]][0]["attempts"] == doc["attempts"]
     assert wait_until(lambda: not _left_over(doc["run_id"]), 40, interval=0.5, what="no process of the run")

@@ -57,12 +57,14 @@ def run_healing(session, backend, inventory, request: RunRequest, live=None, pla
     if not healing.enabled and healing.nodes is None:
         return run_job(session, backend, inventory, request, live, plan_only=plan_only)
     if plan_only:
+        inventory = session.plannable(inventory)
         return run_job(session, backend, on_hosts(inventory, _fleet(inventory, healing.nodes)), request, live,
                        plan_only=True)
     if request.detach and healing.enabled:
         raise UsageError("a detached run does not heal itself yet: its supervisor on the cluster ends it at the "
                          "first failure", where="--detach", fix="leave --detach out (run it under nohup or tmux), "
                          "or set job.restarts: 0 to detach a run that fails fast")
+    inventory = session.plannable(inventory)  # quarantined hosts out before the fleet: spares take their place
     fleet = _fleet(inventory, healing.nodes)
     run_id = session.state.new_run_id()
     with holding(session, inventory, run_id):
@@ -115,6 +117,7 @@ def _attempts(session, backend, inventory, request: RunRequest, live, fleet: Fle
         left_out = len(fleet.excluded)
         verdict, reason = _next_step(outcome, healing, plan.attempt, fleet)
         attempts[-1]["excluded"] = fleet.excluded[left_out:]
+        _remember_excluded(session, inventory, run_id, attempts[-1]["excluded"])
         if verdict is None:
             if reason:
                 session.renderer.message(f"not relaunched: {reason}", "red")
@@ -221,3 +224,15 @@ def summary_lines(attempts: list) -> list[str]:
         took = f" in {after['relaunch_s']:.0f} s" if after.get("relaunch_s") is not None else ""
         lines.append(f"{what}: relaunched on {', '.join(after['hosts'])}{took}{resume}")
     return lines
+
+
+def _remember_excluded(session, inventory, run_id: str, excluded: list) -> None:
+    """The fleet's health record keeps every host a healing run left out (a `heal_excluded` event)."""
+    from clusterctl.health.events import Event
+    from clusterctl.health.fleet import record_events
+
+    events = [Event(e["host"], "heal_excluded", "heal", evidence=f"left out of run {run_id}: {e['cause']}",
+                    cause=e["cause"], run_id=run_id) for e in excluded]
+    note = record_events(session.state.health_db, inventory, events)
+    if note:
+        session.renderer.message(f"health: {note}", "yellow")

@@ -78,7 +78,7 @@ def plannable(db_path: Path, inventory: Inventory, include_quarantined: bool = F
     if not quarantined:
         return Plannable(inventory, {})
     kept = [h.name for h in inventory.hosts if h.name not in quarantined]
-    wanted = getattr(inventory.job, "nodes", None) or 1
+    wanted = inventory.job.healing.nodes or 1
     if len(kept) < wanted:
         first = next(iter(quarantined))
         named = "; ".join(f"{host}: {reason}" for host, reason in quarantined.items())
