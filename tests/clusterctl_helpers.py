@@ -232,3 +232,25 @@ def node_ssh_run(sb, name: str, command: str) -> tuple[int, str]:
         client.close()
         if client._cc_hop is not None:
             client._cc_hop.close()
+
+
+def cluster_with_jobs(sb, tmp_path_factory, jobs_dir: str, *jobs: str):
+    """A module's cluster: the sandbox up, with tests/fixtures/jobs/<job> copied into <shared outputs>/<jobs_dir>
+    (the containers see it under /workspace/output/<jobs_dir>); yields (Cli, its folder with prompt.txt), then
+    takes the containers down and the jobs away. Use as the body of a module-scoped fixture (`yield from`)."""
+    import shutil
+
+    shipped = sb.shared_outputs / jobs_dir
+    shipped.mkdir(parents=True, exist_ok=True)
+    for job in jobs:
+        shutil.copy(FIXTURE_JOBS / job, shipped / job)
+    where = tmp_path_factory.mktemp(jobs_dir)
+    cli = Cli(where / "state")
+    (where / "prompt.txt").write_text("a cat\n")
+    code, doc = cli.json("up", str(sb.inventory_path))
+    assert code == 0, doc
+    try:
+        yield cli, where
+    finally:
+        cli.json("down", "-i", str(sb.inventory_path))  # the next module starts from no container
+        shutil.rmtree(shipped, ignore_errors=True)

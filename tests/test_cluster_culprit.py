@@ -4,13 +4,12 @@ attached and detached; of two ranks failing a second apart, the earlier; never a
 barrier broke because a peer went away."""
 from __future__ import annotations
 
-import shutil
 import time
 from pathlib import Path
 
 import pytest
 
-from clusterctl_helpers import FIXTURE_JOBS, Cli, variant, wait_until
+from clusterctl_helpers import cluster_with_jobs, variant, wait_until
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
 
@@ -30,17 +29,7 @@ def _own_error_job(sb, path: Path, *args: str) -> Path:
 
 @pytest.fixture(scope="module")
 def cluster(sandbox, tmp_path_factory):
-    jobs = sandbox.shared_outputs / JOBS_DIR
-    jobs.mkdir(parents=True, exist_ok=True)
-    shutil.copy(FIXTURE_JOBS / "faults.py", jobs / "faults.py")
-    where = tmp_path_factory.mktemp("culprit")
-    cli = Cli(where / "state")
-    (where / "prompt.txt").write_text("a cat\n")
-    code, doc = cli.json("up", str(sandbox.inventory_path))
-    assert code == 0, doc
-    yield cli, where
-    cli.json("down", "-i", str(sandbox.inventory_path))
-    shutil.rmtree(jobs, ignore_errors=True)
+    yield from cluster_with_jobs(sandbox, tmp_path_factory, JOBS_DIR, "faults.py")
 
 
 def _named(failure: dict) -> tuple:

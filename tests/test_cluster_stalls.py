@@ -7,14 +7,13 @@ collect-logs brings the stacks back and diagnose names the rank. The stacks are 
 from __future__ import annotations
 
 import select
-import shutil
 import signal
 import time
 from pathlib import Path
 
 import pytest
 
-from clusterctl_helpers import CONTAINER_OUTPUTS, FIXTURE_JOBS, Cli, processes_with, variant, wait_until
+from clusterctl_helpers import CONTAINER_OUTPUTS, cluster_with_jobs, processes_with, variant, wait_until
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
 
@@ -31,17 +30,7 @@ def _stall_job(sb, path: Path, *args: str) -> Path:
 
 @pytest.fixture(scope="module")
 def cluster(sandbox, tmp_path_factory):
-    jobs = sandbox.shared_outputs / JOBS_DIR
-    jobs.mkdir(parents=True, exist_ok=True)
-    shutil.copy(FIXTURE_JOBS / "stall.py", jobs / "stall.py")
-    where = tmp_path_factory.mktemp("stalls")
-    cli = Cli(where / "state")
-    (where / "prompt.txt").write_text("a cat\n")
-    code, doc = cli.json("up", str(sandbox.inventory_path))
-    assert code == 0, doc
-    yield cli, where
-    cli.json("down", "-i", str(sandbox.inventory_path))
-    shutil.rmtree(jobs, ignore_errors=True)
+    yield from cluster_with_jobs(sandbox, tmp_path_factory, JOBS_DIR, "stall.py")
 
 
 def _left_over(run_id: str) -> list:

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from pathlib import Path
 
 import pytest
 
-from clusterctl_helpers import CONTAINER_OUTPUTS, FIXTURE_JOBS, Cli, variant
+from clusterctl_helpers import CONTAINER_OUTPUTS, Cli, cluster_with_jobs, variant
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
 
@@ -28,17 +27,7 @@ def _job(sb, path: Path, *args: str) -> Path:
 
 @pytest.fixture(scope="module")
 def cluster(sandbox, tmp_path_factory):
-    jobs = sandbox.shared_outputs / JOBS_DIR
-    jobs.mkdir(parents=True, exist_ok=True)
-    shutil.copy(FIXTURE_JOBS / "straggler.py", jobs / "straggler.py")
-    where = tmp_path_factory.mktemp("stragglers")
-    cli = Cli(where / "state")
-    (where / "prompt.txt").write_text("a cat\n")
-    code, doc = cli.json("up", str(sandbox.inventory_path))
-    assert code == 0, doc
-    yield cli, where
-    cli.json("down", "-i", str(sandbox.inventory_path))
-    shutil.rmtree(jobs, ignore_errors=True)
+    yield from cluster_with_jobs(sandbox, tmp_path_factory, JOBS_DIR, "straggler.py")
 
 
 def _mean_step(sb, run_id: str) -> float:
