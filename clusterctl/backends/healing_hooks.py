@@ -43,6 +43,11 @@ def request_stop(state, run_id: str) -> None:
     path.write_text("stop\n")
 
 
+def withdraw_stop(state, run_id: str) -> None:
+    """The stop a relaunch made itself (Backend.relaunch stops the attempt it replaces): not a user's."""
+    (state.run_dir(run_id) / STOP_REQUESTED).unlink(missing_ok=True)
+
+
 def stop_requested(session, run_id: str) -> bool:
     return (session.state.run_dir(run_id) / STOP_REQUESTED).exists()
 

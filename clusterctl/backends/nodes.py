@@ -81,5 +81,10 @@ class NodesBackend:
     def relaunch(self, plan: Plan, request: RunRequest, inventory: Optional[Inventory] = None):
         """Stop what runs of the plan's run, then launch `plan` as the next attempt of the same run id
         (launching.py sets the last attempt's run dirs aside on the nodes first)."""
+        from clusterctl.backends.healing_hooks import StopRequested, stop_requested, withdraw_stop
+
+        if stop_requested(self.session, plan.run_id):  # a user's `clusterctl stop` came first: it stands
+            raise StopRequested(plan.run_id)
         self.stop(plan.run_id)
+        withdraw_stop(self.session.state, plan.run_id)  # its own stop, not a user's: the next attempt goes on
         return self.launch(plan.next_attempt(), request, inventory)

@@ -64,7 +64,12 @@ class SlurmBackend(NodesBackend):
         """Stop what runs, then plan again on a new allocation (its nodes may differ) as the next attempt."""
         from dataclasses import replace
 
+        from clusterctl.backends.healing_hooks import StopRequested, stop_requested, withdraw_stop
+
+        if stop_requested(self.session, plan.run_id):  # a user's `clusterctl stop` came first: it stands
+            raise StopRequested(plan.run_id)
         self.stop(plan.run_id)
+        withdraw_stop(self.session.state, plan.run_id)
         return self.launch(replace(plan.next_attempt(), topology=None), request, inventory)
 
     def lists_hosts(self, inventory: Inventory) -> bool:
