@@ -1,4 +1,4 @@
-"""Gathering a run (`clusterctl collect-logs`): its's logs, outputs and node diagnostics, then the diagnosis.
+"""Gathering a run (`clusterctl collect-logs`): its logs, outputs and node diagnostics, then the diagnosis.
 
 Layout under DEST (default ./logs/<run-id>/):
   <host>/logs/<host>-agent.log, <host>-r<rank>.log   torchrun's and each global rank's output

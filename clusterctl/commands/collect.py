@@ -1,13 +1,5 @@
-"""`clusterctl collect-logs`: a run's logs, outputs and node diagnostics, then the diagnosis.
-
-Layout under DEST (default ./logs/<run-id>/):
-  <host>/logs/<host>-agent.log, <host>-r<rank>.log   torchrun's and each global rank's output
-  <host>/diag/*.txt|json                              the node at collection time
-  <host>/outputs/...                                  what the run wrote (paths naming the run id)
-  outputs/...                                         the same, once, when outputs are shared by all nodes
-  run.json                                            the run record (as in .clusterctl/runs/<run-id>/)
-  manifest.json                                       the run id, and every file with size and sha256
-"""
+"""`clusterctl collect-logs`: a run's logs, outputs and node diagnostics, then the diagnosis (the flow and
+the layout it writes under DEST: collect/gather.py)."""
 from __future__ import annotations
 
 import argparse
