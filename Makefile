@@ -37,7 +37,7 @@ demo-clean: $(STAMP)
 
 # PATH: jobs on `connection: local` hosts run `python3` from PATH, as in an activated venv.
 test: deps $(STAMP)
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q --durations=25
 
 test-fast: $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q -m "not sandbox and not slow"
