@@ -207,3 +207,92 @@ def test_a_command_that_fails_is_logged_with_what_it_said(tmp_path):
 
 def test_the_logged_webhook_shows_only_its_host():
     assert masked_url("https://hooks.slack.com/services/T0/B0/XyZ") == "https://hooks.slack.com/***"
+
+
+# --------------------------------------------------------------------------- the hooks
+
+
+def _session(tmp_path: Path):
+    from types import SimpleNamespace
+
+    from clusterctl.state import State
+
+    return SimpleNamespace(state=State(tmp_path / "state"))
+
+
+def _write_record(session, record: dict) -> None:
+    session.state.write_json(session.state.run_dir(record["run_id"]) / "run.json", record)
+
+
+def test_around_a_run_that_fails_one_failure_and_one_end_are_sent_and_a_host_it_quarantined(tmp_path):
+    from clusterctl.health.events import Event
+    from clusterctl.health.fleet import record_events
+    from clusterctl.observe.notify_hooks import notified
+
+    session = _session(tmp_path)
+    with Receiver() as receiver:
+        inventory = _inventory(f"  webhook: {receiver.url}\n",
+                               env="health:\n  rules:\n    node_lost: {quarantine_after: 1}\n")
+
+        def run():  # what a run leaves behind: its record, and a node lost in the health record
+            _write_record(session, RECORD)
+            record_events(session.state.health_db, inventory, [Event("node2", "node_lost", "run", "gone")])
+            return "the outcome"
+
+        assert notified(session, inventory, run) == "the outcome"
+    got = receiver.documents()
+    assert sorted(d["event"] for d in got) == ["end", "failure", "quarantine"], got
+    quarantine = next(d for d in got if d["event"] == "quarantine")
+    assert quarantine["detail"]["host"] == "node2" and quarantine["summary"].startswith("node2 quarantined")
+
+
+def test_without_a_notify_section_a_run_is_left_alone(tmp_path):
+    from clusterctl.observe.notify_hooks import notified
+
+    inventory = parse_inventory(f"name: lab\n{HOSTS}", "lab.yaml")
+    assert notified(_session(tmp_path), inventory, lambda: 7) == 7
+    assert not (tmp_path / "state").exists()
+
+
+def test_a_relaunch_inside_a_run_is_sent_with_that_attempts_diagnosis(tmp_path):
+    from clusterctl.observe.notify_hooks import notified, relaunching
+
+    session = _session(tmp_path)
+    with Receiver() as receiver:
+        inventory = _inventory(f"  webhook: {receiver.url}\n  on: [relaunch]\n")
+
+        def run():
+            _write_record(session, {**RECORD, "state": "running", "relaunching": True})
+            relaunching(session, RECORD["run_id"], "node2 left out (cuda_oom)", FAILED, attempt=1)
+
+        notified(session, inventory, run)
+    [sent] = receiver.documents()
+    assert sent["event"] == "relaunch" and sent["detail"] == {"attempt": 1, "verdict": "node2 left out (cuda_oom)"}
+    assert sent["diagnosis"]["cause"] == "cuda_oom" and sent["state"] == "running"
+
+
+def test_a_straggler_is_sent_once_per_naming(tmp_path):
+    from clusterctl.observe import notify_hooks
+
+    straggler = {"host": "node2", "rank": 3, "since": 1050.0, "until": None, "evidence": "40 of 40 samples"}
+    with Receiver() as receiver:
+        notifier = _notifier(tmp_path, f"  webhook: {receiver.url}\n")
+        token = notify_hooks.CURRENT.set(notifier)
+        try:
+            tell = notify_hooks.straggler_hook({**RECORD, "state": "running"})
+        finally:
+            notify_hooks.CURRENT.reset(token)
+        tell([straggler])
+        tell([{**straggler, "lag_s": 0.5}])  # the same naming, refreshed
+        tell([{**straggler, "until": 1080.0}])  # keeps pace again
+        assert notifier.flush()
+    assert [(d["event"], d["detail"]["rank"]) for d in receiver.documents()] == [("straggler", 3)]
+
+
+def test_a_detached_runs_end_is_sent_when_the_controller_learns_it(tmp_path):
+    from clusterctl.observe.notify_hooks import ended_detached
+
+    session = _session(tmp_path)
+    with Receiver() as receiver:
+        ended_detached(session.state, _inventory(f"  webhook: {receiver.url}\n"), {**RECORD, "detached": True})
+    assert sorted(d["event"] for d in receiver.documents()) == ["end", "failure"]
