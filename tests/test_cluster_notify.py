@@ -27,7 +27,7 @@ JOBS_DIR = "notify-jobs"
 
 @pytest.fixture(scope="module")
 def cluster(sandbox, tmp_path_factory):
-    yield from cluster_with_jobs(sandbox, tmp_path_factory, JOBS_DIR, "faults.py")
+    yield from cluster_with_jobs(sandbox, tmp_path_factory, JOBS_DIR, "faults.py", "checkpointed.py")
 
 
 @pytest.fixture(autouse=True)
@@ -61,6 +61,8 @@ class StandInSampler:
             last = now
             total, free = _memory_mb()
             for run_dir in set(self.outputs.glob("logs/*/node*")) - self.before:
+                if "." in run_dir.name:  # an earlier attempt's run dir, set aside (node1.attempt-1)
+                    continue
                 line = {"t": time.time(), "host": run_dir.name, "cpu_pct": round(busy, 1), "mem_used_mb": total - free,
                         "mem_total_mb": total, "net_rx_bytes": 0, "net_tx_bytes": 0, "gpus": []}
                 with open(run_dir / "metrics.jsonl", "a") as out:
@@ -129,3 +131,42 @@ def test_the_report_of_the_collected_run_opens_in_a_browser_showing_the_failure(
     assert any(link.endswith("node2/logs/node2-r1.log") for link in seen.links), seen.links
     if os.environ.get("CLUSTERCTL_KEEP_BUNDLE"):  # to refresh tests/fixtures/report/ from a real run
         shutil.copytree(bundle, os.environ["CLUSTERCTL_KEEP_BUNDLE"], dirs_exist_ok=True)
+
+
+def _healing_job(sb, path: Path, url: str) -> Path:
+    """tests/fixtures/jobs/checkpointed.py on 2 nodes (node3 the spare), rank 1 killed at step 4 of 12."""
+    where = f"{CONTAINER_OUTPUTS}/{JOBS_DIR}/healing"
+
+    def change(doc):
+        doc["job"].pop("world_size_divides", None)
+        doc["job"].update(command=[f"{CONTAINER_OUTPUTS}/{JOBS_DIR}/checkpointed.py"], nproc_per_node=1, nodes=2,
+                          restarts=2, checkpoint={"dir": f"{where}/ckpt", "complete": "COMPLETE"},
+                          args=["--steps", "12", "--ckpt", f"{where}/ckpt", "--out", f"{where}/out",
+                                "--kill_at", "4", "--kill_rank", "1"])
+        doc["health"] = {"rules": {kind: {"quarantine_after": "never"} for kind in ("heal_excluded", "node_lost")}}
+        doc["notify"] = {"webhook": url, "format": "slack", "on": ["relaunch", "failure", "end"]}
+
+    return variant(sb, path, change)
+
+
+def test_a_run_that_heals_itself_sends_one_relaunch_with_the_killed_ranks_diagnosis_then_its_end(
+        sandbox, cluster, tmp_path):
+    cli, where = cluster
+    with Receiver() as receiver, StandInSampler(sandbox.shared_outputs):
+        inventory = _healing_job(sandbox, tmp_path / "heal.yaml", receiver.url)
+        code, doc = cli.json("run", "-i", str(inventory), str(where / "prompt.txt"))
+        got = receiver.documents()
+    assert code == 0 and len(doc["attempts"]) == 2, doc
+    assert [d["text"].split(":")[0] for d in got] == [f"run {doc['run_id']} attempt 1 failed", f"run {doc['run_id']} on "
+                                                      f"sandbox ended"], got
+    relaunch = json.dumps(got[0]["blocks"])
+    assert "*cause* killed_by_signal on node2, rank 1" in relaunch and "relaunching" in got[0]["text"], relaunch
+    assert "succeeded" in got[1]["text"]
+    bundle = tmp_path / "bundle"
+    cli.json("collect-logs", "-i", str(inventory), "--run", doc["run_id"], "--dest", str(bundle))
+    code, made = cli.json("report", str(bundle))
+    assert code == 0, made
+    text = (bundle / "report.html").read_text()
+    assert "attempt 1" in text and "attempt 2" in text and "killed_by_signal" in text
+    if os.environ.get("CLUSTERCTL_KEEP_BUNDLE"):
+        shutil.copytree(bundle, os.environ["CLUSTERCTL_KEEP_BUNDLE"] + "-healed", dirs_exist_ok=True)

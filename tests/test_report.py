@@ -181,3 +181,25 @@ def test_a_long_series_is_thinned_keeping_its_last_point():
 def test_a_timeline_escapes_its_labels_and_titles():
     svg = timeline("a<b", [Row("n<1", (Span(0, 1, "#000", "t&<", "l"),))], (0.0, 2.0))
     assert "a&lt;b" in svg and "n&lt;1" in svg and "t&amp;&lt;" in svg and "<b" not in svg.replace("<svg", "")
+
+
+def test_a_run_that_healed_itself_shows_the_relaunched_attempts_failure_and_both_attempts(tmp_path):
+    record = json.loads((FIXTURE.parent / "healed-killed-rank" / "run.json").read_text())
+    cli = Cli(tmp_path / "state")
+    (cli.state_dir / "runs" / record["run_id"]).mkdir(parents=True)
+    (cli.state_dir / "runs" / record["run_id"] / "run.json").write_text(json.dumps(record))
+    out = tmp_path / "healed.html"
+    code, made = cli.json("report", record["run_id"], "-o", str(out))
+    assert code == 0, made
+    seen = open_report(out)
+    assert seen.severe == []
+    assert "attempt 1: killed_by_signal on node2, rank 1 (exit code 1) (relaunched; node2 left out)" in seen.text
+    assert "succeeded" in seen.text and re.search(r"duration\s+24 s", seen.text), seen.text[:500]
+
+
+def test_a_chart_draws_no_line_across_a_gap_between_attempts():
+    from clusterctl.observe.svg import segments
+
+    points = [(0.0, 1.0), (0.5, 1.0), (1.0, 1.0), (12.0, 1.0), (12.5, 1.0)]
+    assert segments(points) == [((0.0, 1.0), (0.5, 1.0), (1.0, 1.0)), ((12.0, 1.0), (12.5, 1.0))]
+    assert line_chart("t", [Series("s", tuple(points))], (0.0, 13.0)).count("<polyline") == 2

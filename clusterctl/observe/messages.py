@@ -63,9 +63,16 @@ def hosts_of(record: dict) -> tuple[str, ...]:
                                                  for h in record.get("hosts") or [])
 
 
+def started_of(record: dict) -> Optional[float]:
+    """When the run started: its first attempt's start (a relaunch rewrites the record's `started`)."""
+    starts = [a.get("started") for a in record.get("attempts") or [] if isinstance(a, dict)] + [record.get("started")]
+    numbers = [s for s in starts if isinstance(s, (int, float)) and not isinstance(s, bool)]
+    return min(numbers) if numbers else None
+
+
 def duration_of(record: dict, now: float) -> Optional[float]:
-    started = record.get("started")
-    if not isinstance(started, (int, float)):
+    started = started_of(record)
+    if started is None:
         return None
     ended = record.get("ended") if state_of(record) != "running" else None
     return round((ended if isinstance(ended, (int, float)) else now) - started, 1)

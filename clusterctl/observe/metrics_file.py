@@ -97,29 +97,32 @@ def read_samples(lines: Iterable[str], host: str) -> tuple[list[Sample], int]:
     return samples, skipped
 
 
-def find_metrics_file(bundle: Path, host: str, run_id: str) -> Optional[Path]:
-    """The host's metrics.jsonl in a collected bundle: beside its logs, or where the run dir's files
-    arrive (collect/gather.py's layout), or anywhere under the host's folder."""
-    for candidate in (bundle / host / "logs" / FILE_NAME, bundle / host / FILE_NAME,
-                      bundle / host / "outputs" / "logs" / run_id / host / FILE_NAME,
-                      bundle / "outputs" / "logs" / run_id / host / FILE_NAME):
-        if candidate.is_file():
-            return candidate
+def metrics_files(bundle: Path, host: str, run_id: str) -> list[Path]:
+    """Every metrics.jsonl of `host` in a collected bundle: beside its logs, in its run dir (and those
+    of earlier attempts, set aside as `<host>.attempt-N`: collect/gather.py's layout)."""
     found = sorted((bundle / host).rglob(FILE_NAME)) if (bundle / host).is_dir() else []
-    return found[0] if found else None
+    shared = bundle / "outputs" / "logs" / run_id
+    if shared.is_dir():
+        found += sorted(p for p in shared.glob(f"{host}*/{FILE_NAME}")
+                        if p.parent.name == host or p.parent.name.startswith(f"{host}.attempt-"))
+    return found
 
 
 def node_metrics(bundle: Optional[Path], hosts: Iterable[str], run_id: str) -> list[NodeMetrics]:
     """Every host's samples that the bundle holds (hosts without a file are left out)."""
     found = []
     for host in hosts:
-        path = find_metrics_file(bundle, host, run_id) if bundle is not None else None
-        if path is None:
-            continue
-        try:
-            with open(path, encoding="utf-8", errors="replace") as handle:
-                samples, skipped = read_samples(handle, host)
-        except OSError:
-            continue
-        found.append(NodeMetrics(host, tuple(samples), skipped, str(path.relative_to(bundle))))
+        paths = metrics_files(bundle, host, run_id) if bundle is not None else []
+        samples, skipped = {}, 0
+        for path in paths:
+            try:
+                with open(path, encoding="utf-8", errors="replace") as handle:
+                    read, bad = read_samples(handle, host)
+            except OSError:
+                continue
+            samples.update({(s.t, s.host): s for s in read})  # a file linked beside the logs counts once
+            skipped += bad
+        if paths:
+            found.append(NodeMetrics(host, tuple(sorted(samples.values(), key=lambda s: s.t)), skipped,
+                                     ", ".join(str(p.relative_to(bundle)) for p in paths)))
     return found

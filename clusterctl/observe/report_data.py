@@ -51,6 +51,8 @@ def load(state, given: Optional[str], output: Optional[Path]) -> ReportInput:
     record = {**record, "run_id": record.get("run_id") or run_id}
     out = (output or (bundle / "report.html" if bundle else Path(f"report-{run_id}.html"))).resolve()
     hosts = [str(n.get("host")) for n in record.get("topology") or [] if isinstance(n, dict) and n.get("host")]
+    hosts += [str(h) for a in record.get("attempts") or [] if isinstance(a, dict) for h in a.get("hosts") or []
+              if str(h) not in hosts]  # a host left out by a relaunch ran the earlier attempts
     return ReportInput(run_id, record, bundle, tuple(node_metrics(bundle, hosts, run_id)),
                        tuple(log_links(record, bundle, out.parent)), tuple(_notify_lines(state, run_id)), out)
 

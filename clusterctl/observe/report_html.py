@@ -7,7 +7,7 @@ import time
 from html import escape
 from typing import Iterable, Optional
 
-from clusterctl.observe.messages import diagnosis_of, duration_of, state_of
+from clusterctl.observe.messages import diagnosis_of, duration_of, started_of, state_of
 from clusterctl.observe.metrics_file import NodeMetrics
 from clusterctl.observe.report_data import ReportInput
 from clusterctl.observe.svg import Marker, Row, Series, Span, line_chart, seconds_label, timeline
@@ -42,9 +42,7 @@ def render(data: ReportInput, now: Optional[float] = None) -> str:
 
 
 def _origin(record: dict) -> float:
-    starts = [a.get("started") for a in record.get("attempts") or [] if isinstance(a, dict)] + [record.get("started")]
-    numbers = [s for s in starts if isinstance(s, (int, float))]
-    return min(numbers) if numbers else 0.0
+    return started_of(record) or 0.0
 
 
 def _when(seconds) -> str:
@@ -66,7 +64,7 @@ def _header(record: dict, now: float) -> str:
     state = state_of(record)
     duration = duration_of(record, now)
     rows = [("cluster", record.get("cluster", "-")), ("backend", record.get("backend", "-")),
-            ("started", _when(record.get("started"))), ("duration", seconds_label(duration) if duration else "-"),
+            ("started", _when(started_of(record))), ("duration", seconds_label(duration) if duration else "-"),
             ("exit code", record.get("exit_code")), ("world size", f"{record.get('world_size', '-')} "
                                                                    f"({record.get('nnodes', '-')} node(s) x {record.get('nproc_per_node', '-')})"),
             ("attempts", len(record.get("attempts") or []) or 1)]
@@ -75,14 +73,31 @@ def _header(record: dict, now: float) -> str:
 
 
 def _failure(record: dict) -> str:
-    first = record.get("first_failure")
-    if not isinstance(first, dict):
+    """The run's first failure; a run that healed itself: each attempt's that was relaunched, too."""
+    attempts = _attempts(record)
+    failures = [(a, a["first_failure"], True) for a in attempts[:-1] if isinstance(a.get("first_failure"), dict)]
+    if isinstance(record.get("first_failure"), dict):
+        failures.append((attempts[-1] if len(attempts) > 1 else None, record["first_failure"], False))
+    if not failures:
         return "<h2>First failure</h2><p>none: " + ("the run succeeded" if record.get("exit_code") == 0
                                                      else "no rank was named") + "</p>"
+    parts = ["<h2>First failure</h2>"] + [_one_failure(first, attempt, relaunched)
+                                          for attempt, first, relaunched in failures]
+    if record.get("heal_refused"):
+        parts.append(f"<p>not relaunched: {escape(str(record['heal_refused']))}</p>")
+    return "".join(parts)
+
+
+def _one_failure(first: dict, attempt: Optional[dict], relaunched: bool) -> str:
+    """One first failure: of the run, or of `attempt` (`relaunched`: the run went on after it)."""
     top = diagnosis_of(first)
     rank = f", rank {first.get('rank')}" if first.get("rank") is not None else ""
-    parts = [f"<h2>First failure</h2><div class=\"failure\"><p><b>{escape(top.cause)}</b> on "
-             f"<b>{escape(str(first.get('host')))}</b>{escape(rank)} (exit code {escape(str(first.get('exit_code')))})</p>"]
+    which = f"attempt {attempt.get('attempt')}: " if attempt is not None else ""
+    left_out = [f"{e.get('host')} left out" for e in (attempt or {}).get("excluded") or [] if isinstance(e, dict)]
+    then = f" (relaunched{''.join('; ' + x for x in left_out)})" if relaunched else ""
+    parts = [f"<div class=\"failure\"><p>{escape(which)}<b>{escape(top.cause)}</b> on "
+             f"<b>{escape(str(first.get('host')))}</b>{escape(rank)} (exit code {escape(str(first.get('exit_code')))})"
+             f"{escape(then)}</p>"]
     shown = set()
     for entry in (first.get("diagnosis") or [])[:3]:
         if not isinstance(entry, dict) or (entry.get("cause"), entry.get("fix")) in shown:
@@ -93,8 +108,6 @@ def _failure(record: dict) -> str:
         parts.append(f"<p>cause: <b>{escape(str(entry.get('cause')))}</b>{sure}</p>"
                      f"<pre>{escape(str(entry.get('evidence') or ''))}</pre>"
                      f"<p>fix: {escape(str(entry.get('fix') or '-'))}</p>")
-    if record.get("heal_refused"):
-        parts.append(f"<p>not relaunched: {escape(str(record['heal_refused']))}</p>")
     return "".join(parts) + "</div>"
 
 

@@ -51,6 +51,22 @@ def thin(points: Sequence[tuple[float, float]], most: int = MAX_POINTS) -> tuple
     return tuple(kept)
 
 
+def segments(points: Sequence[tuple[float, float]], gap_factor: float = 5.0) -> list[tuple]:
+    """`points` cut where no sample came for `gap_factor` times the usual interval (between two
+    attempts, a node that was away): a chart draws no line across a gap."""
+    if len(points) < 3:
+        return [tuple(points)] if points else []
+    steps = sorted(b[0] - a[0] for a, b in zip(points, points[1:]))
+    usual = steps[len(steps) // 2] or 1e-9
+    pieces, current = [], [points[0]]
+    for before, point in zip(points, points[1:]):
+        if point[0] - before[0] > gap_factor * usual:
+            pieces.append(tuple(current))
+            current = []
+        current.append(point)
+    return pieces + [tuple(current)]
+
+
 def _fmt(value: float) -> str:
     return f"{value:.1f}".rstrip("0").rstrip(".")
 
@@ -92,10 +108,10 @@ def line_chart(title: str, series: Sequence[Series], x_range: tuple[float, float
     parts += _x_axis(x0, x1, left, plot_w, top, plot_h)
     for n, one in enumerate(series):
         color = PALETTE[n % len(PALETTE)]
-        coords = " ".join(f"{_fmt(left + plot_w * (x - x0) / (x1 - x0))},"
-                          f"{_fmt(top + plot_h - plot_h * min(max(y, 0.0), top_value) / top_value)}"
-                          for x, y in thin(one.points))
-        if coords:
+        for piece in segments(thin(one.points)):
+            coords = " ".join(f"{_fmt(left + plot_w * (x - x0) / (x1 - x0))},"
+                              f"{_fmt(top + plot_h - plot_h * min(max(y, 0.0), top_value) / top_value)}"
+                              for x, y in piece)
             parts.append(f'<polyline points="{coords}" fill="none" stroke="{color}" stroke-width="1.5">'
                          f'<title>{escape(one.label)}</title></polyline>')
         lx, ly = left + (n % 4) * (plot_w // 4), height + 10 + 16 * (n // 4)
