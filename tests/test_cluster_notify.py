@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterctl_helpers import CONTAINER_OUTPUTS, cluster_with_jobs, variant
+from clusterctl_helpers import CONTAINER_OUTPUTS, cluster_with_jobs, variant, wait_until
 from loopback_receiver import Receiver
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
@@ -170,3 +170,24 @@ def test_a_run_that_heals_itself_sends_one_relaunch_with_the_killed_ranks_diagno
     assert "attempt 1" in text and "attempt 2" in text and "killed_by_signal" in text
     if os.environ.get("CLUSTERCTL_KEEP_BUNDLE"):
         shutil.copytree(bundle, os.environ["CLUSTERCTL_KEEP_BUNDLE"] + "-healed", dirs_exist_ok=True)
+
+
+def test_a_detached_runs_failure_and_end_are_sent_once_by_the_status_that_learns_of_its_end(sandbox, cluster, tmp_path):
+    cli, where = cluster
+    with Receiver() as receiver:
+        inventory = _failing_job(sandbox, tmp_path / "detached.yaml", receiver.url)
+        code, doc = cli.json("run", "-i", str(inventory), "--detach", str(where / "prompt.txt"))
+        assert code == 0, doc
+        assert receiver.documents() == []  # nothing ended yet, and the nodes never call out
+
+        def ended():
+            code, status = cli.json("status", "-i", str(inventory))
+            run = next((r for r in status.get("runs", []) if r["run_id"] == doc["run_id"]), {})
+            return run if run.get("state") in ("failed", "succeeded", "stopped") else None
+
+        wait_until(ended, 90, interval=1, what="the detached run's end")
+        cli.json("status", "-i", str(inventory))  # asked again: already told
+        got = receiver.documents()
+    assert sorted(d["event"] for d in got) == ["end", "failure"], got
+    failure = next(d for d in got if d["event"] == "failure")
+    assert (failure["diagnosis"]["host"], failure["diagnosis"]["rank"]) == ("node2", 1), failure
