@@ -51,7 +51,7 @@ def open_report(path: Path, screenshot: Optional[str] = None) -> Seen:
         svgs = len(driver.find_elements(By.TAG_NAME, "svg"))
         links = [a.get_attribute("href") or "" for a in driver.find_elements(By.TAG_NAME, "a")]
         if screenshot:
-            height = driver.execute_script("return document.body.scrollHeight")
+            height = driver.execute_script("return document.documentElement.scrollHeight")
             driver.set_window_size(1100, min(int(height) + 40, 4000))
             driver.save_screenshot(screenshot)
         return Seen(text, severe, svgs, links)

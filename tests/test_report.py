@@ -188,11 +188,21 @@ def test_a_run_that_healed_itself_shows_the_relaunched_attempts_failure_and_both
     cli = Cli(tmp_path / "state")
     (cli.state_dir / "runs" / record["run_id"]).mkdir(parents=True)
     (cli.state_dir / "runs" / record["run_id"] / "run.json").write_text(json.dumps(record))
+    from clusterctl.health.events import Event
+    from clusterctl.health.fleet import record_events
+    from clusterctl.inventory.load import parse_inventory
+    from clusterctl.state import State
+
+    inventory = parse_inventory("name: sandbox\nhosts:\n  - {name: node2, address: 10.0.0.2}\n", "s.yaml")
+    left_out = Event("node2", "heal_excluded", "heal", evidence=f"left out of run {record['run_id']}: killed_by_signal",
+                     cause="killed_by_signal", run_id=record["run_id"], at=record["attempts"][0]["ended"])
+    assert record_events(State(cli.state_dir).health_db, inventory, [left_out]) is None  # as backends/healing.py does
     out = tmp_path / "healed.html"
     code, made = cli.json("report", record["run_id"], "-o", str(out))
     assert code == 0, made
     seen = open_report(out)
     assert seen.severe == []
+    assert "heal_excluded" in seen.text and "left out of run" in seen.text
     assert "attempt 1: killed_by_signal on node2, rank 1 (exit code 1) (relaunched; node2 left out)" in seen.text
     assert "succeeded" in seen.text and re.search(r"duration\s+24 s", seen.text), seen.text[:500]
 

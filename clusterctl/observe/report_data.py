@@ -21,6 +21,15 @@ class LogLink:
 
 
 @dataclass(frozen=True)
+class RunEvent:
+    """An event of the fleet's health record about this run (a node lost, left out, a straggler...)."""
+    host: str
+    at: float
+    kind: str
+    evidence: str
+
+
+@dataclass(frozen=True)
 class ReportInput:
     run_id: str
     record: dict
@@ -29,6 +38,7 @@ class ReportInput:
     logs: tuple[LogLink, ...]
     notify_log: tuple[str, ...]
     output: Path
+    events: tuple[RunEvent, ...] = ()
 
 
 def load(state, given: Optional[str], output: Optional[Path]) -> ReportInput:
@@ -54,7 +64,8 @@ def load(state, given: Optional[str], output: Optional[Path]) -> ReportInput:
     hosts += [str(h) for a in record.get("attempts") or [] if isinstance(a, dict) for h in a.get("hosts") or []
               if str(h) not in hosts]  # a host left out by a relaunch ran the earlier attempts
     return ReportInput(run_id, record, bundle, tuple(node_metrics(bundle, hosts, run_id)),
-                       tuple(log_links(record, bundle, out.parent)), tuple(_notify_lines(state, run_id)), out)
+                       tuple(log_links(record, bundle, out.parent)), tuple(_notify_lines(state, run_id)), out,
+                       tuple(run_events(state, str(record.get("cluster") or ""), run_id)))
 
 
 def log_links(record: dict, bundle: Optional[Path], report_dir: Path) -> list[LogLink]:
@@ -105,3 +116,19 @@ def _notify_lines(state, run_id: str) -> list[str]:
         return (state.root / "runs" / run_id / LOG_NAME).read_text(errors="replace").splitlines()[-200:]
     except OSError:
         return []
+
+
+def run_events(state, cluster: str, run_id: str) -> list[RunEvent]:
+    """This run's events in the health record of this directory, if it has one (read only)."""
+    from clusterctl.errors import ClusterctlError
+    from clusterctl.health.store import HealthStore
+
+    path = getattr(state, "health_db", None)
+    if not cluster or path is None or not Path(path).is_file():
+        return []
+    try:
+        with HealthStore(Path(path)) as store:
+            stored = store.events(cluster)
+    except (ClusterctlError, OSError):  # a record that cannot be read: the report goes without its events
+        return []
+    return [RunEvent(e.host, e.at, e.kind, e.evidence) for e in stored if e.run_id == run_id]

@@ -12,7 +12,7 @@ from clusterctl.observe.metrics_file import NodeMetrics
 from clusterctl.observe.report_data import ReportInput
 from clusterctl.observe.svg import Marker, Row, Series, Span, line_chart, seconds_label, timeline
 
-OK, FAILED, LATE, NEUTRAL = "#2ca02c", "#d62728", "#ff7f0e", "#7f7f7f"
+OK, FAILED, LATE, NEUTRAL, EVENT = "#2ca02c", "#d62728", "#ff7f0e", "#7f7f7f", "#9467bd"
 STYLE = """
 body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;margin:24px auto;max-width:960px;color:#222}
 h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:26px 0 8px;border-bottom:1px solid #ddd}
@@ -31,7 +31,7 @@ COLORS = {"succeeded": OK, "failed": FAILED, "stopped": NEUTRAL, "running": "#1f
 def render(data: ReportInput, now: Optional[float] = None) -> str:
     record, now = data.record, time.time() if now is None else now
     origin = _origin(record)
-    sections = [_header(record, now), _failure(record), _timeline(record, origin, now), _ranks(data),
+    sections = [_header(record, now), _failure(record), _timeline(record, origin, now, data.events), _ranks(data),
                 _stragglers(record, origin), _metrics(data.metrics, origin), _notifications(data.notify_log)]
     stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(now))
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
@@ -120,7 +120,7 @@ def _attempts(record: dict) -> list[dict]:
              "exit_code": record.get("exit_code"), "first_failure": record.get("first_failure"), "excluded": []}]
 
 
-def _timeline(record: dict, origin: float, now: float) -> str:
+def _timeline(record: dict, origin: float, now: float, events=()) -> str:
     attempts, rows, by_host = _attempts(record), [], {}
     end_of_run = max([a.get("ended") or now for a in attempts] + [record.get("ended") or 0]) - origin
     for a in attempts:
@@ -141,10 +141,15 @@ def _timeline(record: dict, origin: float, now: float) -> str:
             until = s.get("until") if isinstance(s.get("until"), (int, float)) else origin + end_of_run
             by_host[s["host"]]["spans"].append(Span(s["since"] - origin, until - origin, LATE,
                                                     f"straggler rank {s.get('rank')}: {s.get('evidence', '')}", "late"))
+    for event in events:
+        if event.host in by_host and event.kind != "straggler":  # a straggler is its orange span
+            by_host[event.host]["markers"].append(Marker(event.at - origin, EVENT, f"{event.kind}: {event.evidence}"))
     rows += [Row(host, tuple(v["spans"]), tuple(v["markers"])) for host, v in by_host.items()]
-    chart = timeline("attempts and nodes over the run (red tick: the first failure; orange: a straggler)", rows,
-                     (0.0, max(end_of_run, 1.0)))
-    return f"<h2>Timeline</h2>{chart}"
+    chart = timeline("attempts and nodes over the run (red tick: the first failure; purple: an event of the "
+                     "health record; orange: a straggler)", rows, (0.0, max(end_of_run, 1.0)))
+    listed = _table(((e.host, seconds_label(max(e.at - origin, 0.0)), e.kind, e.evidence) for e in events),
+                    ("host", "at", "event", "evidence")) if events else ""
+    return f"<h2>Timeline</h2>{chart}{listed}"
 
 
 def _ranks(data: ReportInput) -> str:
