@@ -13,7 +13,8 @@ import pytest
 from clusterctl.errors import InventoryError
 from clusterctl.inventory.load import parse_inventory
 from clusterctl.observe.messages import message, payload
-from clusterctl.observe.notify import LOG_NAME, Delivery, Notifier, masked_url
+from clusterctl.inventory.notify_section import masked_url
+from clusterctl.observe.notify import LOG_NAME, Delivery, Notifier
 from clusterctl.observe.notify_hooks import mask_of
 from loopback_receiver import Receiver
 

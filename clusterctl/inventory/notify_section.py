@@ -12,7 +12,7 @@ from typing import Any, Optional
 from urllib.parse import urlsplit
 
 from clusterctl.inventory.values import Doc, describe, did_you_mean, expect_choice, expect_text, expect_text_list
-from clusterctl.models import NotifySettings
+from clusterctl.models import MASK, NotifySettings
 
 NOTIFY_KEYS = ("webhook", "format", "command", "on")
 FORMATS = ("json", "slack")
@@ -63,3 +63,9 @@ def _expect_events(doc: Doc, value: Any, path: tuple) -> tuple[str, ...]:
             doc.fail(path + (index,), f"unknown notify event {describe(event)}"
                      f"{did_you_mean(str(event), EVENTS)}", f"use some of: {', '.join(EVENTS)}")
     return tuple(dict.fromkeys(value))
+
+
+def masked_url(url: str) -> str:
+    """A webhook's URL is its credential: https://hooks.slack.com/services/T/B/x -> https://hooks.slack.com/***"""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.hostname or ''}{f':{parts.port}' if parts.port else ''}/{MASK}"

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from clusterctl.executor.beside import Beside, backoff
-from clusterctl.models import MASK, NotifySettings
+from clusterctl.inventory.notify_section import masked_url
+from clusterctl.models import NotifySettings
 from clusterctl.observe.messages import Message, json_payload, payload
 
 LOG_NAME = "notify.log"
@@ -99,12 +100,6 @@ class Notifier:
                 log.write(self.mask(f"{stamp} {message.event}: {text}") + "\n")
         except OSError:
             pass  # nowhere to say it: the run is not to fail for its notifications
-
-
-def masked_url(url: str) -> str:
-    """https://hooks.slack.com/services/T/B/secret -> https://hooks.slack.com/***"""
-    scheme, _, rest = url.partition("//")
-    return f"{scheme}//{rest.split('/', 1)[0]}/{MASK}"
 
 
 def _post(url: str, body: bytes, timeout_s: float) -> Optional[str]:
