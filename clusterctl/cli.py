@@ -35,6 +35,7 @@ COMMANDS = {
     "exec": ("exec_", "run an ad-hoc command on every host"),
     "down": ("down", "stop the job and remove the containers"),
     "diagnose": ("diagnose", "name the root cause and fix from a log file or a collected run"),
+    "report": ("report", "one self-contained HTML file of a run: timeline, failure and diagnosis, metrics, logs"),
     "stacks": ("stacks", "every rank's Python stack now (py-spy), grouped; names the ranks that are elsewhere"),
     "play": ("play", "run a playbook against the active inventory"),
     "sandbox": ("sandbox", "a rehearsal cluster of N nodes on this machine (root, Linux)"),

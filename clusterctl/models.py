@@ -200,6 +200,15 @@ class HealthSettings:
 
 
 @dataclass(frozen=True)
+class NotifySettings:
+    """The inventory's `notify:` section (issue 41; clusterctl/observe/notify.py sends them)."""
+    webhook: Optional[str] = None
+    format: str = "json"  # json | slack
+    command: tuple[str, ...] = ()
+    on: tuple[str, ...] = ("end", "failure", "relaunch", "straggler", "quarantine")
+
+
+@dataclass(frozen=True)
 class SchedulerSpec:
     """`scheduler:`: the job runs on an allocation of this scheduler (only Slurm so far); every
     field but `type` left out means Slurm's own default (its default partition, one node...)."""
@@ -225,6 +234,7 @@ class Inventory:
     source: Optional[Path] = None
     health: HealthSettings = field(default_factory=HealthSettings)
     scheduler: Optional[SchedulerSpec] = None  # with one, hosts may be empty: the allocation's nodes are the hosts
+    notify: Optional[NotifySettings] = None
     # what was read but not used (an ssh option clusterctl does not act on, an unknown Ansible
     # variable), each with file:line; said, never fatal
     warnings: tuple[str, ...] = field(default=(), compare=False)

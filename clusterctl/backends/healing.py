@@ -50,7 +50,16 @@ class Fleet:
 
 def run_healing(session, backend, inventory, request: RunRequest, live=None, plan_only: bool = False) -> Outcome:
     """`clusterctl run` (and `Cluster.run`): today's run where the inventory has no `job.restarts` and no
-    `job.nodes`; else its attempts on the hosts in use (`plan_only`: the plan of the first)."""
+    `job.nodes`; else its attempts on the hosts in use (`plan_only`: the plan of the first). The run's
+    notifications (inventory `notify:`, issue 41) are sent around it."""
+    from clusterctl.observe.notify_hooks import notified
+
+    if plan_only:
+        return _run_healing(session, backend, inventory, request, live, plan_only)
+    return notified(session, inventory, lambda: _run_healing(session, backend, inventory, request, live, plan_only))
+
+
+def _run_healing(session, backend, inventory, request: RunRequest, live, plan_only: bool) -> Outcome:
     from clusterctl.backends.launching import LiveOptions, run_job
 
     healing, live = inventory.job.healing, live or LiveOptions()
@@ -97,6 +106,7 @@ def on_hosts(inventory, fleet: Fleet, addresses: Optional[dict] = None):
 
 def _attempts(session, backend, inventory, request: RunRequest, live, fleet: Fleet, run_id: str) -> Outcome:
     from clusterctl.backends.launching import run_job
+    from clusterctl.observe.notify_hooks import relaunching
 
     healing, attempts, addresses = inventory.job.healing, [], {}
     plan = Plan(backend.name, inventory.name, run_id, 0, 0, 0, attempt=1)
@@ -124,6 +134,7 @@ def _attempts(session, backend, inventory, request: RunRequest, live, fleet: Fle
             return _finished(session, run_id, attempts, outcome, reason)
         session.renderer.message(f"attempt {plan.attempt}: {verdict}; relaunching on {', '.join(fleet.names())} "
                                  f"(attempt {plan.attempt + 1} of at most {healing.restarts + 1})", "yellow")
+        relaunching(session, run_id, verdict, outcome.document.get("first_failure"), plan.attempt)
         try:
             if not _backoff(session, run_id, attempts, plan.attempt):
                 return _ended_between(session, run_id, attempts, interrupted=False)

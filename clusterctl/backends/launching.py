@@ -130,7 +130,11 @@ def _watch(session, backend, runner, summary: dict, place: dict, request: RunReq
                "inventory": inventory_given, **place, "stragglers": []}
     session.state.write_json(record_path, running)
     # a rank named late (or keeping pace again) is in the record at once: `status --json` shows it
-    runner.stragglers.on_change = lambda found: session.state.write_json(record_path, {**running, "stragglers": found})
+    from clusterctl.observe.notify_hooks import straggler_hook
+
+    tell = straggler_hook(running)  # a `notify:` message per rank named late (issue 41)
+    runner.stragglers.on_change = lambda found: (session.state.write_json(record_path, {**running, "stragglers": found}),
+                                                 tell(found))
     try:
         with backend.hang_up() as hung_up:
             outcome, crash = runner.run(detach=request.detach, hung_up=hung_up), None

@@ -44,6 +44,12 @@ def dump_inventory(inv: Inventory, *, reveal_secrets: bool = False) -> str:
     if inv.health.rules:  # only what was written: the defaults live in clusterctl/health/rules.py
         doc["health"] = {"rules": {o.kind: {k: "never" if v is None else v for k, v in o.values}
                                    for o in inv.health.rules}}
+    if inv.notify is not None:  # a webhook's URL is its credential: its path is masked like a secret
+        doc["notify"] = {k: _plain(v) for k, v in vars(inv.notify).items() if v not in (None, ())}
+        if inv.notify.webhook and not reveal_secrets:
+            from clusterctl.inventory.notify_section import masked_url
+
+            doc["notify"]["webhook"] = masked_url(inv.notify.webhook)
     doc["checks"] = {"ib": inv.checks.ib, "shm_min": format_size(inv.checks.shm_min_bytes),
                      "disk_min": format_size(inv.checks.disk_min_bytes),
                      "clock_skew_warn": inv.checks.clock_skew_warn_s}

@@ -28,6 +28,7 @@ from clusterctl.inventory.dump import dump_inventory
 from clusterctl.inventory.formats import sniff_format
 from clusterctl.inventory.health_section import health_settings
 from clusterctl.inventory.healing_section import HEALING_KEYS, healing_settings
+from clusterctl.inventory.notify_section import notify_settings
 from clusterctl.inventory.scheduler import scheduler_spec
 from clusterctl.inventory.ssh_values import HOST_SSH_KEYS, expect_ssh_options, host_become, host_ssh
 from clusterctl.inventory.values import (
@@ -41,7 +42,7 @@ from clusterctl.inventory.yamlsource import Locator, read_text
 NIC_RE = re.compile(r"^[\^=]?[A-Za-z0-9_.:@-]{1,15}(,[A-Za-z0-9_.:@-]{1,15})*$")
 LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost")
 
-TOP_KEYS = ("name", "ssh", "hosts", "container", "rendezvous", "job", "checks", "scheduler", "health")
+TOP_KEYS = ("name", "ssh", "hosts", "container", "rendezvous", "job", "checks", "scheduler", "health", "notify")
 SSH_KEYS = ("user", "port", "identity_file", "known_hosts", "host_key_policy", "connect_timeout",
             "command_timeout", "proxy_jump", "forward_agent", "config_file", "options")
 HOST_KEYS = ("name", "address", "port", "user", "identity_file", "proxy_jump", "connection", "gpus", "nic", "env",
@@ -300,7 +301,7 @@ def build_inventory(data: Any, locator: Locator, *, base_dir: Path, default_name
         name=doc.value(top, "name", (), expect_safe_name, default_name), hosts=hosts, ssh=ssh, container=container,
         rendezvous=_rendezvous(doc, top.get("rendezvous"), hosts), job=_job(doc, top.get("job"), len(hosts)),
         checks=_checks(doc, top.get("checks")), source=source, warnings=warnings, scheduler=scheduler,
-        health=health_settings(doc, top.get("health")),
+        health=health_settings(doc, top.get("health")), notify=notify_settings(doc, top.get("notify")),
     )
     _check_nproc_fits(doc, inventory)
     return inventory

@@ -255,6 +255,9 @@ def refresh_record(store, inventory: Inventory, connections: Connections, run_id
         done["first_failure"] = with_dumps(done["first_failure"], inventory, answering, connections)
     store.write_json(store.run_dir(run_id) / "run.json", done)
     health.record_run_end(store, inventory, done)  # issue 36: the run's lost and blamed nodes
+    from clusterctl.observe.notify_hooks import ended_detached
+
+    ended_detached(store, inventory, done)  # issue 41: the end's notification, as the controller learns it
     return done
 
 
