@@ -128,3 +128,50 @@ def test_an_xid_79_in_a_nodes_kernel_log_quarantines_it_during_the_run_and_inclu
     assert node in _planned(cli, inventory, "--include-quarantined")
     code, released = cli.json("health", "-i", str(inventory), "release", node, "--force")
     assert code == 0 and released["nodes"][0]["state"] == "healthy"
+
+
+def _quarantine(cli, host: str) -> None:
+    """`host` quarantined in the record as a watch of another run would have left it."""
+    from clusterctl.health.events import Event
+    from clusterctl.health.fleet import record_events
+    from clusterctl.models import Inventory
+    from clusterctl.state import State
+
+    note = record_events(State(cli.state_dir).health_db, Inventory("sandbox", ()),
+                         [Event(host, "xid_fatal", "watch", evidence="NVRM: Xid (PCI:0000:44:00): 79", cause="Xid 79")])
+    assert note is None, note
+
+
+def _up(cli, inventory, *flags: str) -> tuple[list, str]:
+    """`up`'s hosts (--json), and what a person sees it say (the same `up` again, without --json)."""
+    code, doc = cli.json("up", str(inventory), *flags)
+    assert code == 0, doc
+    proc = cli.popen("up", str(inventory), *flags, json_output=False)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, (out[-2000:], err[-2000:])
+    return sorted(doc["hosts"]), err  # what is said goes to stderr
+
+
+def test_a_quarantined_node_is_left_out_by_up_and_run_plan_a_spare_takes_its_place_and_a_passing_check_brings_it_back(
+        hardware_sandbox, cli, tmp_path):
+    inventory = variant(hardware_sandbox, tmp_path / "spare.yaml", lambda doc: doc["job"].update(nodes=2))
+    assert _planned(cli, inventory) == ["node1", "node2"]  # node3 is the spare
+    _quarantine(cli, "node2")
+
+    hosts, said = _up(cli, inventory)
+    assert hosts == ["node1", "node3"], hosts
+    assert [line for line in said.splitlines() if "leaving out quarantined node2 (xid_fatal" in line], said
+    assert _planned(cli, inventory) == ["node1", "node3"]  # the spare takes node2's place
+
+    hosts, said = _up(cli, inventory, "--include-quarantined")  # the operator knows better: said in one line
+    assert hosts == ["node1", "node2", "node3"], hosts
+    assert [line for line in said.splitlines() if "planning quarantined node2 (xid_fatal" in line], said
+    assert _planned(cli, inventory, "--include-quarantined") == ["node1", "node2"]
+
+    code, checked = cli.json("health", "-i", str(inventory), "check", "node2")
+    assert code == 0 and checked["ok"] is True, checked
+    code, released = cli.json("health", "-i", str(inventory), "release", "node2")
+    assert code == 0 and released["nodes"][0]["state"] == "healthy", released
+    assert _planned(cli, inventory) == ["node1", "node2"]
+    hosts, said = _up(cli, inventory)
+    assert hosts == ["node1", "node2", "node3"] and "quarantined" not in said

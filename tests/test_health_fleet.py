@@ -80,8 +80,11 @@ def test_a_run_end_quarantines_by_the_inventorys_rule_and_the_plan_leaves_the_no
     found = plannable(state.health_db, strict)
     assert [h.name for h in found.inventory.hosts] == ["n1", "n2"] and list(found.left_out) == ["n3"]
     assert "n3 (node_lost" in found.note() and "clusterctl health check HOST" in found.note()
-    assert [h.name for h in plannable(state.health_db, strict, include_quarantined=True).inventory.hosts] == \
-        ["n1", "n2", "n3"]
+    included = plannable(state.health_db, strict, include_quarantined=True)
+    assert [h.name for h in included.inventory.hosts] == ["n1", "n2", "n3"] and included.left_out == {}
+    assert included.note().startswith("health: planning quarantined n3 (node_lost") and "--include-quarantined" in \
+        included.note()
+    assert plannable(state.health_db, FLEET).note() == ""  # the default rules: nothing quarantined, nothing said
     assert partner_for(state.health_db, strict, "n3") == "n1"
 
 

@@ -6,7 +6,7 @@ newer clusterctl, damaged) comes back as a sentence for the caller to say, and n
 lost. Planning reads the record only where one exists (a first `run --plan` creates no file)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
@@ -16,8 +16,9 @@ from clusterctl.models import Inventory
 
 
 def record_events(db_path: Path, inventory: Inventory, events: Sequence[Event],
-                  gpus: Optional[Mapping[str, Sequence[GpuId]]] = None) -> Optional[str]:
-    """Keep `events` (and the GPUs each host reports now); None, or why the record was not updated."""
+                  gpus: Optional[Mapping[str, Sequence[GpuId]]] = None, once: bool = False) -> Optional[str]:
+    """Keep `events` (and the GPUs each host reports now); None, or why the record was not updated.
+    `once`: events the record already has for their run are not kept again."""
     from clusterctl.health.record import HealthRecord
 
     if not events and not gpus:
@@ -28,7 +29,7 @@ def record_events(db_path: Path, inventory: Inventory, events: Sequence[Event],
                 if ids:
                     record.observe_gpus(host, list(ids))
             if events:
-                record.record(*events)
+                record.record(*events, once=once)
     except ClusterctlError as error:
         return f"the health record was not updated ({error.args[0] if error.args else error}); {len(events)} event(s) lost"
     return None
@@ -56,11 +57,18 @@ class Plannable:
     inventory: Inventory
     left_out: Mapping[str, str]
     unread: str = ""  # why the record could not be read (then every host is planned)
+    included: Mapping[str, str] = field(default_factory=dict)  # quarantined, planned by --include-quarantined
 
     def note(self) -> str:
-        """The one line a command says when it left hosts out (or could not read the record)."""
+        """The one line a command says when it left hosts out, planned quarantined ones because the
+        operator said so, or could not read the record ("" when there is nothing to say)."""
         if self.unread:
             return f"health: {self.unread}; planning every host"
+        if self.included:
+            hosts = ", ".join(f"{host} ({reason})" for host, reason in self.included.items())
+            return f"health: planning quarantined {hosts} as --include-quarantined asks"
+        if not self.left_out:
+            return ""
         hosts = ", ".join(f"{host} ({reason})" for host, reason in self.left_out.items())
         return (f"health: leaving out quarantined {hosts}; --include-quarantined to use them, or "
                 f"`clusterctl health check HOST` then `clusterctl health release HOST`")
@@ -69,14 +77,14 @@ class Plannable:
 def plannable(db_path: Path, inventory: Inventory, include_quarantined: bool = False) -> Plannable:
     """`inventory` without its quarantined hosts. Refused (StateError naming each node, its reason
     and the fix) where too few are left: none, or fewer than the job's `nodes` where it sets one."""
-    if include_quarantined or not inventory.hosts or not Path(db_path).exists():
+    if not inventory.hosts or not Path(db_path).exists():
         return Plannable(inventory, {})
     try:
         quarantined = states_of(db_path, inventory)
     except ClusterctlError as error:  # a damaged or newer record stops no run: said, and left as it is
         return Plannable(inventory, {}, f"the health record could not be read ({error.args[0] if error.args else error})")
-    if not quarantined:
-        return Plannable(inventory, {})
+    if not quarantined or include_quarantined:
+        return Plannable(inventory, {}, included=quarantined if include_quarantined else {})
     kept = [h.name for h in inventory.hosts if h.name not in quarantined]
     wanted = inventory.job.healing.nodes or 1
     if len(kept) < wanted:

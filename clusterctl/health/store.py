@@ -119,11 +119,15 @@ class HealthStore:
             self._db.execute("COMMIT")
 
     # ---- events
-    def add(self, cluster: str, events: Sequence[tuple[Event, str]]) -> list[int]:
-        """(event, severity) pairs, all in one transaction; their seqs."""
+    def add(self, cluster: str, events: Sequence[tuple[Event, str]], once: bool = False) -> list[int]:
+        """(event, severity) pairs, all in one transaction; their seqs. `once`: an event the record
+        already has (same host, kind, GPU, evidence and run) is not added again (a detached run's
+        health sample is read back by every command that reads the run)."""
         seqs = []
         with self._write("record events") as db:
             for event, severity in events:
+                if once and _recorded(db, cluster, event):
+                    continue
                 cursor = db.execute(
                     "INSERT INTO events (cluster, host, gpu, at, source, kind, severity, cause, evidence, run_id)"
                     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -170,6 +174,12 @@ class HealthStore:
         with self._guard("read GPUs"):
             rows = self._db.execute(query, (cluster,) + ((host,) if host is not None else ())).fetchall()
         return [GpuRow(*row) for row in rows]
+
+
+def _recorded(db: sqlite3.Connection, cluster: str, event: Event) -> bool:
+    return db.execute("SELECT 1 FROM events WHERE cluster = ? AND host = ? AND kind = ? AND gpu IS ? AND evidence = ?"
+                      " AND run_id IS ? LIMIT 1", (cluster, event.host, event.kind, event.gpu.key if event.gpu else None,
+                                                   event.evidence, event.run_id)).fetchone() is not None
 
 
 def _touch_gpu(db: sqlite3.Connection, cluster: str, host: str, gpu: GpuId, at: float) -> None:
