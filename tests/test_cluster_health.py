@@ -5,6 +5,8 @@ lets `health release` bring it back; a node whose kernel log shows an Xid 79 whi
 passive watch during that run; --include-quarantined plans it anyway."""
 from __future__ import annotations
 
+import json
+import sys
 import time
 
 import pytest
@@ -175,3 +177,35 @@ def test_a_quarantined_node_is_left_out_by_up_and_run_plan_a_spare_takes_its_pla
     assert _planned(cli, inventory) == ["node1", "node2"]
     hosts, said = _up(cli, inventory)
     assert hosts == ["node1", "node2", "node3"] and "quarantined" not in said
+
+
+def test_an_xid_79_in_a_nodes_kernel_log_during_a_detached_run_quarantines_it_through_the_keepers_watch(
+        hardware_sandbox, cli, prompt_file, tmp_path):
+    """The keeper samples its node (job/node_health.py) and the supervisor keeps the sample; `attach`
+    reads the state back and records it. Ranks on the hosts: the stand-in dmesg is on the keeper's PATH
+    (a keeper in the container reads the container's kernel log, where it may)."""
+    from clusterctl.sandbox.inventory_file import REPO
+
+    sb = hardware_sandbox
+    node = sb.node_of["xid79_dmesg"]
+
+    def on_the_hosts(doc):  # node1 and node3, reached as root: this interpreter (with torch) runs the ranks
+        doc.pop("container", None)
+        doc["hosts"] = [h for h in doc["hosts"] if h["name"] in ("node1", node)]
+        doc["job"].update(workdir=str(REPO), outputs=str(sb.shared_outputs), python=sys.executable)
+
+    inventory = variant(sb, tmp_path / "detached.yaml", on_the_hosts)
+    started = time.time()
+    code, doc = cli.json("run", "-i", str(inventory), "--detach", str(prompt_file))
+    assert code == 0 and doc.get("run_id"), json.dumps(doc)[-3000:]
+    code, ended = cli.json("attach", "-i", str(inventory), doc["run_id"])  # until the run ends: its state read back
+    assert code == 0, ended
+
+    state = _node(cli, inventory, node)
+    xids = [e for e in state["events"] if e["kind"] == "xid_fatal" and e["run_id"] == doc["run_id"]]
+    assert state["state"] == "quarantined" and state["reason"].startswith("xid_fatal"), state
+    assert len(xids) == 1 and xids[0]["source"] == "watch" and xids[0]["at"] >= started - 5, xids
+    assert xids[0]["evidence"].startswith("NVRM: Xid (PCI:0000:44:00): 79, GPU has fallen off the bus"), xids
+    assert _node(cli, inventory, "node1")["state"] == "healthy"
+    code, released = cli.json("health", "-i", str(inventory), "release", node, "--force")
+    assert code == 0 and released["nodes"][0]["state"] == "healthy"
