@@ -142,3 +142,26 @@ def test_the_watch_reads_nothing_without_a_running_node_and_asks_the_kernel_log_
     assert watch._last is None and seen == []
     command = sample_command(1700000000.5)
     assert "1700000000" in command.argv[2] and "nvidia-smi --query-gpu=index,uuid,serial" in command.argv[2]
+
+
+def test_a_slurm_allocation_excludes_the_quarantined_nodes_unless_the_operator_includes_them(tmp_path):
+    import argparse
+
+    from clusterctl.api.session import Session
+    from clusterctl.backends.slurm import excluded_nodes
+    from clusterctl.inventory.load import parse_inventory
+    from clusterctl.slurm.submit import salloc_argv
+
+    on_slurm = parse_inventory("name: fleet\nscheduler: {type: slurm, partition: gpu, nodes: 2}\n"
+                               "job: {command: [train.py]}\n", "inv.yaml")
+    session = Session.create(argparse.Namespace(json=True, verbose=False, include_quarantined=False),
+                             {"CLUSTERCTL_STATE": str(tmp_path / "state")})
+    assert excluded_nodes(session, on_slurm) == ()  # no record: nothing asked of Slurm
+    record_events(session.state.health_db, on_slurm, [Event("gpu-07", "xid_fatal", "watch", evidence=XID_79,
+                                                            cause="Xid 79")])
+    assert excluded_nodes(session, on_slurm) == ("gpu-07",)  # a node the inventory never listed: Slurm's name
+    argv = salloc_argv(on_slurm, "r1", excluded_nodes(session, on_slurm))
+    assert argv[:3] == ("salloc", "--no-shell", "--job-name=clusterctl-r1") and argv[-1] == "--exclude=gpu-07"
+    assert "--exclude" not in " ".join(salloc_argv(on_slurm, "r1"))
+    session.args.include_quarantined = True
+    assert excluded_nodes(session, on_slurm) == ()

@@ -106,6 +106,20 @@ def states_of(db_path: Path, inventory: Inventory) -> dict[str, str]:
     return {h.name: found[h.name] for h in inventory.hosts if h.name in found}
 
 
+def quarantined_nodes(db_path: Path, inventory: Inventory) -> dict[str, str]:
+    """{host: reason} of every host of this cluster the record calls quarantined, listed in the
+    inventory or not (a Slurm allocation's nodes); {} without a record or where it cannot be read."""
+    from clusterctl.health.record import HealthRecord
+
+    if not Path(db_path).exists():
+        return {}
+    try:
+        with HealthRecord.open(db_path, inventory.name, inventory.health) as record:
+            return record.quarantined()
+    except ClusterctlError:  # said where plans read it (plannable); a refused allocation helps no one
+        return {}
+
+
 def _without(inventory: Inventory, kept: list[str]) -> Inventory:
     limited = inventory.limited(kept)
     hosts = tuple(h for h in inventory.hosts if h.name in kept)  # by name only: a group names no host here
