@@ -165,3 +165,19 @@ def test_a_slurm_allocation_excludes_the_quarantined_nodes_unless_the_operator_i
     assert "--exclude" not in " ".join(salloc_argv(on_slurm, "r1"))
     session.args.include_quarantined = True
     assert excluded_nodes(session, on_slurm) == ()
+
+
+def test_the_gpus_a_preflight_reports_are_kept_by_uuid_and_a_containers_partial_view_marks_none_gone(tmp_path):
+    from clusterctl.health.fleet import record_checks
+    from clusterctl.health.record import HealthRecord
+    from clusterctl.preflight.facts.nvidia import Gpu
+
+    state = State(tmp_path / "state")
+    checks = [{"host": "n1", "check": "gpus", "status": "pass", "detail": "2 GPUs"}]
+    both = (Gpu(0, "H100", uuid="GPU-aaaa"), Gpu(1, "H100", uuid="GPU-bbbb"))
+    assert record_checks(state, FLEET, checks, "up", {"n1": both, "n2": (Gpu(0, "H100"),)}) is None
+    assert record_checks(state, FLEET, checks, "check", {"n1": both[:1]}) is None  # one GPU given to the container
+    with HealthRecord.open(state.health_db, "fleet") as record:
+        n1, n2 = record.state("n1"), record.state("n2")
+    assert [(g.key, g.index) for g in n1.gpus] == [("uuid:GPU-aaaa", 0), ("uuid:GPU-bbbb", 1)]
+    assert n2.gpus == ()  # no UUID reported: not keyed by the preflight (the watch keys it by serial or index)

@@ -16,9 +16,11 @@ from clusterctl.models import Inventory
 
 
 def record_events(db_path: Path, inventory: Inventory, events: Sequence[Event],
-                  gpus: Optional[Mapping[str, Sequence[GpuId]]] = None, once: bool = False) -> Optional[str]:
+                  gpus: Optional[Mapping[str, Sequence[GpuId]]] = None, once: bool = False,
+                  all_gpus: bool = True) -> Optional[str]:
     """Keep `events` (and the GPUs each host reports now); None, or why the record was not updated.
-    `once`: events the record already has for their run are not kept again."""
+    `once`: events the record already has for their run are not kept again; not `all_gpus` (the
+    preflight's view, a container's): no GPU is taken for gone because `gpus` lacks it."""
     from clusterctl.health.record import HealthRecord
 
     if not events and not gpus:
@@ -27,7 +29,7 @@ def record_events(db_path: Path, inventory: Inventory, events: Sequence[Event],
         with HealthRecord.open(db_path, inventory.name, inventory.health) as record:
             for host, ids in (gpus or {}).items():
                 if ids:
-                    record.observe_gpus(host, list(ids))
+                    record.observe_gpus(host, list(ids), complete=all_gpus)
             if events:
                 record.record(*events, once=once)
     except ClusterctlError as error:
@@ -43,11 +45,15 @@ def record_run_end(store, inventory: Inventory, record: Mapping) -> Optional[str
     return record_events(store.health_db, inventory, run_events(record))
 
 
-def record_checks(store, inventory: Inventory, checks: Sequence[Mapping], source: str) -> Optional[str]:
-    """Preflight verdicts (`up`, `check`): CheckResult.to_json() documents."""
+def record_checks(store, inventory: Inventory, checks: Sequence[Mapping], source: str,
+                  gpus: Optional[Mapping[str, Sequence]] = None) -> Optional[str]:
+    """Preflight verdicts (`up`, `check`): CheckResult.to_json() documents; `gpus`: the GPUs each
+    node reported ({host: preflight facts.Gpu}), kept by UUID where the node gives one."""
     from clusterctl.health.seen import check_events
 
-    return record_events(store.health_db, inventory, check_events(checks, source, [h.name for h in inventory.hosts]))
+    seen = {host: [GpuId(index=g.index, uuid=g.uuid) for g in found if g.uuid] for host, found in (gpus or {}).items()}
+    return record_events(store.health_db, inventory, check_events(checks, source, [h.name for h in inventory.hosts]),
+                         {host: ids for host, ids in seen.items() if ids}, all_gpus=False)
 
 
 @dataclass(frozen=True)
@@ -126,12 +132,13 @@ def _without(inventory: Inventory, kept: list[str]) -> Inventory:
     return replace(limited, hosts=hosts)
 
 
-def judged(store, inventory: Inventory, checks: Sequence[Mapping], source: str) -> tuple[Optional[str], list[dict]]:
+def judged(store, inventory: Inventory, checks: Sequence[Mapping], source: str,
+           gpus: Optional[Mapping[str, Sequence]] = None) -> tuple[Optional[str], list[dict]]:
     """`check`: its verdicts recorded, then each host's state as the record now has it
     (NodeHealth.to_json() without events): (why the record was not updated, or None; the states)."""
     from clusterctl.health.record import HealthRecord
 
-    note = record_checks(store, inventory, checks, source)
+    note = record_checks(store, inventory, checks, source, gpus)
     try:
         with HealthRecord.open(store.health_db, inventory.name, inventory.health) as record:
             nodes = record.states([h.name for h in inventory.hosts])

@@ -84,9 +84,10 @@ class HealthRecord:
                 raise ValueError(f"unknown health event kind {event.kind!r}")
         return self.store.add(self.cluster, [(e, severity_of(e.kind, self.rules)) for e in events], once=once)
 
-    def observe_gpus(self, host: str, gpus: Sequence[GpuId]) -> list[str]:
-        """The GPUs `host` reports now (the watch, up's facts); returns the keys no longer there."""
-        return self.store.observe_gpus(self.cluster, host, gpus)
+    def observe_gpus(self, host: str, gpus: Sequence[GpuId], complete: bool = True) -> list[str]:
+        """The GPUs `host` reports now (the watch, up's facts); returns the keys no longer there
+        (none where not `complete`: HealthStore.observe_gpus)."""
+        return self.store.observe_gpus(self.cluster, host, gpus, complete=complete)
 
     def release(self, host: str, force: bool = False, by: str = "") -> NodeHealth:
         """Back to healthy: with a passing check recorded after the quarantine, or --force."""

@@ -153,9 +153,11 @@ class HealthStore:
         return sorted(row[0] for row in rows)
 
     # ---- GPUs
-    def observe_gpus(self, cluster: str, host: str, gpus: Sequence[GpuId], at: Optional[float] = None) -> list[str]:
+    def observe_gpus(self, cluster: str, host: str, gpus: Sequence[GpuId], at: Optional[float] = None,
+                     complete: bool = True) -> list[str]:
         """The GPUs a node reports now: new ones are added, ones no longer reported are marked gone
-        (a swapped board); returns the keys that went."""
+        (a swapped board); returns the keys that went. Not `complete` (a container's view, which may
+        hide some): added, none marked gone."""
         at = time.time() if at is None else at
         keys = {gpu.key for gpu in gpus}
         with self._write("record the GPUs seen") as db:
@@ -163,7 +165,7 @@ class HealthStore:
                 _touch_gpu(db, cluster, host, gpu, at)
             present = db.execute("SELECT key FROM gpus WHERE cluster = ? AND host = ? AND gone_at IS NULL",
                                  (cluster, host)).fetchall()
-            gone = sorted(row[0] for row in present if row[0] not in keys)
+            gone = sorted(row[0] for row in present if row[0] not in keys) if complete else []
             db.executemany("UPDATE gpus SET gone_at = ? WHERE cluster = ? AND host = ? AND key = ?",
                            [(at, cluster, host, key) for key in gone])
         return gone
