@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from clusterctl_helpers import wait_until
+from hypothesis import given, settings, strategies as st
 
 from clusterctl.health import watch
 from clusterctl.health.record import HealthRecord
@@ -66,6 +67,19 @@ def test_the_supervisor_keeps_each_nodes_newest_health_sample_in_its_state():
     assert sup.beat({"host": "a", "seq": 1, "health": {"at": 1.0, "kernel": XID_79}}) is not None
     assert sup.beat({"host": "a", "seq": 2}) is not None  # a beat without a sample keeps the last one
     assert sup.document()["nodes"]["a"]["health"] == {"at": 1.0, "kernel": XID_79}
+
+
+_TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=300) | st.sampled_from(
+    [SMI, f"[ 5012.1] {XID_79}", "[ x] NVRM: Xid (PCI:zz): 79", "index, uuid\n0", "Overall Health: Failure"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.sampled_from(["smi", "smi_first", "kernel", "dcgm", "at", "error"]),
+                       _TEXT | st.none() | st.integers() | st.floats(), max_size=6), st.floats(), st.floats())
+def test_any_sample_gives_events_or_none_never_an_exception(sample, since, boot):
+    events, gpus = detached_health.sample_events("n1", sample)
+    assert all(event.host == "n1" for event in events) and isinstance(gpus, list)
+    assert isinstance(node_health.kernel_lines(str(sample.get("kernel")), since, boot), str)
 
 
 def _state(sample: dict) -> dict:

@@ -403,7 +403,8 @@ def keep(run_dir, interval=1.0):
     except ImportError:  # not shipped beside this file: no watch
         health = None
     while True:
-        report = {**node_report(run_dir), **(health.take() if health else {})}
+        report = node_report(run_dir)
+        report.update(health.take(final=report["exit_code"] is not None) if health else {})
         seq += 1
         body = json.dumps({"host": host, "seq": seq, **report}).encode()
         request = urllib.request.Request(url, data=body, headers={MAC_HEADER: sign(key, body),

@@ -26,6 +26,7 @@ import time
 RUNS_ON_NODES = True
 EVERY_S = 30.0
 TIMEOUT_S = 5.0
+FINAL_WAIT_S = 5.0
 TEXT_BYTES = 8000
 KERNEL_LINES = 50
 QUERY = ("index", "uuid", "serial", "pci.bus_id", "ecc.errors.uncorrected.volatile.total",
@@ -91,8 +92,8 @@ class Sampler:
         self.since = float(since) if isinstance(since, (int, float)) else time.time()
         self.every_s, self.read = every_s, read
         self.lock = threading.Lock()
-        self.pending, self.first_smi = None, None
-        self.stopped = threading.Event()
+        self.pending, self.first_smi, self.sent = None, None, False
+        self.stopped, self.first_done = threading.Event(), threading.Event()
         threading.Thread(target=self._loop, daemon=True).start()
 
     def stop(self):
@@ -108,10 +109,17 @@ class Sampler:
                 if self.first_smi is None and found.get("smi"):
                     self.first_smi = found["smi"]
                 self.pending = dict(found, smi_first=self.first_smi or "")
+            self.first_done.set()
             self.stopped.wait(self.every_s)
 
-    def take(self):
+    def take(self, final=False):
+        """`final` (the keeper's report of its torchrun's end): a run shorter than the first sample
+        waits for it (FINAL_WAIT_S at most, once: well inside the supervisor's 15 s before a silent
+        node is lost), so that a short run is sampled too."""
+        if final and not self.sent:
+            self.first_done.wait(FINAL_WAIT_S)
         with self.lock:
             found, self.pending = self.pending, None
+            self.sent = self.sent or found is not None
         return {"health": found} if found else {}
 
