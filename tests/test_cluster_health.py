@@ -2,7 +2,9 @@
 quarantined with the run's evidence, the next plan leaves it out, and a passing `health check`
 lets `health release` bring it back; a node whose kernel log shows an Xid 79 while a run goes on
 (tests/fixtures/hardware/xid79_dmesg: its dmesg serves the captured line) is quarantined by the
-passive watch during that run; --include-quarantined plans it anyway."""
+passive watch during that run, attached or detached (the keeper's watch, job/node_health.py);
+--include-quarantined plans it anyway. A node quarantined in the record is left out by `up` and
+`run --plan` (with job.nodes, the spare takes its place), said in one line."""
 from __future__ import annotations
 
 import json
