@@ -181,6 +181,19 @@ def test_a_quarantined_node_is_left_out_by_up_and_run_plan_a_spare_takes_its_pla
     assert hosts == ["node1", "node2", "node3"] and "quarantined" not in said
 
 
+def _kept(doc: dict) -> str:
+    """What the run's supervisor kept of each node's health, and the keepers' logs (said on a failure)."""
+    from pathlib import Path
+
+    dirs = {host: Path(node["run_dir"]) for host, node in (doc.get("nodes") or {}).items() if node.get("run_dir")}
+    said = []
+    for host, run_dir in dirs.items():
+        for name in ("supervisor.json", "keep.log"):
+            if (run_dir / name).is_file():
+                said.append(f"{host}/{name}: {(run_dir / name).read_text(errors='replace')[-3000:]}")
+    return "\n".join(said) or f"no run dir readable: {dirs}"
+
+
 def test_an_xid_79_in_a_nodes_kernel_log_during_a_detached_run_quarantines_it_through_the_keepers_watch(
         hardware_sandbox, cli, prompt_file, tmp_path):
     """The keeper samples its node (job/node_health.py) and the supervisor keeps the sample; `attach`
@@ -205,7 +218,7 @@ def test_an_xid_79_in_a_nodes_kernel_log_during_a_detached_run_quarantines_it_th
 
     state = _node(cli, inventory, node)
     xids = [e for e in state["events"] if e["kind"] == "xid_fatal" and e["run_id"] == doc["run_id"]]
-    assert state["state"] == "quarantined" and state["reason"].startswith("xid_fatal"), state
+    assert state["state"] == "quarantined" and state["reason"].startswith("xid_fatal"), (state, _kept(doc))
     assert len(xids) == 1 and xids[0]["source"] == "watch" and xids[0]["at"] >= started - 5, xids
     assert xids[0]["evidence"].startswith("NVRM: Xid (PCI:0000:44:00): 79, GPU has fallen off the bus"), xids
     assert _node(cli, inventory, "node1")["state"] == "healthy"

@@ -52,14 +52,33 @@ def test_a_sampler_whose_read_fails_says_so_in_its_sample_and_keeps_the_first_nv
 
     sampler = node_health.Sampler(since=0.0, every_s=0.05, read=read)
     taken = []
+
+    def deliver():
+        found = sampler.take().get("health")
+        if found is not None and found not in taken:
+            taken.append(found)
+            sampler.delivered(found)
+        return any("error" in t for t in taken)
+
     try:
-        wait_until(lambda: taken.append(sampler.take()) or any("error" in t.get("health", {}) for t in taken), 30,
-                   interval=0.05, what="a failed read said")
+        wait_until(deliver, 30, interval=0.05, what="a failed read said")
     finally:
         sampler.stop()
-    samples = [t["health"] for t in taken if t]
-    assert all(s["smi_first"] == SMI for s in samples if "smi" in s)
-    assert any(s["error"].startswith("StopIteration") for s in samples if "error" in s)
+    assert all(s["smi_first"] == SMI for s in taken if "smi" in s)
+    assert any(s["error"].startswith("StopIteration") for s in taken if "error" in s)
+
+
+def test_a_sample_is_offered_again_until_the_supervisor_acknowledged_it():
+    sampler = node_health.Sampler(since=0.0, every_s=3600.0, read=lambda since: {"at": 1.0, "smi": SMI})
+    try:
+        first = sampler.take(final=True)["health"]  # waits for the first sample
+        assert sampler.take()["health"] is first  # the beat that carried it was not answered: again
+        sampler.delivered(None)
+        assert sampler.take()["health"] is first
+        sampler.delivered(first)
+        assert sampler.take() == {} and sampler.take(final=True) == {}  # delivered: no wait again
+    finally:
+        sampler.stop()
 
 
 def test_the_supervisor_keeps_each_nodes_newest_health_sample_in_its_state():

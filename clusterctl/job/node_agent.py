@@ -421,6 +421,7 @@ def keep(run_dir, interval=1.0):
         if isinstance(answer, dict) and answer.get("seq") == seq:
             last_answer = now
             os.utime(lease, None) if os.path.exists(lease) else None
+            health.delivered(report.get("health")) if health else None
             if answer.get("stop") and report["exit_code"] is None and not os.path.exists(stop):
                 with open(stop, "w") as f:
                     f.write(str(answer.get("reason") or "stopped by the run's supervisor") + "\n")

@@ -86,7 +86,7 @@ def sample(since):
 
 
 class Sampler:
-    """The keeper's: `take()` on every beat gives {} or {"health": the newest sample not taken yet}."""
+    """The keeper's: `take()` on every beat, `delivered()` once the supervisor acknowledged it."""
 
     def __init__(self, since=None, every_s=EVERY_S, read=sample):
         self.since = float(since) if isinstance(since, (int, float)) else time.time()
@@ -113,13 +113,18 @@ class Sampler:
             self.stopped.wait(self.every_s)
 
     def take(self, final=False):
-        """`final` (the keeper's report of its torchrun's end): a run shorter than the first sample
-        waits for it (FINAL_WAIT_S at most, once: well inside the supervisor's 15 s before a silent
-        node is lost), so that a short run is sampled too."""
+        """{} or {"health": the newest sample not delivered yet}; it is offered again on every beat
+        until `delivered` (a keeper's first beats may reach no supervisor yet). `final` (the report
+        of its torchrun's end): a run shorter than the first sample waits for it (FINAL_WAIT_S at
+        most, once: well inside the supervisor's 15 s before a silent node is lost)."""
         if final and not self.sent:
             self.first_done.wait(FINAL_WAIT_S)
         with self.lock:
-            found, self.pending = self.pending, None
-            self.sent = self.sent or found is not None
+            found = self.pending
         return {"health": found} if found else {}
 
+    def delivered(self, sample):
+        """The supervisor acknowledged the report that carried `sample` (None: none was carried)."""
+        with self.lock:
+            if sample is not None and sample is self.pending:
+                self.pending, self.sent = None, True
