@@ -2,9 +2,13 @@
 quarantined with the run's evidence, the next plan leaves it out, and a passing `health check`
 lets `health release` bring it back; a node whose kernel log shows an Xid 79 while a run goes on
 (tests/fixtures/hardware/xid79_dmesg: its dmesg serves the captured line) is quarantined by the
-passive watch during that run; --include-quarantined plans it anyway."""
+passive watch during that run, attached or detached (the keeper's watch, job/node_health.py);
+--include-quarantined plans it anyway. A node quarantined in the record is left out by `up` and
+`run --plan` (with job.nodes, the spare takes its place), said in one line."""
 from __future__ import annotations
 
+import json
+import sys
 import time
 
 import pytest
@@ -126,5 +130,97 @@ def test_an_xid_79_in_a_nodes_kernel_log_quarantines_it_during_the_run_and_inclu
 
     assert node not in _planned(cli, inventory)
     assert node in _planned(cli, inventory, "--include-quarantined")
+    code, released = cli.json("health", "-i", str(inventory), "release", node, "--force")
+    assert code == 0 and released["nodes"][0]["state"] == "healthy"
+
+
+def _quarantine(cli, host: str) -> None:
+    """`host` quarantined in the record as a watch of another run would have left it."""
+    from clusterctl.health.events import Event
+    from clusterctl.health.fleet import record_events
+    from clusterctl.models import Inventory
+    from clusterctl.state import State
+
+    note = record_events(State(cli.state_dir).health_db, Inventory("sandbox", ()),
+                         [Event(host, "xid_fatal", "watch", evidence="NVRM: Xid (PCI:0000:44:00): 79", cause="Xid 79")])
+    assert note is None, note
+
+
+def _up(cli, inventory, *flags: str) -> tuple[list, str]:
+    """`up`'s hosts (--json), and what a person sees it say (the same `up` again, without --json)."""
+    code, doc = cli.json("up", str(inventory), *flags)
+    assert code == 0, doc
+    proc = cli.popen("up", str(inventory), *flags, json_output=False)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, (out[-2000:], err[-2000:])
+    return sorted(doc["hosts"]), err  # what is said goes to stderr
+
+
+def test_a_quarantined_node_is_left_out_by_up_and_run_plan_a_spare_takes_its_place_and_a_passing_check_brings_it_back(
+        hardware_sandbox, cli, tmp_path):
+    inventory = variant(hardware_sandbox, tmp_path / "spare.yaml", lambda doc: doc["job"].update(nodes=2))
+    assert _planned(cli, inventory) == ["node1", "node2"]  # node3 is the spare
+    _quarantine(cli, "node2")
+
+    hosts, said = _up(cli, inventory)
+    assert hosts == ["node1", "node3"], hosts
+    assert [line for line in said.splitlines() if "leaving out quarantined node2 (xid_fatal" in line], said
+    assert _planned(cli, inventory) == ["node1", "node3"]  # the spare takes node2's place
+
+    hosts, said = _up(cli, inventory, "--include-quarantined")  # the operator knows better: said in one line
+    assert hosts == ["node1", "node2", "node3"], hosts
+    assert [line for line in said.splitlines() if "planning quarantined node2 (xid_fatal" in line], said
+    assert _planned(cli, inventory, "--include-quarantined") == ["node1", "node2"]
+
+    code, checked = cli.json("health", "-i", str(inventory), "check", "node2")
+    assert code == 0 and checked["ok"] is True, checked
+    code, released = cli.json("health", "-i", str(inventory), "release", "node2")
+    assert code == 0 and released["nodes"][0]["state"] == "healthy", released
+    assert _planned(cli, inventory) == ["node1", "node2"]
+    hosts, said = _up(cli, inventory)
+    assert hosts == ["node1", "node2", "node3"] and "quarantined" not in said
+
+
+def _kept(doc: dict) -> str:
+    """What the run's supervisor kept of each node's health, and the keepers' logs (said on a failure)."""
+    from pathlib import Path
+
+    dirs = {host: Path(node["run_dir"]) for host, node in (doc.get("nodes") or {}).items() if node.get("run_dir")}
+    said = []
+    for host, run_dir in dirs.items():
+        for name in ("supervisor.json", "keep.log"):
+            if (run_dir / name).is_file():
+                said.append(f"{host}/{name}: {(run_dir / name).read_text(errors='replace')[-3000:]}")
+    return "\n".join(said) or f"no run dir readable: {dirs}"
+
+
+def test_an_xid_79_in_a_nodes_kernel_log_during_a_detached_run_quarantines_it_through_the_keepers_watch(
+        hardware_sandbox, cli, prompt_file, tmp_path):
+    """The keeper samples its node (job/node_health.py) and the supervisor keeps the sample; `attach`
+    reads the state back and records it. Ranks on the hosts: the stand-in dmesg is on the keeper's PATH
+    (a keeper in the container reads the container's kernel log, where it may)."""
+    from clusterctl.sandbox.inventory_file import REPO
+
+    sb = hardware_sandbox
+    node = sb.node_of["xid79_dmesg"]
+
+    def on_the_hosts(doc):  # node1 and node3, reached as root: this interpreter (with torch) runs the ranks
+        doc.pop("container", None)
+        doc["hosts"] = [h for h in doc["hosts"] if h["name"] in ("node1", node)]
+        doc["job"].update(workdir=str(REPO), outputs=str(sb.shared_outputs), python=sys.executable)
+
+    inventory = variant(sb, tmp_path / "detached.yaml", on_the_hosts)
+    started = time.time()
+    code, doc = cli.json("run", "-i", str(inventory), "--detach", str(prompt_file))
+    assert code == 0 and doc.get("run_id"), json.dumps(doc)[-3000:]
+    code, ended = cli.json("attach", "-i", str(inventory), doc["run_id"])  # until the run ends: its state read back
+    assert code == 0, ended
+
+    state = _node(cli, inventory, node)
+    xids = [e for e in state["events"] if e["kind"] == "xid_fatal" and e["run_id"] == doc["run_id"]]
+    assert state["state"] == "quarantined" and state["reason"].startswith("xid_fatal"), (state, _kept(doc))
+    assert len(xids) == 1 and xids[0]["source"] == "watch" and xids[0]["at"] >= started - 5, xids
+    assert xids[0]["evidence"].startswith("NVRM: Xid (PCI:0000:44:00): 79, GPU has fallen off the bus"), xids
+    assert _node(cli, inventory, "node1")["state"] == "healthy"
     code, released = cli.json("health", "-i", str(inventory), "release", node, "--force")
     assert code == 0 and released["nodes"][0]["state"] == "healthy"

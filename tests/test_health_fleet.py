@@ -80,8 +80,11 @@ def test_a_run_end_quarantines_by_the_inventorys_rule_and_the_plan_leaves_the_no
     found = plannable(state.health_db, strict)
     assert [h.name for h in found.inventory.hosts] == ["n1", "n2"] and list(found.left_out) == ["n3"]
     assert "n3 (node_lost" in found.note() and "clusterctl health check HOST" in found.note()
-    assert [h.name for h in plannable(state.health_db, strict, include_quarantined=True).inventory.hosts] == \
-        ["n1", "n2", "n3"]
+    included = plannable(state.health_db, strict, include_quarantined=True)
+    assert [h.name for h in included.inventory.hosts] == ["n1", "n2", "n3"] and included.left_out == {}
+    assert included.note().startswith("health: planning quarantined n3 (node_lost") and "--include-quarantined" in \
+        included.note()
+    assert plannable(state.health_db, FLEET).note() == ""  # the default rules: nothing quarantined, nothing said
     assert partner_for(state.health_db, strict, "n3") == "n1"
 
 
@@ -139,3 +142,42 @@ def test_the_watch_reads_nothing_without_a_running_node_and_asks_the_kernel_log_
     assert watch._last is None and seen == []
     command = sample_command(1700000000.5)
     assert "1700000000" in command.argv[2] and "nvidia-smi --query-gpu=index,uuid,serial" in command.argv[2]
+
+
+def test_a_slurm_allocation_excludes_the_quarantined_nodes_unless_the_operator_includes_them(tmp_path):
+    import argparse
+
+    from clusterctl.api.session import Session
+    from clusterctl.backends.slurm import excluded_nodes
+    from clusterctl.inventory.load import parse_inventory
+    from clusterctl.slurm.submit import salloc_argv
+
+    on_slurm = parse_inventory("name: fleet\nscheduler: {type: slurm, partition: gpu, nodes: 2}\n"
+                               "job: {command: [train.py]}\n", "inv.yaml")
+    session = Session.create(argparse.Namespace(json=True, verbose=False, include_quarantined=False),
+                             {"CLUSTERCTL_STATE": str(tmp_path / "state")})
+    assert excluded_nodes(session, on_slurm) == ()  # no record: nothing asked of Slurm
+    record_events(session.state.health_db, on_slurm, [Event("gpu-07", "xid_fatal", "watch", evidence=XID_79,
+                                                            cause="Xid 79")])
+    assert excluded_nodes(session, on_slurm) == ("gpu-07",)  # a node the inventory never listed: Slurm's name
+    argv = salloc_argv(on_slurm, "r1", excluded_nodes(session, on_slurm))
+    assert argv[:3] == ("salloc", "--no-shell", "--job-name=clusterctl-r1") and argv[-1] == "--exclude=gpu-07"
+    assert "--exclude" not in " ".join(salloc_argv(on_slurm, "r1"))
+    session.args.include_quarantined = True
+    assert excluded_nodes(session, on_slurm) == ()
+
+
+def test_the_gpus_a_preflight_reports_are_kept_by_uuid_and_a_containers_partial_view_marks_none_gone(tmp_path):
+    from clusterctl.health.fleet import record_checks
+    from clusterctl.health.record import HealthRecord
+    from clusterctl.preflight.facts.nvidia import Gpu
+
+    state = State(tmp_path / "state")
+    checks = [{"host": "n1", "check": "gpus", "status": "pass", "detail": "2 GPUs"}]
+    both = (Gpu(0, "H100", uuid="GPU-aaaa"), Gpu(1, "H100", uuid="GPU-bbbb"))
+    assert record_checks(state, FLEET, checks, "up", {"n1": both, "n2": (Gpu(0, "H100"),)}) is None
+    assert record_checks(state, FLEET, checks, "check", {"n1": both[:1]}) is None  # one GPU given to the container
+    with HealthRecord.open(state.health_db, "fleet") as record:
+        n1, n2 = record.state("n1"), record.state("n2")
+    assert [(g.key, g.index) for g in n1.gpus] == [("uuid:GPU-aaaa", 0), ("uuid:GPU-bbbb", 1)]
+    assert n2.gpus == ()  # no UUID reported: not keyed by the preflight (the watch keys it by serial or index)

@@ -74,7 +74,8 @@ def run_flow(app, given: Optional[str], flow: str, title: str, remember: bool = 
     document = hosts_document(report.hosts, inventory=str(path), logs=str(log_dir))
     if checks:
         document["checks"] = checks
-        _say_health(app, record_checks(app.state, inventory, checks, "up"))
+        _say_health(app, record_checks(app.state, inventory, checks, "up",
+                                       {name: r.data.get("gpus_seen", ()) for name, r in report.hosts.items()}))
     changed = sum(1 for r in report.hosts.values() if r.status.value == "changed")
     app.renderer.message(f"{title}: {len(report.hosts)} hosts, {changed} changed", "green" if document["ok"] else "red")
     return Outcome(document, unreachable=any_unreachable(report.hosts))

@@ -42,6 +42,7 @@ class Session:
     _routes: dict = field(default_factory=dict, repr=False)  # host name -> opener(host) for non-SSH nodes
     _contexts: ExitStack = field(default_factory=ExitStack, repr=False)  # what lasts as long as the session
     parser: Optional[argparse.ArgumentParser] = field(default=None, repr=False)  # the CLI's (`completion` reads it)
+    _health_said: set = field(default_factory=set, repr=False)  # plannable's lines said already (one each)
 
     @classmethod
     def create(cls, args: argparse.Namespace, env: dict) -> "Session":
@@ -95,8 +96,10 @@ class Session:
         from clusterctl.health.fleet import plannable
 
         found = plannable(self.state.health_db, inventory, bool(getattr(self.args, "include_quarantined", False)))
-        if found.left_out or found.unread:
-            self.renderer.message(found.note(), "yellow")
+        note = found.note()
+        if note and note not in self._health_said:  # a plan that heals asks twice: said once
+            self._health_said.add(note)
+            self.renderer.message(note, "yellow")
         return found.inventory
 
     def inventory_of_run(self, given: Optional[str], run_id: str, record: dict,

@@ -41,7 +41,7 @@ class SlurmBackend(NodesBackend):
     def reach(self, inventory: Inventory, run_id: str):
         from clusterctl.slurm.run import on_allocation
 
-        return on_allocation(inventory, self.session, run_id)
+        return on_allocation(inventory, self.session, run_id, excluded_nodes(self.session, inventory))
 
     def facts(self, inventory: Inventory, connections):
         """On Slurm each node is an srun step of the allocation: probed one after the other."""
@@ -98,3 +98,18 @@ class SlurmBackend(NodesBackend):
         renderer.runs_table(runs)
         return Outcome({"ok": True, "cluster": inventory.name, "checks": [c.to_json() for c in checks],
                         "slurm_jobs": [vars(j) for j in jobs], "runs": [r.to_json() for r in runs]})
+
+
+def excluded_nodes(session, inventory: Inventory) -> tuple[str, ...]:
+    """The allocation's `--exclude=`: the nodes the health record quarantined (issue 36; every node
+    it knows of this cluster, so that an inventory listing no hosts is covered too), said in one
+    line; none with --include-quarantined. The one list of nodes Slurm must not grant."""
+    from clusterctl.health.fleet import quarantined_nodes
+
+    if getattr(session.args, "include_quarantined", False):
+        return ()
+    found = quarantined_nodes(session.state.health_db, inventory)
+    if found:
+        session.renderer.message("health: asking Slurm to leave out quarantined " + ", ".join(
+            f"{host} ({reason})" for host, reason in found.items()) + "; --include-quarantined to allow them", "yellow")
+    return tuple(found)

@@ -17,13 +17,14 @@ def execute(args, app) -> Outcome:
     from clusterctl.backends import backend_for
     from clusterctl.health.fleet import judged
     from clusterctl.models import CheckStatus
-    from clusterctl.preflight.probe import run_checks
+    from clusterctl.preflight.probe import run_checks_and_facts
 
     inventory = app.inventory()
-    checks = backend_for(app, inventory).place_checks(inventory)
+    checks, gpus = backend_for(app, inventory).place_checks(inventory), {}
     if inventory.hosts:
-        checks += run_checks(inventory, list(inventory.hosts), app.connections)
-    note, health = judged(app.state, inventory, [c.to_json() for c in checks], "check")
+        found, _, gpus = run_checks_and_facts(inventory, list(inventory.hosts), app.connections)
+        checks += found
+    note, health = judged(app.state, inventory, [c.to_json() for c in checks], "check", gpus)
     app.renderer.checks_table(checks, {node["host"]: node["state"] for node in health})
     if note:
         app.renderer.message(note, "yellow")

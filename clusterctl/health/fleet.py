@@ -6,7 +6,7 @@ newer clusterctl, damaged) comes back as a sentence for the caller to say, and n
 lost. Planning reads the record only where one exists (a first `run --plan` creates no file)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
@@ -16,8 +16,11 @@ from clusterctl.models import Inventory
 
 
 def record_events(db_path: Path, inventory: Inventory, events: Sequence[Event],
-                  gpus: Optional[Mapping[str, Sequence[GpuId]]] = None) -> Optional[str]:
-    """Keep `events` (and the GPUs each host reports now); None, or why the record was not updated."""
+                  gpus: Optional[Mapping[str, Sequence[GpuId]]] = None, once: bool = False,
+                  all_gpus: bool = True) -> Optional[str]:
+    """Keep `events` (and the GPUs each host reports now); None, or why the record was not updated.
+    `once`: events the record already has for their run are not kept again; not `all_gpus` (the
+    preflight's view, a container's): no GPU is taken for gone because `gpus` lacks it."""
     from clusterctl.health.record import HealthRecord
 
     if not events and not gpus:
@@ -26,9 +29,9 @@ def record_events(db_path: Path, inventory: Inventory, events: Sequence[Event],
         with HealthRecord.open(db_path, inventory.name, inventory.health) as record:
             for host, ids in (gpus or {}).items():
                 if ids:
-                    record.observe_gpus(host, list(ids))
+                    record.observe_gpus(host, list(ids), complete=all_gpus)
             if events:
-                record.record(*events)
+                record.record(*events, once=once)
     except ClusterctlError as error:
         return f"the health record was not updated ({error.args[0] if error.args else error}); {len(events)} event(s) lost"
     return None
@@ -42,11 +45,15 @@ def record_run_end(store, inventory: Inventory, record: Mapping) -> Optional[str
     return record_events(store.health_db, inventory, run_events(record))
 
 
-def record_checks(store, inventory: Inventory, checks: Sequence[Mapping], source: str) -> Optional[str]:
-    """Preflight verdicts (`up`, `check`): CheckResult.to_json() documents."""
+def record_checks(store, inventory: Inventory, checks: Sequence[Mapping], source: str,
+                  gpus: Optional[Mapping[str, Sequence]] = None) -> Optional[str]:
+    """Preflight verdicts (`up`, `check`): CheckResult.to_json() documents; `gpus`: the GPUs each
+    node reported ({host: preflight facts.Gpu}), kept by UUID where the node gives one."""
     from clusterctl.health.seen import check_events
 
-    return record_events(store.health_db, inventory, check_events(checks, source, [h.name for h in inventory.hosts]))
+    seen = {host: [GpuId(index=g.index, uuid=g.uuid) for g in found if g.uuid] for host, found in (gpus or {}).items()}
+    return record_events(store.health_db, inventory, check_events(checks, source, [h.name for h in inventory.hosts]),
+                         {host: ids for host, ids in seen.items() if ids}, all_gpus=False)
 
 
 @dataclass(frozen=True)
@@ -56,11 +63,18 @@ class Plannable:
     inventory: Inventory
     left_out: Mapping[str, str]
     unread: str = ""  # why the record could not be read (then every host is planned)
+    included: Mapping[str, str] = field(default_factory=dict)  # quarantined, planned by --include-quarantined
 
     def note(self) -> str:
-        """The one line a command says when it left hosts out (or could not read the record)."""
+        """The one line a command says when it left hosts out, planned quarantined ones because the
+        operator said so, or could not read the record ("" when there is nothing to say)."""
         if self.unread:
             return f"health: {self.unread}; planning every host"
+        if self.included:
+            hosts = ", ".join(f"{host} ({reason})" for host, reason in self.included.items())
+            return f"health: planning quarantined {hosts} as --include-quarantined asks"
+        if not self.left_out:
+            return ""
         hosts = ", ".join(f"{host} ({reason})" for host, reason in self.left_out.items())
         return (f"health: leaving out quarantined {hosts}; --include-quarantined to use them, or "
                 f"`clusterctl health check HOST` then `clusterctl health release HOST`")
@@ -69,14 +83,14 @@ class Plannable:
 def plannable(db_path: Path, inventory: Inventory, include_quarantined: bool = False) -> Plannable:
     """`inventory` without its quarantined hosts. Refused (StateError naming each node, its reason
     and the fix) where too few are left: none, or fewer than the job's `nodes` where it sets one."""
-    if include_quarantined or not inventory.hosts or not Path(db_path).exists():
+    if not inventory.hosts or not Path(db_path).exists():
         return Plannable(inventory, {})
     try:
         quarantined = states_of(db_path, inventory)
     except ClusterctlError as error:  # a damaged or newer record stops no run: said, and left as it is
         return Plannable(inventory, {}, f"the health record could not be read ({error.args[0] if error.args else error})")
-    if not quarantined:
-        return Plannable(inventory, {})
+    if not quarantined or include_quarantined:
+        return Plannable(inventory, {}, included=quarantined if include_quarantined else {})
     kept = [h.name for h in inventory.hosts if h.name not in quarantined]
     wanted = inventory.job.healing.nodes or 1
     if len(kept) < wanted:
@@ -98,18 +112,33 @@ def states_of(db_path: Path, inventory: Inventory) -> dict[str, str]:
     return {h.name: found[h.name] for h in inventory.hosts if h.name in found}
 
 
+def quarantined_nodes(db_path: Path, inventory: Inventory) -> dict[str, str]:
+    """{host: reason} of every host of this cluster the record calls quarantined, listed in the
+    inventory or not (a Slurm allocation's nodes); {} without a record or where it cannot be read."""
+    from clusterctl.health.record import HealthRecord
+
+    if not Path(db_path).exists():
+        return {}
+    try:
+        with HealthRecord.open(db_path, inventory.name, inventory.health) as record:
+            return record.quarantined()
+    except ClusterctlError:  # said where plans read it (plannable); a refused allocation helps no one
+        return {}
+
+
 def _without(inventory: Inventory, kept: list[str]) -> Inventory:
     limited = inventory.limited(kept)
     hosts = tuple(h for h in inventory.hosts if h.name in kept)  # by name only: a group names no host here
     return replace(limited, hosts=hosts)
 
 
-def judged(store, inventory: Inventory, checks: Sequence[Mapping], source: str) -> tuple[Optional[str], list[dict]]:
+def judged(store, inventory: Inventory, checks: Sequence[Mapping], source: str,
+           gpus: Optional[Mapping[str, Sequence]] = None) -> tuple[Optional[str], list[dict]]:
     """`check`: its verdicts recorded, then each host's state as the record now has it
     (NodeHealth.to_json() without events): (why the record was not updated, or None; the states)."""
     from clusterctl.health.record import HealthRecord
 
-    note = record_checks(store, inventory, checks, source)
+    note = record_checks(store, inventory, checks, source, gpus)
     try:
         with HealthRecord.open(store.health_db, inventory.name, inventory.health) as record:
             nodes = record.states([h.name for h in inventory.hosts])

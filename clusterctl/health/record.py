@@ -74,18 +74,20 @@ class HealthRecord:
         self.close()
 
     # ---- writing
-    def record(self, *events: Event) -> list[int]:
-        """Keep events (one transaction); their seqs. Unknown sources or kinds are a bug of the caller."""
+    def record(self, *events: Event, once: bool = False) -> list[int]:
+        """Keep events (one transaction); their seqs. Unknown sources or kinds are a bug of the caller.
+        `once`: those the record already has for their run are not kept again (HealthStore.add)."""
         for event in events:
             if event.source not in SOURCES:
                 raise ValueError(f"unknown health event source {event.source!r}")
             if event.kind not in self.rules and event.kind not in INFO_KINDS:
                 raise ValueError(f"unknown health event kind {event.kind!r}")
-        return self.store.add(self.cluster, [(e, severity_of(e.kind, self.rules)) for e in events])
+        return self.store.add(self.cluster, [(e, severity_of(e.kind, self.rules)) for e in events], once=once)
 
-    def observe_gpus(self, host: str, gpus: Sequence[GpuId]) -> list[str]:
-        """The GPUs `host` reports now (the watch, up's facts); returns the keys no longer there."""
-        return self.store.observe_gpus(self.cluster, host, gpus)
+    def observe_gpus(self, host: str, gpus: Sequence[GpuId], complete: bool = True) -> list[str]:
+        """The GPUs `host` reports now (the watch, up's facts); returns the keys no longer there
+        (none where not `complete`: HealthStore.observe_gpus)."""
+        return self.store.observe_gpus(self.cluster, host, gpus, complete=complete)
 
     def release(self, host: str, force: bool = False, by: str = "") -> NodeHealth:
         """Back to healthy: with a passing check recorded after the quarantine, or --force."""

@@ -119,11 +119,15 @@ class HealthStore:
             self._db.execute("COMMIT")
 
     # ---- events
-    def add(self, cluster: str, events: Sequence[tuple[Event, str]]) -> list[int]:
-        """(event, severity) pairs, all in one transaction; their seqs."""
+    def add(self, cluster: str, events: Sequence[tuple[Event, str]], once: bool = False) -> list[int]:
+        """(event, severity) pairs, all in one transaction; their seqs. `once`: an event the record
+        already has (same host, kind, GPU, evidence and run) is not added again (a detached run's
+        health sample is read back by every command that reads the run)."""
         seqs = []
         with self._write("record events") as db:
             for event, severity in events:
+                if once and _recorded(db, cluster, event):
+                    continue
                 cursor = db.execute(
                     "INSERT INTO events (cluster, host, gpu, at, source, kind, severity, cause, evidence, run_id)"
                     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -149,9 +153,11 @@ class HealthStore:
         return sorted(row[0] for row in rows)
 
     # ---- GPUs
-    def observe_gpus(self, cluster: str, host: str, gpus: Sequence[GpuId], at: Optional[float] = None) -> list[str]:
+    def observe_gpus(self, cluster: str, host: str, gpus: Sequence[GpuId], at: Optional[float] = None,
+                     complete: bool = True) -> list[str]:
         """The GPUs a node reports now: new ones are added, ones no longer reported are marked gone
-        (a swapped board); returns the keys that went."""
+        (a swapped board); returns the keys that went. Not `complete` (a container's view, which may
+        hide some): added, none marked gone."""
         at = time.time() if at is None else at
         keys = {gpu.key for gpu in gpus}
         with self._write("record the GPUs seen") as db:
@@ -159,7 +165,7 @@ class HealthStore:
                 _touch_gpu(db, cluster, host, gpu, at)
             present = db.execute("SELECT key FROM gpus WHERE cluster = ? AND host = ? AND gone_at IS NULL",
                                  (cluster, host)).fetchall()
-            gone = sorted(row[0] for row in present if row[0] not in keys)
+            gone = sorted(row[0] for row in present if row[0] not in keys) if complete else []
             db.executemany("UPDATE gpus SET gone_at = ? WHERE cluster = ? AND host = ? AND key = ?",
                            [(at, cluster, host, key) for key in gone])
         return gone
@@ -170,6 +176,12 @@ class HealthStore:
         with self._guard("read GPUs"):
             rows = self._db.execute(query, (cluster,) + ((host,) if host is not None else ())).fetchall()
         return [GpuRow(*row) for row in rows]
+
+
+def _recorded(db: sqlite3.Connection, cluster: str, event: Event) -> bool:
+    return db.execute("SELECT 1 FROM events WHERE cluster = ? AND host = ? AND kind = ? AND gpu IS ? AND evidence = ?"
+                      " AND run_id IS ? LIMIT 1", (cluster, event.host, event.kind, event.gpu.key if event.gpu else None,
+                                                   event.evidence, event.run_id)).fetchone() is not None
 
 
 def _touch_gpu(db: sqlite3.Connection, cluster: str, host: str, gpu: GpuId, at: float) -> None:

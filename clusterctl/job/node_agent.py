@@ -77,7 +77,7 @@ class Supervisor:
         self.lock = threading.Lock()
         self.started = now()
         self.nodes = {h: {"seen": None, "seq": -1, "exit_code": None, "stopped": False, "ranks": 0,
-                          "silent_s": None, "lost": False, "ended_at": None, "tail": ""}
+                          "silent_s": None, "lost": False, "ended_at": None, "tail": "", "health": None}
                       for h in config["hosts"]}
         self.stall_timeout_s = float(config.get("stall_timeout_s") or 0)
         self.timeout_s = float(config.get("timeout_s") or 0)  # `run --timeout`: the run is stopped past it
@@ -100,6 +100,7 @@ class Supervisor:
             node["ranks"] = int(message.get("ranks") or 0)
             silent = message.get("silent_s")
             node["silent_s"] = float(silent) if isinstance(silent, (int, float)) else None
+            node["health"] = message["health"] if isinstance(message.get("health"), dict) else node["health"]
             code = message.get("exit_code")
             if code is not None and node["exit_code"] is None:
                 node["exit_code"], node["ended_at"] = int(code), self.now()
@@ -161,7 +162,7 @@ class Supervisor:
 
     def document(self, final=False):
         with self.lock:
-            nodes = {h: {k: n[k] for k in ("exit_code", "stopped", "lost", "ranks", "silent_s")}
+            nodes = {h: {k: n[k] for k in ("exit_code", "stopped", "lost", "ranks", "silent_s", "health")}
                      for h, n in self.nodes.items()}
             for h, n in self.nodes.items():
                 nodes[h]["seen_s_ago"] = round(self.now() - n["seen"], 1) if n["seen"] is not None else None
@@ -397,8 +398,13 @@ def keep(run_dir, interval=1.0):
     url = f"http://{config['address']}:{config['port']}/beat"
     lease, stop = os.path.join(run_dir, "lease"), os.path.join(run_dir, "stop")
     seq, last_answer = int(time.time() * 1000), time.monotonic()
+    try:  # the passive health watch (job/node_health.py: its newest sample, bounded, in a report)
+        health = __import__("node_health").Sampler(config.get("since"))
+    except ImportError:  # not shipped beside this file: no watch
+        health = None
     while True:
         report = node_report(run_dir)
+        report.update(health.take(final=report["exit_code"] is not None) if health else {})
         seq += 1
         body = json.dumps({"host": host, "seq": seq, **report}).encode()
         request = urllib.request.Request(url, data=body, headers={MAC_HEADER: sign(key, body),
@@ -415,6 +421,7 @@ def keep(run_dir, interval=1.0):
         if isinstance(answer, dict) and answer.get("seq") == seq:
             last_answer = now
             os.utime(lease, None) if os.path.exists(lease) else None
+            health.delivered(report.get("health")) if health else None
             if answer.get("stop") and report["exit_code"] is None and not os.path.exists(stop):
                 with open(stop, "w") as f:
                     f.write(str(answer.get("reason") or "stopped by the run's supervisor") + "\n")

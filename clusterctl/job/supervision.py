@@ -18,7 +18,7 @@ from typing import Callable, Optional
 
 from clusterctl.executor import Connections, for_each_host, run_commands, ticks
 from clusterctl.health import fleet as health
-from clusterctl.job import agent
+from clusterctl.job import agent, detached_health
 from clusterctl.job.container import in_container, on_host_or_in_container
 from clusterctl.models import Command, Host, HostResult, HostStatus, Inventory
 from clusterctl.modules import process
@@ -27,6 +27,7 @@ PORT_OFFSET = 1  # the supervisor listens on rendezvous.port + 1, on the rendezv
 LOST_AFTER_S = 15.0
 ESTABLISH_S = 30.0
 _SCRIPT = Path(__file__).with_name("node_agent.py")
+_HEALTH_SCRIPT = Path(__file__).with_name("node_health.py")  # the keeper's passive health watch (issue 36)
 
 # $1 dir (proven ours: agent.OWN_DIR_SH), $2 file name: stdin into a file only its owner reads (the
 # key), through a rename
@@ -105,25 +106,28 @@ def parse_state(stdout: str) -> Optional[dict]:
 def establish(inventory: Inventory, run_id: str, master: str, address: str, port: int,
               run_dirs: dict[str, str], hosts: dict[str, Host], connections: Connections,
               stall_timeout_s: float = 0.0, timeout_s: Optional[float] = None, lease_s: int = agent.LEASE_S,
-              wait_s: float = ESTABLISH_S) -> tuple[Optional[Supervised], dict]:
+              wait_s: float = ESTABLISH_S, since: Optional[float] = None) -> tuple[Optional[Supervised], dict]:
     """Start the supervisor and the keepers; (where it listens, {} ) once every node was heard, else
     (None, {host: HostResult}) naming what failed (the caller stops the run). `stall_timeout_s`: the
     supervisor reports the run stalled after that long without output from any rank (0: never);
-    `timeout_s` (`run --timeout`, from the supervisor's start): the run is stopped past it."""
+    `timeout_s` (`run --timeout`, from the supervisor's start): the run is stopped past it; `since`:
+    the run's start (unix time), from which the keepers' health watch reads the kernel log."""
     from clusterctl.job.node_agent import CONFIG
 
     key = secrets.token_hex(32)
     script = _SCRIPT.read_bytes()
+    health_script = _HEALTH_SCRIPT.read_bytes()
     supervised = Supervised(master, address, port + PORT_OFFSET, run_dirs[master])
     base = {"run_id": run_id, "address": address, "port": supervised.port, "key": key, "lease_s": lease_s,
             "lost_after_s": LOST_AFTER_S, "hosts": list(run_dirs), "stall_timeout_s": stall_timeout_s,
-            "timeout_s": timeout_s or 0}
+            "timeout_s": timeout_s or 0, "since": since or time.time()}
 
     def action(transport, host: Host) -> HostResult:
         run_dir = run_dirs[host.name]
         marker = process.marker_env(inventory.name, host.name, run_id)
         config = json.dumps({**base, "host": host.name}).encode()
         commands = [_put_private(inventory, run_dir, "node_agent.py", script),
+                    _put_private(inventory, run_dir, "node_health.py", health_script),
                     _put_private(inventory, run_dir, CONFIG, config)]
         if host.name == master:
             commands.append(_start(inventory, run_dir, "supervise", marker))
@@ -238,6 +242,7 @@ def refresh_record(store, inventory: Inventory, connections: Connections, run_id
     state = read_state(inventory, supervised, master, connections)
     if state is None:
         return record
+    detached_health.record_samples(store, inventory, run_id, state)  # issue 36: the keepers' health samples
     if state.get("gone"):
         return {**record, "supervisor_gone": True}
     if not state.get("final"):

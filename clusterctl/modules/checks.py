@@ -11,7 +11,7 @@ def preflight(ctx, fail_on_warn: bool = False):
     from clusterctl.preflight.probe import run_checks_and_facts
 
     # the image_pull check ran as `up`'s first step (docker.pull_check), before anything changed
-    checks, reusable = run_checks_and_facts(ctx.inventory, ctx.hosts, ctx.connections, image_pull=False)
+    checks, reusable, gpus = run_checks_and_facts(ctx.inventory, ctx.hosts, ctx.connections, image_pull=False)
     master = ctx.inventory.master.name
     results = {}
     for host in ctx.hosts:
@@ -19,8 +19,9 @@ def preflight(ctx, fail_on_warn: bool = False):
         bad = [c for c in mine if c.status is CheckStatus.FAIL or (fail_on_warn and c.status is CheckStatus.WARN)]
         detail = "; ".join(f"{c.check}: {c.detail}" for c in bad)
         status = HostStatus.FAILED if bad else HostStatus.OK
-        # node_facts: what `run` may reuse (up remembers it: preflight/node_facts.py); not in the JSON
-        data = {"checks": [c.to_json() for c in mine],
+        # node_facts: what `run` may reuse (up remembers it: preflight/node_facts.py); gpus_seen: the
+        # GPUs the health record keeps (issue 36); neither in the JSON (a tuple is not JSON's)
+        data = {"checks": [c.to_json() for c in mine], "gpus_seen": tuple(gpus.get(host.name, ())),
                 **({"node_facts": reusable[host.name]} if host.name in reusable else {})}
         results[host.name] = HostResult(host.name, status, detail, data=data)
     return results

@@ -200,9 +200,10 @@ def run_checks(inventory: Inventory, hosts: Sequence[Host], connections: Connect
 
 
 def run_checks_and_facts(inventory: Inventory, hosts: Sequence[Host], connections: Connections,
-                         image_pull: bool = True) -> tuple[list[CheckResult], dict]:
-    """`run_checks`, and what `run` may reuse of the probes: node_facts.RememberedFacts by host
-    (nodes whose container runs, or without a container)."""
+                         image_pull: bool = True) -> tuple[list[CheckResult], dict, dict]:
+    """`run_checks`, what `run` may reuse of the probes (node_facts.RememberedFacts by host: nodes
+    whose container runs, or without a container), and the GPUs each node reported ({host:
+    tuple[facts.Gpu]}, by UUID where nvidia-smi gives one: the health record's GPUs, issue 36)."""
     from clusterctl.preflight.node_facts import RememberedFacts, instance_key
 
     results = for_each_host(list(hosts), lambda t, h: probe_node(inventory, t, h), connections)
@@ -226,7 +227,7 @@ def run_checks_and_facts(inventory: Inventory, hosts: Sequence[Host], connection
                                       planner_facts[name], time.time())
                 for name, p in probes.items()
                 if p.boot_id and (not inventory.uses_container or p.container.instance)}
-    return checks, reusable
+    return checks, reusable, {name: p.gpus.gpus for name, p in probes.items() if p.gpus.gpus}
 
 
 def _per_node(inventory: Inventory, probes: dict[str, Probe]) -> list[CheckResult]:

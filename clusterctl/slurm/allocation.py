@@ -90,11 +90,12 @@ def refuse_unless_ready(inventory: Inventory, checks: list[CheckResult]) -> None
 # --------------------------------------------------------------------------- the allocation
 
 
-def allocate(inventory: Inventory, run_id: str, on_note: Callable[[str], None]) -> Allocation:
+def allocate(inventory: Inventory, run_id: str, on_note: Callable[[str], None],
+             exclude: tuple[str, ...] = ()) -> Allocation:
     """salloc --no-shell, waiting for the grant (each line of salloc's is a note: "queued and
     waiting for resources"). Ctrl-C while it waits: salloc withdraws the request, and the job id,
     once known, is cancelled too, so nothing stays queued."""
-    argv = submit.salloc_argv(inventory, run_id)
+    argv = submit.salloc_argv(inventory, run_id, exclude)
     try:
         proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, start_new_session=True)

@@ -24,15 +24,17 @@ from clusterctl.slurm.transport import SrunTransport
 
 
 @contextmanager
-def on_allocation(inventory: Inventory, app, run_id: str) -> Iterator[tuple[Inventory, Connections, dict]]:
-    """Check, allocate, yield (inventory with the allocation's nodes, connections to them, the
-    record's `slurm` entry), and cancel the allocation however the block ends (Ctrl-C included)."""
+def on_allocation(inventory: Inventory, app, run_id: str,
+                  exclude: tuple[str, ...] = ()) -> Iterator[tuple[Inventory, Connections, dict]]:
+    """Check, allocate (never on the nodes of `exclude`), yield (inventory with the allocation's nodes,
+    connections to them, the record's `slurm` entry), and cancel the allocation however the block ends
+    (Ctrl-C included)."""
     checks = allocation.presubmit_checks(inventory)
     for check in checks:
         if check.status is CheckStatus.WARN:
             app.renderer.message(f"slurm: {check.detail}", "yellow")
     allocation.refuse_unless_ready(inventory, checks)
-    granted = allocation.allocate(inventory, run_id, lambda line: app.renderer.message(line, "dim"))
+    granted = allocation.allocate(inventory, run_id, lambda line: app.renderer.message(line, "dim"), exclude)
     connections = Connections(lambda host: SrunTransport(host, granted.job_id).open())
     record = {"job_id": granted.job_id, "nodes": [name for name, _ in granted.nodes],
               "partition": inventory.scheduler.partition, "cancelled": None}

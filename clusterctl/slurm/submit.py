@@ -43,12 +43,14 @@ def resource_options(spec: SchedulerSpec, nodes: int, nodelist: tuple[str, ...] 
     return (*options, *spec.extra_args)
 
 
-def salloc_argv(inventory: Inventory, run_id: str) -> tuple[str, ...]:
-    """Ask for the allocation; salloc prints "Granted job allocation J" and exits, leaving it held."""
+def salloc_argv(inventory: Inventory, run_id: str, exclude: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """Ask for the allocation; salloc prints "Granted job allocation J" and exits, leaving it held.
+    `exclude`: nodes Slurm must not grant (backends/slurm.py: excluded_nodes)."""
     spec = inventory.scheduler
     assert spec is not None
     return ("salloc", "--no-shell", f"--job-name={job_name(run_id)}",
-            *resource_options(spec, node_count(inventory), tuple(h.name for h in inventory.hosts)))
+            *resource_options(spec, node_count(inventory), tuple(h.name for h in inventory.hosts)),
+            *((f"--exclude={','.join(exclude)}",) if exclude else ()))
 
 
 def srun_prefix(job_id: str, node: str) -> tuple[str, ...]:
