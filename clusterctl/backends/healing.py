@@ -60,15 +60,33 @@ def run_healing(session, backend, inventory, request: RunRequest, live=None, pla
         inventory = session.plannable(inventory)
         return run_job(session, backend, on_hosts(inventory, _fleet(inventory, healing.nodes)), request, live,
                        plan_only=True)
-    if request.detach and healing.enabled:
-        raise UsageError("a detached run does not heal itself yet: its supervisor on the cluster ends it at the "
-                         "first failure", where="--detach", fix="leave --detach out (run it under nohup or tmux), "
-                         "or set job.restarts: 0 to detach a run that fails fast")
     inventory = session.plannable(inventory)  # quarantined hosts out before the fleet: spares take their place
     fleet = _fleet(inventory, healing.nodes)
     run_id = session.state.new_run_id()
+    if request.detach and healing.enabled:
+        return _detached(session, backend, inventory, request, live, fleet, run_id)
     with holding(session, inventory, run_id):
         return _attempts(session, backend, inventory, request, live, fleet, run_id)
+
+
+def _detached(session, backend, inventory, request: RunRequest, live, fleet: Fleet, run_id: str) -> Outcome:
+    """`run --detach` of a run that heals itself: its first attempt, handed over to the cluster with what
+    the supervisor there needs to heal it (job/detached_healing.py, job/node_healing.py). A spare whose
+    facts cannot be learned now is no spare."""
+    from clusterctl.backends.launching import run_job
+    from clusterctl.job.detached_healing import plan_healing
+
+    if not backend.lists_hosts(inventory):
+        raise UsageError("a detached run heals itself on SSH nodes only", where="--detach",
+                         fix="leave --detach out, or set job.restarts: 0")
+    facts, problems, _busy, _from = backend.facts(replace(inventory, hosts=tuple(fleet.active + fleet.spares)),
+                                                  session.connections)
+    spares = [h for h in fleet.spares if h.name not in problems]
+    for name in problems:
+        session.renderer.message(f"{name} is no spare for this run: its facts could not be learned", "yellow")
+    heal = plan_healing(inventory, fleet.active, spares, facts, run_id, request.prompt, request.strict)
+    return run_job(session, backend, on_hosts(inventory, fleet), replace(request, heal_on_cluster=heal), live,
+                   relaunch_of=Plan(backend.name, inventory.name, run_id, 0, 0, 0, attempt=1))
 
 
 def _fleet(inventory, nodes: Optional[int]) -> Fleet:

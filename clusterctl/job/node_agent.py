@@ -273,7 +273,8 @@ def serve(run_dir):
 
     config = load_config(run_dir)
     key = config["key"]
-    supervisor = Supervisor(config, run_dir)
+    healing = _healing(config)
+    supervisor = healing.Healer(config, run_dir, Supervisor) if healing else Supervisor(config, run_dir)
     state_path = os.path.join(run_dir, STATE)
     refuse = RefusalLog()
     _more_descriptors()
@@ -396,9 +397,9 @@ def keep(run_dir, interval=1.0):
     key, host, lease_s = config["key"], config["host"], config["lease_s"]
     url = f"http://{config['address']}:{config['port']}/beat"
     lease, stop = os.path.join(run_dir, "lease"), os.path.join(run_dir, "stop")
-    seq, last_answer = int(time.time() * 1000), time.monotonic()
+    seq, last_answer, healing = int(time.time() * 1000), time.monotonic(), _healing(config)
     while True:
-        report = node_report(run_dir)
+        report = {**node_report(run_dir), **({"attempt": healing.attempt_of(run_dir)} if healing else {})}
         seq += 1
         body = json.dumps({"host": host, "seq": seq, **report}).encode()
         request = urllib.request.Request(url, data=body, headers={MAC_HEADER: sign(key, body),
@@ -418,7 +419,9 @@ def keep(run_dir, interval=1.0):
             if answer.get("stop") and report["exit_code"] is None and not os.path.exists(stop):
                 with open(stop, "w") as f:
                     f.write(str(answer.get("reason") or "stopped by the run's supervisor") + "\n")
-            if report["exit_code"] is not None and answer.get("ack"):
+            if healing and isinstance(answer.get("launch"), dict):
+                healing.launch(run_dir, config, answer["launch"])
+            if (report["exit_code"] is not None and answer.get("ack")) or answer.get("end"):
                 return 0
         elif now - last_answer > lease_s:
             # the supervisor is gone: the wrapper's lease runs out and it stops the ranks itself
@@ -426,6 +429,13 @@ def keep(run_dir, interval=1.0):
                   f"{now - last_answer:.0f}s; leaving the lease to run out", flush=True)
             return 1
         time.sleep(interval)
+
+
+def _healing(config):  # a run that heals itself (issue 35): job/node_healing.py, shipped beside this file
+    if config.get("heal"):
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import node_healing
+        return node_healing
 
 
 def main(argv):
