@@ -208,7 +208,7 @@ class Healer:
         self.inner = make(self._config(), run_dir, now)
         self.phase = "running"  # -> stopping (the failed attempt's ranks end) -> backoff -> running | over
         self.relaunch_at, self.over_at, self.reason, self.final_state = None, None, None, None
-        self.last_seq = {h: -1 for h in config["hosts"]}
+        self.last_seq, self.seen = {h: -1 for h in config["hosts"]}, {h: None for h in config["hosts"]}
         self.told_end, self.orders = set(), {}
         self.checkpoint, self.heal_refused = None, None
 
@@ -224,7 +224,7 @@ class Healer:
         with self.lock:
             if host not in self.last_seq or not isinstance(seq, int) or seq <= self.last_seq[host]:
                 return None
-            self.last_seq[host] = seq
+            self.last_seq[host], self.seen[host] = seq, self.now()
             if message.get("stopped") and self.phase != "over":  # `clusterctl stop` marked this node
                 self._over("stopped", "the run was stopped by `clusterctl stop`")
             ours = host in self.inner.nodes and int(message.get("attempt") or 1) == self.attempt
@@ -338,6 +338,11 @@ class Healer:
             for before, after in zip(attempts, attempts[1:]):
                 if before.get("ended") and after.get("started"):
                     after["relaunch_s"] = round(after["started"] - before["ended"], 1)
+            for host, seen in self.seen.items():  # the spares and the hosts left out: heard, not in use
+                if host not in document["nodes"]:
+                    document["nodes"][host] = {"exit_code": None, "stopped": False, "lost": False, "ranks": 0,
+                                               "silent_s": None, "in_use": False,
+                                               "seen_s_ago": round(self.now() - seen, 1) if seen else None}
             document.update(started=self.started, attempt=self.attempt, attempts=attempts,
                             excluded=list(self.excluded), phase=self.phase, hosts_in_use=list(self.active),
                             heal_refused=self.heal_refused)
