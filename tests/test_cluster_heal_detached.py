@@ -82,10 +82,14 @@ def test_a_detached_run_heals_itself_when_a_node_is_cut_off_with_no_clusterctl_w
     assert wait_until(lambda: not _left_over(run_id), 60, interval=1, what="no process of the run (keepers too)")
 
 
-def test_a_python_exception_on_every_rank_of_a_detached_run_is_not_retried(sandbox, cli, prompt, tmp_path):
+def test_a_python_exception_on_every_rank_of_a_detached_run_is_not_retried(sandbox, cli, tmp_path):
+    from clusterctl import Cluster
+
     inventory = _inventory(sandbox, tmp_path / "inv.yaml", "detached-raised", "--raise_at", "3", restarts=1)
-    run_id = _detach(cli, inventory, prompt)
-    run = wait_until(lambda: _ended(cli, inventory, run_id), 180, interval=3, what="the run's end")
+    started = Cluster.load(inventory, state_dir=cli.state_dir).run(prompt="a cat")  # the API detaches by default
+    assert started.wait(timeout=180) == 1
+    run_id = started.id
+    run = _status(cli, inventory, run_id)
     assert run["state"] == "failed" and len(run["attempts"]) == 1 and run["attempts"][0]["excluded"] == []
     record = json.loads((cli.state_dir / "runs" / run_id / "run.json").read_text())
     assert "the job's own fault: not retried" in record["heal_refused"]
@@ -97,10 +101,11 @@ def test_stop_during_a_detached_relaunch_leaves_nothing_running(sandbox, cli, pr
     inventory = _inventory(sandbox, tmp_path / "inv.yaml", "detached-stop", "--raise_at", "2", "--every_attempt",
                            restarts=3, heal={"unknown": "transient"})
     run_id = _detach(cli, inventory, prompt)
-    # the second relaunch waits BACKOFF_S[1] (10 s): long enough to be caught in
-    wait_until(lambda: len(_status(cli, inventory, run_id)["attempts"]) >= 2, 180, interval=1,
-               what="a second attempt")
+    # attempt 2 failed too: the second relaunch waits BACKOFF_S[1] (10 s), long enough to be caught in
+    wait_until(lambda: [a["exit_code"] for a in _status(cli, inventory, run_id)["attempts"]] == [1, 1], 180,
+               interval=1, what="a second relaunch")
     code, doc = cli.json("stop", run_id)
     assert code == 0, doc
-    assert _status(cli, inventory, run_id)["state"] == "stopped"
+    run = _status(cli, inventory, run_id)
+    assert run["state"] == "stopped" and len(run["attempts"]) == 2, run  # attempt 3 never launched
     assert wait_until(lambda: not _left_over(run_id), 40, interval=1, what="no process of the run (keepers too)")

@@ -209,7 +209,7 @@ def _detached(session, runner, summary: dict, started: float, prompt: str, place
     record = {**summary, "prompt_sha256": sha256(prompt), "commands": runner.commands(), "started": started,
               "state": "running", "detached": True, "supervisor": runner.supervised.to_json(), "exit_code": None,
               "nodes": node_states(runner), "inventory": str(session.inventory_path()), **place,
-              **(runner.heal.record() if runner.heal else {})}
+              **(_spares_too(runner) if runner.heal else {})}
     session.state.write_json(session.state.run_dir(summary["run_id"]) / "run.json", record)
     run_id = summary["run_id"]
     session.renderer.message(f"run {run_id} goes on, watched on the cluster (supervisor on {runner.supervised.host}). "
@@ -217,6 +217,11 @@ def _detached(session, runner, summary: dict, started: float, prompt: str, place
                              f"clusterctl stop {run_id}", "green")
     return Outcome({"ok": True, **summary, "detached": True, "state": "running", "exit_code": None,
                     "supervisor": runner.supervised.to_json()})
+
+
+def _spares_too(runner) -> dict:
+    """A detached run that heals itself: its record names the spares too (their keepers run; `stop` ends them)."""
+    return {**runner.heal.record(), "hosts": recorded_hosts((*runner.inventory.hosts, *runner.heal.spares))}
 
 
 SET_ASIDE = 'if [ -e "$1" ]; then rm -rf "$1.attempt-$2"; mv -T "$1" "$1.attempt-$2"; fi'
