@@ -32,6 +32,7 @@ class Fleet:
     active: list
     spares: list
     excluded: list = field(default_factory=list)  # {"host", "cause"}
+    granted: bool = False  # a Slurm allocation's nodes: the scheduler grants another in place of one left out
 
     def leave_out(self, host: str, cause: str) -> Optional[str]:
         """`host` out for good, the first spare in its place; the spare's name, or None without one."""
@@ -39,7 +40,7 @@ class Fleet:
         self.spares = [h for h in self.spares if h.name != host]
         self.excluded.append({"host": host, "cause": cause})
         if not self.spares:
-            return None
+            return "another node of the allocation" if self.granted else None
         spare, self.spares = self.spares[0], self.spares[1:]
         self.active.append(spare)
         return spare.name
@@ -96,21 +97,33 @@ def _fleet(inventory, nodes: Optional[int]) -> Fleet:
     if master:
         hosts.sort(key=lambda h: h.name != master)
     count = nodes or len(hosts)
-    return Fleet(hosts[:count], hosts[count:])
+    return Fleet(hosts[:count], hosts[count:], granted=not hosts)
 
 
 def on_hosts(inventory, fleet: Fleet, addresses: Optional[dict] = None):
     """The inventory of one attempt: the hosts in use. A master left out gives way to the first host in
     use; a `rendezvous.address` (the master's address on the job's network) becomes the new master's
     address on that network: the one the last plan found it on (`addresses`: host -> local_addr)."""
-    if not inventory.hosts:  # a Slurm allocation's nodes: the scheduler grants them
-        return inventory
+    if not inventory.hosts:  # a Slurm allocation's nodes: the scheduler grants them, none of those left out
+        return excluding(inventory, [e["host"] for e in fleet.excluded])
     rendezvous, names = inventory.rendezvous, fleet.names()
     master = rendezvous.master or inventory.hosts[0].name
     if master not in names:
         address = (addresses or {}).get(names[0]) if rendezvous.address else None
         rendezvous = replace(rendezvous, master=None, address=address)
     return replace(inventory, hosts=tuple(fleet.active), rendezvous=rendezvous)
+
+
+def excluding(inventory, hosts: list):
+    """The inventory whose next Slurm allocation leaves `hosts` out: salloc's `--exclude`, merged with
+    one the inventory's `scheduler.extra_args` gives (Slurm takes the last of two)."""
+    if not hosts or inventory.scheduler is None:
+        return inventory
+    extra = inventory.scheduler.extra_args
+    given = [name for a in extra if a.startswith("--exclude=") for name in a.split("=", 1)[1].split(",") if name]
+    names = ",".join(dict.fromkeys([*given, *hosts]))
+    kept = tuple(a for a in extra if not a.startswith("--exclude="))
+    return replace(inventory, scheduler=replace(inventory.scheduler, extra_args=(*kept, f"--exclude={names}")))
 
 
 def _attempts(session, backend, inventory, request: RunRequest, live, fleet: Fleet, run_id: str) -> Outcome:
