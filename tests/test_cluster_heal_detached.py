@@ -109,3 +109,16 @@ def test_stop_during_a_detached_relaunch_leaves_nothing_running(sandbox, cli, pr
     run = _status(cli, inventory, run_id)
     assert run["state"] == "stopped" and len(run["attempts"]) == 2, run  # attempt 3 never launched
     assert wait_until(lambda: not _left_over(run_id), 40, interval=1, what="no process of the run (keepers too)")
+
+
+def test_the_master_rank_killed_in_a_detached_run_gives_way_to_the_first_survivor_the_supervisor_stays(
+        sandbox, cli, prompt, tmp_path):
+    name = "detached-master-killed"
+    inventory = _inventory(sandbox, tmp_path / "inv.yaml", name, "--kill_at", "4", "--kill_rank", "0", restarts=1)
+    run_id = _detach(cli, inventory, prompt)
+    run = wait_until(lambda: _ended(cli, inventory, run_id), 240, interval=3, what="the run's end")
+    assert run["state"] == "succeeded", json.dumps(run)[-3000:]
+    assert [a["hosts"] for a in run["attempts"]] == [["node1", "node2"], ["node2", "node3"]]
+    assert run["attempts"][0]["excluded"] == [{"host": "node1", "cause": "killed_by_signal"}]
+    assert _done(sandbox, name)["total"] == sum(range(1, STEPS + 1))
+    assert wait_until(lambda: not _left_over(run_id), 60, interval=1, what="no process of the run")
