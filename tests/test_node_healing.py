@@ -174,3 +174,18 @@ def test_a_job_fault_ends_the_run_at_once_and_a_stop_between_attempts_launches_n
     _beat(healer, "node3", next(seq), ranks=0, stopped=True)
     healer.tick()
     assert healer.phase == "over" and healer.final_state == "stopped" and not healer.orders
+
+
+def test_setting_an_attempt_aside_keeps_the_daemons_files_and_moves_nothing_of_a_spare_that_ran_nothing(tmp_path):
+    run_dir = tmp_path / "node1"
+    run_dir.mkdir()
+    for name in ("agent.pid", "agent.log", "env", "stop", "supervision.json", "keep.log", "node_agent.py"):
+        (run_dir / name).write_text(name)
+    node_healing.set_aside(str(run_dir), 1)
+    assert sorted(p.name for p in run_dir.iterdir()) == ["keep.log", "node_agent.py", "supervision.json"]
+    assert sorted(p.name for p in (tmp_path / "node1.attempt-1").iterdir()) == ["agent.log", "agent.pid", "env", "stop"]
+    spare = tmp_path / "node3"
+    spare.mkdir()
+    (spare / "env").write_text("")
+    node_healing.set_aside(str(spare), 1)
+    assert not (tmp_path / "node3.attempt-1").exists() and (spare / "env").exists()

@@ -159,7 +159,7 @@ def attempt_of(run_dir):
 def set_aside(run_dir, attempt):
     """Every file of the last attempt into RUN_DIR.attempt-N (the daemons' own files stay)."""
     moving = [n for n in os.listdir(run_dir) if n not in DAEMON_FILES]
-    if not moving:
+    if "agent.pid" not in moving:  # a spare joining: nothing ran here (its empty env is written again)
         return
     aside = f"{run_dir.rstrip('/')}.attempt-{attempt}"
     os.makedirs(aside, mode=0o700, exist_ok=True)
@@ -185,9 +185,10 @@ def launch(run_dir, config, order):
         f.write(f"{attempt}\n")
     argv = [substitute(a, values) for a in heal["template"]["argv"]]
     clean = {k: v for k, v in os.environ.items() if k not in heal["marker_names"]}
-    subprocess.Popen(["setsid", "sh", "-c", heal["wrapper"], "clusterctl-wrapper", run_dir, str(config["lease_s"]),
-                      heal.get("workdir") or "", *argv], env=clean, stdin=subprocess.DEVNULL,
-                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    # `setsid -f` forks: the wrapper is nobody's child here (no zombie under the keeper), as agent.start_command
+    subprocess.run(["setsid", "-f", "sh", "-c", heal["wrapper"], "clusterctl-wrapper", run_dir, str(config["lease_s"]),
+                    heal.get("workdir") or "", *argv], env=clean, stdin=subprocess.DEVNULL,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30)
     print(f"attempt {attempt} launched on this node", flush=True)
     return True
 
