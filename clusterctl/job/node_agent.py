@@ -434,8 +434,7 @@ def keep(run_dir, interval=1.0):
 def _healing(config):  # a run that heals itself (issue 35): job/node_healing.py, shipped beside this file
     if config.get("heal"):
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        import node_healing
-        return node_healing
+        return __import__("node_healing")
 
 
 def main(argv):
