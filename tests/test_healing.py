@@ -140,3 +140,17 @@ def test_the_latest_complete_checkpoint_is_found_and_a_partial_one_never(tmp_pat
     assert found.stdout.strip() == "step-10"
     missing = subprocess.run(latest_checkpoint_command(str(tmp_path / "none"), "COMPLETE"), capture_output=True, text=True)
     assert missing.returncode == 0 and missing.stdout == ""
+
+
+def test_a_slurm_relaunch_asks_for_an_allocation_without_the_nodes_left_out():
+    from clusterctl.backends.healing import _fleet
+    from clusterctl.slurm.submit import salloc_argv
+
+    inventory = parse_inventory("name: demo\nscheduler: {type: slurm, partition: gpu, nodes: 2, extra_args: "
+                                "[--qos=high, --exclude=bad1]}\njob:\n  command: [train.py]\n  restarts: 2\n", "inv.yaml")
+    fleet = _fleet(inventory, None)
+    assert fleet.leave_out("gpu07", "gpu_xid") == "another node of the allocation"  # the scheduler grants one
+    fleet.leave_out("gpu03", "node_unreachable")
+    argv = salloc_argv(on_hosts(inventory, fleet), "RUN")
+    assert argv[-2:] == ("--qos=high", "--exclude=bad1,gpu07,gpu03") and "--nodes=2" in argv
+    assert salloc_argv(on_hosts(inventory, _fleet(inventory, None)), "RUN")[-2:] == ("--qos=high", "--exclude=bad1")

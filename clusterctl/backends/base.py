@@ -27,6 +27,7 @@ class RunRequest:
     stall_timeout_s: Optional[float] = None
     detach: bool = False
     straggler_watch: bool = True  # sample the ranks to name a straggler (job/straggler_watch.py)
+    heal_on_cluster: Optional[object] = None  # job/detached_healing.DetachedHealing (backends/healing.py sets it)
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ class Fleet:
     active: list
     spares: list
     excluded: list = field(default_factory=list)  # {"host", "cause"}
+    granted: bool = False  # a Slurm allocation's nodes: the scheduler grants another in place of one left out
 
     def leave_out(self, host: str, cause: str) -> Optional[str]:
         """`host` out for good, the first spare in its place; the spare's name, or None without one."""
@@ -39,7 +40,7 @@ class Fleet:
         self.spares = [h for h in self.spares if h.name != host]
         self.excluded.append({"host": host, "cause": cause})
         if not self.spares:
-            return None
+            return "another node of the allocation" if self.granted else None
         spare, self.spares = self.spares[0], self.spares[1:]
         self.active.append(spare)
         return spare.name
@@ -69,15 +70,33 @@ def _run_healing(session, backend, inventory, request: RunRequest, live, plan_on
         inventory = session.plannable(inventory)
         return run_job(session, backend, on_hosts(inventory, _fleet(inventory, healing.nodes)), request, live,
                        plan_only=True)
-    if request.detach and healing.enabled:
-        raise UsageError("a detached run does not heal itself yet: its supervisor on the cluster ends it at the "
-                         "first failure", where="--detach", fix="leave --detach out (run it under nohup or tmux), "
-                         "or set job.restarts: 0 to detach a run that fails fast")
     inventory = session.plannable(inventory)  # quarantined hosts out before the fleet: spares take their place
     fleet = _fleet(inventory, healing.nodes)
     run_id = session.state.new_run_id()
+    if request.detach and healing.enabled:
+        return _detached(session, backend, inventory, request, live, fleet, run_id)
     with holding(session, inventory, run_id):
         return _attempts(session, backend, inventory, request, live, fleet, run_id)
+
+
+def _detached(session, backend, inventory, request: RunRequest, live, fleet: Fleet, run_id: str) -> Outcome:
+    """`run --detach` of a run that heals itself: its first attempt, handed over to the cluster with what
+    the supervisor there needs to heal it (job/detached_healing.py, job/node_healing.py). A spare whose
+    facts cannot be learned now is no spare."""
+    from clusterctl.backends.launching import run_job
+    from clusterctl.job.detached_healing import plan_healing
+
+    if not backend.lists_hosts(inventory):
+        raise UsageError("a detached run heals itself on SSH nodes only", where="--detach",
+                         fix="leave --detach out, or set job.restarts: 0")
+    facts, problems, _busy, _from = backend.facts(replace(inventory, hosts=tuple(fleet.active + fleet.spares)),
+                                                  session.connections)
+    spares = [h for h in fleet.spares if h.name not in problems]
+    for name in problems:
+        session.renderer.message(f"{name} is no spare for this run: its facts could not be learned", "yellow")
+    heal = plan_healing(inventory, fleet.active, spares, facts, run_id, request.prompt, request.strict)
+    return run_job(session, backend, on_hosts(inventory, fleet), replace(request, heal_on_cluster=heal), live,
+                   relaunch_of=Plan(backend.name, inventory.name, run_id, 0, 0, 0, attempt=1))
 
 
 def _fleet(inventory, nodes: Optional[int]) -> Fleet:
@@ -87,21 +106,33 @@ def _fleet(inventory, nodes: Optional[int]) -> Fleet:
     if master:
         hosts.sort(key=lambda h: h.name != master)
     count = nodes or len(hosts)
-    return Fleet(hosts[:count], hosts[count:])
+    return Fleet(hosts[:count], hosts[count:], granted=not hosts)
 
 
 def on_hosts(inventory, fleet: Fleet, addresses: Optional[dict] = None):
     """The inventory of one attempt: the hosts in use. A master left out gives way to the first host in
     use; a `rendezvous.address` (the master's address on the job's network) becomes the new master's
     address on that network: the one the last plan found it on (`addresses`: host -> local_addr)."""
-    if not inventory.hosts:  # a Slurm allocation's nodes: the scheduler grants them
-        return inventory
+    if not inventory.hosts:  # a Slurm allocation's nodes: the scheduler grants them, none of those left out
+        return excluding(inventory, [e["host"] for e in fleet.excluded])
     rendezvous, names = inventory.rendezvous, fleet.names()
     master = rendezvous.master or inventory.hosts[0].name
     if master not in names:
         address = (addresses or {}).get(names[0]) if rendezvous.address else None
         rendezvous = replace(rendezvous, master=None, address=address)
     return replace(inventory, hosts=tuple(fleet.active), rendezvous=rendezvous)
+
+
+def excluding(inventory, hosts: list):
+    """The inventory whose next Slurm allocation leaves `hosts` out: salloc's `--exclude`, merged with
+    one the inventory's `scheduler.extra_args` gives (Slurm takes the last of two)."""
+    if not hosts or inventory.scheduler is None:
+        return inventory
+    extra = inventory.scheduler.extra_args
+    given = [name for a in extra if a.startswith("--exclude=") for name in a.split("=", 1)[1].split(",") if name]
+    names = ",".join(dict.fromkeys([*given, *hosts]))
+    kept = tuple(a for a in extra if not a.startswith("--exclude="))
+    return replace(inventory, scheduler=replace(inventory.scheduler, extra_args=(*kept, f"--exclude={names}")))
 
 
 def _attempts(session, backend, inventory, request: RunRequest, live, fleet: Fleet, run_id: str) -> Outcome:

@@ -83,6 +83,7 @@ def _launch(session, backend, inventory, connections, plan: Plan, request: RunRe
                        checkpoint=checkpoint)
     runner.health_watch = _health_watch(session, inventory, connections, runner, live.on_event)
     runner.phases = phases if phases is not None else runner.phases
+    runner.heal = request.heal_on_cluster  # a detached run that heals itself (backends/healing.py)
     runner.stragglers.enabled = runner.stragglers.enabled and request.straggler_watch
     summary = {**summary_of(inventory, topology, run_id), "facts_from": facts_from}
     reused = sum(1 for where in facts_from.values() if where == "up")
@@ -211,7 +212,8 @@ def _detached(session, runner, summary: dict, started: float, prompt: str, place
     """The run goes on, watched on the cluster: the record says where its supervisor is."""
     record = {**summary, "prompt_sha256": sha256(prompt), "commands": runner.commands(), "started": started,
               "state": "running", "detached": True, "supervisor": runner.supervised.to_json(), "exit_code": None,
-              "nodes": node_states(runner), "inventory": str(session.inventory_path()), **place}
+              "nodes": node_states(runner), "inventory": str(session.inventory_path()), **place,
+              **(_spares_too(runner) if runner.heal else {})}
     session.state.write_json(session.state.run_dir(summary["run_id"]) / "run.json", record)
     run_id = summary["run_id"]
     session.renderer.message(f"run {run_id} goes on, watched on the cluster (supervisor on {runner.supervised.host}). "
@@ -219,6 +221,11 @@ def _detached(session, runner, summary: dict, started: float, prompt: str, place
                              f"clusterctl stop {run_id}", "green")
     return Outcome({"ok": True, **summary, "detached": True, "state": "running", "exit_code": None,
                     "supervisor": runner.supervised.to_json()})
+
+
+def _spares_too(runner) -> dict:
+    """A detached run that heals itself: its record names the spares too (their keepers run; `stop` ends them)."""
+    return {**runner.heal.record(), "hosts": recorded_hosts((*runner.inventory.hosts, *runner.heal.spares))}
 
 
 SET_ASIDE = 'if [ -e "$1" ]; then rm -rf "$1.attempt-$2"; mv -T "$1" "$1.attempt-$2"; fi'

@@ -30,6 +30,7 @@ def stop_run(app, given_run: Optional[str], given_inventory: Optional[str] = Non
     run_id, record = records.resolve(app.state, given_run)
     state = records.state_of(record, run_id, app.state.lock_holder)
     planned = [n.get("host") for n in record.get("topology") or []]
+    planned += [h for h in record.get("fleet") or [] if h not in planned]  # a detached run that heals itself
     if state in ("running", "unknown"):
         inventory = app.inventory_of_run(given_inventory, run_id, record, planned)
         # a detached run may have ended on the cluster since: its record learns it first

@@ -68,6 +68,8 @@ kill "$watch" 2>/dev/null
 echo "$code" > "$dir/agent.exit.tmp" && mv -f "$dir/agent.exit.tmp" "$dir/agent.exit"
 '''
 
+WRAPPER = _WRAPPER  # what a keeper starts for a detached run's next attempt (job/node_healing.py)
+
 # Prints "exit N" once torchrun ended ("exit N stopped" when `clusterctl stop` ended it), else
 # "running"; renews the lease (a builtin `echo >` sets its mtime: one fork less than `touch`).
 _POLL = ('{ echo > "$1/lease"; } 2>/dev/null; if [ -e "$1/agent.exit" ]; then s=; [ -e "$1/stopped" ] && s=" stopped"; '

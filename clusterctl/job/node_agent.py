@@ -1,28 +1,25 @@
 """The part of a run that lives on the cluster when no clusterctl watches it (`run --detach`, or an
-attached `run` whose terminal hung up). Runs on the nodes, so: the standard library only, Python
-3.8+, one file, copied into each node's run dir for the run and run from there (nothing installed).
+attached `run` whose terminal hung up). Runs on the nodes: the standard library only, Python 3.8+,
+copied into each node's run dir with its companions (node_health.py: the passive health watch;
+node_healing.py: a run that heals itself) and run from there (nothing installed).
 
 Two roles, one process each, both carrying the run's marker (modules/process.py), so `stop` and
 `down` end them with the ranks:
-- `supervise RUN_DIR` on the master node: an HTTP server on the rendezvous address (the cluster
-  network), port rendezvous.port + 1. It holds every node's lease, and does what the attached
-  controller does: fail fast (a node whose torchrun failed -> after a few seconds for the others to
-  report, every node is told to stop), lost nodes (silent for `lost_after_s`), a run stopped by
-  `clusterctl stop`, and the run's state in `supervisor.json` beside it, which the controller reads
-  back (`status`, `attach`, `logs`) and turns into the local run record, with its diagnosis. With
-  `stall_timeout_s`, a run whose ranks all went silent that long is reported stalled (`stalled_s`):
-  it is not stopped, since telling a hang from a long silent step takes every rank's stack, which
-  `clusterctl stacks RUN` takes (the attached `run` does that by itself).
-- `keep RUN_DIR` on every node: every second it reports its torchrun's state (and at the end the
-  tail of its log) to the supervisor; each answer renews the node's lease (job/agent.py's wrapper
-  stops the ranks when the lease runs out), and an answer "stop" writes `stop`, on which the
-  wrapper stops the ranks at once. A supervisor that stops answering (its node died) is a lease
-  that runs out: every node stops its own ranks, as they do when the attached controller dies.
+- `supervise RUN_DIR` on the master node: an HTTP server on the rendezvous address, port
+  rendezvous.port + 1. It holds every node's lease and does what the attached controller does: fail
+  fast (a node whose torchrun failed -> after a few seconds for the others to report, every node is
+  told to stop), lost nodes (silent for `lost_after_s`), `clusterctl stop`, and the run's state in
+  `supervisor.json`, which the controller reads back (`status`, `attach`, `logs`) into the run record.
+  With `stall_timeout_s`, a run whose ranks all went silent that long is reported stalled
+  (`stalled_s`), not stopped: telling a hang from a long step takes the stacks (`clusterctl stacks`).
+- `keep RUN_DIR` on every node: every second it reports its torchrun's state (at the end the tail of
+  its log); each answer renews the node's lease (job/agent.py's wrapper stops the ranks when it runs
+  out), and an answer "stop" writes `stop`, on which the wrapper stops the ranks at once. A silent
+  supervisor (its node died) is a lease that runs out: every node stops its own ranks.
 Both end by themselves when the run has ended: no process, port or file outside the run dir stays.
 
-Every message is authenticated with an HMAC-SHA256 of its body under a per-run key (in the 0600
-`supervision.json` of each node's 0700 run dir) and carries a sequence number that must grow, so a
-message replayed from the network is refused; answers are signed the same way.
+Every message is HMAC-SHA256-signed under a per-run key (the 0600 `supervision.json` in each node's
+0700 run dir) with a growing sequence number (a replay is refused); answers are signed the same way.
 """
 import errno
 import hashlib
@@ -274,7 +271,8 @@ def serve(run_dir):
 
     config = load_config(run_dir)
     key = config["key"]
-    supervisor = Supervisor(config, run_dir)
+    healing = _beside("node_healing", config.get("heal"))
+    supervisor = healing.Healer(config, run_dir, Supervisor) if healing else Supervisor(config, run_dir)
     state_path = os.path.join(run_dir, STATE)
     refuse = RefusalLog()
     _more_descriptors()
@@ -364,12 +362,8 @@ def _tail(path, size=TAIL_BYTES):
 def node_report(run_dir):
     """What this node's keeper says of its torchrun (see job/agent.py for the files)."""
     code = _read(os.path.join(run_dir, "agent.exit"))
-    exit_code = None
-    if code is not None:
-        try:
-            exit_code = int(code.strip())
-        except ValueError:
-            exit_code = 1
+    digits = (code or "").strip()
+    exit_code = None if code is None else int(digits) if digits.lstrip("-").isdigit() else 1  # unreadable: failed
     ranks, newest = 0, None
     files = [os.path.join(run_dir, "agent.log")]
     for entry in os.listdir(run_dir) if os.path.isdir(run_dir) else ():
@@ -397,13 +391,11 @@ def keep(run_dir, interval=1.0):
     key, host, lease_s = config["key"], config["host"], config["lease_s"]
     url = f"http://{config['address']}:{config['port']}/beat"
     lease, stop = os.path.join(run_dir, "lease"), os.path.join(run_dir, "stop")
-    seq, last_answer = int(time.time() * 1000), time.monotonic()
-    try:  # the passive health watch (job/node_health.py: its newest sample, bounded, in a report)
-        health = __import__("node_health").Sampler(config.get("since"))
-    except ImportError:  # not shipped beside this file: no watch
-        health = None
+    seq, last_answer, healing = int(time.time() * 1000), time.monotonic(), _beside("node_healing", config.get("heal"))
+    health = _beside("node_health")  # the passive health watch: its newest sample, bounded, in a report
+    health = health.Sampler(config.get("since")) if health else None
     while True:
-        report = node_report(run_dir)
+        report = {**node_report(run_dir), **({"attempt": healing.attempt_of(run_dir)} if healing else {})}
         report.update(health.take(final=report["exit_code"] is not None) if health else {})
         seq += 1
         body = json.dumps({"host": host, "seq": seq, **report}).encode()
@@ -425,7 +417,9 @@ def keep(run_dir, interval=1.0):
             if answer.get("stop") and report["exit_code"] is None and not os.path.exists(stop):
                 with open(stop, "w") as f:
                     f.write(str(answer.get("reason") or "stopped by the run's supervisor") + "\n")
-            if report["exit_code"] is not None and answer.get("ack"):
+            if healing and isinstance(answer.get("launch"), dict):
+                healing.launch(run_dir, config, answer["launch"])
+            if (report["exit_code"] is not None and answer.get("ack")) or answer.get("end"):
                 return 0
         elif now - last_answer > lease_s:
             # the supervisor is gone: the wrapper's lease runs out and it stops the ranks itself
@@ -433,6 +427,14 @@ def keep(run_dir, interval=1.0):
                   f"{now - last_answer:.0f}s; leaving the lease to run out", flush=True)
             return 1
         time.sleep(interval)
+
+
+def _beside(name, wanted=True):  # job/<name>.py shipped beside this file, or None (not wanted, not shipped)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    try:
+        return __import__(name) if wanted else None
+    except ImportError:
+        return None
 
 
 def main(argv):

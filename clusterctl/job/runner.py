@@ -121,6 +121,7 @@ class JobRunner:
                                                                         command), len(prompt.encode()))
         self.stacks_dir = stacks_dir
         self.supervised: Optional[supervision.Supervised] = None
+        self.heal = None  # job/detached_healing.DetachedHealing: a detached run that heals itself (issue 35)
         self._wake = threading.Event()  # set when a node's output stream ends: its torchrun ended
         self.health_watch = None  # job/health_watch.PassiveWatch, set by the run flow (issue 36)
         self.phases = phases.Phases()  # the run flow hands its own in (job/phases.py)
@@ -249,7 +250,7 @@ class JobRunner:
         supervised, failed = supervision.establish(
             self.inventory, self.run_id, master, self.topology.master_addr, self.topology.port,
             {name: n.run_dir for name, n in self.nodes.items()}, {name: n.host for name, n in self.nodes.items()},
-            self.connections, stall_timeout_s=self.stalls.timeout_s, since=self.started_at,
+            self.connections, stall_timeout_s=self.stalls.timeout_s, since=self.started_at, heal=self.heal,
             timeout_s=max(1.0, self.timeout_s - (time.monotonic() - self._started)) if self.timeout_s else None)
         if supervised is None:
             self.stop("the run could not be handed over to the cluster")

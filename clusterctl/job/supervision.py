@@ -18,7 +18,7 @@ from typing import Callable, Optional
 
 from clusterctl.executor import Connections, for_each_host, run_commands, ticks
 from clusterctl.health import fleet as health
-from clusterctl.job import agent, detached_health
+from clusterctl.job import agent, detached_health, detached_healing
 from clusterctl.job.container import in_container, on_host_or_in_container
 from clusterctl.models import Command, Host, HostResult, HostStatus, Inventory
 from clusterctl.modules import process
@@ -28,6 +28,7 @@ LOST_AFTER_S = 15.0
 ESTABLISH_S = 30.0
 _SCRIPT = Path(__file__).with_name("node_agent.py")
 _HEALTH_SCRIPT = Path(__file__).with_name("node_health.py")  # the keeper's passive health watch (issue 36)
+_HEALING = Path(__file__).with_name("node_healing.py")
 
 # $1 dir (proven ours: agent.OWN_DIR_SH), $2 file name: stdin into a file only its owner reads (the
 # key), through a rename
@@ -106,17 +107,22 @@ def parse_state(stdout: str) -> Optional[dict]:
 def establish(inventory: Inventory, run_id: str, master: str, address: str, port: int,
               run_dirs: dict[str, str], hosts: dict[str, Host], connections: Connections,
               stall_timeout_s: float = 0.0, timeout_s: Optional[float] = None, lease_s: int = agent.LEASE_S,
-              wait_s: float = ESTABLISH_S, since: Optional[float] = None) -> tuple[Optional[Supervised], dict]:
+              wait_s: float = ESTABLISH_S, since: Optional[float] = None, heal=None) -> tuple[Optional[Supervised], dict]:
     """Start the supervisor and the keepers; (where it listens, {} ) once every node was heard, else
     (None, {host: HostResult}) naming what failed (the caller stops the run). `stall_timeout_s`: the
     supervisor reports the run stalled after that long without output from any rank (0: never);
     `timeout_s` (`run --timeout`, from the supervisor's start): the run is stopped past it; `since`:
-    the run's start (unix time), from which the keepers' health watch reads the kernel log."""
+    the run's start (unix time), from which the keepers' health watch reads the kernel log. `heal`
+    (job/detached_healing.DetachedHealing): the run heals itself; its spares get a keeper too."""
     from clusterctl.job.node_agent import CONFIG
+    from clusterctl.job.torchrun import log_dir
 
     key = secrets.token_hex(32)
     script = _SCRIPT.read_bytes()
     health_script = _HEALTH_SCRIPT.read_bytes()
+    spares = {h.name: h for h in heal.spares} if heal else {}
+    hosts = {**hosts, **spares}
+    run_dirs = {**run_dirs, **{name: log_dir(inventory.job.outputs, run_id, name) for name in spares}}
     supervised = Supervised(master, address, port + PORT_OFFSET, run_dirs[master])
     base = {"run_id": run_id, "address": address, "port": supervised.port, "key": key, "lease_s": lease_s,
             "lost_after_s": LOST_AFTER_S, "hosts": list(run_dirs), "stall_timeout_s": stall_timeout_s,
@@ -125,10 +131,12 @@ def establish(inventory: Inventory, run_id: str, master: str, address: str, port
     def action(transport, host: Host) -> HostResult:
         run_dir = run_dirs[host.name]
         marker = process.marker_env(inventory.name, host.name, run_id)
-        config = json.dumps({**base, "host": host.name}).encode()
-        commands = [_put_private(inventory, run_dir, "node_agent.py", script),
+        config = json.dumps({**base, "host": host.name, **({"heal": heal.config_for(host.name)} if heal else {})})
+        commands = [*([agent.write_env_command(inventory, run_dir, ())] if host.name in spares else []),
+                    _put_private(inventory, run_dir, "node_agent.py", script),
                     _put_private(inventory, run_dir, "node_health.py", health_script),
-                    _put_private(inventory, run_dir, CONFIG, config)]
+                    *([_put_private(inventory, run_dir, "node_healing.py", _HEALING.read_bytes())] if heal else []),
+                    _put_private(inventory, run_dir, CONFIG, config.encode())]
         if host.name == master:
             commands.append(_start(inventory, run_dir, "supervise", marker))
         commands.append(_start(inventory, run_dir, "keep", marker))
@@ -245,9 +253,10 @@ def refresh_record(store, inventory: Inventory, connections: Connections, run_id
     detached_health.record_samples(store, inventory, run_id, state)  # issue 36: the keepers' health samples
     if state.get("gone"):
         return {**record, "supervisor_gone": True}
+    attempts = detached_healing.attempts_of(state)  # a run that heals itself: its attempts so far
     if not state.get("final"):
-        if state.get("stalled_s") != record.get("stalled_s"):  # a stall seen on the cluster: say it
-            record = {**record, "stalled_s": state.get("stalled_s")}
+        if state.get("stalled_s") != record.get("stalled_s") or (attempts and attempts != record.get("attempts")):
+            record = {**record, "stalled_s": state.get("stalled_s"), **({"attempts": attempts} if attempts else {})}
             store.write_json(store.run_dir(run_id) / "run.json", record)
         return record
     done = finish_record(record, state, inventory, mask)
@@ -258,6 +267,10 @@ def refresh_record(store, inventory: Inventory, connections: Connections, run_id
         answering = {h.name: (h, nodes[h.name]["run_dir"]) for h in inventory.hosts
                      if isinstance(nodes.get(h.name), dict) and nodes[h.name].get("run_dir") and not nodes[h.name].get("lost")}
         done["first_failure"] = with_dumps(done["first_failure"], inventory, answering, connections)
+    if attempts is not None:
+        done.update(attempts=detached_healing.attempts_of(state, done.get("first_failure")),
+                    **({"heal_refused": state["heal_refused"]} if state.get("heal_refused") else {}))
+        detached_healing.remember_excluded(store, inventory, run_id, done["attempts"])
     store.write_json(store.run_dir(run_id) / "run.json", done)
     health.record_run_end(store, inventory, done)  # issue 36: the run's lost and blamed nodes
     from clusterctl.observe.notify_hooks import ended_detached
