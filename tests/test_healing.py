@@ -154,3 +154,6 @@ def test_a_slurm_relaunch_asks_for_an_allocation_without_the_nodes_left_out():
     argv = salloc_argv(on_hosts(inventory, fleet), "RUN")
     assert argv[-2:] == ("--qos=high", "--exclude=bad1,gpu07,gpu03") and "--nodes=2" in argv
     assert salloc_argv(on_hosts(inventory, _fleet(inventory, None)), "RUN")[-2:] == ("--qos=high", "--exclude=bad1")
+    # the quarantined nodes (backends/slurm.py: excluded_nodes) join the same option: Slurm honours only the last
+    argv = salloc_argv(on_hosts(inventory, fleet), "RUN", exclude=("sick5", "gpu03"))
+    assert [a for a in argv if a.startswith("--exclude")] == ["--exclude=bad1,gpu07,gpu03,sick5"]

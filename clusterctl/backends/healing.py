@@ -124,15 +124,12 @@ def on_hosts(inventory, fleet: Fleet, addresses: Optional[dict] = None):
 
 
 def excluding(inventory, hosts: list):
-    """The inventory whose next Slurm allocation leaves `hosts` out: salloc's `--exclude`, merged with
-    one the inventory's `scheduler.extra_args` gives (Slurm takes the last of two)."""
+    """The inventory whose next Slurm allocation leaves `hosts` out: one more `--exclude=` in
+    `scheduler.extra_args`, which salloc's argv merges with the others into one (slurm/submit.py)."""
     if not hosts or inventory.scheduler is None:
         return inventory
-    extra = inventory.scheduler.extra_args
-    given = [name for a in extra if a.startswith("--exclude=") for name in a.split("=", 1)[1].split(",") if name]
-    names = ",".join(dict.fromkeys([*given, *hosts]))
-    kept = tuple(a for a in extra if not a.startswith("--exclude="))
-    return replace(inventory, scheduler=replace(inventory.scheduler, extra_args=(*kept, f"--exclude={names}")))
+    extra = (*inventory.scheduler.extra_args, f"--exclude={','.join(hosts)}")
+    return replace(inventory, scheduler=replace(inventory.scheduler, extra_args=extra))
 
 
 def _attempts(session, backend, inventory, request: RunRequest, live, fleet: Fleet, run_id: str) -> Outcome:

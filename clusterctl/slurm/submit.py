@@ -48,9 +48,17 @@ def salloc_argv(inventory: Inventory, run_id: str, exclude: tuple[str, ...] = ()
     `exclude`: nodes Slurm must not grant (backends/slurm.py: excluded_nodes)."""
     spec = inventory.scheduler
     assert spec is not None
-    return ("salloc", "--no-shell", f"--job-name={job_name(run_id)}",
-            *resource_options(spec, node_count(inventory), tuple(h.name for h in inventory.hosts)),
-            *((f"--exclude={','.join(exclude)}",) if exclude else ()))
+    options = resource_options(spec, node_count(inventory), tuple(h.name for h in inventory.hosts))
+    return ("salloc", "--no-shell", f"--job-name={job_name(run_id)}", *one_exclude(options, exclude))
+
+
+def one_exclude(options: tuple[str, ...], exclude: tuple[str, ...]) -> tuple[str, ...]:
+    """`options` with a single `--exclude=`: Slurm honours only the last of several, so the inventory's
+    own (`scheduler.extra_args`), the hosts a healing run left out and the quarantined nodes are one list."""
+    given = [name for a in options if a.startswith("--exclude=") for name in a.split("=", 1)[1].split(",") if name]
+    names = list(dict.fromkeys([*given, *exclude]))
+    kept = tuple(a for a in options if not a.startswith("--exclude="))
+    return (*kept, *((f"--exclude={','.join(names)}",) if names else ()))
 
 
 def srun_prefix(job_id: str, node: str) -> tuple[str, ...]:
