@@ -157,3 +157,19 @@ def test_a_slurm_relaunch_asks_for_an_allocation_without_the_nodes_left_out():
     # the quarantined nodes (backends/slurm.py: excluded_nodes) join the same option: Slurm honours only the last
     argv = salloc_argv(on_hosts(inventory, fleet), "RUN", exclude=("sick5", "gpu03"))
     assert [a for a in argv if a.startswith("--exclude")] == ["--exclude=bad1,gpu07,gpu03,sick5"]
+
+
+def test_collect_logs_names_the_logs_of_a_host_left_out_by_its_rank_in_the_last_attempt_it_ran_in():
+    from clusterctl.collect.gather import first_ranks
+
+    # the record of a real run on 4 local hosts (docs/gpu-validation/healing/h100x4_run.json's shape):
+    # g1 left out after attempt 1, g3 the spare in attempt 2
+    record = {"nproc_per_node": 1, "topology": [{"host": "g0", "ranks": [0, 0]}, {"host": "g2", "ranks": [1, 1]},
+                                                {"host": "g3", "ranks": [2, 2]}],
+              "attempts": [{"attempt": 1, "hosts": ["g0", "g1", "g2"]}, {"attempt": 2, "hosts": ["g0", "g2", "g3"]}]}
+    assert first_ranks(record) == {"g0": 0, "g2": 1, "g3": 2, "g1": 1}
+    # nproc_per_node "auto": the ranks a node holds, from the final topology
+    record = {"nproc_per_node": "auto", "topology": [{"host": "a", "ranks": [0, 3]}, {"host": "c", "ranks": [4, 7]}],
+              "attempts": [{"hosts": ["a", "b", "c"]}, {"hosts": ["a", "c"]}]}
+    assert first_ranks(record)["b"] == 4
+    assert first_ranks({"topology": [{"host": "a", "ranks": [0, 1]}]}) == {"a": 0}  # a run without restarts

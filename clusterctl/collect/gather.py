@@ -38,7 +38,7 @@ def collect_run(app, run_id: str, record: dict, inventory, dest: Optional[Path] 
     manifest = fetch.read_manifest(dest)
     digests: dict = {}  # sha256 of each unpacked file, computed while it was written
     secrets = secret_values(inventory)
-    ranks = {n["host"]: n["ranks"][0] for n in record["topology"]}
+    ranks = first_ranks(record)
     hosts = [h for h in inventory.hosts if h.name in ranks]
     started = time.monotonic()
     surveys, shared, failed = _survey(app, inventory, hosts, run_id)
@@ -155,6 +155,20 @@ def _shared_by_probe(app, hosts, base: str, container) -> bool:
     seen = for_each_host(hosts[1:], run(test), app.connections)
     for_each_host(hosts[:1], run(fetch.probe_command(probe, container, remove=True)), app.connections)
     return all(r.succeeded for r in seen.values())
+
+
+def first_ranks(record: dict) -> dict:
+    """host -> its first global rank (its logs are named from it): the final topology's, then, for a host
+    a run that healed itself left out, its place in the last attempt it ran in (node index x ranks a node)."""
+    ranks = {n["host"]: n["ranks"][0] for n in record["topology"]}
+    per_node = record.get("nproc_per_node")
+    if not isinstance(per_node, int):
+        first = (record["topology"] or [{}])[0].get("ranks") or [0, 0]
+        per_node = first[-1] - first[0] + 1
+    for attempt in reversed(record.get("attempts") or []):
+        for index, host in enumerate(attempt.get("hosts") or []):
+            ranks.setdefault(host, index * per_node)
+    return ranks
 
 
 def _collect_host(transport, host, inventory, run_id, dest, manifest, secrets, first_rank, fetch_outputs,
