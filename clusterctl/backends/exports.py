@@ -11,6 +11,14 @@ from clusterctl.errors import UsageError
 from clusterctl.outcome import Outcome
 
 
+def refuse_kubernetes_options(**given) -> None:
+    """A batch script has no place for the Kubernetes-only options (`--queue`, `--with-runtime`)."""
+    named = [f"--{name.replace('_', '-')}" for name, value in given.items() if value]
+    if named:
+        raise UsageError(f"{' and '.join(named)} are for Kubernetes manifests, not sbatch", named[0],
+                         "drop them (Slurm's partition and account come from the inventory's scheduler: section)")
+
+
 def sbatch(session, inventory, prompt: str, name: Optional[str], strict: bool, output: Optional[Path]) -> Outcome:
     """The Slurm Plan's batch script, on stdout or written to `output` (executable)."""
     from clusterctl.backends.slurm import SlurmBackend
