@@ -1,0 +1,155 @@
+"""The shapes that several documents share (a finding, a host's result, an attempt, a straggler),
+each declared once. CONTRACT.md names what users rely on; a field without a default is in every
+document that has the shape, the others are typed where present. More keys are welcome."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Optional
+
+HostStatusName = Literal["ok", "changed", "skipped", "failed", "unreachable"]
+CheckStatusName = Literal["pass", "warn", "fail"]
+HealthState = Literal["healthy", "suspect", "quarantined"]
+
+
+def doc(text: str, **kwargs):
+    """A field with its description (the schema's `description`)."""
+    return field(metadata={"doc": text}, **kwargs)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One diagnosis: a cause from CONTRACT.md's vocabulary, where, the evidence, the fix."""
+
+    cause: str = doc("a slug of CONTRACT.md's causes (nic_mismatch, shm_too_small, ..., unknown)")
+    host: Optional[str] = doc("the host it happened on, null when not one host's")
+    rank: Optional[int] = doc("the global rank, null when not one rank's")
+    evidence: str = doc("the log line(s) that show it")
+    fix: str = doc("what to change, in inventory terms where possible")
+    confidence: float = doc("0..1, how sure the diagnosis is of this cause", default=0.0)
+
+
+@dataclass(frozen=True)
+class SimilarCase:
+    """A known case of the diagnosis corpus near this one."""
+
+    source: str
+    cause: str
+    fix: str
+    score: float
+
+
+@dataclass(frozen=True)
+class CheckEntry:
+    host: Optional[str]
+    check: str = doc("the check's id, e.g. ssh, docker, gpus, shm")
+    status: CheckStatusName
+    detail: str
+    fix: str
+
+
+@dataclass(frozen=True)
+class HostEntry:
+    """One host's result in up, exec, down, status, play, stop, logs, collect-logs."""
+
+    status: HostStatusName
+    detail: str = doc("what happened, one line")
+    duration_s: float
+
+
+@dataclass(frozen=True)
+class ExecHostEntry(HostEntry):
+    stdout: str = ""
+    exit_code: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class Master:
+    host: str
+    address: str
+    port: int
+
+
+@dataclass(frozen=True)
+class FirstFailure:
+    """The rank that failed first (its peers' failures follow from it) and why."""
+
+    host: Optional[str]
+    rank: Optional[int] = doc("global rank: node rank x nproc + local rank")
+    diagnosis: list[Finding] = doc("findings, most likely cause first", default_factory=list)
+
+
+@dataclass(frozen=True)
+class Straggler:
+    """A rank the others keep waiting for."""
+
+    host: str
+    rank: int
+    gpu: Optional[int]
+    lag_s: Optional[float] = doc("seconds it is late per step, once a progress line gave the step time")
+    ratio: float = doc("its step time over the median's")
+    since: float = doc("when it was first named (seconds since the epoch)")
+    evidence: str
+    lag_share: float = doc("its lag as a share of a step", default=0.0)
+
+
+@dataclass(frozen=True)
+class Excluded:
+    host: str
+    cause: str
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One launch of a run that heals itself."""
+
+    attempt: int
+    started: Optional[float]
+    ended: Optional[float]
+    hosts: list[str]
+    exit_code: Optional[int]
+    first_failure: Optional[FirstFailure]
+    excluded: list[Excluded] = field(default_factory=list)
+    relaunch_s: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class NodeEnd:
+    """How a node's torchrun ended."""
+
+    exit_code: Optional[int]
+    lost: bool
+    run_dir: str
+
+
+@dataclass(frozen=True)
+class RunEntry:
+    """A run as `status` lists it."""
+
+    run_id: str
+    state: Literal["running", "unknown", "stopped", "succeeded", "failed", "interrupted"]
+    started: Optional[float]
+    first_failure: Optional[FirstFailure]
+    ended: Optional[float] = None
+    exit_code: Optional[int] = None
+    world_size: Optional[int] = None
+    stragglers: list[Straggler] = field(default_factory=list)
+    attempts: list[Attempt] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class GpuHealth:
+    key: str
+    index: Optional[int]
+    state: HealthState
+    since: Optional[float]
+    reason: Optional[str]
+
+
+@dataclass(frozen=True)
+class NodeHealth:
+    host: str
+    state: HealthState
+    since: Optional[float]
+    reason: Optional[str]
+    gpus: list[GpuHealth]
+    events: list[dict[str, Any]]
