@@ -352,7 +352,10 @@ class CheckResult:
     fix: str = ""
 
     def to_json(self) -> dict:
-        return {"host": self.host, "check": self.check, "status": self.status.value, "detail": self.detail, "fix": self.fix}
+        from clusterctl.documents import parts
+        from clusterctl.documents.convert import as_document
+
+        return as_document(parts.CheckEntry, self)
 
 
 @dataclass(frozen=True)
@@ -368,8 +371,10 @@ class Finding:
     confidence: float = 0.0  # 0..1, how sure the diagnosis is of this cause (CONTRACT.md, round two)
 
     def to_json(self) -> dict:
-        return {"cause": self.cause, "host": self.host, "rank": self.rank, "evidence": self.evidence, "fix": self.fix,
-                "confidence": self.confidence}
+        from clusterctl.documents import parts
+        from clusterctl.documents.convert import as_document
+
+        return as_document(parts.Finding, self)
 
 
 def secret_values(inventory: Inventory) -> set[str]:

@@ -4,11 +4,11 @@ bad input, an interrupt or an internal error prints an ErrorDocument instead."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, Union
 
 from clusterctl.documents.parts import (
-    Attempt, CheckEntry, ExecHostEntry, Finding, FirstFailure, HostEntry, Master, NodeEnd, NodeHealth, RunEntry,
-    SimilarCase, Straggler, doc,
+    Attempt, CheckEntry, CheckupStep, ExecHostEntry, Finding, FirstFailure, HostEntry, LogLine, Master, NodeCommand,
+    NodeEnd, NodeHealth, PlannedNode, RunEntry, SimilarCase, Straggler, doc,
 )
 
 
@@ -37,20 +37,27 @@ class HostsDocument(Document):
 
 
 @dataclass(frozen=True)
+class UpDocument(HostsDocument):
+    checks: list[CheckEntry] = doc("the preflight checks at the end of up", default_factory=list)
+
+
+@dataclass(frozen=True)
 class ExecDocument(Document):
     hosts: dict[str, ExecHostEntry]
 
 
 @dataclass(frozen=True)
 class StatusDocument(Document):
-    hosts: dict[str, HostEntry]
+    hosts: dict[str, HostEntry] = doc("none for a Slurm cluster without hosts", default_factory=dict)
     runs: list[RunEntry] = doc("the latest runs, newest first", default_factory=list)
+    cluster: Optional[str] = None
 
 
 @dataclass(frozen=True)
 class CheckDocument(Document):
     checks: list[CheckEntry]
     summary: dict[str, int] = doc("how many checks passed, warned, failed", default_factory=dict)
+    health: list[dict[str, Any]] = doc("each inventory host's health state (no events)", default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -68,6 +75,19 @@ class RunDocument(Document):
                                       default_factory=list)
     attempts: list[Attempt] = field(default_factory=list)
     duration_s: Optional[float] = None
+    nnodes: Optional[int] = None
+    topology: list[PlannedNode] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    facts_from: dict[str, Literal["up", "probed"]] = doc("where the planner's facts of each node came from",
+                                                         default_factory=dict)
+    phases: dict[str, float] = doc("seconds since the process started when each phase was reached",
+                                   default_factory=dict)
+    plan: Union[dict[str, NodeCommand], str, None] = doc("--plan: per node what would start (Slurm: the batch "
+                                                         "script)", default=None)
+    detached: bool = False
+    state: Optional[str] = None
+    stopped: bool = False
+    heal_refused: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -86,7 +106,9 @@ class RunRecord:
     nodes: dict[str, NodeEnd] = field(default_factory=dict)
     stragglers: list[Straggler] = field(default_factory=list)
     attempts: list[Attempt] = field(default_factory=list)
-    commands: dict[str, dict[str, Any]] = doc("per host: argv, env (secrets masked), run_dir", default_factory=dict)
+    commands: dict[str, NodeCommand] = doc("per host: what started there", default_factory=dict)
+    topology: list[PlannedNode] = field(default_factory=list)
+    phases: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -95,6 +117,7 @@ class CollectDocument(Document):
     dest: str
     files: int = doc("how many files were gathered", default=0)
     findings: list[Finding] = field(default_factory=list)
+    hosts: dict[str, HostEntry] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -102,6 +125,8 @@ class DiagnoseDocument(Document):
     findings: list[Finding] = doc("most likely cause first")
     similar: list[SimilarCase] = doc("the nearest known cases", default_factory=list)
     root_cause: Optional[str] = None
+    identified: bool = doc("a cause other than unknown was found", default=False)
+    path: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -116,7 +141,9 @@ class HealthCheckDocument(Document):
     """`health check HOST`: the checkup's steps."""
 
     host: str
-    steps: list[dict[str, Any]]
+    steps: list[CheckupStep]
+    checks: list[CheckEntry] = field(default_factory=list)
+    nodes: list[NodeHealth] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -157,16 +184,6 @@ class LogsHost:
 
 
 @dataclass(frozen=True)
-class LogLine:
-    """One line of a rank's output (rank null: torchrun's own line)."""
-
-    host: str
-    rank: Optional[int]
-    stream: Literal["stdout", "stderr"]
-    text: str
-
-
-@dataclass(frozen=True)
 class LogsDocument(Document):
     run_id: str
     hosts: dict[str, LogsHost]
@@ -178,6 +195,31 @@ class StopDocument(Document):
     run_id: str
     hosts: dict[str, HostEntry]
     state: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class StackRank:
+    host: str
+    rank: int
+    pid: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class StackGroup:
+    """Ranks with the same stack."""
+
+    ranks: list[StackRank]
+    stack: list[str] = doc("innermost last: function (file:line)")
+
+
+@dataclass(frozen=True)
+class StacksDocument(Document):
+    run_id: str
+    groups: list[StackGroup]
+    saved: Optional[str] = None
+    evidence: Optional[str] = None
+    roll_call: dict[str, Any] = field(default_factory=dict)
+    problems: dict[str, str] = doc("per host, why no stack came from it", default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -194,10 +236,10 @@ class LaunchDocument(Document):
 # what each command prints (a command with subcommands may print one of several); every one of them
 # may print an ErrorDocument instead
 COMMANDS: dict[str, tuple[type, ...]] = {
-    "up": (HostsDocument,), "down": (HostsDocument,), "exec": (ExecDocument,), "status": (StatusDocument,),
+    "up": (UpDocument,), "down": (HostsDocument,), "exec": (ExecDocument,), "status": (StatusDocument,),
     "check": (CheckDocument,), "run": (RunDocument,), "attach": (AttachDocument, RunDocument),
     "logs": (LogsDocument,), "stop": (StopDocument,), "collect-logs": (CollectDocument,),
-    "diagnose": (DiagnoseDocument,), "stacks": (Document,), "play": (HostsDocument,), "sandbox": (Document,),
+    "diagnose": (DiagnoseDocument,), "stacks": (StacksDocument,), "play": (HostsDocument,), "sandbox": (Document,),
     "nccl-test": (Document,), "export": (ExportDocument,), "launch": (LaunchDocument,),
     "health": (HealthDocument, HealthCheckDocument, PrometheusDocument), "completion": (CompletionDocument,),
     "inventory": (InventoryDocument,),

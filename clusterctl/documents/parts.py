@@ -39,6 +39,16 @@ class SimilarCase:
 
 
 @dataclass(frozen=True)
+class LogLine:
+    """One line of a rank's output (rank null: torchrun's own line)."""
+
+    host: str
+    rank: Optional[int]
+    stream: Literal["stdout", "stderr"]
+    text: str
+
+
+@dataclass(frozen=True)
 class CheckEntry:
     host: Optional[str]
     check: str = doc("the check's id, e.g. ssh, docker, gpus, shm")
@@ -59,6 +69,7 @@ class HostEntry:
 @dataclass(frozen=True)
 class ExecHostEntry(HostEntry):
     stdout: str = ""
+    stderr: str = ""
     exit_code: Optional[int] = None
 
 
@@ -90,6 +101,7 @@ class Straggler:
     since: float = doc("when it was first named (seconds since the epoch)")
     evidence: str
     lag_share: float = doc("its lag as a share of a step", default=0.0)
+    until: Optional[float] = doc("when it was found keeping pace again; null: late to the end", default=None)
 
 
 @dataclass(frozen=True)
@@ -108,8 +120,9 @@ class Attempt:
     hosts: list[str]
     exit_code: Optional[int]
     first_failure: Optional[FirstFailure]
-    excluded: list[Excluded] = field(default_factory=list)
-    relaunch_s: Optional[float] = None
+    excluded: list[Excluded] = doc("the hosts this attempt's failure left out", default_factory=list)
+    relaunch_s: Optional[float] = doc("seconds from the previous attempt's end to this one's start", default=None)
+    checkpoint: Optional[str] = doc("what CLUSTERCTL_CHECKPOINT was", default=None)
 
 
 @dataclass(frozen=True)
@@ -134,6 +147,44 @@ class RunEntry:
     world_size: Optional[int] = None
     stragglers: list[Straggler] = field(default_factory=list)
     attempts: list[Attempt] = field(default_factory=list)
+    nodes: list[str] = field(default_factory=list)
+    cluster: Optional[str] = None
+    stalled_s: Optional[float] = doc("a detached run whose ranks all went silent this long", default=None)
+
+
+@dataclass(frozen=True)
+class PlannedNode:
+    """A node of the plan: its ranks, GPUs and network."""
+
+    host: str
+    node_rank: int
+    ranks: list[int] = doc("the first and the last global rank")
+    gpus: Optional[list[int]]
+    nic: Optional[str]
+    local_addr: Optional[str]
+
+
+@dataclass(frozen=True)
+class NodeCommand:
+    """What `run --plan` would start on a node."""
+
+    argv: list[str]
+    env: dict[str, str] = doc("secrets masked")
+    run_dir: str
+    command: str
+
+
+@dataclass(frozen=True)
+class HealthEvent:
+    seq: int
+    at: float
+    gpu: Optional[str]
+    source: str
+    kind: str
+    severity: Literal["hard", "soft", "info"]
+    cause: str
+    evidence: str
+    run_id: Optional[str]
 
 
 @dataclass(frozen=True)
@@ -143,6 +194,7 @@ class GpuHealth:
     state: HealthState
     since: Optional[float]
     reason: Optional[str]
+    keyed_by_index: bool = False
 
 
 @dataclass(frozen=True)
@@ -152,4 +204,11 @@ class NodeHealth:
     since: Optional[float]
     reason: Optional[str]
     gpus: list[GpuHealth]
-    events: list[dict[str, Any]]
+    events: list[HealthEvent] = doc("the last three (all for one host)", default_factory=list)
+
+
+@dataclass(frozen=True)
+class CheckupStep:
+    step: Literal["preflight", "gpu_burn", "nccl_pair"]
+    status: Literal["pass", "fail", "skip"]
+    detail: str
