@@ -174,6 +174,7 @@ class JobSpec:
     env: tuple[EnvVar, ...] = ()
     python: str = "python3"
     stall_timeout: float = 900.0  # seconds without output before the ranks' stacks are taken; 0: never
+    launcher: str = "torchrun"  # torchrun | none (job.command once per node: job/launchers.py)
     healing: HealingSpec = field(default_factory=HealingSpec)
 
 

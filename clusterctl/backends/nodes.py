@@ -24,7 +24,9 @@ class NodesBackend:
         from clusterctl.job.runner import JobRunner
         from clusterctl.job.topology import plan
 
-        topology = plan(inventory, facts or {}, strict=request.strict)
+        from clusterctl.job.launchers import shaped
+
+        topology = shaped(inventory, plan(inventory, facts or {}, strict=request.strict))
         runner = JobRunner(inventory, topology, run_id or "RUN", request.prompt, None, lambda event: None,
                            timeout_s=request.timeout_s, stall_timeout_s=request.stall_timeout_s)
         return plan_of_topology(self.name, inventory, topology, run_id, runner.commands())
