@@ -53,6 +53,9 @@ def _nearest(error) -> list:
 
 
 def check_command_output(command: str, text: str) -> None:
+    if not (SCHEMAS / f"{command}.json").exists():
+        raise AssertionError(f"no schema for `clusterctl {command} --json`: declare its document in "
+                             "clusterctl/documents/commands.py (COMMANDS), then run `python -m clusterctl.documents`")
     check(command, json.loads(text), f"`clusterctl {command} --json`")
 
 
