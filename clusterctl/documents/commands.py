@@ -95,9 +95,11 @@ class RunRecord:
     """.clusterctl/runs/RUN/run.json: the run as it was decided, and how it ended."""
 
     run_id: str
-    state: Literal["running", "ended", "stopped"]
     started: float
     exit_code: Optional[int]
+    state: Optional[Literal["running", "ended", "stopped"]] = doc("a run's (an nccl-test's record has none)",
+                                                                  default=None)
+    kind: Optional[str] = doc("nccl-test for an nccl-test's record, absent for a job's", default=None)
     world_size: Optional[int] = None
     nproc_per_node: Optional[int] = None
     master: Optional[Master] = None
