@@ -87,3 +87,19 @@ def test_what_writes_torchrun_out_refuses_launcher_none(tmp_path):
     with pytest.raises(UsageError, match="job.launcher is none"):
         launchers.require_torchrun(_inventory(tmp_path, "none"), "export pytorchjob")
     launchers.require_torchrun(_inventory(tmp_path, "torchrun"), "export pytorchjob")
+
+
+def test_a_node_of_one_rank_without_torchruns_report_names_that_rank_as_the_first_failure():
+    from clusterctl.job.failures import Ended, first_failure
+    from clusterctl.models import Host, Inventory
+
+    inventory = Inventory("t", (Host("node1", "10.0.0.1"), Host("node2", "10.0.0.2")))
+    tail = ("[node2 rank1]: Traceback (most recent call last):\n[node2 rank1]: RuntimeError: node rank 1 gives up\n"
+            "[node2 rank1]: clusterctl: the job exited with code 3\n")
+    first = first_failure(inventory, [Ended("node2", 10.0, False, 3, tail)], 1.0, 7.0, {"node1": None, "node2": 3},
+                          {"node1": 0, "node2": 1})
+    assert (first["host"], first["rank"]) == ("node2", 1)
+    mixed = tail + "[node2 rank0]: RuntimeError: Connection closed by peer\n"
+    first = first_failure(inventory, [Ended("node2", 10.0, False, 3, mixed)], 1.0, 7.0, {"node1": None, "node2": 3},
+                          {"node1": 0, "node2": 1})
+    assert first["host"] == "node2" and first["rank"] in (None, 0, 1)  # two ranks printed: the diagnosis decides
