@@ -65,3 +65,17 @@ def test_an_error_document_fits_every_commands_schema(command):
 def test_a_hosts_status_outside_the_contracts_words_fails():
     with pytest.raises(AssertionError, match="status"):
         check("up", {"ok": True, "hosts": {"n1": {"status": "fine", "detail": "", "duration_s": 0.1}}}, "up")
+
+
+def test_an_objects_json_has_exactly_the_declared_fields_of_its_document_type():
+    from clusterctl.documents import parts
+    from clusterctl.documents.convert import as_document
+    from clusterctl.models import CheckResult, CheckStatus, Finding
+
+    check = CheckResult("n1", "shm", CheckStatus.WARN, "64 MiB", "shm_size: 16g")
+    assert as_document(parts.CheckEntry, check) == {"host": "n1", "check": "shm", "status": "warn",
+                                                    "detail": "64 MiB", "fix": "shm_size: 16g"}
+    finding = Finding("oom_killed", "Killed", "more memory", host="n1", rank=3, score=9.0, confidence=0.5)
+    assert set(finding.to_json()) == {"cause", "host", "rank", "evidence", "fix", "confidence"}  # no score
+    with pytest.raises(AttributeError):
+        as_document(parts.Master, check)
