@@ -6,13 +6,15 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 TORCH  ?= torch==2.13.0
+# numpy beside torch: without it every rank's `import torch` warns "Failed to initialize NumPy"
+NUMPY  ?= numpy>=1.26
 
 .PHONY: demo demo-clean test test-fast deps venv bench diagnose-report clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "$(TORCH)"
+	$(PY) -m pip install -q "$(TORCH)" "$(NUMPY)"
 	$(PY) -m pip install -q -e '.[test]'
 	touch $(STAMP)
 

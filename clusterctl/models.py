@@ -174,6 +174,7 @@ class JobSpec:
     env: tuple[EnvVar, ...] = ()
     python: str = "python3"
     stall_timeout: float = 900.0  # seconds without output before the ranks' stacks are taken; 0: never
+    launcher: str = "torchrun"  # torchrun | none (job.command once per node: job/launchers.py)
     healing: HealingSpec = field(default_factory=HealingSpec)
 
 
@@ -362,7 +363,10 @@ class CheckResult:
     fix: str = ""
 
     def to_json(self) -> dict:
-        return {"host": self.host, "check": self.check, "status": self.status.value, "detail": self.detail, "fix": self.fix}
+        from clusterctl.documents import parts
+        from clusterctl.documents.convert import as_document
+
+        return as_document(parts.CheckEntry, self)
 
 
 @dataclass(frozen=True)
@@ -378,8 +382,10 @@ class Finding:
     confidence: float = 0.0  # 0..1, how sure the diagnosis is of this cause (CONTRACT.md, round two)
 
     def to_json(self) -> dict:
-        return {"cause": self.cause, "host": self.host, "rank": self.rank, "evidence": self.evidence, "fix": self.fix,
-                "confidence": self.confidence}
+        from clusterctl.documents import parts
+        from clusterctl.documents.convert import as_document
+
+        return as_document(parts.Finding, self)
 
 
 def secret_values(inventory: Inventory) -> set[str]:

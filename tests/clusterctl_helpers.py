@@ -66,9 +66,14 @@ class Cli:
             out, err = proc.communicate(timeout=60)
             raise AssertionError(f"clusterctl did not finish in {timeout}s; stderr:\n{err[-3000:]}")
         try:
-            return proc.returncode, json.loads(out), err
+            document = json.loads(out)
         except ValueError:
             raise AssertionError(f"no JSON from clusterctl (exit {proc.returncode}):\n{out[-2000:]}\n{err[-3000:]}") from None
+        if proc.args[1:3] == ["-m", "clusterctl"] and "--json" in proc.args:
+            from json_documents import check_command_output
+
+            check_command_output(proc.args[3], out)
+        return proc.returncode, document, err
 
 
 def _with_json(args: Sequence[str]) -> list[str]:

@@ -62,6 +62,15 @@ def pytest_collection_modifyitems(config, items):
         items[:] = [item for item in items if not item.get_closest_marker("sandbox_teardown")] + last
 
 
+@pytest.fixture(scope="session", autouse=True)
+def json_documents_match_their_schemas():
+    """Every `--json` document and run record the suite makes, checked against docs/schemas/."""
+    from json_documents import watch
+
+    with watch():
+        yield
+
+
 @pytest.fixture(scope="session")
 def sandbox():
     """A 3-node sandbox with a Docker Engine per node (clusterctl.sandbox.Sandbox)."""

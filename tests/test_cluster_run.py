@@ -96,6 +96,23 @@ def test_the_example_job_runs_on_3_nodes_x_2_ranks_and_every_rank_gets_the_promp
     assert not Path(CANARY).exists()
 
 
+def test_the_demo_jobs_ranks_print_no_warning_caused_by_clusterctls_own_settings(sandbox, cli, prompt_file):
+    # the flight recorder under the names torch 2.13 reads without a deprecation warning (the facts
+    # know the nodes' torch), and numpy beside torch (no "Failed to initialize NumPy" on import)
+    inventory = str(sandbox.inventory_path)
+    code, plan = cli.json("run", "--plan", "-i", inventory, str(prompt_file))
+    assert code == 0, plan
+    for name, command in plan["plan"].items():
+        assert "TORCH_FR_BUFFER_SIZE" in command["env"] and "TORCH_NCCL_TRACE_BUFFER_SIZE" not in command["env"], name
+    code, doc = cli.json("run", "-i", inventory, str(prompt_file))
+    assert code == 0 and doc["ok"] is True, doc
+    for node in ("node1", "node2", "node3"):
+        log = (sandbox.shared_outputs / "logs" / doc["run_id"] / node / "agent.log").read_text(errors="replace")
+        assert "generate rank" in log  # the ranks' own output is there: the warnings would be too
+        assert "TORCH_NCCL_TRACE_BUFFER_SIZE" not in log and "is deprecated; use" not in log, node
+        assert "NumPy" not in log, node
+
+
 def test_a_failing_rank_stops_every_node_fast_and_is_named_first(sandbox, cli, prompt_file, tmp_path):
     inventory = _with_args(sandbox, tmp_path / "fail.yaml", "--fail_rank", "3")
     code, doc = cli.json("run", "-i", str(inventory), str(prompt_file))

@@ -40,8 +40,8 @@ def dumps_in(tmp_path: Path, layout: dict) -> Path:
 # --------------------------------------------------------------------------- the ranks' environment
 
 
-def node(host: Host) -> NodePlan:
-    return NodePlan(host, 0, 2, 0, None, None, "10.0.0.1", True, ())
+def node(host: Host, torch: str | None = None) -> NodePlan:
+    return NodePlan(host, 0, 2, 0, None, None, "10.0.0.1", True, (), torch=torch)
 
 
 def test_the_flight_recorder_is_on_and_dumps_into_the_nodes_run_dir():
@@ -52,20 +52,43 @@ def test_the_flight_recorder_is_on_and_dumps_into_the_nodes_run_dir():
     assert "TORCH_NCCL_TRACE_BUFFER_SIZE" not in dict(torchrun_env(node(inventory.hosts[0]), inventory))
 
 
+@pytest.mark.parametrize("version, names", [
+    ("2.13.0+cpu", ("TORCH_FR_BUFFER_SIZE", "TORCH_FR_DUMP_TEMP_FILE")),
+    ("2.9.0a0+git1234", ("TORCH_FR_BUFFER_SIZE", "TORCH_FR_DUMP_TEMP_FILE")),
+    ("2.8.1", ("TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")),
+    ("1.13.1", ("TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")),
+    (None, ("TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")),
+    ("not a version", ("TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")),
+])
+def test_the_flight_recorders_settings_take_the_names_the_nodes_torch_reads_without_a_deprecation_warning(version, names):
+    inventory = Inventory("c", (Host("n1", "10.0.0.1"),))
+    env = dict(torchrun_env(node(inventory.hosts[0], version), inventory, "/out/logs/r1/n1"))
+    buffer, dump_file = names
+    assert env[buffer] == "2000" and env[dump_file] == "/out/logs/r1/n1/nccl_trace_rank_"
+    assert env["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
+    others = {"TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
+              "TORCH_FR_DUMP_TEMP_FILE"} - set(names)
+    assert not others & set(env)
+
+
+@pytest.mark.parametrize("torch", [None, "2.13.0"])
 @pytest.mark.parametrize("where", ["job", "host", "container"])
 @pytest.mark.parametrize("name", ["TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_FR_BUFFER_SIZE"])
-def test_a_buffer_size_the_user_sets_under_either_name_and_anywhere_is_left_alone(where, name):
+def test_a_buffer_size_the_user_sets_under_either_name_and_anywhere_is_left_alone(where, name, torch):
     var = (EnvVar(name, "0"),)
     host = Host("n1", "10.0.0.1", env=var if where == "host" else ())
     inventory = Inventory("c", (host,), job=JobSpec(env=var if where == "job" else ()),
                           container=ContainerSpec(image="i", env=var if where == "container" else ()))
-    env = dict(torchrun_env(node(host), inventory, "/out/logs/r1/n1"))
-    assert "TORCH_NCCL_TRACE_BUFFER_SIZE" not in env and env["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
+    env = dict(torchrun_env(node(host, torch), inventory, "/out/logs/r1/n1"))
+    assert not {"TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_FR_BUFFER_SIZE"} & set(env) - {name}
+    assert env["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
 
 
 def test_a_dump_path_the_user_sets_under_torchs_new_name_wins():
     inventory = Inventory("c", (Host("n1", "10.0.0.1"),), job=JobSpec(env=(EnvVar("TORCH_FR_DUMP_TEMP_FILE", "/x/t_"),)))
     assert "TORCH_NCCL_DEBUG_INFO_TEMP_FILE" not in dict(torchrun_env(node(inventory.hosts[0]), inventory, "/out"))
+    env = dict(torchrun_env(node(inventory.hosts[0], "2.13.0"), inventory, "/out"))
+    assert not {"TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "TORCH_FR_DUMP_TEMP_FILE"} & set(env)  # the job's env sets it
 
 
 # --------------------------------------------------------------------------- reading dumps

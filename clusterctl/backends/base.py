@@ -12,6 +12,8 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Iterator, Literal, Mapping, Optional, Protocol
 
+from clusterctl.documents import parts
+from clusterctl.documents.convert import as_document
 from clusterctl.models import Host, Inventory
 
 BackendName = Literal["nodes", "slurm"]
@@ -42,9 +44,7 @@ class PlannedNode:
     env: tuple[tuple[str, str], ...] = ()  # secrets masked
 
     def to_json(self) -> dict:
-        return {"host": self.host, "node_rank": self.node_rank, "ranks": list(self.ranks),
-                "gpus": list(self.gpus) if self.gpus is not None else None, "nic": self.nic,
-                "local_addr": self.local_addr}
+        return as_document(parts.PlannedNode, self)
 
 
 @dataclass(frozen=True)

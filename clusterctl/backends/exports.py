@@ -11,6 +11,14 @@ from clusterctl.errors import UsageError
 from clusterctl.outcome import Outcome
 
 
+def refuse_kubernetes_options(**given) -> None:
+    """A batch script has no place for the Kubernetes-only options (`--queue`, `--with-runtime`)."""
+    named = [f"--{name.replace('_', '-')}" for name, value in given.items() if value]
+    if named:
+        raise UsageError(f"{' and '.join(named)} are for Kubernetes manifests, not sbatch", named[0],
+                         "drop them (Slurm's partition and account come from the inventory's scheduler: section)")
+
+
 def sbatch(session, inventory, prompt: str, name: Optional[str], strict: bool, output: Optional[Path]) -> Outcome:
     """The Slurm Plan's batch script, on stdout or written to `output` (executable)."""
     from clusterctl.backends.slurm import SlurmBackend
@@ -33,7 +41,9 @@ def sbatch(session, inventory, prompt: str, name: Optional[str], strict: bool, o
 def manifests(session, kind: str, inventory, options, name: str, prompt: str, output: Optional[Path]) -> Outcome:
     """A Kubeflow PyTorchJob, KubeRay RayJob or indexed Job (+ Service), on stdout or written to `output`."""
     from clusterctl import k8s
+    from clusterctl.job.launchers import require_torchrun
 
+    require_torchrun(inventory, f"export {kind}")
     export = k8s.build(kind, inventory, options, name, prompt)
     text = to_yaml(export.documents)
     if output:

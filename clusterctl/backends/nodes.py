@@ -21,10 +21,11 @@ class NodesBackend:
     def plan(self, inventory: Inventory, request: RunRequest, run_id: Optional[str],
              facts: Optional[Mapping] = None) -> Plan:
         """The layout the planner makes of `facts` (job/topology.py) and each node's command line."""
+        from clusterctl.job.launchers import shaped
         from clusterctl.job.runner import JobRunner
         from clusterctl.job.topology import plan
 
-        topology = plan(inventory, facts or {}, strict=request.strict)
+        topology = shaped(inventory, plan(inventory, facts or {}, strict=request.strict))
         runner = JobRunner(inventory, topology, run_id or "RUN", request.prompt, None, lambda event: None,
                            timeout_s=request.timeout_s, stall_timeout_s=request.stall_timeout_s)
         return plan_of_topology(self.name, inventory, topology, run_id, runner.commands())

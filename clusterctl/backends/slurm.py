@@ -22,6 +22,9 @@ class SlurmBackend(NodesBackend):
         """With the allocated nodes' `facts`: their layout; without: the layout on the nodes the
         allocation would have (scheduler.nodes x scheduler.gpus_per_node) and its batch script
         (`name`: the job's, default the inventory's)."""
+        from clusterctl.job.launchers import require_torchrun
+
+        require_torchrun(inventory, "a Slurm batch script")
         if facts is not None:
             return super().plan(inventory, request, run_id, facts)
         from clusterctl.slurm import sbatch

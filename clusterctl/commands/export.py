@@ -1,4 +1,4 @@
-"""`clusterctl export pytorchjob|rayjob|job|sbatch`: the inventory's job as Kubernetes manifests,
+"""`clusterctl export pytorchjob|trainjob|rayjob|job|sbatch`: the inventory's job as Kubernetes manifests,
 or as a Slurm batch script (`sbatch`, from the inventory's scheduler: section; slurm/sbatch.py).
 
 The topology rules run first (world size vs job.world_size_divides, nproc vs the GPUs
@@ -17,9 +17,10 @@ from clusterctl.outcome import Outcome
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_cluster_options(parser, limit=False)
-    parser.add_argument("kind", choices=("pytorchjob", "rayjob", "job", "sbatch"),
-                        help="Kubeflow PyTorchJob, KubeRay RayJob, an indexed batch/v1 Job (+ headless Service), "
-                             "or a Slurm batch script (needs the inventory's scheduler: section)")
+    parser.add_argument("kind", choices=("pytorchjob", "trainjob", "rayjob", "job", "sbatch"),
+                        help="Kubeflow PyTorchJob (Training Operator v1), Kubeflow Trainer v2 TrainJob, KubeRay "
+                             "RayJob, an indexed batch/v1 Job (+ headless Service), or a Slurm batch script "
+                             "(needs the inventory's scheduler: section)")
     parser.add_argument("-o", "--output", type=Path, help="write the YAML here (default: stdout)")
     parser.add_argument("--prompt-file", type=Path, help="its text becomes {prompt} in job.args, byte for byte")
     parser.add_argument("--name", help="job name (default: the inventory's name)")
@@ -40,6 +41,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--join-timeout", type=int, default=900,
                         help="seconds the rendezvous waits for every pod (default 900: pods start minutes apart "
                              "while images pull)")
+    parser.add_argument("--queue", metavar="QUEUE",
+                        help="Kueue LocalQueue that admits the job (label kueue.x-k8s.io/queue-name)")
+    parser.add_argument("--with-runtime", action="store_true",
+                        help="trainjob: emit a ClusterTrainingRuntime carrying volumes, /dev/shm, working directory "
+                             "and placement, and reference it (default: the stock torch-distributed runtime)")
     parser.add_argument("--strict", action="store_true",
                         help="fail instead of shrinking nproc_per_node to fit world_size_divides")
 
@@ -52,6 +58,7 @@ def execute(args, app) -> Outcome:
     inventory = app.inventory()
     fix = "pass --prompt-file FILE: its text goes into the manifest's command line"
     if args.kind == "sbatch":
+        exports.refuse_kubernetes_options(queue=args.queue, with_runtime=args.with_runtime)
         prompt = optional_prompt(args.prompt_file, inventory, fix)
         return exports.sbatch(app, inventory, prompt, args.name, args.strict, args.output)
     name = k8s.job_name(args.name, "--name", k8s.NAME_MAX[args.kind]) if args.name else \

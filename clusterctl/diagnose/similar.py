@@ -17,6 +17,8 @@ from functools import lru_cache
 from typing import Iterable, Optional
 
 from clusterctl.diagnose import corpus
+from clusterctl.documents import parts
+from clusterctl.documents.convert import as_document
 
 MIN_SCORE = 0.15
 MIN_SHARED = 3  # terms a case must share with the log: one common word is not a likeness
@@ -43,7 +45,7 @@ class Similar:
     score: float
 
     def to_json(self) -> dict:
-        return {"source": self.source, "cause": self.cause, "fix": self.fix, "score": self.score}
+        return as_document(parts.SimilarCase, self)
 
 
 def terms(text: str) -> Counter:

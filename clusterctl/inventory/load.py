@@ -49,7 +49,7 @@ HOST_KEYS = ("name", "address", "port", "user", "identity_file", "proxy_jump", "
              "groups", "slots") + HOST_SSH_KEYS
 RENDEZVOUS_KEYS = ("port", "master", "join_timeout", "address")
 JOB_KEYS = ("command", "args", "workdir", "nproc_per_node", "world_size_divides", "outputs", "env", "python",
-            "stall_timeout", *HEALING_KEYS)
+            "stall_timeout", "launcher", *HEALING_KEYS)
 CHECK_KEYS = ("ib", "shm_min", "disk_min", "clock_skew_warn")
 
 
@@ -225,6 +225,8 @@ def _job(doc: Doc, data: Any, host_count: int = 0) -> JobSpec:
         env=doc.value(spec, "env", path, expect_env, ()),
         python=doc.value(spec, "python", path, expect_text, default.python),
         stall_timeout=doc.value(spec, "stall_timeout", path, _expect_stall_timeout, default.stall_timeout),
+        launcher=doc.value(spec, "launcher", path, lambda d, v, p: expect_choice(d, v, p, ("torchrun", "none")),
+                           default.launcher),
         healing=healing_settings(doc, spec, path, host_count),
     )
 

@@ -47,8 +47,8 @@ class Culprit:
     own_fault: bool
 
     def rank(self, first_ranks: dict[str, int]) -> Optional[int]:
-        if self.process is None:
-            return None
+        if self.process is None:  # no report of torchrun's: the rank whose lines the log shows, if one alone
+            return _sole_rank(self.node.tail)
         if self.node.host in first_ranks:
             return first_ranks[self.node.host] + self.process.local_rank
         return self.process.rank
@@ -132,8 +132,16 @@ def _by_diagnosis(inventory: Inventory, failed: list[Ended], poll_s: float, code
     top = findings[0] if findings else None
     host = top.host if top and top.host in codes else candidates[0].host
     tail = by_host[host].tail if host in by_host else ""
-    return {"host": host, "rank": top.rank if top else None, "exit_code": codes.get(host),
+    rank = top.rank if top and top.rank is not None else _sole_rank(tail)
+    return {"host": host, "rank": rank, "exit_code": codes.get(host),
             "log_tail": tail.splitlines()[-15:], "diagnosis": [f.to_json() for f in findings[:5]]}
+
+
+def _sole_rank(tail: str) -> Optional[int]:
+    """The rank of every rank-prefixed line of a node's log, when one rank alone printed (a node of
+    one rank: `job.launcher: none`); else None."""
+    ranks = {int(m.group(1)) for line in tail.splitlines() if (m := _RANK_PREFIX.match(line))}
+    return ranks.pop() if len(ranks) == 1 else None
 
 
 def _lost(node: Ended, lost_after_s: float) -> dict:

@@ -18,6 +18,7 @@ from typing import Callable, Mapping, Optional, Sequence
 from clusterctl.outcome import Outcome
 from clusterctl.errors import UsageError
 from clusterctl.models import MASK, CheckResult, CheckStatus, looks_secret
+from clusterctl.job import launchers
 from clusterctl.job.topology import NodeFacts
 
 Run = Callable[[Sequence[str]], "subprocess.CompletedProcess"]
@@ -51,6 +52,7 @@ def launch_from_env(app, options: LaunchOptions) -> Outcome:
                          "clusterctl launch --from-env -i INVENTORY (to launch from here over SSH: clusterctl run)")
     identity = platform.node_identity(app.env, options.platform)
     inventory = app.inventory()
+    launchers.require_torchrun(inventory, "launch --from-env")
     run_id = platform.check_run_id(options.run_id, "--run-id") if options.run_id else platform.run_id_from(identity, app.env)
     prompt = optional_prompt(options.prompt_file, inventory, "pass --prompt-file FILE (the same file on every node, e.g. on a shared volume)")
     join_timeout = options.join_timeout if options.join_timeout is not None else inventory.rendezvous.join_timeout

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
+from clusterctl.documents import parts
+from clusterctl.documents.convert import as_document
 from clusterctl.job.follow import FollowStream, Piece, latest_state, line_prefix
 from clusterctl.job.torchrun import RANK_PREFIX_RE
 
@@ -38,7 +40,7 @@ class LogLine:
         return line_prefix(self.host, self.rank)
 
     def to_json(self) -> dict:
-        return {"host": self.host, "rank": self.rank, "stream": self.stream, "text": self.text}
+        return as_document(parts.LogLine, self)
 
 
 def node_ranks(topology: Sequence[dict]) -> dict[str, tuple[int, int]]:

@@ -24,10 +24,10 @@ from typing import Callable, Mapping, Optional
 from clusterctl.models import secret_values
 from clusterctl.errors import UsageError
 from clusterctl.executor import Connections, Event, OnEvent, Streams, Ticker, for_each_host, run_commands
-from clusterctl.job.torchrun import MAX_ARG_BYTES, RANK_PREFIX_RE, job_argv, log_dir, placeholder_values, torchrun_argv, torchrun_env
+from clusterctl.job.torchrun import MAX_ARG_BYTES, RANK_PREFIX_RE, job_argv, log_dir, placeholder_values, torchrun_env
 from clusterctl.models import Command, Host, HostResult, HostStatus, Inventory, MASK, looks_secret
 from clusterctl.job import agent, rollcall, stalls, supervision
-from clusterctl.job import culprit, pace, phases
+from clusterctl.job import culprit, launchers, pace, phases
 from clusterctl.job.straggler_watch import StragglerWatch
 from clusterctl.job.failures import first_ranks_of
 from clusterctl.job.follow import FollowStream, Piece, latest_state, line_prefix
@@ -114,8 +114,8 @@ class JobRunner:
         for plan in topology.nodes:
             run_dir = log_dir(outputs, run_id, plan.host.name)
             env = (*process.marker_env(inventory.name, plan.host.name, run_id), *torchrun_env(plan, inventory, run_dir),
-                   *agent.job_env(inventory, plan.host.env), *attempt_env)
-            command = torchrun_argv(topology, plan, run_id, argv, python=inventory.job.python, outputs=outputs)
+                   *launchers.node_env(inventory, topology, plan), *agent.job_env(inventory, plan.host.env), *attempt_env)
+            command = launchers.node_command(inventory, topology, plan, run_id, argv, outputs)
             self.nodes[plan.host.name] = NodeRun(plan.host, run_dir, command, env)
             _check_command_line(plan.host.name, agent.start_command(inventory, self.nodes[plan.host.name].run_dir,
                                                                         command), len(prompt.encode()))

@@ -49,6 +49,7 @@ class NodeFacts:
     address: Optional[str] = None  # source address on that interface
     hostname_on_loopback: bool = False  # `hostname` resolves to 127.x (Debian /etc/hosts style)
     ib_hcas: tuple[str, ...] = ()  # InfiniBand HCAs with an active port
+    torch: Optional[str] = None  # torch's version where the ranks run (it names some of torch's settings)
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,7 @@ class NodePlan:
     local_addr: str
     is_master: bool
     env: tuple[tuple[str, str], ...]
+    torch: Optional[str] = None  # NodeFacts.torch
 
     @property
     def ranks(self) -> range:
@@ -408,7 +410,7 @@ def plan(inv: Inventory, facts: Mapping[str, NodeFacts], strict: bool = False) -
         plans.append(NodePlan(
             host=host, node_rank=node_rank, nproc=nproc, first_rank=node_rank * nproc, gpu_ids=gpu_ids,
             nic=nic, local_addr=_local_addr(host, f), is_master=node_rank == 0,
-            env=_node_env(inv, host, nic, f, cvd, notes)))
+            env=_node_env(inv, host, nic, f, cvd, notes), torch=f.torch))
     _check_gpu_overlap(physical)
     world = nproc * len(order)
     notes.insert(0, f"master {order[0].name} ({master_addr}:{inv.rendezvous.port}) holds ranks 0..{nproc - 1}; "

@@ -182,25 +182,39 @@ def torchrun_argv(topo: Topology, node: NodePlan, run_id: str, job_argv: tuple[s
 
 # The flight recorder (torch.distributed's ring buffer of the last collectives of every rank), on by
 # default, dumped on a collective's timeout into the node's run dir, where collect-logs finds it and
-# diagnose reads it (diagnose/flight_recorder.py). Each setting under its pre-2.6 name, which torch
-# 2.13 still reads after the new one (getCvar({"TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"}),
-# FlightRecorder.hpp): older images get it too, and a user's new-style name still wins. A setting
-# the user gives under any of its names (job, host or container env) is left alone entirely; the
-# user turns the recorder off with TORCH_NCCL_TRACE_BUFFER_SIZE: "0" (or TORCH_FR_BUFFER_SIZE).
+# diagnose reads it (diagnose/flight_recorder.py). torch 2.9 renamed two of its settings
+# (TORCH_FR_BUFFER_SIZE, TORCH_FR_DUMP_TEMP_FILE) and still reads the old names, with a deprecation
+# warning on every rank (getCvarInt({"TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"}) in
+# FlightRecorder.hpp; WARN_ENV_VAR_ONCE in c10d/Utils.hpp). So the name follows the node's torch
+# (NodePlan.torch): the new one from 2.9, the old one before or when the version is unknown (every
+# torch reads it). A setting the user gives under any of its names (job, host or container env) is
+# left alone entirely; the user turns the recorder off with TORCH_FR_BUFFER_SIZE: "0" (or the old name).
 FLIGHT_RECORDER_BUFFER = 2000  # entries, torch 2.13's own default (older torch: 0, off)
 FLIGHT_RECORDER_FILE = "nccl_trace_rank_"  # torch appends the global rank
+FLIGHT_RECORDER_RENAMED_IN = (2, 9)
+# setting -> (its name before 2.9, its name from 2.9)
 _FLIGHT_RECORDER_NAMES = {
-    "TORCH_NCCL_TRACE_BUFFER_SIZE": ("TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_FR_BUFFER_SIZE"),
-    "TORCH_NCCL_DUMP_ON_TIMEOUT": ("TORCH_NCCL_DUMP_ON_TIMEOUT",),
-    "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": ("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "TORCH_FR_DUMP_TEMP_FILE"),
+    "buffer": ("TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_FR_BUFFER_SIZE"),
+    "dump_on_timeout": ("TORCH_NCCL_DUMP_ON_TIMEOUT", "TORCH_NCCL_DUMP_ON_TIMEOUT"),
+    "dump_file": ("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "TORCH_FR_DUMP_TEMP_FILE"),
 }
 
 
-def flight_recorder_env(run_dir: str, user_names: set) -> dict[str, str]:
-    """The flight-recorder defaults for ranks whose run dir is `run_dir`, minus what the user sets."""
-    values = {"TORCH_NCCL_TRACE_BUFFER_SIZE": str(FLIGHT_RECORDER_BUFFER), "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
-              "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": f"{run_dir.rstrip('/')}/{FLIGHT_RECORDER_FILE}"}
-    return {name: value for name, value in values.items() if not user_names & set(_FLIGHT_RECORDER_NAMES[name])}
+def torch_release(version: Optional[str]) -> Optional[tuple[int, int]]:
+    """(major, minor) of a torch version string ("2.13.0+cpu", "2.9.0a0+git1234"); None if unreadable."""
+    found = re.match(r"\s*(\d+)\.(\d+)", version or "")
+    return (int(found.group(1)), int(found.group(2))) if found else None
+
+
+def flight_recorder_env(run_dir: str, user_names: set, torch_version: Optional[str] = None) -> dict[str, str]:
+    """The flight-recorder defaults for ranks whose run dir is `run_dir`, under the names the
+    ranks' torch reads without a warning, minus what the user sets."""
+    release = torch_release(torch_version)
+    new = release is not None and release >= FLIGHT_RECORDER_RENAMED_IN
+    values = {"buffer": str(FLIGHT_RECORDER_BUFFER), "dump_on_timeout": "1",
+              "dump_file": f"{run_dir.rstrip('/')}/{FLIGHT_RECORDER_FILE}"}
+    return {_FLIGHT_RECORDER_NAMES[setting][new]: value for setting, value in values.items()
+            if not user_names & set(_FLIGHT_RECORDER_NAMES[setting])}
 
 
 def torchrun_env(node: NodePlan, inv: Inventory, run_dir: Optional[str] = None) -> tuple[tuple[str, str], ...]:
@@ -221,7 +235,7 @@ def torchrun_env(node: NodePlan, inv: Inventory, run_dir: Optional[str] = None) 
     }
     if run_dir:
         user = {e.name for e in (*inv.job.env, *node.host.env, *(inv.container.env if inv.uses_container else ()))}
-        defaults.update(flight_recorder_env(run_dir, user | {name for name, _ in node.env}))
+        defaults.update(flight_recorder_env(run_dir, user | {name for name, _ in node.env}, node.torch))
     if inv.uses_container:
         for var in inv.container.env:
             defaults.pop(var.name, None)

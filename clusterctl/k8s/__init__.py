@@ -1,4 +1,5 @@
-"""Kubernetes manifests from an inventory: Kubeflow PyTorchJob, KubeRay RayJob, indexed batch Job.
+"""Kubernetes manifests from an inventory: Kubeflow PyTorchJob (v1) and TrainJob (Trainer v2), KubeRay
+RayJob, indexed batch Job.
 
 Pure builders (no cluster access): `build(kind, inventory, options, name, prompt)`
 returns the documents to `kubectl apply`, with the notes and warnings to print.

@@ -1,4 +1,5 @@
-"""Inventory + export options -> PyTorchJob, RayJob or indexed batch Job manifests. Pure.
+"""Inventory + export options -> PyTorchJob, TrainJob (k8s/trainjob.py), RayJob or indexed batch Job
+manifests. Pure.
 
 Order of work: the topology rules first (topology.plan over one placeholder host per
 pod, every pod given the GPUs it requests), so a layout that cannot run (1 GPU per pod
@@ -21,14 +22,15 @@ import shlex
 from dataclasses import dataclass, field, replace
 
 from clusterctl.errors import TopologyError, UsageError
-from clusterctl.k8s import pod
+from clusterctl.k8s import pod, trainjob
 from clusterctl.k8s.options import ExportOptions
 from clusterctl.job.torchrun import job_argv, placeholder_values, torchrun_argv
 from clusterctl.models import Host, Inventory, RendezvousSpec
 from clusterctl.job.topology import NodeFacts, Topology, plan
 
-KINDS = ("pytorchjob", "rayjob", "job")
-NAME_MAX = {"pytorchjob": 45, "rayjob": 40, "job": 50}  # room for -master-0, -worker-..., -<index>
+KINDS = ("pytorchjob", "trainjob", "rayjob", "job")
+# room for -master-0, -worker-..., -<index>; a TrainJob's pods are <name>-node-0-<index>-<suffix>
+NAME_MAX = {"pytorchjob": 45, "trainjob": 40, "rayjob": 40, "job": 50}
 ENDPOINT_REF, RANK_REF = "$(MASTER_ADDR):$(MASTER_PORT)", "$(RANK)"
 RANK_ANNOTATION = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
 
@@ -50,6 +52,8 @@ class Export:
 def pod_names(kind: str, name: str, nodes: int) -> list[str]:
     if kind == "pytorchjob":
         return [f"{name}-master-0"] + [f"{name}-worker-{i}" for i in range(nodes - 1)]
+    if kind == "trainjob":  # the JobSet's replicated job "node": <name>-node-0-<index> (+ a suffix)
+        return [f"{name}-node-0-{i}" for i in range(nodes)]
     if kind == "rayjob":
         return [f"{name}-head"] + [f"{name}-worker-{i}" for i in range(nodes - 1)]
     return [f"{name}-{i}" for i in range(nodes)]
@@ -109,17 +113,19 @@ def plan_pods(kind: str, name: str, inv: Inventory, opts: ExportOptions, notes: 
 # --------------------------------------------------------------------------- the command
 
 
-def torchrun_command(inv: Inventory, topo: Topology, run_id: str, prompt: str, for_k8s: bool = True) -> list[str]:
-    """The torchrun argv of `clusterctl run`, with the endpoint and node rank left to the platform."""
+def torchrun_command(inv: Inventory, topo: Topology, run_id: str, prompt: str, for_k8s: bool = True,
+                     endpoint: str = ENDPOINT_REF, rank: str = RANK_REF) -> list[str]:
+    """The torchrun argv of `clusterctl run`, with the endpoint and node rank left to the platform
+    (`endpoint` and `rank`: the platform's references to them)."""
     node = topo.nodes[0]
     values = placeholder_values(topo, run_id, prompt, inv.job.outputs)
     argv = torchrun_argv(topo, node, run_id, job_argv(inv.job, values), python=inv.job.python)
     out = []
     for arg in argv:
         if arg.startswith("--rdzv-endpoint="):
-            out.append("--rdzv-endpoint=" + (ENDPOINT_REF if for_k8s else "{MASTER}"))
+            out.append("--rdzv-endpoint=" + (endpoint if for_k8s else "{MASTER}"))
         elif arg.startswith("--node-rank="):
-            out.append("--node-rank=" + (RANK_REF if for_k8s else "{NODE_RANK}"))
+            out.append("--node-rank=" + (rank if for_k8s else "{NODE_RANK}"))
         elif arg.startswith("--local-addr="):
             continue  # static rendezvous ignores it, and a pod's address is known only once it runs
         else:
@@ -133,6 +139,9 @@ def torchrun_command(inv: Inventory, topo: Topology, run_id: str, prompt: str, f
 def build(kind: str, inv: Inventory, opts: ExportOptions, name: str, prompt: str) -> Export:
     if kind not in KINDS:
         raise UsageError(f"unknown export kind {kind!r}", "clusterctl export", f"use one of {', '.join(KINDS)}")
+    if opts.with_runtime and kind != "trainjob":
+        raise UsageError(f"--with-runtime is for a TrainJob, not a {kind}", "--with-runtime",
+                         "drop --with-runtime, or export trainjob")
     notes: list[str] = []
     warnings: list[str] = []
     image = opts.image or (inv.container.image if inv.container and inv.container.image else None)
@@ -148,18 +157,10 @@ def build(kind: str, inv: Inventory, opts: ExportOptions, name: str, prompt: str
         notes.append(f"--host-network: each pod binds the node's ports directly; rendezvous port "
                      f"{inv.rendezvous.port} and NCCL's ports must be free on every node, and two pods of this or "
                      "another hostNetwork job on one node collide (keep one pod per node)")
-    builder = {"pytorchjob": _pytorchjob, "rayjob": _rayjob, "job": _batch_job}[kind]
+    builder = {"pytorchjob": _pytorchjob, "trainjob": _trainjob, "rayjob": _rayjob, "job": _batch_job}[kind]
     export = Export(kind, name, [], topo, gpus, notes, warnings)
     export.documents = builder(inv, opts, name, image, topo, gpus, parts, prompt, export)
     return export
-
-
-def _metadata(name: str, opts: ExportOptions) -> dict:
-    meta = {"name": name}
-    if opts.namespace:
-        meta["namespace"] = opts.namespace
-    meta["labels"] = pod.labels(name)
-    return meta
 
 
 def _pytorchjob(inv, opts, name, image, topo, gpus, parts, prompt, export) -> list:
@@ -174,9 +175,14 @@ def _pytorchjob(inv, opts, name, image, topo, gpus, parts, prompt, export) -> li
         replicas["Worker"] = {"replicas": topo.nnodes - 1, "restartPolicy": "Never", "template": template}
     export.notes.append("the training operator sets MASTER_ADDR (<job>-master-0), MASTER_PORT and RANK (pod index) "
                         "in every pod; torchrun reads them through $(MASTER_ADDR):$(MASTER_PORT) and $(RANK)")
-    return [{"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": _metadata(name, opts),
+    return [{"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": pod.metadata(name, opts),
              "spec": {"nprocPerNode": str(topo.nproc_per_node), "runPolicy": {"cleanPodPolicy": "None"},
                       "pytorchReplicaSpecs": replicas}}]
+
+
+def _trainjob(inv, opts, name, image, topo, gpus, parts, prompt, export) -> list:
+    command = torchrun_command(inv, topo, name, prompt, endpoint=trainjob.ENDPOINT_REF, rank=trainjob.RANK_REF)
+    return trainjob.documents(inv, opts, name, image, topo, gpus, parts, command, export)
 
 
 def _batch_job(inv, opts, name, image, topo, gpus, parts, prompt, export) -> list:
@@ -191,7 +197,7 @@ def _batch_job(inv, opts, name, image, topo, gpus, parts, prompt, export) -> lis
     template = {"metadata": {"labels": pod.labels(name)},
                 "spec": pod.pod_spec([pod.container("torchrun", image, inv, parts, opts, gpus, command, port)],
                                      parts, opts, extra=extra)}
-    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": _metadata(name, opts),
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": pod.metadata(name, opts),
            "spec": {"completionMode": "Indexed", "completions": topo.nnodes, "parallelism": topo.nnodes,
                     "backoffLimit": 0, "template": template}}
     if topo.nnodes == 1:
@@ -199,7 +205,8 @@ def _batch_job(inv, opts, name, image, topo, gpus, parts, prompt, export) -> lis
     export.notes.append(f"pods are {name}-0..{name}-{topo.nnodes - 1}; the headless Service {service} gives "
                         f"{master} (the index-0 pod) a DNS name; WORLD_SIZE counts pods and RANK is the "
                         "completion index (the `nodes` convention)")
-    svc_meta = _metadata(service, opts)
+    svc_meta = pod.metadata(service, opts)
+    svc_meta["labels"].pop(pod.QUEUE_LABEL, None)  # Kueue admits the Job; the Service is not a workload
     svc = {"apiVersion": "v1", "kind": "Service", "metadata": svc_meta,
            "spec": {"clusterIP": "None", "publishNotReadyAddresses": True, "selector": pod.labels(name),
                     "ports": [{"name": "rendezvous", "port": topo.port, "targetPort": topo.port, "protocol": "TCP"}]}}
@@ -268,4 +275,4 @@ def _rayjob(inv, opts, name, image, topo, gpus, parts, prompt, export) -> list:
                         "the head runs one rank group too, and the entrypoint places one torchrun per pod")
     spec = {"entrypoint": ray_entrypoint(inv, topo, name, prompt, gpus), "shutdownAfterJobFinishes": True,
             "ttlSecondsAfterFinished": 3600, "rayClusterSpec": cluster}
-    return [{"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": _metadata(name, opts), "spec": spec}]
+    return [{"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": pod.metadata(name, opts), "spec": spec}]

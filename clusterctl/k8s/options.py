@@ -71,6 +71,8 @@ class ExportOptions:
     pvcs: tuple[PvcMount, ...] = ()
     strict: bool = False
     join_timeout: Optional[int] = None  # seconds the rendezvous waits for every pod
+    queue: Optional[str] = None  # Kueue LocalQueue (label kueue.x-k8s.io/queue-name)
+    with_runtime: bool = False  # a TrainJob: emit its own ClusterTrainingRuntime (k8s/trainjob.py)
 
 
 # --------------------------------------------------------------------------- parsing
@@ -145,6 +147,13 @@ def default_name(inventory_name: str, max_len: int) -> str:
     return name or "clusterctl-job"
 
 
+def queue(text: Optional[str]) -> Optional[str]:
+    if text is not None and (not text or len(text) > 63 or not _LABEL_VALUE_RE.match(text)):
+        raise UsageError(f"{text!r} is not a Kueue queue name", "--queue",
+                         "give the LocalQueue's name in the job's namespace, e.g. --queue team-a")
+    return text
+
+
 def namespace(text: Optional[str]) -> Optional[str]:
     if text is not None and (not _DNS_LABEL_RE.match(text) or len(text) > 63):
         raise UsageError(f"{text!r} is not a namespace name", "--namespace", "use a lowercase DNS label, e.g. hu")
@@ -190,4 +199,5 @@ def options_from_args(args) -> ExportOptions:
         node_selector=parse_node_selector(args.node_selector),
         tolerations=tuple(parse_toleration(t) for t in args.toleration),
         host_network=args.host_network, pvcs=tuple(parse_pvc(p) for p in args.pvc), strict=args.strict,
-        join_timeout=args.join_timeout)
+        join_timeout=args.join_timeout, queue=queue(getattr(args, "queue", None)),
+        with_runtime=bool(getattr(args, "with_runtime", False)))

@@ -220,5 +220,19 @@ def pod_spec(containers: list, parts: PodParts, opts: ExportOptions, restart: Op
     return spec
 
 
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+
+
+def metadata(name: str, opts: ExportOptions) -> dict:
+    """A namespaced object's metadata; with --queue, Kueue's label (it admits every kind exported here)."""
+    meta = {"name": name}
+    if opts.namespace:
+        meta["namespace"] = opts.namespace
+    meta["labels"] = labels(name)
+    if opts.queue:
+        meta["labels"][QUEUE_LABEL] = opts.queue
+    return meta
+
+
 def labels(job: str) -> dict:
     return {"app.kubernetes.io/name": job, "app.kubernetes.io/instance": job, "app.kubernetes.io/managed-by": "clusterctl"}

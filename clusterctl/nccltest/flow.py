@@ -70,7 +70,7 @@ def bench_inventory(inventory, options, sizes: tuple[int, Optional[int]], run_id
         bench_args += ["--max-size", str(sizes[1])]
     # Placeholders are expanded in job.command and job.args: keep literal braces literal.
     job = replace(inventory.job, command=(f"{files_dir(outputs, run_id)}/{ALLREDUCE_BENCH}",),
-                  args=tuple(bench_args), world_size_divides=None)
+                  args=tuple(bench_args), world_size_divides=None, launcher="torchrun")  # its ranks are torchrun's
     return replace(inventory, job=job), result_file
 
 

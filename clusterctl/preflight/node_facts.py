@@ -34,12 +34,13 @@ class NodeProbe:
     interfaces: tuple  # facts.Interface
     hostname: object  # facts.HostnameResolution
     ib: object  # facts.IbStatus
+    torch: Optional[str] = None  # torch's version where the ranks run
 
     def node_facts(self, master_address: str) -> NodeFacts:
-        return node_facts_from(self.gpus, self.route, self.interfaces, self.hostname, self.ib, master_address)
+        return node_facts_from(self.gpus, self.route, self.interfaces, self.hostname, self.ib, master_address, self.torch)
 
 
-def node_facts_from(gpus, route, interfaces, hostname, ib, master_address: str) -> NodeFacts:
+def node_facts_from(gpus, route, interfaces, hostname, ib, master_address: str, torch: Optional[str] = None) -> NodeFacts:
     """The planner's view of a node. On the master itself the route is local (dev lo):
     its NIC is then the interface that holds the master's address."""
     from clusterctl.preflight import facts
@@ -50,7 +51,7 @@ def node_facts_from(gpus, route, interfaces, hostname, ib, master_address: str) 
         nic, address = (interface.name, master_address) if interface else (None, None)
     hcas = tuple(ib.nccl_ib_hca.split(",")) if ib.nccl_ib_hca else ()
     return NodeFacts(gpu_ids=gpus.indices if gpus.count else None, nic=nic, address=address,
-                     hostname_on_loopback=hostname.loopback_only, ib_hcas=hcas)
+                     hostname_on_loopback=hostname.loopback_only, ib_hcas=hcas, torch=torch)
 
 
 def probe_command(inventory: Inventory) -> Command:
@@ -63,6 +64,7 @@ def probe_command(inventory: Inventory) -> Command:
         ("hostname", facts.HOSTNAME_RESOLUTION),
         ("ib_sysfs", facts.IB_SYSFS),
         ("ibstat", facts.IBSTAT),
+        ("versions", Command(in_container(inventory, facts.versions_command(inventory.job.python).argv))),
     ]
     if inventory.uses_container:
         name = inventory.container.name
@@ -85,6 +87,7 @@ def parse_probe(stdout: str, inventory: Inventory) -> NodeProbe:
         interfaces=facts.parse_ip_addr(sections.get("addr", "")),
         hostname=facts.parse_hostname_resolution(sections.get("hostname", "")),
         ib=facts.ib_status(sections.get("ib_sysfs", ""), sections.get("ibstat", "")),
+        torch=facts.parse_versions(sections.get("versions", "")).torch,
     )
 
 
@@ -203,7 +206,7 @@ def recall(state, inventory: Inventory, now: Optional[float] = None) -> dict[str
             f = node["facts"]
             facts = NodeFacts(gpu_ids=tuple(f["gpu_ids"]) if f.get("gpu_ids") is not None else None, nic=f.get("nic"),
                               address=f.get("address"), hostname_on_loopback=bool(f.get("hostname_on_loopback")),
-                              ib_hcas=tuple(f.get("ib_hcas") or ()))
+                              ib_hcas=tuple(f.get("ib_hcas") or ()), torch=f.get("torch"))
             remembered = RememberedFacts(str(node["key"]), facts, float(node["learned"]))
             fingerprint = node["inventory"]
         except (KeyError, TypeError, ValueError):  # none, or written by another version: probe instead

@@ -276,7 +276,7 @@ def _cross_node(inventory: Inventory, probes: dict[str, Probe], node_facts: dict
 def _node_facts(p: Probe, master_address: str):
     from clusterctl.preflight.node_facts import node_facts_from
 
-    return node_facts_from(p.gpus, p.route, p.interfaces, p.hostname, p.ib, master_address)
+    return node_facts_from(p.gpus, p.route, p.interfaces, p.hostname, p.ib, master_address, p.versions.torch)
 
 
 def _clock_offsets(inventory: Inventory, probes: dict[str, Probe], connections: Connections) -> dict[str, float]:

@@ -1,0 +1,249 @@
+"""Every `--json` document, declared once: what each command prints (CONTRACT.md's shapes, "minimum;
+more keys welcome"), and the run record (.clusterctl/runs/RUN/run.json). A command that fails on
+bad input, an interrupt or an internal error prints an ErrorDocument instead."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Optional, Union
+
+from clusterctl.documents.parts import (
+    Attempt, CheckEntry, CheckupStep, ExecHostEntry, Finding, FirstFailure, HostEntry, LogLine, Master, NodeCommand,
+    NodeEnd, NodeHealth, PlannedNode, RunEntry, SimilarCase, Straggler, doc,
+)
+
+
+@dataclass(frozen=True)
+class Document:
+    """Every document: did the command do what it was asked."""
+
+    ok: bool
+
+
+@dataclass(frozen=True)
+class ErrorDocument(Document):
+    """A command that stopped on an error: what, where (file:line or host), and the fix."""
+
+    ok: Literal[False]
+    error: str
+    where: Optional[str] = None
+    fix: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class HostsDocument(Document):
+    """up, down, play, stop, logs: every host's result."""
+
+    hosts: dict[str, HostEntry]
+
+
+@dataclass(frozen=True)
+class UpDocument(HostsDocument):
+    checks: list[CheckEntry] = doc("the preflight checks at the end of up", default_factory=list)
+
+
+@dataclass(frozen=True)
+class ExecDocument(Document):
+    hosts: dict[str, ExecHostEntry]
+
+
+@dataclass(frozen=True)
+class StatusDocument(Document):
+    hosts: dict[str, HostEntry] = doc("none for a Slurm cluster without hosts", default_factory=dict)
+    runs: list[RunEntry] = doc("the latest runs, newest first", default_factory=list)
+    cluster: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class CheckDocument(Document):
+    checks: list[CheckEntry]
+    summary: dict[str, int] = doc("how many checks passed, warned, failed", default_factory=dict)
+    health: list[dict[str, Any]] = doc("each inventory host's health state (no events)", default_factory=list)
+
+
+@dataclass(frozen=True)
+class RunDocument(Document):
+    """`run`: the plan (--plan), the run's end, or a detached run's start."""
+
+    world_size: int
+    nproc_per_node: int
+    exit_code: Optional[int] = doc("torchrun's exit code; null while the run goes on or before it starts")
+    run_id: Optional[str] = None
+    master: Optional[Master] = None
+    first_failure: Optional[FirstFailure] = None
+    nodes: dict[str, NodeEnd] = field(default_factory=dict)
+    stragglers: list[Straggler] = doc("ranks the others waited for (empty when every rank keeps pace)",
+                                      default_factory=list)
+    attempts: list[Attempt] = field(default_factory=list)
+    duration_s: Optional[float] = None
+    nnodes: Optional[int] = None
+    topology: list[PlannedNode] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    facts_from: dict[str, Literal["up", "probed"]] = doc("where the planner's facts of each node came from",
+                                                         default_factory=dict)
+    phases: dict[str, float] = doc("seconds since the process started when each phase was reached",
+                                   default_factory=dict)
+    plan: Union[dict[str, NodeCommand], str, None] = doc("--plan: per node what would start (Slurm: the batch "
+                                                         "script)", default=None)
+    detached: bool = False
+    state: Optional[str] = None
+    stopped: bool = False
+    heal_refused: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """.clusterctl/runs/RUN/run.json: the run as it was decided, and how it ended."""
+
+    run_id: str
+    started: float
+    exit_code: Optional[int]
+    state: Optional[Literal["running", "ended", "stopped"]] = doc("a run's (an nccl-test's record has none)",
+                                                                  default=None)
+    kind: Optional[str] = doc("nccl-test for an nccl-test's record, absent for a job's", default=None)
+    world_size: Optional[int] = None
+    nproc_per_node: Optional[int] = None
+    master: Optional[Master] = None
+    ended: Optional[float] = None
+    first_failure: Optional[FirstFailure] = None
+    nodes: dict[str, NodeEnd] = field(default_factory=dict)
+    stragglers: list[Straggler] = field(default_factory=list)
+    attempts: list[Attempt] = field(default_factory=list)
+    commands: dict[str, NodeCommand] = doc("per host: what started there", default_factory=dict)
+    topology: list[PlannedNode] = field(default_factory=list)
+    phases: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CollectDocument(Document):
+    run_id: str
+    dest: str
+    files: int = doc("how many files were gathered", default=0)
+    findings: list[Finding] = field(default_factory=list)
+    hosts: dict[str, HostEntry] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DiagnoseDocument(Document):
+    findings: list[Finding] = doc("most likely cause first")
+    similar: list[SimilarCase] = doc("the nearest known cases", default_factory=list)
+    root_cause: Optional[str] = None
+    identified: bool = doc("a cause other than unknown was found", default=False)
+    path: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class HealthDocument(Document):
+    """`health [HOST]`, `health release HOST`: the fleet's record."""
+
+    nodes: list[NodeHealth]
+
+
+@dataclass(frozen=True)
+class HealthCheckDocument(Document):
+    """`health check HOST`: the checkup's steps."""
+
+    host: str
+    steps: list[CheckupStep]
+    checks: list[CheckEntry] = field(default_factory=list)
+    nodes: list[NodeHealth] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class PrometheusDocument(Document):
+    prometheus: str = doc("the text exposition format")
+
+
+@dataclass(frozen=True)
+class ExportDocument(Document):
+    kind: Literal["pytorchjob", "trainjob", "rayjob", "job", "sbatch"]
+    nnodes: int
+    nproc_per_node: int
+    world_size: int
+    file: Optional[str]
+    notes: list[str]
+    manifests: list[dict[str, Any]] = doc("the Kubernetes objects (not for sbatch)", default_factory=list)
+    script: Optional[str] = doc("the batch script (sbatch)", default=None)
+
+
+@dataclass(frozen=True)
+class InventoryDocument(Document):
+    inventory: str
+    name: str
+    hosts: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class AttachDocument(Document):
+    run_id: str
+    state: str
+    exit_code: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class LogsHost:
+    status: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class LogsDocument(Document):
+    run_id: str
+    hosts: dict[str, LogsHost]
+    lines: list[LogLine] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class StopDocument(Document):
+    run_id: str
+    hosts: dict[str, HostEntry]
+    state: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class StackRank:
+    host: str
+    rank: int
+    pid: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class StackGroup:
+    """Ranks with the same stack."""
+
+    ranks: list[StackRank]
+    stack: list[str] = doc("innermost last: function (file:line)")
+
+
+@dataclass(frozen=True)
+class StacksDocument(Document):
+    run_id: str
+    groups: list[StackGroup]
+    saved: Optional[str] = None
+    evidence: Optional[str] = None
+    roll_call: dict[str, Any] = field(default_factory=dict)
+    problems: dict[str, str] = doc("per host, why no stack came from it", default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CompletionDocument(Document):
+    shell: Literal["bash", "zsh"]
+    script: str
+
+
+@dataclass(frozen=True)
+class LaunchDocument(Document):
+    exit_code: Optional[int] = None
+
+
+# what each command prints (a command with subcommands may print one of several); every one of them
+# may print an ErrorDocument instead
+COMMANDS: dict[str, tuple[type, ...]] = {
+    "up": (UpDocument,), "down": (HostsDocument,), "exec": (ExecDocument,), "status": (StatusDocument,),
+    "check": (CheckDocument,), "run": (RunDocument,), "attach": (AttachDocument, RunDocument),
+    "logs": (LogsDocument,), "stop": (StopDocument,), "collect-logs": (CollectDocument,),
+    "diagnose": (DiagnoseDocument,), "stacks": (StacksDocument,), "play": (HostsDocument,), "sandbox": (Document,),
+    "nccl-test": (Document,), "export": (ExportDocument,), "launch": (LaunchDocument,),
+    "health": (HealthDocument, HealthCheckDocument, PrometheusDocument), "completion": (CompletionDocument,),
+    "inventory": (InventoryDocument,),
+}
+RECORDS: dict[str, type] = {"run-record": RunRecord}

@@ -1,0 +1,214 @@
+"""The shapes that several documents share (a finding, a host's result, an attempt, a straggler),
+each declared once. CONTRACT.md names what users rely on; a field without a default is in every
+document that has the shape, the others are typed where present. More keys are welcome."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Optional
+
+HostStatusName = Literal["ok", "changed", "skipped", "failed", "unreachable"]
+CheckStatusName = Literal["pass", "warn", "fail"]
+HealthState = Literal["healthy", "suspect", "quarantined"]
+
+
+def doc(text: str, **kwargs):
+    """A field with its description (the schema's `description`)."""
+    return field(metadata={"doc": text}, **kwargs)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One diagnosis: a cause from CONTRACT.md's vocabulary, where, the evidence, the fix."""
+
+    cause: str = doc("a slug of CONTRACT.md's causes (nic_mismatch, shm_too_small, ..., unknown)")
+    host: Optional[str] = doc("the host it happened on, null when not one host's")
+    rank: Optional[int] = doc("the global rank, null when not one rank's")
+    evidence: str = doc("the log line(s) that show it")
+    fix: str = doc("what to change, in inventory terms where possible")
+    confidence: float = doc("0..1, how sure the diagnosis is of this cause", default=0.0)
+
+
+@dataclass(frozen=True)
+class SimilarCase:
+    """A known case of the diagnosis corpus near this one."""
+
+    source: str
+    cause: str
+    fix: str
+    score: float
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """One line of a rank's output (rank null: torchrun's own line)."""
+
+    host: str
+    rank: Optional[int]
+    stream: Literal["stdout", "stderr"]
+    text: str
+
+
+@dataclass(frozen=True)
+class CheckEntry:
+    host: Optional[str]
+    check: str = doc("the check's id, e.g. ssh, docker, gpus, shm")
+    status: CheckStatusName
+    detail: str
+    fix: str
+
+
+@dataclass(frozen=True)
+class HostEntry:
+    """One host's result in up, exec, down, status, play, stop, logs, collect-logs."""
+
+    status: HostStatusName
+    detail: str = doc("what happened, one line")
+    duration_s: float
+
+
+@dataclass(frozen=True)
+class ExecHostEntry(HostEntry):
+    stdout: str = ""
+    stderr: str = ""
+    exit_code: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class Master:
+    host: str
+    address: str
+    port: int
+
+
+@dataclass(frozen=True)
+class FirstFailure:
+    """The rank that failed first (its peers' failures follow from it) and why."""
+
+    host: Optional[str]
+    rank: Optional[int] = doc("global rank: node rank x nproc + local rank")
+    diagnosis: list[Finding] = doc("findings, most likely cause first", default_factory=list)
+
+
+@dataclass(frozen=True)
+class Straggler:
+    """A rank the others keep waiting for."""
+
+    host: str
+    rank: int
+    gpu: Optional[int]
+    lag_s: Optional[float] = doc("seconds it is late per step, once a progress line gave the step time")
+    ratio: float = doc("its step time over the median's")
+    since: float = doc("when it was first named (seconds since the epoch)")
+    evidence: str
+    lag_share: float = doc("its lag as a share of a step", default=0.0)
+    until: Optional[float] = doc("when it was found keeping pace again; null: late to the end", default=None)
+
+
+@dataclass(frozen=True)
+class Excluded:
+    host: str
+    cause: str
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One launch of a run that heals itself."""
+
+    attempt: int
+    started: Optional[float]
+    ended: Optional[float]
+    hosts: list[str]
+    exit_code: Optional[int]
+    first_failure: Optional[FirstFailure]
+    excluded: list[Excluded] = doc("the hosts this attempt's failure left out", default_factory=list)
+    relaunch_s: Optional[float] = doc("seconds from the previous attempt's end to this one's start", default=None)
+    checkpoint: Optional[str] = doc("what CLUSTERCTL_CHECKPOINT was", default=None)
+
+
+@dataclass(frozen=True)
+class NodeEnd:
+    """How a node's torchrun ended."""
+
+    exit_code: Optional[int]
+    lost: bool
+    run_dir: str
+
+
+@dataclass(frozen=True)
+class RunEntry:
+    """A run as `status` lists it."""
+
+    run_id: str
+    state: Literal["running", "unknown", "stopped", "succeeded", "failed", "interrupted"]
+    started: Optional[float]
+    first_failure: Optional[FirstFailure]
+    ended: Optional[float] = None
+    exit_code: Optional[int] = None
+    world_size: Optional[int] = None
+    stragglers: list[Straggler] = field(default_factory=list)
+    attempts: list[Attempt] = field(default_factory=list)
+    nodes: list[str] = field(default_factory=list)
+    cluster: Optional[str] = None
+    stalled_s: Optional[float] = doc("a detached run whose ranks all went silent this long", default=None)
+
+
+@dataclass(frozen=True)
+class PlannedNode:
+    """A node of the plan: its ranks, GPUs and network."""
+
+    host: str
+    node_rank: int
+    ranks: list[int] = doc("the first and the last global rank")
+    gpus: Optional[list[int]]
+    nic: Optional[str]
+    local_addr: Optional[str]
+
+
+@dataclass(frozen=True)
+class NodeCommand:
+    """What `run --plan` would start on a node."""
+
+    argv: list[str]
+    env: dict[str, str] = doc("secrets masked")
+    run_dir: str
+    command: str
+
+
+@dataclass(frozen=True)
+class HealthEvent:
+    seq: int
+    at: float
+    gpu: Optional[str]
+    source: str
+    kind: str
+    severity: Literal["hard", "soft", "info"]
+    cause: str
+    evidence: str
+    run_id: Optional[str]
+
+
+@dataclass(frozen=True)
+class GpuHealth:
+    key: str
+    index: Optional[int]
+    state: HealthState
+    since: Optional[float]
+    reason: Optional[str]
+    keyed_by_index: bool = False
+
+
+@dataclass(frozen=True)
+class NodeHealth:
+    host: str
+    state: HealthState
+    since: Optional[float]
+    reason: Optional[str]
+    gpus: list[GpuHealth]
+    events: list[HealthEvent] = doc("the last three (all for one host)", default_factory=list)
+
+
+@dataclass(frozen=True)
+class CheckupStep:
+    step: Literal["preflight", "gpu_burn", "nccl_pair"]
+    status: Literal["pass", "fail", "skip"]
+    detail: str

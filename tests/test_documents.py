@@ -1,0 +1,81 @@
+"""The `--json` documents' types (clusterctl/documents/) and their published schemas (docs/schemas/).
+conftest.py checks every document the suite makes against them (tests/json_documents.py)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from clusterctl.cli import COMMANDS as CLI_COMMANDS
+from clusterctl.documents import COMMANDS, all_schemas, schema_text
+from json_documents import SCHEMAS, check
+
+
+def test_docs_schemas_are_exactly_what_the_document_types_generate():
+    expected = {name: schema_text(schema) for name, schema in all_schemas().items()}
+    found = {p.name: p.read_text() for p in SCHEMAS.glob("*.json")}
+    stale = sorted(n for n in expected.keys() | found.keys() if expected.get(n) != found.get(n))
+    assert not stale, f"docs/schemas is stale ({', '.join(stale)}): run `python -m clusterctl.documents`"
+
+
+def test_every_command_declares_its_document():
+    assert set(COMMANDS) == set(CLI_COMMANDS)
+
+
+def test_every_schema_is_a_valid_draft_2020_12_schema():
+    import jsonschema
+
+    for path in SCHEMAS.glob("*.json"):
+        jsonschema.Draft202012Validator.check_schema(json.loads(path.read_text()))
+
+
+RUN = {"ok": False, "run_id": "20260101-000000-abcdef", "world_size": 4, "nproc_per_node": 2, "exit_code": 1,
+       "master": {"host": "node1", "address": "10.0.0.1", "port": 29500},
+       "first_failure": {"host": "node2", "rank": 3, "diagnosis": [
+           {"cause": "oom_killed", "host": "node2", "rank": 3, "evidence": "Killed", "fix": "more memory",
+            "confidence": 0.9}]},
+       "stragglers": [], "nodes": {"node1": {"exit_code": 1, "lost": False, "run_dir": "/out/logs/r/node1"}}}
+
+
+def test_a_run_document_as_the_contract_describes_it_fits_and_more_keys_are_welcome():
+    check("run", {**RUN, "phases": {"launch": 1.5}, "something_new": [1]}, "the run document")
+
+
+@pytest.mark.parametrize("broken, where", [
+    (lambda d: d.pop("world_size"), "world_size"),
+    (lambda d: d.update(exit_code="1"), "exit_code"),
+    (lambda d: d["first_failure"]["diagnosis"][0].pop("cause"), "cause"),
+    (lambda d: d["first_failure"].update(rank="3"), "rank"),
+    (lambda d: d["master"].update(port="29500"), "port"),
+    (lambda d: d.update(stragglers=[{"host": "node2", "rank": 3}]), "gpu"),
+])
+def test_breaking_a_documented_field_of_the_run_document_fails_its_schema(broken, where):
+    document = json.loads(json.dumps(RUN))
+    broken(document)
+    with pytest.raises(AssertionError, match=where):
+        check("run", document, "the run document")
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_an_error_document_fits_every_commands_schema(command):
+    check(command, {"ok": False, "error": "no inventory", "where": "-i", "fix": "pass -i FILE"}, command)
+    check(command, {"ok": False, "error": "interrupted"}, command)
+
+
+def test_a_hosts_status_outside_the_contracts_words_fails():
+    with pytest.raises(AssertionError, match="status"):
+        check("up", {"ok": True, "hosts": {"n1": {"status": "fine", "detail": "", "duration_s": 0.1}}}, "up")
+
+
+def test_an_objects_json_has_exactly_the_declared_fields_of_its_document_type():
+    from clusterctl.documents import parts
+    from clusterctl.documents.convert import as_document
+    from clusterctl.models import CheckResult, CheckStatus, Finding
+
+    check = CheckResult("n1", "shm", CheckStatus.WARN, "64 MiB", "shm_size: 16g")
+    assert as_document(parts.CheckEntry, check) == {"host": "n1", "check": "shm", "status": "warn",
+                                                    "detail": "64 MiB", "fix": "shm_size: 16g"}
+    finding = Finding("oom_killed", "Killed", "more memory", host="n1", rank=3, score=9.0, confidence=0.5)
+    assert set(finding.to_json()) == {"cause", "host", "rank", "evidence", "fix", "confidence"}  # no score
+    with pytest.raises(AttributeError):
+        as_document(parts.Master, check)
