@@ -48,7 +48,7 @@ HOST_KEYS = ("name", "address", "port", "user", "identity_file", "proxy_jump", "
              "groups", "slots") + HOST_SSH_KEYS
 RENDEZVOUS_KEYS = ("port", "master", "join_timeout", "address")
 JOB_KEYS = ("command", "args", "workdir", "nproc_per_node", "world_size_divides", "outputs", "env", "python",
-            "stall_timeout", *HEALING_KEYS)
+            "stall_timeout", "metrics_every", *HEALING_KEYS)
 CHECK_KEYS = ("ib", "shm_min", "disk_min", "clock_skew_warn")
 
 
@@ -224,12 +224,13 @@ def _job(doc: Doc, data: Any, host_count: int = 0) -> JobSpec:
         env=doc.value(spec, "env", path, expect_env, ()),
         python=doc.value(spec, "python", path, expect_text, default.python),
         stall_timeout=doc.value(spec, "stall_timeout", path, _expect_stall_timeout, default.stall_timeout),
+        metrics_every=doc.value(spec, "metrics_every", path, _expect_stall_timeout, default.metrics_every),
         healing=healing_settings(doc, spec, path, host_count),
     )
 
 
 def _expect_stall_timeout(doc: Doc, value: Any, path: tuple) -> float:
-    """Seconds, 0 turning stall detection off (a bare `0`, not `false`: one way to say it)."""
+    """Seconds, 0 turning it off (stall detection, the metrics sampler; a bare `0`, not `false`: one way to say it)."""
     return expect_number(doc, value, path, low=0.0, strict=False)
 
 
