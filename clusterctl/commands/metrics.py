@@ -1,7 +1,7 @@
 """`clusterctl metrics [RUN] --prometheus`: a run's latest numbers in Prometheus' text exposition format
 on stdout (every node's and GPU's latest sample, the run's state, attempt and stragglers, the nodes'
 health states; observe/prometheus.py names the series), for a textfile collector or a scrape through a
-script. Without --prometheus (or with --json): the same look as `top --once --json`."""
+script. Without --prometheus: the table of `top --once` (with --json, its document)."""
 from __future__ import annotations
 
 import argparse
@@ -26,5 +26,9 @@ def execute(args, app) -> Outcome:
     seen, text = prometheus_document(app, args.run, args.inventory)
     if args.prometheus:
         app.renderer.raw(text)
+    else:  # a person asked: the look as `top --once` draws it
+        from clusterctl.observe.top import COLUMNS, rows
+
+        app.renderer.live_table(f"metrics {seen.run_id}", COLUMNS, rows(list(seen.views)))
     unread = [v for v in seen.views if v.error]
     return Outcome({"ok": not unread, **seen.to_json()}, unreachable=bool(unread))
