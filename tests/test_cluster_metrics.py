@@ -38,8 +38,8 @@ def _on_hosts(sb, path):
 
 
 def _cli_text(cli, *args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "clusterctl", *args], env=cli.env, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run([sys.executable, "-m", "clusterctl", *args], env={**cli.env, "COLUMNS": "250"},
+                          capture_output=True, text=True, timeout=120)  # wide: rich folds cells at 80 columns
 
 
 def test_a_runs_nodes_are_sampled_shown_by_top_scraped_and_collected(hardware_sandbox, cli, tmp_path):
@@ -69,6 +69,7 @@ def test_a_runs_nodes_are_sampled_shown_by_top_scraped_and_collected(hardware_sa
             files = {p.name: sorted(c.name for c in p.iterdir()) for p in (logs / run_id).iterdir() if p.is_dir()}
             logs_text = {p.parent.name: p.read_text()[-500:] for p in (logs / run_id).glob("*/metrics.log")}
             raise AssertionError(f"{json.dumps(last)[-3000:]}\n{files}\n{logs_text}") from None
+        assert last[0]["state"] == "running"  # the attached run holds the cluster's run lock
         for host, node in nodes.items():
             sample = node["sample"]
             assert sample["host"] == host and sample["mem_total_mb"] > 0 and 0 <= sample["cpu_pct"] <= 100

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -160,7 +161,7 @@ def test_the_prometheus_exposition_parses_with_prometheus_clients_parser_and_has
     view = top.parse_probe("n1", PROBE)
     record = {"state": "running", "detached": True, "attempt": 2, "stragglers": [{"rank": 3}],
               "commands": {"n1": {"env": {"HF_TOKEN": "hf_secretvalue"}}}}
-    text = prometheus_text(Look("20261127-080000-abcdef", record, "c1", (view,)), {"n1": "suspect"})
+    text = prometheus_text(Look("20261127-080000-abcdef", record, "c1", (view,), "running"), {"n1": "suspect"})
     families = {f.name: f for f in text_string_to_metric_families(text)}
     value = lambda name, **labels: [s.value for s in families[name].samples  # noqa: E731
                                     if all(s.labels.get(k) == v for k, v in labels.items())]
@@ -172,3 +173,34 @@ def test_the_prometheus_exposition_parses_with_prometheus_clients_parser_and_has
     assert value("clusterctl_node_health_state", host="n1", state="suspect") == [1.0]
     assert value("clusterctl_node_up", host="n1") == [1.0]
     assert "hf_secretvalue" not in text and "HF_TOKEN" not in text
+
+
+def test_the_sampler_counts_the_interfaces_the_job_gives_nccl_and_its_period_comes_from_the_inventory():
+    from clusterctl.models import EnvVar, Host, Inventory, JobSpec
+    from clusterctl.observe.sampling import sampler_args
+
+    job = JobSpec(command=("job",), python="/opt/py/bin/python", metrics_every=2.5,
+                  env=(EnvVar("NCCL_SOCKET_IFNAME", "^docker,lo"),))
+    assert sampler_args(Inventory(name="t", hosts=(Host("n1", "10.0.0.1"),), job=job)) == ("/opt/py/bin/python", "2.5",
+                                                                                            "^docker,lo")
+    assert sampler_args(Inventory(name="t", hosts=(Host("n1", "10.0.0.1"),), job=JobSpec(command=("job",)))) == (
+        "python3", "5", "")
+
+
+@pytest.mark.parametrize("value, expected", [("0", 0.0), ("2.5", 2.5)])
+def test_job_metrics_every_is_seconds_and_0_turns_the_sampler_off(value, expected):
+    from clusterctl.inventory.load import dump_inventory, parse_inventory
+
+    inventory = parse_inventory(f"name: x\nhosts: [{{name: a, address: 10.0.0.1}}]\njob:\n  metrics_every: {value}\n", "i.yaml")
+    assert inventory.job.metrics_every == expected
+    assert f"metrics_every: {value}" in dump_inventory(inventory)
+    assert parse_inventory("name: x\nhosts: [{name: a, address: 10.0.0.1}]\n", "i.yaml").job.metrics_every == 5.0
+
+
+def test_a_negative_metrics_every_is_refused_with_its_line():
+    from clusterctl.errors import InventoryError
+    from clusterctl.inventory.load import parse_inventory
+
+    with pytest.raises(InventoryError) as refused:
+        parse_inventory("name: x\nhosts: [{name: a, address: 10.0.0.1}]\njob:\n  metrics_every: -1\n", "i.yaml")
+    assert "i.yaml:4" in str(refused.value.where) or "i.yaml:4" in str(refused.value)

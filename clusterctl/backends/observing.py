@@ -13,16 +13,14 @@ class Look:
     record: dict
     cluster: str
     views: tuple  # observe/top.py NodeView, in the topology's order
+    state: str = "unknown"  # job/records.py state_of: running, succeeded, failed, stopped, ...
 
     @property
     def ended(self) -> bool:
         return all(v.exit_code is not None or v.error for v in self.views)
 
     def to_json(self) -> dict:
-        from clusterctl.job.records import state_of
-
-        return {"run_id": self.run_id, "state": state_of(self.record, self.run_id, lambda _name: None),
-                "nodes": [v.to_json() for v in self.views]}
+        return {"run_id": self.run_id, "state": self.state, "nodes": [v.to_json() for v in self.views]}
 
 
 def look(session, given_run: Optional[str], given_inventory: Optional[str]) -> Look:
@@ -51,7 +49,7 @@ def look(session, given_run: Optional[str], given_inventory: Optional[str]) -> L
         else:
             views.append(NodeView(name, error=(result.detail if result else "not in the inventory") or "unreachable",
                                   first_rank=first[name]))
-    return Look(run_id, record, inventory.name, tuple(views))
+    return Look(run_id, record, inventory.name, tuple(views), records.state_of(record, run_id, session.state.lock_holder))
 
 
 def watch(session, given_run: Optional[str], given_inventory: Optional[str], every_s: float,

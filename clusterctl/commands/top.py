@@ -34,7 +34,7 @@ def execute(args, app) -> Outcome:
     from clusterctl.observe.top import COLUMNS, rows
 
     def show(seen) -> None:
-        title = f"top {seen.run_id} ({seen.to_json()['state']})"
+        title = f"top {seen.run_id} ({seen.state})"
         app.renderer.live_table(title, COLUMNS, rows(list(seen.views)), live=not args.once)
 
     seen = watch(app, args.run, args.inventory, args.every, show, once=args.once or args.json)

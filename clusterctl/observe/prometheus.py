@@ -42,12 +42,11 @@ def prometheus_text(look, health_states: dict) -> str:
     """`look`: backends/observing.Look; `health_states`: {host: state} from the health record."""
     from prometheus_client import CollectorRegistry, Gauge, generate_latest
     from clusterctl.health.rules import STATES
-    from clusterctl.job.records import state_of
 
     registry = CollectorRegistry()
     run, cluster = look.run_id, look.cluster
     gauge = lambda name, text, labels: Gauge(f"clusterctl_{name}", text, labels, registry=registry)  # noqa: E731
-    state = state_of(look.record, run, lambda _name: None)
+    state = look.state
     run_state = gauge("run_state", "The run's state (1 for the current one)", ("run_id", "cluster", "state"))
     for name in RUN_STATES:
         run_state.labels(run, cluster, name).set(1 if state == name else 0)

@@ -14,7 +14,7 @@ def sampler_args(inventory: Inventory) -> tuple[str, str, str]:
     """(python, every_s, interfaces) for the ranks' wrapper; every_s "" when `job.metrics_every` is 0.
     The interfaces are the job's NCCL_SOCKET_IFNAME where it names them (the job network's), else all."""
     every = inventory.job.metrics_every
-    interfaces = next((e.value for e in inventory.job.env if e.name == "NCCL_SOCKET_IFNAME"), "")
+    interfaces = next((e.value for e in inventory.job.env if e.name == "NCCL_SOCKET_IFNAME" and not e.is_secret), "")
     return inventory.job.python, (f"{every:g}" if every > 0 else ""), interfaces
 
 
