@@ -119,7 +119,7 @@ def test_the_summary_gives_mean_and_max_per_node_and_leaves_unknown_values_out()
     assert found["samples"] == 2 and found["span_s"] == 5.0 and found["gpu_count"] == 2
     assert found["cpu_pct"] == {"mean": 20.0, "max": 30.0}
     assert found["gpu_util_pct"] == {"mean": 50.0, "max": 100.0}
-    assert found["gpu_power_w"] == {"mean": 366.7, "max": 700.0}  # the GPU that said [N/A] is not a 0
+    assert found["gpu_power_w"] == {"mean": 366.67, "max": 700.0}  # the GPU that said [N/A] is not a 0
     assert found["gpu_ecc_volatile_uncorrected_max"] == 2 and found["gpu_throttle_seen"] == ["sw_power_cap"]
     assert summary.summarise([]) == {"samples": 0}
     assert summary.summarise([_sample(0.0, 5.0, [])])["gpu_util_pct"] is None  # a CPU node

@@ -251,7 +251,11 @@ class LoopedQuery:
 
 
 def _running(pid, run_dir):
-    return not os.path.exists(os.path.join(run_dir, "agent.exit")) and os.path.exists("/proc/%d" % pid)
+    """torchrun (PID) alive, not a zombie, and its end not yet written."""
+    if os.path.exists(os.path.join(run_dir, "agent.exit")):
+        return False
+    stat = _read("/proc/%d/stat" % pid)
+    return bool(stat) and stat.rpartition(") ")[2][:1] not in ("Z", "X", "")
 
 
 def _sample_each_period(sampler, every, pid, run_dir):

@@ -41,7 +41,7 @@ def _mean_max(values: Iterable) -> Optional[dict]:
     numbers = [n for n in map(_number, values) if n is not None]
     if not numbers:
         return None
-    return {"mean": round(sum(numbers) / len(numbers), 1), "max": round(max(numbers), 1)}
+    return {"mean": round(sum(numbers) / len(numbers), 2), "max": round(max(numbers), 2)}
 
 
 def _gpus(samples: list[dict]) -> list[dict]:
