@@ -204,3 +204,18 @@ def test_a_negative_metrics_every_is_refused_with_its_line():
     with pytest.raises(InventoryError) as refused:
         parse_inventory("name: x\nhosts: [{name: a, address: 10.0.0.1}]\njob:\n  metrics_every: -1\n", "i.yaml")
     assert "i.yaml:4" in str(refused.value.where) or "i.yaml:4" in str(refused.value)
+
+
+def test_a_sample_the_sampler_wrote_on_a_real_h100_node_under_load_reads_everywhere_with_its_throttles():
+    from prometheus_client.parser import text_string_to_metric_families
+
+    samples = summary.read_samples(TOOLS / "metrics" / "sampler_h100x4_load.jsonl")  # its `# source:` line left out
+    found = summary.summarise(samples)
+    assert found["gpu_count"] == 4 and found["gpu_power_w"]["max"] == 696.34 and found["gpu_temp_c"]["max"] == 79.0
+    assert found["gpu_throttle_seen"] == ["sw_power_cap", "sw_thermal_slowdown"]
+    view = top.NodeView("node", samples[0])
+    assert [row[8] for row in top.rows([view])[1:]] == ["sw_power_cap", "sw_power_cap", "sw_thermal_slowdown", "sw_power_cap"]
+    text = prometheus_text(Look("20261127-080000-abcdef", {}, "c1", (view,), "running"), {})
+    throttles = [s for f in text_string_to_metric_families(text) if f.name == "clusterctl_gpu_throttle" for s in f.samples]
+    assert {(s.labels["gpu"], s.labels["reason"]) for s in throttles} == {("0", "sw_power_cap"), ("1", "sw_power_cap"),
+                                                                        ("2", "sw_thermal_slowdown"), ("3", "sw_power_cap")}
