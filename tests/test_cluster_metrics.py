@@ -109,3 +109,31 @@ def test_a_runs_nodes_are_sampled_shown_by_top_scraped_and_collected(hardware_sa
     assert record["metrics"][gpu_node]["gpu_power_w"]["max"] == 695.29
     assert record["metrics"][gpu_node]["gpu_count"] == 4
     assert all(record["metrics"][h]["gpu_count"] == 0 for h in nodes if h != gpu_node)
+
+
+def test_a_detached_run_in_containers_is_sampled_on_every_node_and_top_shows_it(hardware_sandbox, cli, tmp_path):
+    sb = hardware_sandbox
+    code, doc = cli.json("up", str(sb.inventory_path))
+    assert code == 0, json.dumps(doc)[-2000:]
+    inventory = variant(sb, tmp_path / "containers.yaml", lambda doc: (
+        doc["job"].update(metrics_every=1), doc["job"].update(args=doc["job"]["args"] + ["--stall_rank", "0", "--stall_s", "60"])))
+    (tmp_path / "prompt.txt").write_text("a cat\n")
+    try:
+        code, doc = cli.json("run", "-i", str(inventory), "--detach", str(tmp_path / "prompt.txt"))
+        assert code == 0, json.dumps(doc)[-3000:]
+        run_id = doc["run_id"]
+
+        def every_node_sampled():
+            code, seen = cli.json("top", run_id, "--once")
+            nodes = seen.get("nodes", [])
+            return seen if len(nodes) == 3 and all(n["sample"] for n in nodes) else None
+
+        seen = wait_until(every_node_sampled, 90, interval=1, what="a sample from every node of the detached run")
+        assert seen["state"] == "running"
+        assert all(n["sample"]["gpus"] == [] and n["sample"]["mem_total_mb"] > 0 for n in seen["nodes"])
+        code, stopped = cli.json("stop", run_id)
+        assert code == 0, stopped
+        samples = {h: read_samples(sb.shared_outputs / "logs" / run_id / h / "metrics.jsonl") for h in ("node1", "node2", "node3")}
+        assert all(samples.values()), samples
+    finally:
+        cli.json("down", "-i", str(sb.inventory_path))

@@ -4,7 +4,8 @@ Started by the ranks' wrapper (job/agent.py) as `python node_metrics.py DIR EVER
 [MAX_BYTES]`, attached or detached alike, and ended by it when torchrun ends; it also ends by itself
 once PID (torchrun) is gone or DIR/agent.exit exists, so a killed wrapper leaves no sampler behind.
 Every EVERY_S seconds it appends one JSON line to DIR/metrics.jsonl (docs/metrics.md has the fields):
-the GPUs from ONE `nvidia-smi --query-gpu=... --format=csv,noheader,nounits` (none: `"gpus": []`),
+the GPUs from `nvidia-smi --query-gpu=... --format=csv,noheader,nounits`, asked once and then left
+running in its loop mode (`-lms`, LoopedQuery: NVML starts once; none installed: `"gpus": []`),
 CPU from /proc/stat (busy share since the last sample), memory from /proc/meminfo (total less
 available), network bytes from /proc/net/dev (cumulative counters of IFACES, NCCL_SOCKET_IFNAME's
 syntax: `eth0,ib` prefixes, `^docker,lo` exclusions, `=eth0` exact; empty: every interface but lo).
