@@ -42,6 +42,8 @@ COMMANDS = {
     "nccl-test": ("nccl_test", "all-reduce diagnostic: connectivity, small sizes, full sweep, node pairs"),
     "export": ("export", "write a Kubeflow PyTorchJob, KubeRay RayJob or batch Job from the inventory"),
     "launch": ("launch", "the entrypoint platforms run on every node (--from-env): checks, then torchrun"),
+    "top": ("top", "every node and GPU of a running run, live: util, memory, power, temperature, each rank's last line"),
+    "metrics": ("metrics", "a run's latest node and GPU numbers, its state and health: --prometheus for a scrape"),
     "health": ("health", "the fleet's health record: node states, a node's history, check, release, export --prometheus"),
     "completion": ("completion", "print a shell completion script: source <(clusterctl completion bash)"),
     "inventory": ("inventory", "show: every host as clusterctl will reach it, and where each value came from"),

@@ -348,6 +348,26 @@ class Renderer:
                               when(node.verdict.since), _text(node.verdict.reason or "-"), _text(last))
         self.console.print(table)
 
+    def live_table(self, title: str, columns: Iterable[str], rows: Iterable[tuple], live: bool = False) -> None:
+        """A table of plain cells (`top`); with `live`, redrawn in place on a terminal at each call."""
+        if self.json_mode:
+            return
+        from rich.live import Live
+        from rich.table import Table
+
+        table = Table(title=_text(title), title_justify="left")
+        for column in columns:
+            table.add_column(_text(column), overflow="fold")
+        for row in rows:
+            table.add_row(*(_text(str(cell)) for cell in row))
+        if not (live and self.console.is_terminal):
+            self.console.print(table)
+            return
+        if self._live is None:
+            self._live = Live(table, console=self.console, auto_refresh=False)
+            self._live.start()
+        self._live.update(table, refresh=True)
+
     def raw(self, text: str) -> None:
         """A document for programs (e.g. Prometheus metrics) on stdout, as it is."""
         if not self.json_mode:

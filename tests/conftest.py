@@ -92,7 +92,7 @@ class _Impersonations:
     variant takes the node."""
 
     NODES = {"h100x8_nvlink_8ib": "node1", "ib_all_down": "node2", "ibpanic": "node3", "zh_cn_shm64": "node1",
-             "xid79_dmesg": "node3"}  # node3: reached as root (a sudo node's dmesg is the real one)
+             "xid79_dmesg": "node3", "h100x4_metrics": "node3"}  # node3: reached as root (a sudo node's dmesg is the real one)
 
     def __init__(self, sandbox, root):
         self.sandbox, self.root, self.current = sandbox, root, {}

@@ -16,7 +16,7 @@ from clusterctl.transport import remote_argv
 PASS, WARN, FAIL = CheckStatus.PASS, CheckStatus.WARN, CheckStatus.FAIL
 FIXTURES = Path(__file__).parent / "fixtures"
 HARDWARE = FIXTURES / "hardware"
-VARIANTS = ("h100x8_nvlink_8ib", "ib_all_down", "ibpanic", "zh_cn_shm64")
+VARIANTS = ("h100x8_nvlink_8ib", "ib_all_down", "ibpanic", "zh_cn_shm64", "h100x4_metrics")
 
 
 def standin(variant: str, *argv: str, env: dict = None) -> subprocess.CompletedProcess:

@@ -2,6 +2,7 @@
 shipped files, the rank-side benchmark's helpers, and the command for real on CPU ranks."""
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import itertools
 import json
@@ -298,11 +299,13 @@ def test_the_benchmark_inventory_runs_the_shipped_script_with_the_options():
     runner = JobRunner(bench, topology, "r1", "", connections=None, on_event=lambda e: None,
                        files={"allreduce_bench.py": b"x"})
     command = runner.commands()["n2"]
-    assert command["files"] == ["/out/logs/r1/.files/allreduce_bench.py"]
+    # the node metrics sampler (issue 41) ships with every run, the benchmark's too
+    assert command["files"] == ["/out/logs/r1/.files/node_metrics.py", "/out/logs/r1/.files/allreduce_bench.py"]
     assert command["argv"][-15:] == ["/out/logs/r1/.files/allreduce_bench.py", *bench.job.args]
     with pytest.raises(ValueError):
         JobRunner(bench, topology, "r1", "", None, lambda e: None, files={"a/b": b"x"})
-    assert "files" not in JobRunner(bench, topology, "r1", "", None, lambda e: None).commands()["n1"]
+    quiet = dataclasses.replace(bench, job=dataclasses.replace(bench.job, metrics_every=0))  # no sampler shipped
+    assert "files" not in JobRunner(quiet, topology, "r1", "", None, lambda e: None).commands()["n1"]
 
 
 def test_the_workload_shipped_is_the_file_in_the_package():

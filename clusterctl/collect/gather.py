@@ -5,7 +5,9 @@ Layout under DEST (default ./logs/<run-id>/):
   <host>/diag/*.txt|json                              the node at collection time
   <host>/outputs/...                                  what the run wrote (paths naming the run id)
   outputs/...                                         the same, once, when outputs are shared by all nodes
-  run.json                                            the run record (as in .clusterctl/runs/<run-id>/)
+  <host>/outputs/logs/<run-id>/<host>/metrics.jsonl   the node's metrics samples (job/node_metrics.py, docs/metrics.md)
+  run.json                                            the run record (as in .clusterctl/runs/<run-id>/), "metrics":
+                                                      each node's mean/max (observe/summary.py)
   manifest.json                                       the run id, and every file with size and sha256
 """
 from __future__ import annotations
@@ -27,6 +29,7 @@ def collect_run(app, run_id: str, record: dict, inventory, dest: Optional[Path] 
     from clusterctl.diagnose.engine import diagnose
     from clusterctl.executor import Background, Event, for_each_host, run_commands
     from clusterctl.models import HostResult, HostStatus, secret_values
+    from clusterctl.observe.summary import with_metrics
     from clusterctl.transport import split_batch
 
     dest = (dest or Path("logs") / run_id).resolve()
@@ -68,6 +71,7 @@ def collect_run(app, run_id: str, record: dict, inventory, dest: Optional[Path] 
         for name, diag in list(diagnostics.results.items()):
             if diag.succeeded:
                 _write_diagnostics(dest / name, fetch.with_container_env(split_batch(diag.stdout)), secrets)
+        record = with_metrics(app.state, run_id, record, dest, [h.name for h in hosts])  # issue 41: per node mean/max
         # the directory carries its run record, so `diagnose DEST` reads it anywhere (another
         # machine, another state dir) and knows which rank the controller saw fail first
         fetch.write_file(dest / "run.json", fetch.mask_values(json.dumps(record, indent=2).encode(), secrets))

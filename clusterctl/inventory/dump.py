@@ -113,7 +113,7 @@ def _dump_container(spec: ContainerSpec, reveal: bool) -> dict:
 
 def _dump_job(job: JobSpec, reveal: bool) -> dict:
     fields = ("command", "args", "workdir", "nproc_per_node", "world_size_divides", "outputs", "python", "stall_timeout",
-              "launcher")
+              "launcher", "metrics_every")
     out = _changed(job, JobSpec(), fields)
     if job.env:
         out["env"] = _dump_env(job.env, reveal)

@@ -49,7 +49,7 @@ HOST_KEYS = ("name", "address", "port", "user", "identity_file", "proxy_jump", "
              "groups", "slots") + HOST_SSH_KEYS
 RENDEZVOUS_KEYS = ("port", "master", "join_timeout", "address")
 JOB_KEYS = ("command", "args", "workdir", "nproc_per_node", "world_size_divides", "outputs", "env", "python",
-            "stall_timeout", "launcher", *HEALING_KEYS)
+            "stall_timeout", "launcher", "metrics_every", *HEALING_KEYS)
 CHECK_KEYS = ("ib", "shm_min", "disk_min", "clock_skew_warn")
 
 
@@ -227,12 +227,13 @@ def _job(doc: Doc, data: Any, host_count: int = 0) -> JobSpec:
         stall_timeout=doc.value(spec, "stall_timeout", path, _expect_stall_timeout, default.stall_timeout),
         launcher=doc.value(spec, "launcher", path, lambda d, v, p: expect_choice(d, v, p, ("torchrun", "none")),
                            default.launcher),
+        metrics_every=doc.value(spec, "metrics_every", path, _expect_stall_timeout, default.metrics_every),
         healing=healing_settings(doc, spec, path, host_count),
     )
 
 
 def _expect_stall_timeout(doc: Doc, value: Any, path: tuple) -> float:
-    """Seconds, 0 turning stall detection off (a bare `0`, not `false`: one way to say it)."""
+    """Seconds, 0 turning it off (stall detection, the metrics sampler; a bare `0`, not `false`: one way to say it)."""
     return expect_number(doc, value, path, low=0.0, strict=False)
 
 

@@ -19,6 +19,8 @@ How a node runs its part of a job (all files in the node's run dir,
   newer than `lease.seen`, which it rewrites with a builtin `echo`; before, `date` and `stat`
   each second); the output stream waits for agent.exit through `tail -F` (inotify), not a
   `sleep 0.1` loop (10 forks a second); the controller renews the lease every few seconds.
+- The metrics sampler (job/node_metrics.py, issue 41) runs beside torchrun for the whole run: the
+  wrapper starts it (when shipped, `job.metrics_every` > 0) and ends it as torchrun ends.
 - The lease: the controller renews `lease` with each poll (job/pace.py). If it goes silent for
   `lease_s` seconds (controller killed, node cut off), the wrapper stops the node's
   ranks by itself: no node waits forever for peers that are gone. A run handed over to
@@ -35,7 +37,7 @@ from clusterctl.job.container import host_path, in_container, on_host_or_in_cont
 LEASE_S = 15
 
 _WRAPPER = r'''
-dir=$1 lease=$2 workdir=$3; shift 3
+dir=$1 lease=$2 workdir=$3 py=$4 every=$5 ifaces=$6; shift 6
 mkdir -p "$dir" || exit 1
 exec </dev/null >>"$dir/agent.log" 2>&1
 if [ -n "$workdir" ] && ! cd "$workdir"; then echo 127 > "$dir/agent.exit"; exit 1; fi
@@ -43,6 +45,8 @@ touch "$dir/lease"
 ( while IFS= read -r kv; do export "$kv"; done < "$dir/env"; exec setsid "$@" ) &
 pid=$!
 echo "$pid" > "$dir/agent.pid"
+m=; sampler=$(dirname "$dir")/.files/node_metrics.py  # issue 41: job/node_metrics.py, ended with torchrun
+if [ -n "$every" ] && [ -e "$sampler" ]; then "$py" "$sampler" "$dir" "$every" "$pid" "$ifaces" >/dev/null 2>>"$dir/metrics.log" & m=$!; fi
 alive() { s=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -c1); [ -n "$s" ] && [ "$s" != Z ]; }
 (
   echo > "$dir/lease.seen"; age=0
@@ -64,7 +68,7 @@ alive() { s=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -c1); [ -n "$s" ]
   done
 ) & watch=$!
 wait "$pid"; code=$?
-kill "$watch" 2>/dev/null
+kill "$watch" $m 2>/dev/null
 echo "$code" > "$dir/agent.exit.tmp" && mv -f "$dir/agent.exit.tmp" "$dir/agent.exit"
 '''
 
@@ -192,8 +196,11 @@ def write_env_command(inventory: Inventory, run_dir: str, env: tuple[tuple[str, 
 
 def start_command(inventory: Inventory, run_dir: str, torchrun: tuple[str, ...], lease_s: int = LEASE_S) -> Command:
     """Start the wrapper detached from the SSH session; returns at once."""
+    from clusterctl.observe.sampling import sampler_args
+
     workdir = inventory.job.workdir or ""
-    wrapper = ("sh", "-c", _WRAPPER, "clusterctl-wrapper", run_dir, str(lease_s), workdir, *torchrun)
+    wrapper = ("sh", "-c", _WRAPPER, "clusterctl-wrapper", run_dir, str(lease_s), workdir, *sampler_args(inventory),
+               *torchrun)
     argv = in_container(inventory, wrapper, detach=True) if inventory.uses_container else ("setsid", "-f", *wrapper)
     return Command(argv, timeout=60)
 

@@ -32,6 +32,7 @@ from clusterctl.job.straggler_watch import StragglerWatch
 from clusterctl.job.failures import first_ranks_of
 from clusterctl.job.follow import FollowStream, Piece, latest_state, line_prefix
 from clusterctl.modules import process
+from clusterctl.observe import sampling
 from clusterctl.job.topology import Topology
 from clusterctl.transport import remote_argv
 # what lived here before (importable from here as before): shipped files, and a run already going
@@ -98,7 +99,7 @@ class JobRunner:
         seconds without output before the stacks are taken (None: job.stall_timeout; 0: never);
         `stacks_dir`: where the stacks of a hang are saved on this machine."""
         self.inventory, self.topology, self.run_id = inventory, topology, run_id
-        self.files = dict(files or {})
+        self.files = {**sampling.shipped(inventory), **(files or {})}  # issue 41: the node metrics sampler
         for name in self.files:
             if not _FILE_NAME_RE.fullmatch(name):
                 raise ValueError(f"not a plain file name: {name!r}")
