@@ -22,10 +22,13 @@ HOSTS = "hosts:\n  - {name: node1, address: 10.0.0.1}\n  - {name: node2, address
 QUICK = Delivery(tries=3, first_pause_s=0.01, timeout_s=5.0, flush_s=30.0)
 FAILED = {  # the shape job/failures.py writes in run.json's first_failure
     "host": "node2", "rank": 3, "exit_code": 1, "rank_exit_code": 1,
-    "diagnosis": [{"cause": "cuda_oom", "confidence": 0.93, "evidence": "torch.OutOfMemoryError: CUDA out of memory",
+    "diagnosis": [{"cause": "cuda_oom", "host": "node2", "rank": 3, "confidence": 0.93,
+                   "evidence": "torch.OutOfMemoryError: CUDA out of memory",
                    "fix": "lower the batch size or enable activation checkpointing"}]}
 RECORD = {"run_id": "20261127-080000-abc123", "cluster": "lab", "started": 1000.0, "ended": 1100.5, "exit_code": 1,
-          "state": "ended", "topology": [{"host": "node1"}, {"host": "node2"}], "first_failure": FAILED}
+          "state": "ended", "first_failure": FAILED,  # a run record as docs/schemas/run-record.json declares it
+          "topology": [{"host": f"node{n + 1}", "node_rank": n, "ranks": [4 * n, 4 * n + 3], "gpus": [0, 1, 2, 3],
+                        "nic": "eth0", "local_addr": f"10.0.0.{n + 1}"} for n in range(2)]}
 
 
 @pytest.fixture(autouse=True)

@@ -235,6 +235,38 @@ class LaunchDocument(Document):
     exit_code: Optional[int] = None
 
 
+@dataclass(frozen=True)
+class ReportDocument(Document):
+    """`report`: the run report written."""
+
+    run_id: str
+    report: str = doc("the self-contained HTML file written")
+    bundle: Optional[str] = doc("the collect-logs directory it drew from, or null (the record alone)")
+    metrics_of: list[str] = doc("the hosts whose metrics it charts", default_factory=list)
+    logs_linked: int = doc("how many logs it links to", default=0)
+
+
+@dataclass(frozen=True)
+class NodeLook:
+    """One node of a running run as `top`/`metrics` read it: its latest metrics sample
+    (job/node_metrics.py's line, null before the first) and each rank's last line."""
+
+    host: str
+    sample: Optional[dict[str, Any]] = None
+    exit_code: Optional[int] = doc("torchrun's, once it ended", default=None)
+    error: Optional[str] = doc("why the node could not be read", default=None)
+    ranks: dict[str, dict[str, Any]] = doc("global rank -> {stream, line}", default_factory=dict)
+
+
+@dataclass(frozen=True)
+class LookDocument(Document):
+    """`top --json` (`--once`), `metrics --json`: one look at every node of a run."""
+
+    run_id: str
+    state: Optional[str] = None
+    nodes: list[NodeLook] = field(default_factory=list)
+
+
 # what each command prints (a command with subcommands may print one of several); every one of them
 # may print an ErrorDocument instead
 COMMANDS: dict[str, tuple[type, ...]] = {
@@ -244,6 +276,7 @@ COMMANDS: dict[str, tuple[type, ...]] = {
     "diagnose": (DiagnoseDocument,), "stacks": (StacksDocument,), "play": (HostsDocument,), "sandbox": (Document,),
     "nccl-test": (Document,), "export": (ExportDocument,), "launch": (LaunchDocument,),
     "health": (HealthDocument, HealthCheckDocument, PrometheusDocument), "completion": (CompletionDocument,),
-    "inventory": (InventoryDocument,),
+    "inventory": (InventoryDocument,), "report": (ReportDocument,), "top": (LookDocument,),
+    "metrics": (LookDocument,),
 }
 RECORDS: dict[str, type] = {"run-record": RunRecord}
