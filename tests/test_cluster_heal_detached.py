@@ -40,6 +40,7 @@ def prompt(tmp_path):
 
 def _status(cli, inventory, run_id: str) -> dict:
     code, doc = cli.json("status", "-i", str(inventory))
+    assert "runs" in doc, doc
     return next(r for r in doc["runs"] if r["run_id"] == run_id)
 
 

@@ -218,7 +218,8 @@ def test_an_xid_79_in_a_nodes_kernel_log_during_a_detached_run_quarantines_it_th
 
     state = _node(cli, inventory, node)
     xids = [e for e in state["events"] if e["kind"] == "xid_fatal" and e["run_id"] == doc["run_id"]]
-    assert state["state"] == "quarantined" and state["reason"].startswith("xid_fatal"), (state, _kept(doc))
+    kept = json.loads((cli.state_dir / "runs" / doc["run_id"] / "run.json").read_text())
+    assert state["state"] == "quarantined" and state["reason"].startswith("xid_fatal"), (state, _kept(kept))
     assert len(xids) == 1 and xids[0]["source"] == "watch" and xids[0]["at"] >= started - 5, xids
     assert xids[0]["evidence"].startswith("NVRM: Xid (PCI:0000:44:00): 79, GPU has fallen off the bus"), xids
     assert _node(cli, inventory, "node1")["state"] == "healthy"

@@ -44,6 +44,15 @@ def test_the_kernel_lines_kept_are_the_nvrm_ones_since_the_run_began_with_their_
     assert node_health.kernel_lines(text, since=1100.0, boot=None) == ""  # no boot time: nothing dated
 
 
+def test_a_line_the_kernel_logged_in_the_second_the_keeper_started_is_kept():
+    # a detached run's keeper takes its first sample milliseconds after the run began; the stamp is read
+    # to its fraction, and the boot time read back from /proc/uptime may be off by a tick (the flaky case
+    # seen on the rehearsal cluster: [16818.15] dropped against a start at boot + 16818.4)
+    text = f"[16818.15] {XID_79}\n[16812.00] NVRM: Xid (PCI:0000:3b:00): 79, before the run\n"
+    kept = node_health.kernel_lines(text, since=1000.0 + 16818.4, boot=1000.0)
+    assert kept == f"[16818.15] {XID_79}"
+
+
 def test_a_sampler_whose_read_fails_says_so_in_its_sample_and_keeps_the_first_nvidia_smi_text():
     reads = iter([{"at": 1.0, "smi": SMI}, {"at": 2.0, "smi": "later"}])
 

@@ -49,6 +49,8 @@ class DetachedHealing:
 def plan_healing(inventory: Inventory, active: list, spares: list, facts: Mapping, run_id: str, prompt: str,
                  strict: bool = False, backoff_s: tuple = BACKOFF_S) -> DetachedHealing:
     """The hand-over of a run on `active` (the first is the master) with `spares`, from every host's facts."""
+    from clusterctl.observe.sampling import sampler_args
+
     healing = inventory.job.healing
     fleet = replace(inventory, hosts=tuple(active) + tuple(spares),
                     job=replace(inventory.job, world_size_divides=None))  # checked on each replan instead
@@ -63,6 +65,7 @@ def plan_healing(inventory: Inventory, active: list, spares: list, facts: Mappin
              "checkpoint": {"dir": healing.checkpoint.dir, "complete": healing.checkpoint.complete}
              if healing.checkpoint else None,
              "wrapper": agent.WRAPPER, "workdir": inventory.job.workdir or "",
+             "sampler_args": list(sampler_args(inventory)),  # the wrapper's metrics sampler (agent.start_command)
              "marker_names": [name for name, _ in process.marker_env("", "", "")]}
     return DetachedHealing(rules, templates, tuple(spares))
 
@@ -93,12 +96,25 @@ def attempts_of(state: dict, last_failure: Optional[dict] = None) -> Optional[li
     attempts = state.get("attempts")
     if not isinstance(attempts, list):
         return None
-    entries = [dict(a) for a in attempts if isinstance(a, dict)]
+    entries = [_with_fixes(a) for a in attempts if isinstance(a, dict)]
     if entries and last_failure is not None and state.get("final"):
         entries[-1]["first_failure"] = last_failure
     if entries and state.get("final") and entries[-1].get("exit_code") is None and state.get("state") != "stopped":
         entries[-1]["exit_code"] = 0 if state.get("state") == "succeeded" else 1
     return entries
+
+
+def _with_fixes(attempt: dict) -> dict:
+    """An attempt the supervisor recorded: the node side names each cause; its fix is the diagnosis'
+    one-line fix of that cause (diagnose/fixes.py), which the node side does not carry."""
+    from clusterctl.diagnose.fixes import BRIEF
+
+    first = attempt.get("first_failure")
+    if not isinstance(first, dict) or not isinstance(first.get("diagnosis"), list):
+        return dict(attempt)
+    diagnosis = [{**d, "fix": d.get("fix") or BRIEF.get(str(d.get("cause")), "read the node's log (clusterctl logs)")}
+                 for d in first["diagnosis"] if isinstance(d, dict)]
+    return {**attempt, "first_failure": {**first, "diagnosis": diagnosis}}
 
 
 def remember_excluded(store, inventory: Inventory, run_id: str, attempts: list) -> Optional[str]:

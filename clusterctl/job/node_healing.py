@@ -187,7 +187,7 @@ def launch(run_dir, config, order):
     clean = {k: v for k, v in os.environ.items() if k not in heal["marker_names"]}
     # `setsid -f` forks: the wrapper is nobody's child here (no zombie under the keeper), as agent.start_command
     subprocess.run(["setsid", "-f", "sh", "-c", heal["wrapper"], "clusterctl-wrapper", run_dir, str(config["lease_s"]),
-                    heal.get("workdir") or "", *argv], env=clean, stdin=subprocess.DEVNULL,
+                    heal.get("workdir") or "", *heal.get("sampler_args", ()), *argv], env=clean, stdin=subprocess.DEVNULL,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30)
     print(f"attempt {attempt} launched on this node", flush=True)
     return True

@@ -33,7 +33,10 @@ QUERY = ("index", "uuid", "serial", "pci.bus_id", "ecc.errors.uncorrected.volati
          "ecc.errors.uncorrected.aggregate.total", "retired_pages.pending", "remapped_rows.pending",
          "remapped_rows.failure", "remapped_rows.uncorrectable", "clocks_throttle_reasons.active",
          "temperature.gpu")
-_STAMP = re.compile(r"^\[\s*(\d+)(?:\.\d+)?\]")
+_STAMP = re.compile(r"^\[\s*(\d+(?:\.\d+)?)\]")
+# The kernel's stamp and the boot time read back from /proc/uptime disagree by up to a tick, and a
+# detached run's keeper samples within milliseconds of the run's start: a line that much older counts.
+STAMP_SLACK_S = 1.0
 
 
 def _run(argv):
@@ -63,7 +66,7 @@ def kernel_lines(text, since, boot):
     for line in text.splitlines():
         stamp = _STAMP.match(line)
         if stamp:
-            keep = boot is not None and boot + int(stamp.group(1)) >= since
+            keep = boot is not None and boot + float(stamp.group(1)) >= since - STAMP_SLACK_S
         if keep and ("NVRM" in line or "fallen off the bus" in line):
             kept.append(line)
     return "\n".join(kept[-KERNEL_LINES:])

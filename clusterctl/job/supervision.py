@@ -207,6 +207,7 @@ def outcome_of(state: dict, inventory: Inventory, mask: Callable[[str], str] = l
 def finish_record(record: dict, state: dict, inventory: Inventory, mask: Callable[[str], str] = lambda t: t) -> dict:
     """The local run record once the supervisor's state is final: its end, its exit code and what failed."""
     from clusterctl.job.failures import first_ranks_of
+    from clusterctl.job.torchrun import log_dir
 
     code, first = outcome_of(state, inventory, mask, first_ranks_of(record.get("topology")))
     nodes = state.get("nodes") or {}
@@ -214,7 +215,9 @@ def finish_record(record: dict, state: dict, inventory: Inventory, mask: Callabl
     done = {**record, "ended": state.get("ended") or time.time(), "exit_code": code, "first_failure": first,
             "state": "stopped" if state.get("state") == "stopped" else "ended",
             "nodes": {h: {"exit_code": n.get("exit_code"), "lost": n.get("lost"),
-                          "run_dir": (run_dirs.get(h) or {}).get("run_dir")} for h, n in nodes.items()},
+                          # a spare that joined a run that healed itself: the run dir establish gave it
+                          "run_dir": (run_dirs.get(h) or {}).get("run_dir")
+                          or log_dir(inventory.job.outputs, record.get("run_id") or "", h)} for h, n in nodes.items()},
             "supervisor_reason": state.get("reason")}
     if state.get("state") == "stopped":
         done["stopped"] = True
