@@ -9,7 +9,7 @@ TORCH  ?= torch==2.13.0
 # numpy beside torch: without it every rank's `import torch` warns "Failed to initialize NumPy"
 NUMPY  ?= numpy>=1.26
 
-.PHONY: demo demo-clean test test-fast deps venv bench diagnose-report clean
+.PHONY: demo demo-clean test test-heavy test-fast deps venv bench diagnose-report clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,7 +39,11 @@ demo-clean: $(STAMP)
 
 # PATH: jobs on `connection: local` hosts run `python3` from PATH, as in an activated venv.
 test: deps $(STAMP)
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q --durations=25
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q -m "not heavy" --durations=25
+
+# the long rehearsals left out of `make test` (pytest's `heavy` marker): CI's 2 cores keep make test near 20 min
+test-heavy: deps $(STAMP)
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q -m heavy
 
 test-fast: $(STAMP)
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q -m "not sandbox and not slow"

@@ -48,7 +48,8 @@ def _nearest(error) -> list:
         chosen = branches[last]
     else:
         others = [b for i, b in branches.items() if i != last] or list(branches.values())
-        chosen = min(others, key=len)
+        # the shape whose top level the document fits (its errors the deepest), then the fewest errors
+        chosen = min(others, key=lambda b: (-min(len(e.absolute_path) for e in b), len(b)))
     return [x for sub in chosen for x in _nearest(sub)]
 
 

@@ -92,6 +92,7 @@ def test_after_an_image_update_up_sends_the_nodes_only_the_layer_they_lack(sandb
                     pass
 
 
+@pytest.mark.heavy
 def test_a_node_cut_off_in_the_middle_of_the_chain_is_named_and_the_node_after_it_still_gets_the_image(
         sandbox, tmp_path):
     """node1 holds the image and sends it down the chain node1 -> node2 -> node3 at 16 Mbit/s; node2 is cut

@@ -58,6 +58,7 @@ def test_a_rank_0_35_s_slower_per_step_is_named_with_its_host_within_30_s(sandbo
     print(f"\nnamed {named[0]['since'] - started:.1f}s after the start: {named[0]}")
 
 
+@pytest.mark.heavy
 def test_the_same_job_with_every_rank_alike_names_nobody_and_its_step_time_is_measured_with_and_without_the_watch(
         sandbox, cluster, tmp_path):
     cli, where = cluster

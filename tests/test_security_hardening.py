@@ -329,6 +329,7 @@ def _negative_length_flood(port: int, megabytes: int) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_800_idle_connections_and_a_negative_content_length_flood_neither_end_the_run_nor_grow_the_supervisor(
         tmp_path, reliability):
     import resource

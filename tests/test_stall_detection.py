@@ -237,6 +237,7 @@ def _needs_torch():
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_a_rank_sleeping_before_the_all_reduce_is_named_with_its_function_and_the_run_stops(tmp_path):
     _needs_torch()
     before = _stack_dirs()
@@ -279,6 +280,7 @@ def test_a_rank_sleeping_before_the_all_reduce_is_named_with_its_function_and_th
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_a_job_silent_but_computing_is_not_stopped(tmp_path):
     _needs_torch()
     inventory = _inventory(tmp_path, "--mode", "compute", "--seconds", "25")

@@ -162,6 +162,7 @@ checks: {{ib: off}}
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_a_run_here_names_the_slow_rank_live_and_in_its_record(tmp_path, monkeypatch):
     code, live, record = _run_here(tmp_path, monkeypatch, "--steps", "60", "--slow_rank", "2", "--extra", "0.35")
     assert code == 0, live[-3000:]
@@ -174,6 +175,7 @@ def test_a_run_here_names_the_slow_rank_live_and_in_its_record(tmp_path, monkeyp
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_a_run_here_with_every_rank_alike_names_nobody(tmp_path, monkeypatch):
     code, live, record = _run_here(tmp_path, monkeypatch, "--steps", "100")
     assert code == 0 and record["stragglers"] == [] and "[straggler]" not in live, live[-3000:]

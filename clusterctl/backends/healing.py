@@ -234,7 +234,9 @@ def _ended_between(session, run_id: str, attempts: list, interrupted: bool) -> O
     session.renderer.message(f"run {run_id} {how} between two attempts: nothing more is launched", "yellow")
     _record(session, run_id, attempts, {"state": "stopped", "stopped": True, "interrupted": interrupted,
                                         "relaunching": False})
-    return Outcome({"ok": False, "run_id": run_id, "exit_code": 130 if interrupted else 1, "stopped": True,
+    record = _read(session, run_id)  # the last attempt's plan: what CONTRACT.md's run document names
+    planned = {key: record.get(key) for key in ("world_size", "nproc_per_node", "master") if key in record}
+    return Outcome({"ok": False, "run_id": run_id, **planned, "exit_code": 130 if interrupted else 1, "stopped": True,
                     "attempts": attempts}, interrupted=interrupted)
 
 

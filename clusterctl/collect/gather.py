@@ -74,7 +74,9 @@ def collect_run(app, run_id: str, record: dict, inventory, dest: Optional[Path] 
         record = with_metrics(app.state, run_id, record, dest, [h.name for h in hosts])  # issue 41: per node mean/max
         # the directory carries its run record, so `diagnose DEST` reads it anywhere (another
         # machine, another state dir) and knows which rank the controller saw fail first
-        fetch.write_file(dest / "run.json", fetch.mask_values(json.dumps(record, indent=2).encode(), secrets))
+        # sorted, as the local record is: a second collect writes the same bytes
+        text = json.dumps(record, indent=2, sort_keys=True)
+        fetch.write_file(dest / "run.json", fetch.mask_values(text.encode(), secrets))
         manifest["run_id"] = run_id
         files = _finish_manifest(dest, manifest, digests)
     except OSError as exc:

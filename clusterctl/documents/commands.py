@@ -236,6 +236,13 @@ class LaunchDocument(Document):
 
 
 @dataclass(frozen=True)
+class RunNotStartedDocument(HostsDocument):
+    """`run` whose nodes were not ready (unreachable, a container not running): the run did not start."""
+
+    exit_code: None = doc("null: nothing ran", default=None)
+
+
+@dataclass(frozen=True)
 class ReportDocument(Document):
     """`report`: the run report written."""
 
@@ -271,7 +278,7 @@ class LookDocument(Document):
 # may print an ErrorDocument instead
 COMMANDS: dict[str, tuple[type, ...]] = {
     "up": (UpDocument,), "down": (HostsDocument,), "exec": (ExecDocument,), "status": (StatusDocument,),
-    "check": (CheckDocument,), "run": (RunDocument,), "attach": (AttachDocument, RunDocument),
+    "check": (CheckDocument,), "run": (RunDocument, RunNotStartedDocument), "attach": (AttachDocument, RunDocument),
     "logs": (LogsDocument,), "stop": (StopDocument,), "collect-logs": (CollectDocument,),
     "diagnose": (DiagnoseDocument,), "stacks": (StacksDocument,), "play": (HostsDocument,), "sandbox": (Document,),
     "nccl-test": (Document,), "export": (ExportDocument,), "launch": (LaunchDocument,),
