@@ -219,3 +219,13 @@ def test_a_sample_the_sampler_wrote_on_a_real_h100_node_under_load_reads_everywh
     throttles = [s for f in text_string_to_metric_families(text) if f.name == "clusterctl_gpu_throttle" for s in f.samples]
     assert {(s.labels["gpu"], s.labels["reason"]) for s in throttles} == {("0", "sw_power_cap"), ("1", "sw_power_cap"),
                                                                         ("2", "sw_thermal_slowdown"), ("3", "sw_power_cap")}
+
+
+def test_the_summary_reads_at_most_the_reports_bound_of_lines_from_a_nodes_file(tmp_path, monkeypatch):
+    from clusterctl.observe import metrics_file
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(f'{{"t": {i}, "host": "n1", "cpu_pct": 1.0}}\n' for i in range(50)) + "not json\n")
+    monkeypatch.setattr(metrics_file, "MAX_LINES", 20)
+    assert [s["t"] for s in summary.read_samples(path)] == list(range(20))
+    assert summary.read_samples(tmp_path / "absent.jsonl") == []

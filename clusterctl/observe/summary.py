@@ -17,19 +17,25 @@ NODE_FIELDS = ("cpu_pct", "mem_used_mb")
 
 
 def read_samples(path: Path) -> list[dict]:
-    """The samples of a metrics.jsonl; lines that are not a JSON object (a write cut short) are left out."""
+    """The samples of a metrics.jsonl; lines that are not a JSON object (a write cut short) are left out.
+    Read a line at a time and at most metrics_file.MAX_LINES of them (the report's bound): the file
+    comes from a node, and its size is the node's to choose."""
+    from clusterctl.observe.metrics_file import MAX_LINES
+
     samples = []
     try:
-        text = Path(path).read_text(errors="replace")
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            for count, line in enumerate(handle):
+                if count >= MAX_LINES:
+                    break
+                try:
+                    sample = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(sample, dict):
+                    samples.append(sample)
     except OSError:
         return []
-    for line in text.splitlines():
-        try:
-            sample = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(sample, dict):
-            samples.append(sample)
     return samples
 
 
