@@ -6,14 +6,13 @@ today, and Ctrl-C / `clusterctl stop` between two attempts."""
 from __future__ import annotations
 
 import json
-import shutil
 import signal
 from pathlib import Path
 
 import pytest
 
 from clusterctl.backends.healing import summary_lines
-from clusterctl_helpers import CONTAINER_OUTPUTS, FIXTURE_JOBS, Cli, processes_with, variant, wait_until
+from clusterctl_helpers import CONTAINER_OUTPUTS, Cli, cluster_with_jobs, processes_with, variant, wait_until
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
 
@@ -23,15 +22,8 @@ STEPS = 16
 
 @pytest.fixture(scope="module")
 def cli(sandbox, tmp_path_factory):
-    jobs = sandbox.shared_outputs / JOBS_DIR
-    jobs.mkdir(parents=True, exist_ok=True)
-    shutil.copy(FIXTURE_JOBS / "checkpointed.py", jobs / "checkpointed.py")
-    cli = Cli(tmp_path_factory.mktemp("heal-state"))
-    code, doc = cli.json("up", str(sandbox.inventory_path))
-    assert code == 0, doc
-    yield cli
-    cli.json("down", "-i", str(sandbox.inventory_path))
-    shutil.rmtree(jobs, ignore_errors=True)
+    for cli, _ in cluster_with_jobs(sandbox, tmp_path_factory, JOBS_DIR, "checkpointed.py"):
+        yield cli
 
 
 @pytest.fixture

@@ -7,12 +7,11 @@ rank (the job's own fault: not retried) and `clusterctl stop` during a relaunch.
 from __future__ import annotations
 
 import json
-import shutil
 import time
 
 import pytest
 
-from clusterctl_helpers import FIXTURE_JOBS, Cli, wait_until
+from clusterctl_helpers import cluster_with_jobs, wait_until
 from test_cluster_heal import JOBS_DIR, STEPS, _done, _here, _inventory, _left_over, _stepped
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
@@ -20,15 +19,8 @@ pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def cli(sandbox, tmp_path_factory):
-    jobs = sandbox.shared_outputs / JOBS_DIR
-    jobs.mkdir(parents=True, exist_ok=True)
-    shutil.copy(FIXTURE_JOBS / "checkpointed.py", jobs / "checkpointed.py")
-    cli = Cli(tmp_path_factory.mktemp("heal-detached-state"))
-    code, doc = cli.json("up", str(sandbox.inventory_path))
-    assert code == 0, doc
-    yield cli
-    cli.json("down", "-i", str(sandbox.inventory_path))
-    shutil.rmtree(jobs, ignore_errors=True)
+    for cli, _ in cluster_with_jobs(sandbox, tmp_path_factory, JOBS_DIR, "checkpointed.py"):
+        yield cli
 
 
 @pytest.fixture

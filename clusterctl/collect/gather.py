@@ -166,7 +166,9 @@ def _shared_by_probe(app, hosts, base: str, container) -> bool:
 def first_ranks(record: dict) -> dict:
     """host -> its first global rank (its logs are named from it): the final topology's, then, for a host
     a run that healed itself left out, its place in the last attempt it ran in (node index x ranks a node)."""
-    ranks = {n["host"]: n["ranks"][0] for n in record["topology"]}
+    from clusterctl.job.failures import first_ranks_of
+
+    ranks = first_ranks_of(record["topology"])
     per_node = record.get("nproc_per_node")
     if not isinstance(per_node, int):
         first = (record["topology"] or [{}])[0].get("ranks") or [0, 0]
