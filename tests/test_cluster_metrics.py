@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from clusterctl.observe.sampling import bundle_path
-from clusterctl.observe.summary import read_samples
+from clusterctl.observe.metrics_file import read_file
 from clusterctl_helpers import REPO, Cli, variant, wait_until
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
@@ -103,8 +103,8 @@ def test_a_runs_nodes_are_sampled_shown_by_top_scraped_and_collected(hardware_sa
     assert collected["ok"], collected
     record = json.loads((dest / "run.json").read_text())
     for host in nodes:
-        samples = read_samples(bundle_path(dest, run_id, host))
-        assert samples and all(s["host"] == host for s in samples)
+        samples, _ = read_file(bundle_path(dest, run_id, host), "?")
+        assert samples and all(s.host == host for s in samples)
         assert record["metrics"][host]["samples"] == len(samples)
     assert record["metrics"][gpu_node]["gpu_power_w"]["max"] == 695.29
     assert record["metrics"][gpu_node]["gpu_count"] == 4
@@ -133,7 +133,7 @@ def test_a_detached_run_in_containers_is_sampled_on_every_node_and_top_shows_it(
         assert all(n["sample"]["gpus"] == [] and n["sample"]["mem_total_mb"] > 0 for n in seen["nodes"])
         code, stopped = cli.json("stop", run_id)
         assert code == 0, stopped
-        samples = {h: read_samples(sb.shared_outputs / "logs" / run_id / h / "metrics.jsonl") for h in ("node1", "node2", "node3")}
+        samples = {h: read_file(sb.shared_outputs / "logs" / run_id / h / "metrics.jsonl", h)[0] for h in ("node1", "node2", "node3")}
         assert all(samples.values()), samples
     finally:
         cli.json("down", "-i", str(sb.inventory_path))

@@ -4,6 +4,7 @@ tests/fixtures/hardware/h100x4_metrics), none on a node without nvidia-smi, and 
 torchrun ended."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -13,6 +14,7 @@ from pathlib import Path
 from clusterctl.job import agent
 from clusterctl.models import Host, Inventory, JobSpec, RendezvousSpec
 from clusterctl.observe import sampling, summary
+from clusterctl.observe.metrics_file import read_file
 
 STANDIN = Path(__file__).parent / "fixtures" / "hardware" / "h100x4_metrics" / "bin"
 
@@ -54,9 +56,14 @@ def _run_job(tmp_path: Path, every: float, path: str, job: tuple) -> Path:
     return run_dir
 
 
+def _lines(path: Path) -> list[dict]:
+    """The file's lines as the sampler wrote them (every one a whole JSON object)."""
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
 def test_a_gpu_node_samples_every_gpu_through_one_looping_nvidia_smi_and_leaves_nothing_behind(tmp_path):
     run_dir = _run_job(tmp_path, 0.2, f"{STANDIN}:{os.environ['PATH']}", ("sleep", "3"))
-    samples = summary.read_samples(run_dir / "metrics.jsonl")
+    samples = _lines(run_dir / "metrics.jsonl")
     assert len(samples) >= 2, (run_dir / "metrics.log").read_text() if (run_dir / "metrics.log").exists() else ""
     assert all(s["host"] == "n1" and len(s["gpus"]) == 4 for s in samples)
     assert [g["power_w"] for g in samples[-1]["gpus"]] == [686.02, 670.39, 695.29, 683.13]
@@ -65,13 +72,13 @@ def test_a_gpu_node_samples_every_gpu_through_one_looping_nvidia_smi_and_leaves_
     while _processes_naming(f"{STANDIN}/nvidia-smi"):
         assert time.monotonic() < deadline, _processes_naming(f"{STANDIN}/nvidia-smi")
         time.sleep(0.1)
-    assert summary.summarise(samples)["gpu_util_pct"] == {"mean": 100.0, "max": 100.0}
+    assert summary.summarise(read_file(run_dir / "metrics.jsonl", "n1")[0])["gpu_util_pct"] == {"mean": 100.0, "max": 100.0}
 
 
 def test_a_node_without_nvidia_smi_samples_cpu_and_memory_with_no_gpus(tmp_path):
     assert shutil.which("nvidia-smi", path="/usr/bin:/bin") is None
     run_dir = _run_job(tmp_path, 0.2, "/usr/bin:/bin", ("sleep", "2"))
-    samples = summary.read_samples(run_dir / "metrics.jsonl")
+    samples = _lines(run_dir / "metrics.jsonl")
     assert samples and all(s["gpus"] == [] and "gpu_error" not in s for s in samples)
 
 

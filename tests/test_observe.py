@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from clusterctl.backends.observing import Look
 from clusterctl.job import node_metrics
 from clusterctl.observe import summary, top
+from clusterctl.observe.metrics_file import parse_sample, read_file
 from clusterctl.observe.prometheus import prometheus_text
 from clusterctl.observe.sampling import bundle_path
 
@@ -96,12 +97,16 @@ def test_the_metrics_file_stays_under_its_cap_and_still_covers_the_whole_run(tmp
     for t in range(400):
         sampler.write({"t": float(t), "host": "node1", "cpu_pct": 1.0, "gpus": []})
         assert sampler.size == (run_dir / "metrics.jsonl").stat().st_size <= 4096
-    samples = summary.read_samples(run_dir / "metrics.jsonl")
-    assert samples[0]["t"] == 0.0 and samples[-1]["t"] > 350 and sampler.stride > 1
-    assert [s["t"] for s in samples] == sorted(s["t"] for s in samples)
+    samples, skipped = read_file(run_dir / "metrics.jsonl", "node1")
+    assert samples[0].t == 0.0 and samples[-1].t > 350 and sampler.stride > 1 and skipped == 0
 
 
 def _sample(t, cpu, gpus):
+    """A line as the sampler writes it, read back."""
+    return parse_sample(json.dumps(_line(t, cpu, gpus)), "n1")
+
+
+def _line(t, cpu, gpus):
     return {"t": t, "host": "n1", "cpu_pct": cpu, "mem_used_mb": 1000, "mem_total_mb": 4000, "net_rx_bytes": 10,
             "net_tx_bytes": 20, "gpus": gpus}
 
@@ -128,13 +133,13 @@ def test_the_summary_gives_mean_and_max_per_node_and_leaves_unknown_values_out()
 def test_collect_logs_summary_reads_the_file_where_the_bundle_keeps_it_and_skips_a_cut_line(tmp_path):
     path = bundle_path(tmp_path, "RUN", "n1")
     path.parent.mkdir(parents=True)
-    path.write_text(json.dumps(_sample(0.0, 10.0, [])) + "\n" + '{"t": 5.0, "cpu_p')
+    path.write_text(json.dumps(_line(0.0, 10.0, [])) + "\n" + '{"t": 5.0, "cpu_p')
     assert summary.summarise_bundle(tmp_path, "RUN", ["n1", "n2"]) == {"n1": summary.summarise([_sample(0.0, 10.0, [])])}
 
 
 PROBE = "\n".join([
     "clusterctl-top-sample",
-    json.dumps(_sample(100.0, 12.5, [_gpu(0, 99.0, 650.0, ["sw_power_cap"]), _gpu(1, 3.0, 90.0)])),
+    json.dumps(_line(100.0, 12.5, [_gpu(0, 99.0, 650.0, ["sw_power_cap"]), _gpu(1, 3.0, 90.0)])),
     "",
     "clusterctl-top-rank 0 stdout step 41 loss 2.31",
     "clusterctl-top-rank 1 stderr 10%|#   | 1/10\r 20%|##  | 2/10",
@@ -209,11 +214,14 @@ def test_a_negative_metrics_every_is_refused_with_its_line():
 def test_a_sample_the_sampler_wrote_on_a_real_h100_node_under_load_reads_everywhere_with_its_throttles():
     from prometheus_client.parser import text_string_to_metric_families
 
-    samples = summary.read_samples(TOOLS / "metrics" / "sampler_h100x4_load.jsonl")  # its `# source:` line left out
+    path = TOOLS / "metrics" / "sampler_h100x4_load.jsonl"
+    samples, skipped = read_file(path, "node")
+    assert skipped == 1  # its `# source:` line
     found = summary.summarise(samples)
     assert found["gpu_count"] == 4 and found["gpu_power_w"]["max"] == 696.34 and found["gpu_temp_c"]["max"] == 79.0
     assert found["gpu_throttle_seen"] == ["sw_power_cap", "sw_thermal_slowdown"]
-    view = top.NodeView("node", samples[0])
+    first = next(json.loads(line) for line in path.read_text().splitlines() if line.startswith("{"))
+    view = top.NodeView("node", first)  # top shows a node's newest line as the node sent it
     assert [row[8] for row in top.rows([view])[1:]] == ["sw_power_cap", "sw_power_cap", "sw_thermal_slowdown", "sw_power_cap"]
     text = prometheus_text(Look("20261127-080000-abcdef", {}, "c1", (view,), "running"), {})
     throttles = [s for f in text_string_to_metric_families(text) if f.name == "clusterctl_gpu_throttle" for s in f.samples]
@@ -224,8 +232,9 @@ def test_a_sample_the_sampler_wrote_on_a_real_h100_node_under_load_reads_everywh
 def test_the_summary_reads_at_most_the_reports_bound_of_lines_from_a_nodes_file(tmp_path, monkeypatch):
     from clusterctl.observe import metrics_file
 
-    path = tmp_path / "metrics.jsonl"
+    path = bundle_path(tmp_path, "RUN", "n1")
+    path.parent.mkdir(parents=True)
     path.write_text("".join(f'{{"t": {i}, "host": "n1", "cpu_pct": 1.0}}\n' for i in range(50)) + "not json\n")
     monkeypatch.setattr(metrics_file, "MAX_LINES", 20)
-    assert [s["t"] for s in summary.read_samples(path)] == list(range(20))
-    assert summary.read_samples(tmp_path / "absent.jsonl") == []
+    assert summary.summarise_bundle(tmp_path, "RUN", ["n1"])["n1"]["samples"] == 20
+    assert read_file(tmp_path / "absent.jsonl", "n1") == ([], 0)

@@ -1,9 +1,10 @@
 """Reading the nodes' `metrics.jsonl` (issue 41) as a collected bundle holds it: one JSON object per
 line per sample, written by the node-side sampler (the contract: `t`, `host`, `cpu_pct`,
 `mem_used_mb`, `mem_total_mb`, `net_rx_bytes`, `net_tx_bytes`, `gpus`: [{`index`, `util_pct`,
-`mem_used_mb`, `mem_total_mb`, `power_w`, `temp_c`, ...}]). Tolerant: a missing key is None, a line
-that is not a JSON object (a write cut short) is skipped and counted, an absent file is no samples.
-Pure but for reading the file."""
+`mem_used_mb`, `mem_total_mb`, `power_w`, `temp_c`, `throttle`, `ecc_volatile_uncorrected`, ...}]).
+Tolerant: a missing key is None, a line that is not a JSON object (a write cut short) is skipped and
+counted, an absent file is no samples. The one reader of the file: the report (node_metrics) and
+run.json's summary (observe/summary.py, via read_file) both read through it. Pure but for reading."""
 from __future__ import annotations
 
 import json
@@ -23,6 +24,8 @@ class GpuSample:
     mem_total_mb: Optional[float] = None
     power_w: Optional[float] = None
     temp_c: Optional[float] = None
+    ecc_volatile_uncorrected: Optional[float] = None
+    throttle: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -62,9 +65,11 @@ def _gpu(item: Any, position: int) -> Optional[GpuSample]:
     if not isinstance(item, dict):
         return None
     index = item.get("index")
+    throttle = item.get("throttle") if isinstance(item.get("throttle"), list) else []
     return GpuSample(index=index if isinstance(index, int) and not isinstance(index, bool) else position,
+                     throttle=tuple(str(reason) for reason in throttle),
                      **{key: _number(item.get(key)) for key in ("util_pct", "mem_used_mb", "mem_total_mb",
-                                                                  "power_w", "temp_c")})
+                                                                  "power_w", "temp_c", "ecc_volatile_uncorrected")})
 
 
 def parse_sample(line: str, host: str) -> Optional[Sample]:
@@ -97,6 +102,15 @@ def read_samples(lines: Iterable[str], host: str) -> tuple[list[Sample], int]:
     return samples, skipped
 
 
+def read_file(path: Path, host: str) -> tuple[list[Sample], int]:
+    """A metrics.jsonl's samples (oldest first) and its skipped lines; an unreadable file has none."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return read_samples(handle, host)
+    except OSError:
+        return [], 0
+
+
 def metrics_files(bundle: Path, host: str, run_id: str) -> list[Path]:
     """Every metrics.jsonl of `host` in a collected bundle: beside its logs, in its run dir (and those
     of earlier attempts, set aside as `<host>.attempt-N`: collect/gather.py's layout)."""
@@ -115,11 +129,7 @@ def node_metrics(bundle: Optional[Path], hosts: Iterable[str], run_id: str) -> l
         paths = metrics_files(bundle, host, run_id) if bundle is not None else []
         samples, skipped = {}, 0
         for path in paths:
-            try:
-                with open(path, encoding="utf-8", errors="replace") as handle:
-                    read, bad = read_samples(handle, host)
-            except OSError:
-                continue
+            read, bad = read_file(path, host)
             samples.update({(s.t, s.host): s for s in read})  # a file linked beside the logs counts once
             skipped += bad
         if paths:
