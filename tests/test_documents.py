@@ -103,4 +103,15 @@ def test_the_objects_that_carry_a_document_make_exactly_its_declared_keys():
     sent = Holding("peer:node1", "sha256:ab", bytes=2_000_000_000, seconds=4.0049, layers_kept=2)
     assert sent.to_json() == {"source": "peer:node1", "image_id": "sha256:ab", "bytes": 2_000_000_000,
                               "seconds": 4.0, "mb_per_s": 499.4, "layers_kept": 2}
-    assert set(Holding("present", "sha256:ab").to_json()) == {f for f in parts.Distribution.__dataclass_fields__}
+    assert set(Holding("present", "sha256:ab").to_json()) == {f for f in parts.ImageSent.__dataclass_fields__}
+
+
+def test_each_way_up_moves_an_image_fits_its_host_entrys_distribute():
+    entry = {"status": "changed", "detail": "", "duration_s": 1.0}
+    check("up", {"ok": True, "hosts": {
+        "n1": {**entry, "distribute": {"source": "registry", "image_id": "sha256:ab", "bytes": None, "seconds": 3.2}},
+        "n2": {**entry, "distribute": {"source": "peer:n1", "image_id": "sha256:ab", "bytes": 10, "seconds": 0.5,
+                                       "mb_per_s": 0.0, "layers_kept": 0}},
+        "n3": {**entry, "distribute": {"source": None, "peers_failed": "the stream was cut short"}}}}, "up")
+    with pytest.raises(AssertionError, match="distribute"):
+        check("up", {"ok": True, "hosts": {"n1": {**entry, "distribute": {"source": "peer:n2"}}}}, "up")

@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Optional, Union
 
 from clusterctl.documents.parts import (
-    Attempt, CheckEntry, CheckupStep, Distribution, ExecHostEntry, Finding, FirstFailure, HostEntry,
-    InventorySourceEntry, LogLine, Master, NcclLink, NodeCommand, NodeEnd, NodeHealth, PlannedNode, RollCall, RunEntry,
-    SimilarCase, Straggler, Supervisor, doc,
+    Attempt, CheckEntry, CheckupStep, ExecHostEntry, Finding, FirstFailure, HostEntry,
+    ImagePulled, ImageSent, InventorySourceEntry, LogLine, Master, NcclLink, NodeCommand, NodeEnd, NodeHealth, PlannedNode, RollCall, RunEntry,
+    PeersFailed, SimilarCase, Straggler, Supervisor, doc,
 )
 
 
@@ -39,7 +39,8 @@ class HostsDocument(Document):
 
 @dataclass(frozen=True)
 class UpHostEntry(HostEntry):
-    distribute: Optional[Distribution] = doc("where the node's image came from (container.distribute)", default=None)
+    distribute: Union[ImageSent, ImagePulled, PeersFailed] = doc("where the node's image came from, when it moved",
+                                                                 default=None)
 
 
 @dataclass(frozen=True)

@@ -234,8 +234,8 @@ class InventorySourceEntry:
 
 
 @dataclass(frozen=True)
-class Distribution:
-    """Where `up` got a node's image from (container.distribute)."""
+class ImageSent:
+    """Where `up` got a node's image when it distributes it between the nodes (container.distribute)."""
 
     source: str = doc("present | registry | peer:NODE")
     image_id: str
@@ -243,6 +243,24 @@ class Distribution:
     seconds: float
     mb_per_s: Optional[float] = doc("null when nothing was sent")
     layers_kept: int = doc("layers the node had already, not sent again")
+
+
+@dataclass(frozen=True)
+class ImagePulled:
+    """A node that pulled the image from the registry itself."""
+
+    source: Literal["registry"]
+    image_id: str
+    bytes: Optional[int] = doc("the image's size, as the engine says it")
+    seconds: float
+
+
+@dataclass(frozen=True)
+class PeersFailed:
+    """A node the peers could not send the image to: the registry pull follows."""
+
+    source: None
+    peers_failed: str = doc("why")
 
 
 @dataclass(frozen=True)

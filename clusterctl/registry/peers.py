@@ -82,7 +82,7 @@ class Holding:
         return round(self.bytes / self.seconds / 1e6, 1) if self.seconds > 0 and self.bytes else None
 
     def to_json(self) -> dict:
-        return plain(parts.Distribution(source=self.source, image_id=self.image_id, bytes=self.bytes,
+        return plain(parts.ImageSent(source=self.source, image_id=self.image_id, bytes=self.bytes,
                                         seconds=round(self.seconds, 2), mb_per_s=self.mb_per_s,
                                         layers_kept=self.layers_kept))
 
@@ -277,7 +277,7 @@ def distribute(hosts: list[Host], inventory: Inventory, connections, pull_seed, 
             if plan.failed(receiver):
                 results[receiver] = HostResult(receiver, HostStatus.OK, f"peers failed ({why}); the registry pull "
                                                                         "follows",
-                                               data={"distribute": {"source": None, "peers_failed": why}})
+                                               data={"distribute": plain(parts.PeersFailed(None, why))})
     for name, holding in holdings.items():
         results.setdefault(name, holding_result(by_name[name], holding))
     return {h.name: results[h.name] for h in hosts if h.name in results}
