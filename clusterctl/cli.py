@@ -101,7 +101,7 @@ def main(argv: Optional[Sequence[str]] = None, env: Optional[dict] = None) -> in
     try:
         outcome = module.execute(args, app)
     except ClusterctlError as exc:
-        outcome = Outcome({"ok": False, **exc.to_json()}, bad_input=exc.exit_code == EXIT_BAD_INPUT)
+        outcome = Outcome(error_document(exc), bad_input=exc.exit_code == EXIT_BAD_INPUT)
         app.renderer.error(str(exc))
     except KeyboardInterrupt:
         outcome = Outcome({"ok": False, "error": "interrupted"}, interrupted=True)
@@ -130,6 +130,14 @@ def _internal_error(app, command: str, exc: Exception) -> Outcome:
                        f"the traceback is in {where}; please report it")
     return Outcome({"ok": False, "error": "internal error", "exception": f"{type(exc).__name__}: {exc}",
                     "traceback_log": where})
+
+
+def error_document(exc) -> dict:
+    """A ClusterctlError as the ErrorDocument that any command prints instead of its own."""
+    from clusterctl.documents.commands import ErrorDocument
+    from clusterctl.documents.convert import plain
+
+    return plain(ErrorDocument(ok=False, error=exc.what, where=exc.where, fix=exc.fix))
 
 
 def _raise_interrupt(signum, frame):

@@ -26,9 +26,6 @@ class ClusterctlError(Exception):
             text += f"\n  fix: {self.fix}"
         return text
 
-    def to_json(self) -> dict:
-        return {"error": self.what, "where": self.where, "fix": self.fix}
-
 
 class InventoryError(ClusterctlError):
     """The inventory file is malformed or inconsistent."""

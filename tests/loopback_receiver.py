@@ -8,6 +8,8 @@ import json
 import threading
 from typing import Optional
 
+from json_documents import check
+
 
 class Receiver:
     def __init__(self, answers: tuple = (), hold: Optional[threading.Event] = None):
@@ -39,7 +41,13 @@ class Receiver:
         return f"http://127.0.0.1:{self.server.server_address[1]}/hooks/T000/secret-path"
 
     def documents(self) -> list[dict]:
-        return [json.loads(b) for b in self.bodies]
+        """The bodies received; each in the JSON shape (Slack's has no "schema") checked against
+        docs/schemas/notification.json."""
+        found = [json.loads(b) for b in self.bodies]
+        for document in found:
+            if isinstance(document, dict) and "schema" in document:
+                check("notification", document, "a JSON notification received")
+        return found
 
     def __enter__(self) -> "Receiver":
         self.thread.start()

@@ -79,3 +79,39 @@ def test_an_objects_json_has_exactly_the_declared_fields_of_its_document_type():
     assert set(finding.to_json()) == {"cause", "host", "rank", "evidence", "fix", "confidence"}  # no score
     with pytest.raises(AttributeError):
         as_document(parts.Master, check)
+
+
+def test_a_field_whose_json_key_is_no_python_name_is_that_key_in_the_document_and_its_schema():
+    from clusterctl.nccltest.plan import LinkClass
+
+    link = LinkClass("nvlink-hopper", 360.0, "nccl-tests on 8 x H100")
+    assert link.to_json() == {"class": "nvlink-hopper", "target_busbw_gbps": 360.0, "basis": "nccl-tests on 8 x H100"}
+    declared = all_schemas()["nccl-test.json"]["$defs"]["NcclLink"]
+    assert set(declared["properties"]) == set(declared["required"]) == {"class", "target_busbw_gbps", "basis"}
+
+
+def test_the_objects_that_carry_a_document_make_exactly_its_declared_keys():
+    from clusterctl.documents import parts
+    from clusterctl.health.checkup import Step
+    from clusterctl.job.stragglers import Straggler
+    from clusterctl.registry.peers import Holding
+
+    late = Straggler("node2", 3, 1, 0.41234, 0.51234, 2.1234, 1700000000.12345, 40, 40, 3)
+    assert late.to_json() == {"host": "node2", "rank": 3, "gpu": 1, "lag_s": 0.412, "ratio": 2.12,
+                              "since": 1700000000.123, "evidence": late.evidence, "lag_share": 0.512, "until": None}
+    assert Step("gpu_burn", "pass", "8 GPUs").to_json() == {"step": "gpu_burn", "status": "pass", "detail": "8 GPUs"}
+    sent = Holding("peer:node1", "sha256:ab", bytes=2_000_000_000, seconds=4.0049, layers_kept=2)
+    assert sent.to_json() == {"source": "peer:node1", "image_id": "sha256:ab", "bytes": 2_000_000_000,
+                              "seconds": 4.0, "mb_per_s": 499.4, "layers_kept": 2}
+    assert set(Holding("present", "sha256:ab").to_json()) == {f for f in parts.ImageSent.__dataclass_fields__}
+
+
+def test_each_way_up_moves_an_image_fits_its_host_entrys_distribute():
+    entry = {"status": "changed", "detail": "", "duration_s": 1.0}
+    check("up", {"ok": True, "hosts": {
+        "n1": {**entry, "distribute": {"source": "registry", "image_id": "sha256:ab", "bytes": None, "seconds": 3.2}},
+        "n2": {**entry, "distribute": {"source": "peer:n1", "image_id": "sha256:ab", "bytes": 10, "seconds": 0.5,
+                                       "mb_per_s": 0.0, "layers_kept": 0}},
+        "n3": {**entry, "distribute": {"source": None, "peers_failed": "the stream was cut short"}}}}, "up")
+    with pytest.raises(AssertionError, match="distribute"):
+        check("up", {"ok": True, "hosts": {"n1": {**entry, "distribute": {"source": "peer:n2"}}}}, "up")

@@ -16,6 +16,7 @@ from clusterctl.observe.messages import message, payload
 from clusterctl.inventory.notify_section import masked_url
 from clusterctl.observe.notify import LOG_NAME, Delivery, Notifier
 from clusterctl.observe.notify_hooks import mask_of
+from json_documents import check
 from loopback_receiver import Receiver
 
 HOSTS = "hosts:\n  - {name: node1, address: 10.0.0.1}\n  - {name: node2, address: 10.0.0.2}\n"
@@ -97,6 +98,7 @@ def test_the_json_message_of_a_failure_carries_the_run_hosts_duration_state_and_
     assert document["diagnosis"] == {"cause": "cuda_oom", "host": "node2", "rank": 3, "confidence": 0.93,
                                      "fix": FAILED["diagnosis"][0]["fix"], "evidence": FAILED["diagnosis"][0]["evidence"]}
     assert document["summary"] == f"run {RECORD['run_id']} on lab failed: cuda_oom on node2 rank 3"
+    check("notification", document, "the JSON notification of a failure")
 
 
 def test_the_slack_message_has_text_and_blocks_naming_the_cause_and_the_fix():
@@ -111,7 +113,9 @@ def test_the_slack_message_has_text_and_blocks_naming_the_cause_and_the_fix():
 
 def test_a_run_that_succeeded_ends_with_no_diagnosis_and_a_running_one_counts_its_time_until_now():
     ok = {**RECORD, "exit_code": 0, "first_failure": None}
-    assert "diagnosis" not in payload(message("end", ok, now=2000.0), "json")
+    ended = payload(message("end", ok, now=2000.0), "json")
+    assert "diagnosis" not in ended
+    check("notification", ended, "the JSON notification of a run that succeeded")
     running = {**RECORD, "state": "running", "ended": None}
     assert message("straggler", running, now=1030.0).duration_s == 30.0
 

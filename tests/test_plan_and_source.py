@@ -44,7 +44,7 @@ def test_the_nodes_plan_is_the_planners_layout_with_each_nodes_exact_command_lin
     assert text.splitlines()[0] == "plan (nodes): 2 nodes x 2 = world size 4, master 10.0.0.1:29500"
     assert "  node 1 node2: ranks 2..3 gpus 0,1 nic eth0 addr 10.0.0.2" in text
     assert plan.nodes[1].command in text
-    assert json.loads(json.dumps(plan.to_json()))["topology"][1]["ranks"] == [2, 3]
+    assert json.loads(json.dumps(plan.nodes[1].to_json()))["ranks"] == [2, 3]
     assert plan.commands()["node2"]["command"] == plan.nodes[1].command
 
 

@@ -25,6 +25,7 @@ from clusterctl.job.rollcall import HANG
 from clusterctl.job.stalls import JobShape, StallWatch
 from clusterctl.models import CommandResult, Host, Inventory
 from clusterctl_helpers import FIXTURE_JOBS, processes_with, wait_until
+from json_documents import check_command_output
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 PYSPY = FIXTURES / "pyspy"
@@ -333,6 +334,7 @@ def test_stacks_of_a_run_that_goes_on_are_grouped_saved_and_name_the_rank_elsewh
                                cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True, timeout=60)
         doc = json.loads(query.stdout)
         assert query.returncode == 0 and doc["ok"] is True, query.stderr[-3000:]
+        check_command_output("stacks", query.stdout)  # a subprocess: the suite's own check sees no document
         assert [[r["rank"] for r in g["ranks"]] for g in doc["groups"]] == [[0], [1]]
         assert doc["evidence"].startswith("rank 1 on local in load_shard (stall.py:")
         saved = json.loads(Path(doc["saved"]).read_text())

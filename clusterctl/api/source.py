@@ -8,6 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Union
 
+from clusterctl.documents import parts
+from clusterctl.documents.convert import as_document
+
 ANSIBLE_PREFIX = "ansible:"  # the same spelling as inventory/ansible_source.py reads
 
 SourceKind = Literal["file", "directory", "ansible"]
@@ -44,7 +47,7 @@ class InventorySource:
         return cls(kind, data["location"])
 
     def to_json(self) -> dict:
-        return {"kind": self.kind, "location": self.location}
+        return as_document(parts.InventorySourceEntry, self)
 
     def loader_argument(self) -> str:
         """What inventory/load.py's load_inventory reads for this source."""

@@ -90,16 +90,6 @@ class Plan:
             lines.append(self.script.rstrip("\n"))
         return "\n".join(lines)
 
-    def to_json(self) -> dict:
-        document = {"backend": self.backend, "cluster": self.cluster, "run_id": self.run_id,
-                    "attempt": self.attempt, "world_size": self.world_size, "nproc_per_node": self.nproc_per_node,
-                    "nnodes": self.nnodes, "topology": [n.to_json() for n in self.nodes], "notes": list(self.notes)}
-        if self.master:
-            document["master"] = {"host": self.master[0], "address": self.master[1], "port": self.master[2]}
-        if self.script is not None:
-            document["script"] = self.script
-        return document
-
 
 def plan_of_topology(backend: BackendName, inventory: Inventory, topology, run_id: Optional[str],
                      commands: Mapping[str, dict]) -> Plan:

@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+from clusterctl.documents.commands import LookDocument
+from clusterctl.documents.convert import plain
+
 
 @dataclass(frozen=True)
 class Look:
@@ -19,8 +22,9 @@ class Look:
     def ended(self) -> bool:
         return all(v.exit_code is not None or v.error for v in self.views)
 
-    def to_json(self) -> dict:
-        return {"run_id": self.run_id, "state": self.state, "nodes": [v.to_json() for v in self.views]}
+    def document(self, ok: bool) -> dict:
+        """`top --json`, `metrics --json`: this look."""
+        return plain(LookDocument(ok=ok, run_id=self.run_id, state=self.state, nodes=[v.to_json() for v in self.views]))
 
 
 def look(session, given_run: Optional[str], given_inventory: Optional[str]) -> Look:

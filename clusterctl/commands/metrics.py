@@ -31,4 +31,4 @@ def execute(args, app) -> Outcome:
 
         app.renderer.live_table(f"metrics {seen.run_id}", COLUMNS, rows(list(seen.views)))
     unread = [v for v in seen.views if v.error]
-    return Outcome({"ok": not unread, **seen.to_json()}, unreachable=bool(unread))
+    return Outcome(seen.document(ok=not unread), unreachable=bool(unread))

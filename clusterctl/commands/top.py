@@ -40,4 +40,4 @@ def execute(args, app) -> Outcome:
     seen = watch(app, args.run, args.inventory, args.every, show, once=args.once or args.json)
     app.renderer.stop_live()
     unread = [v for v in seen.views if v.error]
-    return Outcome({"ok": not unread, **seen.to_json()}, unreachable=bool(unread))
+    return Outcome(seen.document(ok=not unread), unreachable=bool(unread))

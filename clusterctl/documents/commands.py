@@ -7,8 +7,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Optional, Union
 
 from clusterctl.documents.parts import (
-    Attempt, CheckEntry, CheckupStep, ExecHostEntry, Finding, FirstFailure, HostEntry, LogLine, Master, NodeCommand,
-    NodeEnd, NodeHealth, PlannedNode, RunEntry, SimilarCase, Straggler, doc,
+    Attempt, CheckEntry, CheckupStep, ExecHostEntry, Finding, FirstFailure, HostEntry,
+    ImagePulled, ImageSent, InventorySourceEntry, LogLine, Master, NcclLink, NodeCommand, NodeEnd, NodeHealth, PlannedNode, RollCall, RunEntry,
+    PeersFailed, SimilarCase, Straggler, Supervisor, doc,
 )
 
 
@@ -37,7 +38,14 @@ class HostsDocument(Document):
 
 
 @dataclass(frozen=True)
+class UpHostEntry(HostEntry):
+    distribute: Union[ImageSent, ImagePulled, PeersFailed] = doc("where the node's image came from, when it moved",
+                                                                 default=None)
+
+
+@dataclass(frozen=True)
 class UpDocument(HostsDocument):
+    hosts: dict[str, UpHostEntry]
     checks: list[CheckEntry] = doc("the preflight checks at the end of up", default_factory=list)
 
 
@@ -111,6 +119,8 @@ class RunRecord:
     commands: dict[str, NodeCommand] = doc("per host: what started there", default_factory=dict)
     topology: list[PlannedNode] = field(default_factory=list)
     phases: dict[str, float] = field(default_factory=dict)
+    supervisor: Optional[Supervisor] = doc("a detached run's supervisor", default=None)
+    inventory_source: Optional[InventorySourceEntry] = None
 
 
 @dataclass(frozen=True)
@@ -218,9 +228,9 @@ class StackGroup:
 class StacksDocument(Document):
     run_id: str
     groups: list[StackGroup]
+    roll_call: RollCall
     saved: Optional[str] = None
     evidence: Optional[str] = None
-    roll_call: dict[str, Any] = field(default_factory=dict)
     problems: dict[str, str] = doc("per host, why no stack came from it", default_factory=dict)
 
 
@@ -274,6 +284,46 @@ class LookDocument(Document):
     nodes: list[NodeLook] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class NcclTestDocument(Document):
+    """`nccl-test`: one all-reduce test on every node (mode single), or one per pair of nodes (pairs)."""
+
+    mode: Literal["single", "pairs"]
+    stages: dict[str, dict[str, Any]] = doc("connect, small, full: each stage's status (empty for pairs)")
+    sizes: list[dict[str, Any]] = doc("each size measured (empty for pairs)")
+    pairs: list[dict[str, Any]] = doc("each pair's test, slowest first (empty for single)")
+    slowest_node: Optional[str] = doc("the pairs' slowest node, where one stands out")
+    link: Optional[NcclLink] = doc("the link measured (single)", default=None)
+    verdict: Optional[str] = doc("pass | warn | fail at the largest size, - where none applies", default=None)
+
+
+@dataclass(frozen=True)
+class NotificationDiagnosis:
+    cause: str
+    host: Optional[str]
+    rank: Optional[int]
+    fix: str
+    evidence: str = ""
+    confidence: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class Notification:
+    """What `notify:` posts as JSON (observe/messages.py): an event of a run, its own versioned schema."""
+
+    schema: Literal["clusterctl.notification/1"]
+    event: Literal["end", "failure", "relaunch", "straggler", "quarantine"]
+    run_id: str
+    cluster: str
+    hosts: list[str]
+    state: str = doc("running | succeeded | failed | stopped")
+    duration_s: Optional[float]
+    summary: str = doc("one line a person reads first")
+    diagnosis: Optional[NotificationDiagnosis] = doc("the leading cause (absent without one)", default=None)
+    detail: dict[str, Any] = doc("the event's own facts (the straggler, the host quarantined...)",
+                                 default_factory=dict)
+
+
 # what each command prints (a command with subcommands may print one of several); every one of them
 # may print an ErrorDocument instead
 COMMANDS: dict[str, tuple[type, ...]] = {
@@ -281,9 +331,9 @@ COMMANDS: dict[str, tuple[type, ...]] = {
     "check": (CheckDocument,), "run": (RunDocument, RunNotStartedDocument), "attach": (AttachDocument, RunDocument),
     "logs": (LogsDocument,), "stop": (StopDocument,), "collect-logs": (CollectDocument,),
     "diagnose": (DiagnoseDocument,), "stacks": (StacksDocument,), "play": (HostsDocument,), "sandbox": (Document,),
-    "nccl-test": (Document,), "export": (ExportDocument,), "launch": (LaunchDocument,),
+    "nccl-test": (NcclTestDocument, RunNotStartedDocument), "export": (ExportDocument,), "launch": (LaunchDocument,),
     "health": (HealthDocument, HealthCheckDocument, PrometheusDocument), "completion": (CompletionDocument,),
     "inventory": (InventoryDocument,), "report": (ReportDocument,), "top": (LookDocument,),
     "metrics": (LookDocument,),
 }
-RECORDS: dict[str, type] = {"run-record": RunRecord}
+RECORDS: dict[str, type] = {"run-record": RunRecord, "notification": Notification}

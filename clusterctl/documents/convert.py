@@ -2,7 +2,8 @@
 
 `to_json` methods of objects whose attributes carry a document's fields under the same names
 return `as_document(DocType, self)`: the keys are the type's, so the JSON and its published
-schema cannot drift apart."""
+schema cannot drift apart. A field whose JSON key is no Python name (`class`) says its key in
+its metadata (parts.doc(..., key="class"))."""
 from __future__ import annotations
 
 import dataclasses
@@ -11,9 +12,15 @@ import enum
 
 def as_document(kind: type, source) -> dict:
     """`kind`'s fields, read from `source`'s attributes of the same names, as JSON values."""
-    values = {f.name: plain(getattr(source, f.name)) for f in dataclasses.fields(kind)}
+    fields = dataclasses.fields(kind)
+    values = {f.name: plain(getattr(source, f.name)) for f in fields}
     kind(**values)  # every declared field is there (a missing or extra one raises here, not in a user's parser)
-    return values
+    return {key_of(f): values[f.name] for f in fields}
+
+
+def key_of(field: dataclasses.Field) -> str:
+    """The field's key in the JSON document: its name, or the key its metadata names."""
+    return field.metadata.get("key", field.name)
 
 
 def plain(value):
@@ -25,5 +32,5 @@ def plain(value):
     if isinstance(value, dict):
         return {k: plain(v) for k, v in value.items()}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {key_of(f): plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
     return value

@@ -11,9 +11,10 @@ CheckStatusName = Literal["pass", "warn", "fail"]
 HealthState = Literal["healthy", "suspect", "quarantined"]
 
 
-def doc(text: str, **kwargs):
-    """A field with its description (the schema's `description`)."""
-    return field(metadata={"doc": text}, **kwargs)
+def doc(text: str, key: Optional[str] = None, **kwargs):
+    """A field with its description (the schema's `description`); `key`: its JSON key where that is no
+    Python name (`class`)."""
+    return field(metadata={"doc": text, **({"key": key} if key else {})}, **kwargs)
 
 
 @dataclass(frozen=True)
@@ -212,3 +213,96 @@ class CheckupStep:
     step: Literal["preflight", "gpu_burn", "nccl_pair"]
     status: Literal["pass", "fail", "skip"]
     detail: str
+
+
+@dataclass(frozen=True)
+class Supervisor:
+    """Where a detached run's supervisor listens (the run record's "supervisor")."""
+
+    host: str
+    address: str
+    port: int
+    run_dir: str
+
+
+@dataclass(frozen=True)
+class InventorySourceEntry:
+    """Where a run's inventory came from (the run record's "inventory_source")."""
+
+    kind: Literal["file", "directory", "ansible"]
+    location: str
+
+
+@dataclass(frozen=True)
+class ImageSent:
+    """Where `up` got a node's image when it distributes it between the nodes (container.distribute)."""
+
+    source: str = doc("present | registry | peer:NODE")
+    image_id: str
+    bytes: int
+    seconds: float
+    mb_per_s: Optional[float] = doc("null when nothing was sent")
+    layers_kept: int = doc("layers the node had already, not sent again")
+
+
+@dataclass(frozen=True)
+class ImagePulled:
+    """A node that pulled the image from the registry itself."""
+
+    source: Literal["registry"]
+    image_id: str
+    bytes: Optional[int] = doc("the image's size, as the engine says it")
+    seconds: float
+
+
+@dataclass(frozen=True)
+class PeersFailed:
+    """A node the peers could not send the image to: the registry pull follows."""
+
+    source: None
+    peers_failed: str = doc("why")
+
+
+@dataclass(frozen=True)
+class RankAt:
+    host: str
+    rank: int
+
+
+@dataclass(frozen=True)
+class UnreadRank:
+    """A rank whose stack py-spy could not read, and why."""
+
+    host: str
+    rank: int
+    error: str
+
+
+@dataclass(frozen=True)
+class RollCallGroup:
+    """Ranks whose innermost frame is the same."""
+
+    frame: Optional[str] = doc("the innermost frame, null: no Python frame")
+    where: str = doc("the function, and the line of the job's code that led there")
+    ranks: list[RankAt]
+    majority: bool = doc("the group the others are measured against (those waiting in the collective)")
+
+
+@dataclass(frozen=True)
+class RollCall:
+    """Every rank's stack, grouped, the ranks elsewhere than the majority named."""
+
+    groups: list[RollCallGroup] = doc("the majority first, then the others, largest first")
+    failed: list[UnreadRank]
+    missing: list[int] = doc("ranks of the topology no node reported")
+    evidence: str
+
+
+@dataclass(frozen=True)
+class NcclLink:
+    """The link an nccl-test measured, and the bus bandwidth it should reach."""
+
+    class_: str = doc("nvlink-hopper | nvlink | pcie | gpu-intra-node | infiniband | tcp | gloo | single-rank",
+                      key="class")
+    target_busbw_gbps: Optional[float] = doc("busbw expected at large sizes; null: reported, not judged")
+    basis: str = doc("where the target comes from")

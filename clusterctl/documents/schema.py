@@ -13,6 +13,8 @@ import types
 import typing
 from typing import Any, Literal, Union
 
+from clusterctl.documents.convert import key_of
+
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 _SCALARS = {str: {"type": "string"}, bool: {"type": "boolean"}, int: {"type": "integer"},
             float: {"type": "number"}, type(None): {"type": "null"}, Any: {}, object: {}}
@@ -35,9 +37,9 @@ def _object(cls: type, defs: dict) -> dict:
         prop = _type(hints[f.name], defs)
         if f.metadata.get("doc"):
             prop = {"description": f.metadata["doc"], **prop}
-        properties[f.name] = prop
+        properties[key_of(f)] = prop
         if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            required.append(f.name)
+            required.append(key_of(f))
     out: dict = {"type": "object"}
     if cls.__doc__ and not cls.__doc__.startswith(f"{cls.__name__}("):  # dataclass' generated doc
         out["description"] = " ".join(cls.__doc__.split())

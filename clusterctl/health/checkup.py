@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from clusterctl.documents import parts
+from clusterctl.documents.convert import as_document
 from clusterctl.errors import UsageError
 from clusterctl.health.events import Event
 from clusterctl.models import CheckStatus, Command, Inventory
@@ -61,8 +63,12 @@ class Step:
     status: str  # pass | fail | skip
     detail: str
 
+    @property
+    def step(self) -> str:
+        return self.name
+
     def to_json(self) -> dict:
-        return {"step": self.name, "status": self.status, "detail": self.detail}
+        return as_document(parts.CheckupStep, self)
 
 
 def check_host(app, inventory: Inventory, name: str) -> tuple[list[Step], list]:

@@ -4,6 +4,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from clusterctl.documents import parts
+from clusterctl.documents.convert import as_document
+
 # Where an event came from: the command or watcher that saw it.
 SOURCES = ("up", "check", "run", "heal", "nccl-test", "straggler", "watch", "operator")
 
@@ -68,8 +71,7 @@ class StoredEvent:
     run_id: Optional[str]
 
     def to_json(self) -> dict:
-        return {"seq": self.seq, "at": self.at, "gpu": self.gpu, "source": self.source, "kind": self.kind,
-                "severity": self.severity, "cause": self.cause, "evidence": self.evidence, "run_id": self.run_id}
+        return as_document(parts.HealthEvent, self)
 
 
 @dataclass(frozen=True)

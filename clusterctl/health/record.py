@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Optional, Sequence
 
+from clusterctl.documents import parts
+from clusterctl.documents.convert import as_document, plain
 from clusterctl.errors import StateError, UsageError
 from clusterctl.health.events import SOURCES, Event, GpuId, GpuRow, StoredEvent
 from clusterctl.health.rules import (CHECK_PASSED, INFO_KINDS, QUARANTINED, RELEASED, Rule, Verdict, judge, rules_for,
@@ -33,9 +35,20 @@ class GpuHealth:
     verdict: Verdict
     keyed_by_index: bool
 
+    @property
+    def state(self) -> str:
+        return self.verdict.state
+
+    @property
+    def since(self) -> Optional[float]:
+        return self.verdict.since
+
+    @property
+    def reason(self) -> Optional[str]:
+        return self.verdict.reason
+
     def to_json(self) -> dict:
-        return {"key": self.key, "index": self.index, "state": self.verdict.state, "since": self.verdict.since,
-                "reason": self.verdict.reason, "keyed_by_index": self.keyed_by_index}
+        return as_document(parts.GpuHealth, self)
 
 
 @dataclass(frozen=True)
@@ -50,9 +63,11 @@ class NodeHealth:
         return self.verdict.state
 
     def to_json(self, last: Optional[int] = LAST_EVENTS) -> dict:
+        """Its document with the last `last` events (None: all of them)."""
         shown = self.events if last is None else self.events[-last:]
-        return {"host": self.host, "state": self.state, "since": self.verdict.since, "reason": self.verdict.reason,
-                "gpus": [gpu.to_json() for gpu in self.gpus], "events": [e.to_json() for e in shown]}
+        return plain(parts.NodeHealth(host=self.host, state=self.state, since=self.verdict.since,
+                                      reason=self.verdict.reason, gpus=[gpu.to_json() for gpu in self.gpus],
+                                      events=[e.to_json() for e in shown]))
 
 
 class HealthRecord:

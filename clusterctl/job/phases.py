@@ -51,6 +51,6 @@ class Phases:
     def again(self, name: str) -> None:
         self._at[name] = time.time()
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict:  # the value of RunDocument/RunRecord.phases (dict[str, float]), not a document
         """{name: seconds since the command started}, in NAMES' order, the phases reached only."""
         return {name: round(max(0.0, self._at[name] - self.started), 3) for name in NAMES if name in self._at}

@@ -11,9 +11,11 @@ themselves once their lease runs out (15 s), and `clusterctl stop RUN` makes sur
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+from clusterctl.documents import parts
+from clusterctl.documents.convert import as_document
 from clusterctl.errors import StateError, UsageError
 
 RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -60,7 +62,7 @@ class RunEntry:
     attempts: list = field(default_factory=list)  # a run that healed itself: one entry per launch (issue 35)
 
     def to_json(self) -> dict:
-        return {**asdict(self), "stragglers": [dict(s) for s in self.stragglers]}
+        return as_document(parts.RunEntry, self)
 
 
 def state_of(record: dict, run_id: str, holder_of: Callable[[str], Optional[dict]]) -> str:

@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
+from clusterctl.documents import parts
+from clusterctl.documents.convert import plain
 from clusterctl.job.sockets import Suspect, suspicious_connections
 from clusterctl.job.stacks import Frame, RankStack
 
@@ -77,11 +79,11 @@ class RollCall:
         return self.outliers[0].ranks[0] if self.outliers else None
 
     def to_json(self) -> dict:
-        return {"groups": [{"frame": str(g.frame) if g.frame else None, "where": g.where(),
-                            "ranks": [{"host": r.host, "rank": r.rank} for r in g.ranks],
-                            "majority": g is self.majority} for g in self.groups],
-                "failed": [{"host": r.host, "rank": r.rank, "error": r.error} for r in self.failed],
-                "missing": list(self.missing), "evidence": self.evidence()}
+        groups = [parts.RollCallGroup(frame=str(g.frame) if g.frame else None, where=g.where(),
+                                      ranks=[parts.RankAt(r.host, r.rank) for r in g.ranks], majority=g is self.majority)
+                  for g in self.groups]
+        return plain(parts.RollCall(groups=groups, failed=[parts.UnreadRank(r.host, r.rank, r.error) for r in self.failed],
+                                    missing=list(self.missing), evidence=self.evidence()))
 
 
 def roll_call(ranks: Iterable[RankStack], expected: Iterable[int] = ()) -> RollCall:

@@ -22,6 +22,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Optional, Sequence
 
+from clusterctl.documents import parts
+from clusterctl.documents.convert import plain
 from clusterctl.job.stacks import RankStack
 
 WINDOW = 40  # samples judged (the latest)
@@ -80,10 +82,11 @@ class Straggler:
         return f"{self.host} r{self.rank}{gpu}: {self.how_late()} ({self.ratio:.1f}x the median), {self.evidence}"
 
     def to_json(self) -> dict:
-        return {"host": self.host, "rank": self.rank, "gpu": self.gpu,
-                "lag_s": round(self.lag_s, 3) if self.lag_s is not None else None,
-                "lag_share": round(self.lag_share, 3), "ratio": round(self.ratio, 2), "since": round(self.since, 3),
-                "evidence": self.evidence}
+        """Its document, rounded; `until` stays null while it is late (job/straggler_watch.py sets it)."""
+        return plain(parts.Straggler(
+            host=self.host, rank=self.rank, gpu=self.gpu, lag_s=round(self.lag_s, 3) if self.lag_s is not None else None,
+            ratio=round(self.ratio, 2), since=round(self.since, 3), evidence=self.evidence,
+            lag_share=round(self.lag_share, 3)))
 
 
 def waits(rank: RankStack) -> bool:

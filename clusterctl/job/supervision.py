@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
+from clusterctl.documents import parts
+from clusterctl.documents.convert import as_document
 from clusterctl.executor import Connections, for_each_host, run_commands, ticks
 from clusterctl.health import fleet as health
 from clusterctl.job import agent, detached_health, detached_healing
@@ -50,7 +52,7 @@ class Supervised:
     run_dir: str
 
     def to_json(self) -> dict:
-        return {"host": self.host, "address": self.address, "port": self.port, "run_dir": self.run_dir}
+        return as_document(parts.Supervisor, self)
 
 
 def supervisor_of(record: dict) -> Optional[Supervised]:

@@ -13,6 +13,8 @@ import time
 from dataclasses import replace
 from typing import Any, Optional
 
+from clusterctl.documents.convert import plain
+from clusterctl.documents.parts import ImagePulled
 from clusterctl.models import Command, ContainerSpec, Host, HostResult, HostStatus, Inventory, Skip
 from clusterctl.modules.catalog import module
 from clusterctl.modules.docker_replies import (LABEL_CONFIG, api_message, memlock_limit, pull_failure, pull_status,
@@ -206,8 +208,7 @@ def pull(ctx):
         if resolved is not None:
             data["credentials"] = resolved.credentials.source  # where from, never what
         if changed:  # where its layers came from (docker.distribute says it for the nodes it served)
-            data["distribute"] = {"source": "registry", "image_id": image.id, "bytes": image.attrs.get("Size"),
-                                  "seconds": round(pulled_s, 2)}
+            data["distribute"] = plain(ImagePulled("registry", image.id, image.attrs.get("Size"), round(pulled_s, 2)))
         detail = f"pulled {spec.image}" if changed else ""
         return HostResult(host.name, HostStatus.CHANGED if changed else HostStatus.OK, detail, data=data)
 

@@ -20,6 +20,9 @@ import statistics
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Optional, Sequence
 
+from clusterctl.documents import parts
+from clusterctl.documents.convert import plain
+
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 SMALL_MAX = MIB  # the small stage ends here; the full sweep takes the larger sizes
 JUDGE_MIN_SIZE = 256 * MIB  # below this all_reduce is latency-bound: no bandwidth verdict
@@ -129,7 +132,7 @@ class LinkClass:
     basis: str  # where the target comes from, in words
 
     def to_json(self) -> dict:
-        return {"class": self.name, "target_busbw_gbps": self.target_gbps, "basis": self.basis}
+        return plain(parts.NcclLink(class_=self.name, target_busbw_gbps=self.target_gbps, basis=self.basis))
 
 
 def is_hopper(gpu_name: Optional[str]) -> bool:

@@ -3,21 +3,14 @@ its hosts, how long it ran, its state and, where there is one, the diagnosis (ca
 Two shapes of the same message: the generic JSON document, and Slack's `text` + `blocks`. Pure."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Optional
+
+from clusterctl.documents.commands import Notification, NotificationDiagnosis as Diagnosis
+from clusterctl.documents.convert import as_document
 
 EVENTS = ("end", "failure", "relaunch", "straggler", "quarantine")
 SCHEMA = "clusterctl.notification/1"
-
-
-@dataclass(frozen=True)
-class Diagnosis:
-    cause: str
-    host: Optional[str]
-    rank: Optional[int]
-    fix: str
-    evidence: str = ""
-    confidence: Optional[float] = None
 
 
 @dataclass(frozen=True)
@@ -32,11 +25,9 @@ class Message:
     diagnosis: Optional[Diagnosis] = None
     detail: dict = field(default_factory=dict)  # the event's own facts (the straggler, the host quarantined...)
 
-    def to_json(self) -> dict:
-        document = {"schema": SCHEMA, **asdict(self), "hosts": list(self.hosts)}
-        if self.diagnosis is None:
-            document.pop("diagnosis")
-        return document
+    @property
+    def schema(self) -> str:
+        return SCHEMA
 
 
 def diagnosis_of(first_failure: Optional[dict]) -> Optional[Diagnosis]:
@@ -102,7 +93,11 @@ def default_summary(event: str, run_id: str, cluster: str, state: str, diagnosis
 
 
 def json_payload(msg: Message) -> dict:
-    return msg.to_json()
+    """The generic JSON message (documents' Notification, docs/schemas/notification.json); no diagnosis key without one."""
+    document = as_document(Notification, msg)
+    if msg.diagnosis is None:
+        document.pop("diagnosis")
+    return document
 
 
 def slack_payload(msg: Message) -> dict:

@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+from clusterctl.documents.commands import NodeLook
+from clusterctl.documents.convert import as_document
 from clusterctl.job.container import on_host_or_in_container
 from clusterctl.models import Command, Inventory
 
@@ -42,9 +44,13 @@ class NodeView:
     error: Optional[str] = None
     first_rank: int = 0
 
+    @property
+    def ranks(self) -> dict:
+        """global rank (as text) -> {stream, line}"""
+        return {str(self.first_rank + local): {"stream": s, "line": t} for local, (s, t) in sorted(self.lines.items())}
+
     def to_json(self) -> dict:
-        return {"host": self.host, "sample": self.sample, "exit_code": self.exit_code, "error": self.error,
-                "ranks": {str(self.first_rank + local): {"stream": s, "line": t} for local, (s, t) in sorted(self.lines.items())}}
+        return as_document(NodeLook, self)
 
 
 def probe_command(inventory: Inventory, run_dir: str) -> Command:

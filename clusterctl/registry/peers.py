@@ -46,6 +46,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Optional
 
+from clusterctl.documents import parts
+from clusterctl.documents.convert import plain
 from clusterctl.models import Command, Host, HostResult, HostStatus, Inventory
 # the relay and its commands (relay.py), importable from here as before the split
 from clusterctl.registry.relay import (ACCEPT_S, RELAY, _HELD_LAYERS, _WATCH, chain_ids, cut_short,  # noqa: F401
@@ -75,10 +77,14 @@ class Holding:
     seconds: float = 0.0
     layers_kept: int = 0  # layers the node already had (on the same layers below), not sent again
 
+    @property
+    def mb_per_s(self) -> Optional[float]:
+        return round(self.bytes / self.seconds / 1e6, 1) if self.seconds > 0 and self.bytes else None
+
     def to_json(self) -> dict:
-        rate = round(self.bytes / self.seconds / 1e6, 1) if self.seconds > 0 and self.bytes else None
-        return {"source": self.source, "image_id": self.image_id, "bytes": self.bytes,
-                "seconds": round(self.seconds, 2), "mb_per_s": rate, "layers_kept": self.layers_kept}
+        return plain(parts.ImageSent(source=self.source, image_id=self.image_id, bytes=self.bytes,
+                                        seconds=round(self.seconds, 2), mb_per_s=self.mb_per_s,
+                                        layers_kept=self.layers_kept))
 
 
 @dataclass
@@ -134,7 +140,7 @@ def holding_result(host: Host, holding: Holding) -> HostResult:
     data = {"distribute": holding.to_json()}
     if holding.source == "present":
         return HostResult(host.name, HostStatus.OK, "", data=data)
-    rate = holding.to_json()["mb_per_s"]
+    rate = holding.mb_per_s
     how = f"{holding.bytes / 1e6:.0f} MB in {holding.seconds:.1f}s ({rate} MB/s)" if holding.bytes else "pulled"
     if holding.layers_kept:
         how += f", {holding.layers_kept} layer(s) it had not sent again"
@@ -260,7 +266,7 @@ def distribute(hosts: list[Host], inventory: Inventory, connections, pull_seed, 
                 holdings[receiver] = Holding(f"peer:{sender}", expected, sent.data.get("bytes", 0),
                                              got.data.get("seconds", 0.0), len(skip[receiver]))
                 plan.received(receiver)
-                note(Event("note", receiver, f"image from {sender}: {holdings[receiver].to_json()['mb_per_s']} MB/s"))
+                note(Event("note", receiver, f"image from {sender}: {holdings[receiver].mb_per_s} MB/s"))
                 continue
             why = transfer_failure(receiver, sender, got, got.data.get("image_id"), expected)
             if got.succeeded:  # a different image arrived: that node fails, named
@@ -271,7 +277,7 @@ def distribute(hosts: list[Host], inventory: Inventory, connections, pull_seed, 
             if plan.failed(receiver):
                 results[receiver] = HostResult(receiver, HostStatus.OK, f"peers failed ({why}); the registry pull "
                                                                         "follows",
-                                               data={"distribute": {"source": None, "peers_failed": why}})
+                                               data={"distribute": plain(parts.PeersFailed(None, why))})
     for name, holding in holdings.items():
         results.setdefault(name, holding_result(by_name[name], holding))
     return {h.name: results[h.name] for h in hosts if h.name in results}
