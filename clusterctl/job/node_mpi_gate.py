@@ -295,9 +295,12 @@ def relay_frames(conn: socket.socket, host: str) -> int:
 
 def run_launch(run_dir: str, hostfile: str, mpirun_argv: list) -> int:
     key = os.environ.pop(SECRET_VAR, "")
-    if shutil.which(mpirun_argv[0]) is None:
+    # Debian's mpirun is an alternatives link through /etc, which an image sharing the host's /usr lacks
+    found = [name for name in (mpirun_argv[0], "mpirun.openmpi", "orterun") if shutil.which(name)]
+    if not found:
         say("launch", f"{mpirun_argv[0]} is not installed: apt-get install openmpi-bin in the image (or on the node)")
         return 127
+    mpirun_argv = [found[0]] + list(mpirun_argv[1:])
     old = os.umask(0o077)
     try:
         with open(os.path.join(run_dir, "mpi.key"), "w") as f:
