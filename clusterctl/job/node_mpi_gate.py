@@ -133,7 +133,7 @@ def say(role: str, text: str) -> None:
           file=sys.stderr, flush=True)
 
 
-def accept_one(server: socket.socket, key: bytes, wait_s: float, master: str):
+def accept_one(server: socket.socket, key: bytes, wait_s: float):
     """The first connection that proves the secret, with its command; None when WAIT_S passed."""
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
@@ -163,7 +163,7 @@ def run_gate(address: str, port: int, master: str, wait_s: float, rank_dirs: str
     except OSError as exc:
         say("gate", f"cannot listen on {address}:{port} (rendezvous port + 3): {exc}")
         return 1
-    accepted = accept_one(server, key, wait_s, master)
+    accepted = accept_one(server, key, wait_s)
     server.close()
     if accepted is None:
         say("gate", f"mpirun on {master} did not connect to {address}:{port} within {wait_s:g}s: "
@@ -250,7 +250,7 @@ def connect(host: str, port: int) -> socket.socket:
 
 
 def run_agent(argv: list) -> int:
-    words = [a for a in argv]
+    words = list(argv)
     while words and words[0].startswith("-"):  # an rsh agent's options, if Open MPI ever passes some
         words.pop(0)
     if len(words) < 2:
