@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterctl_helpers import CONTAINER_OUTPUTS, cluster_with_jobs, processes_with, variant
+from clusterctl_helpers import CONTAINER_OUTPUTS, Cli, cluster_with_jobs, processes_with, variant, wait_until
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow,
               pytest.mark.skipif(shutil.which("mpirun") is None, reason="openmpi-bin is not installed on this machine")]
@@ -79,3 +79,30 @@ def test_a_failed_rank_fails_the_mpirun_job_fast_names_its_host_and_rank_and_lea
     assert (first["host"], first["rank"]) == ("node2", 3), first
     assert "gives up" in json.dumps(first["diagnosis"]), first
     assert not _left_running(doc["run_id"]), _left_running(doc["run_id"])  # mpirun, its agents, the gates, orted and the ranks
+
+
+def test_stop_ends_a_running_mpirun_job_on_every_node_with_nothing_left(sandbox, cluster, tmp_path):
+    cli, where = cluster
+    inventory = str(_mpirun(sandbox, tmp_path / "stop.yaml", "--fail-rank", "99"))  # no rank fails: all wait
+    outputs = sandbox.shared_outputs / "mpi"
+    before = set(p.name for p in outputs.iterdir()) if outputs.is_dir() else set()
+    run = cli.popen("run", "-i", inventory, "--stall-timeout", "0", str(where / "prompt.txt"))
+    run_id = None
+    try:
+        def all_up():
+            for rid in (set(p.name for p in outputs.iterdir()) if outputs.is_dir() else set()) - before:
+                if len(list((outputs / rid).glob("rank*.json"))) == NPROC * len(NODES):
+                    return rid
+            return None
+        run_id = wait_until(all_up, 120, interval=0.5, what="every rank joined")
+        code, doc = cli.json("stop", run_id)
+        assert code == 0 and doc["ok"] and doc["state"] == "stopped", doc
+        code, document, stderr = Cli.finish(run, timeout=60)
+        assert code == 1 and document["stopped"] is True, (document, stderr[-2000:])
+        assert wait_until(lambda: not _left_running(run_id), 15, what="no process of the run") is True
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+        if run_id:
+            cli.json("stop", run_id)

@@ -173,6 +173,8 @@ def run_gate(address: str, port: int, master: str, wait_s: float, rank_dirs: str
     conn.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
     child = subprocess.Popen(["sh", "-c", command.decode("utf-8", "surrogateescape")], stdin=subprocess.DEVNULL,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # stopped (`clusterctl stop`): orted's group too
+        signal.signal(sig, lambda number, _frame: (stop_group(child), os._exit(128 + number)))
     code = relay_child(conn, child)
     if code is None:
         stop_group(child)
