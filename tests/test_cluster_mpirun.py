@@ -66,6 +66,7 @@ def test_an_mpirun_job_joins_gloo_through_env_with_each_ranks_variables_and_its_
     for rank in range(world):
         host = NODES[rank // NPROC]
         assert f'"RANK": "{rank}"' in (dest / host / "logs" / f"{host}-r{rank}.log").read_text()
+    assert not list(dest.rglob("mpi.key")) and (sandbox.shared_outputs / "logs" / run_id / "node1" / "mpi.key").exists()
     assert not _left_running(run_id), _left_running(run_id)
 
 

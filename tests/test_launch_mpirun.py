@@ -71,6 +71,18 @@ def test_every_other_node_runs_the_gate_on_its_plan_address_and_every_node_gets_
     assert launchers.shipped(two_node_inventory()) == {}
 
 
+def test_an_outputs_path_that_open_mpi_would_split_is_refused_with_one_clear_error():
+    from dataclasses import replace
+
+    from clusterctl.errors import UsageError
+
+    inv, topo = _mpirun()
+    for outputs in ("/work space/out", "/a:b"):
+        spaced = replace(inv, job=replace(inv.job, outputs=outputs))
+        with pytest.raises(UsageError, match="splits on"):
+            launchers.node_command(spaced, topo, topo.nodes[0], "r1", ("x.py",), outputs)
+
+
 def test_a_ranks_env_maps_open_mpis_variables_to_torchs_and_drops_the_secret():
     env = gate.rank_env({"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
                          "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "NODE_RANK": "1", gate.SECRET_VAR: "s", gate.KEYFILE_VAR: "f"})
@@ -205,3 +217,15 @@ def test_a_gate_that_nobody_connects_to_names_the_master_and_ends(tmp_path):
         assert done.returncode == 127 and "apt-get install openmpi-bin" in done.stderr
     else:
         assert done.returncode == 1 and "mpirun on node1 did not connect" in done.stderr
+
+
+def test_a_node_without_open_mpi_says_which_host_lacks_it_and_how_to_install_it(tmp_path):
+    env = {gate.SECRET_VAR: "abc", "CLUSTERCTL_HOST": "node7", "PATH": str(tmp_path)}  # no mpirun, no orted
+    launch = subprocess.run([sys.executable, str(GATE), "launch", str(tmp_path), "", "mpirun", "-np", "2", "true"],
+                            env=env, capture_output=True, text=True, timeout=60)
+    assert launch.returncode == 127
+    assert launch.stderr == ("clusterctl mpi launch on node7: mpirun is not installed: apt-get install openmpi-bin "
+                             "in the image (or on the node)\n")
+    node = subprocess.run([sys.executable, str(GATE), "gate", "127.0.0.2", "1", "node1", "1", str(tmp_path)],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert node.returncode == 127 and "on node7: Open MPI's orted is not installed: apt-get install openmpi-bin" in node.stderr

@@ -80,8 +80,8 @@ def mpirun_argv(inv: Inventory, topo: Topology, run_id: str, job_argv: tuple[str
     run_dir = log_dir(inv.job.outputs, run_id, topo.master.host.name)
     agent = f"{inv.job.python} {program(inv, run_id)} agent"
     if any(c.isspace() or c == ":" for c in agent.replace(" ", "", 2)):
-        raise UsageError(f"mpirun's agent path {agent!r} has a space or a colon, which Open MPI splits on",
-                         "job.outputs", "use job.outputs and job.python without spaces or colons for job.launcher mpirun")
+        raise UsageError(f"mpirun's agent {agent!r} has a space or a colon, which Open MPI splits on", "job.outputs",
+                         "use job.outputs and job.python without spaces or colons for job.launcher mpirun")
     argv = ["mpirun", "--allow-run-as-root", "--hostfile", f"{run_dir}/hostfile", "-np", str(topo.world_size),
             "--map-by", "slot", "--rank-by", "slot", "--bind-to", "none",
             "--leave-session-attached",  # orted stays in the gate's session: the connection is its lifeline
