@@ -207,6 +207,14 @@ def test_a_failed_rank_aborts_mpirun_and_leaves_torchruns_failed_line_on_its_own
     assert (failed.local_rank, failed.exit_code) == (1, 3)
     assert "[w rank2]: boom" in (logs / "w" / "agent.log").read_text()
     assert first_failed_process((logs / "m" / "agent.log").read_text()).exit_code == -15  # stopped, not failed
+    from clusterctl.job.failures import Ended, first_failure
+    from clusterctl.models import Host, Inventory
+
+    inventory = Inventory("t", (Host("m", "127.0.0.1"), Host("w", "127.0.0.2")))
+    master = Ended("m", 10.0, False, 3, (logs / "m" / "agent.log").read_text() + done.stderr)  # mpirun's own words too
+    worker = Ended("w", 11.0, False, 3, (logs / "w" / "agent.log").read_text())  # noticed later, failed first
+    first = first_failure(inventory, [master, worker], 1.0, 7.0, {"m": 3, "w": 3}, {"m": 0, "w": 1})
+    assert (first["host"], first["rank"], first["rank_exit_code"]) == ("w", 2, 3)
 
 
 def test_a_gate_that_nobody_connects_to_names_the_master_and_ends(tmp_path):

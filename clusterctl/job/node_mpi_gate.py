@@ -324,7 +324,7 @@ class Tee:
     """A rank's stream: whole lines into its own file and, prefixed, into the node's agent.log."""
 
     def __init__(self, path: str, log, prefix: bytes):
-        self.file, self.log, self.prefix, self.partial = open(path, "ab"), log, prefix, b""
+        self.file, self.log, self.prefix, self.partial = open(path, "wb"), log, prefix, b""  # a relaunch starts anew
 
     def feed(self, data: bytes) -> None:
         self.file.write(data)
@@ -368,6 +368,8 @@ def run_rank(logs: str, run_id: str, argv: list) -> int:
     run_dir = os.path.join(logs, host)
     rank_dir = os.path.join(run_dir, f"{run_id}_mpirun", "attempt_0", local)
     os.makedirs(rank_dir, exist_ok=True)
+    if os.path.exists(os.path.join(rank_dir, "exit")):  # an earlier attempt's (a run that heals itself)
+        os.unlink(os.path.join(rank_dir, "exit"))
     prefix = f"[{host} rank{rank}]: ".encode()
     with open(os.path.join(run_dir, "agent.log"), "ab") as log:
         child = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
