@@ -26,7 +26,7 @@ deps:
 	  missing=""; \
 	  for p in sshd:openssh-server ssh:openssh-client dockerd:docker.io docker-registry:docker-registry \
 	           ip:iproute2 iptables:iptables ibstat:infiniband-diags ps:procps sudo:sudo \
-           slurmctld:slurm-wlm munged:munge chromium:chromium chromedriver:chromium-driver; do \
+           slurmctld:slurm-wlm munged:munge chromium:chromium chromedriver:chromium-driver orted:openmpi-bin; do \
 	    command -v $${p%%:*} >/dev/null || missing="$$missing $${p#*:}"; done; \
 	  if [ -n "$$missing" ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; fi; \
 	fi

@@ -76,16 +76,19 @@ def _inventory(tmp_path, launcher: str):
     return load_inventory(path)
 
 
-def test_the_inventory_takes_torchrun_or_none_and_refuses_anything_else_with_one_clear_error(tmp_path):
+def test_the_inventory_takes_torchrun_none_or_mpirun_and_refuses_anything_else_with_one_clear_error(tmp_path):
     assert _inventory(tmp_path, "none").job.launcher == "none"
     assert _inventory(tmp_path, "torchrun").job.launcher == "torchrun"
-    with pytest.raises(InventoryError, match=re.escape("torchrun | none")):
-        _inventory(tmp_path, "mpirun")
+    assert _inventory(tmp_path, "mpirun").job.launcher == "mpirun"
+    with pytest.raises(InventoryError, match=re.escape("torchrun | none | mpirun")):
+        _inventory(tmp_path, "srun")
 
 
-def test_what_writes_torchrun_out_refuses_launcher_none(tmp_path):
+def test_what_writes_torchrun_out_refuses_launcher_none_and_mpirun(tmp_path):
     with pytest.raises(UsageError, match="job.launcher is none"):
         launchers.require_torchrun(_inventory(tmp_path, "none"), "export pytorchjob")
+    with pytest.raises(UsageError, match="job.launcher is mpirun"):
+        launchers.require_torchrun(_inventory(tmp_path, "mpirun"), "export pytorchjob")
     launchers.require_torchrun(_inventory(tmp_path, "torchrun"), "export pytorchjob")
 
 

@@ -21,7 +21,7 @@ import sys
 import tarfile
 
 DONE = "clusterctl-archive-done"
-PRIVATE = ("env", "lease", "supervision.json")  # the job's secrets, the run's key
+PRIVATE = ("env", "lease", "supervision.json", "mpi.key")  # the job's secrets, the run's keys (supervisor, mpirun gate)
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 

@@ -15,11 +15,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 from clusterctl.errors import UsageError
+from clusterctl.job import launch_mpirun
 from clusterctl.job.topology import NodePlan, Topology
 from clusterctl.job.torchrun import log_dir, torchrun_argv
 from clusterctl.models import Inventory
 
-LAUNCHERS = ("torchrun", "none")
+LAUNCHERS = ("torchrun", "none", "mpirun")
 TAIL_LINES = 200  # of a failed process's stderr, copied to the node's log (torchrun's copy has them all)
 
 # $1 the rank directory, $2 the rank's prefix, then the job's argv. Not exec'd: the exit code is
@@ -39,6 +40,8 @@ exit "$rc"
 
 def shaped(inv: Inventory, topo: Topology) -> Topology:
     """The planner's layout as the launcher runs it: `none` starts one process per node."""
+    if inv.job.launcher == "mpirun":
+        return launch_mpirun.shaped(topo)
     if inv.job.launcher != "none":
         return topo
     nodes = tuple(replace(n, nproc=1, first_rank=n.node_rank) for n in topo.nodes)
@@ -49,7 +52,9 @@ def shaped(inv: Inventory, topo: Topology) -> Topology:
 
 def node_command(inv: Inventory, topo: Topology, node: NodePlan, run_id: str, job_argv: tuple[str, ...],
                  outputs: str) -> tuple[str, ...]:
-    """What starts on `node`: torchrun, or the job itself once (`none`)."""
+    """What starts on `node`: torchrun, or the job itself once (`none`), or mpirun / its gate (job/launch_mpirun.py)."""
+    if inv.job.launcher == "mpirun":
+        return launch_mpirun.node_command(inv, topo, node, run_id, _entry(tuple(job_argv), inv.job.python))
     if inv.job.launcher != "none":
         return torchrun_argv(topo, node, run_id, job_argv, python=inv.job.python, outputs=outputs)
     rank_dir = f"{log_dir(outputs, run_id, node.host.name)}/{run_id}_none/attempt_0/0"
@@ -57,13 +62,20 @@ def node_command(inv: Inventory, topo: Topology, node: NodePlan, run_id: str, jo
     return ("sh", "-c", _ONCE, "clusterctl-launch", rank_dir, prefix) + _entry(tuple(job_argv), inv.job.python)
 
 
-def node_env(inv: Inventory, topo: Topology, node: NodePlan) -> tuple[tuple[str, str], ...]:
-    """The variables `none` sets (torchrun sets its ranks' own)."""
+def node_env(inv: Inventory, topo: Topology, node: NodePlan, run_id: str = "") -> tuple[tuple[str, str], ...]:
+    """The variables `none` sets (torchrun sets its ranks' own; mpirun's: job/launch_mpirun.py)."""
+    if inv.job.launcher == "mpirun":
+        return launch_mpirun.node_env(topo, node, run_id)
     if inv.job.launcher != "none":
         return ()
     return (("WORLD_SIZE", str(topo.nnodes)), ("RANK", str(node.node_rank)), ("NODE_RANK", str(node.node_rank)),
             ("LOCAL_RANK", "0"), ("LOCAL_WORLD_SIZE", "1"), ("MASTER_ADDR", topo.master_addr),
             ("MASTER_PORT", str(topo.port)))
+
+
+def shipped(inv: Inventory) -> dict[str, bytes]:
+    """The node programs a launcher needs in the run's .files (mpirun's gate)."""
+    return launch_mpirun.shipped(inv)
 
 
 def _entry(argv: tuple[str, ...], python: str) -> tuple[str, ...]:

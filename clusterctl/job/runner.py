@@ -99,7 +99,7 @@ class JobRunner:
         seconds without output before the stacks are taken (None: job.stall_timeout; 0: never);
         `stacks_dir`: where the stacks of a hang are saved on this machine."""
         self.inventory, self.topology, self.run_id = inventory, topology, run_id
-        self.files = {**sampling.shipped(inventory), **(files or {})}  # issue 41: the node metrics sampler
+        self.files = {**sampling.shipped(inventory), **launchers.shipped(inventory), **(files or {})}  # sampler (41), mpi gate (38)
         for name in self.files:
             if not _FILE_NAME_RE.fullmatch(name):
                 raise ValueError(f"not a plain file name: {name!r}")
@@ -115,7 +115,7 @@ class JobRunner:
         for plan in topology.nodes:
             run_dir = log_dir(outputs, run_id, plan.host.name)
             env = (*process.marker_env(inventory.name, plan.host.name, run_id), *torchrun_env(plan, inventory, run_dir),
-                   *launchers.node_env(inventory, topology, plan), *agent.job_env(inventory, plan.host.env), *attempt_env)
+                   *launchers.node_env(inventory, topology, plan, run_id), *agent.job_env(inventory, plan.host.env), *attempt_env)
             command = launchers.node_command(inventory, topology, plan, run_id, argv, outputs)
             self.nodes[plan.host.name] = NodeRun(plan.host, run_dir, command, env)
             _check_command_line(plan.host.name, agent.start_command(inventory, self.nodes[plan.host.name].run_dir,

@@ -1,0 +1,239 @@
+"""`job.launcher: mpirun` without the rehearsal cluster: the hostfile, mpirun's argv, each node's command
+and env (job/launch_mpirun.py), the gate's handshake, the ranks' env and logs (job/node_mpi_gate.py),
+and one real mpirun (Open MPI 4.1, openmpi-bin) whose second "node" is 127.0.0.2 behind a real gate."""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from clusterctl.job import launch_mpirun, launchers
+from clusterctl.job import node_mpi_gate as gate
+from clusterctl.job.torchrun import job_argv, placeholder_values
+from test_launch import NASTY, two_node_inventory, two_node_topology
+
+GATE = Path(gate.__file__)
+KEY = b"k" * 64
+
+
+def _mpirun():
+    inv, topo = two_node_topology(two_node_inventory(launcher="mpirun"))
+    return inv, launchers.shaped(inv, topo)
+
+
+def test_the_hostfile_lists_each_nodes_plan_address_with_its_planned_ranks_in_plan_order():
+    _, topo = _mpirun()
+    assert launch_mpirun.hostfile(topo) == "172.31.0.80 slots=2\n172.31.0.82 slots=2\n"
+    assert (topo.world_size, [n.first_rank for n in topo.nodes]) == (4, [0, 2])  # torchrun's layout
+    assert "gate on port 29514 (rendezvous port + 3)" in topo.notes[-1]
+
+
+def test_the_master_runs_mpirun_over_the_hostfile_through_the_gates_agent_with_the_jobs_env():
+    inv, topo = _mpirun()
+    argv = job_argv(inv.job, placeholder_values(topo, "r1", NASTY, inv.job.outputs))
+    command = launchers.node_command(inv, topo, topo.nodes[0], "r1", argv, inv.job.outputs)
+    program = "/workspace/output/logs/r1/.files/node_mpi_gate.py"
+    run_dir = "/workspace/output/logs/r1/node-080"
+    assert command[:5] == ("python3", program, "launch", run_dir, launch_mpirun.hostfile(topo))
+    mpirun = command[5:]
+    pairs = {mpirun[i]: mpirun[i + 1] for i in range(len(mpirun) - 1)}
+    assert mpirun[0] == "mpirun" and "--allow-run-as-root" in mpirun and "--leave-session-attached" in mpirun
+    assert (pairs["--hostfile"], pairs["-np"], pairs["--map-by"]) == (f"{run_dir}/hostfile", "4", "slot")
+    mca = {mpirun[i + 1]: mpirun[i + 2] for i in range(len(mpirun) - 2) if mpirun[i] == "--mca"}
+    assert mca == {"plm": "rsh", "plm_rsh_agent": f"python3 {program} agent", "plm_rsh_no_tree_spawn": "1",
+                   "btl": "tcp,self", "btl_tcp_if_include": "eth0", "oob_tcp_if_include": "eth0"}
+    assert [mpirun[i + 1] for i in range(len(mpirun) - 1) if mpirun[i] == "-x"] == ["MASTER_ADDR", "MASTER_PORT"]
+    rank = mpirun.index("rank")
+    assert mpirun[rank - 2:rank + 3] == ("python3", program, "rank", "/workspace/output/logs/r1", "r1")
+    assert mpirun[rank + 3:] == ("python3",) + argv  # the script under job.python, its argv byte for byte
+
+
+def test_every_other_node_runs_the_gate_on_its_plan_address_and_every_node_gets_the_runs_secret():
+    inv, topo = _mpirun()
+    command = launchers.node_command(inv, topo, topo.nodes[1], "r1", ("x",), inv.job.outputs)
+    assert command[2:] == ("gate", "172.31.0.82", "29514", "node-080", "90",
+                           "/workspace/output/logs/r1/node-082/r1_mpirun/attempt_0")
+    env = dict(launchers.node_env(inv, topo, topo.nodes[1], "r1"))
+    assert {k: env[k] for k in ("NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "CLUSTERCTL_MPI_GATE_PORT")} == {
+        "NODE_RANK": "1", "MASTER_ADDR": "172.31.0.80", "MASTER_PORT": "29511", "CLUSTERCTL_MPI_GATE_PORT": "29514"}
+    assert env["CLUSTERCTL_MPI_SECRET"] == dict(launchers.node_env(inv, topo, topo.nodes[0], "r1"))["CLUSTERCTL_MPI_SECRET"]
+    assert env["CLUSTERCTL_MPI_SECRET"] != dict(launchers.node_env(inv, topo, topo.nodes[1], "r2"))["CLUSTERCTL_MPI_SECRET"]
+    assert not any(env["CLUSTERCTL_MPI_SECRET"] in part for part in command)
+    assert launchers.shipped(inv) == {"node_mpi_gate.py": GATE.read_bytes()}
+    assert launchers.shipped(two_node_inventory()) == {}
+
+
+def test_an_outputs_path_that_open_mpi_would_split_is_refused_with_one_clear_error():
+    from dataclasses import replace
+
+    from clusterctl.errors import UsageError
+
+    inv, topo = _mpirun()
+    for outputs in ("/work space/out", "/a:b"):
+        spaced = replace(inv, job=replace(inv.job, outputs=outputs))
+        with pytest.raises(UsageError, match="splits on"):
+            launchers.node_command(spaced, topo, topo.nodes[0], "r1", ("x.py",), outputs)
+
+
+def test_a_ranks_env_maps_open_mpis_variables_to_torchs_and_drops_the_secret():
+    env = gate.rank_env({"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+                         "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "NODE_RANK": "1", gate.SECRET_VAR: "s", gate.KEYFILE_VAR: "f"})
+    assert {k: env[k] for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK")} == {
+        "RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "NODE_RANK": "1"}
+    assert gate.SECRET_VAR not in env and gate.KEYFILE_VAR not in env
+
+
+# --------------------------------------------------------------------------- the gate's handshake
+
+
+def _handshake(agent_side, timeout=5.0):
+    """receive_command on one end of a socket pair while `agent_side(sock)` plays the agent."""
+    ours, theirs = socket.socketpair()
+    player = threading.Thread(target=agent_side, args=(theirs,), daemon=True)
+    player.start()
+    try:
+        return gate.receive_command(ours, KEY, timeout=timeout)
+    finally:
+        ours.close()
+        player.join(5)
+        theirs.close()
+
+
+def _quietly(action):
+    def play(sock):
+        try:
+            action(sock)
+        except OSError:
+            pass
+    return play
+
+
+def test_the_gate_takes_the_command_of_a_peer_that_holds_the_secret():
+    assert _handshake(_quietly(lambda s: gate.send_command(s, KEY, b"orted -mca ess env"))) == b"orted -mca ess env"
+
+
+def test_the_gate_refuses_a_peer_with_another_secret():
+    with pytest.raises(PermissionError):
+        _handshake(_quietly(lambda s: gate.send_command(s, b"not the key", b"orted")))
+
+
+def test_the_gate_refuses_an_oversized_command_before_reading_it():
+    def oversized(sock):
+        gate.read_line(sock, time.monotonic() + 5)
+        sock.sendall(b"00 %d\n" % (gate.MAX_COMMAND + 1))
+    with pytest.raises(ValueError, match="at most"):
+        _handshake(_quietly(oversized))
+
+
+def test_the_gate_drops_a_peer_that_says_nothing():
+    with pytest.raises(TimeoutError):
+        _handshake(_quietly(lambda s: s.recv(100) and s.recv(100)), timeout=0.3)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.binary(max_size=400))
+def test_no_request_without_the_secrets_proof_gets_a_command_run(request):
+    def send(sock):
+        gate.read_line(sock, time.monotonic() + 5)
+        sock.sendall(request)
+        sock.shutdown(socket.SHUT_WR)
+    with pytest.raises((PermissionError, ValueError, TimeoutError, ConnectionError)):
+        _handshake(_quietly(send), timeout=2.0)
+
+
+# --------------------------------------------------------------------------- a real mpirun on loopback
+
+
+def _run(tmp_path: Path, job: str) -> tuple[subprocess.CompletedProcess, Path]:
+    """mpirun on "m" (127.0.0.1, one slot) and "w" (127.0.0.2 behind a gate, two slots)."""
+    logs = tmp_path / "logs" / "r1"
+    for host in ("m", "w"):
+        (logs / host).mkdir(parents=True)
+    base = {**os.environ, gate.SECRET_VAR: "abc", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29600"}
+    port = _free_port()
+    gate_proc = subprocess.Popen([sys.executable, str(GATE), "gate", "127.0.0.2", str(port), "m", "30",
+                                  str(logs / "w" / "r1_mpirun" / "attempt_0")],
+                                 env={**base, "CLUSTERCTL_HOST": "w", "NODE_RANK": "1"}, stderr=subprocess.PIPE, text=True)
+    mpirun = ["mpirun", "--allow-run-as-root", "--hostfile", str(logs / "m" / "hostfile"), "-np", "3",
+              "--map-by", "slot", "--bind-to", "none", "--leave-session-attached", "--mca", "plm", "rsh",
+              "--mca", "plm_rsh_agent", f"{sys.executable} {GATE} agent", "--mca", "plm_rsh_no_tree_spawn", "1",
+              "--mca", "btl", "tcp,self", "--mca", "oob_tcp_if_include", "lo", "-x", "MASTER_ADDR", "-x", "MASTER_PORT",
+              sys.executable, str(GATE), "rank", str(logs), "r1", "sh", "-c", job]
+    done = subprocess.run([sys.executable, str(GATE), "launch", str(logs / "m"), "127.0.0.1 slots=1\n127.0.0.2 slots=2\n",
+                           *mpirun], env={**base, "CLUSTERCTL_HOST": "m", "NODE_RANK": "0",
+                                          gate.PORT_VAR: str(port)}, capture_output=True, text=True, timeout=120)
+    gate_proc.wait(60)
+    done.gate_code, done.gate_err = gate_proc.returncode, gate_proc.stderr.read()
+    return done, logs
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.2", 0))
+        return s.getsockname()[1]
+
+
+needs_mpirun = pytest.mark.skipif(shutil.which("mpirun") is None, reason="openmpi-bin is not installed")
+SHOW = 'echo "$CLUSTERCTL_HOST R=$RANK W=$WORLD_SIZE L=$LOCAL_RANK LW=$LOCAL_WORLD_SIZE N=$NODE_RANK S=${%s:-none}"' % gate.SECRET_VAR
+
+
+@needs_mpirun
+def test_mpirun_starts_the_remote_ranks_through_the_gate_with_torchs_variables_and_torchrun_like_logs(tmp_path):
+    done, logs = _run(tmp_path, SHOW)
+    assert (done.returncode, done.gate_code) == (0, 0), done.stderr + done.gate_err
+    assert (logs / "m" / "agent.log").read_text() == "[m rank0]: m R=0 W=3 L=0 LW=1 N=0 S=none\n"
+    assert sorted((logs / "w" / "agent.log").read_text().splitlines()) == [
+        "[w rank1]: w R=1 W=3 L=0 LW=2 N=1 S=none", "[w rank2]: w R=2 W=3 L=1 LW=2 N=1 S=none"]
+    assert (logs / "w" / "r1_mpirun" / "attempt_0" / "1" / "stdout.log").read_text() == "w R=2 W=3 L=1 LW=2 N=1 S=none\n"
+    assert oct((logs / "m" / "mpi.key").stat().st_mode & 0o777) == "0o600"
+
+
+@needs_mpirun
+def test_a_failed_rank_aborts_mpirun_and_leaves_torchruns_failed_line_on_its_own_node(tmp_path):
+    from clusterctl.job.torchrun_report import first_failed_process
+
+    done, logs = _run(tmp_path, 'if [ "$RANK" = 2 ]; then sleep 1; echo boom >&2; exit 3; fi; sleep 60')
+    assert done.returncode == 3 and "exited with non-zero status" in done.stderr
+    assert done.gate_code == 3  # orted ended well; the node's own rank failed
+    failed = first_failed_process((logs / "w" / "agent.log").read_text())
+    assert (failed.local_rank, failed.exit_code) == (1, 3)
+    assert "[w rank2]: boom" in (logs / "w" / "agent.log").read_text()
+    assert first_failed_process((logs / "m" / "agent.log").read_text()).exit_code == -15  # stopped, not failed
+    from clusterctl.job.failures import Ended, first_failure
+    from clusterctl.models import Host, Inventory
+
+    inventory = Inventory("t", (Host("m", "127.0.0.1"), Host("w", "127.0.0.2")))
+    master = Ended("m", 10.0, False, 3, (logs / "m" / "agent.log").read_text() + done.stderr)  # mpirun's own words too
+    worker = Ended("w", 11.0, False, 3, (logs / "w" / "agent.log").read_text())  # noticed later, failed first
+    first = first_failure(inventory, [master, worker], 1.0, 7.0, {"m": 3, "w": 3}, {"m": 0, "w": 1})
+    assert (first["host"], first["rank"], first["rank_exit_code"]) == ("w", 2, 3)
+
+
+def test_a_gate_that_nobody_connects_to_names_the_master_and_ends(tmp_path):
+    done = subprocess.run([sys.executable, str(GATE), "gate", "127.0.0.2", str(_free_port()), "node1", "0.5", str(tmp_path)],
+                          env={**os.environ, gate.SECRET_VAR: "abc", "PATH": os.environ["PATH"]}, capture_output=True,
+                          text=True, timeout=60)
+    if shutil.which("orted") is None:
+        assert done.returncode == 127 and "apt-get install openmpi-bin" in done.stderr
+    else:
+        assert done.returncode == 1 and "mpirun on node1 did not connect" in done.stderr
+
+
+def test_a_node_without_open_mpi_says_which_host_lacks_it_and_how_to_install_it(tmp_path):
+    env = {gate.SECRET_VAR: "abc", "CLUSTERCTL_HOST": "node7", "PATH": str(tmp_path)}  # no mpirun, no orted
+    launch = subprocess.run([sys.executable, str(GATE), "launch", str(tmp_path), "", "mpirun", "-np", "2", "true"],
+                            env=env, capture_output=True, text=True, timeout=60)
+    assert launch.returncode == 127
+    assert launch.stderr == ("clusterctl mpi launch on node7: mpirun is not installed: apt-get install openmpi-bin "
+                             "in the image (or on the node)\n")
+    node = subprocess.run([sys.executable, str(GATE), "gate", "127.0.0.2", "1", "node1", "1", str(tmp_path)],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert node.returncode == 127 and "on node7: Open MPI's orted is not installed: apt-get install openmpi-bin" in node.stderr
