@@ -157,6 +157,7 @@ class HealingSpec:
     min_nodes: Optional[int] = None
     checkpoint: Optional[CheckpointSpec] = None
     heal: tuple[tuple[str, str], ...] = ()  # (cause, node | job | transient)
+    lost_after: float = 15.0  # seconds without its keeper's report before a detached run counts a node lost
 
     @property
     def enabled(self) -> bool:
