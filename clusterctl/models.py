@@ -150,13 +150,14 @@ class CheckpointSpec:
 
 @dataclass(frozen=True)
 class HealingSpec:
-    """`job.nodes/restarts/min_nodes/checkpoint/heal` (clusterctl/job/healing.py has the cause table
-    `heal` overrides): a run that heals itself. The defaults are today's fail-fast run on every host."""
+    """`job.nodes/restarts/min_nodes/checkpoint/heal/lost_after` (clusterctl/job/healing.py has the cause
+    table `heal` overrides): a run that heals itself. The defaults are today's fail-fast run on every host."""
     nodes: Optional[int] = None  # hosts a run uses (the first N); the others are spares; None: all
     restarts: int = 0
     min_nodes: Optional[int] = None
     checkpoint: Optional[CheckpointSpec] = None
     heal: tuple[tuple[str, str], ...] = ()  # (cause, node | job | transient)
+    lost_after: float = 15.0  # seconds without its keeper's report before a detached run counts a node lost
 
     @property
     def enabled(self) -> bool:

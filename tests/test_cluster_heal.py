@@ -94,7 +94,7 @@ def test_a_node_cut_off_mid_run_is_left_out_and_the_run_resumes_on_the_spare_fro
         sandbox, cli, prompt, tmp_path):
     name = "cut-node2"
     (_here(sandbox, name) / "ckpt" / "step-999").mkdir(parents=True)  # a partial checkpoint: no COMPLETE marker
-    inventory = _inventory(sandbox, tmp_path / "inv.yaml", name, "--step_s", "1.0")
+    inventory = _inventory(sandbox, tmp_path / "inv.yaml", name)
     code, doc, stderr = _cut_mid_run(sandbox, cli, inventory, prompt, name, "node2")
     assert code == 0 and doc["ok"] is True, json.dumps(doc)[-3000:]
     first, second = doc["attempts"]
@@ -120,7 +120,7 @@ def test_a_node_cut_off_mid_run_is_left_out_and_the_run_resumes_on_the_spare_fro
 
 def test_the_master_cut_off_mid_run_gives_way_to_the_first_survivor(sandbox, cli, prompt, tmp_path):
     name = "cut-master"
-    inventory = _inventory(sandbox, tmp_path / "inv.yaml", name, "--step_s", "1.0")
+    inventory = _inventory(sandbox, tmp_path / "inv.yaml", name)
     code, doc, stderr = _cut_mid_run(sandbox, cli, inventory, prompt, name, "node1")
     assert code == 0, stderr[-3000:]
     assert [a["hosts"] for a in doc["attempts"]] == [["node1", "node2"], ["node2", "node3"]]

@@ -49,7 +49,8 @@ def _detach(cli, inventory, prompt) -> str:
 
 def test_a_detached_run_heals_itself_when_a_node_is_cut_off_with_no_clusterctl_watching(sandbox, cli, prompt, tmp_path):
     name = "detached-cut"
-    inventory = _inventory(sandbox, tmp_path / "inv.yaml", name, "--step_s", "1.0", restarts=1)
+    # job.lost_after 6: node2 is lost 6 s after its last report (15 by default)
+    inventory = _inventory(sandbox, tmp_path / "inv.yaml", name, restarts=1, lost_after=6)
     run_id = _detach(cli, inventory, prompt)  # returns: from here on nothing of clusterctl runs but `status`
     try:
         wait_until(lambda: _stepped(sandbox, name, 3), 120, interval=0.3, what="a checkpoint of step 3")

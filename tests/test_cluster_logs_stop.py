@@ -6,7 +6,7 @@ user `ccops`, its files read from the host through sudo); a second run is refuse
 process left, the attached run exits 1 saying it was stopped, and `status --json` lists it stopped.
 
 A run handed over to the cluster (job/supervision.py): `run --detach` returns with the ranks up and
-no clusterctl left, the run fails fast on its own (a rank exits 1 25 s in) and `status --json` names
+no clusterctl left, the run fails fast on its own (a rank exits 1 15 s in) and `status --json` names
 the node and rank; a hang-up of an attached run's terminal leaves its ranks running past their
 lease, a killed `attach` changes nothing, and `stop` ends it."""
 from __future__ import annotations
@@ -23,6 +23,7 @@ from clusterctl_helpers import CONTAINER_OUTPUTS, FIXTURE_JOBS, Cli, processes_w
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
 
 JOBS_DIR = "logs-stop-jobs"
+LOST_AFTER = 8  # job.lost_after of the flooded run: its supervisor counts a node lost after 8 s without a report
 
 
 @pytest.fixture(scope="module")
@@ -51,14 +52,14 @@ def _sleeping_job(sb, path: Path) -> Path:
     return variant(sb, path, change)
 
 
-def _failing_job(sb, path: Path, after: float) -> Path:
+def _failing_job(sb, path: Path, after: float, **job) -> Path:
     """1 rank a node (the failed rank's own torchrun names it, with no peer racing it on that node); rank 0
     sleeps in no collective meanwhile: only clusterctl's fail-fast can end it before 600 s."""
     def change(doc):
         doc["hosts"] = [h for h in doc["hosts"] if h["name"] in ("node1", "node2")]
         doc["job"].update(command=[f"{CONTAINER_OUTPUTS}/{JOBS_DIR}/faults.py"], nproc_per_node=1,
                           args=["--mode", "exit", "--rank", "1", "--after", str(after), "--others_sleep", "600",
-                                "--out", CONTAINER_OUTPUTS])
+                                "--out", CONTAINER_OUTPUTS], **job)
         doc["job"].pop("world_size_divides", None)
 
     return variant(sb, path, change)
@@ -155,7 +156,7 @@ def _job_processes(script: str) -> list[int]:
 def test_a_detached_run_goes_on_without_clusterctl_fails_fast_by_itself_and_status_names_the_rank(
         sandbox, cluster, tmp_path):
     cli, where = cluster
-    inventory = _failing_job(sandbox, tmp_path / "fail.yaml", after=25)
+    inventory = _failing_job(sandbox, tmp_path / "fail.yaml", after=15)
     started = time.monotonic()
     run = cli.popen("run", "-i", str(inventory), "--detach", str(where / "prompt.txt"))
     code, doc, stderr = Cli.finish(run, timeout=90)
@@ -177,13 +178,15 @@ def test_a_detached_run_goes_on_without_clusterctl_fails_fast_by_itself_and_stat
 
         code, doc = cli.json("status", "-i", str(inventory))
         assert doc["runs"][0]["run_id"] == run_id and doc["runs"][0]["state"] == "running", doc["runs"][:1]
+        running_at = time.time()
 
-        # rank 1 exits 1 about 25 s after it started: nobody attached, the supervisor stops node1 within 30 s
+        # rank 1 exits 1 about 15 s after it started: nobody attached, the supervisor stops node1 within 30 s
         wait_until(lambda: not _left_over(run_id) and not _job_processes("faults.py") and not _supervision_left(run_id),
-                   25 + 30 + 15, what="every process of the failed run gone")
+                   15 + 30 + 15, what="every process of the failed run gone")
         gone = time.time()
         failed_at = (sandbox.shared_outputs / "logs" / run_id / "node2" / "agent.exit").stat().st_mtime
         assert gone - failed_at < 30, f"the last process ended {gone - failed_at:.1f}s after node2's torchrun failed"
+        print(f"\n`status` said running {failed_at - running_at:.1f}s before node2's torchrun failed")  # the margin
         code, doc = cli.json("status", "-i", str(inventory))
         entry = doc["runs"][0]
         assert entry["run_id"] == run_id and entry["state"] == "failed" and entry["exit_code"] == 1, entry
@@ -243,11 +246,14 @@ def test_idle_connections_and_a_negative_content_length_flood_neither_end_a_deta
                       "800 idle TCP connections, then `Content-Length: -1` followed by 400 MB, without the key",
                       "the run keeps running; the supervisor under 200 MB RSS", section="Hostile input")
     cli, where = cluster
-    inventory = _failing_job(sandbox, tmp_path / "long.yaml", after=600)  # nothing ends it before `stop`
+    # nothing ends it before `stop`; a node silent for 8 s (job.lost_after) would end it
+    inventory = _failing_job(sandbox, tmp_path / "long.yaml", after=600, lost_after=LOST_AFTER)
     code, doc = cli.json("run", "-i", str(inventory), "--detach", str(where / "prompt.txt"))
     run_id = doc.get("run_id")
     try:
         assert code == 0 and doc["state"] == "running", doc
+        handed_over = json.loads((sandbox.shared_outputs / "logs" / run_id / "node1" / "supervision.json").read_text())
+        assert handed_over["lost_after_s"] == LOST_AFTER, handed_over
         record = json.loads((cli.state_dir / "runs" / run_id / "run.json").read_text())
         address, port = record["supervisor"]["address"], int(record["supervisor"]["port"])
         held = []
@@ -267,7 +273,7 @@ def test_idle_connections_and_a_negative_content_length_flood_neither_end_a_deta
                     flood.sendall(bytes(1 << 20))
             except OSError:
                 pass  # refused at its header
-        time.sleep(20)  # past lost_after_s (15 s): a keeper shut out would have ended the run
+        time.sleep(LOST_AFTER + 2)  # past lost_after_s: a keeper shut out would have ended the run
         supervisor = [pid for pid, cmd in processes_with("node_agent.py") if " supervise " in f" {cmd} "
                       and run_id in cmd]
         peak_mb = max(_peak_rss_mb(pid) for pid in supervisor)
@@ -278,7 +284,7 @@ def test_idle_connections_and_a_negative_content_length_flood_neither_end_a_deta
         assert entry["state"] == "running", entry
         assert peak_mb < 200, peak_mb
         row.observe(f"{len(held)} connections opened (the kernel completes them; the supervisor keeps 16 of one "
-                    f"address and closes the rest); 20 s later `status`: "
+                    f"address and closes the rest); {LOST_AFTER + 2} s later (job.lost_after {LOST_AFTER} s) `status`: "
                     f"running; supervisor peak RSS {peak_mb:.0f} MB")
     finally:
         if run_id:

@@ -310,7 +310,8 @@ def test_a_hang_on_slurm_is_stopped_and_the_rank_elsewhere_named(slurm_sandbox, 
     inventory = tmp_path / "hang.yaml"
     inventory.write_text(yaml.safe_dump(doc, sort_keys=False, width=200))
     started = time.monotonic()
-    code, run = cli.json("run", "-i", str(inventory), "--stall-timeout", "15", str(prompt_file))
+    # 10 s of silence (as tests/test_cluster_stalls.py): well past the ranks' start, which prints
+    code, run = cli.json("run", "-i", str(inventory), "--stall-timeout", "10", str(prompt_file))
     took = time.monotonic() - started
     print(f"\nhang: stopped and named {took:.0f}s after the run started")
     assert code == 1 and took < 60, (took, run)

@@ -22,10 +22,10 @@ def _inventory(job: str):
 def test_the_healing_keys_are_read_with_their_defaults_fail_fast_on_every_host():
     healing = _inventory("").job.healing
     assert (healing.nodes, healing.restarts, healing.min_nodes, healing.checkpoint, healing.heal) == (None, 0, None, None, ())
-    assert not healing.enabled
+    assert not healing.enabled and healing.lost_after == 15.0
     healing = _inventory("  nodes: 3\n  restarts: 2\n  min_nodes: 2\n  checkpoint: {dir: /data/ckpt, complete: COMPLETE}\n"
-                         "  heal: {killed_by_signal: job}\n").job.healing
-    assert (healing.nodes, healing.restarts, healing.min_nodes) == (3, 2, 2)
+                         "  heal: {killed_by_signal: job}\n  lost_after: 6\n").job.healing
+    assert (healing.nodes, healing.restarts, healing.min_nodes, healing.lost_after) == (3, 2, 2, 6.0)
     assert (healing.checkpoint.dir, healing.checkpoint.complete, healing.heal) == ("/data/ckpt", "COMPLETE", (("killed_by_signal", "job"),))
 
 
@@ -38,6 +38,8 @@ def test_the_healing_keys_are_read_with_their_defaults_fail_fast_on_every_host()
     ("  checkpoint: {dir: /data/ckpt, complete: a/COMPLETE}\n", "is a name inside a checkpoint's directory"),
     ("  heal: {killed_by_signl: job}\n", "unknown cause 'killed_by_signl'"),
     ("  heal: {killed_by_signal: retry}\n", "job.heal.killed_by_signal must be node, job or transient"),
+    ("  lost_after: 1\n", "job.lost_after: lost_after must be a number at least 3 (seconds), got 1"),
+    ("  lost_after: 15s\n", "lost_after must be a number at least 3 (seconds), got '15s'"),
 ])
 def test_a_bad_healing_value_is_one_error_naming_its_line(job, said):
     with pytest.raises(InventoryError) as raised:

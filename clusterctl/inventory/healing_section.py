@@ -6,16 +6,19 @@
       min_nodes: 2          # without a spare, go on with fewer nodes, down to this (planned again)
       checkpoint: {dir: /data/ckpt, complete: COMPLETE}   # the latest complete one -> {checkpoint}
       heal: {killed_by_signal: job, nccl_timeout_slow_rank: node}   # override a cause's response
+      lost_after: 15        # a detached run: seconds without a node's keeper report before it is lost
 """
 from __future__ import annotations
 
 from typing import Any
 
-from clusterctl.inventory.values import Doc, describe, did_you_mean, expect_int, expect_remote_dir, expect_text
+from clusterctl.inventory.values import (Doc, describe, did_you_mean, expect_int, expect_number, expect_remote_dir,
+                                         expect_text)
 from clusterctl.job.healing import RESPONSES, TABLE
 from clusterctl.models import CheckpointSpec, HealingSpec
 
-HEALING_KEYS = ("nodes", "restarts", "min_nodes", "checkpoint", "heal")
+HEALING_KEYS = ("nodes", "restarts", "min_nodes", "checkpoint", "heal", "lost_after")
+LOST_AFTER_MIN_S = 3.0  # a keeper reports every second: a shorter window would lose nodes that are only busy
 CHECKPOINT_KEYS = ("dir", "complete")
 
 
@@ -32,7 +35,12 @@ def healing_settings(doc: Doc, spec: dict, path: tuple, host_count: int) -> Heal
                  f"use at most {most}")
     return HealingSpec(nodes=nodes, restarts=doc.value(spec, "restarts", path, _expect_restarts, 0),
                        min_nodes=min_nodes, checkpoint=doc.value(spec, "checkpoint", path, _expect_checkpoint),
-                       heal=doc.value(spec, "heal", path, _expect_heal, ()))
+                       heal=doc.value(spec, "heal", path, _expect_heal, ()),
+                       lost_after=doc.value(spec, "lost_after", path, _expect_lost_after, HealingSpec().lost_after))
+
+
+def _expect_lost_after(doc: Doc, value: Any, path: tuple) -> float:
+    return expect_number(doc, value, path, low=LOST_AFTER_MIN_S, strict=False)
 
 
 def _expect_restarts(doc: Doc, value: Any, path: tuple) -> int:

@@ -26,7 +26,6 @@ from clusterctl.models import Command, Host, HostResult, HostStatus, Inventory
 from clusterctl.modules import process
 
 PORT_OFFSET = 1  # the supervisor listens on rendezvous.port + 1, on the rendezvous address
-LOST_AFTER_S = 15.0
 ESTABLISH_S = 30.0
 _SCRIPT = Path(__file__).with_name("node_agent.py")
 _HEALTH_SCRIPT = Path(__file__).with_name("node_health.py")  # the keeper's passive health watch (issue 36)
@@ -127,8 +126,8 @@ def establish(inventory: Inventory, run_id: str, master: str, address: str, port
     run_dirs = {**run_dirs, **{name: log_dir(inventory.job.outputs, run_id, name) for name in spares}}
     supervised = Supervised(master, address, port + PORT_OFFSET, run_dirs[master])
     base = {"run_id": run_id, "address": address, "port": supervised.port, "key": key, "lease_s": lease_s,
-            "lost_after_s": LOST_AFTER_S, "hosts": list(run_dirs), "stall_timeout_s": stall_timeout_s,
-            "timeout_s": timeout_s or 0, "since": since or time.time()}
+            "lost_after_s": inventory.job.healing.lost_after, "hosts": list(run_dirs),
+            "stall_timeout_s": stall_timeout_s, "timeout_s": timeout_s or 0, "since": since or time.time()}
 
     def action(transport, host: Host) -> HostResult:
         run_dir = run_dirs[host.name]
@@ -203,7 +202,8 @@ def outcome_of(state: dict, inventory: Inventory, mask: Callable[[str], str] = l
         return 1, None
     ended = [Ended(str(f["host"]), float(f.get("at") or 0), bool(f.get("lost")), f.get("exit_code"),
                    mask(str(f.get("tail") or ""))) for f in failures]
-    return 1, first_failure(inventory, ended, poll_s=1.0, lost_after_s=LOST_AFTER_S, first_ranks=first_ranks)
+    return 1, first_failure(inventory, ended, poll_s=1.0, lost_after_s=inventory.job.healing.lost_after,
+                             first_ranks=first_ranks)
 
 
 def finish_record(record: dict, state: dict, inventory: Inventory, mask: Callable[[str], str] = lambda t: t) -> dict:
