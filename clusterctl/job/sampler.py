@@ -5,7 +5,8 @@ How (one `sh` script per node, run on the host, as root through `sudo -n` where 
   stdin, unpacked into a `mktemp -d` directory that the script removes when it ends (an exit, a
   signal or a dropped connection alike). Where that binary cannot run (a controller of another OS or
   architecture, a noexec /tmp everywhere), a `py-spy` on the node's PATH is used, and else the node
-  says "no py-spy".
+  says "no py-spy". A run's watches ship it once per node: the node keeps it and later rounds send
+  its sha256 only, checked before it runs (job/pyspy_kept.py says where, and when it goes).
 - The ranks are found as cleanup finds them (modules/process.py): the marker lines of
   /proc/PID/environ for this cluster, host and run, plus `RANK=`. A marked process whose parent has
   the same RANK is that rank's child (a DataLoader worker): only the rank itself is sampled.
