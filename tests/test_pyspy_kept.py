@@ -148,3 +148,13 @@ def test_the_run_s_end_and_a_kill_of_its_ranks_remove_the_kept_directory(tmp_pat
     other.mkdir()
     subprocess.run(process.scan_command("kept-test", "n1", 1, "kill").argv, env=env, check=True, timeout=30)  # `down`
     assert not directory.exists() and other.exists()  # another cluster's is left alone
+
+
+def test_a_kept_directory_that_is_a_link_is_not_trusted_even_with_the_right_binary_in_it(tmp_path, rank):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    subprocess.run(["sh", "-c", f'gzip -dc > "{elsewhere}/py-spy.{SHA}" && chmod 700 "{elsewhere}/py-spy.{SHA}"'],
+                   input=BINARY, check=True, timeout=30)
+    (tmp_path / process.kept_pyspy_name("kept-test", rank)).symlink_to(elsewhere)
+    answer = _node_round(tmp_path, rank, ship=False)
+    assert answer["node"].asks and not answer["node"].samples and answer["node"].tool == ""
