@@ -128,10 +128,10 @@ class JobRunner:
         self.phases = phases.Phases()  # the run flow hands its own in (job/phases.py)
         self.pace = pace.Pace()  # which nodes a turn of the watch loop asks (job/pace.py)
         self._started = time.monotonic()
+        self.stragglers = StragglerWatch.of_topology(inventory, topology, run_id, connections, on_event)
         self.stalls = stalls.StallWatch(inventory, stalls.JobShape.of_topology(topology), run_id, connections, on_event,
                                         inventory.job.stall_timeout if stall_timeout_s is None else stall_timeout_s,
-                                        stack_interval_s)
-        self.stragglers = StragglerWatch.of_topology(inventory, topology, run_id, connections, on_event)
+                                        stack_interval_s, kept=self.stragglers.kept)  # py-spy shipped once per node
         self._secret_values = sorted(secret_values(inventory), key=len, reverse=True)
         self._secret_names = {e.name for e in (*inventory.job.env, *(inventory.container.env if inventory.container else ()),
                                                *(e for h in inventory.hosts for e in h.env)) if e.is_secret}
@@ -185,6 +185,8 @@ class JobRunner:
             self.stop("internal error")
             streams.wait(3.0)
             raise RunnerCrashed(JobOutcome(1, interrupted=False, duration=time.monotonic() - started), exc) from exc
+        finally:
+            self.stragglers.kept.forget(self.connections)  # the py-spy the nodes kept (job/pyspy_kept.py)
         streams.wait(3.0)
         outcome.duration = time.monotonic() - started
         return outcome

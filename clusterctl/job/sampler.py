@@ -5,7 +5,8 @@ How (one `sh` script per node, run on the host, as root through `sudo -n` where 
   stdin, unpacked into a `mktemp -d` directory that the script removes when it ends (an exit, a
   signal or a dropped connection alike). Where that binary cannot run (a controller of another OS or
   architecture, a noexec /tmp everywhere), a `py-spy` on the node's PATH is used, and else the node
-  says "no py-spy".
+  says "no py-spy". A run's watches ship it once per node: the node keeps it and later rounds send
+  its sha256 only, checked before it runs (job/pyspy_kept.py says where, and when it goes).
 - The ranks are found as cleanup finds them (modules/process.py): the marker lines of
   /proc/PID/environ for this cluster, host and run, plus `RANK=`. A marked process whose parent has
   the same RANK is that rank's child (a DataLoader worker): only the rank itself is sampled.
@@ -19,6 +20,7 @@ How (one `sh` script per node, run on the host, as root through `sudo -n` where 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import os
 import platform
 import re
@@ -28,6 +30,7 @@ from typing import Optional
 
 from clusterctl.executor import Connections, for_each_host
 from clusterctl.job.container import in_container
+from clusterctl.job.pyspy_kept import KeptPySpy, ship_now
 from clusterctl.job.sockets import parse_tcp_table
 from clusterctl.job.stacks import RankStack, parse_pyspy
 from clusterctl.models import Command, Host, HostResult, HostStatus, Inventory
@@ -36,9 +39,11 @@ MARK = "@@@clusterctl-stacks "
 
 # $1 cluster, $2 host, $3 run id, $4 samples, $5 seconds between samples, $6 the `uname -m` the shipped
 # binary runs on ("" when none is shipped), $7 `--nonblocking` (read the ranks without pausing them: the
-# straggler watch samples a healthy job all along) or "". stdin: the gzipped py-spy binary, or nothing.
+# straggler watch samples a healthy job all along) or "", $8 the kept directory's name (job/pyspy_kept.py;
+# "": nothing kept), $9 the binary's sha256, $10 `kept` (no stdin: run the kept binary once its digest
+# matches, else say so and ask for it: `ship`) or `ship`. stdin: the gzipped py-spy binary, or nothing.
 _SCRIPT = r'''
-cluster=$1 host=$2 run=$3 samples=$4 interval=$5 arch=$6 nb=$7 M='@@@clusterctl-stacks'
+cluster=$1 host=$2 run=$3 samples=$4 interval=$5 arch=$6 nb=$7 keep=$8 sha=$9 mode=${10} M='@@@clusterctl-stacks'
 dir=$(mktemp -d "${TMPDIR:-/tmp}/clusterctl-stacks.XXXXXX" 2>/dev/null) || dir=$(mktemp -d /var/tmp/clusterctl-stacks.XXXXXX) \
   || { cat >/dev/null; echo "$M problem cannot create a temporary directory"; exit 0; }
 extra=""
@@ -47,9 +52,34 @@ trap 'exit 130' INT TERM HUP PIPE  # PIPE: clusterctl went away mid-sample (its 
 echo "$M uid $(id -u)"
 echo "$M clk_tck $(getconf CLK_TCK 2>/dev/null || echo 100)"
 spy=""
-if [ -n "$arch" ] && [ "$(uname -m)" = "$arch" ] && gzip -dc > "$dir/py-spy" 2>/dev/null && chmod 700 "$dir/py-spy"; then
-  if "$dir/py-spy" --version >/dev/null 2>&1; then spy="$dir/py-spy"
-  else  # a noexec /tmp: another place, removed as well at the end
+# the kept binary: only in a directory of ours (not a link) and only with the expected digest
+sum_of() { sha256sum < "$1" 2>/dev/null | cut -d' ' -f1; }
+ours() { [ -d "$1" ] && [ ! -L "$1" ] && [ -O "$1" ]; }
+if [ "$mode" = kept ] && [ -n "$keep" ]; then
+  for base in "${TMPDIR:-/tmp}" /var/tmp /dev/shm "$HOME"; do
+    f="$base/$keep/py-spy.$sha"
+    ours "$base/$keep" && { [ -e "$f" ] || [ -L "$f" ]; } || continue
+    if [ -f "$f" ] && [ ! -L "$f" ] && [ -O "$f" ] && [ "$(sum_of "$f")" = "$sha" ]; then spy=$f; break; fi
+    rm -f "$f" 2>/dev/null
+    echo "$M problem the kept py-spy $f changed on the node (its sha256 is not $sha): not run; clusterctl ships it again"
+    echo "$M ship"; exit 0
+  done
+  [ -n "$spy" ] || { echo "$M problem the kept py-spy is gone from the node: clusterctl ships it again"; echo "$M ship"; exit 0; }
+  echo "$M tool kept $("$spy" --version 2>&1 | head -n 1)"
+elif [ -n "$arch" ] && [ "$(uname -m)" = "$arch" ] && gzip -dc > "$dir/py-spy" 2>/dev/null && chmod 700 "$dir/py-spy"; then
+  if [ -n "$keep" ] && [ "$(sum_of "$dir/py-spy")" = "$sha" ]; then
+    # keep it for the run's later rounds, in the first place where it runs (a noexec /tmp: the next)
+    for base in "${TMPDIR:-/tmp}" /var/tmp /dev/shm "$HOME"; do
+      k="$base/$keep"
+      mkdir -m 700 "$k" 2>/dev/null; ours "$k" || continue
+      chmod 700 "$k" && cp "$dir/py-spy" "$k/py-spy.tmp" 2>/dev/null && chmod 700 "$k/py-spy.tmp" \
+        && mv -f "$k/py-spy.tmp" "$k/py-spy.$sha" && "$k/py-spy.$sha" --version >/dev/null 2>&1 \
+        && { spy="$k/py-spy.$sha"; echo "$M kept $sha"; break; }
+      rm -rf "$k"
+    done
+  fi
+  if [ -z "$spy" ] && "$dir/py-spy" --version >/dev/null 2>&1; then spy="$dir/py-spy"
+  elif [ -z "$spy" ]; then  # a noexec /tmp: another place, removed as well at the end
     for base in /var/tmp /dev/shm "$HOME"; do
       d=$(mktemp -d "$base/clusterctl-stacks.XXXXXX" 2>/dev/null) || continue
       extra="$extra $d"
@@ -98,7 +128,7 @@ echo "$M done"
 # `platform.machine()` and `uname -m` agree on Linux; the wheel's binary is an ELF for this machine
 _ELF = b"\x7fELF"
 _payload_lock = threading.Lock()
-_payload: Optional[tuple[bytes, str]] = None
+_payload: Optional[tuple[bytes, str, str]] = None
 
 
 def pyspy_binary() -> Optional[str]:
@@ -122,9 +152,10 @@ def pyspy_binary() -> Optional[str]:
     return which("py-spy")
 
 
-def payload() -> tuple[bytes, str]:
-    """(the gzipped binary, the `uname -m` it runs on); (b"", "") where this controller has no Linux
-    py-spy to ship (macOS, Windows): the nodes then use their own. Made once per process (~0.3 s)."""
+def payload() -> tuple[bytes, str, str]:
+    """(the gzipped binary, the `uname -m` it runs on, the binary's sha256); (b"", "", "") where this
+    controller has no Linux py-spy to ship (macOS, Windows): the nodes then use their own. Made once
+    per process (~0.3 s)."""
     global _payload
     with _payload_lock:
         if _payload is None:
@@ -133,20 +164,26 @@ def payload() -> tuple[bytes, str]:
             if path and platform.system() == "Linux":
                 with open(path, "rb") as handle:
                     data = handle.read()
-            _payload = (gzip.compress(data, compresslevel=6), platform.machine()) if data[:4] == _ELF else (b"", "")
+            _payload = ((gzip.compress(data, compresslevel=6), platform.machine(), hashlib.sha256(data).hexdigest())
+                        if data[:4] == _ELF else (b"", "", ""))
         return _payload
 
 
 def sample_command(inventory: Inventory, host: str, run_id: str, samples: int = 2, interval_s: float = 3.0,
-                   inside: bool = False, nonblocking: bool = False) -> Command:
-    """The script for one node, on the host (as root where sudo allows) or, with `inside`, in the container."""
-    data, arch = payload()
+                   inside: bool = False, nonblocking: bool = False, keep: str = "", ship: bool = True) -> Command:
+    """The script for one node, on the host (as root where sudo allows) or, with `inside`, in the container.
+    `keep`: the kept directory's name (job/pyspy_kept.py): the node keeps the binary shipped, and with
+    `ship` false runs the one it keeps (only its sha256 goes, no stdin)."""
+    data, arch, sha = payload()
+    keep = keep if sha and not inside else ""
+    ship = ship or not keep
     argv = ("sh", "-c", _SCRIPT, "clusterctl-stacks", inventory.name, host, run_id, str(max(1, samples)),
-            f"{max(0.0, interval_s):g}", arch, "--nonblocking" if nonblocking else "")
+            f"{max(0.0, interval_s):g}", arch, "--nonblocking" if nonblocking else "", keep, sha if keep else "",
+            "ship" if ship else "kept")
     if inside:
         argv = in_container(inventory, argv, interactive=True)
     timeout = 60 + max(0.0, interval_s) * max(0, samples - 1)
-    return Command(argv, stdin=data or None, timeout=timeout, privileged=not inside)
+    return Command(argv, stdin=(data or None) if ship else None, timeout=timeout, privileged=not inside)
 
 
 @dataclass(frozen=True)
@@ -158,6 +195,8 @@ class NodeStacks:
     tool: str = ""
     problem: str = ""
     uid: Optional[int] = None
+    kept: str = ""  # the sha256 of the py-spy the node keeps for the run's later rounds
+    asks: bool = False  # its kept py-spy was gone or changed: the next round ships it again
 
     @property
     def ranks(self) -> tuple[int, ...]:
@@ -180,7 +219,7 @@ def parse_node_output(stdout: str, host: str) -> NodeStacks:
     ranks: dict[tuple[int, int], dict] = {}
     for head, body in sections:
         word = head.split(" ", 1)[0]
-        if word in ("uid", "clk_tck", "tool", "problem"):
+        if word in ("uid", "clk_tck", "tool", "problem", "kept", "ship"):
             values.setdefault(word, head[len(word):].strip())
             continue
         rank, sockets = _RANK_RE.match(head), _SOCKETS_RE.match(head)
@@ -206,7 +245,9 @@ def parse_node_output(stdout: str, host: str) -> NodeStacks:
     problem = values.get("problem", "")
     if not samples and not problem:
         problem = "the node's stack script printed nothing understood" + (f": {stdout.strip()[-200:]!r}" if stdout.strip() else "")
-    return NodeStacks(host, samples, values.get("tool", ""), problem, _int(values.get("uid")))
+    kept = values.get("kept", "")
+    return NodeStacks(host, samples, values.get("tool", ""), problem, _int(values.get("uid")),
+                      kept if re.fullmatch(r"[0-9a-f]{64}", kept) else "", "ship" in values)
 
 
 def _int(text: Optional[str]) -> Optional[int]:
@@ -214,12 +255,18 @@ def _int(text: Optional[str]) -> Optional[int]:
 
 
 def sample_action(inventory: Inventory, run_id: str, samples: int = 2, interval_s: float = 3.0,
-                  nonblocking: bool = False):
-    """A host action (executor's `(transport, host) -> HostResult`) whose data["stacks"] is a NodeStacks."""
+                  nonblocking: bool = False, kept: Optional[KeptPySpy] = None):
+    """A host action (executor's `(transport, host) -> HostResult`) whose data["stacks"] is a NodeStacks.
+    With `kept` (a run's watches), py-spy travels to each node once per run, not every round."""
 
     def action(transport, host: Host) -> HostResult:
-        result = transport.run(sample_command(inventory, host.name, run_id, samples, interval_s, nonblocking=nonblocking))
+        sha = payload()[2]
+        ship = ship_now(kept, host, sha)
+        result = transport.run(sample_command(inventory, host.name, run_id, samples, interval_s, nonblocking=nonblocking,
+                                              keep=kept.name if kept and not kept.closed else "", ship=ship))
         node = parse_node_output(result.stdout, host.name)
+        if kept is not None:
+            kept.heard(transport, host.name, node.kept if ship else sha if node.tool.startswith("kept") else "", node.asks)
         if not node.samples and node.uid not in (None, 0) and inventory.uses_container:
             # a user without sudo cannot see the ranks (root in the container): ask in the container
             result = transport.run(sample_command(inventory, host.name, run_id, samples, interval_s, inside=True,
@@ -227,7 +274,8 @@ def sample_action(inventory: Inventory, run_id: str, samples: int = 2, interval_
             inside = parse_node_output(result.stdout, host.name)
             node = inside if inside.samples else node
         if result.timed_out:
-            node = NodeStacks(host.name, node.samples, node.tool, node.problem or "the stack script timed out", node.uid)
+            node = NodeStacks(host.name, node.samples, node.tool, node.problem or "the stack script timed out", node.uid,
+                              node.kept, node.asks)
         return HostResult(host.name, HostStatus.OK, data={"stacks": node})
 
     return action

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from clusterctl.executor import Background, Connections, Event, OnEvent
+from clusterctl.job.pyspy_kept import KeptPySpy
 from clusterctl.job.rollcall import HANG, MOVING, RollCall, Verdict, judge, roll_call
 from clusterctl.job.sampler import NodeStacks, merged_samples, node_stacks, sample_action
 from clusterctl.job.stacks import RankStack
@@ -58,7 +59,9 @@ class JobShape:
 
 class StallWatch:
     def __init__(self, inventory: Inventory, shape: JobShape, run_id: str, connections: Connections,
-                 on_event: OnEvent, timeout_s: float, interval_s: float = INTERVAL_S, samples: int = SAMPLES):
+                 on_event: OnEvent, timeout_s: float, interval_s: float = INTERVAL_S, samples: int = SAMPLES,
+                 kept: Optional[KeptPySpy] = None):
+        self.kept = kept  # py-spy shipped once per node per run, shared with the straggler watch
         self.inventory, self.shape, self.run_id = inventory, shape, run_id
         self.connections, self.on_event = connections, on_event
         self.timeout_s, self.interval_s, self.samples = timeout_s, interval_s, samples
@@ -91,7 +94,7 @@ class StallWatch:
                                                  f"({self.samples} samples {self.interval_s:g}s apart)"))
                 self._sampling_since = now
                 self._sampling = Background(hosts, sample_action(self.inventory, self.run_id, self.samples,
-                                                                 self.interval_s), self.connections)
+                                                                 self.interval_s, kept=self.kept), self.connections)
             return None
         if not self._sampling.wait(0):
             return None

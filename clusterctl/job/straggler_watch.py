@@ -17,11 +17,12 @@ from typing import Callable, Optional
 
 from clusterctl.executor import Background, Connections, Event, OnEvent
 from clusterctl.job import stragglers
+from clusterctl.job.pyspy_kept import KeptPySpy
 from clusterctl.job.sampler import merged_samples, node_stacks, sample_action
 from clusterctl.job.stragglers import Progress, Straggler
 from clusterctl.models import Host, Inventory
 
-# Per round, a round trip per node (and the py-spy binary shipped, ~3 MB): short rounds until the window
+# Per round, a round trip per node (py-spy, ~3 MB, shipped in a node's first round only): short rounds until the window
 # holds enough samples to name a rank soon after the start, then longer ones.
 FIRST_SAMPLES, SAMPLES = 5, 15
 INTERVAL_S = 1.0
@@ -32,7 +33,8 @@ PROGRESS_KEPT = 30  # progress lines kept for the step time (the latest)
 class StragglerWatch:
     def __init__(self, inventory: Inventory, run_id: str, connections: Connections, on_event: OnEvent,
                  gpu_of: Optional[dict] = None, samples: tuple[int, int] = (FIRST_SAMPLES, SAMPLES),
-                 interval_s: float = INTERVAL_S, enabled: bool = True):
+                 interval_s: float = INTERVAL_S, enabled: bool = True, kept: Optional[KeptPySpy] = None):
+        self.kept = kept or KeptPySpy(inventory.name, run_id)  # py-spy shipped once per node (job/pyspy_kept.py)
         self.inventory, self.run_id, self.connections, self.on_event = inventory, run_id, connections, on_event
         self.samples, self.interval_s, self.enabled = samples, interval_s, enabled
         self.gpu_of = dict(gpu_of or {})
@@ -88,14 +90,14 @@ class StragglerWatch:
             if hosts and not paused and time.monotonic() >= self._next_at:
                 count = self.samples[0] if len(self.window) < stragglers.WINDOW // 2 else self.samples[1]
                 self._round = Background(hosts, sample_action(self.inventory, self.run_id, count, self.interval_s,
-                                                              nonblocking=True), self.connections)
+                                                              nonblocking=True, kept=self.kept), self.connections)
             return
         if not self._round.wait(0):
             return
         nodes = node_stacks(self._round.results)
         self._round = None
         self._next_at = time.monotonic()
-        self._give_up_without_pyspy([n.problem for n in nodes.values()])
+        self._give_up_without_pyspy([n.problem for n in nodes.values() if not n.asks])
         self.window.extend(merged_samples(nodes))
         self._judge()
 

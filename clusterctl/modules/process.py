@@ -8,6 +8,7 @@ Foreign processes holding GPUs or the rendezvous port are reported; killed only 
 """
 from __future__ import annotations
 
+import re
 from typing import Optional
 
 from clusterctl.models import Command, HostResult, HostStatus
@@ -17,10 +18,11 @@ MARKER_CLUSTER = "CLUSTERCTL_CLUSTER"
 MARKER_HOST = "CLUSTERCTL_HOST"
 MARKER_RUN = "CLUSTERCTL_RUN_ID"
 
-# $1 cluster, $2 host, $3 rendezvous port, $4 mode (list | kill | kill-foreign), $5 run id or "".
+# $1 cluster, $2 host, $3 rendezvous port, $4 mode (list | kill | kill-foreign), $5 run id or "", $6 the
+# names (a pattern) of the py-spy directories the killed runs kept (job/pyspy_kept.py): removed with them.
 # Prints one line per process: "<kind> <pid> <user> <args>", kind in ours|gpu|port.
 _SCAN = r'''
-cluster=$1 host=$2 port=$3 mode=$4 run=$5
+cluster=$1 host=$2 port=$3 mode=$4 run=$5 kept=$6
 ours=$(grep -lzxF "CLUSTERCTL_CLUSTER=$cluster" /proc/[0-9]*/environ 2>/dev/null \
   | xargs -r grep -lzxF "CLUSTERCTL_HOST=$host" 2>/dev/null)
 if [ -n "$run" ] && [ -n "$ours" ]; then ours=$(echo "$ours" | xargs -r grep -lzxF "CLUSTERCTL_RUN_ID=$run" 2>/dev/null); fi
@@ -38,6 +40,11 @@ if ss -ltnH "sport = :$port" 2>/dev/null | grep -q .; then
   for p in $(ss -ltnpH "sport = :$port" 2>/dev/null | grep -o 'pid=[0-9]*' | cut -d= -f2 | sort -u); do
     case " $ours " in *" $p "*) ;; *) foreign="$foreign $p"; show port "$p";; esac
   done
+fi
+if [ "$mode" != list ] && [ -n "$kept" ]; then
+  for base in "${TMPDIR:-/tmp}" /var/tmp /dev/shm "$HOME"; do for d in "$base"/$kept; do
+    [ -d "$d" ] && [ ! -L "$d" ] && [ -O "$d" ] && rm -rf "$d"
+  done; done
 fi
 victims=""
 [ "$mode" = kill ] && victims="$ours"
@@ -57,8 +64,14 @@ kill -KILL $alive 2>/dev/null; echo "sigkill$alive"
 
 
 def scan_command(cluster: str, host: str, port: int, mode: str = "list", run_id: str = "") -> Command:
-    return Command(("sh", "-c", _SCAN, "clusterctl-scan", cluster, host, str(port), mode, run_id), timeout=60,
+    kept = kept_pyspy_name(cluster, run_id) if run_id else kept_pyspy_name(cluster, "") + "*"
+    return Command(("sh", "-c", _SCAN, "clusterctl-scan", cluster, host, str(port), mode, run_id, kept), timeout=60,
                    privileged=True)  # ranks in the container run as root: their /proc environ is root's
+
+
+def kept_pyspy_name(cluster: str, run_id: str) -> str:
+    """The directory a run's nodes keep py-spy in (job/pyspy_kept.py): one path component, no pattern."""
+    return "clusterctl-pyspy." + re.sub(r"[^A-Za-z0-9_-]", "_", cluster) + "." + re.sub(r"[^A-Za-z0-9_-]", "_", run_id)
 
 
 def parse_scan(stdout: str) -> dict[str, list[dict]]:
