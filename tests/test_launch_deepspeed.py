@@ -1,0 +1,160 @@
+"""`job.launcher: deepspeed` (job/launch_deepspeed.py): DeepSpeed's per-node launcher as clusterctl runs it.
+
+The argv is read back by the real `deepspeed.launcher.launch` parser (deepspeed 0.19.8, installed by the
+test extra), and the node command runs for real on this machine: two "nodes" on loopback, gloo ranks
+(tests/fixtures/jobs/ds_ranks.py)."""
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from clusterctl.job import launch_deepspeed, launchers
+from clusterctl.job.torchrun import job_argv, placeholder_values, rank_log_files
+from test_launch import NASTY, two_node_inventory, two_node_topology
+
+JOB = Path(__file__).parent / "fixtures" / "jobs" / "ds_ranks.py"
+
+
+def _deepspeed(**job):
+    return two_node_topology(two_node_inventory(launcher="deepspeed", **job))
+
+
+def _decoded(world_info: str) -> dict:
+    return json.loads(base64.urlsafe_b64decode(world_info))
+
+
+def test_world_info_lists_the_hosts_in_node_rank_order_with_their_planned_gpus():
+    inv, topo = _deepspeed()
+    assert list(_decoded(launch_deepspeed.world_info(topo)).items()) == [("node-080", [0, 1]), ("node-082", [0, 1])]
+    cpu = replace(topo, nodes=tuple(replace(n, gpu_ids=None, nproc=3) for n in reversed(topo.nodes)))
+    assert list(_decoded(launch_deepspeed.world_info(cpu)).items()) == [("node-080", [0, 1, 2]), ("node-082", [0, 1, 2])]
+
+
+def test_the_planned_layout_is_torchruns():
+    inv, topo = _deepspeed()
+    assert launchers.shaped(inv, topo) is topo and launchers.node_env(inv, topo, topo.nodes[1]) == ()
+
+
+def test_the_node_command_is_deepspeeds_launcher_with_each_rank_under_the_rank_wrapper():
+    inv, topo = _deepspeed()
+    argv = job_argv(inv.job, placeholder_values(topo, "r1", NASTY, inv.job.outputs))
+    command = launchers.node_command(inv, topo, topo.nodes[1], "r1", argv, inv.job.outputs)
+    assert command[:6] == ("sh", "-c", launch_deepspeed._NODE, "clusterctl-deepspeed", "node-082", "python3")
+    assert command[6:12] == launch_deepspeed.launch_args(topo, topo.nodes[1])
+    assert command[12:18] == ("sh", "-c", launch_deepspeed._RANK, "clusterctl-rank",
+                              "/workspace/output/logs/r1/node-082/r1_deepspeed/attempt_0", "node-082")
+    assert command[18:] == ("3", "python3", "-u") + argv  # no torchrun in between: the prompt's `$` as they are
+
+
+def _parsed_by_deepspeed(argv: tuple[str, ...]):
+    launch = pytest.importorskip("deepspeed.launcher.launch")
+    saved = sys.argv
+    sys.argv = ["launch.py", *argv]
+    try:
+        return launch.parse_args()
+    finally:
+        sys.argv = saved
+
+
+def test_deepspeeds_own_parser_reads_our_arguments_and_hands_the_rest_to_the_rank_untouched():
+    inv, topo = _deepspeed()
+    argv = job_argv(inv.job, placeholder_values(topo, "r1", NASTY, inv.job.outputs))
+    command = launch_deepspeed.node_command(inv, topo, topo.nodes[1], "r1", argv, inv.job.outputs)
+    args = _parsed_by_deepspeed(command[6:])
+    assert (args.node_rank, args.master_addr, args.master_port) == (1, "172.31.0.80", 29511)
+    assert _decoded(args.world_info) == {"node-080": [0, 1], "node-082": [0, 1]}
+    assert (args.no_python, args.no_local_rank, args.module) == (True, True, False)
+    assert [args.training_script, *args.training_script_args] == list(command[12:])
+
+
+@pytest.mark.parametrize("argv, entry, at", [
+    (("train.py", "--x"), ("python3", "-u", "train.py", "--x"), 3),
+    (("-m", "pkg.train", "--x"), ("python3", "-u", "-m", "pkg.train", "--x"), 4),
+    (("./train", "--x"), ("./train", "--x"), 1),
+])
+def test_a_script_a_module_or_an_executable_starts_as_deepspeeds_launcher_starts_it(argv, entry, at):
+    assert launch_deepspeed.rank_entry(argv, "python3") == (entry, at)
+
+
+def _rank(tmp_path: Path, at: str, *job: str, rank: str = "3", local_rank: str = "1"):
+    env = {"PATH": "/usr/bin:/bin", "RANK": rank, "LOCAL_RANK": local_rank}
+    return subprocess.run(["sh", "-c", launch_deepspeed._RANK, "x", str(tmp_path / "att"), "n2", at, *job],
+                          capture_output=True, text=True, env=env)
+
+
+def test_the_rank_wrapper_puts_local_rank_where_deepspeed_does_and_writes_the_ranks_files(tmp_path):
+    done = _rank(tmp_path, "4", "sh", "-c", 'echo "$@"; echo err >&2', "s", "a b", "$x")
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+    assert (tmp_path / "att" / "1" / "stdout.log").read_text() == "--local_rank=1 a b $x\n"
+    assert (tmp_path / "att" / "1" / "stderr.log").read_text() == "err\n"
+
+
+def test_the_rank_wrapper_keeps_a_failures_code_and_copies_its_stderr_with_host_and_global_rank(tmp_path):
+    done = _rank(tmp_path, "3", "sh", "-c", 'echo "Traceback: boom" >&2; exit 3')
+    assert done.returncode == 3
+    assert done.stderr.splitlines() == ["[n2 rank3]: Traceback: boom", "[n2 rank3]: clusterctl: the rank exited with code 3"]
+
+
+def test_a_python_without_deepspeed_fails_the_node_with_one_line_naming_the_host_and_the_fix(tmp_path):
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    done = subprocess.run(["sh", "-c", launch_deepspeed._NODE, "x", "node2", str(bare / "bin" / "python"), "--x"],
+                          capture_output=True, text=True)
+    assert done.returncode == 1
+    assert done.stderr == (f"clusterctl: job.launcher deepspeed: ModuleNotFoundError: No module named 'deepspeed' for "
+                           f"{bare}/bin/python on node2; fix: pip install deepspeed in the image (or point job.python "
+                           "at a Python that has it)\n")
+
+
+def _local_run(tmp_path: Path, *args: str) -> tuple[list, object, str]:
+    """Both nodes' commands on this machine (two hosts on loopback, 2 CPU ranks each); returns the
+    launchers' ended processes, the topology and the run's outputs folder."""
+    pytest.importorskip("deepspeed")
+    inv = two_node_inventory(launcher="deepspeed", python=sys.executable)
+    job = replace(inv.job, command=(str(JOB),), args=args, outputs=str(tmp_path))
+    inv, topo = two_node_topology(replace(inv, job=job))
+    topo = replace(topo, master_addr="127.0.0.1", port=_free_port(),
+                   nodes=tuple(replace(n, gpu_ids=None) for n in topo.nodes))
+    argv = job_argv(inv.job, placeholder_values(topo, "r1", "", str(tmp_path)))
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "DS_ACCELERATOR": "cpu", "PYTHONUNBUFFERED": "1",
+           "GLOO_SOCKET_IFNAME": "lo"}
+    started = [subprocess.Popen(launchers.node_command(inv, topo, n, "r1", argv, str(tmp_path)), env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for n in topo.nodes]
+    ended = [(p.wait(timeout=300), p.stdout.read(), p.stderr.read()) for p in started]
+    return ended, topo, str(tmp_path)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_two_nodes_of_deepspeeds_launcher_run_gloo_ranks_with_their_global_ranks_in_torchruns_layout(tmp_path):
+    ended, topo, outputs = _local_run(tmp_path, "--out", f"{tmp_path}/out")
+    assert [code for code, _, _ in ended] == [0, 0], ended
+    seen = {int(p.stem[4:]): json.loads(p.read_text()) for p in (tmp_path / "out").glob("rank*.json")}
+    assert sorted(seen) == [0, 1, 2, 3] and {s["sum"] for s in seen.values()} == {10}
+    for rank, s in seen.items():
+        assert (s["WORLD_SIZE"], s["RANK"], s["LOCAL_RANK"], s["local_rank_arg"]) == ("4", str(rank), str(rank % 2), rank % 2)
+    for log in rank_log_files(topo, "r1", outputs):
+        (stdout,) = Path("/").glob(log.stdout_glob.lstrip("/"))
+        assert json.loads(stdout.read_text())["RANK"] == str(log.rank)
+
+
+@pytest.mark.slow
+def test_a_failing_rank_ends_its_node_with_its_code_and_its_stderr_named_by_host_and_rank(tmp_path):
+    ended, topo, outputs = _local_run(tmp_path, "--out", f"{tmp_path}/out", "--fail-rank", "2")
+    (code0, _, _), (code1, _, err1) = ended
+    assert code1 == 3 and code0 != 0, ended
+    assert "[node-082 rank2]: RuntimeError: rank 2 gives up" in err1.splitlines()
+    assert "[node-082 rank2]: clusterctl: the rank exited with code 3" in err1.splitlines()
