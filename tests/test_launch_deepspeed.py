@@ -41,14 +41,15 @@ def test_the_planned_layout_is_torchruns():
     assert launchers.shaped(inv, topo) is topo and launchers.node_env(inv, topo, topo.nodes[1]) == ()
 
 
-def test_the_node_command_is_deepspeeds_launcher_with_each_rank_under_the_rank_wrapper():
+def test_the_node_command_is_deepspeeds_launcher_with_each_rank_under_the_rank_script():
     inv, topo = _deepspeed()
     argv = job_argv(inv.job, placeholder_values(topo, "r1", NASTY, inv.job.outputs))
     command = launchers.node_command(inv, topo, topo.nodes[1], "r1", argv, inv.job.outputs)
-    assert command[:6] == ("sh", "-c", launch_deepspeed._NODE, "clusterctl-deepspeed", "node-082", "python3")
-    assert command[6:12] == launch_deepspeed.launch_args(topo, topo.nodes[1])
-    assert command[12:18] == ("sh", "-c", launch_deepspeed._RANK, "clusterctl-rank",
-                              "/workspace/output/logs/r1/node-082/r1_deepspeed/attempt_0", "node-082")
+    script = "/workspace/output/logs/r1/node-082/r1_deepspeed/rank.sh"
+    assert command[:8] == ("sh", "-c", launch_deepspeed._NODE, "clusterctl-deepspeed", "node-082", "python3", script,
+                           launch_deepspeed._RANK)
+    assert command[8:14] == launch_deepspeed.launch_args(topo, topo.nodes[1])
+    assert command[14:18] == ("sh", script, "/workspace/output/logs/r1/node-082/r1_deepspeed/attempt_0", "node-082")
     assert command[18:] == ("3", "python3", "-u") + argv  # no torchrun in between: the prompt's `$` as they are
 
 
@@ -66,11 +67,11 @@ def test_deepspeeds_own_parser_reads_our_arguments_and_hands_the_rest_to_the_ran
     inv, topo = _deepspeed()
     argv = job_argv(inv.job, placeholder_values(topo, "r1", NASTY, inv.job.outputs))
     command = launch_deepspeed.node_command(inv, topo, topo.nodes[1], "r1", argv, inv.job.outputs)
-    args = _parsed_by_deepspeed(command[6:])
+    args = _parsed_by_deepspeed(command[8:])
     assert (args.node_rank, args.master_addr, args.master_port) == (1, "172.31.0.80", 29511)
     assert _decoded(args.world_info) == {"node-080": [0, 1], "node-082": [0, 1]}
     assert (args.no_python, args.no_local_rank, args.module) == (True, True, False)
-    assert [args.training_script, *args.training_script_args] == list(command[12:])
+    assert [args.training_script, *args.training_script_args] == list(command[14:])
 
 
 @pytest.mark.parametrize("argv, entry, at", [
@@ -101,10 +102,19 @@ def test_the_rank_wrapper_keeps_a_failures_code_and_copies_its_stderr_with_host_
     assert done.stderr.splitlines() == ["[n2 rank3]: Traceback: boom", "[n2 rank3]: clusterctl: the rank exited with code 3"]
 
 
+def test_only_the_nodes_first_rank_to_fail_copies_its_stderr_to_the_nodes_log(tmp_path):
+    _rank(tmp_path, "3", "sh", "-c", 'echo "Traceback: boom" >&2; exit 3')
+    later = _rank(tmp_path, "3", "sh", "-c", 'echo "Connection closed by peer" >&2; exit 1', rank="2", local_rank="0")
+    assert later.returncode == 1
+    assert later.stderr == f"clusterctl: rank 2 exited with code 1 too (its stderr: {tmp_path}/att/0/stderr.log)\n"
+    assert (tmp_path / "att" / "0" / "stderr.log").read_text() == "Connection closed by peer\n"
+
+
 def test_a_python_without_deepspeed_fails_the_node_with_one_line_naming_the_host_and_the_fix(tmp_path):
     bare = tmp_path / "bare"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
-    done = subprocess.run(["sh", "-c", launch_deepspeed._NODE, "x", "node2", str(bare / "bin" / "python"), "--x"],
+    done = subprocess.run(["sh", "-c", launch_deepspeed._NODE, "x", "node2", str(bare / "bin" / "python"),
+                           str(tmp_path / "r1_deepspeed" / "rank.sh"), "echo", "--x"],
                           capture_output=True, text=True)
     assert done.returncode == 1
     assert done.stderr == (f"clusterctl: job.launcher deepspeed: ModuleNotFoundError: No module named 'deepspeed' for "

@@ -34,21 +34,27 @@ from clusterctl.models import Inventory
 MODULE = "deepspeed.launcher.launch"
 TAIL_LINES = 200  # of a failed rank's stderr, copied to the node's log (as job/launchers.py's `none`)
 
-# $1 the host, $2 the Python, then launch.py's arguments. find_spec, not an import: importing
-# deepspeed imports torch, a second or more for a check.
+# $1 the host, $2 the Python, $3 where the rank script goes, $4 the rank script (`_RANK`), then
+# launch.py's arguments. find_spec, not an import: importing deepspeed imports torch, a second or
+# more for a check. The rank script is a file, so that launch.py's log names each rank's command in
+# a line, not with the script's text.
 _NODE = r'''
-host=$1 py=$2; shift 2
+host=$1 py=$2 script=$3 rank=$4; shift 4
 "$py" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("deepspeed") is None)' 2>/dev/null
 if [ $? = 1 ]; then
   echo "clusterctl: job.launcher deepspeed: ModuleNotFoundError: No module named 'deepspeed' for $py on $host; fix: pip install deepspeed in the image (or point job.python at a Python that has it)" >&2
   exit 1
 fi
+mkdir -p "${script%/*}" && printf '%s' "$rank" >"$script" || exit 1
 exec "$py" -m deepspeed.launcher.launch "$@"
 '''
 
 # $1 the node's rank directory (the local rank is appended), $2 the host, $3 after how many words of
 # the job's argv launch.py puts `--local_rank=N`, then the job's argv. Not exec'd: the exit code is
-# kept while the end of stderr is copied.
+# kept while the end of stderr is copied. Only the node's first rank to fail copies its stderr (the
+# `failed` directory is its claim): the others failed after it, mostly because it went (a peer's
+# connection closed), and the node's log names the rank that failed first by its own fault, as
+# torchrun's "first observed failure" does; their own files keep everything.
 _RANK = r'''
 d=$1/$LOCAL_RANK p="[$2 rank$RANK]: " at=$3; shift 3
 n=$# i=0
@@ -60,9 +66,11 @@ shift "$n"
 mkdir -p "$d" || exit 1
 "$@" >"$d/stdout.log" 2>"$d/stderr.log"
 rc=$?
-if [ "$rc" != 0 ]; then
+if [ "$rc" != 0 ] && mkdir "${d%%/*/*}/failed" 2>/dev/null; then
   tail -n %d "$d/stderr.log" | while IFS= read -r line; do printf '%%s%%s\n' "$p" "$line"; done >&2
   echo "${p}clusterctl: the rank exited with code $rc" >&2
+elif [ "$rc" != 0 ]; then
+  echo "clusterctl: rank $RANK exited with code $rc too (its stderr: $d/stderr.log)" >&2
 fi
 exit "$rc"
 ''' % TAIL_LINES
@@ -102,6 +110,7 @@ def node_command(inv: Inventory, topo: Topology, node: NodePlan, run_id: str, jo
                  outputs: str) -> tuple[str, ...]:
     """What starts on `node`: DeepSpeed's per-node launcher, each rank under `_RANK`."""
     entry, at = rank_entry(tuple(job_argv), inv.job.python)
-    rank = ("sh", "-c", _RANK, "clusterctl-rank", rank_dir(outputs, run_id, node.host.name), node.host.name, str(at))
-    return ("sh", "-c", _NODE, "clusterctl-deepspeed", node.host.name, inv.job.python,
-            *launch_args(topo, node), *rank, *entry)
+    ranks = rank_dir(outputs, run_id, node.host.name)
+    script = f"{ranks.rsplit('/', 1)[0]}/rank.sh"
+    return ("sh", "-c", _NODE, "clusterctl-deepspeed", node.host.name, inv.job.python, script, _RANK,
+            *launch_args(topo, node), "sh", script, ranks, node.host.name, str(at), *entry)
