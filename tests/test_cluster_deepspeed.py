@@ -22,11 +22,11 @@ def cluster(sandbox, tmp_path_factory):
     yield from cluster_with_jobs(sandbox, tmp_path_factory, JOBS_DIR, "ds_ranks.py")
 
 
-def _deepspeed(sb, path: Path, *args: str) -> Path:
+def _deepspeed(sb, path: Path, *args: str, **job) -> Path:
     def change(doc):
         doc["hosts"] = doc["hosts"][:2]
         doc["job"].update(command=[f"{CONTAINER_OUTPUTS}/{JOBS_DIR}/ds_ranks.py"], launcher="deepspeed",
-                          nproc_per_node=2, args=["--out", "{outputs}/ds/{run_id}", *args])
+                          nproc_per_node=2, args=["--out", "{outputs}/ds/{run_id}", *args], **job)
     return variant(sb, path, change)
 
 
@@ -62,8 +62,18 @@ def test_a_failing_rank_stops_every_node_and_is_named_with_its_host_and_a_diagno
     code, doc = cli.json("run", "-i", inventory, str(where / "prompt.txt"))
     assert code == 1 and doc["ok"] is False, doc
     first = doc["first_failure"]
-    Path("/tmp/ds/fail-doc.json").write_text(json.dumps(doc, indent=1))
-    assert (first["host"], first["rank"]) == ("node2", 2), json.dumps(doc, indent=1)[-12000:]
+    assert (first["host"], first["rank"]) == ("node2", 2), first
     assert "rank 2 gives up" in json.dumps(first["diagnosis"]), first
     left = lambda: [cmd for _, cmd in processes_with(doc["run_id"]) if "pytest" not in cmd]  # noqa: E731
     assert wait_until(lambda: not left(), 10, what="no process of the run") is True, left()
+
+
+def test_a_python_without_deepspeed_fails_the_run_with_the_host_and_the_fix_named(sandbox, cluster, tmp_path):
+    cli, where = cluster
+    inventory = str(_deepspeed(sandbox, tmp_path / "bare.yaml", python="/usr/bin/python3"))  # Debian's: no deepspeed
+    code, doc = cli.json("run", "-i", inventory, str(where / "prompt.txt"))
+    assert code == 1 and doc["ok"] is False, doc
+    first = doc["first_failure"]
+    assert first["diagnosis"][0]["cause"] == "import_error", first
+    assert (f"No module named 'deepspeed' for /usr/bin/python3 on {first['host']}; fix: pip install deepspeed in the "
+            "image") in first["diagnosis"][0]["evidence"], first
