@@ -45,12 +45,12 @@ def test_the_node_command_is_deepspeeds_launcher_with_each_rank_under_the_rank_s
     inv, topo = _deepspeed()
     argv = job_argv(inv.job, placeholder_values(topo, "r1", NASTY, inv.job.outputs))
     command = launchers.node_command(inv, topo, topo.nodes[1], "r1", argv, inv.job.outputs)
-    script = "/workspace/output/logs/r1/node-082/r1_deepspeed/rank.sh"
-    assert command[:8] == ("sh", "-c", launch_deepspeed._NODE, "clusterctl-deepspeed", "node-082", "python3", script,
+    ranks = "/workspace/output/logs/r1/node-082/r1_deepspeed/attempt_0"
+    assert command[:8] == ("sh", "-c", launch_deepspeed._NODE, "clusterctl-deepspeed", "node-082", "python3", ranks,
                            launch_deepspeed._RANK)
     assert command[8:14] == launch_deepspeed.launch_args(topo, topo.nodes[1])
-    assert command[14:18] == ("sh", script, "/workspace/output/logs/r1/node-082/r1_deepspeed/attempt_0", "node-082")
-    assert command[18:] == ("3", "python3", "-u") + argv  # no torchrun in between: the prompt's `$` as they are
+    assert command[14:17] == ("sh", "/workspace/output/logs/r1/node-082/r1_deepspeed/rank.sh", ranks)
+    assert command[17:] == ("3", "python3", "-u") + argv  # no torchrun in between: the prompt's `$` as they are
 
 
 def _parsed_by_deepspeed(argv: tuple[str, ...]):
@@ -85,36 +85,55 @@ def test_a_script_a_module_or_an_executable_starts_as_deepspeeds_launcher_starts
 
 def _rank(tmp_path: Path, at: str, *job: str, rank: str = "3", local_rank: str = "1"):
     env = {"PATH": "/usr/bin:/bin", "RANK": rank, "LOCAL_RANK": local_rank}
-    return subprocess.run(["sh", "-c", launch_deepspeed._RANK, "x", str(tmp_path / "att"), "n2", at, *job],
+    return subprocess.run(["sh", "-c", launch_deepspeed._RANK, "x", str(tmp_path / "att"), at, *job],
                           capture_output=True, text=True, env=env)
 
 
-def test_the_rank_wrapper_puts_local_rank_where_deepspeed_does_and_writes_the_ranks_files(tmp_path):
+def test_the_rank_script_puts_local_rank_where_deepspeed_does_and_writes_the_ranks_files(tmp_path):
     done = _rank(tmp_path, "4", "sh", "-c", 'echo "$@"; echo err >&2', "s", "a b", "$x")
     assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
     assert (tmp_path / "att" / "1" / "stdout.log").read_text() == "--local_rank=1 a b $x\n"
     assert (tmp_path / "att" / "1" / "stderr.log").read_text() == "err\n"
+    assert not (tmp_path / "att" / "1" / "failed").exists()
 
 
-def test_the_rank_wrapper_keeps_a_failures_code_and_copies_its_stderr_with_host_and_global_rank(tmp_path):
+def test_the_rank_script_keeps_a_failures_code_and_notes_the_global_rank_unless_launch_stopped_it(tmp_path):
     done = _rank(tmp_path, "3", "sh", "-c", 'echo "Traceback: boom" >&2; exit 3')
+    assert (done.returncode, done.stderr) == (3, "")
+    assert (tmp_path / "att" / "1" / "failed").read_text() == "3 3\n"
+    stopped = _rank(tmp_path, "3", "sh", "-c", "kill -TERM $$", rank="2", local_rank="0")
+    assert stopped.returncode == 143 and not (tmp_path / "att" / "0" / "failed").exists()
+
+
+def _node(tmp_path: Path, ranks_done: str, code: int = 3):
+    """_NODE with a stand-in for Python whose `-m deepspeed.launcher.launch` runs `ranks_done` in the
+    ranks' directory and exits with `code`."""
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\n[ "$1" = -c ] && exit 0\ncd "$R" && {ranks_done}\nexit {code}\n')
+    python.chmod(0o755)
+    ranks = tmp_path / "r1_deepspeed" / "attempt_0"
+    return subprocess.run(["sh", "-c", launch_deepspeed._NODE, "x", "node2", str(python), str(ranks), "RANK SCRIPT"],
+                          capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "R": str(ranks)})
+
+
+def test_a_failed_node_copies_the_stderr_of_its_rank_that_wrote_its_error_first_with_host_and_rank(tmp_path):
+    ranks_done = ("mkdir 0 1 && echo 'Connection closed by peer' >0/stderr.log && echo '2 1' >0/failed && "
+                  "echo 'RuntimeError: boom' >1/stderr.log && echo '3 3' >1/failed && "
+                  "touch -d '2026-01-01 00:00:01' 1/stderr.log && touch -d '2026-01-01 00:00:02' 0/stderr.log")
+    done = _node(tmp_path, ranks_done)
     assert done.returncode == 3
-    assert done.stderr.splitlines() == ["[n2 rank3]: Traceback: boom", "[n2 rank3]: clusterctl: the rank exited with code 3"]
-
-
-def test_only_the_nodes_first_rank_to_fail_copies_its_stderr_to_the_nodes_log(tmp_path):
-    _rank(tmp_path, "3", "sh", "-c", 'echo "Traceback: boom" >&2; exit 3')
-    later = _rank(tmp_path, "3", "sh", "-c", 'echo "Connection closed by peer" >&2; exit 1', rank="2", local_rank="0")
-    assert later.returncode == 1
-    assert later.stderr == f"clusterctl: rank 2 exited with code 1 too (its stderr: {tmp_path}/att/0/stderr.log)\n"
-    assert (tmp_path / "att" / "0" / "stderr.log").read_text() == "Connection closed by peer\n"
+    assert done.stderr.splitlines() == [
+        "[node2 rank3]: RuntimeError: boom", "[node2 rank3]: clusterctl: the rank exited with code 3",
+        f"clusterctl: rank 2 exited with code 1 too (its stderr: {tmp_path}/r1_deepspeed/attempt_0/0/stderr.log)"]
+    assert (tmp_path / "r1_deepspeed" / "rank.sh").read_text() == "RANK SCRIPT"
+    assert _node(tmp_path, "true", code=0).stderr == ""
 
 
 def test_a_python_without_deepspeed_fails_the_node_with_one_line_naming_the_host_and_the_fix(tmp_path):
     bare = tmp_path / "bare"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
     done = subprocess.run(["sh", "-c", launch_deepspeed._NODE, "x", "node2", str(bare / "bin" / "python"),
-                           str(tmp_path / "r1_deepspeed" / "rank.sh"), "echo", "--x"],
+                           str(tmp_path / "r1_deepspeed" / "attempt_0"), "RANK SCRIPT", "--x"],
                           capture_output=True, text=True)
     assert done.returncode == 1
     assert done.stderr == (f"clusterctl: job.launcher deepspeed: ModuleNotFoundError: No module named 'deepspeed' for "

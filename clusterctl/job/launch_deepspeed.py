@@ -15,9 +15,9 @@ Ranks' output. Without `--enable_each_rank_log` the ranks write into launch.py's
 rank named; with it, one file per rank holds stdout and stderr together. clusterctl's live log,
 `logs`, collect-logs and the first-failure naming read torchrun's layout, so each rank starts under
 a small `sh` (`_RANK`, via launch.py's `--no_python`): it writes the rank's stdout and stderr to
-`<run dir>/<run id>_deepspeed/attempt_0/<LOCAL_RANK>/{stdout,stderr}.log` and, when the rank fails,
-copies the end of its stderr into the node's log with the `[host rankN]: ` prefix, as torchrun's
-`--tee` would. launch.py's own `--local_rank=N` argument (after the script, before its arguments) is
+`<run dir>/<run id>_deepspeed/attempt_0/<LOCAL_RANK>/{stdout,stderr}.log` and notes a failure; when
+launch.py failed, the node's command (`_NODE`) copies the end of the stderr of the rank that failed
+first into the node's log with the `[host rankN]: ` prefix, as torchrun's `--tee` would. launch.py's own `--local_rank=N` argument (after the script, before its arguments) is
 kept: `--no_local_rank` stops launch.py from adding it where the `sh` would receive it, and `_RANK`
 puts it back where launch.py would have. A Python that cannot import deepspeed on a node fails that
 node at once with a line naming the host and the fix (`_NODE`).
@@ -34,29 +34,47 @@ from clusterctl.models import Inventory
 MODULE = "deepspeed.launcher.launch"
 TAIL_LINES = 200  # of a failed rank's stderr, copied to the node's log (as job/launchers.py's `none`)
 
-# $1 the host, $2 the Python, $3 where the rank script goes, $4 the rank script (`_RANK`), then
+# $1 the host, $2 the Python, $3 the ranks' directory (attempt_0), $4 the rank script (`_RANK`, written
+# beside it: launch.py's log names each rank's command in a line, not with the script's text), then
 # launch.py's arguments. find_spec, not an import: importing deepspeed imports torch, a second or
-# more for a check. The rank script is a file, so that launch.py's log names each rank's command in
-# a line, not with the script's text.
+# more for a check. Not exec'd: once launch.py failed, the end of the stderr of the node's rank that
+# failed first goes into the node's log with the rank's prefix, as torchrun's "first observed failure"
+# and its `--tee` copy do. First: the oldest last write to stderr among the failed ranks. A rank that
+# fails because another went (a peer's connection closed) writes its error after that one ended,
+# while the one that ended may take a while longer to exit (its process group's teardown), so which
+# rank exited first is no answer. The others get a line saying where their stderr is.
 _NODE = r'''
-host=$1 py=$2 script=$3 rank=$4; shift 4
+host=$1 py=$2 ranks=$3 rank=$4; shift 4
 "$py" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("deepspeed") is None)' 2>/dev/null
 if [ $? = 1 ]; then
   echo "clusterctl: job.launcher deepspeed: ModuleNotFoundError: No module named 'deepspeed' for $py on $host; fix: pip install deepspeed in the image (or point job.python at a Python that has it)" >&2
   exit 1
 fi
-mkdir -p "${script%/*}" && printf '%s' "$rank" >"$script" || exit 1
-exec "$py" -m deepspeed.launcher.launch "$@"
-'''
+mkdir -p "$ranks" && printf '%%s' "$rank" >"${ranks%%/*}/rank.sh" || exit 1
+"$py" -m deepspeed.launcher.launch "$@"
+rc=$?
+[ "$rc" = 0 ] && exit 0
+cd "$ranks" || exit "$rc"
+named=
+for f in $(ls -tr -- */stderr.log 2>/dev/null); do
+  [ -e "${f%%/*}/failed" ] || continue
+  read -r r code <"${f%%/*}/failed"
+  if [ -z "$named" ]; then
+    named=1
+    tail -n %d "$f" | while IFS= read -r line; do printf '[%%s rank%%s]: %%s\n' "$host" "$r" "$line"; done
+    echo "[$host rank$r]: clusterctl: the rank exited with code $code"
+  else
+    echo "clusterctl: rank $r exited with code $code too (its stderr: $PWD/$f)"
+  fi
+done >&2
+exit "$rc"
+''' % TAIL_LINES
 
-# $1 the node's rank directory (the local rank is appended), $2 the host, $3 after how many words of
-# the job's argv launch.py puts `--local_rank=N`, then the job's argv. Not exec'd: the exit code is
-# kept while the end of stderr is copied. Only the node's first rank to fail copies its stderr (the
-# `failed` directory is its claim): the others failed after it, mostly because it went (a peer's
-# connection closed), and the node's log names the rank that failed first by its own fault, as
-# torchrun's "first observed failure" does; their own files keep everything.
+# $1 the node's ranks' directory (the local rank is appended), $2 after how many words of the job's
+# argv launch.py puts `--local_rank=N`, then the job's argv. Not exec'd: a failure is written down
+# (global rank, exit code) for `_NODE`, unless launch.py stopped the rank (SIGTERM, after another failed).
 _RANK = r'''
-d=$1/$LOCAL_RANK p="[$2 rank$RANK]: " at=$3; shift 3
+d=$1/$LOCAL_RANK at=$2; shift 2
 n=$# i=0
 for a do
   set -- "$@" "$a"; i=$((i+1))
@@ -66,14 +84,9 @@ shift "$n"
 mkdir -p "$d" || exit 1
 "$@" >"$d/stdout.log" 2>"$d/stderr.log"
 rc=$?
-if [ "$rc" != 0 ] && mkdir "${d%%/*/*}/failed" 2>/dev/null; then
-  tail -n %d "$d/stderr.log" | while IFS= read -r line; do printf '%%s%%s\n' "$p" "$line"; done >&2
-  echo "${p}clusterctl: the rank exited with code $rc" >&2
-elif [ "$rc" != 0 ]; then
-  echo "clusterctl: rank $RANK exited with code $rc too (its stderr: $d/stderr.log)" >&2
-fi
+[ "$rc" = 0 ] || [ "$rc" = 143 ] || echo "$RANK $rc" >"$d/failed"
 exit "$rc"
-''' % TAIL_LINES
+'''
 
 
 def world_info(topo: Topology) -> str:
@@ -111,6 +124,6 @@ def node_command(inv: Inventory, topo: Topology, node: NodePlan, run_id: str, jo
     """What starts on `node`: DeepSpeed's per-node launcher, each rank under `_RANK`."""
     entry, at = rank_entry(tuple(job_argv), inv.job.python)
     ranks = rank_dir(outputs, run_id, node.host.name)
-    script = f"{ranks.rsplit('/', 1)[0]}/rank.sh"
-    return ("sh", "-c", _NODE, "clusterctl-deepspeed", node.host.name, inv.job.python, script, _RANK,
-            *launch_args(topo, node), "sh", script, ranks, node.host.name, str(at), *entry)
+    script = f"{ranks.rsplit('/', 1)[0]}/rank.sh"  # where _NODE writes _RANK
+    return ("sh", "-c", _NODE, "clusterctl-deepspeed", node.host.name, inv.job.python, ranks, _RANK,
+            *launch_args(topo, node), "sh", script, ranks, str(at), *entry)
