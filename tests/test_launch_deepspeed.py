@@ -187,3 +187,15 @@ def test_a_failing_rank_ends_its_node_with_its_code_and_its_stderr_named_by_host
     assert code1 == 3 and code0 != 0, ended
     assert "[node-082 rank2]: RuntimeError: rank 2 gives up" in err1.splitlines()
     assert "[node-082 rank2]: clusterctl: the rank exited with code 3" in err1.splitlines()
+
+
+def test_the_inventory_takes_launcher_deepspeed_and_exports_refuse_it(tmp_path):
+    from clusterctl.errors import UsageError
+    from clusterctl.inventory.load import load_inventory
+
+    path = tmp_path / "inv.yaml"
+    path.write_text("name: t\nhosts: [{name: a, address: 10.0.0.1}]\njob: {command: [x.py], launcher: deepspeed}\n")
+    inventory = load_inventory(path)
+    assert inventory.job.launcher == "deepspeed"
+    with pytest.raises(UsageError, match="job.launcher is deepspeed"):
+        launchers.require_torchrun(inventory, "export pytorchjob")
