@@ -6,6 +6,8 @@ test extra), and the node command runs for real on this machine: two "nodes" on 
 from __future__ import annotations
 
 import base64
+import os
+import signal
 import json
 import subprocess
 import sys
@@ -199,3 +201,31 @@ def test_the_inventory_takes_launcher_deepspeed_and_exports_refuse_it(tmp_path):
     assert inventory.job.launcher == "deepspeed"
     with pytest.raises(UsageError, match="job.launcher is deepspeed"):
         launchers.require_torchrun(inventory, "export pytorchjob")
+
+
+def test_the_stack_sampler_takes_the_python_rank_under_deepspeeds_rank_script_not_the_shell(tmp_path):
+    from clusterctl.job import sampler
+    from clusterctl.models import Host, Inventory
+
+    sampler.pyspy_binary() or pytest.skip("no py-spy installed")
+    ready = tmp_path / "ready"
+    rank = (f"import os, subprocess, sys, time; child = subprocess.Popen([sys.executable, '-c', 'import time; "
+            f"time.sleep(60)']); open({str(ready)!r}, 'w').write(str(os.getpid())); time.sleep(60)")
+    env = {"PATH": "/usr/bin:/bin", "CLUSTERCTL_CLUSTER": "dsc", "CLUSTERCTL_HOST": "n1", "CLUSTERCTL_RUN_ID": "r1",
+           "RANK": "2", "LOCAL_RANK": "0"}  # what launch.py gives the rank script, and the rank inherits
+    tree = subprocess.Popen(["sh", "-c", launch_deepspeed._RANK, "x", str(tmp_path / "att"), "3", sys.executable, "-c",
+                             rank], env=env, start_new_session=True)
+    try:
+        for _ in range(600):
+            if ready.exists() and ready.read_text():
+                break
+            subprocess.run(["sleep", "0.05"])
+        command = sampler.sample_command(Inventory("dsc", (Host("n1", "10.0.0.1"),)), "n1", "r1", 1, 0.0)
+        done = subprocess.run(command.argv, input=command.stdin, capture_output=True, timeout=60)
+        stacks = sampler.parse_node_output(done.stdout.decode(), "n1")
+    finally:
+        os.killpg(tree.pid, signal.SIGKILL)
+        tree.wait()
+    assert stacks.problem == "", stacks
+    (only,) = stacks.samples[0]
+    assert (only.rank, only.pid) == (2, int(ready.read_text())) and not only.error, only
