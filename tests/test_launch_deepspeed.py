@@ -85,10 +85,17 @@ def test_a_script_a_module_or_an_executable_starts_as_deepspeeds_launcher_starts
     assert launch_deepspeed.rank_entry(argv, "python3") == (entry, at)
 
 
+# launch.py's part: start the rank script, and on SIGTERM note it and exit 1 (its sigkill_handler)
+_LAUNCH = ("import signal, subprocess, sys\n"
+           "signal.signal(signal.SIGTERM, lambda *_: (open(sys.argv[1], 'w').write('TERM'), sys.exit(1)))\n"
+           "sys.exit(subprocess.call(sys.argv[2:]))\n")
+
+
 def _rank(tmp_path: Path, at: str, *job: str, rank: str = "3", local_rank: str = "1"):
+    """The rank script under a stand-in for launch.py that handles SIGTERM (writing `term`)."""
     env = {"PATH": "/usr/bin:/bin", "RANK": rank, "LOCAL_RANK": local_rank}
-    return subprocess.run(["sh", "-c", launch_deepspeed._RANK, "x", str(tmp_path / "att"), at, *job],
-                          capture_output=True, text=True, env=env)
+    return subprocess.run([sys.executable, "-c", _LAUNCH, str(tmp_path / "term"), "sh", "-c", launch_deepspeed._RANK,
+                           "x", str(tmp_path / "att"), at, *job], capture_output=True, text=True, env=env)
 
 
 def test_the_rank_script_puts_local_rank_where_deepspeed_does_and_writes_the_ranks_files(tmp_path):
@@ -99,12 +106,22 @@ def test_the_rank_script_puts_local_rank_where_deepspeed_does_and_writes_the_ran
     assert not (tmp_path / "att" / "1" / "failed").exists()
 
 
-def test_the_rank_script_keeps_a_failures_code_and_notes_the_global_rank_unless_launch_stopped_it(tmp_path):
-    done = _rank(tmp_path, "3", "sh", "-c", 'echo "Traceback: boom" >&2; exit 3')
-    assert (done.returncode, done.stderr) == (3, "")
-    assert (tmp_path / "att" / "1" / "failed").read_text() == "3 3\n"
+def test_a_failed_rank_is_noted_with_its_global_rank_and_launch_is_stopped_at_once_unless_it_stopped_the_rank(
+        tmp_path):
     stopped = _rank(tmp_path, "3", "sh", "-c", "kill -TERM $$", rank="2", local_rank="0")
     assert stopped.returncode == 143 and not (tmp_path / "att" / "0" / "failed").exists()
+    assert not (tmp_path / "term").exists()
+    done = _rank(tmp_path, "3", "sh", "-c", 'echo "Traceback: boom" >&2; exit 3')
+    assert (done.returncode, done.stderr) == (1, "")  # launch.py stopped at once (its next poll: a second)
+    assert (tmp_path / "att" / "1" / "failed").read_text() == "3 3\n" and (tmp_path / "term").read_text() == "TERM"
+
+
+def test_the_rank_script_leaves_a_launcher_that_does_not_handle_sigterm_yet_alone(tmp_path):
+    env = {"PATH": "/usr/bin:/bin", "RANK": "0", "LOCAL_RANK": "0"}
+    plain = "import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:]))"  # launch.py still starting ranks
+    done = subprocess.run([sys.executable, "-c", plain, "sh", "-c", launch_deepspeed._RANK, "x", str(tmp_path), "1",
+                           "false"], capture_output=True, text=True, env=env)
+    assert done.returncode == 1 and (tmp_path / "0" / "failed").read_text() == "0 1\n"
 
 
 def _node(tmp_path: Path, ranks_done: str, code: int = 3):
@@ -122,7 +139,7 @@ def test_a_failed_node_copies_the_stderr_of_its_rank_that_wrote_its_error_first_
     ranks_done = ("mkdir 0 1 && echo 'Connection closed by peer' >0/stderr.log && echo '2 1' >0/failed && "
                   "echo 'RuntimeError: boom' >1/stderr.log && echo '3 3' >1/failed && "
                   "touch -d '2026-01-01 00:00:01' 1/stderr.log && touch -d '2026-01-01 00:00:02' 0/stderr.log")
-    done = _node(tmp_path, ranks_done)
+    done = _node(tmp_path, ranks_done, code=1)  # launch.py stopped by the rank script: 1
     assert done.returncode == 3
     assert done.stderr.splitlines() == [
         "[node2 rank3]: RuntimeError: boom", "[node2 rank3]: clusterctl: the rank exited with code 3",

@@ -42,7 +42,8 @@ TAIL_LINES = 200  # of a failed rank's stderr, copied to the node's log (as job/
 # and its `--tee` copy do. First: the oldest last write to stderr among the failed ranks. A rank that
 # fails because another went (a peer's connection closed) writes its error after that one ended,
 # while the one that ended may take a while longer to exit (its process group's teardown), so which
-# rank exited first is no answer. The others get a line saying where their stderr is.
+# rank exited first is no answer. The others get a line saying where their stderr is. The node exits
+# with the first failed rank's code (launch.py's own, unless `_RANK` stopped it: then 1).
 _NODE = r'''
 host=$1 py=$2 ranks=$3 rank=$4; shift 4
 "$py" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("deepspeed") is None)' 2>/dev/null
@@ -62,7 +63,7 @@ for f in $(ls -tr -- */stderr.log 2>/dev/null); do
   if [ -z "$named" ]; then
     named=1
     tail -n %d "$f" | while IFS= read -r line; do printf '[%%s rank%%s]: %%s\n' "$host" "$r" "$line"; done
-    echo "[$host rank$r]: clusterctl: the rank exited with code $code"
+    echo "[$host rank$r]: clusterctl: the rank exited with code $code"; rc=$code
   else
     echo "clusterctl: rank $r exited with code $code too (its stderr: $PWD/$f)"
   fi
@@ -73,6 +74,10 @@ exit "$rc"
 # $1 the node's ranks' directory (the local rank is appended), $2 after how many words of the job's
 # argv launch.py puts `--local_rank=N`, then the job's argv. Not exec'd: a failure is written down
 # (global rank, exit code) for `_NODE`, unless launch.py stopped the rank (SIGTERM, after another failed).
+# Then launch.py gets the SIGTERM on which it stops the node's ranks and exits, as it would at its next
+# poll, up to a second later: the culprit's node must end before clusterctl, told by the peers' nodes
+# (their ranks lose it at once), stops it as a mere survivor. Only once launch.py handles SIGTERM
+# (SigCgt, bit 15): before, it is still starting ranks, and SIGTERM would leave them orphans.
 _RANK = r'''
 d=$1/$LOCAL_RANK at=$2; shift 2
 n=$# i=0
@@ -84,7 +89,11 @@ shift "$n"
 mkdir -p "$d" || exit 1
 "$@" >"$d/stdout.log" 2>"$d/stderr.log"
 rc=$?
-[ "$rc" = 0 ] || [ "$rc" = 143 ] || echo "$RANK $rc" >"$d/failed"
+if [ "$rc" != 0 ] && [ "$rc" != 143 ]; then
+  echo "$RANK $rc" >"$d/failed"
+  m=$(sed -n 's/^SigCgt:[[:space:]]*//p' "/proc/$PPID/status" 2>/dev/null)
+  if [ -n "$m" ] && [ $(( 0x$m >> 14 & 1 )) = 1 ]; then kill -TERM "$PPID" 2>/dev/null; fi
+fi
 exit "$rc"
 '''
 
