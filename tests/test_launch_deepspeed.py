@@ -246,3 +246,16 @@ def test_the_stack_sampler_takes_the_python_rank_under_deepspeeds_rank_script_no
     assert stacks.problem == "", stacks
     (only,) = stacks.samples[0]
     assert (only.rank, only.pid) == (2, int(ready.read_text())) and not only.error, only
+
+
+def test_on_sigterm_the_rank_script_waits_for_its_rank_so_no_rank_is_left_an_orphan(tmp_path):
+    ready = tmp_path / "ready"
+    env = {"PATH": "/usr/bin:/bin", "RANK": "0", "LOCAL_RANK": "0"}
+    tree = subprocess.Popen(["sh", "-c", launch_deepspeed._RANK, "x", str(tmp_path), "3", "sh", "-c",
+                             f"touch {ready}; sleep 60"], env=env, start_new_session=True)
+    for _ in range(600):
+        if ready.exists():
+            break
+        subprocess.run(["sleep", "0.05"])
+    os.killpg(tree.pid, signal.SIGTERM)  # launch.py's terminate_process_tree, clusterctl's stop
+    assert tree.wait(timeout=30) == 143  # the script's own exit after its rank's: not killed by the signal (-15)

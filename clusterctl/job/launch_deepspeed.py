@@ -77,7 +77,10 @@ exit "$rc"
 # Then launch.py gets the SIGTERM on which it stops the node's ranks and exits, as it would at its next
 # poll, up to a second later: the culprit's node must end before clusterctl, told by the peers' nodes
 # (their ranks lose it at once), stops it as a mere survivor. Only once launch.py handles SIGTERM
-# (SigCgt, bit 15): before, it is still starting ranks, and SIGTERM would leave them orphans.
+# (SigCgt, bit 15): before, it is still starting ranks, and SIGTERM would leave them orphans. The script
+# outlives its rank on SIGTERM (launch.py's, clusterctl's stop; `trap :`, not ignored: the rank's own is
+# the default): a rank orphaned by its script's end is a zombie that a container's PID 1 may never reap,
+# and launch.py, waiting for it, would give up only after 30 s.
 _RANK = r'''
 d=$1/$LOCAL_RANK at=$2; shift 2
 n=$# i=0
@@ -87,6 +90,7 @@ for a do
 done
 shift "$n"
 mkdir -p "$d" || exit 1
+trap : TERM
 "$@" >"$d/stdout.log" 2>"$d/stderr.log"
 rc=$?
 if [ "$rc" != 0 ] && [ "$rc" != 143 ]; then
