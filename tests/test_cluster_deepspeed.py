@@ -61,7 +61,7 @@ def test_a_failing_rank_stops_every_node_and_is_named_with_its_host_and_a_diagno
     inventory = str(_deepspeed(sandbox, tmp_path / "fail.yaml", "--fail-rank", "2"))
     code, doc = cli.json("run", "-i", inventory, str(where / "prompt.txt"))
     assert code == 1 and doc["ok"] is False, doc
-    first = doc["first_failure"]; Path("/tmp/ds/fail-doc.json").write_text(json.dumps(doc, indent=1))  # DEBUG
+    first = doc["first_failure"]
     assert (first["host"], first["rank"]) == ("node2", 2), first
     assert "rank 2 gives up" in json.dumps(first["diagnosis"]), first
     left = lambda: [cmd for _, cmd in processes_with(doc["run_id"]) if "pytest" not in cmd]  # noqa: E731
@@ -73,7 +73,7 @@ def test_a_python_without_deepspeed_fails_the_run_with_the_host_and_the_fix_name
     inventory = str(_deepspeed(sandbox, tmp_path / "bare.yaml", python="/usr/bin/python3"))  # Debian's: no deepspeed
     code, doc = cli.json("run", "-i", inventory, str(where / "prompt.txt"))
     assert code == 1 and doc["ok"] is False, doc
-    first = doc["first_failure"]; Path("/tmp/ds/fail-doc.json").write_text(json.dumps(doc, indent=1))  # DEBUG
+    first = doc["first_failure"]
     assert first["diagnosis"][0]["cause"] == "import_error", first
     assert (f"No module named 'deepspeed' for /usr/bin/python3 on {first['host']}; fix: pip install deepspeed in the "
             "image") in first["diagnosis"][0]["evidence"], first
