@@ -8,13 +8,17 @@ STAMP  := $(VENV)/.installed
 TORCH  ?= torch==2.13.0
 # numpy beside torch: without it every rank's `import torch` warns "Failed to initialize NumPy"
 NUMPY  ?= numpy>=1.26
+# job.launcher: deepspeed's tests run DeepSpeed's per-node launcher on the rehearsal nodes (they use this
+# venv). Beside torch, in one pip command, so that its `torch>=2.0` never replaces the pinned torch; an
+# sdist that builds no ops (they are compiled at first use, and the launcher uses none).
+DEEPSPEED ?= deepspeed==0.19.8
 
 .PHONY: demo demo-clean test test-heavy test-fast deps venv bench diagnose-report clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "$(TORCH)" "$(NUMPY)"
+	$(PY) -m pip install -q "$(TORCH)" "$(NUMPY)" "$(DEEPSPEED)"
 	$(PY) -m pip install -q -e '.[test]'
 	touch $(STAMP)
 

@@ -175,7 +175,7 @@ class JobSpec:
     env: tuple[EnvVar, ...] = ()
     python: str = "python3"
     stall_timeout: float = 900.0  # seconds without output before the ranks' stacks are taken; 0: never
-    launcher: str = "torchrun"  # torchrun | none (job.command once per node) | mpirun: job/launchers.py
+    launcher: str = "torchrun"  # torchrun | none (job.command once per node) | mpirun | deepspeed: job/launchers.py
     metrics_every: float = 5.0  # seconds between the node sampler's metrics (job/node_metrics.py); 0: off
     healing: HealingSpec = field(default_factory=HealingSpec)
 

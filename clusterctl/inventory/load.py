@@ -225,7 +225,7 @@ def _job(doc: Doc, data: Any, host_count: int = 0) -> JobSpec:
         env=doc.value(spec, "env", path, expect_env, ()),
         python=doc.value(spec, "python", path, expect_text, default.python),
         stall_timeout=doc.value(spec, "stall_timeout", path, _expect_stall_timeout, default.stall_timeout),
-        launcher=doc.value(spec, "launcher", path, lambda d, v, p: expect_choice(d, v, p, ("torchrun", "none", "mpirun")),
+        launcher=doc.value(spec, "launcher", path, lambda d, v, p: expect_choice(d, v, p, ("torchrun", "none", "mpirun", "deepspeed")),
                            default.launcher),
         metrics_every=doc.value(spec, "metrics_every", path, _expect_stall_timeout, default.metrics_every),
         healing=healing_settings(doc, spec, path, host_count),

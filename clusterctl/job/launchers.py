@@ -2,7 +2,8 @@
 node (job/torchrun.py); `none` runs job.command once per node, itself, with the variables a
 distributed program reads (JAX, vLLM/SGLang multi-node serving, a launcher of its own):
 WORLD_SIZE (nodes), RANK = NODE_RANK (the node's index, the master 0), LOCAL_RANK 0,
-LOCAL_WORLD_SIZE 1, MASTER_ADDR, MASTER_PORT (the rendezvous). Pure.
+LOCAL_WORLD_SIZE 1, MASTER_ADDR, MASTER_PORT (the rendezvous); `deepspeed` runs DeepSpeed's own
+per-node launcher (job/launch_deepspeed.py). Pure.
 
 Same planning (the node keeps every GPU the planner gave it), live log, fail-fast, collect and
 diagnosis: the process writes where torchrun writes a local rank's output
@@ -15,12 +16,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 from clusterctl.errors import UsageError
-from clusterctl.job import launch_mpirun
+from clusterctl.job import launch_deepspeed, launch_mpirun
 from clusterctl.job.topology import NodePlan, Topology
 from clusterctl.job.torchrun import log_dir, torchrun_argv
 from clusterctl.models import Inventory
 
-LAUNCHERS = ("torchrun", "none", "mpirun")
+LAUNCHERS = ("torchrun", "none", "mpirun", "deepspeed")
 TAIL_LINES = 200  # of a failed process's stderr, copied to the node's log (torchrun's copy has them all)
 
 # $1 the rank directory, $2 the rank's prefix, then the job's argv. Not exec'd: the exit code is
@@ -52,9 +53,12 @@ def shaped(inv: Inventory, topo: Topology) -> Topology:
 
 def node_command(inv: Inventory, topo: Topology, node: NodePlan, run_id: str, job_argv: tuple[str, ...],
                  outputs: str) -> tuple[str, ...]:
-    """What starts on `node`: torchrun, or the job itself once (`none`), or mpirun / its gate (job/launch_mpirun.py)."""
+    """What starts on `node`: torchrun, the job itself once (`none`), mpirun / its gate
+    (job/launch_mpirun.py), or DeepSpeed's per-node launcher (job/launch_deepspeed.py)."""
     if inv.job.launcher == "mpirun":
         return launch_mpirun.node_command(inv, topo, node, run_id, _entry(tuple(job_argv), inv.job.python))
+    if inv.job.launcher == "deepspeed":
+        return launch_deepspeed.node_command(inv, topo, node, run_id, job_argv, outputs)
     if inv.job.launcher != "none":
         return torchrun_argv(topo, node, run_id, job_argv, python=inv.job.python, outputs=outputs)
     rank_dir = f"{log_dir(outputs, run_id, node.host.name)}/{run_id}_none/attempt_0/0"

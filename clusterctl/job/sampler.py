@@ -10,6 +10,8 @@ How (one `sh` script per node, run on the host, as root through `sudo -n` where 
 - The ranks are found as cleanup finds them (modules/process.py): the marker lines of
   /proc/PID/environ for this cluster, host and run, plus `RANK=`. A marked process whose parent has
   the same RANK is that rank's child (a DataLoader worker): only the rank itself is sampled.
+  A shell with `RANK` is a launcher's shell around the rank (`job.launcher: none`, `deepspeed`): it is
+  passed over, and the process under it is the rank.
 - From the host, the ranks in a container are ordinary host PIDs: py-spy reads them through
   /proc/PID/root and process_vm_readv, so the container needs no SYS_PTRACE. Only where the host
   cannot look (a non-root user without sudo) does clusterctl run the same script in the container.
@@ -91,14 +93,16 @@ fi
 cat >/dev/null 2>&1
 if [ -z "$spy" ] && spy=$(command -v py-spy 2>/dev/null); then echo "$M tool node $spy $("$spy" --version 2>&1 | head -n 1)"; fi
 [ -n "$spy" ] || { echo "$M problem no py-spy: the shipped binary does not run here ($(uname -m)) and none is on PATH"; exit 0; }
+shell() { case $(readlink "/proc/$1/exe" 2>/dev/null) in */sh|*/dash|*/bash|*/busybox) return 0;; esac; return 1; }
 for e in $(grep -lzxF "CLUSTERCTL_CLUSTER=$cluster" /proc/[0-9]*/environ 2>/dev/null \
     | xargs -r grep -lzxF "CLUSTERCTL_HOST=$host" 2>/dev/null | xargs -r grep -lzxF "CLUSTERCTL_RUN_ID=$run" 2>/dev/null); do
   p=${e#/proc/}; p=${p%/environ}
   rank=$(tr '\0' '\n' < "$e" 2>/dev/null | sed -n 's/^RANK=\([0-9][0-9]*\)$/\1/p')
   [ -n "$rank" ] || continue
+  shell "$p" && continue  # a launcher's shell around the rank (job.launcher none, deepspeed): the rank is its child
   ppid=$(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null | cut -d' ' -f2)
   prank=$(tr '\0' '\n' < "/proc/$ppid/environ" 2>/dev/null | sed -n 's/^RANK=\([0-9][0-9]*\)$/\1/p')
-  [ "$prank" = "$rank" ] && continue
+  [ "$prank" = "$rank" ] && ! shell "$ppid" && continue
   lrank=$(tr '\0' '\n' < "$e" 2>/dev/null | sed -n 's/^LOCAL_RANK=\([0-9][0-9]*\)$/\1/p')
   echo "$p $rank ${lrank:--}" >> "$dir/ranks"
 done
