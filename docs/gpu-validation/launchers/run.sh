@@ -3,17 +3,19 @@
 # `connection: local` hosts with two GPUs each (g0: 0,1; g1: 2,3), DeepSpeed 0.19.8 ZeRO-1 over NCCL.
 # 1. the job runs to the end: each rank's view (RANK/WORLD_SIZE/CUDA_VISIBLE_DEVICES) from its log;
 # 2. rank 3 (g1) raises at step 10: clusterctl must name g1 rank 3 and its error, stop g0, leave nothing.
-# DeepSpeed and its needs come from .whl/deepspeed (built here from the sdist, no ops) into a venv that
-# sees the machine's torch. Usage, from the repository root, OUT set:  bash docs/gpu-validation/launchers/run.sh
+# DeepSpeed and its needs come from .whl/deepspeed (built from the sdist, no ops), installed into the
+# Python that has the machine's torch. Usage, from the repository root, OUT set:  bash docs/gpu-validation/launchers/run.sh
 set -u
 PY=${PY:-python3}
 OUT=${OUT:?set OUT to an output folder}
 R=$(pwd)
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1 COLUMNS=200
-$PY -m venv --system-site-packages /tmp/dsenv && /tmp/dsenv/bin/pip install -q --no-index --find-links .whl/deepspeed \
-  --find-links .whl deepspeed paramiko docker rich pyyaml prometheus_client > "$OUT/pip.log" 2>&1
-VPY=/tmp/dsenv/bin/python
-export PYTHONPATH=$R
+$PY -c 'import deepspeed' 2>/dev/null || $PY -m pip install -q --no-index \
+  --find-links .whl/deepspeed deepspeed > "$OUT/pip.log" 2>&1   # the machine's torch stays: pip sees it installed
+$PY -c 'import paramiko, docker, rich, yaml, prometheus_client' 2>/dev/null || \
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl >/dev/null 2>&1
+export PYTHONPATH=$R:/tmp/site PATH=/tmp/site/bin:$PATH
+VPY=$PY
 W=/tmp/ds38; rm -rf "$W"; mkdir -p "$W"; echo go > "$W/prompt.txt"
 NOLS='NCCL_NVLS_ENABLE: "0", TORCH_SYMM_MEM_DISABLE_MULTICAST: "1", NVSHMEM_DISABLE_NVLS: "1"'
 inventory() {  # inventory FILE EXTRA_ENV
@@ -36,9 +38,9 @@ YAML
 inventory "$W/ok.yaml" ""; inventory "$W/fail.yaml" ', DS_FAIL_RANK: "3"'
 {
   echo "=== machine"; nvidia-smi -L; $VPY -c 'import torch, deepspeed; print(torch.__version__, torch.version.cuda, deepspeed.__version__)'
-  start=$(date +%s.%N)
+  start=$SECONDS
   timeout 400 $VPY -m clusterctl run -i "$W/ok.yaml" --no-straggler-watch "$W/prompt.txt" --json > "$OUT/run_ok.json" 2> "$OUT/run_ok.err"
-  echo "ok run: exit $? in $(echo "$(date +%s.%N) - $start" | bc) s"
+  echo "ok run: exit $? in $((SECONDS - start)) s"
   grep -h "CUDA_VISIBLE_DEVICES=" "$W"/outputs/logs/*/*/*_deepspeed/attempt_0/*/stdout.log | sort
   timeout 400 $VPY -m clusterctl run -i "$W/fail.yaml" --no-straggler-watch "$W/prompt.txt" --json > "$OUT/run_fail.json" 2> "$OUT/run_fail.err"
   echo "failing run: exit $?"
