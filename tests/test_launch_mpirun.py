@@ -149,6 +149,27 @@ def test_no_request_without_the_secrets_proof_gets_a_command_run(request):
         _handshake(_quietly(send), timeout=2.0)
 
 
+def test_the_gate_closes_a_stranger_at_once_and_still_takes_the_masters_command_after_it():
+    server = socket.create_server(("127.0.0.2", 0))
+    port = server.getsockname()[1]
+    taken = {}
+    waiter = threading.Thread(target=lambda: taken.update(result=gate.accept_one(server, KEY, 20, frozenset({"127.0.0.3"}))),
+                              daemon=True)
+    waiter.start()
+    stranger = socket.create_connection(("127.0.0.2", port), timeout=5, source_address=("127.0.0.4", 0))
+    stranger.settimeout(5)
+    assert stranger.recv(100) == b""  # closed before any hello: it cannot hold the gate for the handshake's wait
+    stranger.close()
+    with socket.create_connection(("127.0.0.2", port), timeout=5, source_address=("127.0.0.3", 0)) as master:
+        gate.send_command(master, KEY, b"orted --hnp-uri x")
+        waiter.join(10)
+    server.close()
+    conn, command = taken["result"]
+    conn.close()
+    assert command == b"orted --hnp-uri x"
+    assert gate.addresses_of("127.0.0.3") == frozenset({"127.0.0.3"}) and gate.addresses_of("") == frozenset()
+
+
 # --------------------------------------------------------------------------- a real mpirun on loopback
 
 

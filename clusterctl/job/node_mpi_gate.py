@@ -4,12 +4,15 @@ Nobody gets SSH keys: mpirun starts its remote daemons (orted) through clusterct
 Kubeflow's MPI operator does through `kubectl exec`. Four roles, one program:
 
 - `gate ADDRESS PORT MASTER WAIT_S RANK_DIRS`: every node but the master runs it as its process. It
-  listens on the node's plan address, takes ONE connection that proves it holds the run's secret
+  listens on the node's plan address, closes at once a connection from anywhere but MASTER_ADDR (so
+  a stranger on the job network cannot hold the gate through a handshake's wait), takes ONE
+  connection that proves it holds the run's secret
   (HMAC-SHA256 of a fresh nonce and the command), runs the command (Open MPI's rsh launch line,
   `... orted ...`) through `sh -c` in a process group of its own, relays its output, and ends with
   its exit code; when the connection drops it kills the group. Nobody within WAIT_S -> it ends
   with a line naming the master. Exit code: orted's, else the first rank failure of this node.
-- `agent HOST WORDS...`: mpirun's `plm_rsh_agent` on the master: connects to HOST's gate, proves
+- `agent HOST WORDS...`: mpirun's `plm_rsh_agent` on the master: connects to HOST's gate from
+  MASTER_ADDR (where that is this machine's own address), proves
   the secret, sends the words joined by spaces (as ssh does), relays, ends with the remote code.
   Killed by mpirun, it closes the connection, which stops the gate's group.
 - `launch RUN_DIR HOSTFILE_TEXT MPIRUN_ARGV...`: the master's process: writes the hostfile and the
@@ -25,6 +28,7 @@ The secret comes in the node's private env file as CLUSTERCTL_MPI_SECRET and is 
 environment at once: no orted or rank inherits it.
 """
 import datetime
+import errno
 import glob
 import hashlib
 import hmac
@@ -133,8 +137,17 @@ def say(role: str, text: str) -> None:
           file=sys.stderr, flush=True)
 
 
-def accept_one(server: socket.socket, key: bytes, wait_s: float):
-    """The first connection that proves the secret, with its command; None when WAIT_S passed."""
+def addresses_of(name: str) -> frozenset:
+    """The IP addresses `name` resolves to; empty when it does not (then only the secret is checked)."""
+    try:
+        return frozenset(info[4][0] for info in socket.getaddrinfo(name, None)) if name else frozenset()
+    except OSError:
+        return frozenset()
+
+
+def accept_one(server: socket.socket, key: bytes, wait_s: float, allowed: frozenset = frozenset()):
+    """The first connection that proves the secret, with its command; None when WAIT_S passed. A peer
+    outside `allowed` (the master's addresses, when known) is closed before any handshake."""
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         server.settimeout(max(0.1, deadline - time.monotonic()))
@@ -142,6 +155,10 @@ def accept_one(server: socket.socket, key: bytes, wait_s: float):
             conn, peer = server.accept()
         except socket.timeout:
             break
+        if allowed and peer[0] not in allowed:
+            say("gate", f"refused a connection from {peer[0]}: not the master's address ({', '.join(sorted(allowed))})")
+            conn.close()
+            continue
         try:
             return conn, receive_command(conn, key)
         except (OSError, ValueError, PermissionError) as exc:
@@ -163,7 +180,7 @@ def run_gate(address: str, port: int, master: str, wait_s: float, rank_dirs: str
     except OSError as exc:
         say("gate", f"cannot listen on {address}:{port} (rendezvous port + 3): {exc}")
         return 1
-    accepted = accept_one(server, key, wait_s)
+    accepted = accept_one(server, key, wait_s, addresses_of(os.environ.get("MASTER_ADDR", "")))
     server.close()
     if accepted is None:
         say("gate", f"mpirun on {master} did not connect to {address}:{port} within {wait_s:g}s: "
@@ -241,11 +258,18 @@ def rank_failure(rank_dirs: str) -> int:
 
 
 def connect(host: str, port: int) -> socket.socket:
+    """To HOST's gate from MASTER_ADDR, the one address the gate takes; retried while gates come up."""
     deadline = time.monotonic() + CONNECT_S
+    source = os.environ.get("MASTER_ADDR") or None
     while True:
         try:
-            return socket.create_connection((host, port), timeout=HANDSHAKE_S)
-        except OSError:
+            return socket.create_connection((host, port), timeout=HANDSHAKE_S,
+                                            source_address=(source, 0) if source else None)
+        except OSError as exc:
+            if source and exc.errno == errno.EADDRNOTAVAIL:  # not this machine's address (NAT): the gate says so
+                say("agent", f"MASTER_ADDR {source} is not an address of this machine; connecting from any")
+                source = None
+                continue
             if time.monotonic() >= deadline:
                 raise
             time.sleep(0.5)
