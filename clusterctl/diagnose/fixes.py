@@ -69,6 +69,9 @@ PERMISSION_DENIED = ("the rank's user may not write a path it needs[ on {host}]:
 LAUNCHER_ARGS = ("the launch command is wrong[ ({args})]: fix job.command/job.args in the inventory (clusterctl runs "
                  "torchrun itself, passes LOCAL_RANK in the environment, sets MASTER_ADDR/MASTER_PORT; keep "
                  "rendezvous.port between 1024 and 65535)")
+LAUNCHER_MISSING = ("job.launcher's program is not installed on[ {host|a node}]: install it in container.image on "
+                    "every node (mpirun: `apt-get install openmpi-bin`, which brings orted; deepspeed: `pip install "
+                    "deepspeed` beside torch), or set job.launcher: torchrun")
 SIGHUP = ("torchrun got SIGHUP because the SSH/terminal session that started it closed: launch with "
           "`clusterctl run` (detached inside the container), or by hand under tmux / `setsid nohup ... &`")
 PORT_IN_USE = ("port {port|rendezvous.port} is already taken on the master (a stale torchrun of an earlier run or "
@@ -136,6 +139,7 @@ BRIEF = {
     "library_too_old": "an image with a newer base OS / libstdc++, no host library paths in LD_LIBRARY_PATH",
     "permission_denied": "a writable `job.outputs` / volume owned by the rank's user",
     "launcher_args": "fix job.command/job.args; clusterctl runs torchrun and passes LOCAL_RANK itself",
+    "launcher_missing": "install the launcher in the image (openmpi-bin / deepspeed), or job.launcher: torchrun",
     "sighup_session_closed": "clusterctl detaches the launch; `nohup`/`setsid`/tmux by hand",
     "port_in_use": "the holder's pid is named; `up --force` or another `rendezvous.port`",
     "hostname_unresolvable": "clusterctl passes the address explicitly; fix `/etc/hosts` if you launch by hand",

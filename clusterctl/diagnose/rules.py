@@ -286,6 +286,14 @@ RULES: tuple[Rule, ...] = (
              S(r"Permission denied", .9, requires=PRIVILEGED_PORT),
              S(PRIVILEGED_PORT, .35),
          )),
+    Rule("launcher_missing",
+         "`bash: orted: command not found`, `mpirun: command not found`, `mpirun is not installed` (clusterctl's): "
+         "job.launcher's program absent on a node",
+         F.LAUNCHER_MISSING, (
+             S(r"\b(?:mpirun|orted) is not installed", .93),
+             S(r"\b(?:orted|orterun|prted|mpirun|mpiexec)(?:\.openmpi)?: (?:command )?not found", .9),
+             S(r"A daemon \(pid \d+\) died unexpectedly with status 127", .7),
+         )),
     Rule("sighup_session_closed",
          "`Received 1 death signal, shutting down workers` / `got signal: 1` when the SSH session closes",
          F.SIGHUP, (

@@ -28,7 +28,8 @@ TABLE: dict[str, str] = {
     "rdzv_unreachable": "transient", "nccl_timeout_slow_rank": "transient", "rank_hang": "transient",
     "nccl_socket_error": "transient", "port_in_use": "transient",
     # the job's own fault: every node would fail alike
-    "import_error": "job", "cuda_oom": "job", "launcher_args": "job", "config_divisibility": "job",
+    "import_error": "job", "cuda_oom": "job", "launcher_args": "job", "launcher_missing": "job",
+    "config_divisibility": "job",
     "gpu_ordinal": "job", "duplicate_gpu": "job", "version_mismatch": "job", "library_too_old": "job",
     "nccl_too_old": "job", "permission_denied": "job", "segfault": "job", "unknown": "job",
     "platform_backend_unsupported": "job", "hostname_unresolvable": "job", "image_pull_failed": "job",
