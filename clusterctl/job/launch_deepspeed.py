@@ -28,11 +28,10 @@ import base64
 import json
 
 from clusterctl.job.topology import NodePlan, Topology
-from clusterctl.job.torchrun import log_dir
+from clusterctl.job.torchrun import STDERR_TAIL_LINES, log_dir
 from clusterctl.models import Inventory
 
 MODULE = "deepspeed.launcher.launch"
-TAIL_LINES = 200  # of a failed rank's stderr, copied to the node's log (as job/launchers.py's `none`)
 
 # $1 the host, $2 the Python, $3 the ranks' directory (attempt_0), $4 the rank script (`_RANK`, written
 # beside it: launch.py's log names each rank's command in a line, not with the script's text), then
@@ -69,7 +68,7 @@ for f in $(ls -tr -- */stderr.log 2>/dev/null); do
   fi
 done >&2
 exit "$rc"
-''' % TAIL_LINES
+''' % STDERR_TAIL_LINES
 
 # $1 the node's ranks' directory (the local rank is appended), $2 after how many words of the job's
 # argv launch.py puts `--local_rank=N`, then the job's argv. Not exec'd: a failure is written down

@@ -25,7 +25,7 @@ from pathlib import Path
 from clusterctl.errors import UsageError
 from clusterctl.job.shipping import files_dir
 from clusterctl.job.topology import NodePlan, Topology
-from clusterctl.job.torchrun import log_dir
+from clusterctl.job.torchrun import log_dir, run_logs_dir
 from clusterctl.models import Inventory
 
 GATE_PORT_OFFSET = 3
@@ -91,8 +91,8 @@ def mpirun_argv(inv: Inventory, topo: Topology, run_id: str, job_argv: tuple[str
         argv += ["--mca", "btl_tcp_if_include", nic, "--mca", "oob_tcp_if_include", nic]
     for name in exported_names(inv):
         argv += ["-x", name]
-    logs = f"{inv.job.outputs.rstrip('/') or ''}/logs/{run_id}"
-    return tuple(argv) + (inv.job.python, program(inv, run_id), "rank", logs, run_id) + job_argv
+    return tuple(argv) + (inv.job.python, program(inv, run_id), "rank", run_logs_dir(inv.job.outputs, run_id),
+                          run_id) + job_argv
 
 
 def node_command(inv: Inventory, topo: Topology, node: NodePlan, run_id: str,

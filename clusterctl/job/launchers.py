@@ -18,11 +18,10 @@ from dataclasses import replace
 from clusterctl.errors import UsageError
 from clusterctl.job import launch_deepspeed, launch_mpirun
 from clusterctl.job.topology import NodePlan, Topology
-from clusterctl.job.torchrun import log_dir, torchrun_argv
+from clusterctl.job.torchrun import STDERR_TAIL_LINES, log_dir, torchrun_argv
 from clusterctl.models import Inventory
 
 LAUNCHERS = ("torchrun", "none", "mpirun", "deepspeed")
-TAIL_LINES = 200  # of a failed process's stderr, copied to the node's log (torchrun's copy has them all)
 
 # $1 the rank directory, $2 the rank's prefix, then the job's argv. Not exec'd: the exit code is
 # kept while the end of stderr is copied.
@@ -36,7 +35,7 @@ if [ "$rc" != 0 ]; then
   echo "${p}clusterctl: the job exited with code $rc" >&2
 fi
 exit "$rc"
-''' % TAIL_LINES
+''' % STDERR_TAIL_LINES
 
 
 def shaped(inv: Inventory, topo: Topology) -> Topology:

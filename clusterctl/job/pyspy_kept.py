@@ -23,17 +23,9 @@ from typing import Optional
 
 from clusterctl.executor import Connections, for_each_host
 from clusterctl.models import Command, Host, HostResult, HostStatus
-from clusterctl.modules.process import kept_pyspy_name
+from clusterctl.modules.process import REMOVE_KEPT, kept_pyspy_name
 
-# $1 the kept directory's name. Only a directory of ours that is not a link is removed.
-_FORGET = r'''
-for base in "${TMPDIR:-/tmp}" /var/tmp /dev/shm "$HOME"; do
-  for d in "$base"/$1; do
-    [ -d "$d" ] && [ ! -L "$d" ] && [ -O "$d" ] && rm -rf "$d" && echo "removed $d"
-  done
-done
-exit 0
-'''
+_FORGET = "kept=$1\n" + REMOVE_KEPT + "\nexit 0\n"  # $1 the kept directory's name
 
 
 def forget_command(pattern: str) -> Command:

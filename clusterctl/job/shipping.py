@@ -6,6 +6,7 @@ import re
 
 from clusterctl.job import agent
 from clusterctl.job.container import in_container
+from clusterctl.job.torchrun import run_logs_dir
 from clusterctl.models import Command, Inventory
 
 # Writes stdin to "$1/$2" through a temporary file and a rename: nodes sharing one
@@ -29,7 +30,7 @@ def files_dir(outputs: str, run_id: str) -> str:
     One path for all nodes (the job's argv is the same everywhere), beside the nodes' own
     run dirs; a host name cannot start with a dot, so it never collides with one.
     """
-    return f"{outputs.rstrip('/') or ''}/logs/{run_id}/.files"
+    return f"{run_logs_dir(outputs, run_id)}/.files"
 
 
 def put_file_command(inventory: Inventory, directory: str, name: str, data: bytes) -> Command:

@@ -155,8 +155,18 @@ def _entry(job_argv_: tuple[str, ...]) -> tuple[str, ...]:
     return ("--no-python", first) + tuple(_protect(a) for a in rest)
 
 
+# Of a failed rank's stderr, what a launcher other than torchrun copies into its node's log with the
+# rank's prefix (torchrun's --tee puts all of it there), where the first failure is named from.
+STDERR_TAIL_LINES = 200
+
+
+def run_logs_dir(outputs: str, run_id: str) -> str:
+    """`<outputs>/logs/<run id>`: every node's run dir, and the run's shipped files, are in it."""
+    return f"{outputs.rstrip('/')}/logs/{run_id}"
+
+
 def log_dir(outputs: str, run_id: str, host_name: str) -> str:
-    return f"{outputs.rstrip('/') or '/'}/logs/{run_id}/{host_name}"
+    return f"{run_logs_dir(outputs, run_id)}/{host_name}"
 
 
 def torchrun_argv(topo: Topology, node: NodePlan, run_id: str, job_argv: tuple[str, ...],

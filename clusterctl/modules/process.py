@@ -18,9 +18,16 @@ MARKER_CLUSTER = "CLUSTERCTL_CLUSTER"
 MARKER_HOST = "CLUSTERCTL_HOST"
 MARKER_RUN = "CLUSTERCTL_RUN_ID"
 
+# The py-spy a run's nodes keep (job/pyspy_kept.py) removed, where the sampler's script may have kept it:
+# $kept is its directory's name (a pattern for every run of a cluster). Only a directory of the
+# script's own user that is not a link goes. Shared by the scan's kills and the run's end.
+REMOVE_KEPT = r'''for base in "${TMPDIR:-/tmp}" /var/tmp /dev/shm "$HOME"; do for d in "$base"/$kept; do
+  [ -d "$d" ] && [ ! -L "$d" ] && [ -O "$d" ] && rm -rf "$d" && echo "removed $d"
+done; done'''
+
 # $1 cluster, $2 host, $3 rendezvous port, $4 mode (list | kill | kill-foreign), $5 run id or "", $6 the
 # names (a pattern) of the py-spy directories the killed runs kept (job/pyspy_kept.py): removed with them.
-# Prints one line per process: "<kind> <pid> <user> <args>", kind in ours|gpu|port.
+# Prints one line per process: "<kind> <pid> <user> <args>", kind in ours|gpu|port (and "removed <dir>").
 _SCAN = r'''
 cluster=$1 host=$2 port=$3 mode=$4 run=$5 kept=$6
 ours=$(grep -lzxF "CLUSTERCTL_CLUSTER=$cluster" /proc/[0-9]*/environ 2>/dev/null \
@@ -42,9 +49,7 @@ if ss -ltnH "sport = :$port" 2>/dev/null | grep -q .; then
   done
 fi
 if [ "$mode" != list ] && [ -n "$kept" ]; then
-  for base in "${TMPDIR:-/tmp}" /var/tmp /dev/shm "$HOME"; do for d in "$base"/$kept; do
-    [ -d "$d" ] && [ ! -L "$d" ] && [ -O "$d" ] && rm -rf "$d"
-  done; done
+%(remove_kept)s
 fi
 victims=""
 [ "$mode" = kill ] && victims="$ours"
@@ -60,7 +65,7 @@ i=0; while [ $i -lt 50 ]; do
   sleep 0.1; i=$((i+1))
 done
 kill -KILL $alive 2>/dev/null; echo "sigkill$alive"
-'''
+''' % {"remove_kept": REMOVE_KEPT}
 
 
 def scan_command(cluster: str, host: str, port: int, mode: str = "list", run_id: str = "") -> Command:
