@@ -13,6 +13,8 @@ from clusterctl.backends.healing_hooks import (StopRequested, earlier_attempts, 
                                                stop_requested)
 from clusterctl.errors import StateError, UsageError
 from clusterctl.health.fleet import record_run_end
+from clusterctl.job.records import RunStore
+from clusterctl.job.run_record import RunRecord
 from clusterctl.outcome import Outcome, any_unreachable, hosts_document
 
 
@@ -56,7 +58,7 @@ def run_job(session, backend, inventory, request: RunRequest, live: LiveOptions 
     summary, record, outcome = result
     phases.reach("returned")  # written again: the phases (and on Slurm whether scancel emptied the queue) are known now
     record["phases"] = phases.to_json()
-    session.state.write_json(session.state.run_dir(run_id) / "run.json", record)
+    RunStore(session.state).write(RunRecord.from_json(record))
     session.renderer.run_summary(record)
     return _ended(summary, record, outcome)
 
@@ -79,7 +81,7 @@ def _launch(session, backend, inventory, connections, plan: Plan, request: RunRe
     checkpoint = None if plan_only else latest_checkpoint(inventory, connections, topology, session.renderer)
     runner = JobRunner(inventory, topology, run_id, request.prompt, connections, live.on_event,
                        timeout_s=request.timeout_s, stall_timeout_s=request.stall_timeout_s,
-                       stacks_dir=session.state.root / "runs" / run_id / "stacks", attempt=plan.attempt,
+                       stacks_dir=RunStore(session.state).runs / run_id / "stacks", attempt=plan.attempt,
                        checkpoint=checkpoint)
     runner.health_watch = _health_watch(session, inventory, connections, runner, live.on_event)
     runner.phases = phases if phases is not None else runner.phases
@@ -125,17 +127,16 @@ def _watch(session, backend, runner, summary: dict, place: dict, request: RunReq
     from clusterctl.job.runner import RunnerCrashed
 
     run_id, started, inventory_given = summary["run_id"], time.time(), str(session.inventory_path())
-    record_path = session.state.run_dir(run_id) / "run.json"
+    store = RunStore(session.state)
     # recorded at the start too: `clusterctl stacks` (and collect-logs) find a run that goes on
     running = {**summary, "commands": runner.commands(), "started": started, "state": "running", "exit_code": None,
                "inventory": inventory_given, **place, "stragglers": []}
-    session.state.write_json(record_path, running)
+    running_record = store.write(RunRecord.from_json(running))
     # a rank named late (or keeping pace again) is in the record at once: `status --json` shows it
     from clusterctl.observe.notify_hooks import straggler_hook
 
     tell = straggler_hook(running)  # a `notify:` message per rank named late (issue 41)
-    runner.stragglers.on_change = lambda found: (session.state.write_json(record_path, {**running, "stragglers": found}),
-                                                 tell(found))
+    runner.stragglers.on_change = lambda found: (store.write(running_record.with_(stragglers=found)), tell(found))
     try:
         with backend.hang_up() as hung_up:
             outcome, crash = runner.run(detach=request.detach, hung_up=hung_up), None
@@ -155,7 +156,7 @@ def _watch(session, backend, runner, summary: dict, place: dict, request: RunReq
         record["stopped"] = True
     if crash is not None:
         record["internal_error"] = f"{type(crash).__name__}: {crash}"
-    session.state.write_json(record_path, record)
+    store.write(RunRecord.from_json(record))
     health_note = record_run_end(session.state, runner.inventory, record)  # issue 36: lost and blamed nodes
     if health_note:
         session.renderer.message(health_note, "yellow")
@@ -214,7 +215,7 @@ def _detached(session, runner, summary: dict, started: float, prompt: str, place
               "state": "running", "detached": True, "supervisor": runner.supervised.to_json(), "exit_code": None,
               "nodes": node_states(runner), "inventory": str(session.inventory_path()), **place,
               **(_spares_too(runner) if runner.heal else {})}
-    session.state.write_json(session.state.run_dir(summary["run_id"]) / "run.json", record)
+    RunStore(session.state).write(RunRecord.from_json(record))
     run_id = summary["run_id"]
     session.renderer.message(f"run {run_id} goes on, watched on the cluster (supervisor on {runner.supervised.host}). "
                              f"Follow it: clusterctl attach {run_id} | logs -f {run_id} | status; end it: "

@@ -128,7 +128,7 @@ def _record_stopped(app, run_id: str, record: dict, note: str) -> str:
     after that has no controller any more and is written here."""
     from clusterctl.job import records
 
-    path = app.state.run_dir(run_id) / "run.json"
+    store = records.RunStore(app.state)
     cluster = record.get("cluster")
     from clusterctl.executor import wait_until
 
@@ -139,10 +139,10 @@ def _record_stopped(app, run_id: str, record: dict, note: str) -> str:
     if cluster:
         wait_until(controller_gone, AWAIT_CONTROLLER_S, 0.25)
     try:
-        current = app.state.read_json(path)
+        current = store.read(run_id)
     except (OSError, ValueError):
-        current = record
-    if current.get("state") == "running":
-        current = {**current, "state": "stopped", "stopped": True, "ended": time.time(), "stopped_by": note}
-        app.state.write_json(path, current)
+        current = records.RunRecord.from_json(record, run_id)
+    if current.state is records.RunState.RUNNING:
+        current = store.write(current.with_(state=records.RunState.STOPPED, stopped=True, ended=time.time(),
+                                            stopped_by=note))
     return records.state_of(current, run_id, app.state.lock_holder)

@@ -9,6 +9,8 @@ from typing import Optional
 from clusterctl.errors import StateError, UsageError
 from clusterctl.health.fleet import record_events
 from clusterctl.health.seen import pair_events
+from clusterctl.job.records import RunStore
+from clusterctl.job.run_record import RunRecord
 from clusterctl.outcome import Outcome
 
 RESULT_FILE = "nccltest.jsonl"
@@ -100,7 +102,7 @@ def _one_test(app, options, inventory, facts, sizes, label: str = "") -> dict:
               "ended": time.time(), "duration_s": round(outcome.duration, 3), "exit_code": outcome.exit_code,
               "nodes": _node_states(runner), "first_failure": outcome.first_failure,
               "interrupted": outcome.interrupted, "inventory": str(app.inventory_path()), "nccl_test": report}
-    app.state.write_json(app.state.run_dir(run_id) / "run.json", record)
+    RunStore(app.state).write(RunRecord.from_json(record))
     document = {"ok": report_ok(report, outcome.exit_code), **{k: summary[k] for k in (
         "run_id", "world_size", "nproc_per_node", "nnodes", "master")},
         "exit_code": outcome.exit_code, "duration_s": record["duration_s"], "mode": "single", **report,
