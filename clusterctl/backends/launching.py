@@ -236,11 +236,11 @@ def set_aside(inventory, connections, run_id: str, attempt: int) -> dict:
     """Every node's run dir of `run_id` renamed RUN_DIR.attempt-`attempt` (a relaunch): {host: HostResult}."""
     from clusterctl.executor import for_each_host, run_commands
     from clusterctl.job.container import host_path, on_host_or_in_container
-    from clusterctl.job.torchrun import log_dir
+    from clusterctl.node.layout import node_run_dir
     from clusterctl.models import Command
 
     def action(transport, host):
-        run_dir = log_dir(inventory.job.outputs, run_id, host.name)
+        run_dir = node_run_dir(inventory.job.outputs, run_id, host.name)
         argv = on_host_or_in_container(inventory, run_dir,
                                        lambda d: ("sh", "-c", SET_ASIDE, "clusterctl-relaunch", d, str(attempt)))
         return run_commands(transport, host, [Command(argv, timeout=60,

@@ -10,7 +10,7 @@ def take_run_stacks(session, inventory, run_id: str, record: dict):
     from clusterctl.executor import for_each_host, run_commands
     from clusterctl.job import sampler, stalls
     from clusterctl.job.runner import put_file_command
-    from clusterctl.job.torchrun import log_dir
+    from clusterctl.node.layout import node_run_dir
 
     shape = stalls.JobShape.of_record(record, inventory)
     planned = {node["host"] for node in record.get("topology") or []}
@@ -24,7 +24,7 @@ def take_run_stacks(session, inventory, run_id: str, record: dict):
 
     def put(transport, host):
         document = stalls.stacks_document(run_id, nodes, "clusterctl stacks", call=call, only_host=host.name)
-        run_dir = log_dir(inventory.job.outputs, run_id, host.name)
+        run_dir = node_run_dir(inventory.job.outputs, run_id, host.name)
         return run_commands(transport, host, [put_file_command(inventory, run_dir, name, json.dumps(document).encode())])
 
     for_each_host(sampled, put, session.connections)

@@ -51,13 +51,13 @@ def _stop_on_nodes(app, inventory, hosts: list, run_id: str, record: dict, state
     """Mark every node's run dir stopped, end what carries the run's marker, wait for the node agents."""
     from clusterctl.executor import for_each_host, run_commands
     from clusterctl.job import agent
-    from clusterctl.job.torchrun import log_dir
+    from clusterctl.node.layout import node_run_dir
     from clusterctl.models import HostResult, HostStatus
     from clusterctl.modules import process
     from clusterctl.slurm.allocation import allocation_ended
 
     outputs = record.get("outputs") or inventory.job.outputs
-    run_dir = {h.name: log_dir(outputs, run_id, h.name) for h in hosts}
+    run_dir = {h.name: node_run_dir(outputs, run_id, h.name) for h in hosts}
     port = inventory.rendezvous.port
     note = f"clusterctl stop from {socket.gethostname()} (pid {os.getpid()}) at {time.strftime('%Y-%m-%d %H:%M:%S')}"
     app.renderer.message(f"stopping run {run_id} on {len(hosts)} node(s)")

@@ -24,7 +24,8 @@ from typing import Callable, Mapping, Optional
 from clusterctl.models import secret_values
 from clusterctl.errors import UsageError
 from clusterctl.executor import Connections, Event, OnEvent, Streams, Ticker, for_each_host, run_commands
-from clusterctl.job.torchrun import MAX_ARG_BYTES, RANK_PREFIX_RE, job_argv, log_dir, placeholder_values, torchrun_env
+from clusterctl.job.torchrun import MAX_ARG_BYTES, RANK_PREFIX_RE, job_argv, placeholder_values, torchrun_env
+from clusterctl.node.layout import files_dir, node_run_dir
 from clusterctl.models import Command, Host, HostResult, HostStatus, Inventory, MASK, looks_secret
 from clusterctl.job import agent, rollcall, stalls, supervision
 from clusterctl.job import culprit, launchers, pace, phases
@@ -37,7 +38,7 @@ from clusterctl.job.topology import Topology
 from clusterctl.transport import remote_argv
 # what lived here before (importable from here as before): shipped files, and a run already going
 from clusterctl.job.in_progress import ensure_no_run_in_progress, run_in_progress, run_scan_command  # noqa: F401
-from clusterctl.job.shipping import _FILE_NAME_RE, _PUT_FILE, files_dir, put_file_command  # noqa: F401
+from clusterctl.job.shipping import _FILE_NAME_RE, _PUT_FILE, put_file_command  # noqa: F401
 
 @dataclass
 class NodeRun:
@@ -113,7 +114,7 @@ class JobRunner:
                                         "attempt": str(attempt), "checkpoint": checkpoint or ""})
         self.nodes: dict[str, NodeRun] = {}
         for plan in topology.nodes:
-            run_dir = log_dir(outputs, run_id, plan.host.name)
+            run_dir = node_run_dir(outputs, run_id, plan.host.name)
             env = (*process.marker_env(inventory.name, plan.host.name, run_id), *torchrun_env(plan, inventory, run_dir),
                    *launchers.node_env(inventory, topology, plan, run_id), *agent.job_env(inventory, plan.host.env), *attempt_env)
             command = launchers.node_command(inventory, topology, plan, run_id, argv, outputs)

@@ -118,14 +118,14 @@ def establish(inventory: Inventory, run_id: str, master: str, address: str, port
     the run's start (unix time), from which the keepers' health watch reads the kernel log. `heal`
     (job/detached_healing.DetachedHealing): the run heals itself; its spares get a keeper too."""
     from clusterctl.job.node_agent import CONFIG
-    from clusterctl.job.torchrun import log_dir
+    from clusterctl.node.layout import node_run_dir
 
     key = secrets.token_hex(32)
     script = _SCRIPT.read_bytes()
     health_script = _HEALTH_SCRIPT.read_bytes()
     spares = {h.name: h for h in heal.spares} if heal else {}
     hosts = {**hosts, **spares}
-    run_dirs = {**run_dirs, **{name: log_dir(inventory.job.outputs, run_id, name) for name in spares}}
+    run_dirs = {**run_dirs, **{name: node_run_dir(inventory.job.outputs, run_id, name) for name in spares}}
     supervised = Supervised(master, address, port + PORT_OFFSET, run_dirs[master])
     base = {"run_id": run_id, "address": address, "port": supervised.port, "key": key, "lease_s": lease_s,
             "lost_after_s": inventory.job.healing.lost_after, "hosts": list(run_dirs),
@@ -211,7 +211,7 @@ def outcome_of(state: dict, inventory: Inventory, mask: Callable[[str], str] = l
 def finish_record(record: dict, state: dict, inventory: Inventory, mask: Callable[[str], str] = lambda t: t) -> dict:
     """The local run record once the supervisor's state is final: its end, its exit code and what failed."""
     from clusterctl.job.failures import first_ranks_of
-    from clusterctl.job.torchrun import log_dir
+    from clusterctl.node.layout import node_run_dir
 
     code, first = outcome_of(state, inventory, mask, first_ranks_of(record.get("topology")))
     nodes = state.get("nodes") or {}
@@ -221,7 +221,7 @@ def finish_record(record: dict, state: dict, inventory: Inventory, mask: Callabl
             "nodes": {h: {"exit_code": n.get("exit_code"), "lost": n.get("lost"),
                           # a spare that joined a run that healed itself: the run dir establish gave it
                           "run_dir": (run_dirs.get(h) or {}).get("run_dir")
-                          or log_dir(inventory.job.outputs, record.get("run_id") or "", h)} for h, n in nodes.items()},
+                          or node_run_dir(inventory.job.outputs, record.get("run_id") or "", h)} for h, n in nodes.items()},
             "supervisor_reason": state.get("reason")}
     if state.get("state") == "stopped":
         done["stopped"] = True

@@ -59,12 +59,11 @@ def run_nccl_test(app, options: NcclTestOptions, sizes: tuple[int, Optional[int]
 
 def bench_inventory(inventory, options, sizes: tuple[int, Optional[int]], run_id: str):
     """The inventory copy whose job is the benchmark (same hosts, container, env, outputs)."""
-    from clusterctl.job.torchrun import log_dir
-    from clusterctl.job.runner import files_dir
     from clusterctl.nccltest import ALLREDUCE_BENCH
+    from clusterctl.node.layout import files_dir, node_run_dir
 
     outputs = inventory.job.outputs
-    result_file = f"{log_dir(outputs, run_id, inventory.master.name)}/{RESULT_FILE}"
+    result_file = f"{node_run_dir(outputs, run_id, inventory.master.name)}/{RESULT_FILE}"
     bench_args = ["--stage", options.stage, "--min-size", str(sizes[0]), "--iters", str(options.iters),
                   "--warmup", str(options.warmup), "--connect-timeout", f"{options.connect_timeout:g}",
                   "--result-file", result_file]
