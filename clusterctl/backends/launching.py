@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Optional
 from clusterctl.backends.base import Plan, RunRequest, recorded_hosts
 from clusterctl.backends.healing_hooks import (StopRequested, earlier_attempts, held_or_taken, latest_checkpoint,
@@ -50,7 +50,7 @@ def run_job(session, backend, inventory, request: RunRequest, live: LiveOptions 
         phases.reach("probe")
         if problems:
             return not_ready(session, problems)
-        plan = _plan(backend, inventory, request, run_id, facts, relaunch_of)
+        plan = _plan(session, backend, inventory, connections, request, run_id, facts, relaunch_of, plan_only)
         result = _launch(session, backend, inventory, connections, plan, request, live, plan_only,
                          facts_from, busy, scheduled, phases)
     if isinstance(result, Outcome):
@@ -63,11 +63,17 @@ def run_job(session, backend, inventory, request: RunRequest, live: LiveOptions 
     return _ended(summary, record, outcome)
 
 
-def _plan(backend, inventory, request: RunRequest, run_id: str, facts, relaunch_of: Optional[Plan]) -> Plan:
-    if relaunch_of is not None and relaunch_of.topology is not None:
-        return replace(relaunch_of, run_id=run_id)
-    plan = backend.plan(inventory, request, run_id, facts)
-    return replace(plan, attempt=relaunch_of.attempt) if relaunch_of is not None else plan
+def _plan(session, backend, inventory, connections, request: RunRequest, run_id: str, facts,
+          relaunch_of: Optional[Plan], plan_only: bool) -> Plan:
+    """What the launch carries out: `relaunch_of` as it is where it was planned for this run; else planned
+    here (on its layout where it has one) with the checkpoint the attempt resumes from."""
+    if relaunch_of is not None and relaunch_of.launches_as_planned() and relaunch_of.run_id == run_id:
+        return relaunch_of
+    topology = (relaunch_of.topology if relaunch_of is not None and relaunch_of.topology is not None
+                else backend.layout(inventory, request, facts))
+    checkpoint = None if plan_only else latest_checkpoint(inventory, connections, topology, session.renderer)
+    return backend.plan(inventory, request, run_id, facts, attempt=relaunch_of.attempt if relaunch_of else 1,
+                        checkpoint=checkpoint, topology=topology)
 
 
 def _launch(session, backend, inventory, connections, plan: Plan, request: RunRequest, live_options: LiveOptions,
@@ -78,15 +84,6 @@ def _launch(session, backend, inventory, connections, plan: Plan, request: RunRe
     topology, run_id = plan.topology, plan.run_id
     ranks = rank_filter(live_options, topology)
     live = LiveLogEvents(LiveLog(ranks), session.renderer.on_event, time.monotonic)
-    checkpoint = None if plan_only else latest_checkpoint(inventory, connections, topology, session.renderer)
-    runner = JobRunner(inventory, topology, run_id, request.prompt, connections, live.on_event,
-                       timeout_s=request.timeout_s, stall_timeout_s=request.stall_timeout_s,
-                       stacks_dir=RunStore(session.state).runs / run_id / "stacks", attempt=plan.attempt,
-                       checkpoint=checkpoint)
-    runner.health_watch = _health_watch(session, inventory, connections, runner, live.on_event)
-    runner.phases = phases if phases is not None else runner.phases
-    runner.heal = request.heal_on_cluster  # a detached run that heals itself (backends/healing.py)
-    runner.stragglers.enabled = runner.stragglers.enabled and request.straggler_watch
     summary = {**summary_of(inventory, topology, run_id), "facts_from": facts_from}
     reused = sum(1 for where in facts_from.values() if where == "up")
     if reused:
@@ -95,8 +92,15 @@ def _launch(session, backend, inventory, connections, plan: Plan, request: RunRe
     if scheduled is not None:
         summary["slurm"] = scheduled  # the same dict: its `cancelled` is filled in as the allocation ends
     if plan_only:
-        session.renderer.plan(topology, runner.commands())
-        return Outcome({"ok": True, **summary, "plan": runner.commands(), "exit_code": None})
+        session.renderer.plan(topology, plan.commands())
+        return Outcome({"ok": True, **summary, "plan": plan.commands(), "exit_code": None})
+    runner = JobRunner(inventory, topology, run_id, request.prompt, connections, live.on_event,
+                       timeout_s=request.timeout_s, stall_timeout_s=request.stall_timeout_s,
+                       stacks_dir=RunStore(session.state).runs / run_id / "stacks", launches=plan.launches)
+    runner.health_watch = _health_watch(session, inventory, connections, runner, live.on_event)
+    runner.phases = phases if phases is not None else runner.phases
+    runner.heal = request.heal_on_cluster  # a detached run that heals itself (backends/healing.py)
+    runner.stragglers.enabled = runner.stragglers.enabled and request.straggler_watch
     busy = backend.busy(inventory, connections, busy)
     if busy:
         raise StateError(f"a run is already in progress: {busy}", where=inventory.name, fix=busy_fix(busy))
@@ -105,7 +109,7 @@ def _launch(session, backend, inventory, connections, plan: Plan, request: RunRe
     if ranks.ranks or ranks.local_ranks:
         session.renderer.message(f"live log: {ranks} only (every rank's output stays in the files on the nodes)", "dim")
     place = {"backend": backend.name, "hosts": recorded_hosts(inventory.hosts), "attempt": plan.attempt,
-             "inventory_source": session.source().to_json(), "checkpoint": checkpoint,
+             "inventory_source": session.source().to_json(), "checkpoint": plan.checkpoint,
              **earlier_attempts(session, run_id, plan.attempt)}
     if stop_requested(session, run_id):  # `clusterctl stop` while a run that heals itself relaunched
         raise StopRequested(run_id)

@@ -19,16 +19,26 @@ class NodesBackend:
 
     # ---- planning (pure)
     def plan(self, inventory: Inventory, request: RunRequest, run_id: Optional[str],
-             facts: Optional[Mapping] = None) -> Plan:
-        """The layout the planner makes of `facts` (job/topology.py) and each node's command line."""
+             facts: Optional[Mapping] = None, attempt: int = 1, checkpoint: Optional[str] = None,
+             topology=None) -> Plan:
+        """The layout the planner makes of `facts` (job/topology.py; `topology`: one made already) and
+        what starts on each node, the prompt expanded once: what `launch(plan)` carries out."""
+        from clusterctl.job.launch_plan import commands_of, node_launches, shipped_files
+
+        topology = topology if topology is not None else self.layout(inventory, request, facts)
+        launches = node_launches(inventory, topology, run_id or "RUN", request.prompt, attempt, checkpoint)
+        files = shipped_files(inventory)
+        return plan_of_topology(self.name, inventory, topology, run_id, commands_of(inventory, run_id or "RUN", launches,
+                                                                                  files),
+                                launches=launches, launches_for=(run_id, attempt), files=files, attempt=attempt,
+                                checkpoint=checkpoint)
+
+    def layout(self, inventory: Inventory, request: RunRequest, facts: Optional[Mapping] = None):
+        """The planner's Topology of `facts`, shaped for the job's launcher."""
         from clusterctl.job.launchers import shaped
-        from clusterctl.job.runner import JobRunner
         from clusterctl.job.topology import plan
 
-        topology = shaped(inventory, plan(inventory, facts or {}, strict=request.strict))
-        runner = JobRunner(inventory, topology, run_id or "RUN", request.prompt, None, lambda event: None,
-                           timeout_s=request.timeout_s, stall_timeout_s=request.stall_timeout_s)
-        return plan_of_topology(self.name, inventory, topology, run_id, runner.commands())
+        return shaped(inventory, plan(inventory, facts or {}, strict=request.strict))
 
     # ---- what the run flow (launching.py) asks of the place the run happens
     def refuse(self, request: RunRequest) -> None:
