@@ -68,3 +68,25 @@ def test_an_update_of_a_missing_record_starts_from_its_run_id(tmp_path):
     store = records.RunStore(State(tmp_path))
     written = store.update("r9", started=1.0, exit_code=None)
     assert written.to_json() == {"run_id": "r9", "started": 1.0, "exit_code": None}
+
+
+def test_a_follow_up_command_takes_a_run_id_or_the_handle_a_launch_returned(tmp_path):
+    from clusterctl.job.run_record import RunHandle
+
+    handle = RunHandle("20250101-120000-aaaaaa", "nodes", "c1")
+    assert str(handle) == "nodes://c1/20250101-120000-aaaaaa" and RunHandle.parse(str(handle)) == handle
+    assert RunHandle.parse("20250101-120000-aaaaaa") == RunHandle("20250101-120000-aaaaaa")
+    state = State(tmp_path)
+    assert records.parse_run_id(state, str(handle)) == records.parse_run_id(state, handle.run_id) == handle.run_id
+    assert records.handle_of({"backend": "slurm", "cluster": "c2"}, "r1") == RunHandle("r1", "slurm", "c2")
+    assert records.handle_of({"slurm": {"job_id": "7"}}, "r1").backend == "slurm"  # an older record
+
+
+def test_a_reference_that_is_no_run_is_refused_as_a_usage_error(tmp_path):
+    import pytest
+
+    from clusterctl.errors import UsageError
+
+    for given in ("nodes://c1/", "../x", "://c1/r1"):
+        with pytest.raises(UsageError):
+            records.parse_run_id(State(tmp_path), given)

@@ -14,6 +14,7 @@ from typing import Iterator, Literal, Mapping, Optional, Protocol
 
 from clusterctl.documents import parts
 from clusterctl.documents.convert import as_document
+from clusterctl.job.run_record import RunState
 from clusterctl.models import Host, Inventory
 
 BackendName = Literal["nodes", "slurm"]
@@ -143,11 +144,11 @@ def hosts_of_record(record: dict, inventory: Inventory) -> Optional[tuple[Host, 
 
 @dataclass(frozen=True)
 class RunDescription:
-    """Where a run stands: running | ended | stopped | failed | unknown, its exit code once ended, and
+    """Where a run stands (job/run_record.py RunState, one of REPORTED), its exit code once ended, and
     the first failure named."""
 
     run_id: str
-    state: str
+    state: RunState
     exit_code: Optional[int]
     first_failure: Optional[dict]
     backend: BackendName
@@ -159,14 +160,15 @@ class Backend(Protocol):
     name: BackendName
 
     def plan(self, inventory: Inventory, request: RunRequest, run_id: Optional[str],
-             facts: Optional[Mapping] = None) -> Plan: ...
+             facts: Optional[Mapping] = None, attempt: int = 1, checkpoint: Optional[str] = None,
+             topology=None) -> Plan: ...
 
-    def launch(self, plan: Plan, request: RunRequest): ...
+    def launch(self, plan: Plan, request: RunRequest, inventory: Optional[Inventory] = None, live=None): ...
 
     def describe(self, run_id: str) -> RunDescription: ...
 
-    def logs(self, run_id: str, follow: bool = False) -> Iterator: ...
+    def logs(self, run_id: str, follow: bool = False, **select) -> Iterator: ...
 
-    def stop(self, run_id: str): ...
+    def stop(self, run_id: str, given_inventory: Optional[str] = None): ...
 
-    def relaunch(self, plan: Plan, request: RunRequest): ...
+    def relaunch(self, plan: Plan, request: RunRequest, inventory: Optional[Inventory] = None): ...

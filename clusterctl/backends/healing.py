@@ -138,7 +138,6 @@ def excluding(inventory, hosts: list):
 
 
 def _attempts(session, backend, inventory, request: RunRequest, live, fleet: Fleet, run_id: str) -> Outcome:
-    from clusterctl.backends.launching import run_job
     from clusterctl.observe.notify_hooks import relaunching
 
     healing, attempts, addresses = inventory.job.healing, [], {}
@@ -147,7 +146,7 @@ def _attempts(session, backend, inventory, request: RunRequest, live, fleet: Fle
         try:
             hosts = on_hosts(inventory, fleet, addresses)
             if plan.attempt == 1:
-                outcome = run_job(session, backend, hosts, request, live, relaunch_of=plan)
+                outcome = backend.launch(plan, request, hosts, live)
             else:
                 outcome = backend.relaunch(replace(plan, attempt=plan.attempt - 1), request, hosts)
         except (KeyboardInterrupt, StopRequested) as ended:

@@ -69,10 +69,13 @@ class NodesBackend:
         return []
 
     # ---- the run
-    def launch(self, plan: Plan, request: RunRequest, inventory: Optional[Inventory] = None):
-        from clusterctl.backends.launching import run_job
+    def launch(self, plan: Plan, request: RunRequest, inventory: Optional[Inventory] = None, live=None):
+        """Carry out `plan` (launching.py: as it is where it was planned for its run id and attempt, else
+        planned again on the nodes reached); `live`: the live log's rank filter (LiveOptions)."""
+        from clusterctl.backends.launching import LiveOptions, run_job
 
-        return run_job(self.session, self, inventory or self.session.inventory(), request, relaunch_of=plan)
+        return run_job(self.session, self, inventory or self.session.inventory(), request, live or LiveOptions(),
+                       relaunch_of=plan)
 
     def describe(self, run_id: Optional[str]) -> RunDescription:
         from clusterctl.backends.records import describe
@@ -84,10 +87,10 @@ class NodesBackend:
 
         return log_lines(self.session, run_id, follow=follow, **select)
 
-    def stop(self, run_id: Optional[str]):
+    def stop(self, run_id: Optional[str], given_inventory: Optional[str] = None):
         from clusterctl.backends.stopping import stop_run
 
-        return stop_run(self.session, run_id)
+        return stop_run(self.session, run_id, given_inventory)
 
     def relaunch(self, plan: Plan, request: RunRequest, inventory: Optional[Inventory] = None):
         """Stop what runs of the plan's run, then launch `plan` as the next attempt of the same run id

@@ -33,7 +33,7 @@ from typing import Optional
 
 from clusterctl.models import Command, EnvVar, Inventory
 from clusterctl.job.container import host_path, in_container, on_host_or_in_container
-from clusterctl.node.layout import RANKS_GLOB_SH
+from clusterctl.node.layout import FILES, RANKS_GLOB_SH
 
 LEASE_S = 15
 
@@ -46,7 +46,7 @@ touch "$dir/lease"
 ( while IFS= read -r kv; do export "$kv"; done < "$dir/env"; exec setsid "$@" ) &
 pid=$!
 echo "$pid" > "$dir/agent.pid"
-m=; sampler=$(dirname "$dir")/.files/node_metrics.py  # issue 41: job/node_metrics.py, ended with torchrun
+m=; sampler=$(dirname "$dir")/FILES_DIR/node_metrics.py  # issue 41: job/node_metrics.py, ended with torchrun
 if [ -n "$every" ] && [ -e "$sampler" ]; then "$py" "$sampler" "$dir" "$every" "$pid" "$ifaces" >/dev/null 2>>"$dir/metrics.log" & m=$!; fi
 alive() { s=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -c1); [ -n "$s" ] && [ "$s" != Z ]; }
 (
@@ -71,7 +71,7 @@ alive() { s=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -c1); [ -n "$s" ]
 wait "$pid"; code=$?
 kill "$watch" $m 2>/dev/null
 echo "$code" > "$dir/agent.exit.tmp" && mv -f "$dir/agent.exit.tmp" "$dir/agent.exit"
-'''
+'''.replace("FILES_DIR", FILES)
 
 WRAPPER = _WRAPPER  # what a keeper starts for a detached run's next attempt (job/node_healing.py)
 

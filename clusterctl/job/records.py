@@ -18,7 +18,7 @@ from typing import Callable, Optional, Union
 from clusterctl.documents import parts
 from clusterctl.documents.convert import as_document
 from clusterctl.errors import StateError, UsageError
-from clusterctl.job.run_record import ABSENT, RunRecord, RunState
+from clusterctl.job.run_record import ABSENT, RunHandle, RunRecord, RunState
 
 RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 LISTED = 20
@@ -115,12 +115,25 @@ def resolve(state, given: Optional[str], where: str = "RUN") -> tuple[str, dict]
 
 
 def parse_run_id(state, given: Optional[str], where: str = "RUN") -> str:
-    """The run a follow-up command names (default: the last one recorded), checked once."""
-    run_id = given or RunStore(state).last_id()
+    """The run a follow-up command names, a run id or a handle (job/run_record.py RunHandle; default:
+    the last run recorded): the one parser of a run reference."""
+    fix = "`clusterctl status` lists the runs (ids like 20250101-120000-a1b2c3)"
+    try:
+        run_id = RunHandle.parse(given).run_id if given else RunStore(state).last_id()
+    except ValueError as exc:
+        raise UsageError(str(exc), where=where, fix=fix) from None
     if not RUN_ID_RE.fullmatch(run_id):
-        raise UsageError(f"not a run id: {run_id!r}", where=where,
-                         fix="`clusterctl status` lists the runs (ids like 20250101-120000-a1b2c3)")
+        raise UsageError(f"not a run id: {run_id!r}", where=where, fix=fix)
     return run_id
+
+
+def handle_of(record: Union[RunRecord, dict], run_id: str) -> RunHandle:
+    """The handle of a recorded run (a record of an older clusterctl: Slurm where it has a `slurm`
+    entry, else the nodes)."""
+    if isinstance(record, dict):
+        record = RunRecord.from_json(record, run_id)
+    return RunHandle(run_id, record.get("backend") or ("slurm" if record.get("slurm") else "nodes"),
+                     record.get("cluster"))
 
 
 @dataclass(frozen=True)

@@ -129,3 +129,29 @@ class RunRecord:
 
 _FIELDS = tuple(f.name for f in dataclasses.fields(RunRecord) if f.name != "more")
 
+
+
+@dataclass(frozen=True)
+class RunHandle:
+    """Which run, where: what a launch returns (`Run.handle`) and what a follow-up command (status,
+    logs, stop, attach, collect-logs) parses once from its RUN argument: `<backend>://<cluster>/<run id>`,
+    or the bare run id (backend and cluster then come from the run's record)."""
+
+    run_id: str
+    backend: Optional[str] = None
+    cluster: Optional[str] = None
+
+    def __str__(self) -> str:
+        return f"{self.backend or 'nodes'}://{self.cluster or ''}/{self.run_id}" if self.backend or self.cluster \
+            else self.run_id
+
+    @classmethod
+    def parse(cls, text: str) -> "RunHandle":
+        """A handle or a bare run id (ValueError when it is neither; the run id is checked by its user)."""
+        scheme, sep, rest = text.partition("://")
+        if not sep:
+            return cls(text)
+        cluster, slash, run_id = rest.rpartition("/")
+        if not slash or not scheme or not run_id:
+            raise ValueError(f"not a run handle: {text!r} (backend://cluster/run-id)")
+        return cls(run_id, scheme, cluster or None)
