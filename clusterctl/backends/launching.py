@@ -96,7 +96,7 @@ def _launch(session, backend, inventory, connections, plan: Plan, request: RunRe
         return Outcome({"ok": True, **summary, "plan": plan.commands(), "exit_code": None})
     runner = JobRunner(inventory, topology, run_id, request.prompt, connections, live.on_event,
                        timeout_s=request.timeout_s, stall_timeout_s=request.stall_timeout_s,
-                       stacks_dir=RunStore(session.state).runs / run_id / "stacks", launches=plan.launches)
+                       stacks_dir=RunStore(session.state).stacks_dir(run_id), launches=plan.launches)
     runner.health_watch = _health_watch(session, inventory, connections, runner, live.on_event)
     runner.phases = phases if phases is not None else runner.phases
     runner.heal = request.heal_on_cluster  # a detached run that heals itself (backends/healing.py)

@@ -9,6 +9,7 @@ def take_run_stacks(session, inventory, run_id: str, record: dict):
     """(job/sampler.py stacks by host, the roll call, the path of the saved document)."""
     from clusterctl.executor import for_each_host, run_commands
     from clusterctl.job import sampler, stalls
+    from clusterctl.job.records import RunStore
     from clusterctl.job.runner import put_file_command
     from clusterctl.node.layout import node_run_dir
 
@@ -18,7 +19,7 @@ def take_run_stacks(session, inventory, run_id: str, record: dict):
     nodes = sampler.take_stacks(inventory, hosts, run_id, session.connections, samples=1)
     call = stalls.snapshot(nodes, shape.expected)
     name = stalls.file_name()
-    saved = stalls.save_local(session.state.run_dir(run_id) / "stacks", name,
+    saved = stalls.save_local(RunStore(session.state).stacks_dir(run_id), name,
                               stalls.stacks_document(run_id, nodes, "clusterctl stacks", call=call))
     sampled = [h for h in hosts if nodes[h.name].samples]
 

@@ -44,6 +44,10 @@ class RunStore:
         """The run's local directory (created 0700): its record, its stacks, its controller's log."""
         return self.state.run_dir(run_id)
 
+    def stacks_dir(self, run_id: str) -> Path:
+        """Where the stacks of the run's hangs are kept (`clusterctl stacks`, the run's stall watch)."""
+        return self.runs / run_id / "stacks"
+
     def path(self, run_id: str) -> Path:
         return self.runs / run_id / RECORD_NAME
 
