@@ -90,3 +90,10 @@ def test_a_reference_that_is_no_run_is_refused_as_a_usage_error(tmp_path):
     for given in ("nodes://c1/", "../x", "://c1/r1"):
         with pytest.raises(UsageError):
             records.parse_run_id(State(tmp_path), given)
+
+
+def test_a_supervisors_final_state_maps_onto_the_records():
+    from clusterctl.job.run_record import SUPERVISED, recorded_end
+
+    assert [s.value for s in SUPERVISED] == ["running", "succeeded", "failed", "stopped"]
+    assert [recorded_end(s).value for s in ("succeeded", "failed", "stopped")] == ["ended", "ended", "stopped"]

@@ -16,7 +16,8 @@ from typing import Any, Mapping, Optional
 class RunState(str, Enum):
     """A run's state, one vocabulary for its three speakers:
     - the record (run.json's "state"): RUNNING, ENDED (its exit code says how) or STOPPED (RECORDED);
-    - the node's supervisor (its state file): RUNNING, SUCCEEDED, FAILED or STOPPED;
+    - the node's supervisor (its state file): RUNNING, SUCCEEDED, FAILED or STOPPED (SUPERVISED;
+      recorded_end maps its final one onto the record's);
     - what became of the run (`status`, `describe`, `attach`, `stop`): RUNNING, UNKNOWN (no controller
       and no supervisor watches it any more), STOPPED, SUCCEEDED, FAILED or INTERRUPTED (REPORTED)."""
 
@@ -43,8 +44,14 @@ class RunState(str, Enum):
 
 
 RECORDED = (RunState.RUNNING, RunState.ENDED, RunState.STOPPED)
+SUPERVISED = (RunState.RUNNING, RunState.SUCCEEDED, RunState.FAILED, RunState.STOPPED)
 REPORTED = (RunState.RUNNING, RunState.UNKNOWN, RunState.STOPPED, RunState.SUCCEEDED, RunState.FAILED,
             RunState.INTERRUPTED)
+
+
+def recorded_end(supervisor_state) -> RunState:
+    """The record's state of a run whose supervisor's state is final (SUPERVISED -> RECORDED)."""
+    return RunState.STOPPED if RunState.of(supervisor_state) is RunState.STOPPED else RunState.ENDED
 
 
 class _Absent:

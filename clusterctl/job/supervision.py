@@ -23,7 +23,7 @@ from clusterctl.health import fleet as health
 from clusterctl.job import agent, detached_health, detached_healing
 from clusterctl.job.container import in_container, on_host_or_in_container
 from clusterctl.job.records import RunStore
-from clusterctl.job.run_record import RunRecord
+from clusterctl.job.run_record import RunRecord, recorded_end
 from clusterctl.models import Command, Host, HostResult, HostStatus, Inventory
 from clusterctl.modules import process
 
@@ -217,7 +217,7 @@ def finish_record(record: dict, state: dict, inventory: Inventory, mask: Callabl
     nodes = state.get("nodes") or {}
     run_dirs = record.get("nodes") if isinstance(record.get("nodes"), dict) else {}
     done = {**record, "ended": state.get("ended") or time.time(), "exit_code": code, "first_failure": first,
-            "state": "stopped" if state.get("state") == "stopped" else "ended",
+            "state": recorded_end(state.get("state")).value,
             "nodes": {h: {"exit_code": n.get("exit_code"), "lost": n.get("lost"),
                           # a spare that joined a run that healed itself: the run dir establish gave it
                           "run_dir": (run_dirs.get(h) or {}).get("run_dir")
