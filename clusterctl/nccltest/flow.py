@@ -76,6 +76,7 @@ def bench_inventory(inventory, options, sizes: tuple[int, Optional[int]], run_id
 
 
 def _one_test(app, options, inventory, facts, sizes, label: str = "") -> dict:
+    from clusterctl.backends import NodesBackend, RunRequest
     from clusterctl.backends.launching import node_states as _node_states, summary_of as _summary
     from clusterctl.nccltest.plan import report_ok, summarize
     from clusterctl.job.runner import JobRunner
@@ -86,8 +87,9 @@ def _one_test(app, options, inventory, facts, sizes, label: str = "") -> dict:
     bench, result_file = bench_inventory(inventory, options, sizes, run_id)
     topology = plan(bench, {h.name: facts[h.name] for h in bench.hosts})
     live = _LiveView(app, topology, facts, label)
+    planned = NodesBackend(app).plan(bench, RunRequest(""), run_id, topology=topology)  # the Plan, carried out as it is
     runner = JobRunner(bench, topology, run_id, "", app.connections, live.on_event, timeout_s=options.timeout,
-                       files={ALLREDUCE_BENCH: source(ALLREDUCE_BENCH)})
+                       files={ALLREDUCE_BENCH: source(ALLREDUCE_BENCH)}, launches=planned.launches)
     for note in topology.notes:
         app.renderer.message(f"plan: {note}", "yellow")
     started = time.time()
