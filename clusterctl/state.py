@@ -106,6 +106,7 @@ class State:
         return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
 
     def run_dir(self, run_id: str) -> Path:
+        """A run's local directory; its record is job/records.py RunStore's."""
         return self._ensure(self.runs_dir / run_id)
 
     def step_logs(self, flow: str) -> Path:
@@ -118,12 +119,6 @@ class State:
         path.write_text(text)
         path.chmod(0o600)
         return path
-
-    def last_run_id(self) -> str:
-        runs = sorted(p.name for p in self.runs_dir.iterdir() if (p / "run.json").exists()) if self.runs_dir.exists() else []
-        if not runs:
-            raise StateError("no run recorded yet", where=str(self.runs_dir), fix="start one with `clusterctl run PROMPT_FILE`")
-        return runs[-1]
 
     # ---- locks: one run / one up per cluster at a time
     def _lock_path(self, name: str) -> Path:

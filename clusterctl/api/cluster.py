@@ -114,25 +114,22 @@ class Cluster:
         as text or as the path of a file (read as `clusterctl run PROMPT_FILE` reads it)."""
         from clusterctl.backends import RunRequest, backend_for
         from clusterctl.backends.healing import run_healing
-        from clusterctl.backends.prompt import check_prompt_fits, read_prompt
+        from clusterctl.backends.prompt import run_prompt
         from clusterctl.errors import UsageError
-        from clusterctl.job.torchrun import prompt_text
+        from clusterctl.job.run_record import RunHandle
 
         if (prompt is None) == (prompt_file is None):
             raise UsageError("give exactly one of prompt= and prompt_file=", where="Cluster.run",
                              fix='cluster.run(prompt="a cat") or cluster.run(prompt_file="prompt.txt")')
-        text = read_prompt(Path(prompt_file)) if prompt_file is not None else prompt_text(prompt)
-        if "\0" in text:
-            raise UsageError("the prompt contains a NUL byte, which no command line can carry", where="prompt=",
-                             fix="remove the NUL byte")
-        check_prompt_fits(text, self.inventory, str(prompt_file or "prompt="))
+        text, _ = run_prompt(lambda: self.inventory, Path(prompt_file) if prompt_file is not None else None, prompt)
         request = RunRequest(text, strict=strict, timeout_s=timeout, stall_timeout_s=stall_timeout, detach=detach)
         with self.session("run") as session:
-            outcome = run_healing(session, backend_for(session, self.inventory), self.inventory, request)
+            backend = backend_for(session, self.inventory)
+            outcome = run_healing(session, backend, self.inventory, request)
         run_id = outcome.document.get("run_id")
         if run_id is None:
             raise _not_ready(outcome.document.get("hosts") or {})
-        return Run(self, run_id, outcome.document)
+        return Run(self, run_id, outcome.document, RunHandle(run_id, backend.name, self.inventory.name))
 
     def runs(self, run_id: Optional[str] = None) -> Run:
         """A recorded run of this state directory by its id (default: the last one)."""

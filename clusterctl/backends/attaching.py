@@ -4,6 +4,7 @@ from __future__ import annotations
 import time
 from typing import Optional
 
+from clusterctl.job.run_record import RunState
 from clusterctl.outcome import Outcome
 
 FINISH_S = 40.0  # after the nodes' files end: the supervisor's last word (it settles, then drains)
@@ -21,7 +22,7 @@ def attach(app, given_run: Optional[str], given_inventory: Optional[str], tail: 
     inventory = app.inventory_of_run(given_inventory, run_id, record, [n.get("host") for n in topology])
     mask = supervision.masker(inventory)
     record = supervision.refresh_record(app.state, inventory, app.connections, run_id, record, mask)
-    if records.state_of(record, run_id, app.state.lock_holder) == "running":
+    if records.state_of(record, run_id, app.state.lock_holder) is RunState.RUNNING:
         app.renderer.message(f"attached to run {run_id}: Ctrl-C detaches (the run goes on; "
                              f"`clusterctl stop {run_id}` ends it)", "dim")
 
@@ -39,15 +40,15 @@ def attach(app, given_run: Optional[str], given_inventory: Optional[str], tail: 
             finally:
                 live.close()
             for _ in ticks(FINISH_S, 1.0):
-                if records.state_of(record, run_id, app.state.lock_holder) != "running":
+                if records.state_of(record, run_id, app.state.lock_holder) is not RunState.RUNNING:
                     break
                 record = supervision.refresh_record(app.state, inventory, app.connections, run_id, record, mask)
         except KeyboardInterrupt:
             app.renderer.message(f"detached; run {run_id} goes on (`clusterctl attach {run_id}` again, "
                                  f"`clusterctl stop {run_id}` to end it)", "yellow")
-            return Outcome({"ok": True, "run_id": run_id, "state": "running", "detached": True})
+            return Outcome({"ok": True, "run_id": run_id, "state": RunState.RUNNING, "detached": True})
     state = records.state_of(record, run_id, app.state.lock_holder)
-    if state == "running":
+    if state is RunState.RUNNING:
         app.renderer.message(f"run {run_id}: every node's output ended, but its supervisor has not finished; "
                              "`clusterctl status` asks again", "yellow")
         return Outcome({"ok": False, "run_id": run_id, "state": state, "exit_code": None})

@@ -14,6 +14,7 @@ from typing import Iterator, Literal, Mapping, Optional, Protocol
 
 from clusterctl.documents import parts
 from clusterctl.documents.convert import as_document
+from clusterctl.job.run_record import RunState
 from clusterctl.models import Host, Inventory
 
 BackendName = Literal["nodes", "slurm"]
@@ -63,11 +64,22 @@ class Plan:
     notes: tuple[str, ...] = ()
     script: Optional[str] = None
     attempt: int = 1
-    commands_json: str = field(default="{}", repr=False)  # the runner's per-node commands, as JSON text
+    commands_json: str = field(default="{}", repr=False)  # the per-node commands, secrets masked, as JSON text
     topology: object = field(default=None, repr=False, compare=False)  # job/topology.py Topology (nodes)
+    # what the launch carries out as it is (nodes): job/launch_plan.py NodeLaunch per node, the prompt
+    # expanded in them once, for the (run id, attempt) of `launches_for`, and the files shipped;
+    # `checkpoint`: the one the attempt resumes from
+    launches: tuple = field(default=(), repr=False, compare=False)
+    launches_for: tuple = field(default=(), repr=False, compare=False)
+    files: Mapping[str, bytes] = field(default_factory=dict, repr=False, compare=False)
+    checkpoint: Optional[str] = None
 
     def commands(self) -> dict:
         return json.loads(self.commands_json)
+
+    def launches_as_planned(self) -> bool:
+        """Whether `launches` are this plan's still (not one of another run id or attempt, made by replace)."""
+        return bool(self.launches) and self.launches_for == (self.run_id, self.attempt)
 
     def next_attempt(self) -> "Plan":
         return replace(self, attempt=self.attempt + 1)
@@ -92,8 +104,9 @@ class Plan:
 
 
 def plan_of_topology(backend: BackendName, inventory: Inventory, topology, run_id: Optional[str],
-                     commands: Mapping[str, dict]) -> Plan:
-    """The Plan of a planner's Topology (job/topology.py) and the runner's per-node commands."""
+                     commands: Mapping[str, dict], **decided) -> Plan:
+    """The Plan of a planner's Topology (job/topology.py) and the per-node commands (`decided`: what the
+    launch carries out, Plan's launches, files, attempt and checkpoint)."""
     nodes = tuple(PlannedNode(n.host.name, n.node_rank, (n.ranks.start, n.ranks.stop - 1),
                               tuple(n.gpu_ids) if n.gpu_ids is not None else None, n.nic, n.local_addr,
                               commands.get(n.host.name, {}).get("command"),
@@ -101,7 +114,7 @@ def plan_of_topology(backend: BackendName, inventory: Inventory, topology, run_i
                   for n in topology.nodes)
     return Plan(backend, inventory.name, run_id, topology.world_size, topology.nproc_per_node, topology.nnodes,
                 nodes, (topology.master.host.name, topology.master_addr, topology.port), tuple(topology.notes),
-                commands_json=json.dumps(dict(commands), sort_keys=True), topology=topology)
+                commands_json=json.dumps(dict(commands), sort_keys=True), topology=topology, **decided)
 
 
 def recorded_hosts(hosts) -> list[dict]:
@@ -131,11 +144,11 @@ def hosts_of_record(record: dict, inventory: Inventory) -> Optional[tuple[Host, 
 
 @dataclass(frozen=True)
 class RunDescription:
-    """Where a run stands: running | ended | stopped | failed | unknown, its exit code once ended, and
+    """Where a run stands (job/run_record.py RunState, one of REPORTED), its exit code once ended, and
     the first failure named."""
 
     run_id: str
-    state: str
+    state: RunState
     exit_code: Optional[int]
     first_failure: Optional[dict]
     backend: BackendName
@@ -147,14 +160,15 @@ class Backend(Protocol):
     name: BackendName
 
     def plan(self, inventory: Inventory, request: RunRequest, run_id: Optional[str],
-             facts: Optional[Mapping] = None) -> Plan: ...
+             facts: Optional[Mapping] = None, attempt: int = 1, checkpoint: Optional[str] = None,
+             topology=None) -> Plan: ...
 
-    def launch(self, plan: Plan, request: RunRequest): ...
+    def launch(self, plan: Plan, request: RunRequest, inventory: Optional[Inventory] = None, live=None): ...
 
     def describe(self, run_id: str) -> RunDescription: ...
 
-    def logs(self, run_id: str, follow: bool = False) -> Iterator: ...
+    def logs(self, run_id: str, follow: bool = False, **select) -> Iterator: ...
 
-    def stop(self, run_id: str): ...
+    def stop(self, run_id: str, given_inventory: Optional[str] = None): ...
 
-    def relaunch(self, plan: Plan, request: RunRequest): ...
+    def relaunch(self, plan: Plan, request: RunRequest, inventory: Optional[Inventory] = None): ...

@@ -20,6 +20,7 @@ from typing import Optional
 from clusterctl.backends.base import Plan, RunRequest
 from clusterctl.backends.healing_hooks import StopRequested, holding, stop_requested
 from clusterctl.errors import UsageError
+from clusterctl.job.records import RunStore
 from clusterctl.outcome import Outcome
 
 BACKOFF_S = (1.0, 10.0, 30.0, 60.0)  # before relaunch 1, 2, 3, then every later one
@@ -137,7 +138,6 @@ def excluding(inventory, hosts: list):
 
 
 def _attempts(session, backend, inventory, request: RunRequest, live, fleet: Fleet, run_id: str) -> Outcome:
-    from clusterctl.backends.launching import run_job
     from clusterctl.observe.notify_hooks import relaunching
 
     healing, attempts, addresses = inventory.job.healing, [], {}
@@ -146,7 +146,7 @@ def _attempts(session, backend, inventory, request: RunRequest, live, fleet: Fle
         try:
             hosts = on_hosts(inventory, fleet, addresses)
             if plan.attempt == 1:
-                outcome = run_job(session, backend, hosts, request, live, relaunch_of=plan)
+                outcome = backend.launch(plan, request, hosts, live)
             else:
                 outcome = backend.relaunch(replace(plan, attempt=plan.attempt - 1), request, hosts)
         except (KeyboardInterrupt, StopRequested) as ended:
@@ -245,16 +245,11 @@ def _ended_between(session, run_id: str, attempts: list, interrupted: bool) -> O
 
 
 def _record(session, run_id: str, attempts: list, changes: dict) -> None:
-    path = session.state.run_dir(run_id) / "run.json"
-    session.state.write_json(path, {**_read(session, run_id), **changes, "attempts": attempts})
+    RunStore(session.state).update(run_id, **changes, attempts=attempts)
 
 
 def _read(session, run_id: str) -> dict:
-    try:
-        record = session.state.read_json(session.state.run_dir(run_id) / "run.json")
-    except (OSError, ValueError):
-        return {}
-    return record if isinstance(record, dict) else {}
+    return RunStore(session.state).read_or_new(run_id).to_json()
 
 
 def summary_lines(attempts: list) -> list[str]:

@@ -79,8 +79,7 @@ def earlier_attempts(session, run_id: str, attempt: int) -> dict:
     """The `attempts` the record kept so far, for the record an attempt after the first writes."""
     if attempt <= 1:
         return {}
-    try:
-        record = session.state.read_json(session.state.run_dir(run_id) / "run.json")
-    except (OSError, ValueError):
-        return {}
-    return {"attempts": record["attempts"]} if isinstance(record, dict) and record.get("attempts") else {}
+    from clusterctl.job.records import RunStore
+
+    attempts = RunStore(session.state).read_or_new(run_id).get("attempts")
+    return {"attempts": attempts} if attempts else {}

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import hashlib
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Optional
 from clusterctl.backends.base import Plan, RunRequest, recorded_hosts
 from clusterctl.backends.healing_hooks import (StopRequested, earlier_attempts, held_or_taken, latest_checkpoint,
                                                stop_requested)
 from clusterctl.errors import StateError, UsageError
 from clusterctl.health.fleet import record_run_end
+from clusterctl.job.records import RunStore
+from clusterctl.job.run_record import RunRecord
 from clusterctl.outcome import Outcome, any_unreachable, hosts_document
 
 
@@ -48,7 +50,7 @@ def run_job(session, backend, inventory, request: RunRequest, live: LiveOptions 
         phases.reach("probe")
         if problems:
             return not_ready(session, problems)
-        plan = _plan(backend, inventory, request, run_id, facts, relaunch_of)
+        plan = _plan(session, backend, inventory, connections, request, run_id, facts, relaunch_of, plan_only)
         result = _launch(session, backend, inventory, connections, plan, request, live, plan_only,
                          facts_from, busy, scheduled, phases)
     if isinstance(result, Outcome):
@@ -56,16 +58,22 @@ def run_job(session, backend, inventory, request: RunRequest, live: LiveOptions 
     summary, record, outcome = result
     phases.reach("returned")  # written again: the phases (and on Slurm whether scancel emptied the queue) are known now
     record["phases"] = phases.to_json()
-    session.state.write_json(session.state.run_dir(run_id) / "run.json", record)
+    RunStore(session.state).write(RunRecord.from_json(record))
     session.renderer.run_summary(record)
     return _ended(summary, record, outcome)
 
 
-def _plan(backend, inventory, request: RunRequest, run_id: str, facts, relaunch_of: Optional[Plan]) -> Plan:
-    if relaunch_of is not None and relaunch_of.topology is not None:
-        return replace(relaunch_of, run_id=run_id)
-    plan = backend.plan(inventory, request, run_id, facts)
-    return replace(plan, attempt=relaunch_of.attempt) if relaunch_of is not None else plan
+def _plan(session, backend, inventory, connections, request: RunRequest, run_id: str, facts,
+          relaunch_of: Optional[Plan], plan_only: bool) -> Plan:
+    """What the launch carries out: `relaunch_of` as it is where it was planned for this run; else planned
+    here (on its layout where it has one) with the checkpoint the attempt resumes from."""
+    if relaunch_of is not None and relaunch_of.launches_as_planned() and relaunch_of.run_id == run_id:
+        return relaunch_of
+    topology = (relaunch_of.topology if relaunch_of is not None and relaunch_of.topology is not None
+                else backend.layout(inventory, request, facts))
+    checkpoint = None if plan_only else latest_checkpoint(inventory, connections, topology, session.renderer)
+    return backend.plan(inventory, request, run_id, facts, attempt=relaunch_of.attempt if relaunch_of else 1,
+                        checkpoint=checkpoint, topology=topology)
 
 
 def _launch(session, backend, inventory, connections, plan: Plan, request: RunRequest, live_options: LiveOptions,
@@ -76,15 +84,6 @@ def _launch(session, backend, inventory, connections, plan: Plan, request: RunRe
     topology, run_id = plan.topology, plan.run_id
     ranks = rank_filter(live_options, topology)
     live = LiveLogEvents(LiveLog(ranks), session.renderer.on_event, time.monotonic)
-    checkpoint = None if plan_only else latest_checkpoint(inventory, connections, topology, session.renderer)
-    runner = JobRunner(inventory, topology, run_id, request.prompt, connections, live.on_event,
-                       timeout_s=request.timeout_s, stall_timeout_s=request.stall_timeout_s,
-                       stacks_dir=session.state.root / "runs" / run_id / "stacks", attempt=plan.attempt,
-                       checkpoint=checkpoint)
-    runner.health_watch = _health_watch(session, inventory, connections, runner, live.on_event)
-    runner.phases = phases if phases is not None else runner.phases
-    runner.heal = request.heal_on_cluster  # a detached run that heals itself (backends/healing.py)
-    runner.stragglers.enabled = runner.stragglers.enabled and request.straggler_watch
     summary = {**summary_of(inventory, topology, run_id), "facts_from": facts_from}
     reused = sum(1 for where in facts_from.values() if where == "up")
     if reused:
@@ -93,8 +92,15 @@ def _launch(session, backend, inventory, connections, plan: Plan, request: RunRe
     if scheduled is not None:
         summary["slurm"] = scheduled  # the same dict: its `cancelled` is filled in as the allocation ends
     if plan_only:
-        session.renderer.plan(topology, runner.commands())
-        return Outcome({"ok": True, **summary, "plan": runner.commands(), "exit_code": None})
+        session.renderer.plan(topology, plan.commands())
+        return Outcome({"ok": True, **summary, "plan": plan.commands(), "exit_code": None})
+    runner = JobRunner(inventory, topology, run_id, request.prompt, connections, live.on_event,
+                       timeout_s=request.timeout_s, stall_timeout_s=request.stall_timeout_s,
+                       stacks_dir=RunStore(session.state).stacks_dir(run_id), launches=plan.launches)
+    runner.health_watch = _health_watch(session, inventory, connections, runner, live.on_event)
+    runner.phases = phases if phases is not None else runner.phases
+    runner.heal = request.heal_on_cluster  # a detached run that heals itself (backends/healing.py)
+    runner.stragglers.enabled = runner.stragglers.enabled and request.straggler_watch
     busy = backend.busy(inventory, connections, busy)
     if busy:
         raise StateError(f"a run is already in progress: {busy}", where=inventory.name, fix=busy_fix(busy))
@@ -103,7 +109,7 @@ def _launch(session, backend, inventory, connections, plan: Plan, request: RunRe
     if ranks.ranks or ranks.local_ranks:
         session.renderer.message(f"live log: {ranks} only (every rank's output stays in the files on the nodes)", "dim")
     place = {"backend": backend.name, "hosts": recorded_hosts(inventory.hosts), "attempt": plan.attempt,
-             "inventory_source": session.source().to_json(), "checkpoint": checkpoint,
+             "inventory_source": session.source().to_json(), "checkpoint": plan.checkpoint,
              **earlier_attempts(session, run_id, plan.attempt)}
     if stop_requested(session, run_id):  # `clusterctl stop` while a run that heals itself relaunched
         raise StopRequested(run_id)
@@ -125,17 +131,16 @@ def _watch(session, backend, runner, summary: dict, place: dict, request: RunReq
     from clusterctl.job.runner import RunnerCrashed
 
     run_id, started, inventory_given = summary["run_id"], time.time(), str(session.inventory_path())
-    record_path = session.state.run_dir(run_id) / "run.json"
+    store = RunStore(session.state)
     # recorded at the start too: `clusterctl stacks` (and collect-logs) find a run that goes on
     running = {**summary, "commands": runner.commands(), "started": started, "state": "running", "exit_code": None,
                "inventory": inventory_given, **place, "stragglers": []}
-    session.state.write_json(record_path, running)
+    running_record = store.write(RunRecord.from_json(running))
     # a rank named late (or keeping pace again) is in the record at once: `status --json` shows it
     from clusterctl.observe.notify_hooks import straggler_hook
 
     tell = straggler_hook(running)  # a `notify:` message per rank named late (issue 41)
-    runner.stragglers.on_change = lambda found: (session.state.write_json(record_path, {**running, "stragglers": found}),
-                                                 tell(found))
+    runner.stragglers.on_change = lambda found: (store.write(running_record.with_(stragglers=found)), tell(found))
     try:
         with backend.hang_up() as hung_up:
             outcome, crash = runner.run(detach=request.detach, hung_up=hung_up), None
@@ -155,7 +160,7 @@ def _watch(session, backend, runner, summary: dict, place: dict, request: RunReq
         record["stopped"] = True
     if crash is not None:
         record["internal_error"] = f"{type(crash).__name__}: {crash}"
-    session.state.write_json(record_path, record)
+    store.write(RunRecord.from_json(record))
     health_note = record_run_end(session.state, runner.inventory, record)  # issue 36: lost and blamed nodes
     if health_note:
         session.renderer.message(health_note, "yellow")
@@ -214,7 +219,7 @@ def _detached(session, runner, summary: dict, started: float, prompt: str, place
               "state": "running", "detached": True, "supervisor": runner.supervised.to_json(), "exit_code": None,
               "nodes": node_states(runner), "inventory": str(session.inventory_path()), **place,
               **(_spares_too(runner) if runner.heal else {})}
-    session.state.write_json(session.state.run_dir(summary["run_id"]) / "run.json", record)
+    RunStore(session.state).write(RunRecord.from_json(record))
     run_id = summary["run_id"]
     session.renderer.message(f"run {run_id} goes on, watched on the cluster (supervisor on {runner.supervised.host}). "
                              f"Follow it: clusterctl attach {run_id} | logs -f {run_id} | status; end it: "
@@ -235,11 +240,11 @@ def set_aside(inventory, connections, run_id: str, attempt: int) -> dict:
     """Every node's run dir of `run_id` renamed RUN_DIR.attempt-`attempt` (a relaunch): {host: HostResult}."""
     from clusterctl.executor import for_each_host, run_commands
     from clusterctl.job.container import host_path, on_host_or_in_container
-    from clusterctl.job.torchrun import log_dir
+    from clusterctl.node.layout import node_run_dir
     from clusterctl.models import Command
 
     def action(transport, host):
-        run_dir = log_dir(inventory.job.outputs, run_id, host.name)
+        run_dir = node_run_dir(inventory.job.outputs, run_id, host.name)
         argv = on_host_or_in_container(inventory, run_dir,
                                        lambda d: ("sh", "-c", SET_ASIDE, "clusterctl-relaunch", d, str(attempt)))
         return run_commands(transport, host, [Command(argv, timeout=60,

@@ -19,16 +19,26 @@ class NodesBackend:
 
     # ---- planning (pure)
     def plan(self, inventory: Inventory, request: RunRequest, run_id: Optional[str],
-             facts: Optional[Mapping] = None) -> Plan:
-        """The layout the planner makes of `facts` (job/topology.py) and each node's command line."""
+             facts: Optional[Mapping] = None, attempt: int = 1, checkpoint: Optional[str] = None,
+             topology=None) -> Plan:
+        """The layout the planner makes of `facts` (job/topology.py; `topology`: one made already) and
+        what starts on each node, the prompt expanded once: what `launch(plan)` carries out."""
+        from clusterctl.job.launch_plan import commands_of, node_launches, shipped_files
+
+        topology = topology if topology is not None else self.layout(inventory, request, facts)
+        launches = node_launches(inventory, topology, run_id or "RUN", request.prompt, attempt, checkpoint)
+        files = shipped_files(inventory)
+        return plan_of_topology(self.name, inventory, topology, run_id, commands_of(inventory, run_id or "RUN", launches,
+                                                                                  files),
+                                launches=launches, launches_for=(run_id, attempt), files=files, attempt=attempt,
+                                checkpoint=checkpoint)
+
+    def layout(self, inventory: Inventory, request: RunRequest, facts: Optional[Mapping] = None):
+        """The planner's Topology of `facts`, shaped for the job's launcher."""
         from clusterctl.job.launchers import shaped
-        from clusterctl.job.runner import JobRunner
         from clusterctl.job.topology import plan
 
-        topology = shaped(inventory, plan(inventory, facts or {}, strict=request.strict))
-        runner = JobRunner(inventory, topology, run_id or "RUN", request.prompt, None, lambda event: None,
-                           timeout_s=request.timeout_s, stall_timeout_s=request.stall_timeout_s)
-        return plan_of_topology(self.name, inventory, topology, run_id, runner.commands())
+        return shaped(inventory, plan(inventory, facts or {}, strict=request.strict))
 
     # ---- what the run flow (launching.py) asks of the place the run happens
     def refuse(self, request: RunRequest) -> None:
@@ -59,10 +69,13 @@ class NodesBackend:
         return []
 
     # ---- the run
-    def launch(self, plan: Plan, request: RunRequest, inventory: Optional[Inventory] = None):
-        from clusterctl.backends.launching import run_job
+    def launch(self, plan: Plan, request: RunRequest, inventory: Optional[Inventory] = None, live=None):
+        """Carry out `plan` (launching.py: as it is where it was planned for its run id and attempt, else
+        planned again on the nodes reached); `live`: the live log's rank filter (LiveOptions)."""
+        from clusterctl.backends.launching import LiveOptions, run_job
 
-        return run_job(self.session, self, inventory or self.session.inventory(), request, relaunch_of=plan)
+        return run_job(self.session, self, inventory or self.session.inventory(), request, live or LiveOptions(),
+                       relaunch_of=plan)
 
     def describe(self, run_id: Optional[str]) -> RunDescription:
         from clusterctl.backends.records import describe
@@ -74,10 +87,10 @@ class NodesBackend:
 
         return log_lines(self.session, run_id, follow=follow, **select)
 
-    def stop(self, run_id: Optional[str]):
+    def stop(self, run_id: Optional[str], given_inventory: Optional[str] = None):
         from clusterctl.backends.stopping import stop_run
 
-        return stop_run(self.session, run_id)
+        return stop_run(self.session, run_id, given_inventory)
 
     def relaunch(self, plan: Plan, request: RunRequest, inventory: Optional[Inventory] = None):
         """Stop what runs of the plan's run, then launch `plan` as the next attempt of the same run id

@@ -32,7 +32,7 @@ def look(session, given_run: Optional[str], given_inventory: Optional[str]) -> L
     from clusterctl.executor import for_each_host, run_commands
     from clusterctl.job import records
     from clusterctl.job.supervision import masker, refresh_record
-    from clusterctl.job.torchrun import log_dir
+    from clusterctl.node.layout import node_run_dir
     from clusterctl.observe.top import NodeView, parse_probe, probe_command
 
     run_id, record = records.resolve(session.state, given_run)
@@ -43,7 +43,7 @@ def look(session, given_run: Optional[str], given_inventory: Optional[str]) -> L
     outputs = record.get("outputs") or inventory.job.outputs
     first = {n["host"]: int((n.get("ranks") or [0])[0]) for n in topology}
     hosts = [h for h in inventory.hosts if h.name in first]
-    results = for_each_host(hosts, lambda t, h: run_commands(t, h, [probe_command(inventory, log_dir(outputs, run_id, h.name))]),
+    results = for_each_host(hosts, lambda t, h: run_commands(t, h, [probe_command(inventory, node_run_dir(outputs, run_id, h.name))]),
                             session.connections)
     views = []
     for name in first:

@@ -3,7 +3,7 @@ reads it, and the check that it can reach the job at all."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from clusterctl.errors import UsageError
 
@@ -30,6 +30,25 @@ def read_prompt(path: Path) -> str:
     except UnicodeDecodeError as exc:
         raise UsageError(f"the prompt file is not UTF-8 (byte {exc.start})", where=str(path),
                          fix="save it as UTF-8") from None
+
+
+def run_prompt(inventory_of: Callable, path: Optional[Path] = None, text: Optional[str] = None) -> tuple:
+    """(prompt, inventory) of a run (`clusterctl run PROMPT_FILE`, `Cluster.run(prompt= | prompt_file=)`):
+    the prompt read first, then the inventory (`inventory_of()`), then the prompt checked against the job
+    before connecting. The one check of the prompt alone; the expanded command lines are checked
+    where they are expanded, at plan time (job/launch_plan.py)."""
+    from clusterctl.job.torchrun import prompt_text
+
+    if path is not None:
+        prompt = read_prompt(path)
+    else:
+        prompt = prompt_text(text or "")
+        if "\0" in prompt:
+            raise UsageError("the prompt contains a NUL byte, which no command line can carry", where="prompt=",
+                             fix="remove the NUL byte")
+    inventory = inventory_of()
+    check_prompt_fits(prompt, inventory, str(path) if path is not None else "prompt=")
+    return prompt, inventory
 
 
 def check_prompt_fits(prompt: str, inventory, where: str) -> None:

@@ -38,7 +38,7 @@ def read_logs(session, inventory, run_id: str, record: dict, parts: list, show, 
     from clusterctl.executor import Streams, for_each_host, wait_until
     from clusterctl.job import agent, logs
     from clusterctl.job.supervision import masker
-    from clusterctl.job.torchrun import log_dir
+    from clusterctl.node.layout import node_run_dir
     from clusterctl.models import Command, HostResult, HostStatus
 
     hosts = {h.name: h for h in inventory.hosts}
@@ -51,13 +51,13 @@ def read_logs(session, inventory, run_id: str, record: dict, parts: list, show, 
 
     def command(host) -> Command:
         part = by_host[host.name]
-        return agent.logs_command(inventory, log_dir(outputs, run_id, host.name), part.local_ranks, part.agent_log,
+        return agent.logs_command(inventory, node_run_dir(outputs, run_id, host.name), part.local_ranks, part.agent_log,
                                   tail, follow)
 
     def ended(host_name: str, result) -> HostResult:
         take(node_lines[host_name].finish(), host_name)
         if result.exit_code == 3 and "no run directory" in result.stderr:
-            return HostResult(host_name, HostStatus.FAILED, f"no run directory {log_dir(outputs, run_id, host_name)} "
+            return HostResult(host_name, HostStatus.FAILED, f"no run directory {node_run_dir(outputs, run_id, host_name)} "
                                                             "there (did the run start on this node?)")
         if not result.ok:
             why = "timed out" if result.timed_out else f"exit {result.exit_code}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from clusterctl.backends.base import RunDescription
+from clusterctl.job.run_record import RunState
 
 
 def describe(session, given_run: Optional[str], backend: str) -> RunDescription:
@@ -28,8 +29,8 @@ def wait(session, run_id: str, backend: str, timeout_s: Optional[float], poll_s:
 
     def ended() -> bool:
         latest[0] = describe(session, run_id, backend)
-        return latest[0].state != "running"
+        return latest[0].state is not RunState.RUNNING
 
-    if latest[0].state == "running":
+    if latest[0].state is RunState.RUNNING:
         wait_until(ended, float("inf") if timeout_s is None else timeout_s, poll_s)
     return latest[0]

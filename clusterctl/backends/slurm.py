@@ -18,7 +18,7 @@ class SlurmBackend(NodesBackend):
     plans_on_nodes = False  # `run --plan` asks for no allocation
 
     def plan(self, inventory: Inventory, request: RunRequest, run_id: Optional[str],
-             facts: Optional[Mapping] = None, name: Optional[str] = None) -> Plan:
+             facts: Optional[Mapping] = None, name: Optional[str] = None, **decided) -> Plan:
         """With the allocated nodes' `facts`: their layout; without: the layout on the nodes the
         allocation would have (scheduler.nodes x scheduler.gpus_per_node) and its batch script
         (`name`: the job's, default the inventory's)."""
@@ -26,7 +26,7 @@ class SlurmBackend(NodesBackend):
 
         require_torchrun(inventory, "a Slurm batch script")
         if facts is not None:
-            return super().plan(inventory, request, run_id, facts)
+            return super().plan(inventory, request, run_id, facts, **decided)
         from clusterctl.slurm import sbatch
 
         script = sbatch.build(inventory, request.prompt, name=name, strict=request.strict)

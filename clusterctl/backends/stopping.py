@@ -18,6 +18,7 @@ import socket
 import time
 from typing import Optional
 
+from clusterctl.job.run_record import RunState
 from clusterctl.outcome import Outcome, any_unreachable, hosts_document
 
 AWAIT_CONTROLLER_S = 30.0
@@ -31,13 +32,13 @@ def stop_run(app, given_run: Optional[str], given_inventory: Optional[str] = Non
     state = records.state_of(record, run_id, app.state.lock_holder)
     planned = [n.get("host") for n in record.get("topology") or []]
     planned += [h for h in record.get("fleet") or [] if h not in planned]  # a detached run that heals itself
-    if state in ("running", "unknown"):
+    if state in (RunState.RUNNING, RunState.UNKNOWN):
         inventory = app.inventory_of_run(given_inventory, run_id, record, planned)
         # a detached run may have ended on the cluster since: its record learns it first
         record = supervision.refresh_record(app.state, inventory, app.connections, run_id, record,
                                             supervision.masker(inventory))
         state = records.state_of(record, run_id, app.state.lock_holder)
-    if state not in ("running", "unknown"):
+    if state not in (RunState.RUNNING, RunState.UNKNOWN):
         app.renderer.message(f"run {run_id} has already ended ({state}); nothing to stop", "green")
         return Outcome({"ok": True, "run_id": run_id, "state": state, "already_ended": True, "hosts": {}})
     from clusterctl.backends.healing_hooks import request_stop
@@ -51,13 +52,13 @@ def _stop_on_nodes(app, inventory, hosts: list, run_id: str, record: dict, state
     """Mark every node's run dir stopped, end what carries the run's marker, wait for the node agents."""
     from clusterctl.executor import for_each_host, run_commands
     from clusterctl.job import agent
-    from clusterctl.job.torchrun import log_dir
+    from clusterctl.node.layout import node_run_dir
     from clusterctl.models import HostResult, HostStatus
     from clusterctl.modules import process
     from clusterctl.slurm.allocation import allocation_ended
 
     outputs = record.get("outputs") or inventory.job.outputs
-    run_dir = {h.name: log_dir(outputs, run_id, h.name) for h in hosts}
+    run_dir = {h.name: node_run_dir(outputs, run_id, h.name) for h in hosts}
     port = inventory.rendezvous.port
     note = f"clusterctl stop from {socket.gethostname()} (pid {os.getpid()}) at {time.strftime('%Y-%m-%d %H:%M:%S')}"
     app.renderer.message(f"stopping run {run_id} on {len(hosts)} node(s)")
@@ -90,7 +91,7 @@ def _stop_on_nodes(app, inventory, hosts: list, run_id: str, record: dict, state
     results = {**marked, **for_each_host([h for h in hosts if marked[h.name].succeeded], end, app.connections)}
     results = {h.name: results[h.name] for h in hosts}
     final = _record_stopped(app, run_id, record, note)
-    if job_id and state == "unknown":  # a Slurm run whose controller is gone: nobody else gives the allocation back
+    if job_id and state is RunState.UNKNOWN:  # a Slurm run whose controller is gone: nobody else gives the allocation back
         from clusterctl.slurm.allocation import cancel
 
         cancel(str(job_id))
@@ -128,7 +129,7 @@ def _record_stopped(app, run_id: str, record: dict, note: str) -> str:
     after that has no controller any more and is written here."""
     from clusterctl.job import records
 
-    path = app.state.run_dir(run_id) / "run.json"
+    store = records.RunStore(app.state)
     cluster = record.get("cluster")
     from clusterctl.executor import wait_until
 
@@ -139,10 +140,10 @@ def _record_stopped(app, run_id: str, record: dict, note: str) -> str:
     if cluster:
         wait_until(controller_gone, AWAIT_CONTROLLER_S, 0.25)
     try:
-        current = app.state.read_json(path)
+        current = store.read(run_id)
     except (OSError, ValueError):
-        current = record
-    if current.get("state") == "running":
-        current = {**current, "state": "stopped", "stopped": True, "ended": time.time(), "stopped_by": note}
-        app.state.write_json(path, current)
+        current = records.RunRecord.from_json(record, run_id)
+    if current.state is records.RunState.RUNNING:
+        current = store.write(current.with_(state=records.RunState.STOPPED, stopped=True, ended=time.time(),
+                                            stopped_by=note))
     return records.state_of(current, run_id, app.state.lock_holder)

@@ -12,14 +12,16 @@ import os
 import shutil
 from pathlib import Path
 
+from clusterctl.node import layout
+
 
 def arrange_logs(host_dir: Path, run_id: str, host: str, first_rank: int) -> None:
-    raw = host_dir / "outputs" / "logs" / run_id / host
-    logs = host_dir / "logs"
+    raw = host_dir.parent / layout.bundle_run_dir(run_id, host)
+    logs = host_dir / layout.BUNDLE_LOGS
     logs.mkdir(parents=True, exist_ok=True)
     if (raw / "agent.log").is_file():
         store(logs / f"{host}-agent.log", [raw / "agent.log"])
-    for attempt in sorted(raw.glob(f"{run_id}_*/attempt_*")):
+    for attempt in sorted(raw.glob(layout.launcher_dir_name(run_id, "*") + "/attempt_*")):
         # ASCII digits only: the names come from the node, and int() refuses '²', which isdigit() takes
         for local in sorted(p for p in attempt.iterdir() if p.is_dir() and p.name.isascii() and p.name.isdigit()):
             parts = [local / name for name in ("stdout.log", "stderr.log") if (local / name).is_file()]

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Optional
 
 from clusterctl.errors import UsageError
+from clusterctl.node import layout
 from clusterctl.outcome import Outcome, any_unreachable, hosts_document
 
 
@@ -111,7 +112,7 @@ def _survey(app, inventory, hosts, run_id: str):
     from clusterctl.models import HostResult, HostStatus
 
     base, container = fetch.where_files_are(inventory, inventory.job.outputs)
-    run_dirs = {h.name: f"logs/{run_id}/{h.name}" for h in hosts}
+    run_dirs = {h.name: layout.node_run_relative(run_id, h.name) for h in hosts}
     surveys = {}
 
     def survey(transport, host):
@@ -187,7 +188,7 @@ def _collect_host(transport, host, inventory, run_id, dest, manifest, secrets, f
     from clusterctl.collect.tarstream import DamagedStream
 
     base, container = fetch.where_files_are(inventory, inventory.job.outputs)
-    run_dir = f"logs/{run_id}/{host.name}"
+    run_dir = layout.node_run_relative(run_id, host.name)
     known = manifest["remote"].setdefault(host.name, {})
     host_dir = dest / host.name
     done = [0]

@@ -41,12 +41,11 @@ def _run_record(path: Path, app) -> Optional[dict]:
             run_ids.insert(0, manifest["run_id"])
     except (OSError, ValueError):
         pass
+    from clusterctl.job.records import RunStore
+
     for run_id in run_ids:
-        record_path = app.state.root / "runs" / run_id / "run.json"
         try:
-            record = json.loads(record_path.read_text())
+            return RunStore(app.state).read(run_id).to_json()
         except (OSError, ValueError):
             continue
-        if isinstance(record, dict):
-            return record
     return None

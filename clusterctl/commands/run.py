@@ -59,11 +59,9 @@ def execute(args, app) -> Outcome:
     from clusterctl.backends import RunRequest, backend_for
     from clusterctl.backends.healing import run_healing
     from clusterctl.backends.launching import LiveOptions
-    from clusterctl.backends.prompt import check_prompt_fits, read_prompt
+    from clusterctl.backends.prompt import run_prompt
 
-    prompt = read_prompt(args.prompt_file)
-    inventory = app.inventory()
-    check_prompt_fits(prompt, inventory, str(args.prompt_file))
+    prompt, inventory = run_prompt(app.inventory, args.prompt_file)
     request = RunRequest(prompt, strict=args.strict, timeout_s=args.timeout, stall_timeout_s=args.stall_timeout,
                          detach=args.detach, straggler_watch=args.straggler_watch)
     live = LiveOptions(getattr(args, "ranks", ()) or (), getattr(args, "local_ranks", ()) or ())

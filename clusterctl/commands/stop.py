@@ -17,6 +17,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args, app) -> Outcome:
-    from clusterctl.backends.stopping import stop_run
+    from clusterctl.backends import backend_of_run
 
-    return stop_run(app, args.run, args.inventory)
+    backend, handle = backend_of_run(app, args.run)
+    return backend.stop(handle.run_id, args.inventory)

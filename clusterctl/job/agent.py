@@ -33,6 +33,7 @@ from typing import Optional
 
 from clusterctl.models import Command, EnvVar, Inventory
 from clusterctl.job.container import host_path, in_container, on_host_or_in_container
+from clusterctl.node.layout import FILES, RANKS_GLOB_SH
 
 LEASE_S = 15
 
@@ -45,7 +46,7 @@ touch "$dir/lease"
 ( while IFS= read -r kv; do export "$kv"; done < "$dir/env"; exec setsid "$@" ) &
 pid=$!
 echo "$pid" > "$dir/agent.pid"
-m=; sampler=$(dirname "$dir")/.files/node_metrics.py  # issue 41: job/node_metrics.py, ended with torchrun
+m=; sampler=$(dirname "$dir")/FILES_DIR/node_metrics.py  # issue 41: job/node_metrics.py, ended with torchrun
 if [ -n "$every" ] && [ -e "$sampler" ]; then "$py" "$sampler" "$dir" "$every" "$pid" "$ifaces" >/dev/null 2>>"$dir/metrics.log" & m=$!; fi
 alive() { s=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -c1); [ -n "$s" ] && [ "$s" != Z ]; }
 (
@@ -70,7 +71,7 @@ alive() { s=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -c1); [ -n "$s" ]
 wait "$pid"; code=$?
 kill "$watch" $m 2>/dev/null
 echo "$code" > "$dir/agent.exit.tmp" && mv -f "$dir/agent.exit.tmp" "$dir/agent.exit"
-'''
+'''.replace("FILES_DIR", FILES)
 
 WRAPPER = _WRAPPER  # what a keeper starts for a detached run's next attempt (job/node_healing.py)
 
@@ -95,7 +96,7 @@ _FOLLOW = r'''
 i=0; until cd "$1" 2>/dev/null; do [ $i -lt 120 ] || exit 1; sleep 0.25; i=$((i+1)); done
 n=$2 att=
 while :; do
-  for a in */attempt_0; do [ -d "$a" ] && att=$a; done
+  for a in RANKS_GLOB; do [ -d "$a" ] && att=$a; done
   if [ -n "$att" ] || [ -e agent.exit ]; then break; fi
   sleep 0.25
 done
@@ -107,7 +108,7 @@ tail -v -n +1 -F "$@" agent.log 2>/dev/null & t=$!
 tail -n +1 -F -s 0.1 --pid="$t" agent.exit 2>/dev/null | head -c 1 >/dev/null
 while [ ! -e agent.exit ]; do sleep 0.1; done
 sleep 0.15; kill "$t" 2>/dev/null
-'''
+'''.replace("RANKS_GLOB", RANKS_GLOB_SH)
 
 # `clusterctl logs`: some files of a node's run dir, read back by job/follow.py like _FOLLOW's stream.
 # $1 the run dir, $2 lines per file (K, or +1 for all), $3 follow (1/0), $4 agent.log too (1/0), then
@@ -122,7 +123,7 @@ n=$2 follow=$3 agent=$4; shift 4
 [ -e agent.exit ] && follow=0
 att=
 while :; do
-  for a in */attempt_0; do [ -d "$a" ] && att=$a; done
+  for a in RANKS_GLOB; do [ -d "$a" ] && att=$a; done
   if [ -n "$att" ] || [ -e agent.exit ] || [ "$follow" = 0 ]; then break; fi
   sleep 0.25
 done
@@ -138,7 +139,7 @@ exec 3<&0  # an asynchronous list's own stdin is /dev/null
 while [ ! -e agent.exit ]; do sleep 0.5; done
 sleep 1; kill "$t" "$w" 2>/dev/null
 exit 0
-"""
+""".replace("RANKS_GLOB", RANKS_GLOB_SH)
 
 # `clusterctl stop`, before it ends the ranks: marks the run dir, so the attached `clusterctl run`
 # (its poll, _POLL) tells "stopped" from a crash. Prints "no run dir" where the run never started.

@@ -22,7 +22,8 @@ from typing import Mapping, Optional
 from clusterctl.job import agent
 from clusterctl.job.healing import TABLE
 from clusterctl.job.topology import plan
-from clusterctl.job.torchrun import job_argv, log_dir, placeholder_values, torchrun_argv, torchrun_env
+from clusterctl.job.torchrun import job_argv, placeholder_values, torchrun_argv, torchrun_env
+from clusterctl.node.layout import node_run_dir
 from clusterctl.models import Host, Inventory
 from clusterctl.modules import process
 
@@ -82,7 +83,7 @@ def _template(inventory: Inventory, topology, node, run_id: str, prompt: str, to
                             join_timeout=topology.join_timeout)
     argv = torchrun_argv(shape, replace(node, node_rank=t("node_rank")), run_id, job_argv(inventory.job, values),
                          python=inventory.job.python, outputs=outputs)
-    run_dir = log_dir(outputs, run_id, node.host.name)
+    run_dir = node_run_dir(outputs, run_id, node.host.name)
     env = (*process.marker_env(inventory.name, node.host.name, run_id), *torchrun_env(node, inventory, run_dir),
            *agent.job_env(inventory, node.host.env), ("CLUSTERCTL_ATTEMPT", t("attempt")),
            ("CLUSTERCTL_CHECKPOINT", t("checkpoint")))

@@ -28,7 +28,8 @@ import base64
 import json
 
 from clusterctl.job.topology import NodePlan, Topology
-from clusterctl.job.torchrun import STDERR_TAIL_LINES, log_dir
+from clusterctl.job.torchrun import STDERR_TAIL_LINES
+from clusterctl.node.layout import node_run_dir, ranks_dir
 from clusterctl.models import Inventory
 
 MODULE = "deepspeed.launcher.launch"
@@ -112,7 +113,7 @@ def world_info(topo: Topology) -> str:
 def rank_dir(outputs: str, run_id: str, host_name: str) -> str:
     """Where a node's ranks write, the local rank appended: torchrun's layout, which everything
     that reads ranks' files reads."""
-    return f"{log_dir(outputs, run_id, host_name)}/{run_id}_deepspeed/attempt_0"
+    return ranks_dir(node_run_dir(outputs, run_id, host_name), run_id, "deepspeed")
 
 
 def launch_args(topo: Topology, node: NodePlan) -> tuple[str, ...]:

@@ -23,10 +23,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from clusterctl.errors import UsageError
-from clusterctl.job.shipping import files_dir
 from clusterctl.job.topology import NodePlan, Topology
-from clusterctl.job.torchrun import log_dir, run_logs_dir
 from clusterctl.models import Inventory
+from clusterctl.node.layout import HOSTFILE, files_dir, node_run_dir, ranks_dir, run_logs_dir
 
 GATE_PORT_OFFSET = 3
 PROGRAM = "node_mpi_gate.py"
@@ -77,12 +76,12 @@ def interface(topo: Topology) -> tuple[str, ...]:
 
 
 def mpirun_argv(inv: Inventory, topo: Topology, run_id: str, job_argv: tuple[str, ...]) -> tuple[str, ...]:
-    run_dir = log_dir(inv.job.outputs, run_id, topo.master.host.name)
+    run_dir = node_run_dir(inv.job.outputs, run_id, topo.master.host.name)
     agent = f"{inv.job.python} {program(inv, run_id)} agent"
     if any(c.isspace() or c == ":" for c in agent.replace(" ", "", 2)):
         raise UsageError(f"mpirun's agent {agent!r} has a space or a colon, which Open MPI splits on", "job.outputs",
                          "use job.outputs and job.python without spaces or colons for job.launcher mpirun")
-    argv = ["mpirun", "--allow-run-as-root", "--hostfile", f"{run_dir}/hostfile", "-np", str(topo.world_size),
+    argv = ["mpirun", "--allow-run-as-root", "--hostfile", f"{run_dir}/{HOSTFILE}", "-np", str(topo.world_size),
             "--map-by", "slot", "--rank-by", "slot", "--bind-to", "none",
             "--leave-session-attached",  # orted stays in the gate's session: the connection is its lifeline
             "--mca", "plm", "rsh", "--mca", "plm_rsh_agent", agent, "--mca", "plm_rsh_no_tree_spawn", "1",
@@ -98,12 +97,12 @@ def mpirun_argv(inv: Inventory, topo: Topology, run_id: str, job_argv: tuple[str
 def node_command(inv: Inventory, topo: Topology, node: NodePlan, run_id: str,
                  job_argv: tuple[str, ...]) -> tuple[str, ...]:
     """The master: mpirun (through the program's `launch`); every other node: the gate."""
-    run_dir = log_dir(inv.job.outputs, run_id, node.host.name)
+    run_dir = node_run_dir(inv.job.outputs, run_id, node.host.name)
     start = (inv.job.python, program(inv, run_id))
     if node.is_master:
         return start + ("launch", run_dir, hostfile(topo)) + mpirun_argv(inv, topo, run_id, job_argv)
     return start + ("gate", node.local_addr, str(gate_port(topo)), topo.master.host.name, str(topo.join_timeout),
-                    f"{run_dir}/{run_id}_mpirun/attempt_0")
+                    ranks_dir(run_dir, run_id, "mpirun"))
 
 
 def node_env(topo: Topology, node: NodePlan, run_id: str) -> tuple[tuple[str, str], ...]:

@@ -18,7 +18,8 @@ from dataclasses import replace
 from clusterctl.errors import UsageError
 from clusterctl.job import launch_deepspeed, launch_mpirun
 from clusterctl.job.topology import NodePlan, Topology
-from clusterctl.job.torchrun import STDERR_TAIL_LINES, log_dir, torchrun_argv
+from clusterctl.job.torchrun import STDERR_TAIL_LINES, torchrun_argv
+from clusterctl.node.layout import node_run_dir, ranks_dir
 from clusterctl.models import Inventory
 
 LAUNCHERS = ("torchrun", "none", "mpirun", "deepspeed")
@@ -60,7 +61,7 @@ def node_command(inv: Inventory, topo: Topology, node: NodePlan, run_id: str, jo
         return launch_deepspeed.node_command(inv, topo, node, run_id, job_argv, outputs)
     if inv.job.launcher != "none":
         return torchrun_argv(topo, node, run_id, job_argv, python=inv.job.python, outputs=outputs)
-    rank_dir = f"{log_dir(outputs, run_id, node.host.name)}/{run_id}_none/attempt_0/0"
+    rank_dir = ranks_dir(node_run_dir(outputs, run_id, node.host.name), run_id, "none") + "/0"
     prefix = f"[{node.host.name} rank{node.first_rank}]: "
     return ("sh", "-c", _ONCE, "clusterctl-launch", rank_dir, prefix) + _entry(tuple(job_argv), inv.job.python)
 

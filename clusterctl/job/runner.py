@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -22,22 +21,21 @@ from pathlib import Path
 from typing import Callable, Mapping, Optional
 
 from clusterctl.models import secret_values
-from clusterctl.errors import UsageError
 from clusterctl.executor import Connections, Event, OnEvent, Streams, Ticker, for_each_host, run_commands
-from clusterctl.job.torchrun import MAX_ARG_BYTES, RANK_PREFIX_RE, job_argv, log_dir, placeholder_values, torchrun_env
-from clusterctl.models import Command, Host, HostResult, HostStatus, Inventory, MASK, looks_secret
+from clusterctl.job.torchrun import RANK_PREFIX_RE
+from clusterctl.node.layout import files_dir
+from clusterctl.models import Host, HostResult, HostStatus, Inventory, MASK
 from clusterctl.job import agent, rollcall, stalls, supervision
-from clusterctl.job import culprit, launchers, pace, phases
+from clusterctl.job import culprit, pace, phases
 from clusterctl.job.straggler_watch import StragglerWatch
 from clusterctl.job.failures import first_ranks_of
 from clusterctl.job.follow import FollowStream, Piece, latest_state, line_prefix
 from clusterctl.modules import process
-from clusterctl.observe import sampling
 from clusterctl.job.topology import Topology
-from clusterctl.transport import remote_argv
 # what lived here before (importable from here as before): shipped files, and a run already going
 from clusterctl.job.in_progress import ensure_no_run_in_progress, run_in_progress, run_scan_command  # noqa: F401
-from clusterctl.job.shipping import _FILE_NAME_RE, _PUT_FILE, files_dir, put_file_command  # noqa: F401
+from clusterctl.job.shipping import _FILE_NAME_RE, _PUT_FILE, put_file_command  # noqa: F401
+from clusterctl.job.launch_plan import NodeLaunch, commands_of, node_launches, shipped_files
 
 @dataclass
 class NodeRun:
@@ -93,33 +91,22 @@ class JobRunner:
                  connections: Connections, on_event: OnEvent, poll_s: float = 1.0, lost_after_s: float = 7.0,
                  timeout_s: Optional[float] = None, files: Optional[Mapping[str, bytes]] = None,
                  stall_timeout_s: Optional[float] = None, stacks_dir: Optional[Path] = None,
-                 stack_interval_s: float = stalls.INTERVAL_S, attempt: int = 1, checkpoint: Optional[str] = None):
+                 stack_interval_s: float = stalls.INTERVAL_S, attempt: int = 1, checkpoint: Optional[str] = None,
+                 launches: Optional[tuple[NodeLaunch, ...]] = None):
         """`files`: {name: bytes} written into `files_dir(outputs, run_id)` on every node before
         torchrun starts (e.g. a rank-side script that job.command points at). `stall_timeout_s`:
         seconds without output before the stacks are taken (None: job.stall_timeout; 0: never);
-        `stacks_dir`: where the stacks of a hang are saved on this machine."""
+        `stacks_dir`: where the stacks of a hang are saved on this machine. `launches`: what starts on
+        each node as the Plan decided it (job/launch_plan.py); without, decided here from `prompt`,
+        `attempt` and `checkpoint` (a run that heals itself: which attempt this is, where to resume)."""
         self.inventory, self.topology, self.run_id = inventory, topology, run_id
-        self.files = {**sampling.shipped(inventory), **launchers.shipped(inventory), **(files or {})}  # sampler (41), mpi gate (38)
-        for name in self.files:
-            if not _FILE_NAME_RE.fullmatch(name):
-                raise ValueError(f"not a plain file name: {name!r}")
+        self.files = shipped_files(inventory, files)
         self.connections, self.on_event = connections, on_event
         self.poll_s, self.lost_after_s, self.timeout_s = poll_s, lost_after_s, timeout_s
         self.started_at = time.time()  # the kernel log of a SIGKILL is read from here on (job/kernel_log.py)
-        outputs = inventory.job.outputs
-        # a run that heals itself (backends/healing.py): which attempt this is, and where to resume
-        attempt_env = (("CLUSTERCTL_ATTEMPT", str(attempt)),) + ((("CLUSTERCTL_CHECKPOINT", checkpoint),) if checkpoint else ())
-        argv = job_argv(inventory.job, {**placeholder_values(topology, run_id, prompt, outputs),
-                                        "attempt": str(attempt), "checkpoint": checkpoint or ""})
-        self.nodes: dict[str, NodeRun] = {}
-        for plan in topology.nodes:
-            run_dir = log_dir(outputs, run_id, plan.host.name)
-            env = (*process.marker_env(inventory.name, plan.host.name, run_id), *torchrun_env(plan, inventory, run_dir),
-                   *launchers.node_env(inventory, topology, plan, run_id), *agent.job_env(inventory, plan.host.env), *attempt_env)
-            command = launchers.node_command(inventory, topology, plan, run_id, argv, outputs)
-            self.nodes[plan.host.name] = NodeRun(plan.host, run_dir, command, env)
-            _check_command_line(plan.host.name, agent.start_command(inventory, self.nodes[plan.host.name].run_dir,
-                                                                        command), len(prompt.encode()))
+        if launches is None:
+            launches = node_launches(inventory, topology, run_id, prompt, attempt, checkpoint)
+        self.nodes: dict[str, NodeRun] = {n.host.name: NodeRun(n.host, n.run_dir, n.torchrun, n.env) for n in launches}
         self.stacks_dir = stacks_dir
         self.supervised: Optional[supervision.Supervised] = None
         self.heal = None  # job/detached_healing.DetachedHealing: a detached run that heals itself (issue 35)
@@ -133,21 +120,10 @@ class JobRunner:
                                         inventory.job.stall_timeout if stall_timeout_s is None else stall_timeout_s,
                                         stack_interval_s, kept=self.stragglers.kept)  # py-spy shipped once per node
         self._secret_values = sorted(secret_values(inventory), key=len, reverse=True)
-        self._secret_names = {e.name for e in (*inventory.job.env, *(inventory.container.env if inventory.container else ()),
-                                               *(e for h in inventory.hosts for e in h.env)) if e.is_secret}
 
     # ---- what would run (for --plan and the run record)
     def commands(self) -> dict[str, dict]:
-        shipped = {"files": [f"{files_dir(self.inventory.job.outputs, self.run_id)}/{n}" for n in self.files]} if self.files else {}
-        return {
-            name: {"argv": list(node.torchrun),
-                   "env": {k: (MASK if looks_secret(k) or k in self._secret_names else v) for k, v in node.env},
-                   "run_dir": node.run_dir,
-                   "command": shlex.join(node.torchrun),
-                   "launched_with": agent.start_command(self.inventory, node.run_dir, ("torchrun",)).argv[:4],
-                   **shipped}
-            for name, node in self.nodes.items()
-        }
+        return commands_of(self.inventory, self.run_id, self.nodes.values(), self.files)
 
     # ---- the job
     def run(self, detach: bool = False, hung_up: Callable[[], bool] = lambda: False,
@@ -417,19 +393,6 @@ class JobRunner:
         killed = sum(len(process.parse_scan(r.stdout)["ours"]) for r in results.values())
         self.on_event(Event("note", text=f"stopped: {reason}; {killed} process(es) ended on {len(alive)} node(s)"))
         return results
-
-
-def _check_command_line(host: str, command: Command, prompt_bytes: int) -> None:
-    """ssh hands the remote shell the whole command as one argument, which Linux caps at 128 KiB:
-    refuse before launching anything rather than fail on every node with "Argument list too long"."""
-    size = len(shlex.join(remote_argv(command)).encode())
-    if size > MAX_ARG_BYTES:
-        raise UsageError(
-            f"the command that starts torchrun on {host} is {size} bytes once quoted for the remote shell "
-            f"(the prompt is {prompt_bytes} of them); Linux refuses a command line over 128 KiB "
-            f"({MAX_ARG_BYTES} bytes) in one argument, and ssh passes the whole command as one",
-            where="PROMPT_FILE", fix="shorten the prompt (quotes and $ take more room once escaped), "
-            "or have the job read it from a file on a shared volume")
 
 
 def _with_connect_timeout(host: Host, seconds: float) -> Host:

@@ -1,12 +1,11 @@
 """Files a run ships to its nodes (nccl-test's benchmark, a prompt file): where they land on every
-node (`files_dir`) and the command that writes one there (`put_file_command`)."""
+node (node/layout.py's `files_dir`) and the command that writes one there (`put_file_command`)."""
 from __future__ import annotations
 
 import re
 
 from clusterctl.job import agent
 from clusterctl.job.container import in_container
-from clusterctl.job.torchrun import run_logs_dir
 from clusterctl.models import Command, Inventory
 
 # Writes stdin to "$1/$2" through a temporary file and a rename: nodes sharing one
@@ -22,15 +21,6 @@ if cmp -s "$tmp" "$1/$2" 2>/dev/null; then rm -f "$tmp"; exit 0; fi
 mv -f "$tmp" "$1/$2" && exit 0
 rm -f "$tmp"; exit 1'''
 _FILE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-
-
-def files_dir(outputs: str, run_id: str) -> str:
-    """Where a run's shipped files land on every node: `<outputs>/logs/<run_id>/.files`.
-
-    One path for all nodes (the job's argv is the same everywhere), beside the nodes' own
-    run dirs; a host name cannot start with a dot, so it never collides with one.
-    """
-    return f"{run_logs_dir(outputs, run_id)}/.files"
 
 
 def put_file_command(inventory: Inventory, directory: str, name: str, data: bytes) -> Command:

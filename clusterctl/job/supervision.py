@@ -22,6 +22,8 @@ from clusterctl.executor import Connections, for_each_host, run_commands, ticks
 from clusterctl.health import fleet as health
 from clusterctl.job import agent, detached_health, detached_healing
 from clusterctl.job.container import in_container, on_host_or_in_container
+from clusterctl.job.records import RunStore
+from clusterctl.job.run_record import RunRecord, recorded_end
 from clusterctl.models import Command, Host, HostResult, HostStatus, Inventory
 from clusterctl.modules import process
 
@@ -116,14 +118,14 @@ def establish(inventory: Inventory, run_id: str, master: str, address: str, port
     the run's start (unix time), from which the keepers' health watch reads the kernel log. `heal`
     (job/detached_healing.DetachedHealing): the run heals itself; its spares get a keeper too."""
     from clusterctl.job.node_agent import CONFIG
-    from clusterctl.job.torchrun import log_dir
+    from clusterctl.node.layout import node_run_dir
 
     key = secrets.token_hex(32)
     script = _SCRIPT.read_bytes()
     health_script = _HEALTH_SCRIPT.read_bytes()
     spares = {h.name: h for h in heal.spares} if heal else {}
     hosts = {**hosts, **spares}
-    run_dirs = {**run_dirs, **{name: log_dir(inventory.job.outputs, run_id, name) for name in spares}}
+    run_dirs = {**run_dirs, **{name: node_run_dir(inventory.job.outputs, run_id, name) for name in spares}}
     supervised = Supervised(master, address, port + PORT_OFFSET, run_dirs[master])
     base = {"run_id": run_id, "address": address, "port": supervised.port, "key": key, "lease_s": lease_s,
             "lost_after_s": inventory.job.healing.lost_after, "hosts": list(run_dirs),
@@ -209,17 +211,17 @@ def outcome_of(state: dict, inventory: Inventory, mask: Callable[[str], str] = l
 def finish_record(record: dict, state: dict, inventory: Inventory, mask: Callable[[str], str] = lambda t: t) -> dict:
     """The local run record once the supervisor's state is final: its end, its exit code and what failed."""
     from clusterctl.job.failures import first_ranks_of
-    from clusterctl.job.torchrun import log_dir
+    from clusterctl.node.layout import node_run_dir
 
     code, first = outcome_of(state, inventory, mask, first_ranks_of(record.get("topology")))
     nodes = state.get("nodes") or {}
     run_dirs = record.get("nodes") if isinstance(record.get("nodes"), dict) else {}
     done = {**record, "ended": state.get("ended") or time.time(), "exit_code": code, "first_failure": first,
-            "state": "stopped" if state.get("state") == "stopped" else "ended",
+            "state": recorded_end(state.get("state")).value,
             "nodes": {h: {"exit_code": n.get("exit_code"), "lost": n.get("lost"),
                           # a spare that joined a run that healed itself: the run dir establish gave it
                           "run_dir": (run_dirs.get(h) or {}).get("run_dir")
-                          or log_dir(inventory.job.outputs, record.get("run_id") or "", h)} for h, n in nodes.items()},
+                          or node_run_dir(inventory.job.outputs, record.get("run_id") or "", h)} for h, n in nodes.items()},
             "supervisor_reason": state.get("reason")}
     if state.get("state") == "stopped":
         done["stopped"] = True
@@ -262,7 +264,7 @@ def refresh_record(store, inventory: Inventory, connections: Connections, run_id
     if not state.get("final"):
         if state.get("stalled_s") != record.get("stalled_s") or (attempts and attempts != record.get("attempts")):
             record = {**record, "stalled_s": state.get("stalled_s"), **({"attempts": attempts} if attempts else {})}
-            store.write_json(store.run_dir(run_id) / "run.json", record)
+            RunStore(store).write(RunRecord.from_json(record, run_id))
         return record
     done = finish_record(record, state, inventory, mask)
     if isinstance(done.get("first_failure"), dict):  # a collective timeout: the dumps name who did not join
@@ -276,7 +278,7 @@ def refresh_record(store, inventory: Inventory, connections: Connections, run_id
         done.update(attempts=detached_healing.attempts_of(state, done.get("first_failure")),
                     **({"heal_refused": state["heal_refused"]} if state.get("heal_refused") else {}))
         detached_healing.remember_excluded(store, inventory, run_id, done["attempts"])
-    store.write_json(store.run_dir(run_id) / "run.json", done)
+    RunStore(store).write(RunRecord.from_json(done, run_id))
     health.record_run_end(store, inventory, done)  # issue 36: the run's lost and blamed nodes
     from clusterctl.observe.notify_hooks import ended_detached
 
@@ -287,13 +289,6 @@ def refresh_record(store, inventory: Inventory, connections: Connections, run_id
 def refresh_running(store, inventory: Inventory, connections: Connections,
                     mask: Callable[[str], str] = lambda t: t, limit: int = 20) -> None:
     """refresh_record for this cluster's detached runs among the latest `limit` records (`status`)."""
-    runs_dir = store.root / "runs"
-    if not runs_dir.is_dir():
-        return
-    for run_id in sorted((p.name for p in runs_dir.iterdir() if (p / "run.json").is_file()), reverse=True)[:limit]:
-        try:
-            record = store.read_json(runs_dir / run_id / "run.json")
-        except (OSError, ValueError):
-            continue
-        if isinstance(record, dict) and record.get("detached") and record.get("cluster") == inventory.name:
-            refresh_record(store, inventory, connections, run_id, record, mask)
+    for record in RunStore(store).list(limit):
+        if record.detached and record.cluster == inventory.name:
+            refresh_record(store, inventory, connections, record.run_id, record.to_json(), mask)

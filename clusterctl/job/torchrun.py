@@ -61,6 +61,7 @@ from typing import Mapping, Optional
 from clusterctl.errors import UsageError
 from clusterctl.job.topology import NodePlan, Topology
 from clusterctl.models import Inventory, JobSpec
+from clusterctl.node.layout import node_run_dir, ranks_glob
 
 PLACEHOLDERS = ("prompt", "world_size", "nnodes", "nproc_per_node", "run_id", "outputs", "attempt", "checkpoint")
 _PLACEHOLDER_RE = re.compile(r"\{(" + "|".join(PLACEHOLDERS) + r")\}")
@@ -160,15 +161,6 @@ def _entry(job_argv_: tuple[str, ...]) -> tuple[str, ...]:
 STDERR_TAIL_LINES = 200
 
 
-def run_logs_dir(outputs: str, run_id: str) -> str:
-    """`<outputs>/logs/<run id>`: every node's run dir, and the run's shipped files, are in it."""
-    return f"{outputs.rstrip('/')}/logs/{run_id}"
-
-
-def log_dir(outputs: str, run_id: str, host_name: str) -> str:
-    return f"{run_logs_dir(outputs, run_id)}/{host_name}"
-
-
 def torchrun_argv(topo: Topology, node: NodePlan, run_id: str, job_argv: tuple[str, ...],
                   python: str = "python3", outputs: Optional[str] = None) -> tuple[str, ...]:
     """The torchrun command for one node; with `outputs`, per-rank log files too."""
@@ -186,7 +178,7 @@ def torchrun_argv(topo: Topology, node: NodePlan, run_id: str, job_argv: tuple[s
         "--monitor-interval=0.1",  # torch's default since 2.x (it was 5 s): a rank's exit is seen at once
     ]
     if outputs:
-        argv += [f"--log-dir={log_dir(outputs, run_id, node.host.name)}", "--redirects=3", "--tee=3"]
+        argv += [f"--log-dir={node_run_dir(outputs, run_id, node.host.name)}", "--redirects=3", "--tee=3"]
     return tuple(argv) + _entry(tuple(job_argv))
 
 
@@ -267,7 +259,7 @@ def rank_log_files(topo: Topology, run_id: str, outputs: str) -> tuple[RankLog, 
     """Where torchrun's --log-dir puts each global rank's output (paths on the node)."""
     logs = []
     for node in topo.nodes:
-        base = f"{log_dir(outputs, run_id, node.host.name)}/{run_id}_*/attempt_0"
+        base = ranks_glob(node_run_dir(outputs, run_id, node.host.name), run_id)
         for local_rank in range(node.nproc):
             logs.append(RankLog(node.host.name, node.first_rank + local_rank, local_rank,
                                 f"{base}/{local_rank}/stdout.log", f"{base}/{local_rank}/stderr.log"))

@@ -9,6 +9,8 @@ from typing import Optional
 from clusterctl.errors import StateError, UsageError
 from clusterctl.health.fleet import record_events
 from clusterctl.health.seen import pair_events
+from clusterctl.job.records import RunStore
+from clusterctl.job.run_record import RunRecord
 from clusterctl.outcome import Outcome
 
 RESULT_FILE = "nccltest.jsonl"
@@ -57,12 +59,11 @@ def run_nccl_test(app, options: NcclTestOptions, sizes: tuple[int, Optional[int]
 
 def bench_inventory(inventory, options, sizes: tuple[int, Optional[int]], run_id: str):
     """The inventory copy whose job is the benchmark (same hosts, container, env, outputs)."""
-    from clusterctl.job.torchrun import log_dir
-    from clusterctl.job.runner import files_dir
     from clusterctl.nccltest import ALLREDUCE_BENCH
+    from clusterctl.node.layout import files_dir, node_run_dir
 
     outputs = inventory.job.outputs
-    result_file = f"{log_dir(outputs, run_id, inventory.master.name)}/{RESULT_FILE}"
+    result_file = f"{node_run_dir(outputs, run_id, inventory.master.name)}/{RESULT_FILE}"
     bench_args = ["--stage", options.stage, "--min-size", str(sizes[0]), "--iters", str(options.iters),
                   "--warmup", str(options.warmup), "--connect-timeout", f"{options.connect_timeout:g}",
                   "--result-file", result_file]
@@ -75,6 +76,7 @@ def bench_inventory(inventory, options, sizes: tuple[int, Optional[int]], run_id
 
 
 def _one_test(app, options, inventory, facts, sizes, label: str = "") -> dict:
+    from clusterctl.backends import NodesBackend, RunRequest
     from clusterctl.backends.launching import node_states as _node_states, summary_of as _summary
     from clusterctl.nccltest.plan import report_ok, summarize
     from clusterctl.job.runner import JobRunner
@@ -85,8 +87,9 @@ def _one_test(app, options, inventory, facts, sizes, label: str = "") -> dict:
     bench, result_file = bench_inventory(inventory, options, sizes, run_id)
     topology = plan(bench, {h.name: facts[h.name] for h in bench.hosts})
     live = _LiveView(app, topology, facts, label)
+    planned = NodesBackend(app).plan(bench, RunRequest(""), run_id, topology=topology)  # the Plan, carried out as it is
     runner = JobRunner(bench, topology, run_id, "", app.connections, live.on_event, timeout_s=options.timeout,
-                       files={ALLREDUCE_BENCH: source(ALLREDUCE_BENCH)})
+                       files={ALLREDUCE_BENCH: source(ALLREDUCE_BENCH)}, launches=planned.launches)
     for note in topology.notes:
         app.renderer.message(f"plan: {note}", "yellow")
     started = time.time()
@@ -100,7 +103,7 @@ def _one_test(app, options, inventory, facts, sizes, label: str = "") -> dict:
               "ended": time.time(), "duration_s": round(outcome.duration, 3), "exit_code": outcome.exit_code,
               "nodes": _node_states(runner), "first_failure": outcome.first_failure,
               "interrupted": outcome.interrupted, "inventory": str(app.inventory_path()), "nccl_test": report}
-    app.state.write_json(app.state.run_dir(run_id) / "run.json", record)
+    RunStore(app.state).write(RunRecord.from_json(record))
     document = {"ok": report_ok(report, outcome.exit_code), **{k: summary[k] for k in (
         "run_id", "world_size", "nproc_per_node", "nnodes", "master")},
         "exit_code": outcome.exit_code, "duration_s": record["duration_s"], "mode": "single", **report,

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-FILE_NAME = "metrics.jsonl"
+from clusterctl.node import layout
+
+FILE_NAME = layout.METRICS
 MAX_LINES = 500_000  # a week at one sample a second per node is 600k: keep the report's reading bounded
 
 
@@ -115,7 +117,7 @@ def metrics_files(bundle: Path, host: str, run_id: str) -> list[Path]:
     """Every metrics.jsonl of `host` in a collected bundle: beside its logs, in its run dir (and those
     of earlier attempts, set aside as `<host>.attempt-N`: collect/gather.py's layout)."""
     found = sorted((bundle / host).rglob(FILE_NAME)) if (bundle / host).is_dir() else []
-    shared = bundle / "outputs" / "logs" / run_id
+    shared = bundle / layout.bundle_shared_run_logs(run_id)
     if shared.is_dir():
         found += sorted(p for p in shared.glob(f"{host}*/{FILE_NAME}")
                         if p.parent.name == host or p.parent.name.startswith(f"{host}.attempt-"))

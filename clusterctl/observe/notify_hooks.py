@@ -121,15 +121,18 @@ def _quarantined(session, inventory: Inventory) -> dict:
 
 
 def _last_run(session) -> Optional[str]:
+    from clusterctl.job.records import RunStore
+
     try:
-        return session.state.last_run_id()
+        return RunStore(session.state).last_id()
     except Exception:
         return None
 
 
 def _record(store, run_id: str) -> dict:
+    from clusterctl.job.records import RunStore
+
     try:
-        record = store.read_json(store.run_dir(run_id) / "run.json")
+        return RunStore(store).read(run_id).to_json()
     except (OSError, ValueError):
         return {}
-    return record if isinstance(record, dict) else {}

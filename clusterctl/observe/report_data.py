@@ -102,18 +102,20 @@ def _manifest_run_id(bundle: Path) -> Optional[str]:
 
 
 def _state_record(state, run_id: str) -> dict:
+    from clusterctl.job.records import RunStore
+
     try:
-        record = json.loads((state.root / "runs" / run_id / "run.json").read_text())
+        return RunStore(state).read(run_id).to_json()
     except (OSError, ValueError):
         return {}
-    return record if isinstance(record, dict) else {}
 
 
 def _notify_lines(state, run_id: str) -> list[str]:
+    from clusterctl.job.records import RunStore
     from clusterctl.observe.notify import LOG_NAME
 
     try:
-        return (state.root / "runs" / run_id / LOG_NAME).read_text(errors="replace").splitlines()[-200:]
+        return (RunStore(state).runs / run_id / LOG_NAME).read_text(errors="replace").splitlines()[-200:]
     except OSError:
         return []
 

@@ -26,4 +26,6 @@ def shipped(inventory: Inventory) -> dict[str, bytes]:
 def bundle_path(dest: Path, run_id: str, host: str) -> Path:
     """Where collect-logs puts a node's metrics.jsonl: beside its other run-dir files, under the node's
     fetched outputs (collect/gather.py's layout)."""
-    return Path(dest) / host / "outputs" / "logs" / run_id / host / "metrics.jsonl"
+    from clusterctl.node import layout
+
+    return Path(dest) / layout.bundle_run_dir(run_id, host) / layout.METRICS

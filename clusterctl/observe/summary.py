@@ -60,10 +60,12 @@ def with_metrics(store, run_id: str, record: dict, dest: Path, hosts: Iterable[s
     found = summarise_bundle(dest, run_id, hosts)
     if not found:
         return record
+    from clusterctl.job.records import RunRecord, RunStore
+
     record = {**record, "metrics": found}
     if record.get("state") != "running":
         try:
-            store.write_json(store.run_dir(run_id) / "run.json", record)
+            RunStore(store).write(RunRecord.from_json(record, run_id))
         except OSError:
             pass  # the bundle's run.json has it; the local record is a copy
     return record

@@ -33,7 +33,8 @@ from typing import Optional
 
 from clusterctl.errors import UsageError
 from clusterctl.job.topology import NodeFacts, Topology, plan
-from clusterctl.job.torchrun import job_argv, log_dir, placeholder_values, torchrun_argv, torchrun_env
+from clusterctl.job.torchrun import job_argv, placeholder_values, torchrun_argv, torchrun_env
+from clusterctl.node.layout import node_run_dir
 from clusterctl.models import Host, Inventory, looks_secret
 from clusterctl.slurm import submit
 
@@ -70,7 +71,7 @@ def build(inventory: Inventory, prompt: str, name: Optional[str] = None, strict:
     argv = list(torchrun_argv(topo_at_runtime, node, refs["RUN_ID"], job_argv(inventory.job, values),
                               python=inventory.job.python, outputs=inventory.job.outputs))
     argv = [f"--node-rank={refs['NODE_RANK']}" if a.startswith("--node-rank=") else a for a in argv]
-    run_dir = log_dir(inventory.job.outputs, refs["RUN_ID"], refs["NODE"])
+    run_dir = node_run_dir(inventory.job.outputs, refs["RUN_ID"], refs["NODE"])
     env = torchrun_env(node, inventory, run_dir)
     notes = tuple(n for n in topo.notes[1:] if "no network interface known" not in n)  # found when it runs
     secret = sorted({name for name, _ in env if _is_secret(inventory, name)})

@@ -1,0 +1,89 @@
+"""What starts on each node of a run, decided once: the job's argv with the prompt and the run's values
+expanded (once, here), each node's command, env and run dir, and the files shipped. Pure. The Plan
+(backends/base.py) carries it; the runner (job/runner.py) carries it out as it is."""
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Optional
+
+from clusterctl.errors import UsageError
+from clusterctl.job import agent, launchers
+from clusterctl.job.shipping import _FILE_NAME_RE
+from clusterctl.job.topology import Topology
+from clusterctl.job.torchrun import MAX_ARG_BYTES, job_argv, placeholder_values, torchrun_env
+from clusterctl.models import MASK, Command, Host, Inventory, looks_secret
+from clusterctl.modules import process
+from clusterctl.node.layout import files_dir, node_run_dir
+from clusterctl.observe import sampling
+from clusterctl.transport import remote_argv
+
+
+@dataclass(frozen=True)
+class NodeLaunch:
+    """One node's start: its run dir, the command its agent starts (`torchrun`: the launcher's argv,
+    whichever launcher), and the env written beside it."""
+
+    host: Host
+    run_dir: str
+    torchrun: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+
+
+def node_launches(inventory: Inventory, topology: Topology, run_id: str, prompt: str, attempt: int = 1,
+                  checkpoint: Optional[str] = None) -> tuple[NodeLaunch, ...]:
+    """Every node's start, the prompt expanded once; refused (UsageError) when a node's command line
+    could not reach it. `attempt`, `checkpoint`: a run that heals itself (backends/healing.py)."""
+    outputs = inventory.job.outputs
+    attempt_env = (("CLUSTERCTL_ATTEMPT", str(attempt)),) + ((("CLUSTERCTL_CHECKPOINT", checkpoint),) if checkpoint else ())
+    argv = job_argv(inventory.job, {**placeholder_values(topology, run_id, prompt, outputs),
+                                    "attempt": str(attempt), "checkpoint": checkpoint or ""})
+    launches = []
+    for plan in topology.nodes:
+        run_dir = node_run_dir(outputs, run_id, plan.host.name)
+        env = (*process.marker_env(inventory.name, plan.host.name, run_id), *torchrun_env(plan, inventory, run_dir),
+               *launchers.node_env(inventory, topology, plan, run_id), *agent.job_env(inventory, plan.host.env), *attempt_env)
+        command = launchers.node_command(inventory, topology, plan, run_id, argv, outputs)
+        _check_command_line(plan.host.name, agent.start_command(inventory, run_dir, command), len(prompt.encode()))
+        launches.append(NodeLaunch(plan.host, run_dir, command, env))
+    return tuple(launches)
+
+
+def shipped_files(inventory: Inventory, files: Optional[Mapping[str, bytes]] = None) -> dict[str, bytes]:
+    """{name: bytes} written into the run's files dir on every node before the launcher starts: the
+    metrics sampler (issue 41), the mpi gate (issue 38), and `files` (a rank-side script job.command
+    points at)."""
+    shipped = {**sampling.shipped(inventory), **launchers.shipped(inventory), **(files or {})}
+    for name in shipped:
+        if not _FILE_NAME_RE.fullmatch(name):
+            raise ValueError(f"not a plain file name: {name!r}")
+    return shipped
+
+
+def commands_of(inventory: Inventory, run_id: str, launches: Iterable, files: Mapping[str, bytes]) -> dict[str, dict]:
+    """Per host what starts there, secrets masked: `run --plan` and the run record's `commands`."""
+    secret_names = {e.name for e in (*inventory.job.env, *(inventory.container.env if inventory.container else ()),
+                                     *(e for h in inventory.hosts for e in h.env)) if e.is_secret}
+    shipped = {"files": [f"{files_dir(inventory.job.outputs, run_id)}/{n}" for n in files]} if files else {}
+    return {
+        node.host.name: {"argv": list(node.torchrun),
+                         "env": {k: (MASK if looks_secret(k) or k in secret_names else v) for k, v in node.env},
+                         "run_dir": node.run_dir,
+                         "command": shlex.join(node.torchrun),
+                         "launched_with": agent.start_command(inventory, node.run_dir, ("torchrun",)).argv[:4],
+                         **shipped}
+        for node in launches
+    }
+
+
+def _check_command_line(host: str, command: Command, prompt_bytes: int) -> None:
+    """ssh hands the remote shell the whole command as one argument, which Linux caps at 128 KiB:
+    refuse before launching anything rather than fail on every node with "Argument list too long"."""
+    size = len(shlex.join(remote_argv(command)).encode())
+    if size > MAX_ARG_BYTES:
+        raise UsageError(
+            f"the command that starts torchrun on {host} is {size} bytes once quoted for the remote shell "
+            f"(the prompt is {prompt_bytes} of them); Linux refuses a command line over 128 KiB "
+            f"({MAX_ARG_BYTES} bytes) in one argument, and ssh passes the whole command as one",
+            where="PROMPT_FILE", fix="shorten the prompt (quotes and $ take more room once escaped), "
+            "or have the job read it from a file on a shared volume")
