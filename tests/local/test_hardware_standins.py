@@ -1,6 +1,6 @@
 """The hardware stand-ins (tests/fixtures/hardware/) print captured real outputs only, and the real
 probe script, run by this machine's sh with a variant's bin/ first on PATH, reads them into the
-verdicts issue 17 asks for. The same runs over SSH on rehearsal nodes: tests/test_cluster_hardware.py."""
+verdicts issue 17 asks for. The same runs over SSH on rehearsal nodes: tests/rehearsal/test_cluster_hardware.py."""
 from __future__ import annotations
 
 import os

@@ -1,5 +1,5 @@
 """`clusterctl export sbatch`: the batch script's text, built from the plan. Pure (bash -n only);
-tests/test_cluster_slurm.py submits it to the rehearsal Slurm with `sbatch --wait`."""
+tests/rehearsal/test_cluster_slurm.py submits it to the rehearsal Slurm with `sbatch --wait`."""
 from __future__ import annotations
 
 import shutil

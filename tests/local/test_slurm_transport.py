@@ -1,6 +1,6 @@
 """SrunTransport without a Slurm: a stand-in `srun` on PATH (it logs its argv, then runs the command
 after its options, as srun runs the task) shows what each Command becomes. The real srun is in
-tests/test_cluster_slurm.py."""
+tests/rehearsal/test_cluster_slurm.py."""
 from __future__ import annotations
 
 import json

@@ -2,7 +2,7 @@
 tests/fixtures/hardware/, which print captured real outputs), judged by `clusterctl check` over SSH:
 probe -> parse -> verdict end to end, one test per variant.
 
-Needs the `hardware_sandbox` fixture (built in clusterctl/sandbox/ and tests/conftest.py by the
+Needs the `hardware_sandbox` fixture (built in clusterctl/sandbox/ and tests/rehearsal/conftest.py by the
 sandbox's owner): a running sandbox whose attribute `node_of` maps each variant name to the node
 that impersonates it. On that node, and only there:
   - every sshd session has tests/fixtures/hardware/<variant>/bin first on PATH;

@@ -45,7 +45,7 @@ def _inventory(sb, path: Path, name: str, *args: str, nodes=2, restarts=2, **job
         if nodes is not None:
             doc["job"]["nodes"] = nodes
         # every test here blames node2 or node3 again: the fleet record remembers (heal_excluded, node_lost)
-        # but quarantines nobody, so each test plans the same hosts (tests/test_cluster_health.py covers that)
+        # but quarantines nobody, so each test plans the same hosts (tests/rehearsal/test_cluster_health.py covers that)
         doc["health"] = {"rules": {kind: {"quarantine_after": "never"} for kind in ("heal_excluded", "node_lost")}}
 
     return variant(sb, path, change)

@@ -298,7 +298,7 @@ def test_logs_and_stop_of_a_running_slurm_run_reach_its_nodes_through_its_alloca
 
 def test_a_hang_on_slurm_is_stopped_and_the_rank_elsewhere_named(slurm_sandbox, cli, prompt_file, tmp_path):
     """Stall detection through srun: stacks taken (py-spy) on the allocation's nodes, the hang stopped,
-    the rank named, as over SSH (tests/test_cluster_stalls.py)."""
+    the rank named, as over SSH (tests/rehearsal/test_cluster_stalls.py)."""
     jobs = slurm_sandbox.shared_outputs / "slurm-stall-jobs"
     jobs.mkdir(exist_ok=True)
     shutil.copy(FIXTURE_JOBS / "stall.py", jobs / "stall.py")
@@ -310,7 +310,7 @@ def test_a_hang_on_slurm_is_stopped_and_the_rank_elsewhere_named(slurm_sandbox, 
     inventory = tmp_path / "hang.yaml"
     inventory.write_text(yaml.safe_dump(doc, sort_keys=False, width=200))
     started = time.monotonic()
-    # 10 s of silence (as tests/test_cluster_stalls.py): well past the ranks' start, which prints
+    # 10 s of silence (as tests/rehearsal/test_cluster_stalls.py): well past the ranks' start, which prints
     code, run = cli.json("run", "-i", str(inventory), "--stall-timeout", "10", str(prompt_file))
     took = time.monotonic() - started
     print(f"\nhang: stopped and named {took:.0f}s after the run started")

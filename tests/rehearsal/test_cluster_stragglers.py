@@ -1,7 +1,7 @@
 """Stragglers on the rehearsal cluster (issue 37): 3 nodes x 2 gloo ranks in containers running
 tests/fixtures/jobs/straggler.py (0.2 s steps, an all_reduce each). A rank 0.35 s slower per step is
 named, with its host, within 30 s of the start, in `run --json`, run.json and `status --json` (the live
-line is checked on this machine's run, tests/test_stragglers.py); the same job with every rank alike names nobody. The cost of the
+line is checked on this machine's run, tests/{unit,local}/test_stragglers.py); the same job with every rank alike names nobody. The cost of the
 sampling is measured on the healthy job (its mean step time with and without the watch) and printed."""
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The diagnosis engine: the seeds' failures, cascades, ranking, confidence, collected run directories.
-The corpus of real public logs and its accuracy are tests/test_diagnose_corpus.py."""
+The corpus of real public logs and its accuracy are tests/unit/test_diagnose_corpus.py."""
 from __future__ import annotations
 
 import json

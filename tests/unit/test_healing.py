@@ -164,7 +164,7 @@ def test_collect_logs_names_the_logs_of_a_host_left_out_by_its_rank_in_the_last_
 @pytest.mark.parametrize("launcher", ["none", "mpirun", "deepspeed"])
 def test_a_detached_run_that_heals_itself_is_refused_with_a_launcher_other_than_torchrun(launcher):
     """The cluster's supervisor relaunches a torchrun template (job/detached_healing.py); attached runs heal
-    every launcher (tests/test_cluster_heal_launchers.py)."""
+    every launcher (tests/rehearsal/test_cluster_heal_launchers.py)."""
     from types import SimpleNamespace
 
     from clusterctl.backends.healing import _detached, _fleet

@@ -1,7 +1,7 @@
 """What `up` learned of the nodes, reused by `run` while it holds (preflight/node_facts.py): the
 instance key (the node's boot, its container's start) read two ways that must agree, the record
 kept per node, and when it no longer holds. The sandbox side (a restarted container is probed
-again) is in tests/test_cluster_run.py."""
+again) is in tests/rehearsal/test_cluster_run.py."""
 from __future__ import annotations
 
 import json
