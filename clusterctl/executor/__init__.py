@@ -1,5 +1,5 @@
 """The engine: the only place with threads, clocks and retries (besides transport/'s I/O edge and
-the programs that run on the nodes as their own processes; tests/unit/test_architecture.py holds the
+the programs that run on the nodes as their own processes; tests/test_architecture.py holds the
 list and docs/architecture.md why).
 
 `connections.py` keeps one persistent transport per host for the whole invocation, opened lazily

@@ -2,7 +2,7 @@
 
 Engines from Docker 1.12 to 29, registry proxies and anyone with `docker container update`
 stand between clusterctl and these replies: each reader returns a value for any input and
-never raises (tests/unit/test_remote_text_properties.py feeds them arbitrary data).
+never raises (tests/test_remote_text_properties.py feeds them arbitrary data).
 """
 from __future__ import annotations
 

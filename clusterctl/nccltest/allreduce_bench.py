@@ -36,7 +36,7 @@ import sys  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 # A program of its own on the nodes (shipped by the runner, started by torchrun): its clocks are the
-# ranks' own, not the controller's (tests/unit/test_architecture.py).
+# ranks' own, not the controller's (tests/test_architecture.py).
 RUNS_ON_NODES = True
 
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from clusterctl.inventory.load import load_inventory
+from unit.test_ansible_inventory import PRECEDENCE, _tree
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "ansible"
 pytestmark = pytest.mark.skipif(shutil.which("ansible-inventory") is None,
@@ -75,14 +76,6 @@ def assert_reads_like_ansible(source: Path) -> list:
     return ours.hosts
 
 
-def _tree(root: Path, files: dict) -> Path:
-    for name, body in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(body)
-    return root
-
-
 def test_deepops_layout_with_a_bastion_group_vars_key_and_host_vars_port(tmp_path):
     root = tmp_path / "deepops"
     shutil.copytree(FIXTURES / "deepops", root)
@@ -107,38 +100,6 @@ def test_kubespray_sample_read_as_an_inventory_directory(tmp_path):
     hosts = {h.name: h for h in assert_reads_like_ansible(root)}
     assert hosts["node1"].address == "95.54.0.12" and {"kube_control_plane", "etcd"} <= set(hosts["node1"].groups)
     assert "kube_node" in hosts["node6"].groups
-
-
-PRECEDENCE = {
-    "hosts.yml": """
-all:
-  vars: {ansible_user: from-all-inventory, ansible_port: 2000, nic: eth0}
-  children:
-    parent:
-      vars: {ansible_user: from-parent-inventory, ansible_port: 2001, slots: 4}
-      children:
-        child:
-          vars: {ansible_port: 2002}
-          hosts:
-            n1: {}
-            n2: {ansible_port: 2003}
-            n3: {}
-    other:
-      vars: {ansible_group_priority: 10, ansible_user: from-other-priority, slots: 8}
-      hosts:
-        n3:
-""",
-    "group_vars/all/10-base.yml": "ansible_user: from-group-vars-all\nnic: eth1\n",
-    "group_vars/all/20-more.yaml": "nic: eth2\n",
-    "group_vars/parent": "ansible_port: 2100\n",
-    "group_vars/child.yml": "ansible_port: 9999\n",
-    "group_vars/child.json": '{"ansible_port": 1111}',  # never read: child.yml comes first
-    "group_vars/other.json": '{"ansible_ssh_common_args": "-o StrictHostKeyChecking=accept-new -J jump@bastion:2222"}',
-    "host_vars/n1/main.yml": "ansible_port: 2200\n",
-    "host_vars/n1/.hidden.yml": "ansible_port: 1\n",
-    "host_vars/n1/old.yml~": "ansible_port: 2\n",
-    "host_vars/n2.yml": "ansible_become: yes\nansible_become_user: root\nansible_become_method: sudo\n",
-}
 
 
 def test_every_layer_of_variables_wins_where_ansible_says(tmp_path):

@@ -2,29 +2,14 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-
-from clusterctl.cli import main
+from unit.test_cli import local_inventory, run_cli
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def run_cli(args, tmp_path, capsys):
-    code = main([*args], env={**os.environ, "CLUSTERCTL_STATE": str(tmp_path / "state")})
-    out = capsys.readouterr().out
-    return code, (json.loads(out) if "--json" in args else out)
-
-
-def local_inventory(tmp_path: Path, extra: str = "") -> Path:
-    path = tmp_path / "inv.yaml"
-    path.write_text(f"name: t\nhosts:\n  - {{name: here, connection: local}}\njob:\n  command: [x.py]\n"
-                    f"  outputs: {tmp_path}/out\n{extra}")
-    return path
 
 
 def test_help_lists_every_command_of_the_contract():

@@ -12,24 +12,9 @@ import socket
 from pathlib import Path
 
 import pytest
-
-from clusterctl.inventory.load import parse_inventory
 from clusterctl.job.runner import JobRunner
 from clusterctl_helpers import FIXTURE_JOBS, processes_with, wait_until
-
-INVENTORY = """
-name: attribution
-hosts:
-  - {name: node-080, address: 172.31.0.80}
-  - {name: node-082, address: 172.31.0.82}
-rendezvous: {address: 10.10.0.80}
-job: {command: [train.py], nproc_per_node: 1}
-"""
-
-
-@pytest.fixture(scope="module")
-def inventory():
-    return parse_inventory(INVENTORY, "inv.yaml")
+from unit.test_failure_attribution import inventory
 
 
 def _free_port() -> int:

@@ -5,37 +5,14 @@ a hang's stacks and dumps shown by `diagnose` on a collected run directory."""
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from clusterctl.diagnose import flight_recorder as fr
-from clusterctl.job.topology import NodePlan
-from clusterctl.models import Host
-
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-DUMPS = FIXTURES / "flight_recorder" / "gloo_3ranks_rank1_absent"
-
-
-def dumps_in(tmp_path: Path, layout: dict) -> Path:
-    """A collected run directory: {host: [ranks]} -> <host>/outputs/logs/run1/<host>/nccl_trace_rank_<r>."""
-    for host, ranks in layout.items():
-        where = tmp_path / host / "outputs" / "logs" / "run1" / host
-        where.mkdir(parents=True)
-        for r in ranks:
-            shutil.copy(DUMPS / f"nccl_trace_rank_{r}", where / f"nccl_trace_rank_{r}")
-    return tmp_path
-
-
-# --------------------------------------------------------------------------- the ranks' environment
-
-
-def node(host: Host, torch: str | None = None) -> NodePlan:
-    return NodePlan(host, 0, 2, 0, None, None, "10.0.0.1", True, (), torch=torch)
+from unit.test_flight_recorder import FIXTURES, dumps_in, node
 
 
 def test_the_rank_that_did_not_join_is_named_by_clusterctls_reader_and_by_torchs_analyser(tmp_path):

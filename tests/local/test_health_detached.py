@@ -18,12 +18,8 @@ from clusterctl_helpers import wait_until
 from clusterctl.health import watch
 from clusterctl.health.record import HealthRecord
 from clusterctl.job import detached_health, node_agent, node_health
-from clusterctl.models import Host, Inventory
 from clusterctl.state import State
-
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "health"
-XID_79 = (FIXTURES / "fallen_off_nvsentinel_155.log").read_text().splitlines()[-1]
-FLEET = Inventory("fleet", (Host(name="n1", address="10.0.0.1"),))
+from unit.test_health_detached import FIXTURES, FLEET, XID_79
 
 
 def _free_port() -> int:

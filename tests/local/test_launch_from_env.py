@@ -14,23 +14,10 @@ from pathlib import Path
 import pytest
 
 from clusterctl.cli import main
-from clusterctl.models import Inventory, JobSpec, RendezvousSpec
-
-REPO = Path(__file__).resolve().parents[2]
+from unit.test_launch_from_env import REPO, inventory
 PLATFORM_VARS = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
                  "PET_NNODES", "PET_NODE_RANK", "PET_NPROC_PER_NODE", "CLUSTERCTL_RUN_ID", "CUDA_VISIBLE_DEVICES",
                  "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
-
-
-# --------------------------------------------------------------------------- planning
-
-
-def inventory(nproc="auto", divides=None, env=()) -> Inventory:
-    from clusterctl.models import Host
-
-    return Inventory(name="t", hosts=(Host("ignored", "192.0.2.1"),), rendezvous=RendezvousSpec(port=1),
-                     job=JobSpec(command=("generate.py",), args=("--ulysses_size", "{world_size}"),
-                                 nproc_per_node=nproc, world_size_divides=divides, env=tuple(env)))
 
 
 # --------------------------------------------------------------------------- on this machine

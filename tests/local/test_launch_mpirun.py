@@ -15,9 +15,7 @@ import pytest
 
 from clusterctl.job import launch_mpirun
 from clusterctl.job import node_mpi_gate as gate
-
-GATE = Path(gate.__file__)
-KEY = b"k" * 64
+from unit.test_launch_mpirun import GATE, KEY
 
 
 def test_the_gate_closes_a_stranger_at_once_and_still_takes_the_masters_command_after_it():

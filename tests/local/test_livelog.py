@@ -16,12 +16,7 @@ from clusterctl_helpers import FIXTURE_JOBS
 from clusterctl.job import agent
 from clusterctl.job.follow import FollowStream
 from clusterctl.models import Host, Inventory
-
-ATT = "20261125-101010-abcdef_k36jk50i/attempt_0"
-
-
-def final_state(rank: int, steps: int = 200) -> str:
-    return f"rank {rank}: 100%|{'#' * 20}| {steps}/{steps}"
+from unit.test_livelog import ATT, final_state
 
 
 # --------------------------------------------------------------------------- on this machine, for real

@@ -1,11 +1,9 @@
-"""`clusterctl logs`, `clusterctl stop` and the runs of `clusterctl status` (issue 27, long runs).
-
-Pure parts: the arguments, which node holds a rank (run.json's topology), the lines read back from
-a node, the runs listing, the lock that keeps one run of a cluster at a time. On this machine through
-`connection: local` inventories: `logs` of a run's files as a node keeps them; `stop` of a run whose
-node agent runs (a marked `sleep` for torchrun; no torch needed); and (slow) a real 2-rank run of
-tests/fixtures/jobs/stall.py: `logs --rank 1` while it runs, `stop` from a second process, the
-attached `run` ending with exit 1 saying it was stopped, `status` listing it as stopped."""
+"""`clusterctl logs`, `clusterctl stop` and the runs of `clusterctl status` (issue 27, long runs) on this
+machine through `connection: local` inventories: `logs` of a run's files as a node keeps them; `stop` of a
+run whose node agent runs (a marked `sleep` for torchrun; no torch needed); and (slow) a real 2-rank run of
+tests/fixtures/jobs/stall.py: `logs --rank 1` while it runs, `stop` from a second process, the attached
+`run` ending with exit 1 saying it was stopped, `status` listing it as stopped. The pure parts are in
+tests/unit/test_logs_stop.py."""
 from __future__ import annotations
 
 import io
@@ -24,30 +22,7 @@ from clusterctl.cli import main
 from clusterctl.job import agent
 from clusterctl.state import State
 from clusterctl_helpers import FIXTURE_JOBS, environ_of, processes_with, wait_until
-
-# the topology of a run.json as `clusterctl run` writes it (backends/launching.py `summary_of`)
-TOPOLOGY = [
-    {"host": "node1", "node_rank": 0, "ranks": [0, 1], "gpus": None, "nic": None, "local_addr": "10.0.0.1"},
-    {"host": "node2", "node_rank": 1, "ranks": [2, 3], "gpus": None, "nic": None, "local_addr": "10.0.0.2"},
-]
-
-
-def _record(run_id: str, **fields) -> dict:
-    base = {"run_id": run_id, "cluster": "c1", "world_size": 4, "nproc_per_node": 2, "nnodes": 2,
-            "master": {"host": "node1", "address": "10.0.0.1", "port": 29500}, "topology": TOPOLOGY,
-            "notes": [], "outputs": "/workspace/output", "commands": {}, "started": 1700000000.0,
-            "state": "running", "exit_code": None, "inventory": "/nowhere/inventory.yaml"}
-    return {**base, **fields}
-
-
-def _ended(run_id: str, exit_code: int, **fields) -> dict:
-    return _record(run_id, **{"state": "ended", "exit_code": exit_code, "ended": 1700000100.0, "duration_s": 100.0,
-                               "nodes": {"node1": {"exit_code": exit_code, "lost": False, "run_dir": "/x"}},
-                               "first_failure": None, "interrupted": False, **fields})
-
-
-def _write(state: State, record: dict) -> None:
-    state.write_json(state.run_dir(record["run_id"]) / "run.json", record)
+from unit.test_logs_stop import _ended, _record, _write
 
 
 def test_the_logs_command_reads_the_chosen_files_and_follows_with_stdin_open(tmp_path):

@@ -4,20 +4,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from clusterctl.nccltest import plan as nt
-from clusterctl.models import ContainerSpec, Host, Inventory, JobSpec, RendezvousSpec
-
-ROOT = Path(__file__).resolve().parents[2]
-BENCH = ROOT / "clusterctl" / "nccltest" / "allreduce_bench.py"
-REAL = ROOT / "tests" / "fixtures" / "tools" / "real-h200"
+from unit.test_nccltest import BENCH, REAL, ROOT, clusterctl, inventory
 TOPO = ROOT / "tests" / "fixtures" / "tools" / "nvidia_smi"
 
 
@@ -34,17 +28,6 @@ def test_controller_and_ranks_plan_the_same_sweep():
     for low, high in [(8, 1 << 30), (8, 64 << 20), (3, 1000), (1 << 28, 1 << 32)]:
         assert bench.sweep(low, high) == nt.sweep(low, high)
         assert bench.parse_size("64M") == nt.parse_size("64M")
-
-
-# --------------------------------------------------------------------------- the runner ships files
-
-
-def inventory(container: bool = False, outputs: str = "/out") -> Inventory:
-    spec = ContainerSpec(image="img", name="ctr") if container else None
-    hosts = (Host("n1", "10.0.0.1"), Host("n2", "10.0.0.2"))
-    return Inventory(name="t", hosts=hosts, container=spec, rendezvous=RendezvousSpec(port=29500),
-                     job=JobSpec(command=("generate.py",), args=("--prompt", "{prompt}"), nproc_per_node=2,
-                                 world_size_divides=40, outputs=outputs, env=()))
 
 
 def test_the_put_command_writes_the_file_where_the_job_reads_it(tmp_path):
@@ -100,15 +83,6 @@ job:
 {env}checks: {{ib: off}}
 """)
     return path
-
-
-def clusterctl(tmp_path: Path, *argv: str) -> tuple[int, dict, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHELASTIC", "MASTER_", "RANK", "WORLD_SIZE"))}
-    env["CLUSTERCTL_STATE"] = str(tmp_path / "state")
-    code = "import sys; from clusterctl.cli import main; sys.exit(main(sys.argv[1:]))"
-    proc = subprocess.run([sys.executable, "-c", code, *argv, "--json"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120)
-    return proc.returncode, json.loads(proc.stdout), proc.stderr
 
 
 def test_nccl_test_sweeps_two_gloo_ranks_through_the_run_path(tmp_path):

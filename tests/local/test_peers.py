@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from clusterctl.registry import peers
+from unit.test_peers import BASE, NOTE
 
 
 def _free_port() -> int:
@@ -112,8 +113,6 @@ def test_a_node_in_the_chain_loads_every_byte_and_passes_every_byte_on(tmp_path)
 
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "docker_save" / "classic-20.10-two-layers.tar"
-BASE = "sha256:88eb3c728e909dde2ca932ac827239e64b0c35303aa33c40d57b1cb8c40027e3"
-NOTE = "sha256:c1a12e31c1c92f5d151342c30d290bceba5d20d5a6bf96ddc66a208b894c32c9"
 
 
 def _relay_through(tar: bytes, skip: str) -> tuple[bytes, str]:

@@ -13,15 +13,10 @@ from pathlib import Path
 from clusterctl.models import CheckSettings, CheckStatus
 from clusterctl.preflight import facts, verdicts
 from clusterctl.preflight.facts.ib import _SYSFS_SCRIPT
+from unit.test_preflight_real_machines import FIXTURES, fixture
 
 PASS, WARN, FAIL = CheckStatus.PASS, CheckStatus.WARN, CheckStatus.FAIL
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-TOOLS = FIXTURES / "tools"
 H100_SYSFS = FIXTURES / "hardware" / "h100x8_nvlink_8ib" / "sys" / "class" / "infiniband"
-
-
-def fixture(name: str) -> str:
-    return (TOOLS / name).read_text()
 
 
 def run_sh(script: str, *args: str, path_first: Path = None) -> str:

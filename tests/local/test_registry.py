@@ -3,17 +3,9 @@ Docker's credential lookup, `container.registry_auth` in the inventory, masking,
 pull / pull check talking to a fake engine (what travels in the request, and what never
 reaches a message)."""
 from __future__ import annotations
-
-import base64
 import json
 from clusterctl.registry import credentials
-
-
-# --------------------------------------------------------------------------- Docker's credential lookup
-
-
-def _b64(text: str) -> str:
-    return base64.b64encode(text.encode()).decode()
+from unit.test_registry import _b64
 
 
 def test_password_env_and_the_controller_config(monkeypatch, tmp_path):

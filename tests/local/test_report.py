@@ -5,26 +5,11 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from pathlib import Path
-
-import pytest
 
 from browser import open_report
 from clusterctl_helpers import Cli
-
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "report" / "failed-own-error"
-
-
-@pytest.fixture
-def bundle(tmp_path) -> Path:
-    copy = tmp_path / "bundle"
-    shutil.copytree(FIXTURE, copy)
-    return copy
-
-
-def _record(bundle: Path) -> dict:
-    return json.loads((bundle / "run.json").read_text())
+from unit.test_report import FIXTURE, _record, bundle
 
 
 def _with_gpus(bundle: Path, host: str = "node1") -> None:

@@ -6,26 +6,8 @@ import shutil
 import subprocess
 
 import pytest
-from clusterctl.inventory.load import parse_inventory
 from clusterctl.slurm import sbatch
-
-INVENTORY = """name: demo
-scheduler: {type: slurm, partition: gpu, nodes: 2, time: "02:00:00", account: proj, gpus_per_node: 8,
-            extra_args: [--qos=high]}
-job:
-  command: [generate.py]
-  args: [--prompt, "{prompt}", --save_file, "{outputs}/{run_id}.gif", --ulysses_size, "{world_size}"]
-  nproc_per_node: auto
-  world_size_divides: 40
-  workdir: /workspace
-  outputs: /data/out
-  env: {NCCL_DEBUG: INFO}
-"""
-PROMPT = "a \"quoted\" $HOME `touch x` 'single' {run_id} $$ \\ 猫\nsecond line"
-
-
-def script(text: str = INVENTORY, prompt: str = PROMPT, **kwargs) -> sbatch.BatchScript:
-    return sbatch.build(parse_inventory(text, "inv.yaml"), prompt, token="T", **kwargs)
+from unit.test_slurm_sbatch import INVENTORY, PROMPT, script
 
 
 def test_the_prompt_reaches_the_command_line_byte_for_byte():

@@ -17,34 +17,9 @@ import time
 from pathlib import Path
 
 import pytest
-from clusterctl.executor import Connections
-from clusterctl.job.stalls import JobShape, StallWatch
-from clusterctl.models import CommandResult, Host, Inventory
 from clusterctl_helpers import FIXTURE_JOBS, processes_with, wait_until
 from json_documents import check_command_output
-
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-PYSPY = FIXTURES / "pyspy"
-
-
-# --------------------------------------------------------------------------- the watch, on real node output
-
-
-class _Replay:
-    """A transport that answers the stack script with a captured output (the node side is tested for real below)."""
-
-    def __init__(self, text: str):
-        self.text = text
-
-    def run(self, command, on_line=None):
-        return CommandResult(0, self.text)
-
-
-def watch(fixture: str, notes: list) -> StallWatch:
-    inventory = Inventory("c", (Host("local", "127.0.0.1", connection="local"),))
-    connections = Connections(lambda host: _Replay((PYSPY / fixture).read_text()))
-    shape = JobShape((0, 1), ("127.0.0.1", 29500), {})
-    return StallWatch(inventory, shape, "r1", connections, lambda e: notes.append(e.text), 0.05, interval_s=1.0)
+from unit.test_stall_detection import FIXTURES, watch
 
 
 # --------------------------------------------------------------------------- for real: torchrun on this machine

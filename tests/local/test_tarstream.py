@@ -4,61 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
 import subprocess
 import tarfile
 
 import pytest
 
 from clusterctl.collect.tarstream import DamagedStream, TarStream
-
-LONG_DIR = "d" * 120
-NAMES = {
-    "empty.txt": b"",
-    "one-block.bin": os.urandom(512),
-    "odd.bin": os.urandom(1000),
-    "big.bin": os.urandom(300_001),
-    f"{LONG_DIR}/{'n' * 150}.log": b"a long name\n",
-    f"{LONG_DIR}/in-the-ustar-prefix.txt": b"ustar splits this name\n",
-    "ünïcode 名前/猫.txt": "café\n".encode(),
-}
-
-
-def _tree(root):
-    for name, data in NAMES.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-        os.utime(path, (1_700_000_000, 1_700_000_000))
-    (root / "link").symlink_to("big.bin")
-    os.link(root / "odd.bin", root / "hard")
-    os.mkfifo(root / "fifo")
-    return root
-
-
-class _Chunks:
-    """Hands out `step` bytes per read at most, like a channel delivering packets."""
-
-    def __init__(self, data: bytes, step: int):
-        self.data, self.step, self.pos, self.largest = data, step, 0, 0
-
-    def read(self, size: int) -> bytes:
-        out = self.data[self.pos:self.pos + min(size, self.step)]
-        self.pos += len(out)
-        self.largest = max(self.largest, len(out))
-        return out
-
-
-def _via_tarstream(data: bytes, step: int) -> list[tuple]:
-    tar = TarStream(_Chunks(data, step).read, compressed=data[:2] == b"\x1f\x8b")  # as with --compress
-    found = []
-    for member in tar:
-        digest = hashlib.sha256()
-        for piece in tar.data():
-            digest.update(piece)
-        kind = "file" if member.isfile() else "dir" if member.isdir() else "link" if member.islink() else "other"
-        found.append((member.name, kind, member.size if member.isfile() else 0, int(member.mtime), digest.hexdigest()))
-    return found
+from unit.test_tarstream import LONG_DIR, NAMES, _Chunks, _via_tarstream, tree
 
 
 def _via_tarfile(data: bytes) -> list[tuple]:
@@ -73,11 +25,6 @@ def _via_tarfile(data: bytes) -> list[tuple]:
 
 def _gnu_tar(root, *options: str) -> bytes:
     return subprocess.run(["tar", *options, "-cf", "-", "-C", str(root), "."], check=True, capture_output=True).stdout
-
-
-@pytest.fixture(scope="module")
-def tree(tmp_path_factory):
-    return _tree(tmp_path_factory.mktemp("tree"))
 
 
 ARCHIVES = {

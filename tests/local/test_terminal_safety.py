@@ -17,14 +17,7 @@ from pathlib import Path
 import pytest
 
 from clusterctl.cli import main
-
-# What must never reach the terminal raw: C0 but tab and newline, DEL, C1, and lone surrogates
-# (which a UTF-8 stream cannot even encode).
-RAW_CONTROLS = frozenset(chr(c) for c in (*range(0x20), 0x7f, *range(0x80, 0xa0)) if c not in (0x09, 0x0a))
-
-
-def raw_controls(text: str) -> set:
-    return {c for c in text if c in RAW_CONTROLS or 0xd800 <= ord(c) <= 0xdfff}
+from unit.test_terminal_safety import raw_controls
 
 
 # --------------------------------------------------------------------------- a real command

@@ -8,15 +8,9 @@ import shutil
 import subprocess
 
 import pytest
-
-from clusterctl.models import Host, Inventory, JobSpec, RendezvousSpec
 from clusterctl.job import agent as torchrun
 from clusterctl.job.runner import put_file_command
-
-
-def _inventory(name: str) -> Inventory:
-    return Inventory(name=name, hosts=(Host("n1", "127.0.0.1"),), rendezvous=RendezvousSpec(port=1),
-                     job=JobSpec(command=("job",), nproc_per_node=1, outputs="/out"))
+from local.test_node_wrapper import _inventory
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare(1)")

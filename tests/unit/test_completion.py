@@ -4,14 +4,9 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 
 import pytest
-
-
-def _script(shell: str) -> str:
-    return subprocess.run([sys.executable, "-m", "clusterctl", "completion", shell], capture_output=True, text=True,
-                          check=True).stdout
+from local.test_completion import _script
 
 
 @pytest.mark.skipif(shutil.which("zsh") is None, reason="no zsh here")

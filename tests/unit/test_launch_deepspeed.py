@@ -4,24 +4,14 @@ The argv is read back by the real `deepspeed.launcher.launch` parser (deepspeed 
 test extra), and the node command runs for real on this machine: two "nodes" on loopback, gloo ranks
 (tests/fixtures/jobs/ds_ranks.py)."""
 from __future__ import annotations
-
-import base64
-import json
 from dataclasses import replace
 
 import pytest
 
 from clusterctl.job import launch_deepspeed, launchers
 from clusterctl.job.torchrun import job_argv, placeholder_values
-from unit.test_launch import NASTY, two_node_inventory, two_node_topology
-
-
-def _deepspeed(**job):
-    return two_node_topology(two_node_inventory(launcher="deepspeed", **job))
-
-
-def _decoded(world_info: str) -> dict:
-    return json.loads(base64.urlsafe_b64decode(world_info))
+from unit.test_launch import NASTY
+from local.test_launch_deepspeed import _decoded, _deepspeed
 
 
 def test_world_info_lists_the_hosts_in_node_rank_order_with_their_planned_gpus():

@@ -1,11 +1,7 @@
-"""`clusterctl logs`, `clusterctl stop` and the runs of `clusterctl status` (issue 27, long runs).
-
-Pure parts: the arguments, which node holds a rank (run.json's topology), the lines read back from
-a node, the runs listing, the lock that keeps one run of a cluster at a time. On this machine through
-`connection: local` inventories: `logs` of a run's files as a node keeps them; `stop` of a run whose
-node agent runs (a marked `sleep` for torchrun; no torch needed); and (slow) a real 2-rank run of
-tests/fixtures/jobs/stall.py: `logs --rank 1` while it runs, `stop` from a second process, the
-attached `run` ending with exit 1 saying it was stopped, `status` listing it as stopped."""
+"""`clusterctl logs`, `clusterctl stop` and the runs of `clusterctl status` (issue 27, long runs), their pure
+parts: the arguments, which node holds a rank (run.json's topology), the lines read back from a node, the
+runs listing, the lock that keeps one run of a cluster at a time. What runs on this machine is in
+tests/local/test_logs_stop.py."""
 from __future__ import annotations
 
 import io

@@ -4,7 +4,6 @@ secrets masked) and to a command run on this machine."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -13,21 +12,7 @@ from clusterctl.inventory.load import parse_inventory
 from clusterctl.observe.messages import message, payload
 from clusterctl.inventory.notify_section import masked_url
 from json_documents import check
-
-HOSTS = "hosts:\n  - {name: node1, address: 10.0.0.1}\n  - {name: node2, address: 10.0.0.2}\n"
-FAILED = {  # the shape job/failures.py writes in run.json's first_failure
-    "host": "node2", "rank": 3, "exit_code": 1, "rank_exit_code": 1,
-    "diagnosis": [{"cause": "cuda_oom", "host": "node2", "rank": 3, "confidence": 0.93,
-                   "evidence": "torch.OutOfMemoryError: CUDA out of memory",
-                   "fix": "lower the batch size or enable activation checkpointing"}]}
-RECORD = {"run_id": "20261127-080000-abc123", "cluster": "lab", "started": 1000.0, "ended": 1100.5, "exit_code": 1,
-          "state": "ended", "first_failure": FAILED,  # a run record as docs/schemas/run-record.json declares it
-          "topology": [{"host": f"node{n + 1}", "node_rank": n, "ranks": [4 * n, 4 * n + 3], "gpus": [0, 1, 2, 3],
-                        "nic": "eth0", "local_addr": f"10.0.0.{n + 1}"} for n in range(2)]}
-
-
-def _inventory(notify: str, env: str = ""):
-    return parse_inventory(f"name: lab\n{HOSTS}{env}notify:\n{notify}", "lab.yaml")
+from local.test_notify import FAILED, HOSTS, RECORD, _inventory, _session
 
 
 # --------------------------------------------------------------------------- the section
@@ -107,17 +92,6 @@ def test_slack_control_characters_in_the_text_are_escaped():
 
 def test_the_logged_webhook_shows_only_its_host():
     assert masked_url("https://hooks.slack.com/services/T0/B0/XyZ") == "https://hooks.slack.com/***"
-
-
-# --------------------------------------------------------------------------- the hooks
-
-
-def _session(tmp_path: Path):
-    from types import SimpleNamespace
-
-    from clusterctl.state import State
-
-    return SimpleNamespace(state=State(tmp_path / "state"))
 
 
 def test_without_a_notify_section_a_run_is_left_alone(tmp_path):

@@ -5,12 +5,9 @@ rank 1 sleeps before an all_reduce, the watchdog fires on rank 0), read through 
 transport from a node's run dir."""
 from __future__ import annotations
 
-from pathlib import Path
-
 from hypothesis import given, settings, strategies as st
 from clusterctl.job.dumps import parse_dumps
-
-H200 = Path(__file__).resolve().parents[1] / "fixtures" / "flight_recorder" / "nccl_h200_2ranks_rank1_late"
+from local.test_run_reads_dumps import H200
 
 
 @settings(max_examples=200, deadline=None)

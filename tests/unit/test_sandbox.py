@@ -2,10 +2,6 @@
 Docker Engines, a real registry, a real network that can be cut."""
 from __future__ import annotations
 
-import socket
-import subprocess
-import time
-
 import pytest
 
 from clusterctl.errors import SandboxError
@@ -13,24 +9,6 @@ from clusterctl.sandbox import image as sandbox_image
 from clusterctl.sandbox import python_volumes
 from clusterctl.sandbox.layout import Layout
 from clusterctl.sandbox.sshd import config_text
-
-LISTENER = (
-    "import socket,sys\n"
-    "s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
-    "s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(8); s.settimeout(20)\n"
-    "for _ in range(int(sys.argv[3])):\n"
-    "    c, _ = s.accept(); c.sendall(b'hello from ' + socket.gethostname().encode()); c.close()\n"
-)
-
-
-def listen(sb, name: str, port: int, accepts: int) -> subprocess.Popen:
-    node = sb.node(name)
-    server = subprocess.Popen(sb.ns_argv(name, ["python3", "-c", LISTENER, node.address, str(port), str(accepts)]))
-    deadline = time.monotonic() + 10
-    while sb.ns_exec(name, ["ss", "-Hltn", f"sport = :{port}"]).stdout.strip() == "":
-        assert time.monotonic() < deadline, "listener did not start"
-        time.sleep(0.05)
-    return server
 
 
 # --------------------------------------------------------------------------- pure parts
