@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from clusterctl.inventory.load import load_inventory
+
 from unit.test_ansible_inventory import PRECEDENCE, _tree
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "ansible"

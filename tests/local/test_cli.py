@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from unit.test_cli import local_inventory, run_cli
 
 REPO = Path(__file__).resolve().parents[2]

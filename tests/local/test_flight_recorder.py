@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from clusterctl.diagnose import flight_recorder as fr
+
 from unit.test_flight_recorder import FIXTURES, dumps_in, node
 
 

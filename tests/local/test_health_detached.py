@@ -19,6 +19,7 @@ from clusterctl.health import watch
 from clusterctl.health.record import HealthRecord
 from clusterctl.job import detached_health, node_agent, node_health
 from clusterctl.state import State
+
 from unit.test_health_detached import FIXTURES, FLEET, XID_79
 
 

@@ -18,6 +18,7 @@ import pytest
 
 from clusterctl.job import launch_deepspeed, launchers
 from clusterctl.job.torchrun import job_argv, placeholder_values, rank_log_files
+
 from unit.test_launch import NASTY, two_node_inventory, two_node_topology
 
 JOB = Path(__file__).resolve().parents[1] / "fixtures" / "jobs" / "ds_ranks.py"

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from clusterctl.cli import main
+
 from unit.test_launch_from_env import REPO, inventory
 PLATFORM_VARS = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
                  "PET_NNODES", "PET_NODE_RANK", "PET_NPROC_PER_NODE", "CLUSTERCTL_RUN_ID", "CUDA_VISIBLE_DEVICES",

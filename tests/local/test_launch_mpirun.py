@@ -15,6 +15,7 @@ import pytest
 
 from clusterctl.job import launch_mpirun
 from clusterctl.job import node_mpi_gate as gate
+
 from unit.test_launch_mpirun import GATE, KEY
 
 

@@ -16,6 +16,7 @@ from clusterctl_helpers import FIXTURE_JOBS
 from clusterctl.job import agent
 from clusterctl.job.follow import FollowStream
 from clusterctl.models import Host, Inventory
+
 from unit.test_livelog import ATT, final_state
 
 

@@ -22,6 +22,7 @@ from clusterctl.cli import main
 from clusterctl.job import agent
 from clusterctl.state import State
 from clusterctl_helpers import FIXTURE_JOBS, environ_of, processes_with, wait_until
+
 from unit.test_logs_stop import _ended, _record, _write
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from clusterctl.nccltest import plan as nt
+
 from unit.test_nccltest import BENCH, REAL, ROOT, clusterctl, inventory
 TOPO = ROOT / "tests" / "fixtures" / "tools" / "nvidia_smi"
 

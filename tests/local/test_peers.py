@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from clusterctl.registry import peers
+
 from unit.test_peers import BASE, NOTE
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from clusterctl.models import CheckSettings, CheckStatus
 from clusterctl.preflight import facts, verdicts
 from clusterctl.preflight.facts.ib import _SYSFS_SCRIPT
+
 from unit.test_preflight_real_machines import FIXTURES, fixture
 
 PASS, WARN, FAIL = CheckStatus.PASS, CheckStatus.WARN, CheckStatus.FAIL

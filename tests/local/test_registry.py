@@ -5,6 +5,7 @@ reaches a message)."""
 from __future__ import annotations
 import json
 from clusterctl.registry import credentials
+
 from unit.test_registry import _b64
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from browser import open_report
 from clusterctl_helpers import Cli
+
 from unit.test_report import FIXTURE, _record, bundle
 
 

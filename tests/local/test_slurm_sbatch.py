@@ -7,6 +7,7 @@ import subprocess
 
 import pytest
 from clusterctl.slurm import sbatch
+
 from unit.test_slurm_sbatch import INVENTORY, PROMPT, script
 
 

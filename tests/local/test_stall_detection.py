@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from clusterctl_helpers import FIXTURE_JOBS, processes_with, wait_until
 from json_documents import check_command_output
+
 from unit.test_stall_detection import FIXTURES, watch
 
 

@@ -10,6 +10,7 @@ import tarfile
 import pytest
 
 from clusterctl.collect.tarstream import DamagedStream, TarStream
+
 from unit.test_tarstream import LONG_DIR, NAMES, _Chunks, _via_tarstream, tree
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from clusterctl.cli import main
+
 from unit.test_terminal_safety import raw_controls
 
 

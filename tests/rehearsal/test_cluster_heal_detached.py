@@ -12,6 +12,7 @@ import time
 import pytest
 
 from clusterctl_helpers import cluster_with_jobs, wait_until
+
 from rehearsal.test_cluster_heal import JOBS_DIR, STEPS, _done, _here, _inventory, _left_over, _stepped
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow]

@@ -10,6 +10,7 @@ import subprocess
 import pytest
 from clusterctl.job import agent as torchrun
 from clusterctl.job.runner import put_file_command
+
 from local.test_node_wrapper import _inventory
 
 

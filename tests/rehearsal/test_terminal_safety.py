@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from unit.test_terminal_safety import raw_controls
 
 

@@ -6,6 +6,7 @@ import shutil
 import subprocess
 
 import pytest
+
 from local.test_completion import _script
 
 

@@ -3,6 +3,7 @@ probe script, run by this machine's sh with a variant's bin/ first on PATH, read
 verdicts issue 17 asks for. The same runs over SSH on rehearsal nodes: tests/rehearsal/test_cluster_hardware.py."""
 from __future__ import annotations
 from clusterctl.preflight import probe
+
 from local.test_hardware_standins import HARDWARE
 VARIANTS = ("h100x8_nvlink_8ib", "ib_all_down", "ibpanic", "zh_cn_shm64", "h100x4_metrics")
 

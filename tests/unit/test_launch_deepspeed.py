@@ -10,6 +10,7 @@ import pytest
 
 from clusterctl.job import launch_deepspeed, launchers
 from clusterctl.job.torchrun import job_argv, placeholder_values
+
 from unit.test_launch import NASTY
 from local.test_launch_deepspeed import _decoded, _deepspeed
 

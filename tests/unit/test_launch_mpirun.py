@@ -14,6 +14,7 @@ from hypothesis import given, settings, strategies as st
 from clusterctl.job import launch_mpirun, launchers
 from clusterctl.job import node_mpi_gate as gate
 from clusterctl.job.torchrun import job_argv, placeholder_values
+
 from unit.test_launch import NASTY, two_node_inventory, two_node_topology
 
 GATE = Path(gate.__file__)

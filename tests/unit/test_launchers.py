@@ -9,6 +9,7 @@ from clusterctl.errors import InventoryError, UsageError
 from clusterctl.inventory.load import load_inventory
 from clusterctl.job import launchers
 from clusterctl.job.torchrun import job_argv, placeholder_values
+
 from unit.test_launch import NASTY, two_node_inventory, two_node_topology
 
 

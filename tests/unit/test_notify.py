@@ -12,6 +12,7 @@ from clusterctl.inventory.load import parse_inventory
 from clusterctl.observe.messages import message, payload
 from clusterctl.inventory.notify_section import masked_url
 from json_documents import check
+
 from local.test_notify import FAILED, HOSTS, RECORD, _inventory, _session
 
 

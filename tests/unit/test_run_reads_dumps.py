@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from hypothesis import given, settings, strategies as st
 from clusterctl.job.dumps import parse_dumps
+
 from local.test_run_reads_dumps import H200
 
 
