@@ -1,9 +1,14 @@
 # The two commands a newcomer needs:
 #   make demo   a 2-node rehearsal cluster (root, Linux) or this machine alone, running the example job
-#   make test   the test suite (installs what it needs)
+#   make test   the test suite, tier by tier, stopping at the first tier that fails (installs what it needs)
+# The tiers, each a folder of tests/ (tests/conftest.py):
+#   make test-unit        no process, no socket, under a minute; needs only the venv with '.[test]'
+#   make test-local       node programs as processes, `connection: local` runs, loopback; no root
+#   make test-rehearsal   the rehearsal cluster: Docker, sshd, root (as make demo)
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
+BASE   := $(VENV)/.installed-test
 STAMP  := $(VENV)/.installed
 TORCH  ?= torch==2.13.0
 # numpy beside torch: without it every rank's `import torch` warns "Failed to initialize NumPy"
@@ -13,13 +18,18 @@ NUMPY  ?= numpy>=1.26
 # sdist that builds no ops (they are compiled at first use, and the launcher uses none).
 DEEPSPEED ?= deepspeed==0.19.8
 
-.PHONY: demo demo-clean test test-heavy test-fast deps venv bench diagnose-report clean
+.PHONY: demo demo-clean test test-unit test-local test-rehearsal test-heavy deps venv bench diagnose-report clean
 
-$(STAMP): pyproject.toml
+# clusterctl and its test dependencies: all the unit tier needs
+$(BASE): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "$(TORCH)" "$(NUMPY)" "$(DEEPSPEED)"
 	$(PY) -m pip install -q -e '.[test]'
+	touch $(BASE)
+
+# what the ranks of the other tiers import
+$(STAMP): $(BASE)
+	$(PY) -m pip install -q "$(TORCH)" "$(NUMPY)" "$(DEEPSPEED)"
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -42,15 +52,25 @@ demo-clean: $(STAMP)
 	PYTHON=$(PY) bash examples/demo.sh clean
 
 # PATH: jobs on `connection: local` hosts run `python3` from PATH, as in an activated venv.
+PYTEST := PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q
+
+# the long rehearsals marked `heavy` are left out (make test-heavy): CI's 2 cores keep make test near 20 min
 test: deps $(STAMP)
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q -m "not heavy" --durations=25
+	$(PYTEST) -m "not heavy" tests/unit
+	$(PYTEST) -m "not heavy" tests/local
+	$(PYTEST) -m "not heavy" --durations=25 tests/rehearsal
 
-# the long rehearsals left out of `make test` (pytest's `heavy` marker): CI's 2 cores keep make test near 20 min
+test-unit: $(BASE)
+	$(PYTEST) tests/unit
+
+test-local: $(STAMP)
+	$(PYTEST) -m "not heavy" tests/local
+
+test-rehearsal: deps $(STAMP)
+	$(PYTEST) -m "not heavy" --durations=25 tests/rehearsal
+
 test-heavy: deps $(STAMP)
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q -m heavy
-
-test-fast: $(STAMP)
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q -m "not sandbox and not slow"
+	$(PYTEST) -m heavy
 
 bench: deps $(STAMP)
 	$(PY) -m pip install -q -e '.[bench]'

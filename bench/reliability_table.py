@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Render docs/reliability.md from the last test session's `.pytest_reliability.json`.
 
-    python -m pytest -q                 # the whole suite (or tests/test_reliability_*.py)
+    python -m pytest -q                 # the whole suite, or one tier: a run keeps the rows of the tests it did not run
     python bench/reliability_table.py   # -> docs/reliability.md
 
 Every row of the table comes from that file: what the reliability tests declared, saw and timed

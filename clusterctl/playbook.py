@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,9 @@ from clusterctl.executor import PlannedTask
 from clusterctl.inventory.yamlsource import load_yaml
 
 TASK_KEYWORDS = ("name", "hosts")
-BUILTIN_DIR = Path(__file__).resolve().parent.parent / "playbooks"
+# Inside the package, so that a wheel install carries them; the checkout's top-level playbooks/ is a
+# symlink to this directory, where users see them. Named from the package, wherever this module lives.
+BUILTIN_DIR = Path(str(resources.files("clusterctl") / "playbooks"))
 # Modules whose arguments may be written as a bare scalar/list, and the argument it fills.
 FREE_FORM = {"shell": "cmd", "command": "argv"}
 

@@ -5,6 +5,7 @@
   (`sys.executable -m clusterctl`, never a `python` shim from PATH, which may swallow signals).
 - `variant(sb, path, change)`: the sandbox inventory, changed by a function, written elsewhere.
 - Node-side looks: `docker_client`, `container_of`, `processes_with`, `wait_until`.
+- `sandbox_skip_reason()`: why the rehearsal cluster cannot run here (None when it can).
 """
 from __future__ import annotations
 
@@ -25,6 +26,16 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE_JOBS = Path(__file__).resolve().parent / "fixtures" / "jobs"
 CONTAINER_OUTPUTS = "/workspace/output"  # where the sandbox inventory mounts sb.shared_outputs
+
+
+def sandbox_skip_reason() -> str | None:
+    if os.environ.get("CLUSTERCTL_SKIP_SANDBOX") == "1":
+        return "CLUSTERCTL_SKIP_SANDBOX=1"
+    if not sys.platform.startswith("linux"):
+        return "the sandbox needs Linux (network namespaces)"
+    if os.geteuid() != 0:
+        return "the sandbox needs root"
+    return None
 
 
 class Cli:

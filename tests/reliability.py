@@ -2,8 +2,9 @@
 
 A reliability test declares its row first (`row = reliability("case", "expected", section=...)`), then says
 what it saw (`row.observe("exit 3 in 4.1 s; node3 unreachable: ...", seconds=4.1)`). The
-session writes every row, with the test's outcome, to `.pytest_reliability.json` at the root of
-the checkout (gitignored); `bench/reliability_table.py` renders docs/reliability.md from it.
+session merges its rows, with the tests' outcomes, into `.pytest_reliability.json` at the root of
+the checkout (gitignored; a run of one tier replaces only the rows of the tests it ran);
+`bench/reliability_table.py` renders docs/reliability.md from it.
 Cases that older integration tests already cover are listed in COVERED: their outcome in the
 same session fills their row.
 
@@ -28,26 +29,26 @@ DEFAULT_SECTION = {"test_reliability_input.py": "Hostile input", "test_reliabili
 
 # Cases covered by the integration tests of Issues 2-6: node id -> (section, case, expected).
 COVERED = {
-    "tests/test_cluster_exec.py::test_a_node_whose_network_is_cut_is_unreachable_within_the_connect_timeout": (
+    "tests/rehearsal/test_cluster_exec.py::test_a_node_whose_network_is_cut_is_unreachable_within_the_connect_timeout": (
         "Faults", "a node unreachable at `exec` (network cut)",
         "that node `unreachable` within ssh.connect_timeout (3 s), the others answer, exit 3"),
-    "tests/test_cluster_exec.py::test_eight_nodes_answer_and_one_with_sshd_stopped_is_unreachable_while_seven_succeed": (
+    "tests/rehearsal/test_cluster_exec.py::test_eight_nodes_answer_and_one_with_sshd_stopped_is_unreachable_while_seven_succeed": (
         "Faults", "one node of 8 with sshd stopped at `exec`", "that node `unreachable` within 3 s, 7 answer, exit 3"),
-    "tests/test_cluster_run.py::test_a_node_cut_off_mid_run_stops_the_run_and_its_own_ranks_by_lease": (
+    "tests/rehearsal/test_cluster_run.py::test_a_node_cut_off_mid_run_stops_the_run_and_its_own_ranks_by_lease": (
         "Faults", "a node's network cut mid-run",
         "run stops within 15 s naming that node (`node_unreachable`); its ranks stop by lease, no process left"),
-    "tests/test_cluster_run.py::test_ctrl_c_stops_every_rank_and_a_second_run_meanwhile_is_refused": (
+    "tests/rehearsal/test_cluster_run.py::test_ctrl_c_stops_every_rank_and_a_second_run_meanwhile_is_refused": (
         "Interrupts", "SIGINT to `run` mid-run; a second concurrent `run` (same and another state dir)",
         "exit 130, every rank stopped within 10 s; the second run refused (exit 2, 'already in progress')"),
-    "tests/test_cluster_run.py::test_the_example_job_runs_on_3_nodes_x_2_ranks_and_every_rank_gets_the_prompt_byte_for_byte": (
+    "tests/rehearsal/test_cluster_run.py::test_the_example_job_runs_on_3_nodes_x_2_ranks_and_every_rank_gets_the_prompt_byte_for_byte": (
         "Hostile input", "prompt with quotes, $(...), backticks, globs, tabs, newlines, UTF-8",
         "every rank receives it byte for byte; no shell ever interprets it (canary file never created)"),
-    "tests/test_cluster_collect.py::test_collect_gets_logs_outputs_and_diagnostics_once_with_a_manifest_and_no_secret": (
+    "tests/rehearsal/test_cluster_collect.py::test_collect_gets_logs_outputs_and_diagnostics_once_with_a_manifest_and_no_secret": (
         "Secrets", "secret values printed by the job, in collected files",
         "masked (`***`) in every collected file and in the state dir"),
-    "tests/test_cluster_exec.py::test_a_changed_host_key_is_refused_under_strict_and_under_accept_new": (
+    "tests/rehearsal/test_cluster_exec.py::test_a_changed_host_key_is_refused_under_strict_and_under_accept_new": (
         "SSH trust", "a node's host key changed", "refused under strict and accept-new ('CHANGED'), known_hosts untouched"),
-    "tests/test_cluster_exec.py::test_an_unknown_host_key_is_refused_under_strict_and_recorded_under_accept_new": (
+    "tests/rehearsal/test_cluster_exec.py::test_an_unknown_host_key_is_refused_under_strict_and_recorded_under_accept_new": (
         "SSH trust", "an unknown host key", "strict refuses; accept-new records the node's real key once"),
 }
 
@@ -65,6 +66,7 @@ class Recorder:
     def __init__(self):
         self.rows: list[Row] = []
         self.covered: dict[str, dict] = {}
+        self.ran: set[str] = set()  # every test with an outcome this session
         self.started = time.time()
 
     def declare(self, nodeid: str, case: str, expected: str, section: Optional[str] = None) -> Row:
@@ -76,6 +78,7 @@ class Recorder:
         return row
 
     def outcome(self, nodeid: str, outcome: str, duration: float, message: str = "") -> None:
+        self.ran.add(nodeid)
         for row in self.rows:
             if row["test"] == nodeid and row["outcome"] in ("running", "passed"):
                 row["outcome"] = outcome
@@ -87,13 +90,36 @@ class Recorder:
                                     "outcome": outcome, "duration_s": round(duration, 1)}
 
     def write(self, path: Path = RESULTS) -> None:
-        if not self.rows:
+        """Merged into the file's earlier rows: a session that ran one tier (or one file) replaces the rows of
+        the tests it ran and keeps the others'; rows of test files that no longer exist are dropped."""
+        if not self.rows and not self.ran & COVERED.keys():
             return  # a run without the reliability tests keeps the last table's data
+        earlier = _read(path)
+        mine: dict[str, list[Row]] = {}
+        for row in self.rows:
+            mine.setdefault(row["test"], []).append(row)
+        rows: list[dict] = []
+        for row in earlier.get("rows", []):
+            test = row.get("test", "")
+            if test in mine:
+                rows += mine.pop(test)  # where that test's rows were
+            elif test not in self.ran and (REPO / test.split("::")[0]).is_file():
+                rows.append(row)
+        rows += [row for declared in mine.values() for row in declared]
+        before = {entry["test"]: entry for entry in earlier.get("covered", []) if isinstance(entry, dict)}
         document = {"generated": time.strftime("%Y-%m-%d %H:%M:%S"), "session_s": round(time.time() - self.started, 1),
-                    "rows": self.rows, "covered": [self.covered.get(n) or {
+                    "rows": rows, "covered": [self.covered.get(n) or before.get(n) or {
                         "section": s, "case": c, "expected": e, "test": n, "outcome": "not run", "duration_s": None}
                         for n, (s, c, e) in COVERED.items()]}
         path.write_text(json.dumps(document, indent=2) + "\n")
+
+
+def _read(path: Path) -> dict:
+    try:
+        document = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return document if isinstance(document, dict) else {}
 
 
 # --------------------------------------------------------------------------- a CLI in a subprocess

@@ -1,0 +1,1 @@
+"""The local tier: node programs as processes, `connection: local` runs, loopback sockets; no root."""

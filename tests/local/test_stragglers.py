@@ -1,0 +1,73 @@
+"""The straggler analysis (clusterctl/job/stragglers.py) on real py-spy samples, and the progress lines
+it reads the step time from. The samples: clusterctl's node script (16 non-blocking samples 0.5 s
+apart) of tests/fixtures/jobs/straggler.py under torchrun with 2 gloo ranks, rank 1 0.35 s slower on a
+0.2 s step, and the same job with both ranks alike (tests/fixtures/pyspy/SOURCES.md)."""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import re
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+FIXTURE_JOBS = Path(__file__).resolve().parents[1] / "fixtures" / "jobs"
+
+
+# --------------------------------------------------------------------------- `clusterctl run` on this machine
+
+
+def _run_here(tmp_path, monkeypatch, *args: str) -> tuple[int, str, dict]:
+    """`clusterctl run` for real on this machine (connection: local, 4 gloo ranks of straggler.py):
+    (exit code, the live log, run.json)."""
+    pytest.importorskip("torch")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text(f"""name: stragglers-{os.getpid()}
+hosts:
+  - {{name: local, connection: local}}
+rendezvous: {{port: {port}}}
+job:
+  command: [{FIXTURE_JOBS / 'straggler.py'}]
+  args: {json.dumps(list(args))}
+  nproc_per_node: 4
+  python: {sys.executable}
+  outputs: {tmp_path / 'outputs'}
+checks: {{ib: off}}
+""")
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text("hello\n")
+    from clusterctl.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    monkeypatch.chdir(tmp_path)
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["run", "-i", str(inventory), str(prompt)], env={**os.environ, "CLUSTERCTL_STATE": str(tmp_path / "state")})
+    record = json.loads(next((tmp_path / "state" / "runs").glob("*/run.json")).read_text())
+    return code, err.getvalue() + out.getvalue(), record
+
+
+@pytest.mark.slow
+@pytest.mark.heavy
+def test_a_run_here_names_the_slow_rank_live_and_in_its_record(tmp_path, monkeypatch):
+    code, live, record = _run_here(tmp_path, monkeypatch, "--steps", "60", "--slow_rank", "2", "--extra", "0.35")
+    assert code == 0, live[-3000:]
+    assert [(s["host"], s["rank"]) for s in record["stragglers"]] == [("local", 2)], live[-3000:]
+    # the lag in seconds once a progress line gave the step time, else as a share of the step (named sooner)
+    assert re.search(r"\[straggler\] local r2: \+(?:0\.[0-9]{2} s per step|[0-9]+% of each step) \([0-9.]+x the "
+                     r"median\), \d+ of the last \d+ samples working while the other 3 ranks waited in a collective",
+                     live), live[-3000:]
+    print(f"\nnamed {record['stragglers'][0]['since'] - record['started']:.1f}s after the start: {record['stragglers'][0]}")
+
+
+@pytest.mark.slow
+@pytest.mark.heavy
+def test_a_run_here_with_every_rank_alike_names_nobody(tmp_path, monkeypatch):
+    code, live, record = _run_here(tmp_path, monkeypatch, "--steps", "100")
+    assert code == 0 and record["stragglers"] == [] and "[straggler]" not in live, live[-3000:]

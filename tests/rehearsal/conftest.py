@@ -1,0 +1,68 @@
+"""The rehearsal tier: tests on the rehearsal cluster (Docker Engines, sshd, network namespaces; root, Linux;
+see README's "The rehearsal cluster"). `sandbox`: one cluster of 3 nodes for the whole session, torn down at
+its end. Tests marked `sandbox_teardown` change or remove that cluster, so they run after every other test.
+Only one session may hold the rehearsal cluster on a machine: its addresses and paths are machine-wide."""
+from __future__ import annotations
+
+import pytest
+from clusterctl_helpers import sandbox_skip_reason
+
+
+def pytest_collection_modifyitems(config, items):
+    last = [item for item in items if item.get_closest_marker("sandbox_teardown")]
+    if last:
+        items[:] = [item for item in items if not item.get_closest_marker("sandbox_teardown")] + last
+
+
+@pytest.fixture(scope="session")
+def sandbox():
+    """A 3-node sandbox with a Docker Engine per node (clusterctl.sandbox.Sandbox)."""
+    reason = sandbox_skip_reason()
+    if reason:
+        pytest.skip(reason)
+    from clusterctl.sandbox import down, up
+
+    handle = up(3, docker=True)
+    try:
+        yield handle
+    finally:
+        down(handle.state_dir)
+
+
+class _Impersonations:
+    """variant name -> the node showing it; the node is made to impersonate the variant when asked
+    (Sandbox.impersonate: its sessions' PATH and env, its /sys/class), and keeps it until another
+    variant takes the node."""
+
+    NODES = {"h100x8_nvlink_8ib": "node1", "ib_all_down": "node2", "ibpanic": "node3", "zh_cn_shm64": "node1",
+             "xid79_dmesg": "node3", "h100x4_metrics": "node3"}  # node3: reached as root (a sudo node's dmesg is the real one)
+
+    def __init__(self, sandbox, root):
+        self.sandbox, self.root, self.current = sandbox, root, {}
+
+    def __getitem__(self, variant: str) -> str:
+        node = self.NODES[variant]
+        if self.current.get(node) != variant:
+            self.sandbox.impersonate(node, self.root / variant)
+            self.current[node] = variant
+        return node
+
+    def restore(self) -> None:
+        for node in list(self.current):
+            self.sandbox.impersonate(node, None)
+        self.current.clear()
+
+
+@pytest.fixture(scope="module")
+def hardware_sandbox(sandbox):
+    """The session sandbox, whose `node_of[variant]` names a node impersonating that stand-in variant
+    of tests/fixtures/hardware/ (set up on first use, undone at the end of the module)."""
+    from pathlib import Path
+
+    impersonations = _Impersonations(sandbox, Path(__file__).resolve().parents[1] / "fixtures" / "hardware")
+    sandbox.node_of = impersonations
+    try:
+        yield sandbox
+    finally:
+        impersonations.restore()
+        del sandbox.node_of

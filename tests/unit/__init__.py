@@ -1,0 +1,1 @@
+"""The unit tier: no process, no socket (conftest.py holds it)."""

@@ -1,0 +1,191 @@
+"""A detached run that heals itself, the parts that need no cluster (issue 35): the node side's
+classifier and replanner (job/node_healing.py, pure), its agreement with the controller's
+(job/healing.py over job/failures.py's diagnosis) on the same failures, the launch template the
+controller hands over (job/detached_healing.py), and the supervisor's attempts on a clock of its own."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from clusterctl.inventory.load import parse_inventory
+from clusterctl.job import node_agent, node_healing
+from clusterctl.job.detached_healing import attempts_of, plan_healing
+from clusterctl.job.failures import Ended, first_failure
+from clusterctl.job.healing import TABLE, classify
+from clusterctl.modules import process
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+CAPTURED = FIXTURES / "torchrun_failures" / "own_error_rank3_barrier"  # a rank's own exception, its peers' barrier broke
+INVENTORY = parse_inventory("""
+name: heal
+hosts: [{name: node1, address: 198.18.0.11}, {name: node2, address: 198.18.0.12}, {name: node3, address: 198.18.0.13}]
+job: {command: [train.py], args: ['{prompt}', '--world', '{world_size}', '--attempt', '{attempt}'], nproc_per_node: 1,
+      nodes: 2, restarts: 2, checkpoint: {dir: /data/ckpt, complete: COMPLETE}}
+""", "inv.yaml")
+
+
+def _tail(name: str) -> str:
+    return (FIXTURES / "logs" / name).read_text()
+
+
+def _captured(host: str) -> str:
+    return (CAPTURED / f"{host}.agent.log").read_text()
+
+
+CASES = {  # name: the failures the supervisor heard, in order ({"host", "at", "lost", "exit_code", "tail"})
+    "a node silent": [{"host": "node2", "at": 10.0, "lost": True, "exit_code": None, "tail": ""}],
+    "a rank SIGKILLed on one node": [
+        {"host": "node1", "at": 10.0, "lost": False, "exit_code": 1, "tail": _captured("node1")},
+        {"host": "node2", "at": 10.5, "lost": False, "exit_code": 1, "tail": _tail("killed_by_signal/seed-001-sigkill.log")}],
+    "an exception on every rank": [
+        {"host": h, "at": 10.0 + i, "lost": False, "exit_code": 1, "tail": _captured(h)}
+        for i, h in enumerate(("node1", "node2", "node3"))],
+    "an import error": [{"host": "node1", "at": 10.0, "lost": False, "exit_code": 1,
+                         "tail": "Traceback (most recent call last):\n  File \"train.py\", line 1, in <module>\n"
+                                 "ModuleNotFoundError: No module named 'transformers'\n"}],
+    "the master refused the rendezvous": [{"host": "node2", "at": 10.0, "lost": False, "exit_code": 1,
+                                           "tail": _tail("rdzv_unreachable/seed-004-connection-refused.log")}],
+    "a gloo collective timeout": [{"host": "node1", "at": 10.0, "lost": False, "exit_code": 1,
+                                   "tail": "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] "
+                                           "Timed out waiting 30000ms for recv operation to complete\n"}],
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_node_side_and_the_controller_answer_the_same_failure_alike(case):
+    failures = CASES[case]
+    ended = [Ended(f["host"], f["at"], f["lost"], f["exit_code"], f["tail"]) for f in failures]
+    attached = classify(first_failure(INVENTORY, ended, poll_s=1.0, lost_after_s=15.0))
+    response, cause, host = node_healing.verdict(failures, TABLE)
+    assert response == attached.response, (case, cause, attached)
+    if response == "node":
+        assert host == attached.host
+
+
+def test_a_node_fault_anywhere_is_blamed_before_the_earlier_errors_of_its_peers():
+    failures = CASES["a rank SIGKILLed on one node"]
+    assert node_healing.verdict(failures, TABLE) == ("node", "killed_by_signal", "node2")
+    assert node_healing.verdict(failures, {**TABLE, "killed_by_signal": "job"})[0] == "job"  # the user's override
+    assert node_healing.verdict([], TABLE) == ("job", "unknown", None)
+
+
+def test_replanning_leaves_the_blamed_host_out_and_takes_the_first_spare_the_first_survivor_is_master():
+    nproc = {"node1": 1, "node2": 1, "node3": 1, "node4": 1}
+    assert node_healing.replan(["node1", "node2"], ["node3", "node4"], "node1", None, nproc) == (
+        ["node2", "node3"], ["node4"], None)
+    assert node_healing.replan(["node1", "node2", "node3"], [], "node3", 2, nproc) == (["node1", "node2"], [], None)
+    refused = node_healing.replan(["node1", "node2"], [], "node2", None, nproc)
+    assert refused[0] is None and "no spare host is left and 1 node(s) remain (job.min_nodes is not set)" in refused[2]
+    refused = node_healing.replan(["node1", "node2", "node3"], [], "node3", 2, nproc, divides=4)
+    assert refused[0] is None and "world size would be 2" in refused[2]
+
+
+def test_the_launch_template_becomes_the_next_attempts_torchrun_on_the_survivors(tmp_path):
+    hosts = list(INVENTORY.hosts)
+    heal = plan_healing(INVENTORY, hosts[:2], hosts[2:], {}, "RUN1", "a {run_id} prompt @x.nnodes@")
+    config = heal.config_for("node3")
+    token = config["token"]
+    values = node_healing.launch_values(token, ["node1", "node3"], "node3", config["addresses"], config["nproc"], 2,
+                                        "/data/ckpt/step-5")
+    argv = [node_healing.substitute(a, values) for a in config["template"]["argv"]]
+    assert "--nnodes=2:2" in argv and "--node-rank=1" in argv and "--rdzv-endpoint=198.18.0.11:29500" in argv
+    assert argv[-6:] == ["train.py", "a {run_id} prompt @x.nnodes@", "--world", "2", "--attempt", "2"]
+    env = dict((k, node_healing.substitute(v, values)) for k, v in config["template"]["env"])
+    assert env["CLUSTERCTL_ATTEMPT"] == "2" and env["CLUSTERCTL_CHECKPOINT"] == "/data/ckpt/step-5"
+    assert env["CLUSTERCTL_HOST"] == "node3" and env[process.MARKER_RUN] == "RUN1"
+    assert "template" not in heal.rules and heal.record() == {"fleet": ["node1", "node2", "node3"], "restarts": 2}
+    json.dumps(config)  # it travels as supervision.json
+
+
+def test_the_latest_complete_checkpoint_is_found_on_the_node_as_the_controller_finds_it(tmp_path):
+    for name, complete in (("step-9", True), ("step-10", True), ("step-11", False)):
+        (tmp_path / name).mkdir()
+        if complete:
+            (tmp_path / name / "COMPLETE").write_text("")
+    assert node_healing.latest_checkpoint({"dir": str(tmp_path), "complete": "COMPLETE"}) == f"{tmp_path}/step-10"
+    assert node_healing.latest_checkpoint({"dir": str(tmp_path / "none"), "complete": "COMPLETE"}) is None
+
+
+class Clock:
+    def __init__(self):
+        self.t = 1000.0
+
+    def __call__(self):
+        return self.t
+
+
+def _healer(clock, restarts=1):
+    hosts = list(INVENTORY.hosts)
+    heal = plan_healing(INVENTORY, hosts[:2], hosts[2:], {}, "RUN1", "p")
+    config = {"run_id": "RUN1", "hosts": ["node1", "node2", "node3"], "lost_after_s": 15.0, "stall_timeout_s": 0,
+              "timeout_s": 0, "heal": {**heal.config_for("node1"), "restarts": restarts}}
+    return node_healing.Healer(config, "/nowhere", node_agent.Supervisor, now=clock)
+
+
+def _beat(healer, host, seq, **report):
+    return healer.beat({"host": host, "seq": seq, "ranks": 1, "attempt": 1, **report})
+
+
+def test_a_silent_node_is_left_out_the_survivor_stopped_and_the_spare_ordered_to_launch_attempt_2():
+    clock, seq = Clock(), iter(range(1, 10_000))
+    healer = _healer(clock)
+    for _ in range(3):
+        for host in ("node1", "node2"):
+            _beat(healer, host, next(seq))
+        _beat(healer, "node3", next(seq), ranks=0)
+        clock.t += 1
+        healer.tick()
+    clock.t += 16  # node2 cut off: only node1 and the spare report
+    _beat(healer, "node1", next(seq))
+    healer.tick()
+    assert healer.phase == "stopping" and _beat(healer, "node1", next(seq))["stop"] is True
+    assert _beat(healer, "node1", next(seq), exit_code=-15, tail="clusterctl: stopped")["ack"] is False
+    healer.tick()
+    assert healer.phase == "backoff" and healer.excluded == [{"host": "node2", "cause": "node_unreachable"}]
+    clock.t += 1.5
+    healer.tick()
+    order = _beat(healer, "node3", next(seq), ranks=0)["launch"]
+    assert order["attempt"] == 2 and "launch" in _beat(healer, "node1", next(seq), exit_code=-15)
+    for host in ("node1", "node3"):
+        _beat(healer, host, next(seq), attempt=2, exit_code=0)
+    healer.tick()
+    assert healer.phase == "over" and healer.final_state == "succeeded"
+    state = healer.document(final=True)
+    attempts = attempts_of({**state, "final": True})
+    assert [a["hosts"] for a in attempts] == [["node1", "node2"], ["node1", "node3"]]
+    assert [a["exit_code"] for a in attempts] == [1, 0] and attempts[1]["relaunch_s"] is not None
+    assert attempts[0]["excluded"] == [{"host": "node2", "cause": "node_unreachable"}]
+
+
+def test_a_job_fault_ends_the_run_at_once_and_a_stop_between_attempts_launches_nothing():
+    clock, seq = Clock(), iter(range(1, 10_000))
+    healer = _healer(clock)
+    for host in ("node1", "node2"):
+        _beat(healer, host, next(seq), exit_code=1, tail=_captured("node2"))
+    clock.t += 4
+    healer.tick()
+    healer.tick()
+    assert healer.phase == "over" and "the job's own fault: not retried" in healer.heal_refused
+    healer = _healer(clock)
+    _beat(healer, "node2", next(seq), lost=False)
+    healer.phase, healer.relaunch_at = "backoff", clock.t + 30
+    _beat(healer, "node3", next(seq), ranks=0, stopped=True)
+    healer.tick()
+    assert healer.phase == "over" and healer.final_state == "stopped" and not healer.orders
+
+
+def test_setting_an_attempt_aside_keeps_the_daemons_files_and_moves_nothing_of_a_spare_that_ran_nothing(tmp_path):
+    run_dir = tmp_path / "node1"
+    run_dir.mkdir()
+    for name in ("agent.pid", "agent.log", "env", "stop", "supervision.json", "keep.log", "node_agent.py"):
+        (run_dir / name).write_text(name)
+    node_healing.set_aside(str(run_dir), 1)
+    assert sorted(p.name for p in run_dir.iterdir()) == ["keep.log", "node_agent.py", "supervision.json"]
+    assert sorted(p.name for p in (tmp_path / "node1.attempt-1").iterdir()) == ["agent.log", "agent.pid", "env", "stop"]
+    spare = tmp_path / "node3"
+    spare.mkdir()
+    (spare / "env").write_text("")
+    node_healing.set_aside(str(spare), 1)
+    assert not (tmp_path / "node3.attempt-1").exists() and (spare / "env").exists()
