@@ -18,7 +18,7 @@ from hypothesis import given, settings, strategies as st
 
 from clusterctl.health import watch
 from clusterctl.health.record import HealthRecord
-from clusterctl.job import detached_health, node_agent, node_health
+from clusterctl.job import detached_health, engine, heal_policy, node_agent, node_health
 from clusterctl.models import Host, Inventory
 from clusterctl.state import State
 
@@ -91,7 +91,7 @@ def test_a_sample_is_offered_again_until_the_supervisor_acknowledged_it():
 
 
 def test_the_supervisor_keeps_each_nodes_newest_health_sample_in_its_state():
-    sup = node_agent.Supervisor({"run_id": "r1", "hosts": ["a"], "lost_after_s": 15}, "/nonexistent")
+    sup = engine.Attempt({"run_id": "r1", "hosts": ["a"], "lost_after_s": 15}, "/nonexistent")
     assert sup.beat({"host": "a", "seq": 1, "health": {"at": 1.0, "kernel": XID_79}}) is not None
     assert sup.beat({"host": "a", "seq": 2}) is not None  # a beat without a sample keeps the last one
     assert sup.document()["nodes"]["a"]["health"] == {"at": 1.0, "kernel": XID_79}
@@ -162,7 +162,7 @@ def test_a_real_keeper_sends_its_nodes_sample_and_the_supervisor_state_quarantin
 
     port, run_dir = _free_port(), tmp_path / "n1"
     run_dir.mkdir()
-    for script in (node_agent, node_health):
+    for script in (node_agent, node_health, engine, heal_policy):  # the supervisor hosts the engine
         (run_dir / Path(script.__file__).name).write_bytes(Path(script.__file__).read_bytes())
     (run_dir / node_agent.CONFIG).write_text(json.dumps({
         "run_id": "r1", "address": "127.0.0.1", "port": port, "key": "k" * 64, "lease_s": 5, "lost_after_s": 15,

@@ -20,13 +20,11 @@ from types import SimpleNamespace
 from typing import Mapping, Optional
 
 from clusterctl.job import agent
-from clusterctl.job.healing import TABLE
+from clusterctl.job.heal_policy import BACKOFF_S, TABLE
 from clusterctl.job.topology import plan
 from clusterctl.job.torchrun import job_argv, log_dir, placeholder_values, torchrun_argv, torchrun_env
 from clusterctl.models import Host, Inventory
 from clusterctl.modules import process
-
-BACKOFF_S = (1.0, 10.0, 30.0, 60.0)  # as backends/healing.py's: before relaunch 1, 2, 3, then every later one
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,8 @@ ESTABLISH_S = 30.0
 _SCRIPT = Path(__file__).with_name("node_agent.py")
 _HEALTH_SCRIPT = Path(__file__).with_name("node_health.py")  # the keeper's passive health watch (issue 36)
 _HEALING = Path(__file__).with_name("node_healing.py")
+# the run's engine, which the supervisor hosts (job/engine.py and the heal it calls)
+_ENGINE = tuple(Path(__file__).with_name(name) for name in ("engine.py", "heal_policy.py"))
 
 # $1 dir (proven ours: agent.OWN_DIR_SH), $2 file name: stdin into a file only its owner reads (the
 # key), through a rename
@@ -136,6 +138,7 @@ def establish(inventory: Inventory, run_id: str, master: str, address: str, port
         commands = [*([agent.write_env_command(inventory, run_dir, ())] if host.name in spares else []),
                     _put_private(inventory, run_dir, "node_agent.py", script),
                     _put_private(inventory, run_dir, "node_health.py", health_script),
+                    *(_put_private(inventory, run_dir, path.name, path.read_bytes()) for path in _ENGINE),
                     *([_put_private(inventory, run_dir, "node_healing.py", _HEALING.read_bytes())] if heal else []),
                     _put_private(inventory, run_dir, CONFIG, config.encode())]
         if host.name == master:
