@@ -191,3 +191,31 @@ def test_setting_an_attempt_aside_keeps_the_daemons_files_and_moves_nothing_of_a
     (spare / "env").write_text("")
     node_healing.set_aside(str(spare), 1)
     assert not (tmp_path / "node3.attempt-1").exists() and (spare / "env").exists()
+
+
+@pytest.mark.parametrize("launcher", ["torchrun", "none", "mpirun", "deepspeed"])
+def test_each_launchers_template_filled_in_on_the_node_is_what_the_controller_launches_on_that_plan(launcher):
+    """A detached relaunch (job/templates.py's tokens, heal_policy.launch_values) starts on each node exactly
+    what an attached relaunch starts there, planned anew on the hosts in use (job/runner.py)."""
+    from dataclasses import replace
+
+    from clusterctl.job.launchers import shaped
+    from clusterctl.job.runner import JobRunner
+    from clusterctl.job.topology import plan
+
+    inventory = replace(INVENTORY, job=replace(INVENTORY.job, launcher=launcher))
+    hosts = list(inventory.hosts)
+    heal = plan_healing(inventory, hosts[:2], hosts[2:], {}, "RUN1", "a prompt")
+    active = ["node1", "node3"]
+    attempt2 = shaped(inventory, plan(replace(inventory, hosts=(hosts[0], hosts[2])), {}))
+    runner = JobRunner(inventory, attempt2, "RUN1", "a prompt", None, lambda e: None, attempt=2,
+                       checkpoint="/data/ckpt/step-5")
+    for host in active:
+        config = heal.config_for(host)
+        values = heal_policy.launch_values(config["token"], active, host, config["addresses"], config["nproc"], 2,
+                                           "/data/ckpt/step-5", config["gpus"])
+        launch = config["template_master"] if host == "node1" and "template_master" in config else config["template"]
+        argv = tuple(heal_policy.substitute(a, values) for a in launch["argv"])
+        env = tuple((k, heal_policy.substitute(v, values)) for k, v in launch["env"])
+        assert argv == runner.nodes[host].torchrun, host
+        assert env == runner.nodes[host].env, host

@@ -90,10 +90,6 @@ def _detached(session, backend, inventory, request: RunRequest, live, fleet: Fle
     if not backend.lists_hosts(inventory):
         raise UsageError("a detached run heals itself on SSH nodes only", where="--detach",
                          fix="leave --detach out, or set job.restarts: 0")
-    if inventory.job.launcher != "torchrun":  # the cluster's supervisor relaunches a torchrun template only
-        raise UsageError(f"a detached run heals itself with job.launcher torchrun only; job.launcher is "
-                         f"{inventory.job.launcher}", where="--detach",
-                         fix="leave --detach out (an attached run heals with every launcher), or set job.restarts: 0")
     facts, problems, _busy, _from = backend.facts(replace(inventory, hosts=tuple(fleet.active + fleet.spares)),
                                                   session.connections)
     spares = [h for h in fleet.spares if h.name not in problems]

@@ -122,6 +122,11 @@ class Attempt:
         silent = min(n["silent_s"] + (now - n["seen"]) for n in running)
         return round(silent, 1) if silent >= self.stall_timeout_s else None
 
+    @property
+    def settling(self):
+        """A node failed: the others are heard (asked at once, attached) before the run ends."""
+        return self.state == "running" and self.first_failure_at is not None
+
     def hang(self, reason):
         """An observer's verdict from the ranks' stacks (job/stalls.py): the run hangs; it ends failed."""
         with self.lock:
@@ -259,7 +264,7 @@ class Engine:
         self.checkpoint = heal_policy.latest_checkpoint(self.heal.get("checkpoint"))
         heal, token = self.heal, self.heal["token"]
         self.orders = {h: {"attempt": self.attempt, "values": heal_policy.launch_values(
-            token, self.active, h, heal["addresses"], heal["nproc"], self.attempt, self.checkpoint)}
+            token, self.active, h, heal["addresses"], heal["nproc"], self.attempt, self.checkpoint, heal.get("gpus"))}
             for h in self.active}
         self.inner = self.make(self._config(), self.run_dir, self.now)
         self.phase = "running"

@@ -17,7 +17,9 @@ A cause not in the table is a job fault (nothing is retried that nobody understo
 A failure is {"host", "at", "lost", "exit_code", "tail"} as the supervisor heard it, or {"host",
 "cause"} where the controller's diagnosis (job/failures.py) named its cause already.
 """
+import base64
 import glob
+import json
 import os
 import re
 from collections import namedtuple
@@ -183,13 +185,30 @@ def substitute(text, values):
     return text
 
 
-def launch_values(token, active, host, addresses, nproc, attempt, checkpoint):
-    """What the tokens of `host`'s template become in an attempt on `active` (the first is the master)."""
-    master = addresses[active[0]]
+def launch_values(token, active, host, addresses, nproc, attempt, checkpoint, gpus=None):
+    """What the tokens of `host`'s template (job/templates.py) become in an attempt on `active` (the
+    first is the master); `gpus`: each host's planned GPU ordinals (None on CPU)."""
+    master, gpus = addresses[active[0]], gpus or {}
+    counts = [int(nproc.get(h, 1)) for h in active]
     return {f"@{token}.nnodes@": str(len(active)), f"@{token}.node_rank@": str(active.index(host)),
-            f"@{token}.master@": f"[{master}]" if ":" in master else master,
-            f"@{token}.world_size@": str(sum(int(nproc.get(h, 1)) for h in active)),
+            f"@{token}.first_rank@": str(sum(counts[:active.index(host)])),
+            f"@{token}.master@": f"[{master}]" if ":" in master else master, f"@{token}.master_host@": active[0],
+            f"@{token}.world_size@": str(sum(counts)),
+            f"@{token}.hostfile@": hostfile([(addresses[h], n) for h, n in zip(active, counts)]),
+            f"@{token}.world_info@": world_info([(h, gpus.get(h), n) for h, n in zip(active, counts)]),
             f"@{token}.attempt@": str(attempt), f"@{token}.checkpoint@": checkpoint or ""}
+
+
+def hostfile(nodes):
+    """mpirun's hostfile of [(address, ranks)] in node-rank order."""
+    return "".join(f"{address} slots={slots}\n" for address, slots in nodes)
+
+
+def world_info(nodes):
+    """DeepSpeed launch.py's --world_info of [(host, GPU ordinals or None, ranks)] in node-rank order:
+    {host: [device ids]} as JSON in URL-safe base64 (its runner.py's encode_world_info)."""
+    hosts = {host: list(gpus[:nproc] if gpus else range(nproc)) for host, gpus, nproc in nodes}
+    return base64.urlsafe_b64encode(json.dumps(hosts).encode()).decode()
 
 
 def attempt_env(attempt, checkpoint):

@@ -49,21 +49,24 @@ def set_aside(run_dir, attempt):
 
 def launch(run_dir, config, order):
     """Start attempt order["attempt"] on this node: set the last one aside, write its env, start the
-    wrapper (without the run's marker: only torchrun carries it, see job/agent.py). Never twice."""
+    wrapper (without the run's marker: only the launcher carries it, see job/agent.py), with its
+    launcher's own command (the master's where this node is the master now). Never twice."""
     heal = config["heal"]
     attempt = int(order["attempt"])
     if attempt <= attempt_of(run_dir) or os.path.exists(os.path.join(run_dir, "stopped")):
         return False
     set_aside(run_dir, attempt_of(run_dir))
     values = order["values"]
-    env = [(k, substitute(v, values)) for k, v in heal["template"]["env"]]
+    master = values.get(f"@{heal['token']}.node_rank@") == "0"
+    launch = heal.get("template_master") if master and heal.get("template_master") else heal["template"]
+    env = [(k, substitute(v, values)) for k, v in launch["env"]]
     env = [(k, v) for k, v in env if v or k != "CLUSTERCTL_CHECKPOINT"]
     descriptor = os.open(os.path.join(run_dir, "env"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(descriptor, "w") as f:
         f.write("".join(f"{k}={v}\n" for k, v in env))
     with open(os.path.join(run_dir, ATTEMPT_FILE), "w") as f:
         f.write(f"{attempt}\n")
-    argv = [substitute(a, values) for a in heal["template"]["argv"]]
+    argv = [substitute(a, values) for a in launch["argv"]]
     clean = {k: v for k, v in os.environ.items() if k not in heal["marker_names"]}
     # `setsid -f` forks: the wrapper is nobody's child here (no zombie under the keeper), as agent.start_command
     subprocess.run(["setsid", "-f", "sh", "-c", heal["wrapper"], "clusterctl-wrapper", run_dir, str(config["lease_s"]),

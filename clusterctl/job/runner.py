@@ -25,10 +25,10 @@ from typing import Callable, Mapping, Optional
 from clusterctl.models import secret_values
 from clusterctl.errors import UsageError
 from clusterctl.executor import Connections, Event, OnEvent, Streams, Ticker, for_each_host, run_commands
-from clusterctl.job.torchrun import MAX_ARG_BYTES, RANK_PREFIX_RE, job_argv, log_dir, placeholder_values, torchrun_env
+from clusterctl.job.torchrun import MAX_ARG_BYTES, RANK_PREFIX_RE, log_dir, placeholder_values
 from clusterctl.models import Command, Host, HostResult, HostStatus, Inventory, MASK, looks_secret
 from clusterctl.job import agent, engine, rollcall, stalls, supervision
-from clusterctl.job import culprit, launchers, pace, phases
+from clusterctl.job import culprit, launchers, pace, phases, templates
 from clusterctl.job.straggler_watch import StragglerWatch
 from clusterctl.job.failures import first_ranks_of
 from clusterctl.job.follow import FollowStream, Piece, latest_state, line_prefix
@@ -112,18 +112,15 @@ class JobRunner:
         self.started_at = time.time()  # the kernel log of a SIGKILL is read from here on (job/kernel_log.py)
         outputs = inventory.job.outputs
         # a run that heals itself (backends/healing.py): which attempt this is, and where to resume
-        attempt_env = (("CLUSTERCTL_ATTEMPT", str(attempt)),) + ((("CLUSTERCTL_CHECKPOINT", checkpoint),) if checkpoint else ())
-        argv = job_argv(inventory.job, {**placeholder_values(topology, run_id, prompt, outputs),
-                                        "attempt": str(attempt), "checkpoint": checkpoint or ""})
+        values = {**placeholder_values(topology, run_id, prompt, outputs), "attempt": str(attempt),
+                  "checkpoint": checkpoint or ""}
         self.nodes: dict[str, NodeRun] = {}
         for plan in topology.nodes:
-            run_dir = log_dir(outputs, run_id, plan.host.name)
-            env = (*process.marker_env(inventory.name, plan.host.name, run_id), *torchrun_env(plan, inventory, run_dir),
-                   *launchers.node_env(inventory, topology, plan, run_id), *agent.job_env(inventory, plan.host.env), *attempt_env)
-            command = launchers.node_command(inventory, topology, plan, run_id, argv, outputs)
-            self.nodes[plan.host.name] = NodeRun(plan.host, run_dir, command, env)
-            _check_command_line(plan.host.name, agent.start_command(inventory, self.nodes[plan.host.name].run_dir,
-                                                                        command), len(prompt.encode()))
+            launch = templates.node_launch(inventory, topology, plan, run_id, values, str(attempt), checkpoint)
+            node = self.nodes[plan.host.name] = NodeRun(plan.host, log_dir(outputs, run_id, plan.host.name),
+                                                        launch.argv, launch.env)
+            _check_command_line(plan.host.name, agent.start_command(inventory, node.run_dir, launch.argv),
+                                len(prompt.encode()))
         self.stacks_dir = stacks_dir
         self.supervised: Optional[supervision.Supervised] = None
         self.heal = None  # job/detached_healing.DetachedHealing: a detached run that heals itself (issue 35)
@@ -261,7 +258,7 @@ class JobRunner:
         supervised, failed = supervision.establish(
             self.inventory, self.run_id, master, self.topology.master_addr, self.topology.port,
             {name: n.run_dir for name, n in self.nodes.items()}, {name: n.host for name, n in self.nodes.items()},
-            self.connections, stall_timeout_s=self.stalls.timeout_s, since=self.started_at, heal=self.heal,
+            self.connections, stall_timeout_s=self.stalls.timeout_s, since=self.started_at, heal=self.heal, files=self.files,
             timeout_s=max(1.0, self.timeout_s - (time.monotonic() - self._started)) if self.timeout_s else None)
         if supervised is None:
             self.stop("the run could not be handed over to the cluster")
@@ -293,7 +290,7 @@ class JobRunner:
         while True:
             if hung_up():
                 return self.hand_over()
-            self._poll_once(everyone=self.engine.first_failure_at is not None)
+            self._poll_once(everyone=self.engine.settling)
             self._report_status()
             if self.health_watch is not None:  # issue 36: every 30 s, the running nodes' GPUs and kernel log
                 self.health_watch.tick([n.host for n in self.nodes.values() if n.exit_code is None and not n.lost])
@@ -303,7 +300,7 @@ class JobRunner:
                 self.phases.reach("torchrun_exits")
             if self.engine.state != "running":
                 return self._ended()
-            if self.engine.first_failure_at is None:  # settling after a failure: only the polls
+            if not self.engine.settling:  # settling after a failure: only the polls
                 running = [n.host for n in self.nodes.values() if n.exit_code is None and not n.lost]
                 self.stragglers.check(running, paused=self.stalls.sampling)
                 hang = self.stalls.check(running)

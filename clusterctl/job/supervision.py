@@ -110,14 +110,17 @@ def parse_state(stdout: str) -> Optional[dict]:
 def establish(inventory: Inventory, run_id: str, master: str, address: str, port: int,
               run_dirs: dict[str, str], hosts: dict[str, Host], connections: Connections,
               stall_timeout_s: float = 0.0, timeout_s: Optional[float] = None, lease_s: int = agent.LEASE_S,
-              wait_s: float = ESTABLISH_S, since: Optional[float] = None, heal=None) -> tuple[Optional[Supervised], dict]:
+              wait_s: float = ESTABLISH_S, since: Optional[float] = None, heal=None,
+              files: Optional[dict[str, bytes]] = None) -> tuple[Optional[Supervised], dict]:
     """Start the supervisor and the keepers; (where it listens, {} ) once every node was heard, else
     (None, {host: HostResult}) naming what failed (the caller stops the run). `stall_timeout_s`: the
     supervisor reports the run stalled after that long without output from any rank (0: never);
     `timeout_s` (`run --timeout`, from the supervisor's start): the run is stopped past it; `since`:
     the run's start (unix time), from which the keepers' health watch reads the kernel log. `heal`
-    (job/detached_healing.DetachedHealing): the run heals itself; its spares get a keeper too."""
+    (job/detached_healing.DetachedHealing): the run heals itself; its spares get a keeper too, and the
+    run's shipped `files` (the launcher's own node programs: mpirun's gate) for the attempt they join."""
     from clusterctl.job.node_agent import CONFIG
+    from clusterctl.job.shipping import files_dir, put_file_command
     from clusterctl.job.torchrun import log_dir
 
     key = secrets.token_hex(32)
@@ -135,7 +138,10 @@ def establish(inventory: Inventory, run_id: str, master: str, address: str, port
         run_dir = run_dirs[host.name]
         marker = process.marker_env(inventory.name, host.name, run_id)
         config = json.dumps({**base, "host": host.name, **({"heal": heal.config_for(host.name)} if heal else {})})
-        commands = [*([agent.write_env_command(inventory, run_dir, ())] if host.name in spares else []),
+        spare = [agent.write_env_command(inventory, run_dir, ()),
+                 *(put_file_command(inventory, files_dir(inventory.job.outputs, run_id), name, data)
+                   for name, data in (files or {}).items())] if host.name in spares else []
+        commands = [*spare,
                     _put_private(inventory, run_dir, "node_agent.py", script),
                     _put_private(inventory, run_dir, "node_health.py", health_script),
                     *(_put_private(inventory, run_dir, path.name, path.read_bytes()) for path in _ENGINE),
