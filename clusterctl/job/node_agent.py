@@ -1,17 +1,18 @@
 """The part of a run that lives on the cluster when no clusterctl watches it (`run --detach`, or an
 attached `run` whose terminal hung up). Runs on the nodes: the standard library only, Python 3.8+,
-copied into each node's run dir with its companions (node_health.py: the passive health watch;
-node_healing.py: a run that heals itself) and run from there (nothing installed).
+copied into each node's run dir with its companions (engine.py and heal_policy.py: the run's engine;
+node_health.py: the passive health watch; node_healing.py: a keeper's relaunch) and run from there
+(nothing installed).
 
 Two roles, one process each, both carrying the run's marker (modules/process.py), so `stop` and
 `down` end them with the ranks:
 - `supervise RUN_DIR` on the master node: an HTTP server on the rendezvous address, port
-  rendezvous.port + 1. It holds every node's lease and does what the attached controller does: fail
-  fast (a node whose torchrun failed -> after a few seconds for the others to report, every node is
-  told to stop), lost nodes (silent for `lost_after_s`), `clusterctl stop`, and the run's state in
-  `supervisor.json`, which the controller reads back (`status`, `attach`, `logs`) into the run record.
-  With `stall_timeout_s`, a run whose ranks all went silent that long is reported stalled
-  (`stalled_s`), not stopped: telling a hang from a long step takes the stacks (`clusterctl stacks`).
+  rendezvous.port + 1. It holds every node's lease and hosts the run's engine (engine.py), which the
+  attached controller hosts in-process: fail fast, lost nodes (silent for `lost_after_s`), `--timeout`,
+  `clusterctl stop`, a run that heals itself; the engine's document is `supervisor.json`, which the
+  controller reads back (`status`, `attach`, `logs`) into the run record. With `stall_timeout_s`, a run
+  whose ranks all went silent that long is reported stalled (`stalled_s`), not stopped: telling a hang
+  from a long step takes the stacks (`clusterctl stacks`).
 - `keep RUN_DIR` on every node: every second it reports its torchrun's state (at the end the tail of
   its log); each answer renews the node's lease (job/agent.py's wrapper stops the ranks when it runs
   out), and an answer "stop" writes `stop`, on which the wrapper stops the ranks at once. A silent

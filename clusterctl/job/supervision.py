@@ -1,7 +1,7 @@
 """Hand a running job over to the cluster (job/node_agent.py), and read back what became of it.
 
-`establish` copies node_agent.py and a per-run `supervision.json` (0600: it holds the run's key)
-into every node's run dir, starts the supervisor on the master node and a keeper on every node
+`establish` copies node_agent.py, the run's engine (engine.py, heal_policy.py) and a per-run
+`supervision.json` (0600: it holds the run's key) into every node's run dir, starts the supervisor on the master node and a keeper on every node
 (detached, marked like the ranks), and waits until the supervisor has heard every node: from then
 on the leases are held on the cluster, and the controller may go (`run --detach`, a hang-up).
 `read_state` reads the supervisor's `supervisor.json` from the master node; `record_from_state`
