@@ -42,6 +42,10 @@ CASES = {  # name: the failures the supervisor heard, in order ({"host", "at", "
     "an exception on every rank": [
         {"host": h, "at": 10.0 + i, "lost": False, "exit_code": 1, "tail": _captured(h)}
         for i, h in enumerate(("node1", "node2", "node3"))],
+    "a rank SIGKILLed under the none launcher": [
+        {"host": "node1", "at": 10.0, "lost": False, "exit_code": 1, "tail": _captured("node1")},
+        {"host": "node2", "at": 10.5, "lost": False, "exit_code": 137,
+         "tail": "[node2 rank1]: Killed\n[node2 rank1]: clusterctl: the job exited with code 137\n"}],
     "an import error": [{"host": "node1", "at": 10.0, "lost": False, "exit_code": 1,
                          "tail": "Traceback (most recent call last):\n  File \"train.py\", line 1, in <module>\n"
                                  "ModuleNotFoundError: No module named 'transformers'\n"}],

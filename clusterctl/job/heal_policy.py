@@ -52,8 +52,9 @@ TABLE = {
 # (tests/test_engine.py checks they agree).
 CAUSES = (
     ("oom_killed", r"Out of memory: Kill|invoked oom-killer|\boom[-_]kill|OOMKilled|Memory cgroup out of memory"),
+    # torchrun's report; the rank wrapper of `none` and deepspeed (job/launchers.py): 137 is sh's 128 + SIGKILL
     ("killed_by_signal", r"(?:exitcode|exit code|return code|exit status)\s*[:=]?\s*-9\b|Signal 9 \(SIGKILL\)"
-                         r"|Signals\.SIGKILL|signal 9: SIGKILL"),
+                         r"|Signals\.SIGKILL|signal 9: SIGKILL|clusterctl: the (?:job|rank) exited with code 137\b"),
     ("import_error", r"ModuleNotFoundError: No module named|ImportError: "),
     ("cuda_oom", r"CUDA out of memory|torch\.OutOfMemoryError|OutOfMemoryError: CUDA"),
     ("rdzv_unreachable", r"RendezvousConnectionError|RendezvousTimeoutError|client socket has timed out"
