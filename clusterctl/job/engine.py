@@ -31,7 +31,6 @@ DRAIN_S = 20.0  # after the run ended: the nodes' last reports (their ranks' exi
 NEVER_SEEN_S = 60.0  # a node whose keeper never reported by then is lost
 TAIL_BYTES = 24000
 END_WAIT_S = 5.0  # once over: the keepers are told to end for this long at most
-LOST_AFTER_S = 15.0  # `job.lost_after`'s default: the one lost-node window, attached and detached
 
 
 class Attempt:
@@ -90,7 +89,7 @@ class Attempt:
                 if node["lost"] or node["exit_code"] is not None:
                     continue
                 silent = now - (node["seen"] if node["seen"] is not None else self.started)
-                limit = float(self.config.get("lost_after_s") or LOST_AFTER_S) if node["seen"] is not None else NEVER_SEEN_S
+                limit = self.config["lost_after_s"] if node["seen"] is not None else NEVER_SEEN_S
                 if silent > limit and self.state == "running":
                     node["lost"], node["ended_at"] = True, now
                     self.failures.append({"host": host, "exit_code": None, "at": now, "lost": True,
@@ -147,7 +146,6 @@ class Attempt:
                     "started": self.started, "ended": self.ended, "final": final, "pid": os.getpid(),
                     "stall_timeout_s": self.stall_timeout_s, "stalled_s": self.stalled_s, "timed_out": self.timed_out,
                     "nodes": nodes, "failures": list(self.failures)}
-
 
 
 class Engine:
