@@ -20,10 +20,9 @@ from typing import Optional
 from clusterctl.backends.base import Plan, RunRequest
 from clusterctl.backends.healing_hooks import StopRequested, holding, stop_requested
 from clusterctl.errors import UsageError
+from clusterctl.job import heal_policy
 from clusterctl.job.records import RunStore
 from clusterctl.outcome import Outcome
-
-BACKOFF_S = (1.0, 10.0, 30.0, 60.0)  # before relaunch 1, 2, 3, then every later one
 
 
 @dataclass
@@ -36,15 +35,17 @@ class Fleet:
     granted: bool = False  # a Slurm allocation's nodes: the scheduler grants another in place of one left out
 
     def leave_out(self, host: str, cause: str) -> Optional[str]:
-        """`host` out for good, the first spare in its place; the spare's name, or None without one."""
-        self.active = [h for h in self.active if h.name != host]
-        self.spares = [h for h in self.spares if h.name != host]
+        """`host` out for good, the first spare in its place (heal_policy.leave_out); the spare's name, or
+        None without one."""
+        active, spares, joined = heal_policy.leave_out(self.names(), [h.name for h in self.spares], host, self.granted)
+        self.hosts_in_use(active, spares)
         self.excluded.append({"host": host, "cause": cause})
-        if not self.spares:
-            return "another node of the allocation" if self.granted else None
-        spare, self.spares = self.spares[0], self.spares[1:]
-        self.active.append(spare)
-        return spare.name
+        return joined
+
+    def hosts_in_use(self, active: list, spares: list) -> None:
+        """The engine's choice (names) as this fleet's hosts."""
+        known = {h.name: h for h in (*self.active, *self.spares)}
+        self.active, self.spares = [known[n] for n in active], [known[n] for n in spares]
 
     def names(self) -> list[str]:
         return [h.name for h in self.active]
@@ -90,10 +91,6 @@ def _detached(session, backend, inventory, request: RunRequest, live, fleet: Fle
     if not backend.lists_hosts(inventory):
         raise UsageError("a detached run heals itself on SSH nodes only", where="--detach",
                          fix="leave --detach out, or set job.restarts: 0")
-    if inventory.job.launcher != "torchrun":  # the cluster's supervisor relaunches a torchrun template only
-        raise UsageError(f"a detached run heals itself with job.launcher torchrun only; job.launcher is "
-                         f"{inventory.job.launcher}", where="--detach",
-                         fix="leave --detach out (an attached run heals with every launcher), or set job.restarts: 0")
     facts, problems, _busy, _from = backend.facts(replace(inventory, hosts=tuple(fleet.active + fleet.spares)),
                                                   session.connections)
     spares = [h for h in fleet.spares if h.name not in problems]
@@ -177,26 +174,19 @@ def _attempts(session, backend, inventory, request: RunRequest, live, fleet: Fle
 
 def _next_step(outcome: Outcome, healing, attempt: int, fleet: Fleet) -> tuple[Optional[str], Optional[str]]:
     """(what is done, None) when the run goes on; (None, why not) when it ends here (why: None when it
-    simply succeeded, was stopped or interrupted). Leaves the blamed host out of `fleet`."""
-    from clusterctl.job.healing import classify
-
+    simply succeeded, was stopped or interrupted): the engine's decision (heal_policy.decide) on the
+    attempt's first failure, the blamed host left out of `fleet`. The world size is checked by the
+    next attempt's plan."""
     document = outcome.document
-    if outcome.ok or outcome.interrupted or document.get("stopped") or document.get("exit_code") is None:
-        return None, None
-    verdict = classify(document.get("first_failure"), healing.heal)
-    if verdict.response == "job":
-        return None, verdict.says()
-    if attempt > healing.restarts:
-        return None, f"{verdict.says()}, and the {healing.restarts} restart(s) of job.restarts are spent"
-    if verdict.response == "transient":
-        return verdict.says(), None
-    spare = fleet.leave_out(verdict.host, verdict.cause)
-    if spare is None and len(fleet.active) < (healing.min_nodes or len(fleet.active) + 1):
-        need = f"job.min_nodes is {healing.min_nodes}" if healing.min_nodes else "job.min_nodes is not set"
-        return None, (f"{verdict.says()}, no spare host is left and {len(fleet.active)} node(s) remain "
-                      f"({need}): set job.min_nodes, or add a spare host beyond job.nodes")
-    joined = f", {spare} joins" if spare else f", going on with {len(fleet.active)} node(s) (job.min_nodes)"
-    return verdict.says() + joined, None
+    ended = ("succeeded" if outcome.ok else "stopped" if outcome.interrupted or document.get("stopped")
+             or document.get("exit_code") is None else "failed")
+    rules = {"table": healing.heal, "restarts": healing.restarts, "min_nodes": healing.min_nodes}
+    decision = heal_policy.decide(ended, heal_policy.failure_of(document.get("first_failure")), attempt, rules,
+                                  fleet.names(), [h.name for h in fleet.spares], fleet.granted)
+    fleet.excluded += decision.excluded
+    if decision.relaunch:
+        fleet.hosts_in_use(decision.active, decision.spares)
+    return (decision.says, None) if decision.relaunch else (None, decision.why)
 
 
 def _attempt_entry(session, run_id: str, attempt: int, fleet: Fleet, outcome: Outcome, earlier: list) -> dict:
@@ -217,7 +207,7 @@ def _backoff(session, run_id: str, attempts: list, attempt: int) -> bool:
 
     ended = _read(session, run_id).get("state")
     _record(session, run_id, attempts, {"state": "running", "relaunching": True})
-    pause = BACKOFF_S[min(attempt, len(BACKOFF_S)) - 1]
+    pause = heal_policy.backoff_of(attempt)
     stopped = wait_until(lambda: stop_requested(session, run_id), pause, interval_s=0.2)
     if not stopped:  # ended again: the stop that Backend.relaunch makes finds nothing to stop
         _record(session, run_id, attempts, {"state": ended, "relaunching": False})

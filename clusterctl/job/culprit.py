@@ -7,6 +7,7 @@ from __future__ import annotations
 from clusterctl.executor import for_each_host, run_commands
 from clusterctl.job import agent, dumps, kernel_log
 from clusterctl.job.failures import Ended, first_failure, first_ranks_of
+from clusterctl.models import HostStatus
 
 TAIL_LINES = 200
 
@@ -33,3 +34,13 @@ def _tails(runner, nodes: list) -> dict[str, str]:
 
     results = for_each_host([n.host for n in nodes], action, runner.connections)
     return {name: runner._mask(result.stdout) for name, result in results.items()}
+
+
+def launch_failure(failures: dict) -> dict:
+    """The first failure of a run some node could not even start."""
+    name, result = next(iter(failures.items()))
+    cause = "node_unreachable" if result.status is HostStatus.UNREACHABLE else "unknown"
+    return {"host": name, "rank": None, "diagnosis": [{
+        "cause": cause, "host": name, "rank": None, "evidence": result.detail,
+        "fix": "the node could not start torchrun (see the evidence): check that job.outputs is writable there, "
+               "run `clusterctl up` if the container is gone, and `clusterctl check`"}]}

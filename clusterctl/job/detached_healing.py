@@ -3,10 +3,10 @@
 At hand-over the controller decides all it can: the cause -> response table (job/healing.py's, with
 the inventory's `job.heal`), `restarts`, `min_nodes`, the backoff, the hosts in use and the spares,
 each host's ranks and job-network address (a plan of every host of the fleet), `job.checkpoint`, and
-each host's launch TEMPLATE: its torchrun argv and environment as this run's runner would make them,
-with tokens (`@<nonce>.nnodes@`, `.node_rank@`, `.master@`, `.world_size@`, `.attempt@`,
-`.checkpoint@`; the nonce is per run, so no prompt meets one by chance) for what a relaunch changes.
-job/node_healing.py, beside the supervisor and the keepers, classifies, replans and fills them in.
+each host's launch TEMPLATE: its launcher's argv and environment as this run's runner makes them
+(job/launch_plan.py: torchrun, mpirun, deepspeed or none), with tokens (the nonce is per run, so no
+prompt meets one by chance) for what a relaunch changes. The engine on the master node (job/engine.py)
+decides; the keepers (job/node_healing.py) fill the tokens in and launch.
 
 Back on the controller (`status`, `attach`, `stop`), `attempts_of` turns the supervisor's attempts
 into the record's `attempts` (the same shape as an attached run's) and `remember_excluded` keeps
@@ -16,18 +16,15 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass, replace
-from types import SimpleNamespace
 from typing import Mapping, Optional
 
 from clusterctl.job import agent
-from clusterctl.job.healing import TABLE
+from clusterctl.job.heal_policy import BACKOFF_S, TABLE
+from clusterctl.job.launchers import shaped
+from clusterctl.job.launch_plan import template
 from clusterctl.job.topology import plan
-from clusterctl.job.torchrun import job_argv, placeholder_values, torchrun_argv, torchrun_env
-from clusterctl.node.layout import node_run_dir
 from clusterctl.models import Host, Inventory
 from clusterctl.modules import process
-
-BACKOFF_S = (1.0, 10.0, 30.0, 60.0)  # as backends/healing.py's: before relaunch 1, 2, 3, then every later one
 
 
 @dataclass(frozen=True)
@@ -40,7 +37,7 @@ class DetachedHealing:
     spares: tuple[Host, ...]
 
     def config_for(self, host: str) -> dict:
-        return {**self.rules, "template": dict(self.templates[host])}
+        return {**self.rules, **self.templates[host]}
 
     def record(self) -> dict:
         """What the local run record keeps: every host of the fleet (`stop` ends the keepers of the spares too)."""
@@ -55,14 +52,15 @@ def plan_healing(inventory: Inventory, active: list, spares: list, facts: Mappin
     healing = inventory.job.healing
     fleet = replace(inventory, hosts=tuple(active) + tuple(spares),
                     job=replace(inventory.job, world_size_divides=None))  # checked on each replan instead
-    topology = plan(fleet, facts, strict=strict)
+    topology = shaped(inventory, plan(fleet, facts, strict=strict))
     token = secrets.token_hex(6)
-    templates = {node.host.name: _template(inventory, topology, node, run_id, prompt, token) for node in topology.nodes}
+    templates = {node.host.name: _templates(inventory, topology, node, run_id, prompt, token) for node in topology.nodes}
     rules = {"token": token, "table": {**TABLE, **dict(healing.heal)}, "restarts": healing.restarts,
              "min_nodes": healing.min_nodes, "world_size_divides": inventory.job.world_size_divides,
              "backoff_s": list(backoff_s), "active": [h.name for h in active], "spares": [h.name for h in spares],
              "nproc": {n.host.name: n.nproc for n in topology.nodes},
              "addresses": {n.host.name: n.local_addr for n in topology.nodes},
+             "gpus": {n.host.name: list(n.gpu_ids) if n.gpu_ids else None for n in topology.nodes},
              "checkpoint": {"dir": healing.checkpoint.dir, "complete": healing.checkpoint.complete}
              if healing.checkpoint else None,
              "wrapper": agent.WRAPPER, "workdir": inventory.job.workdir or "",
@@ -71,24 +69,12 @@ def plan_healing(inventory: Inventory, active: list, spares: list, facts: Mappin
     return DetachedHealing(rules, templates, tuple(spares))
 
 
-def _template(inventory: Inventory, topology, node, run_id: str, prompt: str, token: str) -> dict:
-    """`node`'s torchrun argv and environment as job/runner.py makes them, with the tokens in place."""
-    def t(name):
-        return f"@{token}.{name}@"
-
-    outputs = inventory.job.outputs
-    values = {**placeholder_values(topology, run_id, prompt, outputs), "world_size": t("world_size"),
-              "nnodes": t("nnodes"), "attempt": t("attempt"), "checkpoint": t("checkpoint")}
-    shape = SimpleNamespace(nnodes=t("nnodes"), master_addr=t("master"), port=topology.port,
-                            join_timeout=topology.join_timeout)
-    argv = torchrun_argv(shape, replace(node, node_rank=t("node_rank")), run_id, job_argv(inventory.job, values),
-                         python=inventory.job.python, outputs=outputs)
-    run_dir = node_run_dir(outputs, run_id, node.host.name)
-    env = (*process.marker_env(inventory.name, node.host.name, run_id), *torchrun_env(node, inventory, run_dir),
-           *agent.job_env(inventory, node.host.env), ("CLUSTERCTL_ATTEMPT", t("attempt")),
-           ("CLUSTERCTL_CHECKPOINT", t("checkpoint")))
-    agent.env_file(env)  # a value with a newline is refused here, not on the node
-    return {"argv": list(argv), "env": [list(kv) for kv in env]}
+def _templates(inventory: Inventory, topology, node, run_id: str, prompt: str, token: str) -> dict:
+    """`node`'s launch as a non-master ("template") and, where its launcher starts otherwise there
+    (mpirun), as the master ("template_master")."""
+    worker = template(inventory, topology, node, run_id, prompt, token, as_master=False)
+    master = template(inventory, topology, node, run_id, prompt, token, as_master=True)
+    return {"template": worker, **({"template_master": master} if master != worker else {})}
 
 
 def attempts_of(state: dict, last_failure: Optional[dict] = None) -> Optional[list]:

@@ -24,9 +24,7 @@ node at once with a line naming the host and the fix (`_NODE`).
 """
 from __future__ import annotations
 
-import base64
-import json
-
+from clusterctl.job import heal_policy
 from clusterctl.job.topology import NodePlan, Topology
 from clusterctl.job.torchrun import STDERR_TAIL_LINES
 from clusterctl.node.layout import node_run_dir, ranks_dir
@@ -103,11 +101,9 @@ exit "$rc"
 
 
 def world_info(topo: Topology) -> str:
-    """launch.py's --world_info: {host: [device ids]} in node-rank order, JSON in URL-safe base64
-    (runner.py's encode_world_info). A node's ids are its planned GPUs, or 0..nproc-1 on CPU."""
-    hosts = {n.host.name: list(n.gpu_ids[:n.nproc] if n.gpu_ids else range(n.nproc))
-             for n in sorted(topo.nodes, key=lambda n: n.node_rank)}
-    return base64.urlsafe_b64encode(json.dumps(hosts).encode()).decode()
+    """launch.py's --world_info (heal_policy.world_info, which a relaunch on the nodes fills in too).
+    A node's ids are its planned GPUs, or 0..nproc-1 on CPU."""
+    return heal_policy.world_info([(n.host.name, n.gpu_ids, n.nproc) for n in sorted(topo.nodes, key=lambda n: n.node_rank)])
 
 
 def rank_dir(outputs: str, run_id: str, host_name: str) -> str:

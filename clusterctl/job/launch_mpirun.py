@@ -23,6 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from clusterctl.errors import UsageError
+from clusterctl.job import heal_policy
 from clusterctl.job.topology import NodePlan, Topology
 from clusterctl.models import Inventory
 from clusterctl.node.layout import HOSTFILE, files_dir, node_run_dir, ranks_dir, run_logs_dir
@@ -47,7 +48,8 @@ def shaped(topo: Topology) -> Topology:
 
 
 def hostfile(topo: Topology) -> str:
-    return "".join(f"{node.local_addr} slots={node.nproc}\n" for node in topo.nodes)
+    """heal_policy.hostfile, which a relaunch on the nodes fills in too."""
+    return heal_policy.hostfile([(node.local_addr, node.nproc) for node in topo.nodes])
 
 
 def secret(run_id: str) -> str:

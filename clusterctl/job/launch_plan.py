@@ -4,13 +4,15 @@ expanded (once, here), each node's command, env and run dir, and the files shipp
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from types import SimpleNamespace
 from typing import Iterable, Mapping, Optional
 
 from clusterctl.errors import UsageError
-from clusterctl.job import agent, launchers
+from clusterctl.job import agent, launch_deepspeed, launch_mpirun, launchers
+from clusterctl.job.heal_policy import attempt_env
 from clusterctl.job.shipping import _FILE_NAME_RE
-from clusterctl.job.topology import Topology
+from clusterctl.job.topology import NodePlan, Topology
 from clusterctl.job.torchrun import MAX_ARG_BYTES, job_argv, placeholder_values, torchrun_env
 from clusterctl.models import MASK, Command, Host, Inventory, looks_secret
 from clusterctl.modules import process
@@ -30,23 +32,59 @@ class NodeLaunch:
     env: tuple[tuple[str, str], ...]
 
 
+def node_launch(inventory: Inventory, topology, node: NodePlan, run_id: str, job_args: tuple,
+                attempt: str, checkpoint: str) -> NodeLaunch:
+    """`node`'s start in `topology` (a plan, or a detached run's tokens: `template`): its launcher's
+    argv (job/launchers.py: torchrun, mpirun or its gate, DeepSpeed's per-node launcher, or the job
+    itself) and its environment; `job_args`: the job's argv, its placeholders expanded (once per plan).
+    The one builder of a node's start."""
+    run_dir = node_run_dir(inventory.job.outputs, run_id, node.host.name)
+    argv = launchers.node_command(inventory, topology, node, run_id, job_args, inventory.job.outputs)
+    env = (*process.marker_env(inventory.name, node.host.name, run_id), *torchrun_env(node, inventory, run_dir),
+           *launchers.node_env(inventory, topology, node, run_id), *agent.job_env(inventory, node.host.env),
+           *attempt_env(attempt, checkpoint))
+    return NodeLaunch(node.host, run_dir, tuple(argv), tuple(env))
+
+
 def node_launches(inventory: Inventory, topology: Topology, run_id: str, prompt: str, attempt: int = 1,
                   checkpoint: Optional[str] = None) -> tuple[NodeLaunch, ...]:
     """Every node's start, the prompt expanded once; refused (UsageError) when a node's command line
     could not reach it. `attempt`, `checkpoint`: a run that heals itself (backends/healing.py)."""
-    outputs = inventory.job.outputs
-    attempt_env = (("CLUSTERCTL_ATTEMPT", str(attempt)),) + ((("CLUSTERCTL_CHECKPOINT", checkpoint),) if checkpoint else ())
-    argv = job_argv(inventory.job, {**placeholder_values(topology, run_id, prompt, outputs),
-                                    "attempt": str(attempt), "checkpoint": checkpoint or ""})
-    launches = []
-    for plan in topology.nodes:
-        run_dir = node_run_dir(outputs, run_id, plan.host.name)
-        env = (*process.marker_env(inventory.name, plan.host.name, run_id), *torchrun_env(plan, inventory, run_dir),
-               *launchers.node_env(inventory, topology, plan, run_id), *agent.job_env(inventory, plan.host.env), *attempt_env)
-        command = launchers.node_command(inventory, topology, plan, run_id, argv, outputs)
-        _check_command_line(plan.host.name, agent.start_command(inventory, run_dir, command), len(prompt.encode()))
-        launches.append(NodeLaunch(plan.host, run_dir, command, env))
-    return tuple(launches)
+    job_args = job_argv(inventory.job, {**placeholder_values(topology, run_id, prompt, inventory.job.outputs),
+                                        "attempt": str(attempt), "checkpoint": checkpoint or ""})
+    launches = tuple(node_launch(inventory, topology, plan, run_id, job_args, str(attempt), checkpoint)
+                     for plan in topology.nodes)
+    for launch in launches:
+        _check_command_line(launch.host.name, agent.start_command(inventory, launch.run_dir, launch.torchrun),
+                            len(prompt.encode()))
+    return launches
+
+
+def template(inventory: Inventory, fleet: Topology, node: NodePlan, run_id: str, prompt: str, token: str,
+             as_master: bool) -> dict:
+    """`node`'s start with TOKENS where a relaunch changes it (`@<nonce>.nnodes@`, `.node_rank@`,
+    `.first_rank@`, `.master@`, `.master_host@`, `.world_size@`, `.hostfile@`, `.world_info@`,
+    `.attempt@`, `.checkpoint@`), as the master of an attempt (`as_master`) or not (mpirun starts
+    differently there); `fleet`: the plan of every host of the run, spares included. A detached run
+    that heals itself hands it to each node; the keepers fill the tokens in with
+    heal_policy.launch_values and heal_policy.substitute (job/node_healing.py)."""
+    def t(name):
+        return f"@{token}.{name}@"
+
+    values = {**placeholder_values(fleet, run_id, prompt, inventory.job.outputs), "world_size": t("world_size"),
+              "nnodes": t("nnodes"), "attempt": t("attempt"), "checkpoint": t("checkpoint")}
+    shape = SimpleNamespace(nodes=fleet.nodes, nnodes=t("nnodes"), master_addr=t("master"), port=fleet.port,
+                            join_timeout=fleet.join_timeout, world_size=t("world_size"),
+                            nproc_per_node=fleet.nproc_per_node, master=SimpleNamespace(host=SimpleNamespace(
+                                name=t("master_host"))))
+    tokened = replace(node, node_rank=t("node_rank"), first_rank=t("first_rank"), is_master=as_master)
+    launch = node_launch(inventory, shape, tokened, run_id, job_argv(inventory.job, values), t("attempt"),
+                         t("checkpoint"))
+    # what the launcher writes of every host: the fleet's, a token in its place
+    hostfile, world_info = launch_mpirun.hostfile(fleet), launch_deepspeed.world_info(fleet)
+    argv = [t("hostfile") if a == hostfile else a.replace(world_info, t("world_info")) for a in launch.torchrun]
+    agent.env_file(launch.env)  # a value with a newline is refused here, not on the node
+    return {"argv": argv, "env": [list(kv) for kv in launch.env]}
 
 
 def shipped_files(inventory: Inventory, files: Optional[Mapping[str, bytes]] = None) -> dict[str, bytes]:

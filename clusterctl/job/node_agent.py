@@ -1,17 +1,18 @@
 """The part of a run that lives on the cluster when no clusterctl watches it (`run --detach`, or an
 attached `run` whose terminal hung up). Runs on the nodes: the standard library only, Python 3.8+,
-copied into each node's run dir with its companions (node_health.py: the passive health watch;
-node_healing.py: a run that heals itself) and run from there (nothing installed).
+copied into each node's run dir with its companions (engine.py and heal_policy.py: the run's engine;
+node_health.py: the passive health watch; node_healing.py: a keeper's relaunch) and run from there
+(nothing installed).
 
 Two roles, one process each, both carrying the run's marker (modules/process.py), so `stop` and
 `down` end them with the ranks:
 - `supervise RUN_DIR` on the master node: an HTTP server on the rendezvous address, port
-  rendezvous.port + 1. It holds every node's lease and does what the attached controller does: fail
-  fast (a node whose torchrun failed -> after a few seconds for the others to report, every node is
-  told to stop), lost nodes (silent for `lost_after_s`), `clusterctl stop`, and the run's state in
-  `supervisor.json`, which the controller reads back (`status`, `attach`, `logs`) into the run record.
-  With `stall_timeout_s`, a run whose ranks all went silent that long is reported stalled
-  (`stalled_s`), not stopped: telling a hang from a long step takes the stacks (`clusterctl stacks`).
+  rendezvous.port + 1. It holds every node's lease and hosts the run's engine (engine.py), which the
+  attached controller hosts in-process: fail fast, lost nodes (silent for `lost_after_s`), `--timeout`,
+  `clusterctl stop`, a run that heals itself; the engine's document is `supervisor.json`, which the
+  controller reads back (`status`, `attach`, `logs`) into the run record. With `stall_timeout_s`, a run
+  whose ranks all went silent that long is reported stalled (`stalled_s`), not stopped: telling a hang
+  from a long step takes the stacks (`clusterctl stacks`).
 - `keep RUN_DIR` on every node: every second it reports its torchrun's state (at the end the tail of
   its log); each answer renews the node's lease (job/agent.py's wrapper stops the ranks when it runs
   out), and an answer "stop" writes `stop`, on which the wrapper stops the ranks at once. A silent
@@ -36,10 +37,7 @@ RUNS_ON_NODES = True
 CONFIG = "supervision.json"
 STATE = "supervisor.json"
 MAC_HEADER = "X-Clusterctl-Mac"
-SETTLE_S = 3.0  # after a first failure: the others report before the run is stopped (the culprit is named)
-DRAIN_S = 20.0  # after the run ended: the nodes' last reports (their ranks' exits) are awaited this long
-NEVER_SEEN_S = 60.0  # a node whose keeper never reported by then is lost
-TAIL_BYTES = 24000
+TAIL_BYTES = 24000  # as engine.TAIL_BYTES: the end of a node's log a report carries
 # What a peer on the job network controls, bounded: a beat's body (the tail, JSON-escaped, fits),
 # how long a connection may take to send its request, how many connections are open at once (per
 # address and in all: keepers send one short request a second from their node's own address).
@@ -66,107 +64,15 @@ def write_json(path, document):
     os.replace(tmp, path)
 
 
-# ---- the supervisor (master node)
+# ---- the supervisor (master node): it hosts the run's engine (engine.py, shipped beside this file)
 
-class Supervisor:
-    def __init__(self, config, run_dir, now=time.time):
-        self.config, self.run_dir, self.now = config, run_dir, now
-        self.lock = threading.Lock()
-        self.started = now()
-        self.nodes = {h: {"seen": None, "seq": -1, "exit_code": None, "stopped": False, "ranks": 0,
-                          "silent_s": None, "lost": False, "ended_at": None, "tail": "", "health": None}
-                      for h in config["hosts"]}
-        self.stall_timeout_s = float(config.get("stall_timeout_s") or 0)
-        self.timeout_s = float(config.get("timeout_s") or 0)  # `run --timeout`: the run is stopped past it
-        self.timed_out = False
-        self.stalled_s = None  # no rank of any node wrote a byte for this long (>= stall_timeout_s)
-        self.state = "running"  # -> succeeded | failed | stopped
-        self.stop_reason = None
-        self.first_failure_at = None
-        self.ended = None
-        self.failures = []  # [{"host", "exit_code", "at", "lost", "tail"}] in the order they were seen
-
-    # one report of a node's keeper; returns the answer (None: refused)
-    def beat(self, message):
-        host = message.get("host")
-        with self.lock:
-            node = self.nodes.get(host)
-            if node is None or not isinstance(message.get("seq"), int) or message["seq"] <= node["seq"]:
-                return None
-            node["seq"], node["seen"] = message["seq"], self.now()
-            node["ranks"] = int(message.get("ranks") or 0)
-            silent = message.get("silent_s")
-            node["silent_s"] = float(silent) if isinstance(silent, (int, float)) else None
-            node["health"] = message["health"] if isinstance(message.get("health"), dict) else node["health"]
-            code = message.get("exit_code")
-            if code is not None and node["exit_code"] is None:
-                node["exit_code"], node["ended_at"] = int(code), self.now()
-                node["stopped"] = bool(message.get("stopped"))
-                node["tail"] = str(message.get("tail") or "")[-TAIL_BYTES:]
-                if node["exit_code"] != 0 and not node["stopped"] and not node["lost"]:
-                    self.failures.append({"host": host, "exit_code": node["exit_code"], "at": node["ended_at"],
-                                          "lost": False, "tail": node["tail"]})
-                    if self.first_failure_at is None:
-                        self.first_failure_at = self.now()
-                if node["stopped"] and self.state == "running":
-                    self._end("stopped", "the run was stopped by `clusterctl stop`")
-            stop = self.state != "running"
-            return {"seq": message["seq"], "stop": stop, "reason": self.stop_reason if stop else None,
-                    "ack": node["exit_code"] is not None}
-
-    def tick(self):
-        """Decide from what was heard; returns True once the supervisor may end."""
-        with self.lock:
-            now = self.now()
-            for host, node in self.nodes.items():
-                if node["lost"] or node["exit_code"] is not None:
-                    continue
-                silent = now - (node["seen"] if node["seen"] is not None else self.started)
-                limit = self.config["lost_after_s"] if node["seen"] is not None else NEVER_SEEN_S
-                if silent > limit and self.state == "running":
-                    node["lost"], node["ended_at"] = True, now
-                    self.failures.append({"host": host, "exit_code": None, "at": now, "lost": True,
-                                          "tail": "", "silent_s": round(silent, 1)})
-                    self._end("failed", f"{host} stopped answering for {silent:.0f}s")
-            if self.state == "running" and self.timeout_s and now - self.started > self.timeout_s:
-                self.timed_out = True
-                self._end("failed", f"the job ran past --timeout {self.timeout_s:g}s")
-            if self.state == "running":
-                if self.first_failure_at is not None and (now - self.first_failure_at >= SETTLE_S or all(
-                        n["exit_code"] is not None or n["lost"] for n in self.nodes.values())):
-                    self._end("failed", f"{self.failures[0]['host']} failed (exit {self.failures[0]['exit_code']})")
-                elif all(n["exit_code"] == 0 for n in self.nodes.values()):
-                    self._end("succeeded", None)
-            self.stalled_s = self._silence(now) if self.state == "running" else None
-            if self.state == "running":
-                return False
-            pending = [n for n in self.nodes.values() if n["exit_code"] is None and not n["lost"]]
-            return not pending or now - self.ended > DRAIN_S
-
-    def _silence(self, now):
-        """How long no rank of any running node wrote a byte, once that reaches stall_timeout_s (else None).
-        Each node measures its own silence on its own clock; the time since its report is added here."""
-        if self.stall_timeout_s <= 0:
-            return None
-        running = [n for n in self.nodes.values() if n["exit_code"] is None and not n["lost"]]
-        if not running or any(n["seen"] is None or n["silent_s"] is None for n in running):
-            return None
-        silent = min(n["silent_s"] + (now - n["seen"]) for n in running)
-        return round(silent, 1) if silent >= self.stall_timeout_s else None
-
-    def _end(self, state, reason):
-        self.state, self.stop_reason, self.ended = state, reason, self.now()
-
-    def document(self, final=False):
-        with self.lock:
-            nodes = {h: {k: n[k] for k in ("exit_code", "stopped", "lost", "ranks", "silent_s", "health")}
-                     for h, n in self.nodes.items()}
-            for h, n in self.nodes.items():
-                nodes[h]["seen_s_ago"] = round(self.now() - n["seen"], 1) if n["seen"] is not None else None
-            return {"run_id": self.config["run_id"], "state": self.state, "reason": self.stop_reason,
-                    "started": self.started, "ended": self.ended, "final": final, "pid": os.getpid(),
-                    "stall_timeout_s": self.stall_timeout_s, "stalled_s": self.stalled_s, "timed_out": self.timed_out,
-                    "nodes": nodes, "failures": list(self.failures)}
+def supervisor_of(config, run_dir):
+    """The engine of this run: an Engine where it heals itself, else one Attempt."""
+    if __package__:  # the controller's tests run it in-process
+        from clusterctl.job import engine
+    else:  # beside this file in the run dir
+        import engine
+    return engine.Engine(config, run_dir) if config.get("heal") else engine.Attempt(config, run_dir)
 
 
 def body_length(header):
@@ -271,8 +177,7 @@ def serve(run_dir):
 
     config = load_config(run_dir)
     key = config["key"]
-    healing = _beside("node_healing", config.get("heal"))
-    supervisor = healing.Healer(config, run_dir, Supervisor) if healing else Supervisor(config, run_dir)
+    supervisor = supervisor_of(config, run_dir)
     state_path = os.path.join(run_dir, STATE)
     refuse = RefusalLog()
     _more_descriptors()

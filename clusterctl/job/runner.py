@@ -1,12 +1,13 @@
 """One job on the cluster: launch torchrun everywhere, watch, fail fast, stop cleanly.
 
-The controller polls every node each `poll_s` seconds (which also renews the node's
-lease, see job/agent.py). The run ends when every node's torchrun exited 0, or at
-the first failure: a node whose torchrun exited non-zero, or a node silent for
-`lost_after_s`. Then every other node's ranks are stopped (marker-scoped, this run only)
-and the first failure is named with its diagnosis: the others get a few seconds to report
-first, so that the rank that crashed is named rather than a peer that lost it. The same
-stop runs on Ctrl-C/SIGTERM. A job silent for `job.stall_timeout` seconds has every rank's
+The controller polls every node (which also renews the node's lease, see job/agent.py) and hosts
+the run's engine (job/engine.py), which decides from what the polls read: the run ends when every
+node's torchrun exited 0, or at the first failure: a node whose torchrun exited non-zero, or a node
+silent for `lost_after_s` (`job.lost_after`, the same window as a detached run's), or past
+`--timeout`. Here the engine's end is carried out: every other node's ranks are stopped
+(marker-scoped, this run only) and the first failure is named with its diagnosis (the engine gives
+the others a few seconds to report first, so that the rank that crashed is named rather than a peer
+that lost it). The same stop runs on Ctrl-C/SIGTERM. A job silent for `job.stall_timeout` seconds has every rank's
 stack taken (job/stalls.py): stacks that do not move are a hang, which stops the run and names
 the rank that is elsewhere.
 """
@@ -25,7 +26,7 @@ from clusterctl.executor import Connections, Event, OnEvent, Streams, Ticker, fo
 from clusterctl.job.torchrun import RANK_PREFIX_RE
 from clusterctl.node.layout import files_dir
 from clusterctl.models import Host, HostResult, HostStatus, Inventory, MASK
-from clusterctl.job import agent, rollcall, stalls, supervision
+from clusterctl.job import agent, engine, rollcall, stalls, supervision
 from clusterctl.job import culprit, pace, phases
 from clusterctl.job.straggler_watch import StragglerWatch
 from clusterctl.job.failures import first_ranks_of
@@ -49,6 +50,7 @@ class NodeRun:
     ended_at: Optional[float] = None
     last_line: str = ""
     ranks_seen: set = field(default_factory=set)
+    last_detail: str = ""  # why the last poll went unanswered
     stopped: bool = False  # its torchrun ended by `clusterctl stop` (the run dir's `stopped` mark)
 
     @property
@@ -88,7 +90,7 @@ class RunnerCrashed(Exception):
 
 class JobRunner:
     def __init__(self, inventory: Inventory, topology: Topology, run_id: str, prompt: str,
-                 connections: Connections, on_event: OnEvent, poll_s: float = 1.0, lost_after_s: float = 7.0,
+                 connections: Connections, on_event: OnEvent, poll_s: float = 1.0, lost_after_s: Optional[float] = None,
                  timeout_s: Optional[float] = None, files: Optional[Mapping[str, bytes]] = None,
                  stall_timeout_s: Optional[float] = None, stacks_dir: Optional[Path] = None,
                  stack_interval_s: float = stalls.INTERVAL_S, attempt: int = 1, checkpoint: Optional[str] = None,
@@ -96,13 +98,15 @@ class JobRunner:
         """`files`: {name: bytes} written into `files_dir(outputs, run_id)` on every node before
         torchrun starts (e.g. a rank-side script that job.command points at). `stall_timeout_s`:
         seconds without output before the stacks are taken (None: job.stall_timeout; 0: never);
+        `lost_after_s`: a node silent that long is lost (None: job.lost_after, as a detached run's);
         `stacks_dir`: where the stacks of a hang are saved on this machine. `launches`: what starts on
         each node as the Plan decided it (job/launch_plan.py); without, decided here from `prompt`,
         `attempt` and `checkpoint` (a run that heals itself: which attempt this is, where to resume)."""
         self.inventory, self.topology, self.run_id = inventory, topology, run_id
         self.files = shipped_files(inventory, files)
         self.connections, self.on_event = connections, on_event
-        self.poll_s, self.lost_after_s, self.timeout_s = poll_s, lost_after_s, timeout_s
+        self.poll_s, self.timeout_s = poll_s, timeout_s
+        self.lost_after_s = inventory.job.healing.lost_after if lost_after_s is None else lost_after_s
         self.started_at = time.time()  # the kernel log of a SIGKILL is read from here on (job/kernel_log.py)
         if launches is None:
             launches = node_launches(inventory, topology, run_id, prompt, attempt, checkpoint)
@@ -113,7 +117,11 @@ class JobRunner:
         self._wake = threading.Event()  # set when a node's output stream ends: its torchrun ended
         self.health_watch = None  # job/health_watch.PassiveWatch, set by the run flow (issue 36)
         self.phases = phases.Phases()  # the run flow hands its own in (job/phases.py)
-        self.pace = pace.Pace()  # which nodes a turn of the watch loop asks (job/pace.py)
+        # which nodes a turn of the watch loop asks (job/pace.py): each well inside the lost-node window,
+        # which the engine counts from the last answer
+        self.pace = pace.Pace(min(pace.EVERY_S, self.lost_after_s / 2))
+        self.engine: Optional[engine.Attempt] = None  # the run's engine, once it is watched (_watch)
+        self._seq = 0  # the engine's beats are numbered, as a keeper's
         self._started = time.monotonic()
         self.stragglers = StragglerWatch.of_topology(inventory, topology, run_id, connections, on_event)
         self.stalls = stalls.StallWatch(inventory, stalls.JobShape.of_topology(topology), run_id, connections, on_event,
@@ -136,7 +144,7 @@ class JobRunner:
         failures = {n: r for n, r in launched.items() if not r.succeeded}
         if failures:
             self.stop("launch failed")
-            return JobOutcome(1, _launch_failure(failures), launch_failures=failures, duration=time.monotonic() - started)
+            return JobOutcome(1, culprit.launch_failure(failures), launch_failures=failures, duration=time.monotonic() - started)
         if detach:
             outcome = self.hand_over(ranks_timeout_s)
             outcome.duration = time.monotonic() - started
@@ -229,7 +237,7 @@ class JobRunner:
         supervised, failed = supervision.establish(
             self.inventory, self.run_id, master, self.topology.master_addr, self.topology.port,
             {name: n.run_dir for name, n in self.nodes.items()}, {name: n.host for name, n in self.nodes.items()},
-            self.connections, stall_timeout_s=self.stalls.timeout_s, since=self.started_at, heal=self.heal,
+            self.connections, stall_timeout_s=self.stalls.timeout_s, since=self.started_at, heal=self.heal, files=self.files,
             timeout_s=max(1.0, self.timeout_s - (time.monotonic() - self._started)) if self.timeout_s else None)
         if supervised is None:
             self.stop("the run could not be handed over to the cluster")
@@ -253,44 +261,57 @@ class JobRunner:
         return JobOutcome(0, detached=True)
 
     def _watch(self, hung_up: Callable[[], bool] = lambda: False) -> JobOutcome:
+        """Feed the run's engine (job/engine.py) what the polls read; carry its end out. Observation stays
+        here (the live log, the health watch, the stragglers, the stacks of a silence)."""
         ticker = Ticker(self.poll_s)
+        self.engine = engine.Attempt({"run_id": self.run_id, "hosts": list(self.nodes), "lost_after_s": self.lost_after_s,
+                                      "timeout_s": self.timeout_s or 0}, now=time.monotonic)
         while True:
             if hung_up():
                 return self.hand_over()
-            self._poll_once()
+            self._poll_once(everyone=self.engine.settling)
             self._report_status()
             if self.health_watch is not None:  # issue 36: every 30 s, the running nodes' GPUs and kernel log
                 self.health_watch.tick([n.host for n in self.nodes.values() if n.exit_code is None and not n.lost])
-            failed = [n for n in self.nodes.values() if n.failed]
-            if failed:
-                if not any(n.lost for n in failed) and not self._stopped():
-                    failed = self._settle(ticker)
-                if self._stopped():
-                    # `clusterctl stop` marks every node before it ends any rank: a node that failed
-                    # meanwhile lost a peer to the stop; no failure to name, the rest to stop
-                    self.stop("the run was stopped by `clusterctl stop`")
-                    return JobOutcome(1, stopped=True)
-                first = self._first_failure(failed)
-                self.stop(f"{first['host']} failed")
-                return JobOutcome(1, first)
+            self.engine.tick()
+            self._lost_said()
             if all(n.exit_code is not None or n.lost for n in self.nodes.values()):
                 self.phases.reach("torchrun_exits")
-            if all(n.exit_code == 0 for n in self.nodes.values()):
-                return JobOutcome(0)
-            running = [n.host for n in self.nodes.values() if n.exit_code is None and not n.lost]
-            self.stragglers.check(running, paused=self.stalls.sampling)
-            hang = self.stalls.check(running)
-            if hang is not None:
-                return self._hung(hang)
-            if self.timeout_s and ticker.elapsed() > self.timeout_s:
-                self.stop("timeout")
-                return JobOutcome(1, {"host": None, "rank": None, "diagnosis": [{
-                    "cause": "unknown", "host": None, "rank": None, "evidence": f"the job ran past --timeout {self.timeout_s:g}s",
-                    "fix": "raise --timeout, or look at the live log for the rank that stopped progressing"}]})
+            if self.engine.state != "running":
+                return self._ended()
+            if not self.engine.settling:  # settling after a failure: only the polls
+                running = [n.host for n in self.nodes.values() if n.exit_code is None and not n.lost]
+                self.stragglers.check(running, paused=self.stalls.sampling)
+                hang = self.stalls.check(running)
+                if hang is not None:
+                    self.engine.hang(f"hang: {hang.detail}")
+                    return self._hung(hang)
             ticker.sleep_until_next(self._wake)
 
-    def _stopped(self) -> bool:
-        return any(n.stopped for n in self.nodes.values())
+    def _ended(self) -> JobOutcome:
+        """Carry out the engine's end: stop every rank (a success has none left), name the first failure."""
+        if self.engine.state == "succeeded":
+            return JobOutcome(0)
+        if self.engine.state == "stopped":
+            self.stop("the run was stopped by `clusterctl stop`")
+            return JobOutcome(1, stopped=True)
+        if self.engine.timed_out:
+            self.stop("timeout")
+            return JobOutcome(1, {"host": None, "rank": None, "diagnosis": [{
+                "cause": "unknown", "host": None, "rank": None, "evidence": f"the job ran past --timeout {self.timeout_s:g}s",
+                "fix": "raise --timeout, or look at the live log for the rank that stopped progressing"}]})
+        first = self._first_failure([n for n in self.nodes.values() if n.failed])
+        self.stop(f"{first['host']} failed")
+        return JobOutcome(1, first)
+
+    def _lost_said(self) -> None:
+        """The nodes the engine counted lost: lost here too, said once."""
+        for name, seen in self.engine.nodes.items():
+            node = self.nodes[name]
+            if seen["lost"] and not node.lost:
+                node.lost, node.ended_at = True, seen["ended_at"]
+                silent = next((f.get("silent_s") for f in self.engine.failures if f["host"] == name), 0)
+                self.on_event(Event("note", name, f"no answer for {silent:.0f}s: node lost ({node.last_detail})"))
 
     def _hung(self, verdict: rollcall.Verdict) -> JobOutcome:
         """Stop every rank, then keep the stacks that show the hang: here and in each node's run dir
@@ -338,31 +359,22 @@ class JobRunner:
             node = self.nodes[host.name]
             return run_commands(transport, host, [agent.poll_command(self.inventory, node.run_dir)])
 
-        now = time.monotonic()
         for name, result in for_each_host(waiting, action, self.connections).items():
             node = self.nodes[name]
             self.pace.answered(name, result.succeeded)
-            if result.succeeded:
-                node.last_seen = now
-                node.exit_code = agent.parse_poll(result.stdout)
-                node.stopped = agent.poll_says_stopped(result.stdout)
-                if node.exit_code is not None:
-                    node.ended_at = now
-                    how = " (`clusterctl stop`)" if node.stopped else ""
-                    self.on_event(Event("note", name, f"torchrun exited {node.exit_code}{how}"))
-            elif now - node.last_seen > self.lost_after_s:
-                node.lost = True
-                node.ended_at = now
-                self.on_event(Event("note", name, f"no answer for {now - node.last_seen:.0f}s: node lost ({result.detail})"))
-
-    def _settle(self, ticker: Ticker, seconds: float = 3.0) -> list[NodeRun]:
-        """Once a node failed, let the others report for a moment before naming the first failure:
-        peers of a crashed rank fail within milliseconds (connection closed), and the culprit's
-        own torchrun may well be the last of them to exit."""
-        for _left in ticker.during(seconds, done=lambda: all(n.exit_code is not None or n.lost
-                                                             for n in self.nodes.values())):
-            self._poll_once(everyone=True)
-        return [n for n in self.nodes.values() if n.failed]
+            if not result.succeeded:
+                node.last_detail = result.detail
+                continue
+            node.last_seen = time.monotonic()
+            node.exit_code = agent.parse_poll(result.stdout)
+            node.stopped = agent.poll_says_stopped(result.stdout)
+            self._seq += 1
+            self.engine.beat({"host": name, "seq": self._seq, "exit_code": node.exit_code, "stopped": node.stopped,
+                              "ranks": len(node.ranks_seen)})
+            if node.exit_code is not None:
+                node.ended_at = node.last_seen
+                how = " (`clusterctl stop`)" if node.stopped else ""
+                self.on_event(Event("note", name, f"torchrun exited {node.exit_code}{how}"))
 
     def _first_failure(self, failed: list[NodeRun]) -> dict:
         return culprit.first_failure_of(self, failed)
@@ -397,12 +409,3 @@ class JobRunner:
 
 def _with_connect_timeout(host: Host, seconds: float) -> Host:
     return replace(host, ssh=replace(host.ssh, connect_timeout=min(host.ssh.connect_timeout, seconds)))
-
-
-def _launch_failure(failures: dict[str, HostResult]) -> dict:
-    name, result = next(iter(failures.items()))
-    cause = "node_unreachable" if result.status is HostStatus.UNREACHABLE else "unknown"
-    return {"host": name, "rank": None, "diagnosis": [{
-        "cause": cause, "host": name, "rank": None, "evidence": result.detail,
-        "fix": "the node could not start torchrun (see the evidence): check that job.outputs is writable there, "
-               "run `clusterctl up` if the container is gone, and `clusterctl check`"}]}

@@ -1,7 +1,7 @@
 """Hand a running job over to the cluster (job/node_agent.py), and read back what became of it.
 
-`establish` copies node_agent.py and a per-run `supervision.json` (0600: it holds the run's key)
-into every node's run dir, starts the supervisor on the master node and a keeper on every node
+`establish` copies node_agent.py, the run's engine (engine.py, heal_policy.py) and a per-run
+`supervision.json` (0600: it holds the run's key) into every node's run dir, starts the supervisor on the master node and a keeper on every node
 (detached, marked like the ranks), and waits until the supervisor has heard every node: from then
 on the leases are held on the cluster, and the controller may go (`run --detach`, a hang-up).
 `read_state` reads the supervisor's `supervisor.json` from the master node; `record_from_state`
@@ -32,6 +32,8 @@ ESTABLISH_S = 30.0
 _SCRIPT = Path(__file__).with_name("node_agent.py")
 _HEALTH_SCRIPT = Path(__file__).with_name("node_health.py")  # the keeper's passive health watch (issue 36)
 _HEALING = Path(__file__).with_name("node_healing.py")
+# the run's engine, which the supervisor hosts (job/engine.py and the heal it calls)
+_ENGINE = tuple(Path(__file__).with_name(name) for name in ("engine.py", "heal_policy.py"))
 
 # $1 dir (proven ours: agent.OWN_DIR_SH), $2 file name: stdin into a file only its owner reads (the
 # key), through a rename
@@ -110,15 +112,18 @@ def parse_state(stdout: str) -> Optional[dict]:
 def establish(inventory: Inventory, run_id: str, master: str, address: str, port: int,
               run_dirs: dict[str, str], hosts: dict[str, Host], connections: Connections,
               stall_timeout_s: float = 0.0, timeout_s: Optional[float] = None, lease_s: int = agent.LEASE_S,
-              wait_s: float = ESTABLISH_S, since: Optional[float] = None, heal=None) -> tuple[Optional[Supervised], dict]:
+              wait_s: float = ESTABLISH_S, since: Optional[float] = None, heal=None,
+              files: Optional[dict[str, bytes]] = None) -> tuple[Optional[Supervised], dict]:
     """Start the supervisor and the keepers; (where it listens, {} ) once every node was heard, else
     (None, {host: HostResult}) naming what failed (the caller stops the run). `stall_timeout_s`: the
     supervisor reports the run stalled after that long without output from any rank (0: never);
     `timeout_s` (`run --timeout`, from the supervisor's start): the run is stopped past it; `since`:
     the run's start (unix time), from which the keepers' health watch reads the kernel log. `heal`
-    (job/detached_healing.DetachedHealing): the run heals itself; its spares get a keeper too."""
+    (job/detached_healing.DetachedHealing): the run heals itself; its spares get a keeper too, and the
+    run's shipped `files` (the launcher's own node programs: mpirun's gate) for the attempt they join."""
     from clusterctl.job.node_agent import CONFIG
-    from clusterctl.node.layout import node_run_dir
+    from clusterctl.job.shipping import put_file_command
+    from clusterctl.node.layout import files_dir, node_run_dir
 
     key = secrets.token_hex(32)
     script = _SCRIPT.read_bytes()
@@ -135,9 +140,13 @@ def establish(inventory: Inventory, run_id: str, master: str, address: str, port
         run_dir = run_dirs[host.name]
         marker = process.marker_env(inventory.name, host.name, run_id)
         config = json.dumps({**base, "host": host.name, **({"heal": heal.config_for(host.name)} if heal else {})})
-        commands = [*([agent.write_env_command(inventory, run_dir, ())] if host.name in spares else []),
+        spare = [agent.write_env_command(inventory, run_dir, ()),
+                 *(put_file_command(inventory, files_dir(inventory.job.outputs, run_id), name, data)
+                   for name, data in (files or {}).items())] if host.name in spares else []
+        commands = [*spare,
                     _put_private(inventory, run_dir, "node_agent.py", script),
                     _put_private(inventory, run_dir, "node_health.py", health_script),
+                    *(_put_private(inventory, run_dir, path.name, path.read_bytes()) for path in _ENGINE),
                     *([_put_private(inventory, run_dir, "node_healing.py", _HEALING.read_bytes())] if heal else []),
                     _put_private(inventory, run_dir, CONFIG, config.encode())]
         if host.name == master:

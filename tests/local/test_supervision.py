@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from clusterctl_helpers import as_from_a_terminal
 
-from clusterctl.job import node_agent, supervision
+from clusterctl.job import engine, node_agent, supervision
 
 SCRIPT = Path(node_agent.__file__)
 
@@ -31,7 +31,8 @@ def _free_port() -> int:
 
 def _config(run_dir: Path, host: str, port: int, hosts=("n1",)) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "node_agent.py").write_bytes(SCRIPT.read_bytes())
+    for name in ("node_agent.py", "engine.py", "heal_policy.py"):  # the supervisor hosts the engine shipped beside it
+        (run_dir / name).write_bytes(SCRIPT.with_name(name).read_bytes())
     (run_dir / node_agent.CONFIG).write_text(json.dumps({
         "run_id": "r1", "address": "127.0.0.1", "port": port, "key": "k" * 64, "lease_s": 5,
         "lost_after_s": 15, "hosts": list(hosts), "host": host}))

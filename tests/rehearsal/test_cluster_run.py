@@ -129,7 +129,9 @@ def test_a_failing_rank_stops_every_node_fast_and_is_named_first(sandbox, cli, p
 
 
 def test_a_node_cut_off_mid_run_stops_the_run_and_its_own_ranks_by_lease(sandbox, cli, prompt_file, tmp_path):
-    inventory = _with_args(sandbox, tmp_path / "stall.yaml", "--stall_rank", "4", "--stall_s", "300")
+    # job.lost_after 6: node3 is lost 6 s after its last answer (15 by default, attached as detached)
+    inventory = variant(sandbox, tmp_path / "stall.yaml", lambda d: d["job"].update(
+        args=d["job"]["args"] + ["--stall_rank", "4", "--stall_s", "300"], lost_after=6))
     before = _run_dirs(sandbox)
     proc = cli.popen("run", "-i", str(inventory), str(prompt_file))
     cut = None

@@ -159,21 +159,3 @@ def test_collect_logs_names_the_logs_of_a_host_left_out_by_its_rank_in_the_last_
               "attempts": [{"hosts": ["a", "b", "c"]}, {"hosts": ["a", "c"]}]}
     assert first_ranks(record)["b"] == 4
     assert first_ranks({"topology": [{"host": "a", "ranks": [0, 1]}]}) == {"a": 0}  # a run without restarts
-
-
-@pytest.mark.parametrize("launcher", ["none", "mpirun", "deepspeed"])
-def test_a_detached_run_that_heals_itself_is_refused_with_a_launcher_other_than_torchrun(launcher):
-    """The cluster's supervisor relaunches a torchrun template (job/detached_healing.py); attached runs heal
-    every launcher (tests/rehearsal/test_cluster_heal_launchers.py)."""
-    from types import SimpleNamespace
-
-    from clusterctl.backends.healing import _detached, _fleet
-    from clusterctl.errors import UsageError
-
-    inventory = _inventory(f"  launcher: {launcher}\n  nodes: 2\n  restarts: 1\n")
-    ssh_nodes = SimpleNamespace(lists_hosts=lambda inventory: True)
-    with pytest.raises(UsageError) as raised:
-        _detached(None, ssh_nodes, inventory, None, None, _fleet(inventory, 2), "RUN")
-    said = str(raised.value)
-    assert f"a detached run heals itself with job.launcher torchrun only; job.launcher is {launcher}" in said
-    assert "leave --detach out" in said

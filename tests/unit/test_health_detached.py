@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 
 from clusterctl.health import watch
 from clusterctl.health.record import HealthRecord
-from clusterctl.job import detached_health, node_agent, node_health
+from clusterctl.job import detached_health, engine, node_health
 from clusterctl.models import Host, Inventory
 from clusterctl.state import State
 
@@ -86,7 +86,7 @@ def test_a_sample_is_offered_again_until_the_supervisor_acknowledged_it():
 
 
 def test_the_supervisor_keeps_each_nodes_newest_health_sample_in_its_state():
-    sup = node_agent.Supervisor({"run_id": "r1", "hosts": ["a"], "lost_after_s": 15}, "/nonexistent")
+    sup = engine.Attempt({"run_id": "r1", "hosts": ["a"], "lost_after_s": 15}, "/nonexistent")
     assert sup.beat({"host": "a", "seq": 1, "health": {"at": 1.0, "kernel": XID_79}}) is not None
     assert sup.beat({"host": "a", "seq": 2}) is not None  # a beat without a sample keeps the last one
     assert sup.document()["nodes"]["a"]["health"] == {"at": 1.0, "kernel": XID_79}

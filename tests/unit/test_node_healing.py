@@ -1,7 +1,7 @@
-"""A detached run that heals itself, the parts that need no cluster (issue 35): the node side's
-classifier and replanner (job/node_healing.py, pure), its agreement with the controller's
-(job/healing.py over job/failures.py's diagnosis) on the same failures, the launch template the
-controller hands over (job/detached_healing.py), and the supervisor's attempts on a clock of its own."""
+"""A detached run that heals itself, the parts that need no cluster (issue 35): the engine's heal
+(job/heal_policy.py, pure) read from the node's log tails as from the controller's diagnosis, the
+launch template the controller hands over (job/detached_healing.py), and the engine's attempts on a
+clock of its own (job/engine.py)."""
 from __future__ import annotations
 
 import json
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from clusterctl.inventory.load import parse_inventory
-from clusterctl.job import node_agent, node_healing
+from clusterctl.job import engine, heal_policy, node_healing
 from clusterctl.job.detached_healing import attempts_of, plan_healing
 from clusterctl.job.failures import Ended, first_failure
 from clusterctl.job.healing import TABLE, classify
@@ -42,6 +42,10 @@ CASES = {  # name: the failures the supervisor heard, in order ({"host", "at", "
     "an exception on every rank": [
         {"host": h, "at": 10.0 + i, "lost": False, "exit_code": 1, "tail": _captured(h)}
         for i, h in enumerate(("node1", "node2", "node3"))],
+    "a rank SIGKILLed under the none launcher": [
+        {"host": "node1", "at": 10.0, "lost": False, "exit_code": 1, "tail": _captured("node1")},
+        {"host": "node2", "at": 10.5, "lost": False, "exit_code": 137,
+         "tail": "[node2 rank1]: Killed\n[node2 rank1]: clusterctl: the job exited with code 137\n"}],
     "an import error": [{"host": "node1", "at": 10.0, "lost": False, "exit_code": 1,
                          "tail": "Traceback (most recent call last):\n  File \"train.py\", line 1, in <module>\n"
                                  "ModuleNotFoundError: No module named 'transformers'\n"}],
@@ -54,11 +58,13 @@ CASES = {  # name: the failures the supervisor heard, in order ({"host", "at", "
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_the_node_side_and_the_controller_answer_the_same_failure_alike(case):
+def test_a_cause_read_from_the_log_tails_on_the_node_is_the_one_the_diagnosis_names(case):
+    """One decision (heal_policy.verdict) on two readings of the same failures: the node's (its log
+    tails, heal_policy.CAUSES) and the controller's diagnosis (job/failures.py)."""
     failures = CASES[case]
     ended = [Ended(f["host"], f["at"], f["lost"], f["exit_code"], f["tail"]) for f in failures]
     attached = classify(first_failure(INVENTORY, ended, poll_s=1.0, lost_after_s=15.0))
-    response, cause, host = node_healing.verdict(failures, TABLE)
+    response, cause, host = heal_policy.verdict(failures, TABLE)
     assert response == attached.response, (case, cause, attached)
     if response == "node":
         assert host == attached.host
@@ -66,19 +72,19 @@ def test_the_node_side_and_the_controller_answer_the_same_failure_alike(case):
 
 def test_a_node_fault_anywhere_is_blamed_before_the_earlier_errors_of_its_peers():
     failures = CASES["a rank SIGKILLed on one node"]
-    assert node_healing.verdict(failures, TABLE) == ("node", "killed_by_signal", "node2")
-    assert node_healing.verdict(failures, {**TABLE, "killed_by_signal": "job"})[0] == "job"  # the user's override
-    assert node_healing.verdict([], TABLE) == ("job", "unknown", None)
+    assert heal_policy.verdict(failures, TABLE) == ("node", "killed_by_signal", "node2")
+    assert heal_policy.verdict(failures, {**TABLE, "killed_by_signal": "job"})[0] == "job"  # the user's override
+    assert heal_policy.verdict([], TABLE) == ("job", "unknown", None)
 
 
 def test_replanning_leaves_the_blamed_host_out_and_takes_the_first_spare_the_first_survivor_is_master():
     nproc = {"node1": 1, "node2": 1, "node3": 1, "node4": 1}
-    assert node_healing.replan(["node1", "node2"], ["node3", "node4"], "node1", None, nproc) == (
+    assert heal_policy.replan(["node1", "node2"], ["node3", "node4"], "node1", None, nproc) == (
         ["node2", "node3"], ["node4"], None)
-    assert node_healing.replan(["node1", "node2", "node3"], [], "node3", 2, nproc) == (["node1", "node2"], [], None)
-    refused = node_healing.replan(["node1", "node2"], [], "node2", None, nproc)
+    assert heal_policy.replan(["node1", "node2", "node3"], [], "node3", 2, nproc) == (["node1", "node2"], [], None)
+    refused = heal_policy.replan(["node1", "node2"], [], "node2", None, nproc)
     assert refused[0] is None and "no spare host is left and 1 node(s) remain (job.min_nodes is not set)" in refused[2]
-    refused = node_healing.replan(["node1", "node2", "node3"], [], "node3", 2, nproc, divides=4)
+    refused = heal_policy.replan(["node1", "node2", "node3"], [], "node3", 2, nproc, divides=4)
     assert refused[0] is None and "world size would be 2" in refused[2]
 
 
@@ -87,12 +93,12 @@ def test_the_launch_template_becomes_the_next_attempts_torchrun_on_the_survivors
     heal = plan_healing(INVENTORY, hosts[:2], hosts[2:], {}, "RUN1", "a {run_id} prompt @x.nnodes@")
     config = heal.config_for("node3")
     token = config["token"]
-    values = node_healing.launch_values(token, ["node1", "node3"], "node3", config["addresses"], config["nproc"], 2,
+    values = heal_policy.launch_values(token, ["node1", "node3"], "node3", config["addresses"], config["nproc"], 2,
                                         "/data/ckpt/step-5")
-    argv = [node_healing.substitute(a, values) for a in config["template"]["argv"]]
+    argv = [heal_policy.substitute(a, values) for a in config["template"]["argv"]]
     assert "--nnodes=2:2" in argv and "--node-rank=1" in argv and "--rdzv-endpoint=198.18.0.11:29500" in argv
     assert argv[-6:] == ["train.py", "a {run_id} prompt @x.nnodes@", "--world", "2", "--attempt", "2"]
-    env = dict((k, node_healing.substitute(v, values)) for k, v in config["template"]["env"])
+    env = dict((k, heal_policy.substitute(v, values)) for k, v in config["template"]["env"])
     assert env["CLUSTERCTL_ATTEMPT"] == "2" and env["CLUSTERCTL_CHECKPOINT"] == "/data/ckpt/step-5"
     assert env["CLUSTERCTL_HOST"] == "node3" and env[process.MARKER_RUN] == "RUN1"
     assert "template" not in heal.rules and heal.record() == {"fleet": ["node1", "node2", "node3"], "restarts": 2}
@@ -104,8 +110,8 @@ def test_the_latest_complete_checkpoint_is_found_on_the_node_as_the_controller_f
         (tmp_path / name).mkdir()
         if complete:
             (tmp_path / name / "COMPLETE").write_text("")
-    assert node_healing.latest_checkpoint({"dir": str(tmp_path), "complete": "COMPLETE"}) == f"{tmp_path}/step-10"
-    assert node_healing.latest_checkpoint({"dir": str(tmp_path / "none"), "complete": "COMPLETE"}) is None
+    assert heal_policy.latest_checkpoint({"dir": str(tmp_path), "complete": "COMPLETE"}) == f"{tmp_path}/step-10"
+    assert heal_policy.latest_checkpoint({"dir": str(tmp_path / "none"), "complete": "COMPLETE"}) is None
 
 
 class Clock:
@@ -121,7 +127,7 @@ def _healer(clock, restarts=1):
     heal = plan_healing(INVENTORY, hosts[:2], hosts[2:], {}, "RUN1", "p")
     config = {"run_id": "RUN1", "hosts": ["node1", "node2", "node3"], "lost_after_s": 15.0, "stall_timeout_s": 0,
               "timeout_s": 0, "heal": {**heal.config_for("node1"), "restarts": restarts}}
-    return node_healing.Healer(config, "/nowhere", node_agent.Supervisor, now=clock)
+    return engine.Engine(config, "/nowhere", now=clock)
 
 
 def _beat(healer, host, seq, **report):
@@ -189,3 +195,31 @@ def test_setting_an_attempt_aside_keeps_the_daemons_files_and_moves_nothing_of_a
     (spare / "env").write_text("")
     node_healing.set_aside(str(spare), 1)
     assert not (tmp_path / "node3.attempt-1").exists() and (spare / "env").exists()
+
+
+@pytest.mark.parametrize("launcher", ["torchrun", "none", "mpirun", "deepspeed"])
+def test_each_launchers_template_filled_in_on_the_node_is_what_the_controller_launches_on_that_plan(launcher):
+    """A detached relaunch (job/launch_plan.py's tokens, heal_policy.launch_values) starts on each node exactly
+    what an attached relaunch starts there, planned anew on the hosts in use (job/runner.py)."""
+    from dataclasses import replace
+
+    from clusterctl.job.launchers import shaped
+    from clusterctl.job.runner import JobRunner
+    from clusterctl.job.topology import plan
+
+    inventory = replace(INVENTORY, job=replace(INVENTORY.job, launcher=launcher))
+    hosts = list(inventory.hosts)
+    heal = plan_healing(inventory, hosts[:2], hosts[2:], {}, "RUN1", "a prompt")
+    active = ["node1", "node3"]
+    attempt2 = shaped(inventory, plan(replace(inventory, hosts=(hosts[0], hosts[2])), {}))
+    runner = JobRunner(inventory, attempt2, "RUN1", "a prompt", None, lambda e: None, attempt=2,
+                       checkpoint="/data/ckpt/step-5")
+    for host in active:
+        config = heal.config_for(host)
+        values = heal_policy.launch_values(config["token"], active, host, config["addresses"], config["nproc"], 2,
+                                           "/data/ckpt/step-5", config["gpus"])
+        launch = config["template_master"] if host == "node1" and "template_master" in config else config["template"]
+        argv = tuple(heal_policy.substitute(a, values) for a in launch["argv"])
+        env = tuple((k, heal_policy.substitute(v, values)) for k, v in launch["env"])
+        assert argv == runner.nodes[host].torchrun, host
+        assert env == runner.nodes[host].env, host

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from clusterctl.job import node_agent, supervision
+from clusterctl.job import engine, node_agent, supervision
 
 
 class Clock:
@@ -21,7 +21,7 @@ class Clock:
 def _supervisor(hosts=("a", "b"), lost_after_s=15.0):
     clock = Clock()
     config = {"run_id": "r1", "hosts": list(hosts), "lost_after_s": lost_after_s}
-    return node_agent.Supervisor(config, "/nonexistent", now=clock), clock
+    return engine.Attempt(config, "/nonexistent", now=clock), clock
 
 
 def _beat(sup, host, seq, **report):
@@ -34,7 +34,7 @@ def test_a_failed_node_stops_everyone_after_the_others_had_a_moment_to_report():
     clock.t += 1
     assert _beat(sup, "b", 2, exit_code=1, tail="boom")["stop"] is False  # settling
     assert sup.tick() is False and sup.state == "running"
-    clock.t += node_agent.SETTLE_S
+    clock.t += engine.SETTLE_S
     assert sup.tick() is False and sup.state == "failed"  # a still runs: told to stop, awaited
     answer = _beat(sup, "a", 2)
     assert answer["stop"] is True and "b failed (exit 1)" in answer["reason"] and answer["ack"] is False
@@ -70,7 +70,7 @@ def test_a_silent_node_is_lost_and_one_never_heard_is_lost_later():
     clock.t += 20
     _beat(sup, "a", 2)
     assert sup.tick() is False and sup.state == "running"  # b has a minute to come up
-    clock.t += node_agent.NEVER_SEEN_S
+    clock.t += engine.NEVER_SEEN_S
     _beat(sup, "a", 3)
     sup.tick()
     assert sup.state == "failed" and sup.failures[0]["host"] == "b"
@@ -78,7 +78,7 @@ def test_a_silent_node_is_lost_and_one_never_heard_is_lost_later():
 
 def test_a_run_whose_ranks_all_went_silent_for_the_stall_timeout_is_reported_stalled_not_stopped():
     clock = Clock()
-    sup = node_agent.Supervisor({"run_id": "r1", "hosts": ["a", "b"], "lost_after_s": 15, "stall_timeout_s": 60},
+    sup = engine.Attempt({"run_id": "r1", "hosts": ["a", "b"], "lost_after_s": 15, "stall_timeout_s": 60},
                                 "/nonexistent", now=clock)
     _beat(sup, "a", 1, silent_s=50.0)
     _beat(sup, "b", 1, silent_s=2.0)
@@ -102,7 +102,7 @@ def test_a_run_whose_ranks_all_went_silent_for_the_stall_timeout_is_reported_sta
 
 def test_a_run_past_its_timeout_is_stopped_and_says_so():
     clock = Clock()
-    sup = node_agent.Supervisor({"run_id": "r1", "hosts": ["a"], "lost_after_s": 15, "timeout_s": 30},
+    sup = engine.Attempt({"run_id": "r1", "hosts": ["a"], "lost_after_s": 15, "timeout_s": 30},
                                 "/nonexistent", now=clock)
     _beat(sup, "a", 1)
     clock.t += 29
