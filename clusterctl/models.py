@@ -150,7 +150,7 @@ class CheckpointSpec:
 
 @dataclass(frozen=True)
 class HealingSpec:
-    """`job.nodes/restarts/min_nodes/checkpoint/heal/lost_after` (clusterctl/job/healing.py has the cause
+    """`job.nodes/restarts/min_nodes/checkpoint/heal/lost_after` (clusterctl/ground/healing.py has the cause
     table `heal` overrides): a run that heals itself. The defaults are today's fail-fast run on every host."""
     nodes: Optional[int] = None  # hosts a run uses (the first N); the others are spares; None: all
     restarts: int = 0
@@ -175,8 +175,8 @@ class JobSpec:
     env: tuple[EnvVar, ...] = ()
     python: str = "python3"
     stall_timeout: float = 900.0  # seconds without output before the ranks' stacks are taken; 0: never
-    launcher: str = "torchrun"  # torchrun | none (job.command once per node) | mpirun | deepspeed: job/launchers.py
-    metrics_every: float = 5.0  # seconds between the node sampler's metrics (job/node_metrics.py); 0: off
+    launcher: str = "torchrun"  # torchrun | none (job.command once per node) | mpirun | deepspeed: plan/launcher.py
+    metrics_every: float = 5.0  # seconds between the node sampler's metrics (node/node_metrics.py); 0: off
     healing: HealingSpec = field(default_factory=HealingSpec)
 
 

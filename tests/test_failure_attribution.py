@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from clusterctl.inventory.load import parse_inventory
-from clusterctl.job.runner import JobRunner
+from clusterctl.run.runner import JobRunner
 from clusterctl_helpers import FIXTURE_JOBS, processes_with, wait_until
 
 INVENTORY = """

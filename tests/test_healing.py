@@ -9,7 +9,7 @@ import pytest
 from clusterctl.backends.healing import Fleet, _next_step, on_hosts, summary_lines
 from clusterctl.errors import InventoryError
 from clusterctl.inventory.load import parse_inventory
-from clusterctl.job.healing import TABLE, classify, latest_checkpoint_command, response_of
+from clusterctl.ground.healing import TABLE, classify, latest_checkpoint_command, response_of
 from clusterctl.outcome import Outcome
 
 HOSTS = "hosts:\n" + "".join(f"  - {{name: node{i}, address: 10.0.0.{i}}}\n" for i in range(1, 5))
@@ -179,7 +179,7 @@ def test_collect_logs_names_the_logs_of_a_host_left_out_by_its_rank_in_the_last_
 
 @pytest.mark.parametrize("launcher", ["none", "mpirun", "deepspeed"])
 def test_a_detached_run_that_heals_itself_is_refused_with_a_launcher_other_than_torchrun(launcher):
-    """The cluster's supervisor relaunches a torchrun template (job/detached_healing.py); attached runs heal
+    """The cluster's supervisor relaunches a torchrun template (heal/detached.py); attached runs heal
     every launcher (tests/test_cluster_heal_launchers.py)."""
     from types import SimpleNamespace
 

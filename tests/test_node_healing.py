@@ -1,7 +1,7 @@
 """A detached run that heals itself, the parts that need no cluster (issue 35): the node side's
-classifier and replanner (job/node_healing.py, pure), its agreement with the controller's
-(job/healing.py over job/failures.py's diagnosis) on the same failures, the launch template the
-controller hands over (job/detached_healing.py), and the supervisor's attempts on a clock of its own."""
+classifier and replanner (node/node_healing.py, pure), its agreement with the controller's
+(ground/healing.py over watch/failures.py's diagnosis) on the same failures, the launch template the
+controller hands over (heal/detached.py), and the supervisor's attempts on a clock of its own."""
 from __future__ import annotations
 
 import json
@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from clusterctl.inventory.load import parse_inventory
-from clusterctl.job import node_agent, node_healing
-from clusterctl.job.detached_healing import attempts_of, plan_healing
-from clusterctl.job.failures import Ended, first_failure
-from clusterctl.job.healing import TABLE, classify
+from clusterctl.node import node_agent, node_healing
+from clusterctl.heal.detached import attempts_of, plan_healing
+from clusterctl.watch.failures import Ended, first_failure
+from clusterctl.ground.healing import TABLE, classify
 from clusterctl.modules import process
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from clusterctl.models import Host, Inventory, JobSpec, RendezvousSpec
-from clusterctl.job import agent as torchrun
+from clusterctl.plan import wrapper as torchrun
 from clusterctl.modules import process
-from clusterctl.job.runner import put_file_command
+from clusterctl.run.runner import put_file_command
 
 
 def _inventory(name: str) -> Inventory:

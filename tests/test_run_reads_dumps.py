@@ -12,8 +12,8 @@ from hypothesis import given, settings, strategies as st
 
 from clusterctl.executor import Connections
 from clusterctl.inventory.load import parse_inventory
-from clusterctl.job.dumps import parse_dumps, with_dumps
-from clusterctl.job.failures import Ended, first_failure
+from clusterctl.watch.dumps import parse_dumps, with_dumps
+from clusterctl.watch.failures import Ended, first_failure
 from clusterctl.transport import connect
 
 H200 = Path(__file__).parent / "fixtures" / "flight_recorder" / "nccl_h200_2ranks_rank1_late"

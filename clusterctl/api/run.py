@@ -9,7 +9,7 @@ from clusterctl.api.results import ClusterResult, result_of
 if TYPE_CHECKING:
     from clusterctl.api.cluster import Cluster
     from clusterctl.backends.base import RunDescription
-    from clusterctl.job.logs import LogLine
+    from clusterctl.watch.logs import LogLine
 
 
 class Run:

@@ -28,7 +28,7 @@ class RunRequest:
     timeout_s: Optional[float] = None
     stall_timeout_s: Optional[float] = None
     detach: bool = False
-    straggler_watch: bool = True  # sample the ranks to name a straggler (job/straggler_watch.py)
+    straggler_watch: bool = True  # sample the ranks to name a straggler (watch/straggler_watch.py)
     heal_on_cluster: Optional[object] = None  # job/detached_healing.DetachedHealing (backends/healing.py sets it)
 
 
@@ -64,7 +64,7 @@ class Plan:
     script: Optional[str] = None
     attempt: int = 1
     commands_json: str = field(default="{}", repr=False)  # the runner's per-node commands, as JSON text
-    topology: object = field(default=None, repr=False, compare=False)  # job/topology.py Topology (nodes)
+    topology: object = field(default=None, repr=False, compare=False)  # plan/topology.py Topology (nodes)
 
     def commands(self) -> dict:
         return json.loads(self.commands_json)
@@ -93,7 +93,7 @@ class Plan:
 
 def plan_of_topology(backend: BackendName, inventory: Inventory, topology, run_id: Optional[str],
                      commands: Mapping[str, dict]) -> Plan:
-    """The Plan of a planner's Topology (job/topology.py) and the runner's per-node commands."""
+    """The Plan of a planner's Topology (plan/topology.py) and the runner's per-node commands."""
     nodes = tuple(PlannedNode(n.host.name, n.node_rank, (n.ranks.start, n.ranks.stop - 1),
                               tuple(n.gpu_ids) if n.gpu_ids is not None else None, n.nic, n.local_addr,
                               commands.get(n.host.name, {}).get("command"),

@@ -20,10 +20,10 @@ class NodesBackend:
     # ---- planning (pure)
     def plan(self, inventory: Inventory, request: RunRequest, run_id: Optional[str],
              facts: Optional[Mapping] = None) -> Plan:
-        """The layout the planner makes of `facts` (job/topology.py) and each node's command line."""
-        from clusterctl.job.launchers import shaped
-        from clusterctl.job.runner import JobRunner
-        from clusterctl.job.topology import plan
+        """The layout the planner makes of `facts` (plan/topology.py) and each node's command line."""
+        from clusterctl.plan.launcher import shaped
+        from clusterctl.run.runner import JobRunner
+        from clusterctl.plan.topology import plan
 
         topology = shaped(inventory, plan(inventory, facts or {}, strict=request.strict))
         runner = JobRunner(inventory, topology, run_id or "RUN", request.prompt, None, lambda event: None,
@@ -60,7 +60,7 @@ class NodesBackend:
 
     # ---- the run
     def launch(self, plan: Plan, request: RunRequest, inventory: Optional[Inventory] = None):
-        from clusterctl.backends.launching import run_job
+        from clusterctl.backends.run_flow import run_job
 
         return run_job(self.session, self, inventory or self.session.inventory(), request, relaunch_of=plan)
 
@@ -82,7 +82,7 @@ class NodesBackend:
     def relaunch(self, plan: Plan, request: RunRequest, inventory: Optional[Inventory] = None):
         """Stop what runs of the plan's run, then launch `plan` as the next attempt of the same run id
         (launching.py sets the last attempt's run dirs aside on the nodes first)."""
-        from clusterctl.backends.healing_hooks import StopRequested, stop_requested, withdraw_stop
+        from clusterctl.heal.hooks import StopRequested, stop_requested, withdraw_stop
 
         if stop_requested(self.session, plan.run_id):  # a user's `clusterctl stop` came first: it stands
             raise StopRequested(plan.run_id)

@@ -25,7 +25,8 @@ AWAIT_CONTROLLER_S = 30.0
 
 def stop_run(app, given_run: Optional[str], given_inventory: Optional[str] = None) -> Outcome:
     """`clusterctl stop` (and `Run.stop()`): the run named (default: the last) ended on every node."""
-    from clusterctl.job import records, supervision
+    from clusterctl.ground import records
+    from clusterctl.run import supervision
 
     run_id, record = records.resolve(app.state, given_run)
     state = records.state_of(record, run_id, app.state.lock_holder)
@@ -40,7 +41,7 @@ def stop_run(app, given_run: Optional[str], given_inventory: Optional[str] = Non
     if state not in ("running", "unknown"):
         app.renderer.message(f"run {run_id} has already ended ({state}); nothing to stop", "green")
         return Outcome({"ok": True, "run_id": run_id, "state": state, "already_ended": True, "hosts": {}})
-    from clusterctl.backends.healing_hooks import request_stop
+    from clusterctl.heal.hooks import request_stop
 
     request_stop(app.state, run_id)  # a run that heals itself, between attempts, launches no more
     by_name = {h.name: h for h in inventory.hosts}
@@ -50,8 +51,8 @@ def stop_run(app, given_run: Optional[str], given_inventory: Optional[str] = Non
 def _stop_on_nodes(app, inventory, hosts: list, run_id: str, record: dict, state: str) -> Outcome:
     """Mark every node's run dir stopped, end what carries the run's marker, wait for the node agents."""
     from clusterctl.executor import for_each_host, run_commands
-    from clusterctl.job import agent
-    from clusterctl.job.torchrun import log_dir
+    from clusterctl.plan import wrapper as agent
+    from clusterctl.plan.torchrun import log_dir
     from clusterctl.models import HostResult, HostStatus
     from clusterctl.modules import process
     from clusterctl.slurm.allocation import allocation_ended
@@ -126,7 +127,7 @@ def _record_stopped(app, run_id: str, record: dict, note: str) -> str:
     """The record's state once the run is stopped. The attached `clusterctl run` (holding the run
     lock for this run) writes its own as it ends, which is waited for; a record still "running"
     after that has no controller any more and is written here."""
-    from clusterctl.job import records
+    from clusterctl.ground import records
 
     path = app.state.run_dir(run_id) / "run.json"
     cluster = record.get("cluster")

@@ -8,11 +8,6 @@ node (see job.runner.JobRunner's `files`).
 """
 from __future__ import annotations
 
-from importlib import resources
+from clusterctl.node import source  # noqa: F401  (the bytes of one node program, as shipped)
 
 ALLREDUCE_BENCH = "allreduce_bench.py"
-
-
-def source(name: str) -> bytes:
-    """The bytes of one workload file, as shipped to the nodes."""
-    return resources.files(__name__).joinpath(name).read_bytes()

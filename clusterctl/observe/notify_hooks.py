@@ -1,6 +1,6 @@
 """Where the run flows meet the notifier (issue 41): around a whole run (`notified`: the end, the
 failure, hosts quarantined by it), at a relaunch (backends/healing.py), when a straggler is named
-(backends/launching.py) and at a detached run's end, learned by the next `status`/`attach`/`stop`
+(backends/run_flow.py) and at a detached run's end, learned by the next `status`/`attach`/`stop`
 (job/supervision.refresh_record). Each hook does nothing without a `notify:` in the inventory.
 
 The notifier of the run in progress is a context variable set by `notified`, read by the hooks on

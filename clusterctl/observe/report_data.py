@@ -43,7 +43,7 @@ class ReportInput:
 
 def load(state, given: Optional[str], output: Optional[Path]) -> ReportInput:
     """`given`: a run id (default: the last run) or a directory from collect-logs."""
-    from clusterctl.job.records import resolve
+    from clusterctl.ground.records import resolve
 
     if given and Path(given).is_dir():
         bundle = Path(given).resolve()

@@ -20,7 +20,7 @@ from typing import Mapping, Optional, Sequence
 from clusterctl.preflight import facts, verdicts
 from clusterctl.executor import Background, Connections, for_each_host, run_commands, wait_until
 from clusterctl.models import CheckResult, CheckStatus, Command, Host, HostResult, HostStatus, Inventory
-from clusterctl.job.container import in_container, on_host_or_in_container
+from clusterctl.plan.container import in_container, on_host_or_in_container
 from clusterctl.transport import BATCH_MARK, TcpForwardingDisabled, batch_command, split_batch
 from clusterctl.transport.docker_engine import EngineNotFound, translated
 
@@ -217,7 +217,7 @@ def run_checks_and_facts(inventory: Inventory, hosts: Sequence[Host], connection
             probes[host.name] = parse_probe(result.stdout)
     checks += _per_node(inventory, probes)
     if image_pull:
-        from clusterctl.preflight.image_pull import image_pull_checks
+        from clusterctl.registry.image_pull import image_pull_checks
 
         checks += image_pull_checks(inventory, [h for h in hosts if h.name in probes], connections)
     planner_facts = {h: _node_facts(p, inventory.rendezvous_address) for h, p in probes.items()}
@@ -254,7 +254,7 @@ def _per_node(inventory: Inventory, probes: dict[str, Probe]) -> list[CheckResul
 
 def _cross_node(inventory: Inventory, probes: dict[str, Probe], node_facts: dict, connections: Connections
                 ) -> list[CheckResult]:
-    from clusterctl.job.topology import plan
+    from clusterctl.plan.topology import plan
 
     master = inventory.master.name
     out = verdicts.check_driver_version({h: p.gpus.driver_version for h, p in probes.items()})

@@ -1,0 +1,53 @@
+"""The prompt of a run, read from a file as `clusterctl run PROMPT_FILE` (and `Cluster.run(prompt_file=)`)
+reads it, and the check that it can reach the job at all."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from clusterctl.errors import UsageError
+
+MAX_PROMPT_BYTES = 1 << 20
+
+
+def read_prompt(path: Path) -> str:
+    from clusterctl.plan.torchrun import prompt_text
+
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read the prompt file: {exc.strerror}", where=str(path),
+                         fix="give the path of a text file holding the prompt") from None
+    if len(data) > MAX_PROMPT_BYTES:
+        raise UsageError(f"the prompt file is {len(data)} bytes; the limit is {MAX_PROMPT_BYTES}", where=str(path),
+                         fix="shorten the prompt, or have the job read a file from a volume")
+    if b"\0" in data:
+        line = data[: data.index(b"\0")].count(b"\n") + 1
+        raise UsageError("the prompt file contains a NUL byte, which no command line can carry",
+                         where=f"{path}:{line}", fix="remove the NUL byte (is it a binary file?)")
+    try:
+        return prompt_text(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"the prompt file is not UTF-8 (byte {exc.start})", where=str(path),
+                         fix="save it as UTF-8") from None
+
+
+def check_prompt_fits(prompt: str, inventory, where: str) -> None:
+    """A prompt over Linux's limit for one argument can never reach the job: say so before connecting."""
+    from clusterctl.plan.torchrun import MAX_ARG_BYTES
+
+    size = len(prompt.encode())
+    if size > MAX_ARG_BYTES and any("{prompt}" in a for a in (*inventory.job.command, *inventory.job.args)):
+        raise UsageError(f"the prompt is {size} bytes and becomes one argument of the job; Linux refuses a single "
+                         f"argument over 128 KiB ({MAX_ARG_BYTES} bytes)", where=where,
+                         fix="shorten the prompt, or have the job read it from a file on a shared volume "
+                             "(pass the file's path in job.args instead of {prompt})")
+
+
+def optional_prompt(path: Optional[Path], inventory, fix: str) -> str:
+    """The prompt file's text, or "" where none was given and the job has no {prompt} (`export`, `launch`)."""
+    if path is not None:
+        return read_prompt(path)
+    if any("{prompt}" in part for part in (*inventory.job.command, *inventory.job.args)):
+        raise UsageError("job.args use {prompt} but no prompt file was given", "--prompt-file", fix)
+    return ""
