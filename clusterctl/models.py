@@ -7,6 +7,7 @@ The shape of the data is the contract between layers: the inventory loader build
 from __future__ import annotations
 
 import enum
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Optional, Union
@@ -407,3 +408,23 @@ def secret_values(inventory: Inventory) -> set[str]:
         if len(password) >= 4:
             values.add(password)
     return values
+
+
+def written_forms(secrets: set[str]) -> set[str]:
+    """Each secret as it may appear in a collected file: as it is, and escaped inside a JSON string
+    (`"` and `\\` escaped; non-ASCII as \\uXXXX as Python writes it; <, > and & as \\u003c.. as Go's
+    encoder writes them in `docker inspect`)."""
+    forms = set()
+    for secret in secrets:
+        for ascii_only in (False, True):
+            escaped = json.dumps(secret, ensure_ascii=ascii_only)[1:-1]
+            forms |= {escaped, escaped.replace("/", "\\/"), _go_escaped(escaped)}
+        forms.add(secret)
+    return {form for form in forms if form}
+
+
+def _go_escaped(escaped: str) -> str:
+    for char, code in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"),
+                       ("\u2029", "\\u2029")):
+        escaped = escaped.replace(char, code)
+    return escaped

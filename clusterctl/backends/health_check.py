@@ -106,8 +106,9 @@ def _host(inventory: Inventory, name: str):
 
 def _preflight(app, alone: Inventory, host) -> list:
     from clusterctl.preflight.probe import run_checks
+    from clusterctl.registry.image_pull import image_pull_checks
 
-    return run_checks(alone, [host], app.connections)
+    return run_checks(alone, [host], app.connections, image_pull_checks)
 
 
 def _burn(app, inventory: Inventory, host) -> Step:

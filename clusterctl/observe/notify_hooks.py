@@ -11,7 +11,7 @@ import contextvars
 import time
 from typing import Callable, Optional
 
-from clusterctl.models import MASK, Inventory, secret_values
+from clusterctl.models import MASK, Inventory, secret_values, written_forms
 from clusterctl.observe.messages import message
 from clusterctl.observe.notify import Notifier
 
@@ -25,9 +25,7 @@ def notifier_for(store, inventory: Inventory) -> Notifier:
 
 def mask_of(inventory: Inventory) -> Callable[[str], str]:
     """The inventory's secret values as they may be written (as is, JSON-escaped), masked: the masking
-    collect-logs and the supervisor's log tails use (collect/unpack.written_forms)."""
-    from clusterctl.collect.unpack import written_forms
-
+    collect-logs and the supervisor's log tails use (models.written_forms)."""
     forms = sorted(written_forms(secret_values(inventory)), key=len, reverse=True)
 
     def mask(text: str) -> str:

@@ -232,8 +232,7 @@ def finish_record(record: dict, state: dict, inventory: Inventory, mask: Callabl
 
 def masker(inventory: Inventory) -> Callable[[str], str]:
     """Masks the inventory's secret values in text read from the nodes (a log's tail)."""
-    from clusterctl.collect.unpack import written_forms
-    from clusterctl.models import MASK, secret_values
+    from clusterctl.models import MASK, secret_values, written_forms
 
     values = sorted(written_forms(secret_values(inventory)), key=len, reverse=True)
 

@@ -164,7 +164,7 @@ def file_name() -> str:
 
 def save_local(directory: Path, name: str, document: dict) -> Path:
     """Write under the run's local directory (0700 dirs, a 0600 file: stacks hold paths and socket addresses)."""
-    from clusterctl.state import private_dir
+    from clusterctl.ground.files import private_dir
 
     private_dir(directory)
     path = directory / name
