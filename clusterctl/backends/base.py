@@ -29,7 +29,7 @@ class RunRequest:
     stall_timeout_s: Optional[float] = None
     detach: bool = False
     straggler_watch: bool = True  # sample the ranks to name a straggler (watch/straggler_watch.py)
-    heal_on_cluster: Optional[object] = None  # job/detached_healing.DetachedHealing (backends/healing.py sets it)
+    heal_on_cluster: Optional[object] = None  # heal/detached.DetachedHealing (backends/healing.py sets it)
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ class NodesBackend:
                            timeout_s=request.timeout_s, stall_timeout_s=request.stall_timeout_s)
         return plan_of_topology(self.name, inventory, topology, run_id, runner.commands())
 
-    # ---- what the run flow (launching.py) asks of the place the run happens
+    # ---- what the run flow (run_flow.py) asks of the place the run happens
     def refuse(self, request: RunRequest) -> None:
         """Nothing the nodes cannot do."""
 
@@ -81,7 +81,7 @@ class NodesBackend:
 
     def relaunch(self, plan: Plan, request: RunRequest, inventory: Optional[Inventory] = None):
         """Stop what runs of the plan's run, then launch `plan` as the next attempt of the same run id
-        (launching.py sets the last attempt's run dirs aside on the nodes first)."""
+        (run_flow.py sets the last attempt's run dirs aside on the nodes first)."""
         from clusterctl.heal.hooks import StopRequested, stop_requested, withdraw_stop
 
         if stop_requested(self.session, plan.run_id):  # a user's `clusterctl stop` came first: it stands

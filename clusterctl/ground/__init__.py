@@ -1,2 +1,5 @@
-"""The vocabularies several stages share, below every stage: the cause -> response table of a run that
-heals itself (healing.py) and the local run records with their states (records.py)."""
+"""The vocabularies several stages share, below every stage, so that stages never reach sideways:
+the cause -> response table of a run that heals itself (`healing.py`: the inventory's `job.heal` is
+checked against it, the run and the detached healer read it), the local run records and their states
+(`records.py`: `.clusterctl/runs/<run id>/run.json`, read by the run, `logs`, `stop`, the report), and
+directories only their owner reads (`files.py`, for the state root and the executor's step logs)."""

@@ -1,4 +1,4 @@
-"""What the one run flow (launching.py) and `clusterctl stop` need of a run that heals itself
+"""What the one run flow (backends/run_flow.py) and `clusterctl stop` need of a run that heals itself
 (backends/healing.py): the run lock held across attempts, the latest complete checkpoint, and a
 stop asked for while no attempt runs."""
 from __future__ import annotations

@@ -1,20 +1,19 @@
-"""Everything that runs on a node, as its own process: standard library only (torch too for the
+"""Everything that runs on a node as its own process: the standard library only (torch too for the
 rank-side benchmark), because nothing of clusterctl is installed where the ranks run.
 
-The controller ships these files by name into a run's directory on every node (`program(name)`
-reads them; each file keeps the name it has on the node, which older run dirs and the node-side
-scripts use too) and imports them where it needs their contracts. Nothing here imports anything
-outside `clusterctl/node/`; the programs shipped together (the agent with its healer and health
-watch) import each other as files beside each other on the node.
+The controller ships these files by name into a run's directory on every node (`program(name)` and
+`source(name)` read them; each file keeps the name it has on the node, which the node-side scripts
+and earlier runs' directories use too) and imports them where it needs their contracts. Nothing here
+imports anything outside `clusterctl/node/`; the programs shipped together (the agent with its healer
+and its health watch) import each other as files beside each other on the node, by plain name.
+Each program says so with a module-level `RUNS_ON_NODES = True`: its threads and clocks are that
+process's own, never the controller's.
 
-- `node_agent.py`: the part of a run that lives on the cluster when no clusterctl watches it (`run
-  --detach`, a hang-up): a supervisor on the master node and a keeper per node, talking signed HTTP on
-  the cluster network, holding the leases, failing fast, ending with the run.
-- `node_healing.py` (beside the agent): a detached run that heals itself; `node_health.py` (beside
-  the agent): the keepers' passive health watch.
-- `node_metrics.py`: the metrics sampler beside the ranks; `node_mpi_gate.py`: mpirun's authenticated
-  stand-in for SSH; `node_archive.py`: collect-logs' archiver; `allreduce_bench.py`: nccl-test's ranks.
-"""
+Runs that outlive the controller: `node_agent.py` is a supervisor on the master node and a keeper per
+node, talking signed HTTP on the cluster network, holding the leases, failing fast, ending with the
+run (run/supervision.py starts them: `run --detach`, a hang-up). Node programs shipped as text (the
+registry relay, the stack sampler's script, shell wrappers) are strings to the controller and live
+with the stage that ships them."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -89,7 +89,7 @@ def verdict(failures, table):
 
 
 def says(response, cause, host):
-    """As job/healing.Verdict.says."""
+    """As ground/healing.Verdict.says."""
     where = f" on {host}" if host else ""
     return {"node": f"{host} lost ({cause})", "transient": f"{cause}{where}, no node to blame",
             "job": f"{cause}{where} is the job's own fault: not retried"}[response]
@@ -134,7 +134,7 @@ def natural(name):
 
 def latest_checkpoint(spec):
     """The newest complete checkpoint under spec["dir"] (a subdirectory holding a file matching
-    spec["complete"]), as job/healing.latest_checkpoint_command finds it; None without one."""
+    spec["complete"]), as ground/healing.latest_checkpoint_command finds it; None without one."""
     if not spec:
         return None
     root = spec["dir"]

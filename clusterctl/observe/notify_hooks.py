@@ -1,7 +1,7 @@
 """Where the run flows meet the notifier (issue 41): around a whole run (`notified`: the end, the
 failure, hosts quarantined by it), at a relaunch (backends/healing.py), when a straggler is named
 (backends/run_flow.py) and at a detached run's end, learned by the next `status`/`attach`/`stop`
-(job/supervision.refresh_record). Each hook does nothing without a `notify:` in the inventory.
+(run/supervision.refresh_record). Each hook does nothing without a `notify:` in the inventory.
 
 The notifier of the run in progress is a context variable set by `notified`, read by the hooks on
 the controller's main thread (the straggler hook captures it there for the watch's own thread)."""

@@ -1,2 +1,16 @@
-"""Carrying out a Plan: the runner (launch, watch, fail fast, stop), the hand-over to the nodes (`run
---detach`, a hang-up), the phases of a run, the look for a run already going, and `launch --from-env`."""
+"""Carrying out a Plan on the nodes: `runner.py` launches on every node, watches (with watch/'s
+observers), fails fast and stops cleanly; `supervision.py` hands a running job over to the cluster
+(node/node_agent.py: `run --detach`, a hang-up) and turns the supervisor's state into the local run
+record (ground/records.py); `phases.py` when each phase was reached; `in_progress.py` the look for a
+run of the cluster already going; `from_env.py` the `launch --from-env` flow, the entrypoint a
+platform runs on every node (commands/launch.py parses, this runs).
+
+Lease: the controller renews `lease` with every poll of a running node (every 4 s, watch/pace.py; at
+once when a node's output stream ends, after a failure and after an unanswered poll; the watch loop
+itself still turns every second). A node that hears nothing for 15 s stops its own ranks: a dead
+controller or a cut-off node never leaves ranks waiting forever. A node silent for 7 s is declared
+lost and every other node is stopped.
+
+To change how a run is launched, watched, stopped: `runner.py` (the node-side wrapper and lease:
+plan/wrapper.py; `stop`: backends/stopping.py); how a run goes on without clusterctl (`--detach`, a
+hang-up, `attach`): `supervision.py`, node/node_agent.py."""

@@ -126,9 +126,9 @@ class JobRunner:
                                                                         command), len(prompt.encode()))
         self.stacks_dir = stacks_dir
         self.supervised: Optional[supervision.Supervised] = None
-        self.heal = None  # job/detached_healing.DetachedHealing: a detached run that heals itself (issue 35)
+        self.heal = None  # heal/detached.DetachedHealing: a detached run that heals itself (issue 35)
         self._wake = threading.Event()  # set when a node's output stream ends: its torchrun ended
-        self.health_watch = None  # job/health_watch.PassiveWatch, set by the run flow (issue 36)
+        self.health_watch = None  # watch/health_watch.PassiveWatch, set by the run flow (issue 36)
         self.phases = phases.Phases()  # the run flow hands its own in (run/phases.py)
         self.pace = pace.Pace()  # which nodes a turn of the watch loop asks (watch/pace.py)
         self._started = time.monotonic()

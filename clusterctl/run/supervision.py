@@ -116,7 +116,7 @@ def establish(inventory: Inventory, run_id: str, master: str, address: str, port
     supervisor reports the run stalled after that long without output from any rank (0: never);
     `timeout_s` (`run --timeout`, from the supervisor's start): the run is stopped past it; `since`:
     the run's start (unix time), from which the keepers' health watch reads the kernel log. `heal`
-    (job/detached_healing.DetachedHealing): the run heals itself; its spares get a keeper too."""
+    (heal/detached.DetachedHealing): the run heals itself; its spares get a keeper too."""
     from clusterctl.node.node_agent import CONFIG
     from clusterctl.plan.torchrun import log_dir
 
@@ -190,7 +190,7 @@ def await_ranks(inventory: Inventory, supervised: Supervised, master: Host, conn
 def outcome_of(state: dict, inventory: Inventory, mask: Callable[[str], str] = lambda t: t,
                first_ranks: Optional[dict] = None) -> tuple[int, Optional[dict]]:
     """(exit code, first failure) of a run from its supervisor's state; `first_ranks`: each host's
-    first global rank in the plan (job/failures.first_ranks_of)."""
+    first global rank in the plan (watch/failures.first_ranks_of)."""
     from clusterctl.watch.failures import Ended, first_failure
 
     if state.get("state") == "succeeded":
