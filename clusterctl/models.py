@@ -10,7 +10,7 @@ import enum
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Optional, Union
+from typing import Callable, Mapping, Optional, Union
 
 SECRET_NAME_MARKERS = ("TOKEN", "KEY", "PASSWORD", "SECRET", "PASSWD", "CREDENTIAL")
 MASK = "***"
@@ -408,6 +408,19 @@ def secret_values(inventory: Inventory) -> set[str]:
         if len(password) >= 4:
             values.add(password)
     return values
+
+
+def masker(inventory: Inventory) -> Callable[[str], str]:
+    """The inventory's secret values, in every form they may be written (`written_forms`), masked in a
+    text: the supervisor's log tails, a notification, what `logs` and `attach` print."""
+    forms = sorted(written_forms(secret_values(inventory)), key=len, reverse=True)
+
+    def mask(text: str) -> str:
+        for form in forms:
+            text = text.replace(form, MASK)
+        return text
+
+    return mask
 
 
 def written_forms(secrets: set[str]) -> set[str]:

@@ -15,7 +15,7 @@ from clusterctl.inventory.load import parse_inventory
 from clusterctl.observe.messages import message, payload
 from clusterctl.inventory.notify_section import masked_url
 from clusterctl.observe.notify import LOG_NAME, Delivery, Notifier
-from clusterctl.observe.notify_hooks import mask_of
+from clusterctl.models import masker as mask_of
 from json_documents import check
 from loopback_receiver import Receiver
 

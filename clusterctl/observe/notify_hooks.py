@@ -11,7 +11,7 @@ import contextvars
 import time
 from typing import Callable, Optional
 
-from clusterctl.models import MASK, Inventory, secret_values, written_forms
+from clusterctl.models import Inventory, masker
 from clusterctl.observe.messages import message
 from clusterctl.observe.notify import Notifier
 
@@ -20,20 +20,7 @@ DETACHED_FLUSH_S = 10.0  # `status` waits at most this for a detached run's end 
 
 
 def notifier_for(store, inventory: Inventory) -> Notifier:
-    return Notifier(inventory.notify, store.run_dir, mask_of(inventory))
-
-
-def mask_of(inventory: Inventory) -> Callable[[str], str]:
-    """The inventory's secret values as they may be written (as is, JSON-escaped), masked: the masking
-    collect-logs and the supervisor's log tails use (models.written_forms)."""
-    forms = sorted(written_forms(secret_values(inventory)), key=len, reverse=True)
-
-    def mask(text: str) -> str:
-        for form in forms:
-            text = text.replace(form, MASK)
-        return text
-
-    return mask
+    return Notifier(inventory.notify, store.run_dir, masker(inventory))
 
 
 def notified(session, inventory: Inventory, go):

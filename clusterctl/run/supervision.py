@@ -23,7 +23,7 @@ from clusterctl.plan import wrapper as agent
 from clusterctl.watch import detached_health
 from clusterctl.heal import detached as detached_healing
 from clusterctl.plan.container import in_container, on_host_or_in_container
-from clusterctl.models import Command, Host, HostResult, HostStatus, Inventory
+from clusterctl.models import Command, Host, HostResult, HostStatus, Inventory, masker  # noqa: F401  (supervision.masker)
 from clusterctl.modules import process
 from clusterctl.node import program
 
@@ -228,20 +228,6 @@ def finish_record(record: dict, state: dict, inventory: Inventory, mask: Callabl
     if record.get("started") and state.get("ended"):
         done["duration_s"] = round(float(state["ended"]) - float(record["started"]), 3)
     return done
-
-
-def masker(inventory: Inventory) -> Callable[[str], str]:
-    """Masks the inventory's secret values in text read from the nodes (a log's tail)."""
-    from clusterctl.models import MASK, secret_values, written_forms
-
-    values = sorted(written_forms(secret_values(inventory)), key=len, reverse=True)
-
-    def mask(text: str) -> str:
-        for value in values:
-            text = text.replace(value, MASK)
-        return text
-
-    return mask
 
 
 def refresh_record(store, inventory: Inventory, connections: Connections, run_id: str, record: dict,
