@@ -13,10 +13,7 @@ from typing import Optional
 
 from clusterctl.models import Command, HostResult, HostStatus
 from clusterctl.modules.catalog import module
-
-MARKER_CLUSTER = "CLUSTERCTL_CLUSTER"
-MARKER_HOST = "CLUSTERCTL_HOST"
-MARKER_RUN = "CLUSTERCTL_RUN_ID"
+from clusterctl.plan.marker import MARKER_CLUSTER, MARKER_HOST, MARKER_RUN, marker_env  # noqa: F401  (process.*)
 
 # The py-spy a run's nodes keep (watch/pyspy_kept.py) removed, where the sampler's script may have kept it:
 # $kept is its directory's name (a pattern for every run of a cluster). Only a directory of the
@@ -87,10 +84,6 @@ def parse_scan(stdout: str) -> dict[str, list[dict]]:
         if len(parts) >= 3 and parts[0] in found and parts[1].isascii() and parts[1].isdigit() and len(parts[1]) < 20:
             found[parts[0]].append({"pid": int(parts[1]), "user": parts[2], "command": parts[3] if len(parts) > 3 else ""})
     return found
-
-
-def marker_env(cluster: str, host: str, run_id: str) -> tuple[tuple[str, str], ...]:
-    return ((MARKER_CLUSTER, cluster), (MARKER_HOST, host), (MARKER_RUN, run_id))
 
 
 @module("process.cleanup")

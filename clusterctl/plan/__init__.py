@@ -27,8 +27,9 @@ Rendezvous: torchrun runs with `--rdzv-backend=static --node-rank=R`. c10d assig
 sorting agents' address strings (and pids), so "the master holds ranks 0..k-1" cannot be guaranteed
 with it, and it carries the is_host/hostname traps. The static store waits `rendezvous.join_timeout`
 seconds for all nodes, then fails clearly. Cleanup scope: every agent and rank clusterctl starts
-carries `CLUSTERCTL_CLUSTER`, `CLUSTERCTL_HOST` and `CLUSTERCTL_RUN_ID` in its environment; cleanup
-(modules/process.py) matches those exact lines of `/proc/PID/environ`, never a command-line pattern.
+carries `CLUSTERCTL_CLUSTER`, `CLUSTERCTL_HOST` and `CLUSTERCTL_RUN_ID` in its environment
+(`marker.py`); cleanup (modules/process.py) matches those exact lines of `/proc/PID/environ`, never a
+command-line pattern.
 
 To change torchrun's command line or the ranks' environment: `torchrun.py`; another launcher:
 `launcher.py` and its `launcher_*.py`; how ranks are laid out (nproc, world size, master): `topology.py`."""
