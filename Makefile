@@ -82,5 +82,10 @@ diagnose-report: $(STAMP)
 	$(PY) bench/diagnose_report.py $(DIAGNOSE_REPORT_ARGS)
 	$(PY) -m clusterctl.diagnose.table
 
+# docs/schemas/ (the --json documents' types) and docs/architecture.md (the package docstrings)
+docs: $(STAMP)
+	$(PY) -m clusterctl.documents
+	$(PY) -m clusterctl.documents.architecture
+
 clean: demo-clean
 	rm -rf $(VENV) .clusterctl logs

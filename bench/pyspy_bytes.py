@@ -2,7 +2,7 @@
 
   python3 bench/pyspy_bytes.py [--nodes 100] [--rounds 10]
 
-Counts what each round's command carries to a node (stdin + argv, as job/sampler.py builds it)
+Counts what each round's command carries to a node (stdin + argv, as watch/sampler.py builds it)
 through the real `sample_action`, the nodes answered by a stand-in that says what a node says
 (`kept <sha256>` after a ship round, `tool kept ...` after a digest round). "every round" is
 `clusterctl stacks`'s way (no KeptPySpy: the binary each time), as every watch round was before.
@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from clusterctl.job import sampler
-from clusterctl.job.pyspy_kept import KeptPySpy
+from clusterctl.watch import sampler
+from clusterctl.watch.pyspy_kept import KeptPySpy
 from clusterctl.models import CommandResult, Host, Inventory
 
 

@@ -1,4 +1,4 @@
-"""The roll call's cost: one stack of every rank (job/sampler.py + job/rollcall.py), per node and per rank.
+"""The roll call's cost: one stack of every rank (watch/sampler.py + watch/rollcall.py), per node and per rank.
 
 Issue 19's goals: 16 nodes x 2 ranks in <= 3 s on the rehearsal cluster, 32 nodes x 8 ranks in <= 5 s
 (extrapolated). The stall check in `run` takes two such samples 3 s apart (the 3 s are a wait, not
@@ -38,7 +38,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from clusterctl.executor import Connections, for_each_host  # noqa: E402
-from clusterctl.job import rollcall, sampler  # noqa: E402
+from clusterctl.watch import rollcall, sampler  # noqa: E402
 from clusterctl.models import Host, Inventory  # noqa: E402
 from clusterctl.transport import connect  # noqa: E402
 

@@ -7,9 +7,10 @@ The shape of the data is the contract between layers: the inventory loader build
 from __future__ import annotations
 
 import enum
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Optional, Union
+from typing import Callable, Mapping, Optional, Union
 
 SECRET_NAME_MARKERS = ("TOKEN", "KEY", "PASSWORD", "SECRET", "PASSWD", "CREDENTIAL")
 MASK = "***"
@@ -150,7 +151,7 @@ class CheckpointSpec:
 
 @dataclass(frozen=True)
 class HealingSpec:
-    """`job.nodes/restarts/min_nodes/checkpoint/heal/lost_after` (clusterctl/job/healing.py has the cause
+    """`job.nodes/restarts/min_nodes/checkpoint/heal/lost_after` (clusterctl/ground/healing.py has the cause
     table `heal` overrides): a run that heals itself. The defaults are today's fail-fast run on every host."""
     nodes: Optional[int] = None  # hosts a run uses (the first N); the others are spares; None: all
     restarts: int = 0
@@ -175,8 +176,8 @@ class JobSpec:
     env: tuple[EnvVar, ...] = ()
     python: str = "python3"
     stall_timeout: float = 900.0  # seconds without output before the ranks' stacks are taken; 0: never
-    launcher: str = "torchrun"  # torchrun | none (job.command once per node) | mpirun | deepspeed: job/launchers.py
-    metrics_every: float = 5.0  # seconds between the node sampler's metrics (job/node_metrics.py); 0: off
+    launcher: str = "torchrun"  # torchrun | none (job.command once per node) | mpirun | deepspeed: plan/launcher.py
+    metrics_every: float = 5.0  # seconds between the node sampler's metrics (node/node_metrics.py); 0: off
     healing: HealingSpec = field(default_factory=HealingSpec)
 
 
@@ -407,3 +408,36 @@ def secret_values(inventory: Inventory) -> set[str]:
         if len(password) >= 4:
             values.add(password)
     return values
+
+
+def masker(inventory: Inventory) -> Callable[[str], str]:
+    """The inventory's secret values, in every form they may be written (`written_forms`), masked in a
+    text: the supervisor's log tails, a notification, what `logs` and `attach` print."""
+    forms = sorted(written_forms(secret_values(inventory)), key=len, reverse=True)
+
+    def mask(text: str) -> str:
+        for form in forms:
+            text = text.replace(form, MASK)
+        return text
+
+    return mask
+
+
+def written_forms(secrets: set[str]) -> set[str]:
+    """Each secret as it may appear in a collected file: as it is, and escaped inside a JSON string
+    (`"` and `\\` escaped; non-ASCII as \\uXXXX as Python writes it; <, > and & as \\u003c.. as Go's
+    encoder writes them in `docker inspect`)."""
+    forms = set()
+    for secret in secrets:
+        for ascii_only in (False, True):
+            escaped = json.dumps(secret, ensure_ascii=ascii_only)[1:-1]
+            forms |= {escaped, escaped.replace("/", "\\/"), _go_escaped(escaped)}
+        forms.add(secret)
+    return {form for form in forms if form}
+
+
+def _go_escaped(escaped: str) -> str:
+    for char, code in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"),
+                       ("\u2029", "\\u2029")):
+        escaped = escaped.replace(char, code)
+    return escaped

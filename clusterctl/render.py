@@ -112,7 +112,7 @@ class Renderer:
     def _on_line(self, event: Event) -> None:
         prefix = event.data.get("prefix") or f"[{event.host}]"
         style = "red" if event.data.get("stream") == "stderr" else "cyan"
-        repeated = event.data.get("repeated")  # a run's live log (job/livelog.py): how often others said it
+        repeated = event.data.get("repeated")  # a run's live log (watch/livelog.py): how often others said it
         self.console.print(_text((prefix, style), " ", event.text, *((" ", (repeated, "dim")) if repeated else ())))
 
     def _on_note(self, event: Event) -> None:

@@ -16,21 +16,7 @@ from typing import Iterator, Optional
 
 from clusterctl.errors import StateError
 from clusterctl.executor.clock import attempts
-
-
-def private_dir(path: Path) -> Path:
-    """mkdir -p where every directory created gets mode 0700 (Path.mkdir gives the parents it
-    creates the default mode, so a fresh .clusterctl/ would be world-readable)."""
-    missing, parent = [], path
-    while not parent.exists() and parent != parent.parent:
-        missing.append(parent)
-        parent = parent.parent
-    for directory in reversed(missing):
-        try:
-            directory.mkdir(mode=0o700)
-        except FileExistsError:  # another process made it meanwhile
-            pass
-    return path
+from clusterctl.ground.files import private_dir
 
 
 class State:
@@ -106,7 +92,7 @@ class State:
         return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
 
     def run_dir(self, run_id: str) -> Path:
-        """A run's local directory; its record is job/records.py RunStore's."""
+        """A run's local directory; its record is ground/records.py RunStore's."""
         return self._ensure(self.runs_dir / run_id)
 
     def step_logs(self, flow: str) -> Path:

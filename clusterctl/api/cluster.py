@@ -114,9 +114,9 @@ class Cluster:
         as text or as the path of a file (read as `clusterctl run PROMPT_FILE` reads it)."""
         from clusterctl.backends import RunRequest, backend_for
         from clusterctl.backends.healing import run_healing
-        from clusterctl.backends.prompt import run_prompt
+        from clusterctl.plan.prompt import run_prompt
         from clusterctl.errors import UsageError
-        from clusterctl.job.run_record import RunHandle
+        from clusterctl.ground.run_record import RunHandle
 
         if (prompt is None) == (prompt_file is None):
             raise UsageError("give exactly one of prompt= and prompt_file=", where="Cluster.run",
@@ -133,7 +133,7 @@ class Cluster:
 
     def runs(self, run_id: Optional[str] = None) -> Run:
         """A recorded run of this state directory by its id (default: the last one)."""
-        from clusterctl.job import records
+        from clusterctl.ground import records
         from clusterctl.state import State
 
         run_id, _ = records.resolve(State.here(self.env), run_id)

@@ -9,8 +9,8 @@ from clusterctl.api.results import ClusterResult, result_of
 if TYPE_CHECKING:
     from clusterctl.api.cluster import Cluster
     from clusterctl.backends.base import RunDescription
-    from clusterctl.job.run_record import RunHandle, RunState
-    from clusterctl.job.logs import LogLine
+    from clusterctl.ground.run_record import RunHandle, RunState
+    from clusterctl.watch.logs import LogLine
 
 
 class Run:
@@ -19,7 +19,7 @@ class Run:
 
     def __init__(self, cluster: "Cluster", run_id: str, document: Optional[dict] = None,
                  handle: Optional["RunHandle"] = None):
-        from clusterctl.job.run_record import RunHandle
+        from clusterctl.ground.run_record import RunHandle
 
         self.cluster, self._id = cluster, run_id
         self.document = dict(document or {})  # what `clusterctl run --json` printed for it
@@ -43,7 +43,7 @@ class Run:
     @property
     def state(self) -> "RunState":
         """running | unknown | stopped | succeeded | failed | interrupted (as `clusterctl status` says: a
-        job/run_record.py RunState, equal to its text)."""
+        ground/run_record.py RunState, equal to its text)."""
         return self.describe().state
 
     @property
@@ -66,7 +66,7 @@ class Run:
         """Until the run ended: the exit code `clusterctl attach` gives for it (0 succeeded, 1 failed
         or stopped). Raises TimeoutError when it still runs after `timeout` seconds."""
         from clusterctl.backends.records import wait
-        from clusterctl.job.run_record import RunState
+        from clusterctl.ground.run_record import RunState
 
         with self.cluster.session("attach") as session:
             description = wait(session, self._id, "nodes", timeout, poll_s)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import time
 from typing import Optional
 
-from clusterctl.job.run_record import RunState
+from clusterctl.ground.run_record import RunState
 from clusterctl.outcome import Outcome
 
 FINISH_S = 40.0  # after the nodes' files end: the supervisor's last word (it settles, then drains)
@@ -14,8 +14,10 @@ def attach(app, given_run: Optional[str], given_inventory: Optional[str], tail: 
     """`clusterctl attach`: the live log of a run that goes on, until it ends on every node; its end."""
     from clusterctl.backends.reading import read_logs
     from clusterctl.executor import Event, ticks
-    from clusterctl.job import logs, records, supervision
-    from clusterctl.job.livelog import LiveLog, LiveLogEvents, RankFilter
+    from clusterctl.watch import logs
+    from clusterctl.ground import records
+    from clusterctl.run import supervision
+    from clusterctl.watch.livelog import LiveLog, LiveLogEvents, RankFilter
 
     run_id, record = records.resolve(app.state, given_run)
     topology = record.get("topology") or []

@@ -14,7 +14,7 @@ from typing import Iterator, Literal, Mapping, Optional, Protocol
 
 from clusterctl.documents import parts
 from clusterctl.documents.convert import as_document
-from clusterctl.job.run_record import RunState
+from clusterctl.ground.run_record import RunState
 from clusterctl.models import Host, Inventory
 
 BackendName = Literal["nodes", "slurm"]
@@ -29,8 +29,8 @@ class RunRequest:
     timeout_s: Optional[float] = None
     stall_timeout_s: Optional[float] = None
     detach: bool = False
-    straggler_watch: bool = True  # sample the ranks to name a straggler (job/straggler_watch.py)
-    heal_on_cluster: Optional[object] = None  # job/detached_healing.DetachedHealing (backends/healing.py sets it)
+    straggler_watch: bool = True  # sample the ranks to name a straggler (watch/straggler_watch.py)
+    heal_on_cluster: Optional[object] = None  # heal/detached.DetachedHealing (backends/healing.py sets it)
 
 
 @dataclass(frozen=True)
@@ -65,8 +65,8 @@ class Plan:
     script: Optional[str] = None
     attempt: int = 1
     commands_json: str = field(default="{}", repr=False)  # the per-node commands, secrets masked, as JSON text
-    topology: object = field(default=None, repr=False, compare=False)  # job/topology.py Topology (nodes)
-    # what the launch carries out as it is (nodes): job/launch_plan.py NodeLaunch per node, the prompt
+    topology: object = field(default=None, repr=False, compare=False)  # plan/topology.py Topology (nodes)
+    # what the launch carries out as it is (nodes): plan/launch_plan.py NodeLaunch per node, the prompt
     # expanded in them once, for the (run id, attempt) of `launches_for`, and the files shipped;
     # `checkpoint`: the one the attempt resumes from
     launches: tuple = field(default=(), repr=False, compare=False)
@@ -105,7 +105,7 @@ class Plan:
 
 def plan_of_topology(backend: BackendName, inventory: Inventory, topology, run_id: Optional[str],
                      commands: Mapping[str, dict], **decided) -> Plan:
-    """The Plan of a planner's Topology (job/topology.py) and the per-node commands (`decided`: what the
+    """The Plan of a planner's Topology (plan/topology.py) and the per-node commands (`decided`: what the
     launch carries out, Plan's launches, files, attempt and checkpoint)."""
     nodes = tuple(PlannedNode(n.host.name, n.node_rank, (n.ranks.start, n.ranks.stop - 1),
                               tuple(n.gpu_ids) if n.gpu_ids is not None else None, n.nic, n.local_addr,
@@ -144,7 +144,7 @@ def hosts_of_record(record: dict, inventory: Inventory) -> Optional[tuple[Host, 
 
 @dataclass(frozen=True)
 class RunDescription:
-    """Where a run stands (job/run_record.py RunState, one of REPORTED), its exit code once ended, and
+    """Where a run stands (ground/run_record.py RunState, one of REPORTED), its exit code once ended, and
     the first failure named."""
 
     run_id: str

@@ -41,7 +41,7 @@ def sbatch(session, inventory, prompt: str, name: Optional[str], strict: bool, o
 def manifests(session, kind: str, inventory, options, name: str, prompt: str, output: Optional[Path]) -> Outcome:
     """A Kubeflow PyTorchJob, KubeRay RayJob or indexed Job (+ Service), on stdout or written to `output`."""
     from clusterctl import k8s
-    from clusterctl.job.launchers import require_torchrun
+    from clusterctl.plan.launcher import require_torchrun
 
     require_torchrun(inventory, f"export {kind}")
     export = k8s.build(kind, inventory, options, name, prompt)

@@ -1,7 +1,7 @@
 """A run that heals itself (issue 35): the one loop around the run flow, the same for every backend.
 
-An attempt is launching.run_job on the hosts in use. When it fails, its first failure (job/failures.py:
-the host, the global rank, the diagnosis) is classified (job/healing.py): a job fault ends the run as
+An attempt is launching.run_job on the hosts in use. When it fails, its first failure (watch/failures.py:
+the host, the global rank, the diagnosis) is classified (ground/healing.py): a job fault ends the run as
 without `restarts`; a transient one is relaunched on the same hosts; a node fault leaves that host out
 for the rest of the run (never taken back) and the first spare joins, or, without one, the job goes on
 with fewer nodes down to `job.min_nodes`. The topology is planned again on the hosts in use (the first
@@ -18,10 +18,10 @@ from dataclasses import dataclass, field, replace
 from typing import Optional
 
 from clusterctl.backends.base import Plan, RunRequest
-from clusterctl.backends.healing_hooks import StopRequested, holding, stop_requested
+from clusterctl.heal.hooks import StopRequested, holding, stop_requested
 from clusterctl.errors import UsageError
-from clusterctl.job import heal_policy
-from clusterctl.job.records import RunStore
+from clusterctl.node import heal_policy
+from clusterctl.ground.records import RunStore
 from clusterctl.outcome import Outcome
 
 
@@ -63,7 +63,7 @@ def run_healing(session, backend, inventory, request: RunRequest, live=None, pla
 
 
 def _run_healing(session, backend, inventory, request: RunRequest, live, plan_only: bool) -> Outcome:
-    from clusterctl.backends.launching import LiveOptions, run_job
+    from clusterctl.backends.run_flow import LiveOptions, run_job
 
     healing, live = inventory.job.healing, live or LiveOptions()
     if not healing.enabled and healing.nodes is None:
@@ -83,10 +83,10 @@ def _run_healing(session, backend, inventory, request: RunRequest, live, plan_on
 
 def _detached(session, backend, inventory, request: RunRequest, live, fleet: Fleet, run_id: str) -> Outcome:
     """`run --detach` of a run that heals itself: its first attempt, handed over to the cluster with what
-    the supervisor there needs to heal it (job/detached_healing.py, job/node_healing.py). A spare whose
+    the supervisor there needs to heal it (heal/detached.py, node/node_healing.py). A spare whose
     facts cannot be learned now is no spare."""
-    from clusterctl.backends.launching import run_job
-    from clusterctl.job.detached_healing import plan_healing
+    from clusterctl.backends.run_flow import run_job
+    from clusterctl.heal.detached import plan_healing
 
     if not backend.lists_hosts(inventory):
         raise UsageError("a detached run heals itself on SSH nodes only", where="--detach",

@@ -21,9 +21,9 @@ class NodesBackend:
     def plan(self, inventory: Inventory, request: RunRequest, run_id: Optional[str],
              facts: Optional[Mapping] = None, attempt: int = 1, checkpoint: Optional[str] = None,
              topology=None) -> Plan:
-        """The layout the planner makes of `facts` (job/topology.py; `topology`: one made already) and
+        """The layout the planner makes of `facts` (plan/topology.py; `topology`: one made already) and
         what starts on each node, the prompt expanded once: what `launch(plan)` carries out."""
-        from clusterctl.job.launch_plan import commands_of, node_launches, shipped_files
+        from clusterctl.plan.launch_plan import commands_of, node_launches, shipped_files
 
         topology = topology if topology is not None else self.layout(inventory, request, facts)
         launches = node_launches(inventory, topology, run_id or "RUN", request.prompt, attempt, checkpoint)
@@ -35,12 +35,12 @@ class NodesBackend:
 
     def layout(self, inventory: Inventory, request: RunRequest, facts: Optional[Mapping] = None):
         """The planner's Topology of `facts`, shaped for the job's launcher."""
-        from clusterctl.job.launchers import shaped
-        from clusterctl.job.topology import plan
+        from clusterctl.plan.launcher import shaped
+        from clusterctl.plan.topology import plan
 
         return shaped(inventory, plan(inventory, facts or {}, strict=request.strict))
 
-    # ---- what the run flow (launching.py) asks of the place the run happens
+    # ---- what the run flow (run_flow.py) asks of the place the run happens
     def refuse(self, request: RunRequest) -> None:
         """Nothing the nodes cannot do."""
 
@@ -70,9 +70,9 @@ class NodesBackend:
 
     # ---- the run
     def launch(self, plan: Plan, request: RunRequest, inventory: Optional[Inventory] = None, live=None):
-        """Carry out `plan` (launching.py: as it is where it was planned for its run id and attempt, else
+        """Carry out `plan` (run_flow.py: as it is where it was planned for its run id and attempt, else
         planned again on the nodes reached); `live`: the live log's rank filter (LiveOptions)."""
-        from clusterctl.backends.launching import LiveOptions, run_job
+        from clusterctl.backends.run_flow import LiveOptions, run_job
 
         return run_job(self.session, self, inventory or self.session.inventory(), request, live or LiveOptions(),
                        relaunch_of=plan)
@@ -94,8 +94,8 @@ class NodesBackend:
 
     def relaunch(self, plan: Plan, request: RunRequest, inventory: Optional[Inventory] = None):
         """Stop what runs of the plan's run, then launch `plan` as the next attempt of the same run id
-        (launching.py sets the last attempt's run dirs aside on the nodes first)."""
-        from clusterctl.backends.healing_hooks import StopRequested, stop_requested, withdraw_stop
+        (run_flow.py sets the last attempt's run dirs aside on the nodes first)."""
+        from clusterctl.heal.hooks import StopRequested, stop_requested, withdraw_stop
 
         if stop_requested(self.session, plan.run_id):  # a user's `clusterctl stop` came first: it stands
             raise StopRequested(plan.run_id)

@@ -16,7 +16,7 @@ class Look:
     record: dict
     cluster: str
     views: tuple  # observe/top.py NodeView, in the topology's order
-    state: str = "unknown"  # job/records.py state_of: running, succeeded, failed, stopped, ...
+    state: str = "unknown"  # ground/records.py state_of: running, succeeded, failed, stopped, ...
 
     @property
     def ended(self) -> bool:
@@ -30,8 +30,8 @@ class Look:
 def look(session, given_run: Optional[str], given_inventory: Optional[str]) -> Look:
     """Every node of the run named (default: the last) read once: its latest sample and ranks' last lines."""
     from clusterctl.executor import for_each_host, run_commands
-    from clusterctl.job import records
-    from clusterctl.job.supervision import masker, refresh_record
+    from clusterctl.ground import records
+    from clusterctl.run.supervision import masker, refresh_record
     from clusterctl.node.layout import node_run_dir
     from clusterctl.observe.top import NodeView, parse_probe, probe_command
 

@@ -10,8 +10,9 @@ def read_run_logs(session, given_run: Optional[str], given_inventory: Optional[s
                   node: Optional[str] = None, rank: Optional[int] = None, tail: Optional[int] = None,
                   follow: bool = False) -> tuple[str, dict]:
     """(run id, {host: HostResult}) of reading the named run's files (default: the last run) of the
-    node and rank asked for; `show(lines)` gets job/logs.py LogLines."""
-    from clusterctl.job import logs, records
+    node and rank asked for; `show(lines)` gets watch/logs.py LogLines."""
+    from clusterctl.watch import logs
+    from clusterctl.ground import records
 
     run_id, record = records.resolve(session.state, given_run)
     try:
@@ -25,7 +26,7 @@ def read_run_logs(session, given_run: Optional[str], given_inventory: Optional[s
 
 
 def log_lines(session, given_run: Optional[str], follow: bool = False, **select) -> Iterator:
-    """The run's lines (job/logs.py LogLine: .host .rank .stream .text), node by node; with `follow`,
+    """The run's lines (watch/logs.py LogLine: .host .rank .stream .text), node by node; with `follow`,
     all of them once the run ended on its nodes."""
     collected: list = []
     read_run_logs(session, given_run, None, collected.extend, follow=follow, **select)
@@ -33,11 +34,12 @@ def log_lines(session, given_run: Optional[str], follow: bool = False, **select)
 
 
 def read_logs(session, inventory, run_id: str, record: dict, parts: list, show, tail=None, follow: bool = False) -> dict:
-    """Read (or follow) the run's files of `parts` (job/logs.py NodeSlice) on their nodes; `show(lines)`
-    gets job/logs.py LogLines, as they come when following, else node by node at the end."""
+    """Read (or follow) the run's files of `parts` (watch/logs.py NodeSlice) on their nodes; `show(lines)`
+    gets watch/logs.py LogLines, as they come when following, else node by node at the end."""
     from clusterctl.executor import Streams, for_each_host, wait_until
-    from clusterctl.job import agent, logs
-    from clusterctl.job.supervision import masker
+    from clusterctl.plan import wrapper as agent
+    from clusterctl.watch import logs
+    from clusterctl.run.supervision import masker
     from clusterctl.node.layout import node_run_dir
     from clusterctl.models import Command, HostResult, HostStatus
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from clusterctl.backends.base import RunDescription
-from clusterctl.job.run_record import RunState
+from clusterctl.ground.run_record import RunState
 
 
 def describe(session, given_run: Optional[str], backend: str) -> RunDescription:
     """The run's state now: a detached run's record learns its end from the supervisor first."""
-    from clusterctl.job import records, supervision
+    from clusterctl.ground import records
+    from clusterctl.run import supervision
 
     run_id, record = records.resolve(session.state, given_run)
     if record.get("state") == "running" and record.get("detached"):

@@ -22,7 +22,7 @@ class SlurmBackend(NodesBackend):
         """With the allocated nodes' `facts`: their layout; without: the layout on the nodes the
         allocation would have (scheduler.nodes x scheduler.gpus_per_node) and its batch script
         (`name`: the job's, default the inventory's)."""
-        from clusterctl.job.launchers import require_torchrun
+        from clusterctl.plan.launcher import require_torchrun
 
         require_torchrun(inventory, "a Slurm batch script")
         if facts is not None:
@@ -54,7 +54,7 @@ class SlurmBackend(NodesBackend):
         return facts, problems, None, {name: "probed" for name in facts}
 
     def busy(self, inventory: Inventory, connections, seen: Optional[str]) -> Optional[str]:
-        from clusterctl.job.runner import ensure_no_run_in_progress
+        from clusterctl.run.runner import ensure_no_run_in_progress
 
         return ensure_no_run_in_progress(inventory, connections)
 
@@ -67,7 +67,7 @@ class SlurmBackend(NodesBackend):
         """Stop what runs, then plan again on a new allocation (its nodes may differ) as the next attempt."""
         from dataclasses import replace
 
-        from clusterctl.backends.healing_hooks import StopRequested, stop_requested, withdraw_stop
+        from clusterctl.heal.hooks import StopRequested, stop_requested, withdraw_stop
 
         if stop_requested(self.session, plan.run_id):  # a user's `clusterctl stop` came first: it stands
             raise StopRequested(plan.run_id)

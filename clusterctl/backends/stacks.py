@@ -6,11 +6,11 @@ import json
 
 
 def take_run_stacks(session, inventory, run_id: str, record: dict):
-    """(job/sampler.py stacks by host, the roll call, the path of the saved document)."""
+    """(watch/sampler.py stacks by host, the roll call, the path of the saved document)."""
     from clusterctl.executor import for_each_host, run_commands
-    from clusterctl.job import sampler, stalls
-    from clusterctl.job.records import RunStore
-    from clusterctl.job.runner import put_file_command
+    from clusterctl.watch import sampler, stalls
+    from clusterctl.ground.records import RunStore
+    from clusterctl.run.runner import put_file_command
     from clusterctl.node.layout import node_run_dir
 
     shape = stalls.JobShape.of_record(record, inventory)

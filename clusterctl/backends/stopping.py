@@ -18,7 +18,7 @@ import socket
 import time
 from typing import Optional
 
-from clusterctl.job.run_record import RunState
+from clusterctl.ground.run_record import RunState
 from clusterctl.outcome import Outcome, any_unreachable, hosts_document
 
 AWAIT_CONTROLLER_S = 30.0
@@ -26,7 +26,8 @@ AWAIT_CONTROLLER_S = 30.0
 
 def stop_run(app, given_run: Optional[str], given_inventory: Optional[str] = None) -> Outcome:
     """`clusterctl stop` (and `Run.stop()`): the run named (default: the last) ended on every node."""
-    from clusterctl.job import records, supervision
+    from clusterctl.ground import records
+    from clusterctl.run import supervision
 
     run_id, record = records.resolve(app.state, given_run)
     state = records.state_of(record, run_id, app.state.lock_holder)
@@ -41,7 +42,7 @@ def stop_run(app, given_run: Optional[str], given_inventory: Optional[str] = Non
     if state not in (RunState.RUNNING, RunState.UNKNOWN):
         app.renderer.message(f"run {run_id} has already ended ({state}); nothing to stop", "green")
         return Outcome({"ok": True, "run_id": run_id, "state": state, "already_ended": True, "hosts": {}})
-    from clusterctl.backends.healing_hooks import request_stop
+    from clusterctl.heal.hooks import request_stop
 
     request_stop(app.state, run_id)  # a run that heals itself, between attempts, launches no more
     by_name = {h.name: h for h in inventory.hosts}
@@ -51,7 +52,7 @@ def stop_run(app, given_run: Optional[str], given_inventory: Optional[str] = Non
 def _stop_on_nodes(app, inventory, hosts: list, run_id: str, record: dict, state: str) -> Outcome:
     """Mark every node's run dir stopped, end what carries the run's marker, wait for the node agents."""
     from clusterctl.executor import for_each_host, run_commands
-    from clusterctl.job import agent
+    from clusterctl.plan import wrapper as agent
     from clusterctl.node.layout import node_run_dir
     from clusterctl.models import HostResult, HostStatus
     from clusterctl.modules import process
@@ -127,7 +128,7 @@ def _record_stopped(app, run_id: str, record: dict, note: str) -> str:
     """The record's state once the run is stopped. The attached `clusterctl run` (holding the run
     lock for this run) writes its own as it ends, which is waited for; a record still "running"
     after that has no controller any more and is written here."""
-    from clusterctl.job import records
+    from clusterctl.ground import records
 
     store = records.RunStore(app.state)
     cluster = record.get("cluster")

@@ -1,7 +1,7 @@
 """collect-logs: what to fetch from a node, and the manifest.
 
 Per node, one tar stream over the node's existing SSH connection (in the container via
-`docker exec` when the files are not on a bind mount), written by collect/node_archive.py,
+`docker exec` when the files are not on a bind mount), written by node/node_archive.py,
 which finds the files and archives them in one step without following any symlink. Only files
 whose size or mtime changed since the last collect are sent. Unpacking it (collect/unpack.py) refuses absolute
 paths, `..`, links and special files, and masks every secret value before anything is written.
@@ -16,14 +16,15 @@ from pathlib import Path
 from typing import Optional
 
 from clusterctl.models import MASK, Command, Inventory, looks_secret
-from clusterctl.job.container import host_path
+from clusterctl.plan.container import host_path
 from clusterctl.collect.unpack import (  # noqa: F401  (callers use them as fetch.*)
     StreamMask, UnsafeArchive, _identity, extract, extract_stream, mask_values, safe_member_path)
+from clusterctl.node import program
 from clusterctl.transport import batch_command, split_batch
 
 MANIFEST = "manifest.json"
 
-_ARCHIVER = Path(__file__).with_name("node_archive.py")
+_ARCHIVER = program("node_archive.py")
 
 _KERNEL_EVENTS = ("(dmesg -T 2>/dev/null || journalctl -k --no-pager -n 5000 2>/dev/null)"
                   " | grep -iE 'oom|killed process|out of memory|nvrm|xid|segfault' | tail -n 200")
@@ -38,7 +39,7 @@ class SentFile:
 
 @dataclass(frozen=True)
 class ArchiveReport:
-    """What the node said of its archive (collect/node_archive.py): the files sent, the links not
+    """What the node said of its archive (node/node_archive.py): the files sent, the links not
     followed, the files skipped (why) and renamed (from what); `done`: it ran to its end."""
 
     sent: tuple = ()
@@ -62,7 +63,7 @@ def archive_command(base: str, roots: list[str], in_container: Optional[str], py
 
 
 def parse_report(stderr: str) -> ArchiveReport:
-    from clusterctl.collect.node_archive import DONE
+    from clusterctl.node.node_archive import DONE
 
     found: dict = {"sent": [], "links": [], "skipped": [], "renamed": []}
     other, done = [], False

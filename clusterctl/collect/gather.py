@@ -5,7 +5,7 @@ Layout under DEST (default ./logs/<run-id>/):
   <host>/diag/*.txt|json                              the node at collection time
   <host>/outputs/...                                  what the run wrote (paths naming the run id)
   outputs/...                                         the same, once, when outputs are shared by all nodes
-  <host>/outputs/logs/<run-id>/<host>/metrics.jsonl   the node's metrics samples (job/node_metrics.py, docs/metrics.md)
+  <host>/outputs/logs/<run-id>/<host>/metrics.jsonl   the node's metrics samples (node/node_metrics.py, docs/metrics.md)
   run.json                                            the run record (as in .clusterctl/runs/<run-id>/), "metrics":
                                                       each node's mean/max (observe/summary.py)
   manifest.json                                       the run id, and every file with size and sha256
@@ -167,7 +167,7 @@ def _shared_by_probe(app, hosts, base: str, container) -> bool:
 def first_ranks(record: dict) -> dict:
     """host -> its first global rank (its logs are named from it): the final topology's, then, for a host
     a run that healed itself left out, its place in the last attempt it ran in (node index x ranks a node)."""
-    from clusterctl.job.failures import first_ranks_of
+    from clusterctl.watch.failures import first_ranks_of
 
     ranks = first_ranks_of(record["topology"])
     per_node = record.get("nproc_per_node")

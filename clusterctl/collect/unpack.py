@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import json
 import os
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Callable, Optional
 
-from clusterctl.models import MASK
+from clusterctl.models import MASK, written_forms
 from clusterctl.collect.tarstream import Member, TarStream
 
 
@@ -27,26 +26,6 @@ def _mask_forms(data: bytes, forms: list[bytes]) -> bytes:
     for form in forms:
         data = data.replace(form, MASK.encode())
     return data
-
-
-def written_forms(secrets: set[str]) -> set[str]:
-    """Each secret as it may appear in a collected file: as it is, and escaped inside a JSON string
-    (`"` and `\\` escaped; non-ASCII as \\uXXXX as Python writes it; <, > and & as \\u003c.. as Go's
-    encoder writes them in `docker inspect`)."""
-    forms = set()
-    for secret in secrets:
-        for ascii_only in (False, True):
-            escaped = json.dumps(secret, ensure_ascii=ascii_only)[1:-1]
-            forms |= {escaped, escaped.replace("/", "\\/"), _go_escaped(escaped)}
-        forms.add(secret)
-    return {form for form in forms if form}
-
-
-def _go_escaped(escaped: str) -> str:
-    for char, code in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"),
-                       ("\u2029", "\\u2029")):
-        escaped = escaped.replace(char, code)
-    return escaped
 
 
 class UnsafeArchive(Exception):

@@ -2,7 +2,7 @@
 (started with `run --detach`, or whose terminal hung up).
 
 Shows the last `--tail` lines of every rank, then follows them as `logs -f` does, until the run ends
-on every node; then the run's end as its supervisor saw it (job/supervision.py), the first failure
+on every node; then the run's end as its supervisor saw it (run/supervision.py), the first failure
 named and diagnosed, and the run's exit code (0 succeeded, 1 failed or stopped). Ctrl-C detaches
 again: the run goes on (`clusterctl stop RUN` ends it). A run that already ended prints its end.
 """

@@ -18,11 +18,13 @@ def execute(args, app) -> Outcome:
     from clusterctl.health.fleet import judged
     from clusterctl.models import CheckStatus
     from clusterctl.preflight.probe import run_checks_and_facts
+    from clusterctl.registry.image_pull import image_pull_checks
 
     inventory = app.inventory()
     checks, gpus = backend_for(app, inventory).place_checks(inventory), {}
     if inventory.hosts:
-        found, _, gpus = run_checks_and_facts(inventory, list(inventory.hosts), app.connections)
+        found, _, gpus = run_checks_and_facts(inventory, list(inventory.hosts), app.connections,
+                                              image_pull_checks)
         checks += found
     note, health = judged(app.state, inventory, [c.to_json() for c in checks], "check", gpus)
     app.renderer.checks_table(checks, {node["host"]: node["state"] for node in health})

@@ -18,7 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def execute(args, app) -> Outcome:
     from clusterctl.collect.gather import collect_run
-    from clusterctl.job import records
+    from clusterctl.ground import records
 
     run_id, record = records.resolve(app.state, args.run, where="--run")
     inventory = app.nodes_of_run(args.inventory, run_id, record)

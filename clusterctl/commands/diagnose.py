@@ -41,7 +41,7 @@ def _run_record(path: Path, app) -> Optional[dict]:
             run_ids.insert(0, manifest["run_id"])
     except (OSError, ValueError):
         pass
-    from clusterctl.job.records import RunStore
+    from clusterctl.ground.records import RunStore
 
     for run_id in run_ids:
         try:

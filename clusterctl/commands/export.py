@@ -53,7 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def execute(args, app) -> Outcome:
     from clusterctl import k8s
     from clusterctl.backends import exports
-    from clusterctl.backends.prompt import optional_prompt
+    from clusterctl.plan.prompt import optional_prompt
 
     inventory = app.inventory()
     fix = "pass --prompt-file FILE: its text goes into the manifest's command line"

@@ -34,7 +34,7 @@ def execute(args, app) -> Outcome:
     inventory = app.inventory()
     words = list(args.words)
     if words[:1] == ["check"] and len(words) == 2:
-        from clusterctl.health.checkup import check_outcome
+        from clusterctl.backends.health_check import check_outcome
 
         return check_outcome(app, inventory, words[1])
     with HealthRecord.open(app.state.health_db, inventory.name, inventory.health) as record:

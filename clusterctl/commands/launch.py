@@ -2,7 +2,7 @@
 
 Kubernetes operators and container platforms start one copy of a command per node and
 describe the job through environment variables (docs/platforms.md). This command reads
-them (clusterctl.job.platform), looks at the node it runs on with the real local tools
+them (clusterctl.plan.platform), looks at the node it runs on with the real local tools
 (nvidia-smi, `ip -j route get`, df, a bind test and ss; no SSH: it *is* on the node),
 plans the ranks with topology.plan over N placeholder hosts, runs the node-local checks,
 and starts torchrun with the arguments `clusterctl run` would use (static rendezvous,
@@ -44,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args, app) -> Outcome:
-    from clusterctl.job.launcher import LaunchOptions, launch_from_env
+    from clusterctl.run.from_env import LaunchOptions, launch_from_env
 
     return launch_from_env(app, LaunchOptions(args.from_env, args.platform, args.prompt_file, args.dry_run,
                                               args.join_timeout, args.strict, args.run_id, args.exec_))

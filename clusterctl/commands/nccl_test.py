@@ -53,7 +53,7 @@ def _sizes(args) -> tuple[int, Optional[int]]:
 
 
 def execute(args, app) -> Outcome:
-    from clusterctl.nccltest.flow import NcclTestOptions, run_nccl_test
+    from clusterctl.backends.nccl_test import NcclTestOptions, run_nccl_test
 
     sizes = _sizes(args)
     options = NcclTestOptions(args.min_size, args.max_size, args.iters, args.warmup, args.stage, args.pairs,

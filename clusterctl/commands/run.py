@@ -1,5 +1,5 @@
 """`clusterctl run PROMPT_FILE`: plan, launch torchrun on every node, stream, fail fast, record
-(backends/launching.py, on the backend the inventory chooses)."""
+(backends/run_flow.py, on the backend the inventory chooses)."""
 from __future__ import annotations
 
 import argparse
@@ -47,7 +47,7 @@ def _seconds(text: str) -> float:
 
 
 def _ranks(text: str):
-    from clusterctl.job.livelog import parse_ranks
+    from clusterctl.watch.livelog import parse_ranks
 
     try:
         return parse_ranks(text)
@@ -58,8 +58,8 @@ def _ranks(text: str):
 def execute(args, app) -> Outcome:
     from clusterctl.backends import RunRequest, backend_for
     from clusterctl.backends.healing import run_healing
-    from clusterctl.backends.launching import LiveOptions
-    from clusterctl.backends.prompt import run_prompt
+    from clusterctl.backends.run_flow import LiveOptions
+    from clusterctl.plan.prompt import run_prompt
 
     prompt, inventory = run_prompt(app.inventory, args.prompt_file)
     request = RunRequest(prompt, strict=args.strict, timeout_s=args.timeout, stall_timeout_s=args.stall_timeout,

@@ -1,8 +1,8 @@
 """`clusterctl stacks [--run ID]`: every rank's Python stack now, grouped by identical stacks.
 
 Saved as `./.clusterctl/runs/<run id>/stacks/stacks-<time>.json` and, per node, into the node's
-run dir (where collect-logs fetches it). One py-spy sample per rank (job/sampler.py); the roll call
-(job/rollcall.py) names the ranks that are elsewhere than the others.
+run dir (where collect-logs fetches it). One py-spy sample per rank (watch/sampler.py); the roll call
+(watch/rollcall.py) names the ranks that are elsewhere than the others.
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import argparse
 
 from clusterctl.commands import add_cluster_options
 from clusterctl.outcome import Outcome
-from clusterctl.job import records
+from clusterctl.ground import records
 
 SHOWN_FRAMES = 12  # of each group's stack, innermost first; the file has them all
 
@@ -22,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def execute(args, app) -> Outcome:
     from clusterctl.backends.stacks import take_run_stacks
-    from clusterctl.job import rollcall
+    from clusterctl.watch import rollcall
 
     run_id, record = records.resolve(app.state, args.run, where="--run")
     inventory = app.inventory(args.inventory or record.get("inventory"))
@@ -45,7 +45,7 @@ def execute(args, app) -> Outcome:
 
 
 def _show(app, run_id: str, groups, call, nodes, saved: str) -> None:
-    from clusterctl.job.rollcall import describe_ranks
+    from clusterctl.watch.rollcall import describe_ranks
 
     renderer = app.renderer
     for stack, members in groups:

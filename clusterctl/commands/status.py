@@ -1,5 +1,5 @@
 """`clusterctl status`: hosts, container state and image, GPUs in use, running ranks; and the latest
-runs of this directory's records (job/records.py says how "running" is told from "unknown"; a detached
+runs of this directory's records (ground/records.py says how "running" is told from "unknown"; a detached
 run's record is first brought up to date from its supervisor on the cluster)."""
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def execute(args, app) -> Outcome:
     from clusterctl.api.playbooks import run_tasks
     from clusterctl.backends import backend_for
-    from clusterctl.job.records import list_runs
-    from clusterctl.job.supervision import masker, refresh_running
+    from clusterctl.ground.records import list_runs
+    from clusterctl.run.supervision import masker, refresh_running
 
     inventory = app.inventory()
     backend = backend_for(app, inventory)

@@ -7,7 +7,12 @@
 
 The causes and their weighted signals live in one table, `rules.RULES`; the corpus of real
 public failure logs that measures them is `corpus/` (see docs/diagnosis.md).
-"""
+
+`engine.py` is the entry points (`diagnose_path`: a log file or a run directory; `diagnose`: with
+the nearest known cases as runner-ups; it re-exports matching's names), so engine -> rundir ->
+matching is one direction. Pure knowledge below every stage (it imports the ground only): the run
+names a first failure's cause with it, collect-logs diagnoses what it brought back. To add a failure
+cause: one row in `rules.py`."""
 from clusterctl.diagnose.engine import diagnose_path, diagnose_text
 from clusterctl.diagnose.rules import CAUSES, RULES, Rule, Signal
 from clusterctl.diagnose.similar import similar_cases

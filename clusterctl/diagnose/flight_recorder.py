@@ -1,7 +1,7 @@
 """Flight-recorder dumps: which rank did not join the collective the others wait in.
 
 torch.distributed records each rank's last collectives (the flight recorder); `run` turns it on and
-points its dump at the node's run dir (job/torchrun.py), so a collective that times out leaves
+points its dump at the node's run dir (plan/torchrun.py), so a collective that times out leaves
 `nccl_trace_rank_<global rank>` per rank there, which collect-logs brings back. A dump is a pickle
 of plain data (dicts, lists, strings, numbers) written by torch's C++ pickler (`_dump_fr_trace`).
 

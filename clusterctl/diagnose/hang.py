@@ -1,6 +1,6 @@
 """A hang's own evidence in a collected run directory: the stacks clusterctl took, the flight recorder's dumps.
 
-- `stacks-*.json` (job/stalls.py): written into each node's run dir when `run` stopped a hang (verdict
+- `stacks-*.json` (watch/stalls.py): written into each node's run dir when `run` stopped a hang (verdict
   "hang", with the finding it reported) or by `clusterctl stacks` (verdict "snapshot": not a
   failure by itself). collect-logs brings them back under `<host>/outputs/logs/<run>/<host>/`.
 - `nccl_trace_rank_<rank>`: flight-recorder dumps (flight_recorder.py).

@@ -3,7 +3,7 @@
     python -m clusterctl.diagnose.table [README.md]    # rewrites the text between the markers
     python -m clusterctl.diagnose.table --check        # exit 1 when the README is out of date
 
-`make diagnose-report` runs it; tests/test_diagnose_report.py checks the README is current.
+`make diagnose-report` runs it; tests/unit/test_diagnose_report.py checks the README is current.
 """
 from __future__ import annotations
 

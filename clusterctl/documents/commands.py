@@ -266,7 +266,7 @@ class ReportDocument(Document):
 @dataclass(frozen=True)
 class NodeLook:
     """One node of a running run as `top`/`metrics` read it: its latest metrics sample
-    (job/node_metrics.py's line, null before the first) and each rank's last line."""
+    (node/node_metrics.py's line, null before the first) and each rank's last line."""
 
     host: str
     sample: Optional[dict[str, Any]] = None

@@ -85,7 +85,7 @@ class HostLog:
         self.path = path
         self._handle = None
         if path is not None:
-            from clusterctl.state import private_dir
+            from clusterctl.ground.files import private_dir
 
             private_dir(path.parent)  # step logs hold command lines and outputs: 0700 / 0600
             self._handle = os.fdopen(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "a", encoding="utf-8")

@@ -38,7 +38,7 @@ def record_events(db_path: Path, inventory: Inventory, events: Sequence[Event],
 
 
 def record_run_end(store, inventory: Inventory, record: Mapping) -> Optional[str]:
-    """The one place a run's end reaches the health record (attached: launching.py; detached:
+    """The one place a run's end reaches the health record (attached: backends/run_flow.py; detached:
     supervision.refresh_record, once the supervisor's state is final). `store`: the State."""
     from clusterctl.health.seen import run_events
 

@@ -153,7 +153,7 @@ def worst(verdicts: Iterable[Verdict]) -> Verdict:
 
 
 def readme_table() -> str:
-    """The README's table of the rules (tests/test_health_rules.py keeps the two equal)."""
+    """The README's table of the rules (tests/unit/test_health_rules.py keeps the two equal)."""
     def count(value: Optional[int]) -> str:
         return "never" if value is None else str(value)
 

@@ -1,4 +1,4 @@
-"""The keys of `job:` that make a run heal itself (issue 35; clusterctl/job/healing.py has the table):
+"""The keys of `job:` that make a run heal itself (issue 35; clusterctl/ground/healing.py has the table):
 
     job:
       nodes: 3              # hosts a run uses (the first 3); the inventory's other hosts are spares
@@ -14,7 +14,7 @@ from typing import Any
 
 from clusterctl.inventory.values import (Doc, describe, did_you_mean, expect_int, expect_number, expect_remote_dir,
                                          expect_text)
-from clusterctl.job.healing import RESPONSES, TABLE
+from clusterctl.ground.healing import RESPONSES, TABLE
 from clusterctl.models import CheckpointSpec, HealingSpec
 
 HEALING_KEYS = ("nodes", "restarts", "min_nodes", "checkpoint", "heal", "lost_after")

@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 from clusterctl.inventory.values import Doc, expect_choice, expect_int, expect_text, expect_text_list
 from clusterctl.models import SchedulerSpec
-from clusterctl.slurm import timelimit
+from clusterctl.inventory import timelimit
 
 SCHEDULER_KEYS = ("type", "partition", "nodes", "time", "account", "gpus_per_node", "extra_args")
 SCHEDULER_TYPES = ("slurm",)

@@ -24,9 +24,9 @@ from dataclasses import dataclass, field, replace
 from clusterctl.errors import TopologyError, UsageError
 from clusterctl.k8s import pod, trainjob
 from clusterctl.k8s.options import ExportOptions
-from clusterctl.job.torchrun import job_argv, placeholder_values, torchrun_argv
+from clusterctl.plan.torchrun import job_argv, placeholder_values, torchrun_argv
 from clusterctl.models import Host, Inventory, RendezvousSpec
-from clusterctl.job.topology import NodeFacts, Topology, plan
+from clusterctl.plan.topology import NodeFacts, Topology, plan
 
 KINDS = ("pytorchjob", "trainjob", "rayjob", "job")
 # room for -master-0, -worker-..., -<index>; a TrainJob's pods are <name>-node-0-<index>-<suffix>

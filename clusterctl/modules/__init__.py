@@ -3,8 +3,16 @@
 A module is a function `(ctx: TaskContext, **args)` that returns the commands to run on
 `ctx.host`, a `Skip` with its reason, or a `HostAction` (a callable taking the transport)
 for work that talks to the Docker engine's API. Modules never touch the network
-themselves; the executor runs what they return.
-"""
+themselves; the executor runs what they return. A domain registers its functions in
+`catalog.py`; this package loads every domain (by `importlib`) and resolves names, so no
+domain imports the package that loads it.
+
+`process.py` is the marker-scoped stale-rank cleanup, `docker.py` the container, `checks.py`
+preflight as a playbook step, `lock.py` the cluster lock on the master. Container idempotence: the
+wanted configuration is hashed into a label; a different hash recreates the container and says
+which keys changed; foreign containers with the same name are left alone unless `--force`. memlock
+is `-1` (unlimited) as NCCL recommends; where the node's hard limit is lower, the container gets
+that limit and `up` says so. To change the container's options: `docker.py`."""
 from __future__ import annotations
 
 import importlib

@@ -11,7 +11,7 @@ def preflight(ctx, fail_on_warn: bool = False):
     from clusterctl.preflight.probe import run_checks_and_facts
 
     # the image_pull check ran as `up`'s first step (docker.pull_check), before anything changed
-    checks, reusable, gpus = run_checks_and_facts(ctx.inventory, ctx.hosts, ctx.connections, image_pull=False)
+    checks, reusable, gpus = run_checks_and_facts(ctx.inventory, ctx.hosts, ctx.connections)
     master = ctx.inventory.master.name
     results = {}
     for host in ctx.hosts:

@@ -17,7 +17,7 @@ from clusterctl.documents.convert import plain
 from clusterctl.documents.parts import ImagePulled
 from clusterctl.models import Command, ContainerSpec, Host, HostResult, HostStatus, Inventory, Skip
 from clusterctl.modules.catalog import module
-from clusterctl.modules.docker_replies import (LABEL_CONFIG, api_message, memlock_limit, pull_failure, pull_status,
+from clusterctl.registry.docker_replies import (LABEL_CONFIG, api_message, memlock_limit, pull_failure, pull_status,
                                                 stored_config)
 from clusterctl.registry.pull_errors import failure_line
 from clusterctl.registry.peers import peers_apply

@@ -13,12 +13,9 @@ from typing import Optional
 
 from clusterctl.models import Command, HostResult, HostStatus
 from clusterctl.modules.catalog import module
+from clusterctl.plan.marker import MARKER_CLUSTER, MARKER_HOST, MARKER_RUN, marker_env  # noqa: F401  (process.*)
 
-MARKER_CLUSTER = "CLUSTERCTL_CLUSTER"
-MARKER_HOST = "CLUSTERCTL_HOST"
-MARKER_RUN = "CLUSTERCTL_RUN_ID"
-
-# The py-spy a run's nodes keep (job/pyspy_kept.py) removed, where the sampler's script may have kept it:
+# The py-spy a run's nodes keep (watch/pyspy_kept.py) removed, where the sampler's script may have kept it:
 # $kept is its directory's name (a pattern for every run of a cluster). Only a directory of the
 # script's own user that is not a link goes. Shared by the scan's kills and the run's end.
 REMOVE_KEPT = r'''for base in "${TMPDIR:-/tmp}" /var/tmp /dev/shm "$HOME"; do for d in "$base"/$kept; do
@@ -26,7 +23,7 @@ REMOVE_KEPT = r'''for base in "${TMPDIR:-/tmp}" /var/tmp /dev/shm "$HOME"; do fo
 done; done'''
 
 # $1 cluster, $2 host, $3 rendezvous port, $4 mode (list | kill | kill-foreign), $5 run id or "", $6 the
-# names (a pattern) of the py-spy directories the killed runs kept (job/pyspy_kept.py): removed with them.
+# names (a pattern) of the py-spy directories the killed runs kept (watch/pyspy_kept.py): removed with them.
 # Prints one line per process: "<kind> <pid> <user> <args>", kind in ours|gpu|port (and "removed <dir>").
 _SCAN = r'''
 cluster=$1 host=$2 port=$3 mode=$4 run=$5 kept=$6
@@ -75,7 +72,7 @@ def scan_command(cluster: str, host: str, port: int, mode: str = "list", run_id:
 
 
 def kept_pyspy_name(cluster: str, run_id: str) -> str:
-    """The directory a run's nodes keep py-spy in (job/pyspy_kept.py): one path component, no pattern."""
+    """The directory a run's nodes keep py-spy in (watch/pyspy_kept.py): one path component, no pattern."""
     return "clusterctl-pyspy." + re.sub(r"[^A-Za-z0-9_-]", "_", cluster) + "." + re.sub(r"[^A-Za-z0-9_-]", "_", run_id)
 
 
@@ -87,10 +84,6 @@ def parse_scan(stdout: str) -> dict[str, list[dict]]:
         if len(parts) >= 3 and parts[0] in found and parts[1].isascii() and parts[1].isdigit() and len(parts[1]) < 20:
             found[parts[0]].append({"pid": int(parts[1]), "user": parts[2], "command": parts[3] if len(parts) > 3 else ""})
     return found
-
-
-def marker_env(cluster: str, host: str, run_id: str) -> tuple[tuple[str, str], ...]:
-    return ((MARKER_CLUSTER, cluster), (MARKER_HOST, host), (MARKER_RUN, run_id))
 
 
 @module("process.cleanup")

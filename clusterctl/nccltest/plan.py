@@ -1,6 +1,6 @@
 """`clusterctl nccl-test`, the pure part: sizes, bandwidth math, records, verdicts, pairs.
 
-No I/O. The rank-side program (allreduce_bench.py beside this file) prints one `NCCLTEST {json}`
+No I/O. The rank-side program (node/allreduce_bench.py) prints one `NCCLTEST {json}`
 record per event on rank 0 (and writes the same lines to a result file); this module
 turns those records into the report: stage by stage, size by size, a verdict against the
 bandwidth the link class should give, and for `--pairs` the ranking of node pairs and

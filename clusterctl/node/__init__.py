@@ -1,4 +1,35 @@
-"""Everything that runs on a node: the standard library only (Python 3.8+), imported by the controller
-and shipped to the nodes as single files beside each other, never copied into the controller's code.
+"""Everything that runs on a node as its own process: the standard library only (torch too for the
+rank-side benchmark), because nothing of clusterctl is installed where the ranks run.
 
-layout.py: every path of a run, on a node and in a collected bundle."""
+The controller ships these files by name into a run's directory on every node (`program(name)` and
+`source(name)` read them; each file keeps the name it has on the node, which the node-side scripts
+and earlier runs' directories use too) and imports them where it needs their contracts. Nothing here
+imports anything outside `clusterctl/node/`; the programs shipped together (the agent with its healer
+and its health watch) import each other as files beside each other on the node, by plain name.
+Each program says so with a module-level `RUNS_ON_NODES = True`: its threads and clocks are that
+process's own, never the controller's.
+
+Runs that outlive the controller: `node_agent.py` is a supervisor on the master node and a keeper per
+node, talking signed HTTP on the cluster network, holding the leases, failing fast, ending with the
+run (run/supervision.py starts them: `run --detach`, a hang-up). Node programs shipped as text (the
+registry relay, the stack sampler's script, shell wrappers) are strings to the controller and live
+with the stage that ships them.
+
+The run's engine (`engine.py` with `heal_policy.py`): the one code that decides a run's fate (fail fast,
+lost node, timeout, stall, heal), hosted by the controller in-process when attached and by the master
+node's supervisor when detached. `layout.py`: every path of a run, on a node and in a collected bundle."""
+from __future__ import annotations
+
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def program(name: str) -> Path:
+    """The file of a node program (`node_agent.py`, ...), as the controller ships it."""
+    return HERE / name
+
+
+def source(name: str) -> bytes:
+    """The bytes of a node program, as shipped to the nodes."""
+    return program(name).read_bytes()

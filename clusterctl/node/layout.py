@@ -79,7 +79,7 @@ def ranks_glob(run_dir, run_id):
     return ranks_dir(run_dir, run_id, "*")
 
 
-# `sh` in a node's run dir: the ranks' directories of whichever launcher ran (job/agent.py's scripts)
+# `sh` in a node's run dir: the ranks' directories of whichever launcher ran (plan/wrapper.py's scripts)
 RANKS_GLOB_SH = "*/" + ATTEMPT
 
 

@@ -1,7 +1,7 @@
 """Where the run flows meet the notifier (issue 41): around a whole run (`notified`: the end, the
 failure, hosts quarantined by it), at a relaunch (backends/healing.py), when a straggler is named
-(backends/launching.py) and at a detached run's end, learned by the next `status`/`attach`/`stop`
-(job/supervision.refresh_record). Each hook does nothing without a `notify:` in the inventory.
+(backends/run_flow.py) and at a detached run's end, learned by the next `status`/`attach`/`stop`
+(run/supervision.refresh_record). Each hook does nothing without a `notify:` in the inventory.
 
 The notifier of the run in progress is a context variable set by `notified`, read by the hooks on
 the controller's main thread (the straggler hook captures it there for the watch's own thread)."""
@@ -11,7 +11,7 @@ import contextvars
 import time
 from typing import Callable, Optional
 
-from clusterctl.models import MASK, Inventory, secret_values
+from clusterctl.models import Inventory, masker
 from clusterctl.observe.messages import message
 from clusterctl.observe.notify import Notifier
 
@@ -20,22 +20,7 @@ DETACHED_FLUSH_S = 10.0  # `status` waits at most this for a detached run's end 
 
 
 def notifier_for(store, inventory: Inventory) -> Notifier:
-    return Notifier(inventory.notify, store.run_dir, mask_of(inventory))
-
-
-def mask_of(inventory: Inventory) -> Callable[[str], str]:
-    """The inventory's secret values as they may be written (as is, JSON-escaped), masked: the masking
-    collect-logs and the supervisor's log tails use (collect/unpack.written_forms)."""
-    from clusterctl.collect.unpack import written_forms
-
-    forms = sorted(written_forms(secret_values(inventory)), key=len, reverse=True)
-
-    def mask(text: str) -> str:
-        for form in forms:
-            text = text.replace(form, MASK)
-        return text
-
-    return mask
+    return Notifier(inventory.notify, store.run_dir, masker(inventory))
 
 
 def notified(session, inventory: Inventory, go):
@@ -121,7 +106,7 @@ def _quarantined(session, inventory: Inventory) -> dict:
 
 
 def _last_run(session) -> Optional[str]:
-    from clusterctl.job.records import RunStore
+    from clusterctl.ground.records import RunStore
 
     try:
         return RunStore(session.state).last_id()
@@ -130,7 +115,7 @@ def _last_run(session) -> Optional[str]:
 
 
 def _record(store, run_id: str) -> dict:
-    from clusterctl.job.records import RunStore
+    from clusterctl.ground.records import RunStore
 
     try:
         return RunStore(store).read(run_id).to_json()

@@ -6,7 +6,7 @@ name: nothing from the job's command line or environment, so no secret reaches a
 
     clusterctl_run_state{run_id,cluster,state}          1 for the run's state, 0 for the others
     clusterctl_run_attempt{run_id,cluster}              the attempt running (a run that heals itself)
-    clusterctl_run_stragglers{run_id,cluster}           stragglers named so far (job/stragglers.py)
+    clusterctl_run_stragglers{run_id,cluster}           stragglers named so far (watch/stragglers.py)
     clusterctl_node_up{run_id,host}                     1 while torchrun runs there, 0 once it ended or can't be read
     clusterctl_node_sample_timestamp_seconds{run_id,host}
     clusterctl_node_cpu_percent / _memory_used_megabytes / _memory_total_megabytes{run_id,host}

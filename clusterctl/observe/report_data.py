@@ -43,7 +43,7 @@ class ReportInput:
 
 def load(state, given: Optional[str], output: Optional[Path]) -> ReportInput:
     """`given`: a run id (default: the last run) or a directory from collect-logs."""
-    from clusterctl.job.records import resolve
+    from clusterctl.ground.records import resolve
 
     if given and Path(given).is_dir():
         bundle = Path(given).resolve()
@@ -102,7 +102,7 @@ def _manifest_run_id(bundle: Path) -> Optional[str]:
 
 
 def _state_record(state, run_id: str) -> dict:
-    from clusterctl.job.records import RunStore
+    from clusterctl.ground.records import RunStore
 
     try:
         return RunStore(state).read(run_id).to_json()
@@ -111,7 +111,7 @@ def _state_record(state, run_id: str) -> dict:
 
 
 def _notify_lines(state, run_id: str) -> list[str]:
-    from clusterctl.job.records import RunStore
+    from clusterctl.ground.records import RunStore
     from clusterctl.observe.notify import LOG_NAME
 
     try:

@@ -1,4 +1,4 @@
-"""A node's metrics.jsonl (job/node_metrics.py's samples) summarised for the run record (pure).
+"""A node's metrics.jsonl (node/node_metrics.py's samples) summarised for the run record (pure).
 
 `summarise(samples)` -> per node: the mean and max of CPU %, memory used, and over every GPU's
 samples of utilisation, memory used, power and temperature; the number of samples and the span they
@@ -44,7 +44,7 @@ def summarise(samples: list[Sample]) -> dict:
 
 def summarise_bundle(dest: Path, run_id: str, hosts: Iterable[str]) -> dict:
     """{host: summary} of the metrics.jsonl files collect-logs brought to `dest` (hosts without one: left out)."""
-    from clusterctl.observe.sampling import bundle_path
+    from clusterctl.plan.metrics_sampler import bundle_path
 
     found = {}
     for host in hosts:
@@ -60,7 +60,7 @@ def with_metrics(store, run_id: str, record: dict, dest: Path, hosts: Iterable[s
     found = summarise_bundle(dest, run_id, hosts)
     if not found:
         return record
-    from clusterctl.job.records import RunRecord, RunStore
+    from clusterctl.ground.records import RunRecord, RunStore
 
     record = {**record, "metrics": found}
     if record.get("state") != "running":

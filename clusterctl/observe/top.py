@@ -1,7 +1,7 @@
 """`clusterctl top`: what one look at a running run's nodes reads, and the rows it shows (pure but the
 command's argv).
 
-One round trip per node (`probe_command`): the last line of its metrics.jsonl (job/node_metrics.py)
+One round trip per node (`probe_command`): the last line of its metrics.jsonl (node/node_metrics.py)
 and, for each local rank of torchrun's latest attempt, the last line of whichever of its stdout and
 stderr was written last; agent.exit once torchrun ended. `parse_probe` reads it back into a NodeView;
 `rows` lays the views out: a row per node (CPU, memory, network), then one per GPU with the rank
@@ -16,7 +16,7 @@ from typing import Callable, Optional
 
 from clusterctl.documents.commands import NodeLook
 from clusterctl.documents.convert import as_document
-from clusterctl.job.container import on_host_or_in_container
+from clusterctl.plan.container import on_host_or_in_container
 from clusterctl.models import Command, Inventory
 
 # $1 the node's run dir. Markers start each part; a rank's line is cut at 300 bytes.

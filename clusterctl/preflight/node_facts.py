@@ -19,8 +19,8 @@ from typing import Optional, Sequence
 
 from clusterctl.executor import Connections, for_each_host, run_commands
 from clusterctl.models import Command, Host, HostResult, HostStatus, Inventory
-from clusterctl.job.container import in_container
-from clusterctl.job.topology import NodeFacts
+from clusterctl.plan.container import in_container
+from clusterctl.plan.topology import NodeFacts
 from clusterctl.transport import batch_command, split_batch
 
 

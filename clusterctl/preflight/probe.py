@@ -15,12 +15,12 @@ import json
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import Mapping, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 from clusterctl.preflight import facts, verdicts
 from clusterctl.executor import Background, Connections, for_each_host, run_commands, wait_until
 from clusterctl.models import CheckResult, CheckStatus, Command, Host, HostResult, HostStatus, Inventory
-from clusterctl.job.container import in_container, on_host_or_in_container
+from clusterctl.plan.container import in_container, on_host_or_in_container
 from clusterctl.transport import BATCH_MARK, TcpForwardingDisabled, batch_command, split_batch
 from clusterctl.transport.docker_engine import EngineNotFound, translated
 
@@ -192,15 +192,20 @@ def parse_probe(stdout: str) -> Probe:
     )
 
 
+ImagePullChecks = Callable[[Inventory, Sequence[Host], Connections], list[CheckResult]]
+
+
 def run_checks(inventory: Inventory, hosts: Sequence[Host], connections: Connections,
-               image_pull: bool = True) -> list[CheckResult]:
-    """Every check on every host; unreachable hosts get a failed `ssh` check. `image_pull` off:
-    the caller asked the registry already (`up` does so before changing anything)."""
+               image_pull: Optional[ImagePullChecks] = None) -> list[CheckResult]:
+    """Every check on every host; unreachable hosts get a failed `ssh` check. `image_pull`: the
+    registry's check (registry/image_pull.py), handed in by the caller because the registry stage
+    comes after this one; None where the caller asked the registry already (`up` does so before
+    changing anything)."""
     return run_checks_and_facts(inventory, hosts, connections, image_pull)[0]
 
 
 def run_checks_and_facts(inventory: Inventory, hosts: Sequence[Host], connections: Connections,
-                         image_pull: bool = True) -> tuple[list[CheckResult], dict, dict]:
+                         image_pull: Optional[ImagePullChecks] = None) -> tuple[list[CheckResult], dict, dict]:
     """`run_checks`, what `run` may reuse of the probes (node_facts.RememberedFacts by host: nodes
     whose container runs, or without a container), and the GPUs each node reported ({host:
     tuple[facts.Gpu]}, by UUID where nvidia-smi gives one: the health record's GPUs, issue 36)."""
@@ -216,10 +221,8 @@ def run_checks_and_facts(inventory: Inventory, hosts: Sequence[Host], connection
         if result.succeeded:
             probes[host.name] = parse_probe(result.stdout)
     checks += _per_node(inventory, probes)
-    if image_pull:
-        from clusterctl.preflight.image_pull import image_pull_checks
-
-        checks += image_pull_checks(inventory, [h for h in hosts if h.name in probes], connections)
+    if image_pull is not None:
+        checks += image_pull(inventory, [h for h in hosts if h.name in probes], connections)
     planner_facts = {h: _node_facts(p, inventory.rendezvous_address) for h, p in probes.items()}
     checks += _cross_node(inventory, probes, planner_facts, connections)
     checks += _rendezvous(inventory, probes, connections)
@@ -254,7 +257,7 @@ def _per_node(inventory: Inventory, probes: dict[str, Probe]) -> list[CheckResul
 
 def _cross_node(inventory: Inventory, probes: dict[str, Probe], node_facts: dict, connections: Connections
                 ) -> list[CheckResult]:
-    from clusterctl.job.topology import plan
+    from clusterctl.plan.topology import plan
 
     master = inventory.master.name
     out = verdicts.check_driver_version({h: p.gpus.driver_version for h, p in probes.items()})

@@ -8,7 +8,7 @@ so an answer here is the answer the pull will get.
 from __future__ import annotations
 
 from clusterctl.models import CheckResult, CheckStatus, Host, Inventory
-from clusterctl.modules.docker_replies import api_message
+from clusterctl.registry.docker_replies import api_message
 from clusterctl.registry import credentials
 from clusterctl.transport.docker_engine import EngineError, EngineNotFound, translated
 from clusterctl.registry.pull_errors import (

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from clusterctl.models import CheckResult, CheckStatus, SchedulerSpec
-from clusterctl.slurm import timelimit
+from clusterctl.inventory import timelimit
 
 SINFO_ARGV = ("sinfo", "--noheader", "--format=%P|%a|%l|%D|%T")
 SQUEUE_ARGV = ("squeue", "--noheader", "--format=%i|%j|%T|%P|%D|%l|%M|%N|%r")

@@ -32,8 +32,8 @@ from dataclasses import dataclass, replace
 from typing import Optional
 
 from clusterctl.errors import UsageError
-from clusterctl.job.topology import NodeFacts, Topology, plan
-from clusterctl.job.torchrun import job_argv, placeholder_values, torchrun_argv, torchrun_env
+from clusterctl.plan.topology import NodeFacts, Topology, plan
+from clusterctl.plan.torchrun import job_argv, placeholder_values, torchrun_argv, torchrun_env
 from clusterctl.node.layout import node_run_dir
 from clusterctl.models import Host, Inventory, looks_secret
 from clusterctl.slurm import submit

@@ -1,6 +1,6 @@
 """One long-lived step per node that runs the short commands sent to it (a shell over srun's stdin).
 
-Why: every `srun` is a new job step. A run polls each node every second (job/runner.py), and
+Why: every `srun` is a new job step. A run polls each node every second (run/runner.py), and
 Slurm caps the steps of one job (MaxStepCount, 40000 by default: 5.5 hours of a 2-node run at
 one step per poll) and logs and schedules each; a busy slurmctld also makes a step slower to
 start than the poll's few seconds. So the short commands of a node (polls, tails, scans) go to

@@ -1,6 +1,6 @@
 """A node of a Slurm allocation as a transport: each command is one `srun --overlap` step there.
 
-This is what lets `clusterctl run` keep its one runner (job/runner.py) on Slurm: the probe, the
+This is what lets `clusterctl run` keep its one runner (run/runner.py) on Slurm: the probe, the
 launch, the polls, the live log's followers, the tails and the stop are the same commands as over
 SSH, each run as a one-task step on its node instead of in an SSH session. The step runs where
 slurmd runs the job's tasks, with the node's network, hostname and filesystems.

@@ -1,4 +1,5 @@
-"""The only package that talks to hosts: SSH (paramiko), Docker's engine API, or local.
+"""The only package that talks to hosts: SSH (paramiko), Docker's engine API, or local; the only
+importer of paramiko, docker and Fabric.
 
 A `Transport` runs a `Command` (an argv tuple) on one host and returns a `CommandResult`.
 Quoting happens here and only here (`shlex.join`). Connection problems raise
@@ -7,18 +8,20 @@ Quoting happens here and only here (`shlex.join`). Connection problems raise
 Where and how to connect is what the user's own OpenSSH would do (`ssh -G`, the inventory's
 values on its command line), and host keys are judged as OpenSSH judges them (user and global
 known_hosts, hashed, wildcard and negated names, @cert-authority, @revoked), never auto-added
-under `strict`; `accept-new` records unknown keys and still refuses changed ones.
+under `strict`; `accept-new` records unknown keys and still refuses changed ones. Keys are offered
+by a subclass of paramiko's `AuthStrategy` (`ssh_auth.key_strategy`), agent first, certificates too.
 
-- base.py: the `Transport` interface, argv folding, batches, line splitting
-- ssh.py: `SSHTransport`, one persistent connection per host (commands, streams, Docker)
-- ssh_files.py: one host's settings put together (inventory over ssh_config), the host-key check
-- openssh_config.py: `ssh -G` (or ssh_config_file.py without ssh), cached (ssh_g_cache.py)
-- known_hosts.py, host_certs.py: known_hosts files and host certificates, as ssh judges them
-- ssh_keys.py, ssh_auth.py: which keys to offer (agent first), and why none worked
-- proxy_command.py: ProxyCommand as a socket
-- paramiko_setup.py: paramiko imported once and tuned; the TCP socket
-- local.py: `LocalTransport` (`connection: local`)
-"""
+Docker over SSH: docker-py's API requests ride the host's existing SSH connection (`docker system
+dial-stdio` channels), so host-key policy and `~/.ssh/config` apply once. `docker_engine.py` is what
+the stages need of the Docker SDK besides the client: its API errors translated (`with
+translated():` raises `EngineError`, `EngineNotFound` for a 404) and a container's typed arguments.
+Where paramiko or docker-py is reached past its public API (paramiko's host key order, its channel
+buffers, an agent socket of ssh_config's own; docker-py's channel pool over our connection), the
+place says why no public API serves, and tests/unit/test_library_canaries.py fails loudly when a release
+changes it. `fabric_group.py`: Fabric Connections for `Cluster.group()`.
+
+To change SSH behaviour (config, keys, host keys): `ssh_files.py`, `ssh.py`; what a stage needs of
+the Docker SDK (an error, a type): `docker_engine.py`."""
 from __future__ import annotations
 
 from clusterctl.models import Host

@@ -60,7 +60,7 @@ def _open_failures(transport) -> list:
     """The reasons list of `transport`'s channel-open failures (its log channel gets a filter once).
     paramiko has no public API for the reason of a refused channel (ChannelException carries only
     the code); its own log line "... open FAILED: <reason>: ..." does, read through the public
-    `set_log_channel` (tests/test_library_canaries.py fails if paramiko words it otherwise)."""
+    `set_log_channel` (tests/unit/test_library_canaries.py fails if paramiko words it otherwise)."""
     import logging
 
     with _setup_lock:
@@ -130,7 +130,7 @@ def _transport_class():
 
         # Private touch: paramiko's only knob on host key algorithms is `disabled_algorithms`, which
         # removes but cannot reorder; the order is Transport's `preferred_keys` property (no public
-        # setter). tests/test_library_canaries.py fails loudly if it goes.
+        # setter). tests/unit/test_library_canaries.py fails loudly if it goes.
         class OrderedTransport(base):
             clusterctl_host_key_order: tuple = ()
 
@@ -145,7 +145,7 @@ def _transport_class():
 def offered_host_key_algorithms() -> tuple[str, ...]:
     """What paramiko can verify: its plain host key algorithms and their certificate forms.
     Private touch: `Transport._preferred_keys` is the class's list; the public read of it
-    (`get_security_options().keys`) needs a Transport over a socket (tests/test_library_canaries.py)."""
+    (`get_security_options().keys`) needs a Transport over a socket (tests/unit/test_library_canaries.py)."""
     plain = tuple(_paramiko().Transport._preferred_keys)
     return plain + tuple(f"{name}-cert-v01@openssh.com" for name in plain)
 
@@ -162,7 +162,7 @@ def _use_chunk_buffers(channel) -> None:
     once per read. Same interface; if a paramiko release renames these internals, nothing changes
     but the speed. Private touch: paramiko has no hook for a channel's receive buffer (`in_buffer`,
     `in_stderr_buffer`) and BufferedPipe's state is `_lock`, `_cv`, `_event`, `_closed`;
-    tests/test_library_canaries.py fails loudly when a release changes them (the fallback is silent).
+    tests/unit/test_library_canaries.py fails loudly when a release changes them (the fallback is silent).
     """
     global _chunk_pipe_class
     if _chunk_pipe_class is None:

@@ -256,7 +256,7 @@ def _docker_over_ssh(ssh_client, address: str):
     support (SSHHTTPAdapter) opens a connection of its own (a second handshake, its own host key and
     config handling); no public API takes an existing paramiko client, so its channel pool
     (docker.transport.sshconn.SSHConnectionPool) is used directly over ours.
-    tests/test_library_canaries.py fails loudly when docker-py changes it."""
+    tests/unit/test_library_canaries.py fails loudly when docker-py changes it."""
     import docker
     from docker.transport.basehttpadapter import BaseHTTPAdapter
     from docker.transport.sshconn import SSHConnectionPool

@@ -198,7 +198,7 @@ def agent_keys(target: SSHTarget) -> tuple[Any, list]:
         conn.connect(path)
         # Private touch: paramiko.Agent() reads only $SSH_AUTH_SOCK; an IdentityAgent socket of
         # ssh_config's own is handed to AgentSSH._connect, which Agent itself uses (its `close` is
-        # `_close`). tests/test_library_canaries.py fails loudly when paramiko changes them.
+        # `_close`). tests/unit/test_library_canaries.py fails loudly when paramiko changes them.
         agent = paramiko.agent.AgentSSH()
         agent._connect(conn)
         return agent, list(agent.get_keys())

@@ -63,7 +63,7 @@ inventory fault "$hosts_fault" 2
   step "clusterctl run example job (two local nodes, gpus [0] and [1])"
   cc run -i /tmp/ctl/two.yaml examples/prompt.txt --json >"$J/run.json"; echo "exit $?"
   step "reference: plain torch.distributed loop, torchrun 2 ranks on GPUs 0,1"
-  timeout 240 torchrun --nproc-per-node 2 clusterctl/nccltest/allreduce_bench.py --reference --min-size 1M --max-size 4G \
+  timeout 240 torchrun --nproc-per-node 2 clusterctl/node/allreduce_bench.py --reference --min-size 1M --max-size 4G \
     2>&1 | tee "$J/reference1.txt"; echo "exit ${PIPESTATUS[0]}"
   step "clusterctl nccl-test --max-size 1G (one local node, gpus [0,1], nproc auto)"
   cc nccl-test -i /tmp/ctl/one.yaml --max-size 1G --json >"$J/nccl_one.json"; echo "exit $?"
@@ -72,7 +72,7 @@ inventory fault "$hosts_fault" 2
   step "clusterctl nccl-test --max-size 1G (two local nodes, gpus [0] and [1])"
   cc nccl-test -i /tmp/ctl/two.yaml --max-size 1G --json >"$J/nccl_two.json"; echo "exit $?"
   step "reference again (noise between runs)"
-  timeout 240 torchrun --nproc-per-node 2 clusterctl/nccltest/allreduce_bench.py --reference --min-size 64M --max-size 1G \
+  timeout 240 torchrun --nproc-per-node 2 clusterctl/node/allreduce_bench.py --reference --min-size 64M --max-size 1G \
     2>&1 | tee "$J/reference2.txt"; echo "exit ${PIPESTATUS[0]}"
   step "clusterctl nccl-test --pairs --stage small (two local nodes)"
   cc nccl-test -i /tmp/ctl/two.yaml --pairs --stage small --json >"$J/pairs.json"; echo "exit $?"

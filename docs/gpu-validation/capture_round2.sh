@@ -102,14 +102,14 @@ hang_run() {  # LABEL INVENTORY CC RUN-TIMEOUT [collect]
   case $s in
   bw)
     step "reference: plain torch.distributed loop, torchrun 4 ranks on GPUs 0-3, 1G..4G"
-    timeout 240 $PY -m torch.distributed.run --nproc-per-node 4 clusterctl/nccltest/allreduce_bench.py --reference --min-size 1G --max-size 4G \
+    timeout 240 $PY -m torch.distributed.run --nproc-per-node 4 clusterctl/node/allreduce_bench.py --reference --min-size 1G --max-size 4G \
       2>&1 | tee "$J/reference1.txt"; echo "exit ${PIPESTATUS[0]}"
     step "clusterctl nccl-test --min-size 1G --max-size 4G (one local node, gpus [0,1,2,3], nproc auto)"
     cc nccl-test -i "$W/inv/four.yaml" --min-size 1G --max-size 4G --json >"$J/nccl_four_4g.json"; echo "exit $?"
     step "clusterctl nccl-test (default sweep, 8 B..1 GiB)"
     cc nccl-test -i "$W/inv/four.yaml" --json >"$J/nccl_four_1g.json"; echo "exit $?"
     step "reference again, 1G..4G"
-    timeout 240 $PY -m torch.distributed.run --nproc-per-node 4 clusterctl/nccltest/allreduce_bench.py --reference --min-size 1G --max-size 4G \
+    timeout 240 $PY -m torch.distributed.run --nproc-per-node 4 clusterctl/node/allreduce_bench.py --reference --min-size 1G --max-size 4G \
       2>&1 | tee "$J/reference2.txt"; echo "exit ${PIPESTATUS[0]}"
     python3 - "$J" <<'EOF'
 import json, pathlib, sys

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from clusterctl.job.torchrun import RANK_PREFIX_RE, job_argv, placeholder_values, prompt_text, torchrun_argv, torchrun_env
+from clusterctl.plan.torchrun import RANK_PREFIX_RE, job_argv, placeholder_values, prompt_text, torchrun_argv, torchrun_env
 from clusterctl.models import Host, Inventory, JobSpec, RendezvousSpec
-from clusterctl.job.topology import NodeFacts, plan
+from clusterctl.plan.topology import NodeFacts, plan
 
 pytest.importorskip("torch")
 

@@ -12,7 +12,7 @@ import socket
 from pathlib import Path
 
 import pytest
-from clusterctl.job.runner import JobRunner
+from clusterctl.run.runner import JobRunner
 from clusterctl_helpers import FIXTURE_JOBS, processes_with, wait_until
 
 from unit.test_failure_attribution import inventory

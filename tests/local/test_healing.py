@@ -3,7 +3,7 @@ error each, the cause table, who is left out and who joins, and the summary line
 from __future__ import annotations
 
 import subprocess
-from clusterctl.job.healing import latest_checkpoint_command
+from clusterctl.ground.healing import latest_checkpoint_command
 
 
 def test_the_latest_complete_checkpoint_is_found_and_a_partial_one_never(tmp_path):

@@ -1,6 +1,6 @@
-"""Issue 36's passive watch of a detached run: the keeper's sampler on the node (job/node_health.py),
+"""Issue 36's passive watch of a detached run: the keeper's sampler on the node (node/node_health.py),
 the supervisor keeping each node's newest sample, and the controller parsing it with the attached
-watch's parsers and recording each event once (job/detached_health.py). A real supervisor and keeper
+watch's parsers and recording each event once (watch/detached_health.py). A real supervisor and keeper
 on loopback, with a stand-in `dmesg` that shows the captured Xid 79 line
 (tests/fixtures/health/fallen_off_nvsentinel_155.log) and a stand-in `nvidia-smi` printing a real
 H100 read (smi_h100_580.csv)."""
@@ -17,7 +17,8 @@ from clusterctl_helpers import wait_until
 
 from clusterctl.health import watch
 from clusterctl.health.record import HealthRecord
-from clusterctl.job import detached_health, engine, heal_policy, node_agent, node_health
+from clusterctl.watch import detached_health
+from clusterctl.node import engine, heal_policy, node_agent, node_health
 from clusterctl.state import State
 
 from unit.test_health_detached import FIXTURES, FLEET, XID_79

@@ -1,4 +1,4 @@
-"""`job.launcher: deepspeed` (job/launch_deepspeed.py): DeepSpeed's per-node launcher as clusterctl runs it.
+"""`job.launcher: deepspeed` (plan/launcher_deepspeed.py): DeepSpeed's per-node launcher as clusterctl runs it.
 
 The argv is read back by the real `deepspeed.launcher.launch` parser (deepspeed 0.19.8, installed by the
 test extra), and the node command runs for real on this machine: two "nodes" on loopback, gloo ranks
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from clusterctl.job import launch_deepspeed, launchers
-from clusterctl.job.torchrun import job_argv, placeholder_values, rank_log_files
+from clusterctl.plan import launcher_deepspeed as launch_deepspeed, launcher as launchers
+from clusterctl.plan.torchrun import job_argv, placeholder_values, rank_log_files
 
 from unit.test_launch import NASTY, two_node_inventory, two_node_topology
 
@@ -177,7 +177,7 @@ def test_a_failing_rank_ends_its_node_with_its_code_and_its_stderr_named_by_host
 
 
 def test_the_stack_sampler_takes_the_python_rank_under_deepspeeds_rank_script_not_the_shell(tmp_path):
-    from clusterctl.job import sampler
+    from clusterctl.watch import sampler
     from clusterctl.models import Host, Inventory
 
     sampler.pyspy_binary() or pytest.skip("no py-spy installed")

@@ -1,5 +1,5 @@
 """`job.launcher: mpirun` without the rehearsal cluster: the hostfile, mpirun's argv, each node's command
-and env (job/launch_mpirun.py), the gate's handshake, the ranks' env and logs (job/node_mpi_gate.py),
+and env (plan/launcher_mpirun.py), the gate's handshake, the ranks' env and logs (node/node_mpi_gate.py),
 and one real mpirun (Open MPI 4.1, openmpi-bin) whose second "node" is 127.0.0.2 behind a real gate."""
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from clusterctl.job import launch_mpirun
-from clusterctl.job import node_mpi_gate as gate
+from clusterctl.plan import launcher_mpirun as launch_mpirun
+from clusterctl.node import node_mpi_gate as gate
 
 from unit.test_launch_mpirun import GATE, KEY
 
@@ -89,7 +89,7 @@ def test_mpirun_starts_the_remote_ranks_through_the_gate_with_torchs_variables_a
 
 @needs_mpirun
 def test_a_failed_rank_aborts_mpirun_and_leaves_torchruns_failed_line_on_its_own_node(tmp_path):
-    from clusterctl.job.torchrun_report import first_failed_process
+    from clusterctl.watch.torchrun_report import first_failed_process
 
     done, logs = _run(tmp_path, 'if [ "$RANK" = 2 ]; then sleep 1; echo boom >&2; exit 3; fi; sleep 60')
     assert done.returncode == 3 and "exited with non-zero status" in done.stderr
@@ -98,7 +98,7 @@ def test_a_failed_rank_aborts_mpirun_and_leaves_torchruns_failed_line_on_its_own
     assert (failed.local_rank, failed.exit_code) == (1, 3)
     assert "[w rank2]: boom" in (logs / "w" / "agent.log").read_text()
     assert first_failed_process((logs / "m" / "agent.log").read_text()).exit_code == -15  # stopped, not failed
-    from clusterctl.job.failures import Ended, first_failure
+    from clusterctl.watch.failures import Ended, first_failure
     from clusterctl.models import Host, Inventory
 
     inventory = Inventory("t", (Host("m", "127.0.0.1"), Host("w", "127.0.0.2")))

@@ -1,8 +1,8 @@
-"""`job.launcher`: torchrun (the default) or none (job.command once per node, job/launchers.py)."""
+"""`job.launcher`: torchrun (the default) or none (job.command once per node, plan/launcher.py)."""
 from __future__ import annotations
 
 import subprocess
-from clusterctl.job import launchers
+from clusterctl.plan import launcher as launchers
 
 
 def test_the_wrapper_keeps_the_exit_code_and_copies_a_failures_stderr_with_the_ranks_prefix(tmp_path):

@@ -1,7 +1,7 @@
 """A live log people can read (Issue 27, part 3): `\\r` progress collapsed to each rank's latest
 state, identical lines of many ranks shown once with a count, `run --ranks`, and lines that
 never mix two ranks. The stream is the one the node's follow command writes (`tail -v -F` over
-each rank's own files and agent.log, job/follow.py), the time is injected (job/livelog.py)."""
+each rank's own files and agent.log, watch/follow.py), the time is injected (watch/livelog.py)."""
 from __future__ import annotations
 
 import contextlib
@@ -13,8 +13,8 @@ import sys
 
 import pytest
 from clusterctl_helpers import FIXTURE_JOBS
-from clusterctl.job import agent
-from clusterctl.job.follow import FollowStream
+from clusterctl.plan import wrapper as agent
+from clusterctl.watch.follow import FollowStream
 from clusterctl.models import Host, Inventory
 
 from unit.test_livelog import ATT, final_state

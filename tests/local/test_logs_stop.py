@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from clusterctl.cli import main
-from clusterctl.job import agent
+from clusterctl.plan import wrapper as agent
 from clusterctl.state import State
 from clusterctl_helpers import FIXTURE_JOBS, environ_of, processes_with, wait_until
 

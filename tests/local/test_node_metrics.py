@@ -1,5 +1,5 @@
-"""The node metrics sampler (job/node_metrics.py) run for real on this machine, started by the ranks'
-real wrapper (job/agent.py) as on a node: GPU numbers from the 4x H100 stand-in (the captured query,
+"""The node metrics sampler (node/node_metrics.py) run for real on this machine, started by the ranks'
+real wrapper (plan/wrapper.py) as on a node: GPU numbers from the 4x H100 stand-in (the captured query,
 tests/fixtures/hardware/h100x4_metrics), none on a node without nvidia-smi, and nothing of it left once
 torchrun ended."""
 from __future__ import annotations
@@ -11,9 +11,10 @@ import subprocess
 import time
 from pathlib import Path
 
-from clusterctl.job import agent
+from clusterctl.plan import wrapper as agent
 from clusterctl.models import Host, Inventory, JobSpec, RendezvousSpec
-from clusterctl.observe import sampling, summary
+from clusterctl.plan import metrics_sampler as sampling
+from clusterctl.observe import summary
 from clusterctl.observe.metrics_file import read_file
 
 STANDIN = Path(__file__).resolve().parents[1] / "fixtures" / "hardware" / "h100x4_metrics" / "bin"

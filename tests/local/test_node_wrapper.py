@@ -10,7 +10,7 @@ import uuid
 from pathlib import Path
 
 from clusterctl.models import Host, Inventory, JobSpec, RendezvousSpec
-from clusterctl.job import agent as torchrun
+from clusterctl.plan import wrapper as torchrun
 from clusterctl.modules import process
 
 

@@ -10,12 +10,12 @@ from pathlib import Path
 from clusterctl.inventory.load import parse_inventory
 from clusterctl.observe.messages import message
 from clusterctl.observe.notify import LOG_NAME, Delivery, Notifier
-from clusterctl.observe.notify_hooks import mask_of
+from clusterctl.models import masker as mask_of
 from loopback_receiver import Receiver
 
 HOSTS = "hosts:\n  - {name: node1, address: 10.0.0.1}\n  - {name: node2, address: 10.0.0.2}\n"
 QUICK = Delivery(tries=3, first_pause_s=0.01, timeout_s=5.0, flush_s=30.0)
-FAILED = {  # the shape job/failures.py writes in run.json's first_failure
+FAILED = {  # the shape watch/failures.py writes in run.json's first_failure
     "host": "node2", "rank": 3, "exit_code": 1, "rank_exit_code": 1,
     "diagnosis": [{"cause": "cuda_oom", "host": "node2", "rank": 3, "confidence": 0.93,
                    "evidence": "torch.OutOfMemoryError: CUDA out of memory",

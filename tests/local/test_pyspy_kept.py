@@ -1,4 +1,4 @@
-"""py-spy travels to a node once per run (job/pyspy_kept.py + job/sampler.py): which round sends
+"""py-spy travels to a node once per run (watch/pyspy_kept.py + watch/sampler.py): which round sends
 what, and the node script's keeping, checking and refusing, run for real with `sh` on this machine."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterctl.job import sampler
+from clusterctl.watch import sampler
 from clusterctl.models import Host, Inventory
 from clusterctl.modules import process
 
@@ -75,7 +75,7 @@ def test_a_round_that_finds_no_kept_binary_asks_for_it(tmp_path, rank):
 
 
 def test_the_run_s_end_and_a_kill_of_its_ranks_remove_the_kept_directory(tmp_path, rank):
-    from clusterctl.job.pyspy_kept import forget_command
+    from clusterctl.watch.pyspy_kept import forget_command
 
     _node_round(tmp_path, rank, ship=True)
     directory = tmp_path / process.kept_pyspy_name("kept-test", rank)

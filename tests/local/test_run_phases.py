@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterctl.job.phases import NAMES
+from clusterctl.run.phases import NAMES
 from clusterctl_helpers import FIXTURE_JOBS
 
 

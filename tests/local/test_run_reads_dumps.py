@@ -10,8 +10,8 @@ from pathlib import Path
 
 from clusterctl.executor import Connections
 from clusterctl.inventory.load import parse_inventory
-from clusterctl.job.dumps import with_dumps
-from clusterctl.job.failures import Ended, first_failure
+from clusterctl.watch.dumps import with_dumps
+from clusterctl.watch.failures import Ended, first_failure
 from clusterctl.transport import connect
 
 H200 = Path(__file__).resolve().parents[1] / "fixtures" / "flight_recorder" / "nccl_h200_2ranks_rank1_late"

@@ -81,7 +81,7 @@ def test_a_one_mebibyte_hostile_tar_stream_costs_the_controller_under_100_mb(tmp
 # --------------------------------------------------------------------------- collect-logs on the node
 
 def _archive(base: Path, roots: list[str], pattern: str = "", known: dict | None = None):
-    """collect/node_archive.py run as the node runs it; (members {name: bytes}, report)."""
+    """node/node_archive.py run as the node runs it; (members {name: bytes}, report)."""
     from clusterctl.collect import fetch
 
     command = fetch.archive_command(str(base), roots, None, sys.executable, pattern, known or {}, compress=False)
@@ -116,7 +116,7 @@ def test_a_directory_swapped_for_a_symlink_while_the_node_archives_sends_nothing
     """The attack: the job swaps a directory it owns for a symlink to a root-only tree after the
     node looked at it and before it is read (before: between the listing and `tar`). Played here at
     the worst moment for the archiver: between the stat that saw a directory and its open."""
-    from clusterctl.collect import node_archive
+    from clusterctl.node import node_archive
 
     row = reliability("collect-logs: a job swaps a directory of its run for a symlink to a root-only tree while "
                       "the node archives it", "the symlink is not followed; the file outside the run never sent; "
@@ -206,7 +206,7 @@ def test_any_file_name_is_sent_once_or_named_as_skipped_and_the_report_parses(na
 # --------------------------------------------------------------------------- the run's supervisor
 
 def _supervised_run(run_dir: Path, port: int) -> None:
-    from clusterctl.job import node_agent
+    from clusterctl.node import node_agent
 
     run_dir.mkdir(parents=True)
     for name in ("node_agent.py", "engine.py", "heal_policy.py"):  # the supervisor hosts the engine beside it
@@ -263,7 +263,7 @@ def test_800_idle_connections_and_a_negative_content_length_flood_neither_end_th
     import socket
     import time
 
-    from clusterctl.job import node_agent
+    from clusterctl.node import node_agent
 
     row = reliability("a peer on the job network against a detached run's supervisor: 800 idle TCP connections "
                       "from 100 addresses, then `Content-Length: -1` followed by 400 MB, without the key "
@@ -317,7 +317,8 @@ def test_800_idle_connections_and_a_negative_content_length_flood_neither_end_th
 @pytest.mark.parametrize("planted", ["another user's directory", "a world-writable directory", "a symlink"])
 def test_a_run_directory_made_first_by_someone_else_is_refused_and_nothing_is_written_there(
         tmp_path, planted, reliability):
-    from clusterctl.job import agent, supervision
+    from clusterctl.plan import wrapper as agent
+    from clusterctl.run import supervision
     from local.test_node_wrapper import _inventory, _run
 
     row = reliability(f"a node's run directory made beforehand on shared outputs ({planted})",

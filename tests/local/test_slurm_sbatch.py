@@ -25,7 +25,7 @@ def test_the_prompt_reaches_the_command_line_byte_for_byte():
                           'printf "%s\\0" "$@"', "probe", command], capture_output=True, check=True).stdout.decode()
     argv = out.split("\0")[:-1]
     prompt_at = argv.index("--prompt") + 1
-    # torchrun turns $$ into $ when it starts the job (job/torchrun.py): the script carries $$-doubled text
+    # torchrun turns $$ into $ when it starts the job (plan/torchrun.py): the script carries $$-doubled text
     assert argv[prompt_at].replace("$$", "$") == PROMPT
     assert argv[argv.index("--save_file") + 1] == "/data/out/r1.gif"
     assert "--node-rank=0" in argv and "--rdzv-endpoint=m:29500" in argv

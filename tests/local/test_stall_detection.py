@@ -74,7 +74,7 @@ def _stack_dirs() -> set:
 
 def _needs_torch():
     pytest.importorskip("torch")
-    pytest.importorskip("clusterctl.job.sampler").pyspy_binary() or pytest.skip("no py-spy installed")
+    pytest.importorskip("clusterctl.watch.sampler").pyspy_binary() or pytest.skip("no py-spy installed")
 
 
 @pytest.mark.slow

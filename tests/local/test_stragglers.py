@@ -1,4 +1,4 @@
-"""The straggler analysis (clusterctl/job/stragglers.py) on real py-spy samples, and the progress lines
+"""The straggler analysis (clusterctl/watch/stragglers.py) on real py-spy samples, and the progress lines
 it reads the step time from. The samples: clusterctl's node script (16 non-blocking samples 0.5 s
 apart) of tests/fixtures/jobs/straggler.py under torchrun with 2 gloo ranks, rank 1 0.35 s slower on a
 0.2 s step, and the same job with both ranks alike (tests/fixtures/pyspy/SOURCES.md)."""

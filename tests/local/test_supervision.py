@@ -1,4 +1,4 @@
-"""The run's supervision on the cluster (job/node_agent.py, job/supervision.py; issue 27): the
+"""The run's supervision on the cluster (node/node_agent.py, run/supervision.py; issue 27): the
 supervisor's decisions on a fake clock, then a real supervisor and keeper talking HTTP on loopback
 (signed messages, a forged or replayed one refused), and a run on this machine handed over with
 `run --detach`: it goes on with no clusterctl process, fails fast on its own, and `status` and
@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 from clusterctl_helpers import as_from_a_terminal
 
-from clusterctl.job import engine, node_agent, supervision
+from clusterctl.node import engine, node_agent
+from clusterctl.run import supervision
 
 SCRIPT = Path(node_agent.__file__)
 

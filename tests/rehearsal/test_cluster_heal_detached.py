@@ -1,6 +1,6 @@
 """A detached run that heals itself on the rehearsal cluster (issue 35): `run --detach` returns, and
-from then on only `status` is asked; the supervisor on the master node (job/node_agent.py with
-job/node_healing.py) does what an attached run's controller does. 3 nodes, the job on 2 (node3 the
+from then on only `status` is asked; the supervisor on the master node (node/node_agent.py with
+node/node_healing.py) does what an attached run's controller does. 3 nodes, the job on 2 (node3 the
 spare, with an idle keeper), one gloo rank a node (tests/fixtures/jobs/checkpointed.py, as
 tests/rehearsal/test_cluster_heal.py runs it). A node cut off the network mid-run, a Python exception on every
 rank (the job's own fault: not retried) and `clusterctl stop` during a relaunch."""

@@ -1,7 +1,7 @@
 """A detached run that heals itself with each launcher beyond torchrun (`mpirun`, `deepspeed`, `none`) on the
 rehearsal cluster (issue 46): `run --detach` returns, and from then on only `status` is asked. The engine on
-the master node (job/engine.py) decides; the keepers relaunch each node's own launcher command
-(job/launch_plan.py) with the next attempt's values. 3 nodes, the job on 2 (node3 the spare), one gloo rank a
+the master node (node/engine.py) decides; the keepers relaunch each node's own launcher command
+(plan/launch_plan.py) with the next attempt's values. 3 nodes, the job on 2 (node3 the spare), one gloo rank a
 node (tests/fixtures/jobs/checkpointed.py): rank 1, on node2, SIGKILLs itself in attempt 1; attempt 2 runs
 on node1 + node3 (tests/test_cluster_heal_launchers.py runs the same attached)."""
 from __future__ import annotations

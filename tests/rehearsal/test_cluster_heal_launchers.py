@@ -1,7 +1,7 @@
 """A run that heals itself with each launcher beyond torchrun (`mpirun`, `deepspeed`, `none`) on the rehearsal
 cluster: 3 nodes, the job on 2 (job.nodes: 2, node3 the spare), one gloo rank a node
 (tests/fixtures/jobs/checkpointed.py). Rank 1, on node2 (not the master), SIGKILLs itself in attempt 1: a node
-fault (job/healing.py), so node2 is left out and attempt 2 runs on node1 + node3 with the launcher's own
+fault (ground/healing.py), so node2 is left out and attempt 2 runs on node1 + node3 with the launcher's own
 layout planned anew (mpirun's hostfile and gate, DeepSpeed's world_info, `none`'s WORLD_SIZE). Attached runs;
 tests/rehearsal/test_cluster_heal.py covers torchrun and the other failures."""
 from __future__ import annotations

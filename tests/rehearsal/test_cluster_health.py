@@ -2,7 +2,7 @@
 quarantined with the run's evidence, the next plan leaves it out, and a passing `health check`
 lets `health release` bring it back; a node whose kernel log shows an Xid 79 while a run goes on
 (tests/fixtures/hardware/xid79_dmesg: its dmesg serves the captured line) is quarantined by the
-passive watch during that run, attached or detached (the keeper's watch, job/node_health.py);
+passive watch during that run, attached or detached (the keeper's watch, node/node_health.py);
 --include-quarantined plans it anyway. A node quarantined in the record is left out by `up` and
 `run --plan` (with job.nodes, the spare takes its place), said in one line."""
 from __future__ import annotations
@@ -196,7 +196,7 @@ def _kept(doc: dict) -> str:
 
 def test_an_xid_79_in_a_nodes_kernel_log_during_a_detached_run_quarantines_it_through_the_keepers_watch(
         hardware_sandbox, cli, prompt_file, tmp_path):
-    """The keeper samples its node (job/node_health.py) and the supervisor keeps the sample; `attach`
+    """The keeper samples its node (node/node_health.py) and the supervisor keeps the sample; `attach`
     reads the state back and records it. Ranks on the hosts: the stand-in dmesg is on the keeper's PATH
     (a keeper in the container reads the container's kernel log, where it may)."""
     from clusterctl.sandbox.inventory_file import REPO

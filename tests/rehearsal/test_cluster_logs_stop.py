@@ -5,7 +5,7 @@ user `ccops`, its files read from the host through sudo); a second run is refuse
 `clusterctl stop RUN`; `stop RUN` from another process ends it on every node within 15 s with no
 process left, the attached run exits 1 saying it was stopped, and `status --json` lists it stopped.
 
-A run handed over to the cluster (job/supervision.py): `run --detach` returns with the ranks up and
+A run handed over to the cluster (run/supervision.py): `run --detach` returns with the ranks up and
 no clusterctl left, the run fails fast on its own (a rank exits 1 15 s in) and `status --json` names
 the node and rank; a hang-up of an attached run's terminal leaves its ranks running past their
 lease, a killed `attach` changes nothing, and `stop` ends it."""

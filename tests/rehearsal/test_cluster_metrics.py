@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from clusterctl.observe.sampling import bundle_path
+from clusterctl.plan.metrics_sampler import bundle_path
 from clusterctl.observe.metrics_file import read_file
 from clusterctl_helpers import REPO, Cli, variant, wait_until
 

@@ -56,7 +56,7 @@ def test_a_rank_0_35_s_slower_per_step_is_named_with_its_host_within_30_s(sandbo
     run = next(r for r in status["runs"] if r["run_id"] == doc["run_id"])
     assert [(s["host"], s["rank"]) for s in run["stragglers"]] == [("node2", 3)], run
     print(f"\nnamed {named[0]['since'] - started:.1f}s after the start: {named[0]}")
-    # py-spy was kept on the nodes for the run's rounds (job/pyspy_kept.py): the run's end removed it
+    # py-spy was kept on the nodes for the run's rounds (watch/pyspy_kept.py): the run's end removed it
     look = (f'for d in "${{TMPDIR:-/tmp}}" /var/tmp /dev/shm "$HOME" /root; do for k in "$d"/clusterctl-pyspy.*.{doc["run_id"]}; '
             'do [ -e "$k" ] && echo "left: $k"; done; done; true')
     code, left = cli.json("exec", "-i", str(inventory), "--", "sh", "-c", look)

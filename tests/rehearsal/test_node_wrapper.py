@@ -8,8 +8,8 @@ import shutil
 import subprocess
 
 import pytest
-from clusterctl.job import agent as torchrun
-from clusterctl.job.runner import put_file_command
+from clusterctl.plan import wrapper as torchrun
+from clusterctl.run.runner import put_file_command
 
 from local.test_node_wrapper import _inventory
 

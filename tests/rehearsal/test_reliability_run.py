@@ -24,7 +24,7 @@ from reliability import Watched, slow_uplink
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
 
 NODES = ("node1", "node2", "node3")
-# collect-logs' archiver on a node (collect/node_archive.py, whose source is its `python3 -c` argument)
+# collect-logs' archiver on a node (node/node_archive.py, whose source is its `python3 -c` argument)
 TAR_ON_A_NODE = "collect-logs on the node: find what changed and archive it"
 JOBS_DIR = "cc-rel-jobs"
 SECRETS = {  # name -> value, in every place an inventory can hold one

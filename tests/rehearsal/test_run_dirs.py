@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from clusterctl.job import agent, runner
+from clusterctl.plan import wrapper as agent
+from clusterctl.run import runner
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
                                 reason="needs root and setpriv to act as a second user")

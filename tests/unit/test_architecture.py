@@ -1,4 +1,11 @@
-"""The invariants of docs/architecture.md, read from the code itself (ast over clusterctl/**.py).
+"""The layering of clusterctl, read from the code itself (ast over clusterctl/**.py): the story order
+(clusterctl/documents/architecture.py's STORY, the one place it is written; docs/architecture.md shows
+it), the size of modules and commands, who may import paramiko/docker/fabric, and where threads and
+clocks may live.
+
+The story: a unit (a package such as `plan`, or a top-level module such as `models`) imports only units
+before it, or itself. So a stage imports no later stage, no stage imports backends/, the session (api/)
+or a command, `node/` imports nothing outside itself, and no two packages import each other.
 
 The import graph counts every `import`/`from ... import` (at module level or inside a function: a
 lazy import closes a loop all the same; not those under `if TYPE_CHECKING:`, which never run) and
@@ -28,6 +35,8 @@ from pathlib import Path
 
 import pytest
 
+from clusterctl.documents.architecture import FACE, ORDER, STORY, unit_of
+
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "clusterctl"
 MAX_LINES = 450
@@ -47,9 +56,9 @@ ALLOWED_CLOCKS = {
     # machine and waits for them to answer; it is the tests' and the demo's harness, on no run's path
     "clusterctl.sandbox": "the rehearsal cluster (test infrastructure)",
 }
-# Programs that run on the nodes as their own processes (copied there and started with python,
+# Programs that run on the nodes as their own processes (shipped there and started with python,
 # standard library or torch only) say so with a module-level `RUNS_ON_NODES = True`: their
-# threads and clocks are that process's own, never the controller's. They import no clusterctl.
+# threads and clocks are that process's own, never the controller's. They live in clusterctl/node/.
 NODE_PROGRAM_MARKER = "RUNS_ON_NODES"
 # The commands are checked on their own (test_commands_hold_no_thread_or_clock_of_their_own), with a
 # message that says where their waits go instead.
@@ -161,8 +170,12 @@ def _internal_graph() -> dict[str, list[Edge]]:
 
 
 def _cycles() -> list[list[str]]:
-    """Strongly connected components of more than one module (Tarjan, iterative)."""
-    graph = {name: sorted({e.target for e in edges}) for name, edges in _internal_graph().items()}
+    """Strongly connected components of more than one module."""
+    return _strongly_connected({name: sorted({e.target for e in edges}) for name, edges in _internal_graph().items()})
+
+
+def _strongly_connected(graph: dict[str, list[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one node (Tarjan, iterative)."""
     index, low, on_stack, stack, found, counter = {}, {}, set(), [], [], [0]
     for root in graph:
         if root in index:
@@ -233,7 +246,70 @@ def test_every_command_is_thin():
     assert not long, "\n".join(long)
 
 
-# --------------------------------------------------------------------------- loops
+# --------------------------------------------------------------------------- the story
+
+
+def _story_where(unit: str) -> str:
+    return f"{unit} (place {ORDER.index(unit) + 1} of {len(ORDER)})"
+
+
+def _edges_between_units():
+    for module in modules().values():
+        for edge in module.imports:
+            if edge.target in modules() and unit_of(edge.target) != unit_of(module.name):
+                yield module, edge
+
+
+def test_every_package_and_top_level_module_has_a_place_in_the_story():
+    units = {unit_of(name) for name in modules()}
+    missing = sorted(units - set(ORDER))
+    assert not missing, ("place them in STORY (clusterctl/documents/architecture.py), after everything they "
+                         f"import: {missing}")
+    assert len(ORDER) == len(set(ORDER)), "a unit is placed twice in STORY"
+
+
+def test_a_unit_imports_no_later_unit_of_the_story():
+    bad = sorted({f"{m.where(e.line)} imports {e.target}: {_story_where(unit_of(e.target))} comes after "
+                  f"{_story_where(unit_of(m.name))}" for m, e in _edges_between_units()
+                  if unit_of(e.target) in ORDER and unit_of(m.name) in ORDER
+                  and ORDER.index(unit_of(e.target)) > ORDER.index(unit_of(m.name))})
+    assert not bad, ("a stage imports no later stage (move the code to where it belongs, or the shared value "
+                     "down to the ground):\n" + "\n".join(bad))
+
+
+def test_no_stage_imports_backends_the_session_or_a_command():
+    below_the_face = ORDER[:ORDER.index(FACE[0])]
+    bad = sorted({f"{m.where(e.line)} imports {e.target}" for m, e in _edges_between_units()
+                  if unit_of(m.name) in below_the_face and unit_of(e.target) in FACE})
+    assert not bad, "\n".join(bad)
+
+
+def test_node_imports_nothing_outside_itself():
+    bad = sorted({f"{m.where(e.line)} imports {e.target}" for m in modules().values() if unit_of(m.name) == "node"
+                  for e in m.imports if _inside(e.target, "clusterctl") and not _inside(e.target, "clusterctl.node")})
+    assert not bad, "clusterctl/node/ runs on the nodes, where nothing of clusterctl is installed:\n" + "\n".join(bad)
+
+
+def test_no_two_packages_import_each_other_even_lazily():
+    graph: dict[str, set[str]] = {}
+    lines: dict[tuple[str, str], list[str]] = {}
+    for m, e in _edges_between_units():
+        graph.setdefault(unit_of(m.name), set()).add(unit_of(e.target))
+        lines.setdefault((unit_of(m.name), unit_of(e.target)), []).append(f"{m.where(e.line)} imports {e.target}")
+    loops = []
+    for component in _strongly_connected({u: sorted(graph.get(u, ())) for u in set(graph) | set(ORDER)}):
+        links = [line for a in component for b in component for line in sorted(lines.get((a, b), []))]
+        loops.append("a package loop between " + ", ".join(component) + ":\n  " + "\n  ".join(links))
+    assert not loops, "\n".join(loops)
+
+
+def test_the_story_reads_as_the_architecture_says():
+    stages = next(t.units for t in STORY if t.name == "stages")
+    assert stages.index("inventory") < stages.index("plan") < stages.index("preflight") < stages.index("run")
+    assert ORDER[0] == "node" and ORDER[-1] == "__main__"
+
+
+# --------------------------------------------------------------------------- module loops
 
 
 def test_no_two_modules_import_each_other_even_through_importlib():
@@ -347,19 +423,24 @@ def test_commands_hold_no_thread_or_clock_of_their_own():
     assert not bad, "\n".join(bad)
 
 
-def test_node_programs_import_nothing_of_clusterctl():
-    """But each other: they are shipped side by side (the engine, job/engine.py, and its heal)."""
+def test_node_programs_import_nothing_of_clusterctl_only_each_other_as_files_beside_them():
+    """They are shipped side by side (the agent, its engine and heal, its health watch)."""
     programs = {name for name, m in modules().items() if _is_node_program(m)}
     bad = [f"{m.where(e.line)} imports {e.target}" for m in modules().values() if _is_node_program(m)
            for e in m.imports if _inside(e.target, "clusterctl") and e.target not in programs]
     assert not bad, f"a module marked {NODE_PROGRAM_MARKER} runs alone on the nodes:\n" + "\n".join(bad)
 
 
+def test_every_node_program_lives_in_node():
+    bad = [m.where(1) for m in modules().values() if _is_node_program(m) and unit_of(m.name) != "node"]
+    assert not bad, f"a module marked {NODE_PROGRAM_MARKER} belongs in clusterctl/node/:\n" + "\n".join(bad)
+
+
 def test_the_node_programs_are_the_ones_shipped_to_the_nodes():
     marked = sorted(name for name, m in modules().items() if _is_node_program(m))
-    assert marked == ["clusterctl.job.engine", "clusterctl.job.heal_policy", "clusterctl.job.node_agent",
-                      "clusterctl.job.node_healing", "clusterctl.job.node_health",
-                      "clusterctl.job.node_metrics", "clusterctl.job.node_mpi_gate", "clusterctl.nccltest.allreduce_bench"]
+    assert marked == ["clusterctl.node.allreduce_bench", "clusterctl.node.engine", "clusterctl.node.heal_policy",
+                      "clusterctl.node.node_agent", "clusterctl.node.node_healing", "clusterctl.node.node_health",
+                      "clusterctl.node.node_metrics", "clusterctl.node.node_mpi_gate"]
 
 
 def test_the_clock_rule_sees_a_sleep_a_thread_and_two_clock_loops():

@@ -92,8 +92,8 @@ def test_a_field_whose_json_key_is_no_python_name_is_that_key_in_the_document_an
 
 def test_the_objects_that_carry_a_document_make_exactly_its_declared_keys():
     from clusterctl.documents import parts
-    from clusterctl.health.checkup import Step
-    from clusterctl.job.stragglers import Straggler
+    from clusterctl.backends.health_check import Step
+    from clusterctl.watch.stragglers import Straggler
     from clusterctl.registry.peers import Holding
 
     late = Straggler("node2", 3, 1, 0.41234, 0.51234, 2.1234, 1700000000.12345, 40, 40, 3)

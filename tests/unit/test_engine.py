@@ -1,17 +1,17 @@
 """The run's engine is the only code that decides a run's fate (issue 46): its entry points, and a scan
-that fails when the controller grows a decision of its own again (job/engine.py, job/heal_policy.py)."""
+that fails when the controller grows a decision of its own again (node/engine.py, node/heal_policy.py)."""
 from __future__ import annotations
 
 import ast
 import re
 from pathlib import Path
 
-from clusterctl.job import engine, heal_policy
+from clusterctl.node import engine, heal_policy
 
 PACKAGE = Path(engine.__file__).resolve().parents[1]
 
-# What drives the engine and what it answers: attached (job/runner.py, backends/healing.py) and
-# detached (job/node_agent.py's supervisor, its keepers) call these and nothing else of it.
+# What drives the engine and what it answers: attached (run/runner.py, backends/healing.py) and
+# detached (node/node_agent.py's supervisor, its keepers) call these and nothing else of it.
 ENTRY_POINTS = {
     engine.Attempt: ("beat", "tick", "hang", "document"),
     engine.Engine: ("beat", "tick", "document"),
@@ -25,9 +25,9 @@ DECISIONS = {"verdict", "replan", "decide", "leave_out", "cause_of", "response_o
              "substitute", "TABLE", "CAUSES", "BACKOFF_S", "SETTLE_S", "NEVER_SEEN_S", "DRAIN_S", "Verdict",
              "Decision", "Supervisor", "Healer"}
 # The controller's modules that host the engine: none compares a clock with a window of the run.
-HOSTS = ("clusterctl/job/runner.py", "clusterctl/backends/healing.py", "clusterctl/backends/launching.py",
-         "clusterctl/job/supervision.py", "clusterctl/job/detached_healing.py", "clusterctl/job/healing.py")
-NODE_HOSTS = ("clusterctl/job/node_agent.py", "clusterctl/job/node_healing.py")  # the master node's host, the keepers
+HOSTS = ("clusterctl/run/runner.py", "clusterctl/backends/healing.py", "clusterctl/backends/run_flow.py",
+         "clusterctl/run/supervision.py", "clusterctl/heal/detached.py", "clusterctl/ground/healing.py")
+NODE_HOSTS = ("clusterctl/node/node_agent.py", "clusterctl/node/node_healing.py")  # the master node's host, the keepers
 WINDOWS = re.compile(r"lost_after|timeout_s$|stall_timeout|last_seen|first_failure_at|restarts|min_nodes")
 
 
@@ -61,7 +61,7 @@ def test_the_engine_has_its_entry_points():
 def test_no_decision_is_defined_outside_the_engine():
     bad = [f"{where}:{line}: {name}" for where, tree in _modules() if where in HOSTS + NODE_HOSTS
            for name, line in _defined(tree) if name in DECISIONS]
-    assert not bad, "a decision about a run's fate belongs to job/engine.py or job/heal_policy.py:\n" + "\n".join(bad)
+    assert not bad, "a decision about a run's fate belongs to node/engine.py or node/heal_policy.py:\n" + "\n".join(bad)
 
 
 def test_the_controller_compares_no_clock_with_a_window_of_the_run():

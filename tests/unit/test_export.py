@@ -18,7 +18,7 @@ from clusterctl.k8s import (
     ExportOptions, build, parse_node_selector, parse_pvc, parse_request_limit, parse_toleration, quantity_value,
 )
 from clusterctl.k8s.manifests import RAY_DRIVER
-from clusterctl.job.topology import NodeFacts, plan
+from clusterctl.plan.topology import NodeFacts, plan
 
 SCHEMAS = Path(__file__).resolve().parents[3] / "shared" / "schemas"
 WAN_INVENTORY = """\

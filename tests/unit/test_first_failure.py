@@ -9,8 +9,8 @@ from pathlib import Path
 from hypothesis import given, settings, strategies as st
 
 from clusterctl.inventory.load import parse_inventory
-from clusterctl.job.failures import Ended, first_failure, first_ranks_of, rank_lines
-from clusterctl.job.torchrun_report import first_failed_process
+from clusterctl.watch.failures import Ended, first_failure, first_ranks_of, rank_lines
+from clusterctl.watch.torchrun_report import first_failed_process
 
 CAPTURED = Path(__file__).resolve().parents[1] / "fixtures" / "torchrun_failures"
 INVENTORY = parse_inventory("""
@@ -113,7 +113,7 @@ def test_any_well_formed_agent_line_is_read_back(local, code, hour, minute):
 
 
 def test_a_sigkill_with_no_kernel_record_is_not_called_the_oom_killer_with_confidence():
-    from clusterctl.job.kernel_log import NO_RECORD, with_kernel_log
+    from clusterctl.watch.kernel_log import NO_RECORD, with_kernel_log
 
     guessed = {"host": "node2", "rank": 3, "signal": "SIGKILL", "diagnosis": [
         {"cause": "oom_killed", "confidence": 0.89, "evidence": "exitcode  : -9 (pid: 1733)  (SIGKILL)"}]}
@@ -123,7 +123,7 @@ def test_a_sigkill_with_no_kernel_record_is_not_called_the_oom_killer_with_confi
 
 
 def test_a_sigkill_with_the_kernels_oom_line_is_the_oom_killer_quoting_that_line():
-    from clusterctl.job.kernel_log import with_kernel_log
+    from clusterctl.watch.kernel_log import with_kernel_log
 
     line = ("[ 5123.456789] Out of memory: Killed process 48213 (python3) total-vm:98765432kB, anon-rss:81234567kB, "
             "file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:160000kB oom_score_adj:0")

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from clusterctl.inventory.load import load_inventory
-from clusterctl.job.topology import NodeFacts, plan
+from clusterctl.plan.topology import NodeFacts, plan
 from clusterctl.nccltest import plan as nccl
 
 REPO = Path(__file__).resolve().parents[2]

@@ -16,8 +16,8 @@ from hypothesis import given, settings, strategies as st
 from clusterctl.diagnose import flight_recorder as fr
 from clusterctl.diagnose.hang import with_hang_evidence
 from clusterctl.diagnose.rundir import diagnose_run_dir
-from clusterctl.job.topology import NodePlan
-from clusterctl.job.torchrun import torchrun_env
+from clusterctl.plan.topology import NodePlan
+from clusterctl.plan.torchrun import torchrun_env
 from clusterctl.models import ContainerSpec, EnvVar, Finding, Host, Inventory, JobSpec
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

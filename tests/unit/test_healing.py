@@ -7,7 +7,7 @@ import pytest
 from clusterctl.backends.healing import Fleet, _next_step, on_hosts, summary_lines
 from clusterctl.errors import InventoryError
 from clusterctl.inventory.load import parse_inventory
-from clusterctl.job.healing import TABLE, classify, response_of
+from clusterctl.ground.healing import TABLE, classify, response_of
 from clusterctl.outcome import Outcome
 
 HOSTS = "hosts:\n" + "".join(f"  - {{name: node{i}, address: 10.0.0.{i}}}\n" for i in range(1, 5))

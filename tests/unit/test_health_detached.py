@@ -1,6 +1,6 @@
-"""Issue 36's passive watch of a detached run: the keeper's sampler on the node (job/node_health.py),
+"""Issue 36's passive watch of a detached run: the keeper's sampler on the node (node/node_health.py),
 the supervisor keeping each node's newest sample, and the controller parsing it with the attached
-watch's parsers and recording each event once (job/detached_health.py). A real supervisor and keeper
+watch's parsers and recording each event once (watch/detached_health.py). A real supervisor and keeper
 on loopback, with a stand-in `dmesg` that shows the captured Xid 79 line
 (tests/fixtures/health/fallen_off_nvsentinel_155.log) and a stand-in `nvidia-smi` printing a real
 H100 read (smi_h100_580.csv)."""
@@ -13,7 +13,8 @@ from hypothesis import given, settings, strategies as st
 
 from clusterctl.health import watch
 from clusterctl.health.record import HealthRecord
-from clusterctl.job import detached_health, engine, node_health
+from clusterctl.watch import detached_health
+from clusterctl.node import engine, node_health
 from clusterctl.models import Host, Inventory
 from clusterctl.state import State
 

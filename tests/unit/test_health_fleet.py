@@ -12,7 +12,7 @@ from clusterctl.errors import StateError
 from clusterctl.health.events import Event
 from clusterctl.health.fleet import partner_for, plannable, record_events, record_run_end
 from clusterctl.health.seen import check_events, pair_events, run_events
-from clusterctl.job.health_watch import PassiveWatch, sample_command
+from clusterctl.watch.health_watch import PassiveWatch, sample_command
 from clusterctl.models import Host, HostResult, HostStatus, Inventory
 from clusterctl.state import State
 from clusterctl.transport import BATCH_MARK

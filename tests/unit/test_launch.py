@@ -6,11 +6,11 @@ from string import Template
 import pytest
 
 from clusterctl.errors import UsageError
-from clusterctl.job.torchrun import (
+from clusterctl.plan.torchrun import (
     RANK_PREFIX_RE, expand_args, job_argv, placeholder_values, prompt_text, rank_log_files, torchrun_argv, torchrun_env,
 )
 from clusterctl.models import ContainerSpec, EnvVar, Host, Inventory, JobSpec, RendezvousSpec
-from clusterctl.job.topology import NodeFacts, plan
+from clusterctl.plan.topology import NodeFacts, plan
 
 NASTY = 'say "hi" $(rm -rf /) `id` \\n \\ {run_id} {0} {} $HOME $$ ${local_rank} $local_rank\nline2\ttab ünï 中文 🚀'
 

@@ -1,4 +1,4 @@
-"""`job.launcher: deepspeed` (job/launch_deepspeed.py): DeepSpeed's per-node launcher as clusterctl runs it.
+"""`job.launcher: deepspeed` (plan/launcher_deepspeed.py): DeepSpeed's per-node launcher as clusterctl runs it.
 
 The argv is read back by the real `deepspeed.launcher.launch` parser (deepspeed 0.19.8, installed by the
 test extra), and the node command runs for real on this machine: two "nodes" on loopback, gloo ranks
@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-from clusterctl.job import launch_deepspeed, launchers
-from clusterctl.job.torchrun import job_argv, placeholder_values
+from clusterctl.plan import launcher_deepspeed as launch_deepspeed, launcher as launchers
+from clusterctl.plan.torchrun import job_argv, placeholder_values
 
 from unit.test_launch import NASTY
 from local.test_launch_deepspeed import _decoded, _deepspeed

@@ -9,13 +9,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from clusterctl.job.launcher import node_checks, node_command, probe_node
+from clusterctl.run.from_env import node_checks, node_command, probe_node
 from clusterctl.errors import TopologyError, UsageError
 from clusterctl.models import CheckSettings, CheckStatus, EnvVar, Inventory, JobSpec, RendezvousSpec
-from clusterctl.job.platform import (
+from clusterctl.plan.platform import (
     detect_platform, explain_rendezvous_failure, node_identity, node_inventory, plan_node, run_id_from,
 )
-from clusterctl.job.topology import NodeFacts
+from clusterctl.plan.topology import NodeFacts
 
 REPO = Path(__file__).resolve().parents[2]
 TOOLS = REPO / "tests" / "fixtures" / "tools"

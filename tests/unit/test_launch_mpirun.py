@@ -1,5 +1,5 @@
 """`job.launcher: mpirun` without the rehearsal cluster: the hostfile, mpirun's argv, each node's command
-and env (job/launch_mpirun.py), the gate's handshake, the ranks' env and logs (job/node_mpi_gate.py),
+and env (plan/launcher_mpirun.py), the gate's handshake, the ranks' env and logs (node/node_mpi_gate.py),
 and one real mpirun (Open MPI 4.1, openmpi-bin) whose second "node" is 127.0.0.2 behind a real gate."""
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from clusterctl.job import launch_mpirun, launchers
-from clusterctl.job import node_mpi_gate as gate
-from clusterctl.job.torchrun import job_argv, placeholder_values
+from clusterctl.plan import launcher_mpirun as launch_mpirun, launcher as launchers
+from clusterctl.node import node_mpi_gate as gate
+from clusterctl.plan.torchrun import job_argv, placeholder_values
 
 from unit.test_launch import NASTY, two_node_inventory, two_node_topology
 

@@ -1,5 +1,5 @@
-"""The Plan is the run: every node's start decided once at plan time (job/launch_plan.py), the prompt
-expanded there once, and the launch carrying out exactly that (job/runner.py takes the plan's launches)."""
+"""The Plan is the run: every node's start decided once at plan time (plan/launch_plan.py), the prompt
+expanded there once, and the launch carrying out exactly that (run/runner.py takes the plan's launches)."""
 import json
 from dataclasses import replace
 
@@ -7,9 +7,9 @@ import pytest
 
 from clusterctl.backends import NodesBackend, RunRequest
 from clusterctl.errors import UsageError
-from clusterctl.job import launch_plan
-from clusterctl.job.runner import JobRunner
-from clusterctl.job.topology import NodeFacts
+from clusterctl.plan import launch_plan
+from clusterctl.run.runner import JobRunner
+from clusterctl.plan.topology import NodeFacts
 from clusterctl.models import Host, Inventory, JobSpec, RendezvousSpec
 
 

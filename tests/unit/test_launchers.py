@@ -1,4 +1,4 @@
-"""`job.launcher`: torchrun (the default) or none (job.command once per node, job/launchers.py)."""
+"""`job.launcher`: torchrun (the default) or none (job.command once per node, plan/launcher.py)."""
 from __future__ import annotations
 
 import re
@@ -7,8 +7,8 @@ import pytest
 
 from clusterctl.errors import InventoryError, UsageError
 from clusterctl.inventory.load import load_inventory
-from clusterctl.job import launchers
-from clusterctl.job.torchrun import job_argv, placeholder_values
+from clusterctl.plan import launcher as launchers
+from clusterctl.plan.torchrun import job_argv, placeholder_values
 
 from unit.test_launch import NASTY, two_node_inventory, two_node_topology
 
@@ -79,7 +79,7 @@ def test_what_writes_torchrun_out_refuses_launcher_none_and_mpirun(tmp_path):
 
 
 def test_a_node_of_one_rank_without_torchruns_report_names_that_rank_as_the_first_failure():
-    from clusterctl.job.failures import Ended, first_failure
+    from clusterctl.watch.failures import Ended, first_failure
     from clusterctl.models import Host, Inventory
 
     inventory = Inventory("t", (Host("node1", "10.0.0.1"), Host("node2", "10.0.0.2")))

@@ -13,12 +13,13 @@ import pytest
 
 from clusterctl.cli import build_parser
 from clusterctl.errors import StateError
-from clusterctl.job import agent, records
-from clusterctl.job.logs import LogLine, NodeLines, NodeSlice, node_of_rank, select
+from clusterctl.plan import wrapper as agent
+from clusterctl.ground import records
+from clusterctl.watch.logs import LogLine, NodeLines, NodeSlice, node_of_rank, select
 from clusterctl.render import Renderer
 from clusterctl.state import State
 
-# the topology of a run.json as `clusterctl run` writes it (backends/launching.py `summary_of`)
+# the topology of a run.json as `clusterctl run` writes it (backends/run_flow.py `summary_of`)
 TOPOLOGY = [
     {"host": "node1", "node_rank": 0, "ranks": [0, 1], "gpus": None, "nic": None, "local_addr": "10.0.0.1"},
     {"host": "node2", "node_rank": 1, "ranks": [2, 3], "gpus": None, "nic": None, "local_addr": "10.0.0.2"},
@@ -189,7 +190,7 @@ def test_a_lock_file_of_an_older_clusterctl_is_still_named(tmp_path):
 
 
 def test_the_busy_fix_names_the_run_seen_on_the_nodes():
-    from clusterctl.backends.launching import busy_fix
+    from clusterctl.backends.run_flow import busy_fix
 
     busy = "run 20250101-120000-abcdef (2 process(es) of this cluster already run on node1, pid 7: torchrun)"
     assert busy_fix(busy).startswith("wait for it to end, or stop it: `clusterctl stop 20250101-120000-abcdef`")

@@ -17,7 +17,7 @@ from clusterctl.nccltest import plan as nt
 from clusterctl.models import ContainerSpec, Host, Inventory, JobSpec, RendezvousSpec
 
 ROOT = Path(__file__).resolve().parents[2]
-BENCH = ROOT / "clusterctl" / "nccltest" / "allreduce_bench.py"
+BENCH = ROOT / "clusterctl" / "node" / "allreduce_bench.py"
 REAL = ROOT / "tests" / "fixtures" / "tools" / "real-h200"
 H200 = nt.LinkClass("nvlink-hopper", 325.0, "test")
 
@@ -244,7 +244,7 @@ def inventory(container: bool = False, outputs: str = "/out") -> Inventory:
 
 
 def test_files_are_put_through_a_rename_in_the_container_when_there_is_one():
-    from clusterctl.job.runner import files_dir, put_file_command
+    from clusterctl.run.runner import files_dir, put_file_command
 
     assert files_dir("/out/", "r1") == "/out/logs/r1/.files"
     on_host = put_file_command(inventory(), "/out/logs/r1/.files", "bench.py", b"print(1)")
@@ -257,9 +257,9 @@ def test_files_are_put_through_a_rename_in_the_container_when_there_is_one():
 
 
 def test_the_benchmark_inventory_runs_the_shipped_script_with_the_options():
-    from clusterctl.nccltest.flow import bench_inventory
-    from clusterctl.job.runner import JobRunner
-    from clusterctl.job.topology import NodeFacts, plan
+    from clusterctl.backends.nccl_test import bench_inventory
+    from clusterctl.run.runner import JobRunner
+    from clusterctl.plan.topology import NodeFacts, plan
 
     args = Namespace(stage="small", iters=7, warmup=2, connect_timeout=30.0)
     bench, result = bench_inventory(inventory(), args, (8, 1 << 20), "r1")
@@ -310,8 +310,8 @@ def clusterctl(tmp_path: Path, *argv: str) -> tuple[int, dict, str]:
 
 
 def test_a_pair_without_the_inventory_master_meets_at_its_own_address_on_the_job_network():
-    from clusterctl.nccltest.flow import _pair_rendezvous
-    from clusterctl.job.topology import NodeFacts
+    from clusterctl.backends.nccl_test import _pair_rendezvous
+    from clusterctl.plan.topology import NodeFacts
 
     hosts = tuple(Host(name=f"node{i}", address=f"198.18.0.{10 + i}") for i in (1, 2, 3))
     inventory = Inventory(name="t", hosts=hosts, container=None, job=JobSpec(command=("x",)),

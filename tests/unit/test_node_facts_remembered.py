@@ -11,7 +11,7 @@ from pathlib import Path
 from hypothesis import given, strategies as st
 
 from clusterctl.inventory.load import parse_inventory
-from clusterctl.job.topology import NodeFacts
+from clusterctl.plan.topology import NodeFacts
 from clusterctl.preflight import facts
 from clusterctl.preflight.node_facts import (FACTS_TTL_S, RememberedFacts, facts_path, instance_key, parse_instance,
                                              recall, remember, still_valid)

@@ -1,7 +1,7 @@
 """A detached run that heals itself, the parts that need no cluster (issue 35): the engine's heal
-(job/heal_policy.py, pure) read from the node's log tails as from the controller's diagnosis, the
-launch template the controller hands over (job/detached_healing.py), and the engine's attempts on a
-clock of its own (job/engine.py)."""
+(node/heal_policy.py, pure) read from the node's log tails as from the controller's diagnosis, the
+launch template the controller hands over (heal/detached.py), and the engine's attempts on a
+clock of its own (node/engine.py)."""
 from __future__ import annotations
 
 import json
@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from clusterctl.inventory.load import parse_inventory
-from clusterctl.job import engine, heal_policy, node_healing
-from clusterctl.job.detached_healing import attempts_of, plan_healing
-from clusterctl.job.failures import Ended, first_failure
-from clusterctl.job.healing import TABLE, classify
+from clusterctl.node import engine, heal_policy, node_healing
+from clusterctl.heal.detached import attempts_of, plan_healing
+from clusterctl.watch.failures import Ended, first_failure
+from clusterctl.ground.healing import TABLE, classify
 from clusterctl.modules import process
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -60,7 +60,7 @@ CASES = {  # name: the failures the supervisor heard, in order ({"host", "at", "
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_a_cause_read_from_the_log_tails_on_the_node_is_the_one_the_diagnosis_names(case):
     """One decision (heal_policy.verdict) on two readings of the same failures: the node's (its log
-    tails, heal_policy.CAUSES) and the controller's diagnosis (job/failures.py)."""
+    tails, heal_policy.CAUSES) and the controller's diagnosis (watch/failures.py)."""
     failures = CASES[case]
     ended = [Ended(f["host"], f["at"], f["lost"], f["exit_code"], f["tail"]) for f in failures]
     attached = classify(first_failure(INVENTORY, ended, poll_s=1.0, lost_after_s=15.0))
@@ -199,13 +199,13 @@ def test_setting_an_attempt_aside_keeps_the_daemons_files_and_moves_nothing_of_a
 
 @pytest.mark.parametrize("launcher", ["torchrun", "none", "mpirun", "deepspeed"])
 def test_each_launchers_template_filled_in_on_the_node_is_what_the_controller_launches_on_that_plan(launcher):
-    """A detached relaunch (job/launch_plan.py's tokens, heal_policy.launch_values) starts on each node exactly
-    what an attached relaunch starts there, planned anew on the hosts in use (job/runner.py)."""
+    """A detached relaunch (plan/launch_plan.py's tokens, heal_policy.launch_values) starts on each node exactly
+    what an attached relaunch starts there, planned anew on the hosts in use (run/runner.py)."""
     from dataclasses import replace
 
-    from clusterctl.job.launchers import shaped
-    from clusterctl.job.runner import JobRunner
-    from clusterctl.job.topology import plan
+    from clusterctl.plan.launcher import shaped
+    from clusterctl.run.runner import JobRunner
+    from clusterctl.plan.topology import plan
 
     inventory = replace(INVENTORY, job=replace(INVENTORY.job, launcher=launcher))
     hosts = list(inventory.hosts)

@@ -11,11 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from clusterctl.backends.observing import Look
-from clusterctl.job import node_metrics
+from clusterctl.node import node_metrics
 from clusterctl.observe import summary, top
 from clusterctl.observe.metrics_file import parse_sample, read_file
 from clusterctl.observe.prometheus import prometheus_text
-from clusterctl.observe.sampling import bundle_path
+from clusterctl.plan.metrics_sampler import bundle_path
 
 TOOLS = Path(__file__).resolve().parents[1] / "fixtures" / "tools"
 PROBE_FIELDS = ("index", "uuid", "name", "memory.total", "memory.used", "driver_version", "pci.bus_id")
@@ -182,7 +182,7 @@ def test_the_prometheus_exposition_parses_with_prometheus_clients_parser_and_has
 
 def test_the_sampler_counts_the_interfaces_the_job_gives_nccl_and_its_period_comes_from_the_inventory():
     from clusterctl.models import EnvVar, Host, Inventory, JobSpec
-    from clusterctl.observe.sampling import sampler_args
+    from clusterctl.plan.metrics_sampler import sampler_args
 
     job = JobSpec(command=("job",), python="/opt/py/bin/python", metrics_every=2.5,
                   env=(EnvVar("NCCL_SOCKET_IFNAME", "^docker,lo"),))

@@ -10,7 +10,7 @@ from clusterctl.api.source import InventorySource
 from clusterctl.backends import NodesBackend, RunRequest, SlurmBackend, backend_for, backend_of_record
 from clusterctl.backends.base import hosts_of_record, recorded_hosts
 from clusterctl.inventory.load import parse_inventory
-from clusterctl.job.topology import NodeFacts
+from clusterctl.plan.topology import NodeFacts
 from clusterctl.models import Host, Inventory, JobSpec, RendezvousSpec, SSHSettings
 
 SLURM = """name: demo

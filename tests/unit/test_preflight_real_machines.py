@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from clusterctl.errors import TopologyError
-from clusterctl.job.topology import NodeFacts, plan
+from clusterctl.plan.topology import NodeFacts, plan
 from clusterctl.models import CheckSettings, CheckStatus, ContainerSpec, Host, Inventory, JobSpec
 from clusterctl.preflight import facts, verdicts
 

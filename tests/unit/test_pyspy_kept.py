@@ -1,11 +1,11 @@
-"""py-spy travels to a node once per run (job/pyspy_kept.py + job/sampler.py): which round sends
+"""py-spy travels to a node once per run (watch/pyspy_kept.py + watch/sampler.py): which round sends
 what, and the node script's keeping, checking and refusing, run for real with `sh` on this machine."""
 from __future__ import annotations
 
 import pytest
 
-from clusterctl.job import sampler
-from clusterctl.job.pyspy_kept import KeptPySpy
+from clusterctl.watch import sampler
+from clusterctl.watch.pyspy_kept import KeptPySpy
 from clusterctl.models import CommandResult, Host, Inventory
 
 BINARY, ARCH, SHA = sampler.payload()

@@ -373,7 +373,7 @@ def test_controller_credentials_reach_the_node_only_inside_the_request(tmp_path,
 
 
 def _checks(inventory, transports):
-    from clusterctl.preflight.image_pull import image_pull_checks
+    from clusterctl.registry.image_pull import image_pull_checks
 
     return image_pull_checks(inventory, list(inventory.hosts), connections_over(transports))
 

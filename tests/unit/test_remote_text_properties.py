@@ -21,9 +21,9 @@ from hypothesis import strategies as st
 from clusterctl.collect import fetch
 from clusterctl.collect.tarstream import DamagedStream, TarStream
 from clusterctl.collect.unpack import extract_stream
-from clusterctl.job.agent import parse_poll
-from clusterctl.job.torchrun import RANK_PREFIX_RE
-from clusterctl.modules.docker_replies import memlock_limit, pull_failure, pull_status, stored_config
+from clusterctl.plan.wrapper import parse_poll
+from clusterctl.plan.torchrun import RANK_PREFIX_RE
+from clusterctl.registry.docker_replies import memlock_limit, pull_failure, pull_status, stored_config
 from clusterctl.modules.process import parse_scan
 from clusterctl.nccltest import plan as nccl
 from clusterctl.transport.base import BATCH_MARK

@@ -6,10 +6,10 @@ from pathlib import Path
 
 from hypothesis import given, settings, strategies as st
 
-from clusterctl.job.rollcall import HANG, MOVING, UNKNOWN, describe_ranks, group_by_stack, hang_finding, judge, roll_call
-from clusterctl.job.sampler import parse_node_output
-from clusterctl.job.sockets import Socket, parse_tcp_table, suspicious_connections
-from clusterctl.job.stacks import Frame, RankStack, ThreadStack
+from clusterctl.watch.rollcall import HANG, MOVING, UNKNOWN, describe_ranks, group_by_stack, hang_finding, judge, roll_call
+from clusterctl.watch.sampler import parse_node_output
+from clusterctl.watch.sockets import Socket, parse_tcp_table, suspicious_connections
+from clusterctl.watch.stacks import Frame, RankStack, ThreadStack
 
 PYSPY = Path(__file__).resolve().parents[1] / "fixtures" / "pyspy"
 SITE = "/opt/venv/lib/python3.11/site-packages/"

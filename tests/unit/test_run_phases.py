@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from clusterctl.job.phases import NAMES, Phases
+from clusterctl.run.phases import NAMES, Phases
 
 
 def test_phases_count_from_the_command_start_and_keep_their_order_whatever_order_they_were_reached_in():

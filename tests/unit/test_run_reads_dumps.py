@@ -6,7 +6,7 @@ transport from a node's run dir."""
 from __future__ import annotations
 
 from hypothesis import given, settings, strategies as st
-from clusterctl.job.dumps import parse_dumps
+from clusterctl.watch.dumps import parse_dumps
 
 from local.test_run_reads_dumps import H200
 

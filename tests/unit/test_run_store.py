@@ -1,10 +1,10 @@
-"""The run record and its store (job/run_record.py, job/records.py): one state vocabulary, one writer."""
+"""The run record and its store (ground/run_record.py, ground/records.py): one state vocabulary, one writer."""
 import json
 import typing
 
 from clusterctl.documents.commands import RunRecord as PublishedRunRecord
-from clusterctl.job import records
-from clusterctl.job.run_record import ABSENT, RECORDED, REPORTED, RunRecord, RunState
+from clusterctl.ground import records
+from clusterctl.ground.run_record import ABSENT, RECORDED, REPORTED, RunRecord, RunState
 from clusterctl.state import State
 
 
@@ -71,7 +71,7 @@ def test_an_update_of_a_missing_record_starts_from_its_run_id(tmp_path):
 
 
 def test_a_follow_up_command_takes_a_run_id_or_the_handle_a_launch_returned(tmp_path):
-    from clusterctl.job.run_record import RunHandle
+    from clusterctl.ground.run_record import RunHandle
 
     handle = RunHandle("20250101-120000-aaaaaa", "nodes", "c1")
     assert str(handle) == "nodes://c1/20250101-120000-aaaaaa" and RunHandle.parse(str(handle)) == handle
@@ -93,7 +93,7 @@ def test_a_reference_that_is_no_run_is_refused_as_a_usage_error(tmp_path):
 
 
 def test_a_supervisors_final_state_maps_onto_the_records():
-    from clusterctl.job.run_record import SUPERVISED, recorded_end
+    from clusterctl.ground.run_record import SUPERVISED, recorded_end
 
     assert [s.value for s in SUPERVISED] == ["running", "succeeded", "failed", "stopped"]
     assert [recorded_end(s).value for s in ("succeeded", "failed", "stopped")] == ["ended", "ended", "stopped"]

@@ -10,7 +10,7 @@ from hypothesis import given, strategies as st
 from clusterctl.errors import InventoryError
 from clusterctl.inventory.load import dump_inventory, load_inventory, parse_inventory
 from clusterctl.models import SchedulerSpec
-from clusterctl.slurm import timelimit
+from clusterctl.inventory import timelimit
 
 JOB = "job: {command: [train.py], nproc_per_node: 2}\n"
 

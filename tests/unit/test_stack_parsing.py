@@ -7,9 +7,9 @@ from pathlib import Path
 
 from hypothesis import given, settings, strategies as st
 
-from clusterctl.job.sampler import MARK, parse_node_output, sample_command
-from clusterctl.job.sockets import parse_tcp_table
-from clusterctl.job.stacks import Frame, parse_pyspy, parse_pyspy_json, parse_pyspy_text, shorten_path
+from clusterctl.watch.sampler import MARK, parse_node_output, sample_command
+from clusterctl.watch.sockets import parse_tcp_table
+from clusterctl.watch.stacks import Frame, parse_pyspy, parse_pyspy_json, parse_pyspy_text, shorten_path
 from clusterctl.models import Host, Inventory, ContainerSpec
 
 PYSPY = Path(__file__).resolve().parents[1] / "fixtures" / "pyspy"

@@ -13,8 +13,8 @@ import pytest
 from clusterctl.cli import build_parser
 from clusterctl.executor import Connections
 from clusterctl.inventory.load import parse_inventory
-from clusterctl.job.rollcall import HANG
-from clusterctl.job.stalls import JobShape, StallWatch
+from clusterctl.watch.rollcall import HANG
+from clusterctl.watch.stalls import JobShape, StallWatch
 from clusterctl.models import CommandResult, Host, Inventory
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -117,7 +117,7 @@ def test_moving_stacks_are_said_once_and_watched_on():
 
 
 def _node(fixture: str):
-    from clusterctl.job.sampler import parse_node_output
+    from clusterctl.watch.sampler import parse_node_output
 
     return parse_node_output((PYSPY / fixture).read_text(), "gpus01")
 
@@ -142,7 +142,7 @@ def test_a_rank_spinning_in_torch_cuda_synchronize_behind_nccl_waits_and_the_sle
 
 
 def test_every_rank_spinning_in_torch_cuda_synchronize_may_be_gpu_work_and_is_left_alone():
-    from clusterctl.job.rollcall import MOVING, judge
+    from clusterctl.watch.rollcall import MOVING, judge
 
     node = _node("node_nccl_sync_hang_2ranks_h200.txt")
     both = [[r for r in sample if r.rank == 0] for sample in node.samples]
@@ -151,7 +151,7 @@ def test_every_rank_spinning_in_torch_cuda_synchronize_may_be_gpu_work_and_is_le
 
 
 def test_with_the_roles_swapped_the_rank_elsewhere_is_still_the_one_named():
-    from clusterctl.job.rollcall import judge
+    from clusterctl.watch.rollcall import judge
 
     node = _node("node_nccl_sync_hang_2ranks_h200.txt")
     swapped = [[type(r)(r.host, 1 - r.rank, 1 - r.rank, r.pid, r.threads, r.error, r.cpu_s, r.sockets) for r in sample]
@@ -165,7 +165,7 @@ def test_known_limit_a_rank_spinning_in_item_reads_as_busy_in_its_own_line():
     _local_scalar_dense_cuda, nccl_item_rank0_native_h200.txt), but its Python stack ends in the job's own
     line, like a hot loop: the watch says "computing" and the NCCL watchdog's timeout (flight recorder) is
     what names the rank there."""
-    from clusterctl.job.rollcall import MOVING, judge
+    from clusterctl.watch.rollcall import MOVING, judge
 
     node = _node("node_nccl_item_hang_2ranks_h200.txt")
     verdict = judge([list(s) for s in node.samples], 3.0, (0, 1))

@@ -1,4 +1,4 @@
-"""The straggler analysis (clusterctl/job/stragglers.py) on real py-spy samples, and the progress lines
+"""The straggler analysis (clusterctl/watch/stragglers.py) on real py-spy samples, and the progress lines
 it reads the step time from. The samples: clusterctl's node script (16 non-blocking samples 0.5 s
 apart) of tests/fixtures/jobs/straggler.py under torchrun with 2 gloo ranks, rank 1 0.35 s slower on a
 0.2 s step, and the same job with both ranks alike (tests/fixtures/pyspy/SOURCES.md)."""
@@ -9,8 +9,8 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clusterctl.job.sampler import parse_node_output
-from clusterctl.job.stragglers import Progress, find, progress_of, recovered, step_time, tally
+from clusterctl.watch.sampler import parse_node_output
+from clusterctl.watch.stragglers import Progress, find, progress_of, recovered, step_time, tally
 
 PYSPY = Path(__file__).resolve().parents[1] / "fixtures" / "pyspy"
 

@@ -5,7 +5,7 @@ import pytest
 
 from clusterctl.errors import TopologyError
 from clusterctl.models import ContainerSpec, EnvVar, Host, Inventory, JobSpec, RendezvousSpec
-from clusterctl.job.topology import NodeFacts, plan
+from clusterctl.plan.topology import NodeFacts, plan
 
 
 def inv(hosts, nproc="auto", divides=None, master=None, container=None, job_env=(), port=29500):

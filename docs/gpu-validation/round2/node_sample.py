@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Print the raw output of clusterctl's node stack script (clusterctl/job/sampler.py) for the ranks of a
+"""Print the raw output of clusterctl's node stack script (clusterctl/watch/sampler.py) for the ranks of a
 run on this machine: what `run`'s stall watch reads, kept whole as a test fixture.
 Usage: node_sample.py CLUSTER HOST RUN_ID [SAMPLES] [INTERVAL_S]   (CLUSTER: the inventory's name)"""
 import subprocess
 import sys
 
-from clusterctl.job.sampler import sample_command
+from clusterctl.watch.sampler import sample_command
 from clusterctl.models import Host, Inventory
 
 cluster, host, run_id = sys.argv[1:4]

@@ -1,6 +1,6 @@
 """The straggler watch's analysis on a GPU machine (issue 37), without SSH: torchrun of gpu_job.py with
-clusterctl's marker environment, clusterctl's node script (job/sampler.py, --nonblocking) in rounds as
-the watch runs it (5 samples 1 s apart, then 15), job/stragglers.py on the window after each round.
+clusterctl's marker environment, clusterctl's node script (watch/sampler.py, --nonblocking) in rounds as
+the watch runs it (5 samples 1 s apart, then 15), watch/stragglers.py on the window after each round.
 Usage: python harness.py LABEL NPROC SAMPLE(0|1) [gpu_job.py args...]; prints one JSON line."""
 import json
 import os
@@ -11,7 +11,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
-from clusterctl.job import sampler, stragglers  # noqa: E402
+from clusterctl.watch import sampler, stragglers  # noqa: E402
 
 
 class _Named:

@@ -1,0 +1,304 @@
+"""The run's engine: the only code that decides a run's fate (issue 46). Fail fast (a node whose
+launcher failed -> after SETTLE_S for the others to report, the run ends failed), a lost node (silent
+for `lost_after_s`, the inventory's `job.lost_after`), the run's timeout, the stall verdict (every rank
+silent for `stall_timeout_s`: reported stalled; a hang named from the stacks is an event that ends
+it), `clusterctl stop`, and, for a run that heals itself, the heal (node/heal_policy.py: classify,
+choose the hosts, back off, give up).
+
+Pure: driven by what it is told (`beat`: a node's report, with the time on the `now` clock given;
+`hang`: an observer's verdict) and by `tick` (the clock moved on); what it decided is its `state`
+(running -> succeeded | failed | stopped, with `stop_reason`), the answer to each node ("stop",
+"launch" attempt N with its values, "end") and its `document`. Two hosts run it, alike:
+- attached, the controller (run/runner.py) holds an Attempt in-process, feeds it what its SSH polls
+  read, and carries its end out (stop every rank, name the first failure); backends/healing.py asks
+  heal_policy.decide between attempts and relaunches with its launcher;
+- detached, the master node's supervisor (node/node_agent.py) holds an Engine (an Attempt per attempt
+  and the heal around them); the keepers feed it over the signed endpoint and carry its answers out.
+Runs on the nodes: the standard library only, Python 3.8+, shipped beside node_agent.py.
+"""
+import os
+import threading
+import time
+
+if __package__:  # imported by the controller
+    from clusterctl.node import heal_policy
+else:  # beside node_agent.py in a node's run dir (the script's directory is on sys.path)
+    import heal_policy
+
+RUNS_ON_NODES = True
+SETTLE_S = 3.0  # after a first failure: the others report before the run is stopped (the culprit is named)
+DRAIN_S = 20.0  # after the run ended: the nodes' last reports (their ranks' exits) are awaited this long
+NEVER_SEEN_S = 60.0  # a node whose keeper never reported by then is lost
+TAIL_BYTES = 24000
+END_WAIT_S = 5.0  # once over: the keepers are told to end for this long at most
+
+
+class Attempt:
+    """One attempt of a run on `config["hosts"]`: fail fast, lost nodes, timeout, stall, stop."""
+
+    def __init__(self, config, run_dir=None, now=time.time):
+        self.config, self.run_dir, self.now = config, run_dir, now
+        self.lock = threading.Lock()
+        self.started = now()
+        self.nodes = {h: {"seen": None, "seq": -1, "exit_code": None, "stopped": False, "ranks": 0,
+                          "silent_s": None, "lost": False, "ended_at": None, "tail": "", "health": None}
+                      for h in config["hosts"]}
+        self.stall_timeout_s = float(config.get("stall_timeout_s") or 0)
+        self.timeout_s = float(config.get("timeout_s") or 0)  # `run --timeout`: the run is stopped past it
+        self.timed_out, self.hung = False, False
+        self.stalled_s = None  # no rank of any node wrote a byte for this long (>= stall_timeout_s)
+        self.state = "running"  # -> succeeded | failed | stopped
+        self.stop_reason = None
+        self.first_failure_at = None
+        self.ended = None
+        self.failures = []  # [{"host", "exit_code", "at", "lost", "tail"}] in the order they were seen
+
+    # one report of a node's keeper; returns the answer (None: refused)
+    def beat(self, message):
+        host = message.get("host")
+        with self.lock:
+            node = self.nodes.get(host)
+            if node is None or not isinstance(message.get("seq"), int) or message["seq"] <= node["seq"]:
+                return None
+            node["seq"], node["seen"] = message["seq"], self.now()
+            node["ranks"] = int(message.get("ranks") or 0)
+            silent = message.get("silent_s")
+            node["silent_s"] = float(silent) if isinstance(silent, (int, float)) else None
+            node["health"] = message["health"] if isinstance(message.get("health"), dict) else node["health"]
+            code = message.get("exit_code")
+            if code is not None and node["exit_code"] is None:
+                node["exit_code"], node["ended_at"] = int(code), self.now()
+                node["stopped"] = bool(message.get("stopped"))
+                node["tail"] = str(message.get("tail") or "")[-TAIL_BYTES:]
+                if node["exit_code"] != 0 and not node["stopped"] and not node["lost"]:
+                    self.failures.append({"host": host, "exit_code": node["exit_code"], "at": node["ended_at"],
+                                          "lost": False, "tail": node["tail"]})
+                    if self.first_failure_at is None:
+                        self.first_failure_at = self.now()
+                if node["stopped"] and self.state == "running":
+                    self._end("stopped", "the run was stopped by `clusterctl stop`")
+            stop = self.state != "running"
+            return {"seq": message["seq"], "stop": stop, "reason": self.stop_reason if stop else None,
+                    "ack": node["exit_code"] is not None}
+
+    def tick(self):
+        """Decide from what was heard; returns True once the supervisor may end."""
+        with self.lock:
+            now = self.now()
+            for host, node in self.nodes.items():
+                if node["lost"] or node["exit_code"] is not None:
+                    continue
+                silent = now - (node["seen"] if node["seen"] is not None else self.started)
+                limit = self.config["lost_after_s"] if node["seen"] is not None else NEVER_SEEN_S
+                if silent > limit and self.state == "running":
+                    node["lost"], node["ended_at"] = True, now
+                    self.failures.append({"host": host, "exit_code": None, "at": now, "lost": True,
+                                          "tail": "", "silent_s": round(silent, 1)})
+                    self._end("failed", f"{host} stopped answering for {silent:.0f}s")
+            if self.state == "running" and self.timeout_s and now - self.started > self.timeout_s:
+                self.timed_out = True
+                self._end("failed", f"the job ran past --timeout {self.timeout_s:g}s")
+            if self.state == "running":
+                if self.first_failure_at is not None and (now - self.first_failure_at >= SETTLE_S or all(
+                        n["exit_code"] is not None or n["lost"] for n in self.nodes.values())):
+                    self._end("failed", f"{self.failures[0]['host']} failed (exit {self.failures[0]['exit_code']})")
+                elif all(n["exit_code"] == 0 for n in self.nodes.values()):
+                    self._end("succeeded", None)
+            self.stalled_s = self._silence(now) if self.state == "running" else None
+            if self.state == "running":
+                return False
+            pending = [n for n in self.nodes.values() if n["exit_code"] is None and not n["lost"]]
+            return not pending or now - self.ended > DRAIN_S
+
+    def _silence(self, now):
+        """How long no rank of any running node wrote a byte, once that reaches stall_timeout_s (else None).
+        Each node measures its own silence on its own clock; the time since its report is added here."""
+        if self.stall_timeout_s <= 0:
+            return None
+        running = [n for n in self.nodes.values() if n["exit_code"] is None and not n["lost"]]
+        if not running or any(n["seen"] is None or n["silent_s"] is None for n in running):
+            return None
+        silent = min(n["silent_s"] + (now - n["seen"]) for n in running)
+        return round(silent, 1) if silent >= self.stall_timeout_s else None
+
+    @property
+    def settling(self):
+        """A node failed: the others are heard (asked at once, attached) before the run ends."""
+        return self.state == "running" and self.first_failure_at is not None
+
+    def hang(self, reason):
+        """An observer's verdict from the ranks' stacks (watch/stalls.py): the run hangs; it ends failed."""
+        with self.lock:
+            if self.state == "running":
+                self.hung = True
+                self._end("failed", reason)
+
+    def _end(self, state, reason):
+        self.state, self.stop_reason, self.ended = state, reason, self.now()
+
+    def document(self, final=False):
+        with self.lock:
+            nodes = {h: {k: n[k] for k in ("exit_code", "stopped", "lost", "ranks", "silent_s", "health")}
+                     for h, n in self.nodes.items()}
+            for h, n in self.nodes.items():
+                nodes[h]["seen_s_ago"] = round(self.now() - n["seen"], 1) if n["seen"] is not None else None
+            return {"run_id": self.config["run_id"], "state": self.state, "reason": self.stop_reason,
+                    "started": self.started, "ended": self.ended, "final": final, "pid": os.getpid(),
+                    "stall_timeout_s": self.stall_timeout_s, "stalled_s": self.stalled_s, "timed_out": self.timed_out,
+                    "nodes": nodes, "failures": list(self.failures)}
+
+
+class Engine:
+    """A run that heals itself: one Attempt per attempt (`make`), on the hosts in use, and the heal
+    between them (heal_policy.decide); the same beat/tick/document as an Attempt, so node_agent.serve
+    runs either. A keeper's answer carries its orders: "stop", "launch" (attempt N with its values,
+    heal_policy.launch_values), "end"."""
+
+    def __init__(self, config, run_dir=None, make=None, now=time.time):
+        self.config, self.run_dir, self.make, self.now = config, run_dir, make or Attempt, now
+        self.heal = config["heal"]
+        self.lock = threading.Lock()
+        self.started = now()
+        self.active, self.spares = list(self.heal["active"]), list(self.heal["spares"])
+        self.attempt, self.attempts, self.excluded = 1, [], []
+        self.inner = self.make(self._config(), run_dir, now)
+        self.phase = "running"  # -> stopping (the failed attempt's ranks end) -> backoff -> running | over
+        self.relaunch_at, self.over_at, self.reason, self.final_state = None, None, None, None
+        self.last_seq, self.seen = {h: -1 for h in config["hosts"]}, {h: None for h in config["hosts"]}
+        self.told_end, self.orders = set(), {}
+        self.checkpoint, self.heal_refused = None, None
+
+    def _config(self):
+        config = {**self.config, "hosts": list(self.active)}
+        if config.get("timeout_s"):  # `run --timeout` counts from the first attempt's start
+            config["timeout_s"] = max(1.0, float(config["timeout_s"]) - (self.now() - self.started))
+        return config
+
+    # -- one keeper's report
+    def beat(self, message):
+        host, seq = message.get("host"), message.get("seq")
+        with self.lock:
+            if host not in self.last_seq or not isinstance(seq, int) or seq <= self.last_seq[host]:
+                return None
+            self.last_seq[host], self.seen[host] = seq, self.now()
+            if message.get("stopped") and self.phase != "over":  # `clusterctl stop` marked this node
+                self._over("stopped", "the run was stopped by `clusterctl stop`")
+            ours = host in self.inner.nodes and int(message.get("attempt") or 1) == self.attempt
+            answer = self.inner.beat(message) if ours else None
+            if answer is None:
+                out = self.phase == "over" or host in {e["host"] for e in self.excluded}
+                answer = {"seq": seq, "stop": out, "reason": self.reason or "left out of the run", "ack": False}
+            return self._answered(host, message, answer)
+
+    def _answered(self, host, message, answer):
+        over = self.phase == "over"
+        idle = message.get("exit_code") is None and not message.get("ranks") and host not in self.orders
+        answer["ack"] = bool(answer.get("ack")) and over
+        answer["end"] = over and (answer["ack"] or idle or host not in self.inner.nodes)
+        if answer["ack"] or answer["end"]:
+            self.told_end.add(host)
+        order = self.orders.get(host)
+        if order and not over and int(message.get("attempt") or 1) < order["attempt"]:
+            answer["launch"] = order
+        answer["attempt"] = self.attempt
+        return answer
+
+    # -- the main loop's turn; True once the supervisor may end
+    def tick(self):
+        with self.lock:
+            if self.phase == "running":
+                drained = self.inner.tick()
+                if self.inner.state == "failed" and not self.inner.timed_out:
+                    self.phase = "stopping"
+                elif self.inner.state != "running":
+                    self._over(self.inner.state, self.inner.stop_reason)
+                    return self._may_end(drained)
+            if self.phase == "stopping" and self.inner.tick():
+                self._decide()
+            if self.phase == "backoff" and self.now() >= self.relaunch_at:
+                self._relaunch()
+            return self.phase == "over" and self._may_end(self.inner.tick())
+
+    def _may_end(self, drained):
+        alive = [h for h in self.last_seq if h not in {e["host"] for e in self.excluded}]
+        return drained and (all(h in self.told_end for h in alive) or self.now() - self.over_at > END_WAIT_S)
+
+    def _over(self, state, reason):
+        self.phase, self.final_state, self.reason, self.over_at = "over", state, reason, self.now()
+        self.orders = {}
+        if self.inner.state == "running":  # a stop between two attempts: the attempt's nodes are told too
+            self.inner._end(state, reason)
+
+    def _decide(self):
+        """The failed attempt's ranks have ended (or their nodes are silent): relaunch or end."""
+        failures = [f for f in self.inner.failures if (f.get("at") or 0) <= (self.inner.ended or 0)]
+        failures += [{"host": h, "lost": True, "at": self.inner.ended} for h, n in self.inner.nodes.items()
+                     if n["exit_code"] is None and not n["lost"]]  # never reported its end: silent
+        decision = heal_policy.decide("failed", failures, self.attempt, self.heal, self.active, self.spares)
+        found = decision.verdict
+        entry = self._entry(failures, found.cause, found.host)
+        self.attempts.append(entry)
+        self.excluded += decision.excluded
+        entry["excluded"] = list(decision.excluded)
+        if not decision.relaunch:
+            self.inner.stop_reason = f"not relaunched: {decision.why}"
+            self._over("failed", self.inner.stop_reason)
+            self.heal_refused = decision.why
+            return
+        self.active, self.spares = list(decision.active), list(decision.spares)
+        self.relaunch_at = self.now() + decision.backoff_s
+        self.phase = "backoff"
+        print(f"attempt {self.attempt}: {decision.says}; relaunching on {', '.join(self.active)}", flush=True)
+
+    def _entry(self, failures, cause, host):
+        first = {"host": host, "rank": None, "diagnosis": [{"cause": cause, "host": host, "rank": None,
+                                                             "evidence": _evidence(failures, host)}]}
+        return {"attempt": self.attempt, "started": self.inner.started, "ended": self.inner.ended,
+                "hosts": list(self.inner.nodes), "exit_code": 1, "first_failure": first, "excluded": [],
+                "relaunch_s": None, "checkpoint": self.checkpoint}
+
+    def _relaunch(self):
+        self.attempt += 1
+        self.checkpoint = heal_policy.latest_checkpoint(self.heal.get("checkpoint"))
+        heal, token = self.heal, self.heal["token"]
+        self.orders = {h: {"attempt": self.attempt, "values": heal_policy.launch_values(
+            token, self.active, h, heal["addresses"], heal["nproc"], self.attempt, self.checkpoint, heal.get("gpus"))}
+            for h in self.active}
+        self.inner = self.make(self._config(), self.run_dir, self.now)
+        self.phase = "running"
+
+    def document(self, final=False):
+        with self.lock:
+            document = self.inner.document(final)
+            if self.phase != "over":
+                document.update(state="running", reason=None, ended=None)
+            else:
+                document.update(state=self.final_state, reason=self.reason)
+            current = {"attempt": self.attempt, "started": self.inner.started, "ended": self.inner.ended,
+                       "hosts": list(self.inner.nodes), "exit_code": {"succeeded": 0}.get(document["state"]),
+                       "first_failure": None, "excluded": [], "checkpoint": self.checkpoint,
+                       "relaunch_s": None}
+            attempts = self.attempts + ([current] if self.phase == "running" or self.attempt > len(self.attempts)
+                                        else [])
+            for before, after in zip(attempts, attempts[1:]):
+                if before.get("ended") and after.get("started"):
+                    after["relaunch_s"] = round(after["started"] - before["ended"], 1)
+            for host, seen in self.seen.items():  # the spares and the hosts left out: heard, not in use
+                if host not in document["nodes"]:
+                    document["nodes"][host] = {"exit_code": None, "stopped": False, "lost": False, "ranks": 0,
+                                               "silent_s": None, "in_use": False,
+                                               "seen_s_ago": round(self.now() - seen, 1) if seen else None}
+            document.update(started=self.started, attempt=self.attempt, attempts=attempts,
+                            excluded=list(self.excluded), phase=self.phase, hosts_in_use=list(self.active),
+                            heal_refused=self.heal_refused)
+            return document
+
+
+def _evidence(failures, host):
+    for failure in failures:
+        if failure.get("host") == host:
+            if failure.get("lost"):
+                return f"{host} stopped answering the run's supervisor"
+            lines = [line for line in (failure.get("tail") or "").splitlines() if line.strip()]
+            return lines[-1][:300] if lines else f"exit {failure.get('exit_code')}"
+    return ""

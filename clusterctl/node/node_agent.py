@@ -1,0 +1,353 @@
+"""The part of a run that lives on the cluster when no clusterctl watches it (`run --detach`, or an
+attached `run` whose terminal hung up). Runs on the nodes: the standard library only, Python 3.8+,
+copied into each node's run dir with its companions (engine.py and heal_policy.py: the run's engine;
+node_health.py: the passive health watch; node_healing.py: a keeper's relaunch) and run from there
+(nothing installed).
+
+Two roles, one process each, both carrying the run's marker (modules/process.py), so `stop` and
+`down` end them with the ranks:
+- `supervise RUN_DIR` on the master node: an HTTP server on the rendezvous address, port
+  rendezvous.port + 1. It holds every node's lease and hosts the run's engine (engine.py), which the
+  attached controller hosts in-process: fail fast, lost nodes (silent for `lost_after_s`), `--timeout`,
+  `clusterctl stop`, a run that heals itself; the engine's document is `supervisor.json`, which the
+  controller reads back (`status`, `attach`, `logs`) into the run record. With `stall_timeout_s`, a run
+  whose ranks all went silent that long is reported stalled (`stalled_s`), not stopped: telling a hang
+  from a long step takes the stacks (`clusterctl stacks`).
+- `keep RUN_DIR` on every node: every second it reports its torchrun's state (at the end the tail of
+  its log); each answer renews the node's lease (plan/wrapper.py's wrapper stops the ranks when it runs
+  out), and an answer "stop" writes `stop`, on which the wrapper stops the ranks at once. A silent
+  supervisor (its node died) is a lease that runs out: every node stops its own ranks.
+Both end by themselves when the run has ended: no process, port or file outside the run dir stays.
+
+Every message is HMAC-SHA256-signed under a per-run key (the 0600 `supervision.json` in each node's
+0700 run dir) with a growing sequence number (a replay is refused); answers are signed the same way.
+"""
+import errno
+import hashlib
+import hmac
+import json
+import os
+import sys
+import threading
+import time
+
+# A program of its own on the nodes (copied into the run dir, started with the node's python): its
+# threads and clocks are that process's, not the controller's (tests/unit/test_architecture.py).
+RUNS_ON_NODES = True
+CONFIG = "supervision.json"
+STATE = "supervisor.json"
+MAC_HEADER = "X-Clusterctl-Mac"
+TAIL_BYTES = 24000  # as engine.TAIL_BYTES: the end of a node's log a report carries
+# What a peer on the job network controls, bounded: a beat's body (the tail, JSON-escaped, fits),
+# how long a connection may take to send its request, how many connections are open at once (per
+# address and in all: keepers send one short request a second from their node's own address).
+MAX_BODY = 256 << 10  # x MAX_CONNECTIONS: 64 MB at most held at once
+REQUEST_TIMEOUT_S = 5.0
+MAX_CONNECTIONS = 256
+MAX_PER_ADDRESS = 16
+LOG_LINE = 300  # a refused request is one line of supervisor.log, at most this long, at most one a second
+
+
+def load_config(run_dir):
+    with open(os.path.join(run_dir, CONFIG)) as f:
+        return json.load(f)
+
+
+def sign(key, body):
+    return hmac.new(key.encode(), body, hashlib.sha256).hexdigest()
+
+
+def write_json(path, document):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(document, f, indent=1)
+    os.replace(tmp, path)
+
+
+# ---- the supervisor (master node): it hosts the run's engine (engine.py, shipped beside this file)
+
+def supervisor_of(config, run_dir):
+    """The engine of this run: an Engine where it heals itself, else one Attempt."""
+    if __package__:  # the controller's tests run it in-process
+        from clusterctl.node import engine
+    else:  # beside this file in the run dir
+        import engine
+    return engine.Engine(config, run_dir) if config.get("heal") else engine.Attempt(config, run_dir)
+
+
+def body_length(header):
+    """The Content-Length of a request as a count to read, or None: absent, not digits, or over MAX_BODY
+    (a negative one once made the supervisor read until the peer hung up, before the signature was checked)."""
+    text = (header or "").strip()
+    if not text.isascii() or not text.isdigit() or len(text) > 8 or int(text) > MAX_BODY:
+        return None
+    return int(text)
+
+
+class RefusalLog:
+    """One bounded line per refused request, at most one a second (a flood writes one line and a count)."""
+
+    def __init__(self, write=sys.stdout.write, now=time.monotonic):
+        self.write, self.now, self.last, self.quiet = write, now, None, 0
+
+    def __call__(self, peer, what):
+        now = self.now()
+        if self.last is not None and now - self.last < 1.0:
+            self.quiet += 1
+            return
+        more = f" ({self.quiet} more since the last line)" if self.quiet else ""
+        self.last, self.quiet = now, 0
+        line = f"refused a request from {peer}: {what}{more}".replace("\n", " ").replace("\r", " ")
+        self.write(line[:LOG_LINE] + "\n")
+
+
+def _more_descriptors():
+    """Room for MAX_CONNECTIONS at once, whatever the soft limit was (the hard one permitting)."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        wanted = MAX_CONNECTIONS * 2 + 64
+        if soft != resource.RLIM_INFINITY and soft < wanted:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (min(wanted, hard) if hard != resource.RLIM_INFINITY
+                                                        else wanted, hard))
+    except (ImportError, ValueError, OSError):
+        pass
+
+
+def make_server(address, handler, refuse):
+    """A threading HTTP server that holds at most MAX_PER_ADDRESS connections of one address (more are
+    closed at once) and MAX_CONNECTIONS in all, each dropped after REQUEST_TIMEOUT_S without a byte."""
+    from http.server import ThreadingHTTPServer
+
+    class Server(ThreadingHTTPServer):
+        allow_reuse_address = True
+        daemon_threads = True
+        request_queue_size = 64
+
+        def __init__(self, *args):
+            self.open, self.peers, self.count_lock = {}, {}, threading.Lock()  # address -> count, socket -> address
+            super().__init__(*args)
+
+        def verify_request(self, request, client_address):
+            with self.count_lock:
+                peer = client_address[0]
+                if self.open.get(peer, 0) >= MAX_PER_ADDRESS:
+                    refuse(peer, "too many connections at once")
+                    return False
+                if len(self.peers) >= MAX_CONNECTIONS:
+                    self._evict()
+                self.open[peer] = self.open.get(peer, 0) + 1
+                self.peers[request] = peer
+            request.settimeout(REQUEST_TIMEOUT_S)
+            return True
+
+        def _evict(self):
+            """Full: drop a connection of the address that holds the most (a keeper holds one, for
+            milliseconds a second), so that many addresses together cannot lock the keepers out."""
+            greediest = max(self.open, key=self.open.get)
+            victim = next(sock for sock, peer in self.peers.items() if peer == greediest)
+            refuse(greediest, "connections full: dropped one of the address that holds the most")
+            self._count_off(victim)
+            try:
+                victim.shutdown(2)  # its handler's read ends, and its thread closes it
+            except OSError:
+                pass
+
+        def shutdown_request(self, request):
+            with self.count_lock:
+                self._count_off(request)
+            super().shutdown_request(request)
+
+        def _count_off(self, request):
+            peer = self.peers.pop(request, None)
+            if peer is not None:
+                self.open[peer] -= 1
+                if not self.open[peer]:
+                    del self.open[peer]
+
+        def handle_error(self, request, client_address):  # not a traceback per malformed request
+            refuse(client_address[0], repr(sys.exc_info()[1]))
+
+    return Server(address, handler)
+
+
+def serve(run_dir):
+    from http.server import BaseHTTPRequestHandler
+
+    config = load_config(run_dir)
+    key = config["key"]
+    supervisor = supervisor_of(config, run_dir)
+    state_path = os.path.join(run_dir, STATE)
+    refuse = RefusalLog()
+    _more_descriptors()
+
+    class Handler(BaseHTTPRequestHandler):
+        timeout = REQUEST_TIMEOUT_S  # each read: an idle peer is dropped, not waited for
+        protocol_version = "HTTP/1.0"  # one request per connection
+
+        def do_POST(self):
+            length = body_length(self.headers.get("Content-Length"))
+            if length is None:
+                refuse(self.client_address[0], f"Content-Length {self.headers.get('Content-Length')!r:.40}")
+                return self._answer(413, b"{}")
+            body = self.rfile.read(length)
+            if not hmac.compare_digest(self.headers.get(MAC_HEADER, ""), sign(key, body)):
+                refuse(self.client_address[0], "bad signature")
+                return self._answer(403, b"{}")
+            try:
+                message = json.loads(body)
+            except (ValueError, RecursionError):
+                return self._answer(400, b"{}")
+            answer = supervisor.beat(message) if isinstance(message, dict) else None
+            if answer is None:
+                return self._answer(409, b"{}")
+            self._answer(200, json.dumps(answer).encode())
+
+        def _answer(self, code, body):
+            self.send_response(code)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header(MAC_HEADER, sign(key, body))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):  # one line per beat would flood supervisor.log
+            pass
+
+        def log_error(self, format, *args):  # a malformed request line or header: one bounded line
+            refuse(self.client_address[0], (format % args)[:LOG_LINE])
+
+    try:
+        try:
+            server = make_server((config["address"], config["port"]), Handler, refuse)
+        except OSError as exc:  # an address that is not this machine's own (NAT): all of them, as torchrun
+            if exc.errno != errno.EADDRNOTAVAIL:
+                raise
+            server = make_server(("", config["port"]), Handler, refuse)
+    except OSError as exc:
+        write_json(state_path, {"run_id": config["run_id"], "state": "failed", "final": True,
+                                "reason": f"the supervisor could not listen on {config['address']}:{config['port']}: "
+                                          f"{exc.strerror}", "nodes": {}, "failures": []})
+        return 1
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True).start()
+    print(f"supervising run {config['run_id']} on {config['address']}:{config['port']}", flush=True)
+    while True:
+        done = supervisor.tick()
+        write_json(state_path, supervisor.document(final=done))  # each time: its age says it still runs
+        if done:
+            break
+        time.sleep(0.5)
+    server.shutdown()
+    server.server_close()
+    print(f"run {config['run_id']} ended: {supervisor.state} ({supervisor.stop_reason or 'every node exited 0'})",
+          flush=True)
+    return 0
+
+
+# ---- the keeper (every node)
+
+def _read(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _tail(path, size=TAIL_BYTES):
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - size))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def node_report(run_dir):
+    """What this node's keeper says of its torchrun (see plan/wrapper.py for the files)."""
+    code = _read(os.path.join(run_dir, "agent.exit"))
+    digits = (code or "").strip()
+    exit_code = None if code is None else int(digits) if digits.lstrip("-").isdigit() else 1  # unreadable: failed
+    ranks, newest = 0, None
+    files = [os.path.join(run_dir, "agent.log")]
+    for entry in os.listdir(run_dir) if os.path.isdir(run_dir) else ():
+        attempt = os.path.join(run_dir, entry, "attempt_0")
+        if os.path.isdir(attempt):
+            local = [r for r in os.listdir(attempt) if r.isdigit()]
+            ranks = max(ranks, len(local))
+            files += [os.path.join(attempt, r, name) for r in local for name in ("stdout.log", "stderr.log")]
+    for path in files:
+        try:
+            newest = max(newest or 0, os.stat(path).st_mtime)
+        except OSError:
+            pass
+    report = {"exit_code": exit_code, "stopped": os.path.exists(os.path.join(run_dir, "stopped")),
+              "ranks": ranks, "silent_s": round(time.time() - newest, 1) if newest else None}
+    if exit_code is not None:
+        report["tail"] = _tail(os.path.join(run_dir, "agent.log"))
+    return report
+
+
+def keep(run_dir, interval=1.0):
+    import urllib.request
+
+    config = load_config(run_dir)
+    key, host, lease_s = config["key"], config["host"], config["lease_s"]
+    url = f"http://{config['address']}:{config['port']}/beat"
+    lease, stop = os.path.join(run_dir, "lease"), os.path.join(run_dir, "stop")
+    seq, last_answer, healing = int(time.time() * 1000), time.monotonic(), _beside("node_healing", config.get("heal"))
+    health = _beside("node_health")  # the passive health watch: its newest sample, bounded, in a report
+    health = health.Sampler(config.get("since")) if health else None
+    while True:
+        report = {**node_report(run_dir), **({"attempt": healing.attempt_of(run_dir)} if healing else {})}
+        report.update(health.take(final=report["exit_code"] is not None) if health else {})
+        seq += 1
+        body = json.dumps({"host": host, "seq": seq, **report}).encode()
+        request = urllib.request.Request(url, data=body, headers={MAC_HEADER: sign(key, body),
+                                                                  "Content-Type": "application/json"})
+        answer = None
+        try:
+            with urllib.request.urlopen(request, timeout=3) as response:
+                data = response.read()
+                if hmac.compare_digest(response.headers.get(MAC_HEADER, ""), sign(key, data)):
+                    answer = json.loads(data)
+        except (OSError, ValueError):
+            pass
+        now = time.monotonic()
+        if isinstance(answer, dict) and answer.get("seq") == seq:
+            last_answer = now
+            os.utime(lease, None) if os.path.exists(lease) else None
+            health.delivered(report.get("health")) if health else None
+            if answer.get("stop") and report["exit_code"] is None and not os.path.exists(stop):
+                with open(stop, "w") as f:
+                    f.write(str(answer.get("reason") or "stopped by the run's supervisor") + "\n")
+            if healing and isinstance(answer.get("launch"), dict):
+                healing.launch(run_dir, config, answer["launch"])
+            if (report["exit_code"] is not None and answer.get("ack")) or answer.get("end"):
+                return 0
+        elif now - last_answer > lease_s:
+            # the supervisor is gone: the wrapper's lease runs out and it stops the ranks itself
+            print(f"no answer from the supervisor at {config['address']}:{config['port']} for "
+                  f"{now - last_answer:.0f}s; leaving the lease to run out", flush=True)
+            return 1
+        time.sleep(interval)
+
+
+def _beside(name, wanted=True):  # job/<name>.py shipped beside this file, or None (not wanted, not shipped)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    try:
+        return __import__(name) if wanted else None
+    except ImportError:
+        return None
+
+
+def main(argv):
+    if len(argv) != 3 or argv[1] not in ("supervise", "keep"):
+        sys.stderr.write("usage: node_agent.py supervise|keep RUN_DIR\n")
+        return 2
+    return serve(argv[2]) if argv[1] == "supervise" else keep(argv[2])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,76 @@
+"""A detached run that heals itself (issue 35): what a keeper (node/node_agent.py) does on its node
+when the run's engine (node/engine.Engine, on the master node) orders the next attempt. Runs on the
+nodes, so: the standard library only, Python 3.8+, shipped beside node_agent.py.
+
+The controller decides at hand-over what the engine needs (heal/detached.py) and writes it into
+each node's supervision.json under "heal": the rules of node/heal_policy.decide, the hosts in use and
+the spares, each host's ranks and job-network address, `job.checkpoint`, and for that node alone its
+launch TEMPLATE: the launcher's own argv and environment on that node (torchrun, mpirun, deepspeed or
+the job itself) with tokens for what a relaunch changes, filled in by heal_policy.launch_values and
+heal_policy.substitute, the functions the controller's relaunch uses too. `launch` is what a keeper
+does with an order: the last attempt's files set aside as RUN_DIR.attempt-N (where collect-logs
+looks), the env written, the wrapper (plan/wrapper.py's) started.
+"""
+import os
+import subprocess
+
+if __package__:  # imported by the controller
+    from clusterctl.node.heal_policy import substitute
+else:  # beside node_agent.py in a node's run dir (node_agent's _beside put it on sys.path)
+    from heal_policy import substitute
+
+RUNS_ON_NODES = True
+ATTEMPT_FILE = "attempt"  # the attempt a node's run dir holds (absent: 1, launched by the controller)
+# what stays in the run dir when an attempt is set aside: the supervisor's and keeper's own files
+DAEMON_FILES = ("node_agent.py", "node_healing.py", "engine.py", "heal_policy.py", "node_health.py",
+                "supervision.json", "supervisor.json", "supervisor.json.tmp", "supervise.log", "keep.log")
+
+
+# ---- the keeper's side: launch the next attempt on this node
+
+def attempt_of(run_dir):
+    try:
+        with open(os.path.join(run_dir, ATTEMPT_FILE)) as f:
+            return int(f.read().strip() or 1)
+    except (OSError, ValueError):
+        return 1
+
+
+def set_aside(run_dir, attempt):
+    """Every file of the last attempt into RUN_DIR.attempt-N (the daemons' own files stay)."""
+    moving = [n for n in os.listdir(run_dir) if n not in DAEMON_FILES]
+    if "agent.pid" not in moving:  # a spare joining: nothing ran here (its empty env is written again)
+        return
+    aside = f"{run_dir.rstrip('/')}.attempt-{attempt}"
+    os.makedirs(aside, mode=0o700, exist_ok=True)
+    for name in moving:
+        os.replace(os.path.join(run_dir, name), os.path.join(aside, name))
+
+
+def launch(run_dir, config, order):
+    """Start attempt order["attempt"] on this node: set the last one aside, write its env, start the
+    wrapper (without the run's marker: only the launcher carries it, see plan/wrapper.py), with its
+    launcher's own command (the master's where this node is the master now). Never twice."""
+    heal = config["heal"]
+    attempt = int(order["attempt"])
+    if attempt <= attempt_of(run_dir) or os.path.exists(os.path.join(run_dir, "stopped")):
+        return False
+    set_aside(run_dir, attempt_of(run_dir))
+    values = order["values"]
+    master = values.get(f"@{heal['token']}.node_rank@") == "0"
+    launch = heal.get("template_master") if master and heal.get("template_master") else heal["template"]
+    env = [(k, substitute(v, values)) for k, v in launch["env"]]
+    env = [(k, v) for k, v in env if v or k != "CLUSTERCTL_CHECKPOINT"]
+    descriptor = os.open(os.path.join(run_dir, "env"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as f:
+        f.write("".join(f"{k}={v}\n" for k, v in env))
+    with open(os.path.join(run_dir, ATTEMPT_FILE), "w") as f:
+        f.write(f"{attempt}\n")
+    argv = [substitute(a, values) for a in launch["argv"]]
+    clean = {k: v for k, v in os.environ.items() if k not in heal["marker_names"]}
+    # `setsid -f` forks: the wrapper is nobody's child here (no zombie under the keeper), as agent.start_command
+    subprocess.run(["setsid", "-f", "sh", "-c", heal["wrapper"], "clusterctl-wrapper", run_dir, str(config["lease_s"]),
+                    heal.get("workdir") or "", *heal.get("sampler_args", ()), *argv], env=clean, stdin=subprocess.DEVNULL,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30)
+    print(f"attempt {attempt} launched on this node", flush=True)
+    return True

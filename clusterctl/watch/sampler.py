@@ -1,0 +1,302 @@
+"""Every rank's Python stack, taken on its node with py-spy: one round trip per node.
+
+How (one `sh` script per node, run on the host, as root through `sudo -n` where the SSH user may):
+- py-spy comes from clusterctl's own dependency: the static binary of the `py-spy` wheel, gzipped on
+  stdin, unpacked into a `mktemp -d` directory that the script removes when it ends (an exit, a
+  signal or a dropped connection alike). Where that binary cannot run (a controller of another OS or
+  architecture, a noexec /tmp everywhere), a `py-spy` on the node's PATH is used, and else the node
+  says "no py-spy". A run's watches ship it once per node: the node keeps it and later rounds send
+  its sha256 only, checked before it runs (watch/pyspy_kept.py says where, and when it goes).
+- The ranks are found as cleanup finds them (modules/process.py): the marker lines of
+  /proc/PID/environ for this cluster, host and run, plus `RANK=`. A marked process whose parent has
+  the same RANK is that rank's child (a DataLoader worker): only the rank itself is sampled.
+  A shell with `RANK` is a launcher's shell around the rank (`job.launcher: none`, `deepspeed`): it is
+  passed over, and the process under it is the rank.
+- From the host, the ranks in a container are ordinary host PIDs: py-spy reads them through
+  /proc/PID/root and process_vm_readv, so the container needs no SYS_PTRACE. Only where the host
+  cannot look (a non-root user without sudo) does clusterctl run the same script in the container.
+- Each sample runs py-spy on every rank at once, and reads each rank's main-thread CPU time (a hot
+  loop can sit on one line in every sample: its CPU time tells it from a wait) and TCP sockets
+  (/proc/PID/fd socket inodes joined with /proc/PID/net/tcp{,6}: its network namespace's table).
+"""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import platform
+import re
+import threading
+from dataclasses import dataclass
+from typing import Optional
+
+from clusterctl.executor import Connections, for_each_host
+from clusterctl.plan.container import in_container
+from clusterctl.watch.pyspy_kept import KeptPySpy, ship_now
+from clusterctl.watch.sockets import parse_tcp_table
+from clusterctl.watch.stacks import RankStack, parse_pyspy
+from clusterctl.models import Command, Host, HostResult, HostStatus, Inventory
+
+MARK = "@@@clusterctl-stacks "
+
+# $1 cluster, $2 host, $3 run id, $4 samples, $5 seconds between samples, $6 the `uname -m` the shipped
+# binary runs on ("" when none is shipped), $7 `--nonblocking` (read the ranks without pausing them: the
+# straggler watch samples a healthy job all along) or "", $8 the kept directory's name (watch/pyspy_kept.py;
+# "": nothing kept), $9 the binary's sha256, $10 `kept` (no stdin: run the kept binary once its digest
+# matches, else say so and ask for it: `ship`) or `ship`. stdin: the gzipped py-spy binary, or nothing.
+_SCRIPT = r'''
+cluster=$1 host=$2 run=$3 samples=$4 interval=$5 arch=$6 nb=$7 keep=$8 sha=$9 mode=${10} M='@@@clusterctl-stacks'
+dir=$(mktemp -d "${TMPDIR:-/tmp}/clusterctl-stacks.XXXXXX" 2>/dev/null) || dir=$(mktemp -d /var/tmp/clusterctl-stacks.XXXXXX) \
+  || { cat >/dev/null; echo "$M problem cannot create a temporary directory"; exit 0; }
+extra=""
+trap 'rm -rf "$dir" $extra' EXIT
+trap 'exit 130' INT TERM HUP PIPE  # PIPE: clusterctl went away mid-sample (its end of the channel closed)
+echo "$M uid $(id -u)"
+echo "$M clk_tck $(getconf CLK_TCK 2>/dev/null || echo 100)"
+spy=""
+# the kept binary: only in a directory of ours (not a link) and only with the expected digest
+sum_of() { sha256sum < "$1" 2>/dev/null | cut -d' ' -f1; }
+ours() { [ -d "$1" ] && [ ! -L "$1" ] && [ -O "$1" ]; }
+if [ "$mode" = kept ] && [ -n "$keep" ]; then
+  for base in "${TMPDIR:-/tmp}" /var/tmp /dev/shm "$HOME"; do
+    f="$base/$keep/py-spy.$sha"
+    ours "$base/$keep" && { [ -e "$f" ] || [ -L "$f" ]; } || continue
+    if [ -f "$f" ] && [ ! -L "$f" ] && [ -O "$f" ] && [ "$(sum_of "$f")" = "$sha" ]; then spy=$f; break; fi
+    rm -f "$f" 2>/dev/null
+    echo "$M problem the kept py-spy $f changed on the node (its sha256 is not $sha): not run; clusterctl ships it again"
+    echo "$M ship"; exit 0
+  done
+  [ -n "$spy" ] || { echo "$M problem the kept py-spy is gone from the node: clusterctl ships it again"; echo "$M ship"; exit 0; }
+  echo "$M tool kept $("$spy" --version 2>&1 | head -n 1)"
+elif [ -n "$arch" ] && [ "$(uname -m)" = "$arch" ] && gzip -dc > "$dir/py-spy" 2>/dev/null && chmod 700 "$dir/py-spy"; then
+  if [ -n "$keep" ] && [ "$(sum_of "$dir/py-spy")" = "$sha" ]; then
+    # keep it for the run's later rounds, in the first place where it runs (a noexec /tmp: the next)
+    for base in "${TMPDIR:-/tmp}" /var/tmp /dev/shm "$HOME"; do
+      k="$base/$keep"
+      mkdir -m 700 "$k" 2>/dev/null; ours "$k" || continue
+      chmod 700 "$k" && cp "$dir/py-spy" "$k/py-spy.tmp" 2>/dev/null && chmod 700 "$k/py-spy.tmp" \
+        && mv -f "$k/py-spy.tmp" "$k/py-spy.$sha" && "$k/py-spy.$sha" --version >/dev/null 2>&1 \
+        && { spy="$k/py-spy.$sha"; echo "$M kept $sha"; break; }
+      rm -rf "$k"
+    done
+  fi
+  if [ -z "$spy" ] && "$dir/py-spy" --version >/dev/null 2>&1; then spy="$dir/py-spy"
+  elif [ -z "$spy" ]; then  # a noexec /tmp: another place, removed as well at the end
+    for base in /var/tmp /dev/shm "$HOME"; do
+      d=$(mktemp -d "$base/clusterctl-stacks.XXXXXX" 2>/dev/null) || continue
+      extra="$extra $d"
+      cp "$dir/py-spy" "$d/py-spy" 2>/dev/null && "$d/py-spy" --version >/dev/null 2>&1 && { spy="$d/py-spy"; break; }
+    done
+  fi
+  [ -n "$spy" ] && echo "$M tool shipped $("$spy" --version 2>&1 | head -n 1)"
+fi
+cat >/dev/null 2>&1
+if [ -z "$spy" ] && spy=$(command -v py-spy 2>/dev/null); then echo "$M tool node $spy $("$spy" --version 2>&1 | head -n 1)"; fi
+[ -n "$spy" ] || { echo "$M problem no py-spy: the shipped binary does not run here ($(uname -m)) and none is on PATH"; exit 0; }
+shell() { case $(readlink "/proc/$1/exe" 2>/dev/null) in */sh|*/dash|*/bash|*/busybox) return 0;; esac; return 1; }
+for e in $(grep -lzxF "CLUSTERCTL_CLUSTER=$cluster" /proc/[0-9]*/environ 2>/dev/null \
+    | xargs -r grep -lzxF "CLUSTERCTL_HOST=$host" 2>/dev/null | xargs -r grep -lzxF "CLUSTERCTL_RUN_ID=$run" 2>/dev/null); do
+  p=${e#/proc/}; p=${p%/environ}
+  rank=$(tr '\0' '\n' < "$e" 2>/dev/null | sed -n 's/^RANK=\([0-9][0-9]*\)$/\1/p')
+  [ -n "$rank" ] || continue
+  shell "$p" && continue  # a launcher's shell around the rank (job.launcher none, deepspeed): the rank is its child
+  ppid=$(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null | cut -d' ' -f2)
+  prank=$(tr '\0' '\n' < "/proc/$ppid/environ" 2>/dev/null | sed -n 's/^RANK=\([0-9][0-9]*\)$/\1/p')
+  [ "$prank" = "$rank" ] && ! shell "$ppid" && continue
+  lrank=$(tr '\0' '\n' < "$e" 2>/dev/null | sed -n 's/^LOCAL_RANK=\([0-9][0-9]*\)$/\1/p')
+  echo "$p $rank ${lrank:--}" >> "$dir/ranks"
+done
+[ -s "$dir/ranks" ] || { echo "$M problem no rank of run $run runs here"; exit 0; }
+one() {
+  out=$("$spy" dump --json $nb --pid "$1" 2>&1); code=$?
+  # an older py-spy on the node without --json: its text form
+  [ "$code" != 0 ] && case "$out" in *--json*) out=$("$spy" dump --full-filenames --pid "$1" 2>&1); code=$?;; esac
+  ticks=$(sed 's/.*) //' "/proc/$1/task/$1/stat" 2>/dev/null | cut -d' ' -f12,13 | tr ' ' '+')
+  echo "$M rank $4 $1 $2 $3 $(( ${ticks:-0} )) $code"
+  printf '%s\n' "$out"
+  inodes=$(ls -l "/proc/$1/fd" 2>/dev/null | sed -n 's/.*socket:\[\([0-9]*\)\]$/\1/p' | tr '\n' ' ')
+  echo "$M sockets $4 $1"
+  [ -n "$inodes" ] && awk -v want=" $inodes " 'FNR > 1 && index(want, " " $10 " ")' "/proc/$1/net/tcp" "/proc/$1/net/tcp6" 2>/dev/null
+}
+i=1
+while :; do
+  while read -r p rank lrank; do one "$p" "$rank" "$lrank" "$i" > "$dir/s$i.$p" 2>&1 & done < "$dir/ranks"
+  wait
+  cat "$dir"/s$i.* 2>/dev/null
+  [ "$i" -ge "$samples" ] && break
+  i=$((i + 1)); sleep "$interval"
+done
+echo "$M done"
+'''
+
+# `platform.machine()` and `uname -m` agree on Linux; the wheel's binary is an ELF for this machine
+_ELF = b"\x7fELF"
+_payload_lock = threading.Lock()
+_payload: Optional[tuple[bytes, str, str]] = None
+
+
+def pyspy_binary() -> Optional[str]:
+    """The py-spy binary of the installed `py-spy` wheel (clusterctl's dependency), or one on PATH."""
+    try:
+        from importlib.metadata import PackageNotFoundError, distribution
+
+        try:
+            dist = distribution("py-spy")
+            for file in dist.files or ():
+                if file.name == "py-spy" and "bin" in file.parts:
+                    path = str(dist.locate_file(file))
+                    if os.access(path, os.X_OK):
+                        return os.path.realpath(path)
+        except PackageNotFoundError:
+            pass
+    except ImportError:  # pragma: no cover (Python < 3.8)
+        pass
+    from shutil import which
+
+    return which("py-spy")
+
+
+def payload() -> tuple[bytes, str, str]:
+    """(the gzipped binary, the `uname -m` it runs on, the binary's sha256); (b"", "", "") where this
+    controller has no Linux py-spy to ship (macOS, Windows): the nodes then use their own. Made once
+    per process (~0.3 s)."""
+    global _payload
+    with _payload_lock:
+        if _payload is None:
+            path = pyspy_binary()
+            data = b""
+            if path and platform.system() == "Linux":
+                with open(path, "rb") as handle:
+                    data = handle.read()
+            _payload = ((gzip.compress(data, compresslevel=6), platform.machine(), hashlib.sha256(data).hexdigest())
+                        if data[:4] == _ELF else (b"", "", ""))
+        return _payload
+
+
+def sample_command(inventory: Inventory, host: str, run_id: str, samples: int = 2, interval_s: float = 3.0,
+                   inside: bool = False, nonblocking: bool = False, keep: str = "", ship: bool = True) -> Command:
+    """The script for one node, on the host (as root where sudo allows) or, with `inside`, in the container.
+    `keep`: the kept directory's name (watch/pyspy_kept.py): the node keeps the binary shipped, and with
+    `ship` false runs the one it keeps (only its sha256 goes, no stdin)."""
+    data, arch, sha = payload()
+    keep = keep if sha and not inside else ""
+    ship = ship or not keep
+    argv = ("sh", "-c", _SCRIPT, "clusterctl-stacks", inventory.name, host, run_id, str(max(1, samples)),
+            f"{max(0.0, interval_s):g}", arch, "--nonblocking" if nonblocking else "", keep, sha if keep else "",
+            "ship" if ship else "kept")
+    if inside:
+        argv = in_container(inventory, argv, interactive=True)
+    timeout = 60 + max(0.0, interval_s) * max(0, samples - 1)
+    return Command(argv, stdin=(data or None) if ship else None, timeout=timeout, privileged=not inside)
+
+
+@dataclass(frozen=True)
+class NodeStacks:
+    """What one node's script said: a tuple of ranks' stacks per sample, or why there are none."""
+
+    host: str
+    samples: tuple[tuple[RankStack, ...], ...] = ()
+    tool: str = ""
+    problem: str = ""
+    uid: Optional[int] = None
+    kept: str = ""  # the sha256 of the py-spy the node keeps for the run's later rounds
+    asks: bool = False  # its kept py-spy was gone or changed: the next round ships it again
+
+    @property
+    def ranks(self) -> tuple[int, ...]:
+        return tuple(sorted({r.rank for sample in self.samples for r in sample}))
+
+
+_RANK_RE = re.compile(r"rank (\d{1,6}) (\d{1,10}) (\d{1,9}) (\d{1,9}|-) (\d{1,20}) (\d{1,3})$")
+_SOCKETS_RE = re.compile(r"sockets (\d{1,6}) (\d{1,10})$")
+
+
+def parse_node_output(stdout: str, host: str) -> NodeStacks:
+    """The script's output -> NodeStacks. Lines it does not understand are ignored; never raises."""
+    sections: list[tuple[str, list[str]]] = []
+    for line in stdout.splitlines():
+        if line.startswith(MARK):
+            sections.append((line[len(MARK):].strip(), []))
+        elif sections:
+            sections[-1][1].append(line)
+    values: dict[str, str] = {}
+    ranks: dict[tuple[int, int], dict] = {}
+    for head, body in sections:
+        word = head.split(" ", 1)[0]
+        if word in ("uid", "clk_tck", "tool", "problem", "kept", "ship"):
+            values.setdefault(word, head[len(word):].strip())
+            continue
+        rank, sockets = _RANK_RE.match(head), _SOCKETS_RE.match(head)
+        if rank:
+            sample, pid = int(rank.group(1)), int(rank.group(2))
+            ranks[(sample, pid)] = {"rank": int(rank.group(3)), "local": rank.group(4), "ticks": int(rank.group(5)),
+                                    "code": int(rank.group(6)), "text": "\n".join(body), "sockets": ()}
+        elif sockets and (int(sockets.group(1)), int(sockets.group(2))) in ranks:
+            ranks[(int(sockets.group(1)), int(sockets.group(2)))]["sockets"] = parse_tcp_table("\n".join(body))
+    clk = _int(values.get("clk_tck")) or 100
+    by_sample: dict[int, list[RankStack]] = {}
+    for (sample, pid), item in sorted(ranks.items()):
+        threads, error = parse_pyspy(item["text"])
+        if item["code"] != 0 and not error:
+            error = f"py-spy exited {item['code']}"
+        elif not threads and not error:
+            error = "py-spy found no Python thread"
+        by_sample.setdefault(sample, []).append(RankStack(
+            host, item["rank"], None if item["local"] == "-" else int(item["local"]), pid,
+            () if error and item["code"] != 0 else threads, error if item["code"] != 0 or not threads else "",
+            item["ticks"] / clk, item["sockets"]))
+    samples = tuple(tuple(sorted(by_sample[k], key=lambda r: r.rank)) for k in sorted(by_sample))
+    problem = values.get("problem", "")
+    if not samples and not problem:
+        problem = "the node's stack script printed nothing understood" + (f": {stdout.strip()[-200:]!r}" if stdout.strip() else "")
+    kept = values.get("kept", "")
+    return NodeStacks(host, samples, values.get("tool", ""), problem, _int(values.get("uid")),
+                      kept if re.fullmatch(r"[0-9a-f]{64}", kept) else "", "ship" in values)
+
+
+def _int(text: Optional[str]) -> Optional[int]:
+    return int(text) if text and text.isascii() and text.isdigit() and len(text) < 10 else None
+
+
+def sample_action(inventory: Inventory, run_id: str, samples: int = 2, interval_s: float = 3.0,
+                  nonblocking: bool = False, kept: Optional[KeptPySpy] = None):
+    """A host action (executor's `(transport, host) -> HostResult`) whose data["stacks"] is a NodeStacks.
+    With `kept` (a run's watches), py-spy travels to each node once per run, not every round."""
+
+    def action(transport, host: Host) -> HostResult:
+        sha = payload()[2]
+        ship = ship_now(kept, host, sha)
+        result = transport.run(sample_command(inventory, host.name, run_id, samples, interval_s, nonblocking=nonblocking,
+                                              keep=kept.name if kept and not kept.closed else "", ship=ship))
+        node = parse_node_output(result.stdout, host.name)
+        if kept is not None:
+            kept.heard(transport, host.name, node.kept if ship else sha if node.tool.startswith("kept") else "", node.asks)
+        if not node.samples and node.uid not in (None, 0) and inventory.uses_container:
+            # a user without sudo cannot see the ranks (root in the container): ask in the container
+            result = transport.run(sample_command(inventory, host.name, run_id, samples, interval_s, inside=True,
+                                                  nonblocking=nonblocking))
+            inside = parse_node_output(result.stdout, host.name)
+            node = inside if inside.samples else node
+        if result.timed_out:
+            node = NodeStacks(host.name, node.samples, node.tool, node.problem or "the stack script timed out", node.uid,
+                              node.kept, node.asks)
+        return HostResult(host.name, HostStatus.OK, data={"stacks": node})
+
+    return action
+
+
+def node_stacks(results: dict[str, HostResult]) -> dict[str, NodeStacks]:
+    """The NodeStacks of each host's result (an unreachable host: none, and why)."""
+    return {name: r.data.get("stacks") or NodeStacks(name, problem=r.detail or "no answer") for name, r in results.items()}
+
+
+def take_stacks(inventory: Inventory, hosts: list[Host], run_id: str, connections: Connections, samples: int = 2,
+                interval_s: float = 3.0) -> dict[str, NodeStacks]:
+    """Every rank's stack on every host, `samples` times `interval_s` apart; one NodeStacks per host."""
+    return node_stacks(for_each_host(hosts, sample_action(inventory, run_id, samples, interval_s), connections))
+
+
+def merged_samples(nodes: dict[str, NodeStacks]) -> list[list[RankStack]]:
+    """The nodes' samples side by side: sample i of every node, as one list of ranks."""
+    count = max((len(n.samples) for n in nodes.values()), default=0)
+    return [[r for n in nodes.values() if i < len(n.samples) for r in n.samples[i]] for i in range(count)]

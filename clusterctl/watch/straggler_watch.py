@@ -1,0 +1,140 @@
+"""The straggler watch of `run`: every rank sampled all along, the rank the others wait for named live.
+
+Rounds of SAMPLES py-spy samples, INTERVAL_S apart, of every rank on every node (watch/sampler.py: one
+round trip per node per round, `dump --nonblocking`, so no rank is paused), run in the background
+while the controller polls; each finished round is added to the window that watch/stragglers.py
+judges, and the next round starts at the next poll. The step time comes from the ranks' progress
+lines in the live log (the lowest rank that prints one). One `[straggler]` line when a rank is
+named, one when it keeps pace again; `found()` is every rank named during the run, for the record.
+While the stall watch takes its own stacks (it pauses the ranks), no round starts.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from typing import Callable, Optional
+
+from clusterctl.executor import Background, Connections, Event, OnEvent
+from clusterctl.watch import stragglers
+from clusterctl.watch.pyspy_kept import KeptPySpy
+from clusterctl.watch.sampler import merged_samples, node_stacks, sample_action
+from clusterctl.watch.stragglers import Progress, Straggler
+from clusterctl.models import Host, Inventory
+
+# Per round, a round trip per node (py-spy, ~3 MB, shipped in a node's first round only): short rounds until the window
+# holds enough samples to name a rank soon after the start, then longer ones.
+FIRST_SAMPLES, SAMPLES = 5, 15
+INTERVAL_S = 1.0
+FIRST_ROUND_AFTER_S = 3.0  # the ranks start (rendezvous) meanwhile
+PROGRESS_KEPT = 30  # progress lines kept for the step time (the latest)
+
+
+class StragglerWatch:
+    def __init__(self, inventory: Inventory, run_id: str, connections: Connections, on_event: OnEvent,
+                 gpu_of: Optional[dict] = None, samples: tuple[int, int] = (FIRST_SAMPLES, SAMPLES),
+                 interval_s: float = INTERVAL_S, enabled: bool = True, kept: Optional[KeptPySpy] = None):
+        self.kept = kept or KeptPySpy(inventory.name, run_id)  # py-spy shipped once per node (watch/pyspy_kept.py)
+        self.inventory, self.run_id, self.connections, self.on_event = inventory, run_id, connections, on_event
+        self.samples, self.interval_s, self.enabled = samples, interval_s, enabled
+        self.gpu_of = dict(gpu_of or {})
+        self.window: deque = deque(maxlen=stragglers.WINDOW)
+        self.named: Optional[Straggler] = None
+        self.history: list[dict] = []  # every rank named during the run (to_json, and `until` once it kept pace)
+        self.on_change: Callable[[list[dict]], None] = lambda found: None  # the run record, kept up to date
+        self._round: Optional[Background] = None
+        self._next_at = time.monotonic() + FIRST_ROUND_AFTER_S
+        self._progress: deque = deque(maxlen=PROGRESS_KEPT)
+        self._progress_rank: Optional[int] = None
+        self._rates: deque = deque(maxlen=PROGRESS_KEPT)
+        self._lock = threading.Lock()  # heard() runs in the log streams' threads
+
+    @classmethod
+    def of_topology(cls, inventory: Inventory, topology, run_id: str, connections: Connections,
+                    on_event: OnEvent) -> "StragglerWatch":
+        gpus = {(plan.host.name, rank): plan.gpu_ids[i] for plan in topology.nodes if plan.gpu_ids
+                for i, rank in enumerate(plan.ranks) if i < len(plan.gpu_ids)}
+        return cls(inventory, run_id, connections, on_event, gpus, enabled=topology.world_size > 1)
+
+    def heard(self, rank: Optional[int], text: str, complete: bool = True) -> None:
+        """A line of a rank (from the log stream threads): its progress, if it says any. Of a line still
+        being written (a tqdm bar), only a whole `[..., 4.01it/s]` counts: `step 12` may yet be `step 123`."""
+        if rank is None or (self._progress_rank is not None and rank > self._progress_rank):
+            return
+        step, seconds = stragglers.progress_of(text)
+        step = step if complete or seconds is not None else None
+        if step is None and seconds is None:
+            return
+        with self._lock:
+            self._keep_progress(rank, step, seconds)
+
+    def _keep_progress(self, rank: int, step: Optional[int], seconds: Optional[float]) -> None:
+        if self._progress_rank is None or rank < self._progress_rank:
+            self._progress_rank = rank
+            self._progress.clear()
+            self._rates.clear()
+        if step is not None:
+            self._progress.append(Progress(time.monotonic(), step))
+        if seconds is not None:
+            self._rates.append(seconds)
+
+    def step_s(self) -> Optional[float]:
+        with self._lock:
+            return stragglers.step_time(list(self._progress), list(self._rates))
+
+    def check(self, hosts: list[Host], paused: bool = False) -> None:
+        """Called on every poll with the hosts whose ranks still run: a round started or judged."""
+        if not self.enabled:
+            return
+        if self._round is None:
+            if hosts and not paused and time.monotonic() >= self._next_at:
+                count = self.samples[0] if len(self.window) < stragglers.WINDOW // 2 else self.samples[1]
+                self._round = Background(hosts, sample_action(self.inventory, self.run_id, count, self.interval_s,
+                                                              nonblocking=True, kept=self.kept), self.connections)
+            return
+        if not self._round.wait(0):
+            return
+        nodes = node_stacks(self._round.results)
+        self._round = None
+        self._next_at = time.monotonic()
+        self._give_up_without_pyspy([n.problem for n in nodes.values() if not n.asks])
+        self.window.extend(merged_samples(nodes))
+        self._judge()
+
+    def _judge(self) -> None:
+        samples = list(self.window)
+        if self.named is not None:
+            if not stragglers.recovered(samples, self.named):
+                self._refresh(samples)
+                return
+            self.on_event(Event("note", text=f"[straggler] {self.named.host} r{self.named.rank} keeps pace again "
+                                             f"(named {time.time() - self.named.since:.0f}s ago)"))
+            self.history[-1] = {**self.history[-1], "until": round(time.time(), 3)}
+            self.named = None
+            self.window.clear()  # judge the ranks afresh
+            self.on_change(self.found())
+            return
+        found = stragglers.find(samples, self.step_s(), time.time(), self.gpu_of)
+        if found is not None:
+            self.named = found
+            self.history.append({**found.to_json(), "until": None})
+            self.on_event(Event("note", text=f"[straggler] {found.line()}"))
+            self.on_change(self.found())
+
+    def _refresh(self, samples: list) -> None:
+        """The named rank's lag and ratio from the latest window (the first estimate may hold the
+        start, when no rank waited yet): the record has the newest, its `since` stays."""
+        fresh = stragglers.find(samples, self.step_s(), self.named.since, self.gpu_of)
+        if fresh is not None and (fresh.host, fresh.rank) == (self.named.host, self.named.rank) and fresh != self.named:
+            self.named = fresh
+            self.history[-1] = {**fresh.to_json(), "until": None}
+            self.on_change(self.found())
+
+    def _give_up_without_pyspy(self, problems: list[str]) -> None:
+        if problems and all("py-spy" in p for p in problems):
+            self.enabled = False
+            self.on_event(Event("note", text=f"no straggler watch: {problems[0]}"))
+
+    def found(self) -> list[dict]:
+        """Every rank named during the run, the one still late last (for run.json and `run --json`)."""
+        return [dict(item) for item in self.history]
