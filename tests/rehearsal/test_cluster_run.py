@@ -147,7 +147,9 @@ def test_a_node_cut_off_mid_run_stops_the_run_and_its_own_ranks_by_lease(sandbox
             proc.wait()
         sandbox.restore_network("node3")
     assert code == 1 and doc["run_id"] == run_id and doc["exit_code"] != 0
-    assert stopped_after < 15, f"stopped {stopped_after:.1f}s after the cut"
+    # within seconds of the lost-node window, not after the stalled rank's 300 s; how soon is measured by
+    # `make bench` (a bound here only says "not hung": a loaded 2-core machine took 18 s where 9 s is usual)
+    assert stopped_after < 30, f"stopped {stopped_after:.1f}s after the cut"
     assert doc["first_failure"]["host"] == "node3", doc["first_failure"]
     assert doc["nodes"]["node3"]["lost"] is True
     # node3 stops its own ranks once its lease (15 s) runs out; the others were stopped by the run
