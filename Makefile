@@ -54,11 +54,13 @@ demo-clean: $(STAMP)
 # PATH: jobs on `connection: local` hosts run `python3` from PATH, as in an activated venv.
 PYTEST := PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q
 
-# the long rehearsals marked `heavy` are left out (make test-heavy): CI's 2 cores keep make test near 20 min
+# the long rehearsals marked `heavy` are left out (make test-heavy): CI's 2 cores keep make test near 20 min.
+# Property tests run every example here (hypothesis profile `full`); alone, `make test-unit` runs a quarter
+# of them (`quick`, the default: tests/conftest.py) to stay under a minute.
 test: deps $(STAMP)
-	$(PYTEST) -m "not heavy" tests/unit
-	$(PYTEST) -m "not heavy" tests/local
-	$(PYTEST) -m "not heavy" --durations=25 tests/rehearsal
+	CLUSTERCTL_HYPOTHESIS=full $(PYTEST) -m "not heavy" tests/unit
+	CLUSTERCTL_HYPOTHESIS=full $(PYTEST) -m "not heavy" tests/local
+	CLUSTERCTL_HYPOTHESIS=full $(PYTEST) -m "not heavy" --durations=25 tests/rehearsal
 
 test-unit: $(BASE)
 	$(PYTEST) tests/unit

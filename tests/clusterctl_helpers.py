@@ -28,6 +28,15 @@ FIXTURE_JOBS = Path(__file__).resolve().parent / "fixtures" / "jobs"
 CONTAINER_OUTPUTS = "/workspace/output"  # where the sandbox inventory mounts sb.shared_outputs
 
 
+def examples(full: int) -> int:
+    """A property test's example count: `full` under the `full` profile (`make test`), scaled as the
+    loaded profile scales hypothesis' default of 100 otherwise (`quick`: a quarter), never under 10
+    (tests/conftest.py)."""
+    from hypothesis import settings
+
+    return max(10, full * settings.default.max_examples // 100)
+
+
 def sandbox_skip_reason() -> str | None:
     if os.environ.get("CLUSTERCTL_SKIP_SANDBOX") == "1":
         return "CLUSTERCTL_SKIP_SANDBOX=1"

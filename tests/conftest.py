@@ -5,13 +5,22 @@ test-local, test-rehearsal):
 - tests/rehearsal/: the rehearsal cluster (Docker, sshd, root; its conftest's session `sandbox`).
 The helpers beside this file (clusterctl_helpers.py, ssh_testbed.py, json_documents.py, reliability.py,
 browser.py, loopback_receiver.py) and fixtures/ serve every tier. `reliability`: declare a row of
-docs/reliability.md (tests/reliability.py), merged into `.pytest_reliability.json` at the end of the session."""
+docs/reliability.md (tests/reliability.py), merged into `.pytest_reliability.json` at the end of the session.
+Property tests (hypothesis) run under the profile CLUSTERCTL_HYPOTHESIS names: `quick` (the default: a plain
+pytest, `make test-unit`) runs a quarter of each test's examples, `full` (`make test`, so CI) all of them;
+a test that sets its own count says it with clusterctl_helpers.examples(N)."""
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+settings.register_profile("full", max_examples=100)  # hypothesis' own default
+settings.register_profile("quick", max_examples=25)
+settings.load_profile(os.environ.get("CLUSTERCTL_HYPOTHESIS", "quick"))
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared helpers, imported by name from every tier
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from clusterctl.errors import TopologyError, UsageError
 from clusterctl.k8s import pod, trainjob
 from clusterctl.k8s.options import ExportOptions
-from clusterctl.plan.torchrun import job_argv, placeholder_values, torchrun_argv
+from clusterctl.plan.launch_plan import node_start
 from clusterctl.models import Host, Inventory, RendezvousSpec
 from clusterctl.plan.topology import NodeFacts, Topology, plan
 
@@ -117,11 +117,8 @@ def torchrun_command(inv: Inventory, topo: Topology, run_id: str, prompt: str, f
                      endpoint: str = ENDPOINT_REF, rank: str = RANK_REF) -> list[str]:
     """The torchrun argv of `clusterctl run`, with the endpoint and node rank left to the platform
     (`endpoint` and `rank`: the platform's references to them)."""
-    node = topo.nodes[0]
-    values = placeholder_values(topo, run_id, prompt, inv.job.outputs)
-    argv = torchrun_argv(topo, node, run_id, job_argv(inv.job, values), python=inv.job.python)
     out = []
-    for arg in argv:
+    for arg in node_start(inv, topo, topo.nodes[0], run_id, prompt, logs=False).torchrun:
         if arg.startswith("--rdzv-endpoint="):
             out.append("--rdzv-endpoint=" + (endpoint if for_k8s else "{MASTER}"))
         elif arg.startswith("--node-rank="):

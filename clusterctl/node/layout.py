@@ -1,6 +1,7 @@
 """Every path of a run, declared once: on a node (under the job's `outputs`) and in a bundle that
 `collect-logs` gathers. The standard library only (Python 3.8+): the controller imports it, and the
-node programs that need it get it shipped beside them (`layout.py` in the run's `.files`), so that
+node programs that need it get it shipped beside them (`layout.py` in the run dir with node_agent.py,
+in the run's `.files` with node_mpi_gate.py), so that
 both sides build a run's paths from its id the same way.
 
 On a node, under OUTPUTS (job.outputs):
@@ -14,6 +15,10 @@ In a bundle (collect-logs' DEST):
   <host>/logs/<host>-agent.log, <host>-r<rank>.log; <host>/diag/; <host>/outputs/ (the node's OUTPUTS,
   whose logs/<run id>/<host>/ is its run dir); outputs/ when shared; run.json; manifest.json
 """
+
+# Shipped beside the node programs that build a run's paths (node_agent.py, node_mpi_gate.py), which
+# import it as a file beside them: so a node program too (tests/unit/test_architecture.py).
+RUNS_ON_NODES = True
 
 LOGS = "logs"  # under OUTPUTS
 FILES = ".files"  # a host name cannot start with a dot: never a node's run dir

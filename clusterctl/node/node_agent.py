@@ -31,6 +31,11 @@ import sys
 import threading
 import time
 
+if __package__:  # imported by the controller
+    from clusterctl.node.layout import ATTEMPT
+else:  # run on a node, layout.py shipped beside it
+    from layout import ATTEMPT
+
 # A program of its own on the nodes (copied into the run dir, started with the node's python): its
 # threads and clocks are that process's, not the controller's (tests/unit/test_architecture.py).
 RUNS_ON_NODES = True
@@ -272,7 +277,7 @@ def node_report(run_dir):
     ranks, newest = 0, None
     files = [os.path.join(run_dir, "agent.log")]
     for entry in os.listdir(run_dir) if os.path.isdir(run_dir) else ():
-        attempt = os.path.join(run_dir, entry, "attempt_0")
+        attempt = os.path.join(run_dir, entry, ATTEMPT)
         if os.path.isdir(attempt):
             local = [r for r in os.listdir(attempt) if r.isdigit()]
             ranks = max(ranks, len(local))

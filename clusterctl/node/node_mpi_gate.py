@@ -43,6 +43,11 @@ import subprocess
 import sys
 import time
 
+if __package__:  # imported by the controller
+    from clusterctl.node.layout import ranks_dir
+else:  # run on a node, layout.py shipped beside it
+    from layout import ranks_dir
+
 RUNS_ON_NODES = True
 SECRET_VAR, KEYFILE_VAR, PORT_VAR = "CLUSTERCTL_MPI_SECRET", "CLUSTERCTL_MPI_KEYFILE", "CLUSTERCTL_MPI_GATE_PORT"
 HELLO = b"clusterctl-mpi-gate 1 "
@@ -390,7 +395,7 @@ def run_rank(logs: str, run_id: str, argv: list) -> int:
     env = rank_env(dict(os.environ))
     host, rank, local = env.get("CLUSTERCTL_HOST", "?"), env.get("RANK", "?"), env.get("LOCAL_RANK", "0")
     run_dir = os.path.join(logs, host)
-    rank_dir = os.path.join(run_dir, f"{run_id}_mpirun", "attempt_0", local)
+    rank_dir = os.path.join(ranks_dir(run_dir, run_id, "mpirun"), local)
     os.makedirs(rank_dir, exist_ok=True)
     if os.path.exists(os.path.join(rank_dir, "exit")):  # an earlier attempt's (a run that heals itself)
         os.unlink(os.path.join(rank_dir, "exit"))

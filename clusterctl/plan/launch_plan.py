@@ -1,6 +1,8 @@
 """What starts on each node of a run, decided once: the job's argv with the prompt and the run's values
 expanded (once, here), each node's command, env and run dir, and the files shipped. Pure. The Plan
-(backends/base.py) carries it; the runner (run/runner.py) carries it out as it is."""
+(backends/base.py) carries it; the runner (run/runner.py) carries it out as it is. A node that starts itself
+takes its start from here too (`node_start`): `launch --from-env`, the pods of `export k8s`, the nodes of
+`export sbatch`'s script."""
 from __future__ import annotations
 
 import shlex
@@ -33,26 +35,41 @@ class NodeLaunch:
 
 
 def node_launch(inventory: Inventory, topology, node: NodePlan, run_id: str, job_args: tuple,
-                attempt: str, checkpoint: str) -> NodeLaunch:
+                attempt: str, checkpoint: str, logs: bool = True) -> NodeLaunch:
     """`node`'s start in `topology` (a plan, or a detached run's tokens: `template`): its launcher's
     argv (plan/launcher.py: torchrun, mpirun or its gate, DeepSpeed's per-node launcher, or the job
     itself) and its environment; `job_args`: the job's argv, its placeholders expanded (once per plan).
+    `logs`: torchrun writes each rank's output into the run dir (not in a pod: its platform keeps it).
     The one builder of a node's start."""
     run_dir = node_run_dir(inventory.job.outputs, run_id, node.host.name)
-    argv = launchers.node_command(inventory, topology, node, run_id, job_args, inventory.job.outputs)
+    argv = launchers.node_command(inventory, topology, node, run_id, job_args, inventory.job.outputs if logs else None)
     env = (*marker_env(inventory.name, node.host.name, run_id), *torchrun_env(node, inventory, run_dir),
            *launchers.node_env(inventory, topology, node, run_id), *agent.job_env(inventory, node.host.env),
            *attempt_env(attempt, checkpoint))
     return NodeLaunch(node.host, run_dir, tuple(argv), tuple(env))
 
 
+def job_args(inventory: Inventory, topology: Topology, run_id: str, prompt: str, attempt: int = 1,
+             checkpoint: Optional[str] = None) -> tuple[str, ...]:
+    """The job's argv with the prompt and the run's values expanded: once per plan."""
+    return job_argv(inventory.job, {**placeholder_values(topology, run_id, prompt, inventory.job.outputs),
+                                    "attempt": str(attempt), "checkpoint": checkpoint or ""})
+
+
+def node_start(inventory: Inventory, topology: Topology, node: NodePlan, run_id: str, prompt: str,
+               logs: bool = True) -> NodeLaunch:
+    """One node's start, its first attempt, where the node starts itself rather than being started over
+    SSH (`launch --from-env`; a pod of `export k8s`, `logs` False): no remote command line to check."""
+    return node_launch(inventory, topology, node, run_id, job_args(inventory, topology, run_id, prompt), "1", None,
+                       logs=logs)
+
+
 def node_launches(inventory: Inventory, topology: Topology, run_id: str, prompt: str, attempt: int = 1,
                   checkpoint: Optional[str] = None) -> tuple[NodeLaunch, ...]:
     """Every node's start, the prompt expanded once; refused (UsageError) when a node's command line
     could not reach it. `attempt`, `checkpoint`: a run that heals itself (backends/healing.py)."""
-    job_args = job_argv(inventory.job, {**placeholder_values(topology, run_id, prompt, inventory.job.outputs),
-                                        "attempt": str(attempt), "checkpoint": checkpoint or ""})
-    launches = tuple(node_launch(inventory, topology, plan, run_id, job_args, str(attempt), checkpoint)
+    job_args_ = job_args(inventory, topology, run_id, prompt, attempt, checkpoint)
+    launches = tuple(node_launch(inventory, topology, plan, run_id, job_args_, str(attempt), checkpoint)
                      for plan in topology.nodes)
     for launch in launches:
         _check_command_line(launch.host.name, agent.start_command(inventory, launch.run_dir, launch.torchrun),

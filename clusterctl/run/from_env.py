@@ -252,12 +252,13 @@ def _port_check(host: str, port: int, run: Run, in_use: Callable[[int], bool]) -
 
 def node_command(inv, topology, identity, run_id: str, prompt: str, process_env: Mapping[str, str]):
     """(argv, full env, notes): torchrun for this node, as `clusterctl run` builds it."""
-    from clusterctl.plan.torchrun import job_argv, placeholder_values, torchrun_argv, torchrun_env
+    from clusterctl.plan.launch_plan import node_start
+    from clusterctl.plan.torchrun import torchrun_env
 
     node = topology.nodes[identity.node_rank]
-    values = placeholder_values(topology, run_id, prompt, inv.job.outputs)
-    argv = torchrun_argv(topology, node, run_id, job_argv(inv.job, values), python=inv.job.python,
-                         outputs=inv.job.outputs)
+    argv = node_start(inv, topology, node, run_id, prompt).torchrun
+    # the env stays as it was, torchrun's over the platform's: the builder's adds clusterctl's process
+    # marker, the attempt and the flight recorder's dumps into a run dir, none of which this launch set
     derived = dict(torchrun_env(node, inv))
     notes = []
     from_job = {var.name for var in inv.job.env}

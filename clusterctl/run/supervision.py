@@ -1,6 +1,6 @@
 """Hand a running job over to the cluster (node/node_agent.py), and read back what became of it.
 
-`establish` copies node_agent.py, the run's engine (engine.py, heal_policy.py) and a per-run
+`establish` copies node_agent.py, the run's engine (engine.py, heal_policy.py), layout.py and a per-run
 `supervision.json` (0600: it holds the run's key) into every node's run dir, starts the supervisor on the master node and a keeper on every node
 (detached, marked like the ranks), and waits until the supervisor has heard every node: from then
 on the leases are held on the cluster, and the controller may go (`run --detach`, a hang-up).
@@ -34,8 +34,9 @@ ESTABLISH_S = 30.0
 _SCRIPT = program("node_agent.py")
 _HEALTH_SCRIPT = program("node_health.py")  # the keeper's passive health watch (issue 36)
 _HEALING = program("node_healing.py")
-# the run's engine, which the supervisor hosts (node/engine.py and the heal it calls)
-_ENGINE = tuple(program(name) for name in ("engine.py", "heal_policy.py"))
+# the run's engine, which the supervisor hosts (node/engine.py and the heal it calls), and the run's
+# paths (node/layout.py), which node_agent.py imports as a file beside it
+_ENGINE = tuple(program(name) for name in ("engine.py", "heal_policy.py", "layout.py"))
 
 # $1 dir (proven ours: agent.OWN_DIR_SH), $2 file name: stdin into a file only its owner reads (the
 # key), through a rename

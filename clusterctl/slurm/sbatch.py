@@ -33,8 +33,8 @@ from typing import Optional
 
 from clusterctl.errors import UsageError
 from clusterctl.plan.topology import NodeFacts, Topology, plan
-from clusterctl.plan.torchrun import job_argv, placeholder_values, torchrun_argv, torchrun_env
-from clusterctl.node.layout import node_run_dir
+from clusterctl.plan.launch_plan import node_start
+from clusterctl.plan.torchrun import torchrun_env
 from clusterctl.models import Host, Inventory, looks_secret
 from clusterctl.slurm import submit
 
@@ -67,12 +67,10 @@ def build(inventory: Inventory, prompt: str, name: Optional[str] = None, strict:
     node = replace(topo.nodes[0], host=Host(name=refs["NODE"], address=refs["MASTER_ADDR"]),
                    node_rank=-1, local_addr=refs["LOCAL_ADDR"])
     topo_at_runtime = replace(topo, master_addr=refs["MASTER_ADDR"])
-    values = placeholder_values(topo, refs["RUN_ID"], prompt, inventory.job.outputs)
-    argv = list(torchrun_argv(topo_at_runtime, node, refs["RUN_ID"], job_argv(inventory.job, values),
-                              python=inventory.job.python, outputs=inventory.job.outputs))
-    argv = [f"--node-rank={refs['NODE_RANK']}" if a.startswith("--node-rank=") else a for a in argv]
-    run_dir = node_run_dir(inventory.job.outputs, refs["RUN_ID"], refs["NODE"])
-    env = torchrun_env(node, inventory, run_dir)
+    launch = node_start(inventory, topo_at_runtime, node, refs["RUN_ID"], prompt)
+    argv = [f"--node-rank={refs['NODE_RANK']}" if a.startswith("--node-rank=") else a for a in launch.torchrun]
+    run_dir = launch.run_dir
+    env = torchrun_env(node, inventory, run_dir)  # torchrun's alone: the script never set clusterctl's marker
     notes = tuple(n for n in topo.notes[1:] if "no network interface known" not in n)  # found when it runs
     secret = sorted({name for name, _ in env if _is_secret(inventory, name)})
     if secret:

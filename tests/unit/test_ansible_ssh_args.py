@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 from hypothesis import given, settings
+from clusterctl_helpers import examples
 from hypothesis import strategies as st
 
 from clusterctl.errors import InventoryError
@@ -62,7 +63,7 @@ _WORDS = st.sampled_from(["-o", "-p", "-J", "-i", "-l", "-F", "-A", "-C", "-L", 
                           "'", '"', "\\", "-", "--", "-46"])
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(parts=st.lists(st.one_of(_WORDS, st.text(max_size=6)), max_size=8))
 def test_any_text_gives_options_or_one_inventory_error(parts):
     try:

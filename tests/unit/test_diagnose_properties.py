@@ -3,6 +3,7 @@ their shape (ranked, at most three, confidences in 0..1, evidence never empty)."
 from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
+from clusterctl_helpers import examples
 from hypothesis import strategies as st
 
 from clusterctl.diagnose import CAUSES, diagnose_text, nodediag, similar_cases
@@ -24,19 +25,19 @@ def _check(findings):
     assert len({(f.cause, f.host) for f in findings}) == len(findings)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(LOGS)
 def test_diagnose_text_never_raises_and_keeps_its_shape(text):
     _check(diagnose_text(text))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.text(max_size=400))
 def test_any_unicode_text_is_diagnosed(text):
     _check(diagnose_text(text, host="h", rank=1, source="x-r1.log"))
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.binary(max_size=2000))
 def test_any_bytes_on_disk_are_either_read_or_refused_cleanly(tmp_path, data):
     path = tmp_path / "x.log"
@@ -49,7 +50,7 @@ def test_any_bytes_on_disk_are_either_read_or_refused_cleanly(tmp_path, data):
         _check(diagnose_text(text))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(LOGS)
 def test_node_parsers_and_similarity_never_raise(text):
     nodediag.oom_kills(text), nodediag.xids(text), nodediag.ecc_state(text), nodediag.container_state(text)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
+from clusterctl_helpers import examples
 from hypothesis import strategies as st
 
 from clusterctl.preflight import facts
@@ -17,7 +18,7 @@ from clusterctl.transport import BATCH_MARK
 TOOLS = Path(__file__).resolve().parents[1] / "fixtures" / "tools"
 CAPTURES = sorted(str(p.relative_to(TOOLS)) for p in TOOLS.rglob("*") if p.is_file() and p.suffix in (".txt", ".csv",
                                                                                                      ".json"))
-FAST = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 ANY_CHAR = st.characters(blacklist_categories=())
 TRICKY = st.sampled_from([

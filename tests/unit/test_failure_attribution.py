@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 from hypothesis import given, settings, strategies as st
+from clusterctl_helpers import examples
 
 from clusterctl.inventory.load import parse_inventory
 
@@ -38,7 +39,7 @@ def test_a_logs_name_for_a_machine_maps_to_an_inventory_host(inventory, named, l
     assert inventory.host_named_by(named, log_of) == expected
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.one_of(st.none(), st.text()), st.sampled_from(["node-080", "node-082"]))
 def test_any_name_in_a_log_maps_to_some_inventory_host(inventory, named, log_of):
     assert inventory.host_named_by(named, log_of) in ("node-080", "node-082")

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from hypothesis import given, settings, strategies as st
+from clusterctl_helpers import examples
 
 from clusterctl.inventory.load import parse_inventory
 from clusterctl.watch.failures import Ended, first_failure, first_ranks_of, rank_lines
@@ -96,14 +97,14 @@ def test_rank_lines_reads_torchs_prefix_and_the_agent_logs():
     assert rank_lines(text, 9) == text
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=400))
 def test_any_text_gives_a_report_or_none_and_never_raises(text):
     process = first_failed_process(text)
     assert process is None or process.local_rank >= 0
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.integers(0, 63), st.integers(-64, 255), st.integers(0, 23), st.integers(0, 59))
 def test_any_well_formed_agent_line_is_read_back(local, code, hour, minute):
     line = (f"E0102 {hour:02d}:{minute:02d}:07.250000 12 torch/distributed/elastic/multiprocessing/api.py:9] "

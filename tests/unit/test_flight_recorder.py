@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import given, settings, strategies as st
+from clusterctl_helpers import examples
 
 from clusterctl.diagnose import flight_recorder as fr
 from clusterctl.diagnose.hang import with_hang_evidence
@@ -124,7 +125,7 @@ def test_truncated_or_foreign_files_are_not_dumps():
     assert fr.load_dump(b"x" * (fr.MAX_DUMP_BYTES + 1), 0) is None
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.binary(max_size=2000))
 def test_any_bytes_load_without_an_exception(data):
     fr.load_dump(data, 0)
@@ -137,7 +138,7 @@ plain = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_siz
                          inner, max_size=6), max_leaves=40)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(plain)
 def test_any_plain_pickle_is_read_and_matched_without_an_exception(value):
     dump = fr.load_dump(pickle.dumps(value), 0)

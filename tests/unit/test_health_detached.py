@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from clusterctl_helpers import wait_until
+from clusterctl_helpers import examples, wait_until
 from hypothesis import given, settings, strategies as st
 
 from clusterctl.health import watch
@@ -97,7 +97,7 @@ _TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=3
     [SMI, f"[ 5012.1] {XID_79}", "[ x] NVRM: Xid (PCI:zz): 79", "index, uuid\n0", "Overall Health: Failure"])
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.dictionaries(st.sampled_from(["smi", "smi_first", "kernel", "dcgm", "at", "error"]),
                        _TEXT | st.none() | st.integers() | st.floats(), max_size=6), st.floats(), st.floats())
 def test_any_sample_gives_events_or_none_never_an_exception(sample, since, boot):

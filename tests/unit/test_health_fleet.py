@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import given, settings, strategies as st
+from clusterctl_helpers import examples
 
 from clusterctl.errors import StateError
 from clusterctl.health.events import Event
@@ -54,7 +55,7 @@ def test_a_run_blames_a_node_for_its_gpu_never_for_the_jobs_own_exception():
     assert run_events({"run_id": "r3", "exit_code": 1, "nodes": {}, "first_failure": own}) == []
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=20),
                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=5),
                     max_leaves=30))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from hypothesis import given, settings, strategies as st
+from clusterctl_helpers import examples
 
 from clusterctl.health.events import GpuId
 from clusterctl.health.watch import (GpuSample, dcgm_events, normalize_bus_id, parse_dcgm_health, parse_smi_csv,
@@ -83,7 +84,7 @@ def test_unreadable_outputs_are_values():
     assert parse_dcgm_health("{not json").unreadable
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.one_of(TEXT, LINES))
 def test_no_text_makes_a_parser_raise(text):
     reading = parse_smi_csv(text)
@@ -98,7 +99,7 @@ def test_no_text_makes_a_parser_raise(text):
     normalize_bus_id(text)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.recursive(st.none() | st.booleans() | st.integers() | TEXT,
                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(TEXT, inner, max_size=4), max_leaves=12))
 def test_any_json_document_from_dcgmi_is_parsed_or_called_unreadable(document):

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import given, settings, strategies as st
+from clusterctl_helpers import examples
 
 from clusterctl.plan import launcher_mpirun as launch_mpirun, launcher as launchers
 from clusterctl.node import node_mpi_gate as gate
@@ -64,7 +65,8 @@ def test_every_other_node_runs_the_gate_on_its_plan_address_and_every_node_gets_
     assert env["CLUSTERCTL_MPI_SECRET"] == dict(launchers.node_env(inv, topo, topo.nodes[0], "r1"))["CLUSTERCTL_MPI_SECRET"]
     assert env["CLUSTERCTL_MPI_SECRET"] != dict(launchers.node_env(inv, topo, topo.nodes[1], "r2"))["CLUSTERCTL_MPI_SECRET"]
     assert not any(env["CLUSTERCTL_MPI_SECRET"] in part for part in command)
-    assert launchers.shipped(inv) == {"node_mpi_gate.py": GATE.read_bytes()}
+    assert launchers.shipped(inv) == {"node_mpi_gate.py": GATE.read_bytes(),  # and the paths it imports beside it
+                                      "layout.py": GATE.with_name("layout.py").read_bytes()}
     assert launchers.shipped(two_node_inventory()) == {}
 
 
@@ -135,7 +137,7 @@ def test_the_gate_drops_a_peer_that_says_nothing():
         _handshake(_quietly(lambda s: s.recv(100) and s.recv(100)), timeout=0.3)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.binary(max_size=400))
 def test_no_request_without_the_secrets_proof_gets_a_command_run(request):
     def send(sock):

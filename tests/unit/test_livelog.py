@@ -10,6 +10,7 @@ import re
 
 import pytest
 from hypothesis import given, settings
+from clusterctl_helpers import examples
 from hypothesis import strategies as st
 
 from clusterctl.executor import Event
@@ -309,7 +310,7 @@ def _writes():
     return st.lists(st.integers(0, 3).flatmap(of_rank), min_size=1, max_size=40)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(_writes(), st.lists(st.integers(1, 64), min_size=1, max_size=8), st.booleans())
 def test_any_interleaving_and_any_cut_never_mixes_two_ranks_and_keeps_every_ranks_final_line(writes, sizes, copies):
     named = []

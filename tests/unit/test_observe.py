@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
+from clusterctl_helpers import examples
 from hypothesis import strategies as st
 
 from clusterctl.backends.observing import Look
@@ -55,7 +56,7 @@ def test_fields_a_gpu_does_not_support_are_none():
 cell = st.text(alphabet=st.characters(blacklist_characters=",\n\r"), max_size=12)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(st.lists(cell, min_size=0, max_size=12).map(", ".join), max_size=6).map("\n".join))
 def test_the_nvidia_smi_parser_never_fails_and_keeps_only_the_contract_types(text):
     for gpu in node_metrics.parse_gpus(text):
@@ -67,7 +68,7 @@ def test_the_nvidia_smi_parser_never_fails_and_keeps_only_the_contract_types(tex
         json.dumps(gpu, allow_nan=False)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 64), st.floats(0, 100), st.integers(0, 200000), st.integers(0, 0x1FF)),
                 min_size=1, max_size=8))
 def test_rows_nvidia_smi_would_print_read_back_as_written(rows):

@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 
 from hypothesis import HealthCheck, example, given, settings
+from clusterctl_helpers import examples
 from hypothesis import strategies as st
 
 from clusterctl.collect import fetch
@@ -28,8 +29,8 @@ from clusterctl.modules.process import parse_scan
 from clusterctl.nccltest import plan as nccl
 from clusterctl.transport.base import BATCH_MARK
 
-FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-DEEP = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+DEEP = settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 # Any code point, lone surrogates included (what surrogateescape makes of undecodable bytes).
 ANY_CHAR = st.characters(blacklist_categories=())
@@ -325,7 +326,7 @@ RECORDS = st.fixed_dictionaries(
               "error": JSON_VALUES, "init_s": JSON_VALUES})
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(records=st.lists(RECORDS, max_size=6), noise=st.lists(REMOTE_TEXT, max_size=4), world=st.integers(1, 4))
 @example(records=[{"stage": "error"}], noise=[], world=2)
 @example(records=[{"stage": "small", "size": "8"}], noise=["NCCLTEST " + "[" * 100_000], world=2)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import given, settings, strategies as st
-from clusterctl_helpers import Cli
+from clusterctl_helpers import Cli, examples
 from clusterctl.observe.metrics_file import node_metrics, parse_sample, read_samples
 from clusterctl.observe.report_data import load
 from clusterctl.observe.report_html import render
@@ -96,14 +96,14 @@ def test_a_bundle_without_metrics_has_none_and_one_with_them_finds_each_node(bun
     assert [m.host for m in found] == ["node1", "node2"] and all(m.samples for m in found)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.text(max_size=300))
 def test_any_line_read_from_a_node_is_a_sample_or_nothing_never_an_error(line):
     sample = parse_sample(line, "n")
     assert sample is None or isinstance(sample.t, float)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.dictionaries(st.sampled_from(["t", "host", "cpu_pct", "mem_used_mb", "mem_total_mb", "gpus"]),
                        st.one_of(st.none(), st.booleans(), st.floats(), st.integers(), st.text(max_size=5),
                                  st.lists(st.dictionaries(st.sampled_from(["index", "util_pct", "temp_c"]),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from hypothesis import given, settings, strategies as st
+from clusterctl_helpers import examples
 
 from clusterctl.watch.rollcall import HANG, MOVING, UNKNOWN, describe_ranks, group_by_stack, hang_finding, judge, roll_call
 from clusterctl.watch.sampler import parse_node_output
@@ -162,7 +163,7 @@ def test_a_rank_connecting_without_answer_or_without_the_store_is_suspect():
     assert "no connection to the master's store 10.0.0.1:29500" in suspects[1].what
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(0, 7),
                           st.lists(st.sampled_from([ALL_REDUCE, LOAD_SHARD, (Frame("f", "x.py", 1),), ()]), max_size=1)),
                 max_size=12))

@@ -6,12 +6,13 @@ transport from a node's run dir."""
 from __future__ import annotations
 
 from hypothesis import given, settings, strategies as st
+from clusterctl_helpers import examples
 from clusterctl.watch.dumps import parse_dumps
 
 from local.test_run_reads_dumps import H200
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.text(max_size=300))
 def test_whatever_a_node_sends_back_is_parsed_or_skipped_never_raised(text):
     assert isinstance(parse_dumps(text, "n1"), list)

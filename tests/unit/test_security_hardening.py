@@ -10,13 +10,14 @@ import zlib
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from clusterctl_helpers import examples
 from hypothesis import strategies as st
 
 from clusterctl.collect.tarstream import MAX_NAME, MAX_PAX, DamagedStream, TarStream
 from clusterctl.collect.unpack import StreamMask, mask_values
 from clusterctl.models import MASK
 
-FAST = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @pytest.mark.parametrize("kind, limit", [(tarfile.GNUTYPE_LONGNAME, MAX_NAME), (tarfile.GNUTYPE_LONGLINK, MAX_NAME),

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import time
 from hypothesis import given, settings
+from clusterctl_helpers import examples
 from hypothesis import strategies as st
 
 from clusterctl.transport.host_certs import CertificateError, check_host_certificate, parse_certificate
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(data=st.binary(max_size=600))
 def test_any_bytes_a_server_sends_are_read_or_refused_as_not_a_certificate(data):
     try:

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from hypothesis import given, settings, strategies as st
+from clusterctl_helpers import examples
 
 from clusterctl.watch.sampler import MARK, parse_node_output, sample_command
 from clusterctl.watch.sockets import parse_tcp_table
@@ -114,7 +115,7 @@ marker_lines = st.sampled_from([f"{MARK}rank 1 12 0 0 55 0", f"{MARK}sockets 1 1
                                 "  1: 0100007F:9305 00000000:0000 0A 00000000:00000000 00:00000000 00000000 0 0 1 1"])
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(st.lists(st.one_of(marker_lines, st.text(max_size=80)), max_size=40))
 def test_any_node_output_parses_without_an_exception(lines):
     node = parse_node_output("\n".join(lines), "n")
@@ -127,14 +128,14 @@ json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats
                                                 "short_filename", "x"]), inner, max_size=5), max_leaves=30)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(json_values)
 def test_any_json_py_spy_may_print_parses_without_an_exception(value):
     threads, error = parse_pyspy(json.dumps(value))
     assert isinstance(error, str) and all(isinstance(f.line, int) for t in threads for f in t.frames)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.text(max_size=400))
 def test_any_text_parses_as_py_spy_output_or_tcp_table_without_an_exception(text):
     parse_pyspy(text)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 from hypothesis import given, settings
+from clusterctl_helpers import examples
 from hypothesis import strategies as st
 
 from clusterctl.watch.sampler import parse_node_output
@@ -92,7 +93,7 @@ def test_the_step_time_follows_the_latest_run_of_steps():
     assert step_time([], [0.3, 0.25, 0.2]) == 0.25
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.text(max_size=200))
 def test_any_line_gives_a_step_and_a_rate_or_none_and_never_raises(text):
     step, seconds = progress_of(text)
@@ -100,14 +101,14 @@ def test_any_line_gives_a_step_and_a_rate_or_none_and_never_raises(text):
     assert seconds is None or seconds > 0
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.integers(0, 10**8), st.integers(1, 10**8), st.floats(0.01, 9999, allow_nan=False))
 def test_a_tqdm_state_gives_its_count_and_rate(count, total, rate):
     step, seconds = progress_of(f" 3%|#  | {count}/{total} [00:30<03:40, {rate:.2f}it/s]")
     assert step == count and (seconds is None if f"{rate:.2f}" == "0.00" else abs(seconds - 1 / float(f"{rate:.2f}")) < 1e-6)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(st.tuples(st.floats(0, 1e6, allow_nan=False), st.integers(0, 10**6)), max_size=40),
        st.lists(st.floats(0.001, 100, allow_nan=False), max_size=5))
 def test_the_step_time_is_positive_or_unknown(points, rates):

@@ -14,14 +14,15 @@ from types import SimpleNamespace
 
 import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
+from clusterctl_helpers import examples
 from hypothesis import strategies as st
 from clusterctl.executor import Event
 from clusterctl.models import CheckResult, CheckStatus, Finding, HostResult, HostStatus
 from clusterctl.render import Renderer, emit_json, terminal_safe
 
-PROPERTY = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPERTY = settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # drawing every table twice per example is slow: fewer examples, the escapes above in each
-DRAWING = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+DRAWING = settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 TITLE = "\x1b]0;pwned\x07"  # OSC 0: set the window title
 CLEAR = "\x1b[2J"  # CSI 2 J: erase the whole screen
