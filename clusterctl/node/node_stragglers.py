@@ -36,6 +36,7 @@ TIMEOUT_S = 5.0  # one py-spy dump
 MAX_OUTPUT = 1 << 20  # of one dump: more is not a stack we read
 MAX_RANKS = 64  # sampled on one node
 KEPT = 10  # samples a beat carries (the supervisor drops the ticks it has)
+UNREAD = 5  # samples in a row in which py-spy read none of the ranks found: said once (a ptrace refused)
 RESCAN_S = 5.0  # the ranks are looked for again this often
 PACKED = "py-spy.gz"  # as run/supervision.py ships it
 BINARY = "py-spy"
@@ -145,7 +146,7 @@ class Sampler:
         self.run_dir, self.shipped, self.now = run_dir, shipped, now
         self.marker = marker or [f"{k}={os.environ.get(k, '')}" for k in MARKER]
         self.samples = deque(maxlen=KEPT)
-        self.problem, self.spy = "", None
+        self.problem, self.spy, self.error = "", None, ""
         self.lock, self.children, self.closed = threading.Lock(), [], threading.Event()
         threading.Thread(target=self._loop, daemon=True).start()
 
@@ -158,7 +159,7 @@ class Sampler:
         if self.spy is None:
             print(f"no straggler watch: {self.problem}", flush=True)
             return
-        ranks, scanned = {}, None
+        ranks, scanned, unread = {}, None, 0
         if self.closed.wait(verdict.FIRST_AFTER_S):
             return
         while not self.closed.is_set():
@@ -166,9 +167,13 @@ class Sampler:
             if scanned is None or start - scanned >= RESCAN_S:
                 ranks, scanned = find_ranks(self.marker), start
             sample = self.sample(ranks) if ranks else []
-            if sample:
-                with self.lock:
+            unread = 0 if sample or not ranks else unread + 1
+            with self.lock:
+                if sample:
                     self.samples.append([int(start // verdict.INTERVAL_S), sample])
+                elif unread == UNREAD and not self.problem:
+                    self.problem = f"py-spy read none of the {len(ranks)} ranks here: {self.error or 'no stack'}"
+                    print(f"no straggler watch yet: {self.problem}", flush=True)
             left = verdict.INTERVAL_S - (self.now() % verdict.INTERVAL_S)  # the next whole tick
             if self.closed.wait(left):
                 return
@@ -181,7 +186,7 @@ class Sampler:
         for pid, rank in ranks.items():
             try:
                 child = subprocess.Popen([self.spy, "dump", "--json", "--nonblocking", "--pid", str(pid)],
-                                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+                                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             except OSError:
                 continue
             started.append((rank, child))
@@ -190,7 +195,7 @@ class Sampler:
         out, deadline = [], time.monotonic() + TIMEOUT_S
         for rank, child in started:
             try:
-                text, _ = child.communicate(timeout=max(0.1, deadline - time.monotonic()))
+                text, error = child.communicate(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 child.kill()
                 child.communicate()
@@ -198,6 +203,8 @@ class Sampler:
             wait = waits(text.decode("utf-8", "replace")) if child.returncode == 0 and len(text) <= MAX_OUTPUT else None
             if wait is not None:
                 out.append([rank, int(wait)])
+            elif error.strip():
+                self.error = error.decode("utf-8", "replace").strip().splitlines()[-1][:200]
         with self.lock:
             self.children = []
         return sorted(out)
