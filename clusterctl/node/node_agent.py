@@ -1,7 +1,8 @@
 """The part of a run that lives on the cluster when no clusterctl watches it (`run --detach`, or an
 attached `run` whose terminal hung up). Runs on the nodes: the standard library only, Python 3.8+,
-copied into each node's run dir with its companions (engine.py and heal_policy.py: the run's engine;
-node_health.py: the passive health watch; node_healing.py: a keeper's relaunch) and run from there
+copied into each node's run dir with its companions (engine.py, heal_policy.py and straggler_verdict.py:
+the run's engine; node_health.py: the passive health watch; node_stragglers.py: the straggler watch's
+samples; node_healing.py: a keeper's relaunch) and run from there
 (nothing installed).
 
 Two roles, one process each, both carrying the run's marker (modules/process.py), so `stop` and
