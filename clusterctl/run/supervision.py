@@ -293,6 +293,7 @@ def refresh_record(store, inventory: Inventory, connections: Connections, run_id
         detached_healing.remember_excluded(store, inventory, run_id, done["attempts"])
     RunStore(store).write(RunRecord.from_json(done, run_id))
     health.record_run_end(store, inventory, done)  # issue 36: the run's lost and blamed nodes
+    health.record_stragglers(store, inventory, run_id, done.get("stragglers") or [])  # the supervisor's, as attached
     from clusterctl.observe.notify_hooks import ended_detached
 
     ended_detached(store, inventory, done)  # issue 41: the end's notification, as the controller learns it

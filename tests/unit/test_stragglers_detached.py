@@ -111,3 +111,20 @@ def test_the_engine_takes_the_samples_in_beats_and_its_document_names_the_stragg
     assert [(s["host"], s["rank"]) for s in document["stragglers"]] == [("node2", 1)]
     plain = engine.Attempt({"run_id": "r1", "hosts": ["a"], "lost_after_s": 60}, "/nonexistent")
     assert "stragglers" not in plain.document()  # not asked for: the document is as it was
+
+
+def test_the_ranks_named_become_straggler_events_of_their_nodes_in_the_health_record(tmp_path):
+    from clusterctl.health.fleet import record_stragglers
+    from clusterctl.health.record import HealthRecord
+    from clusterctl.models import Host, Inventory
+    from clusterctl.state import State
+
+    state = State(tmp_path / "state")
+    fleet = Inventory("fleet", tuple(Host(name=f"node{i}", address=f"10.0.0.{i}") for i in (1, 2)))
+    watch = straggler_verdict.Watch()
+    watch.judge(_fed(watch, SLOW) + 3)
+    assert record_stragglers(state, fleet, "r1", watch.found()) is None
+    assert record_stragglers(state, fleet, "r2", []) is None
+    with HealthRecord.open(state.health_db, "fleet") as record:
+        events = [e for e in record.state("node2").events if e.kind == "straggler"]
+    assert [(e.run_id, e.evidence[:7]) for e in events] == [("r1", "rank 1:")], events
