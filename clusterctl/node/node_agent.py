@@ -297,6 +297,10 @@ def keep(run_dir, interval=1.0):
     health = health.Sampler(config.get("since")) if health else None
     watch = _beside("node_stragglers", config.get("stragglers"))  # the straggler watch's samples, in each report
     watch = watch.Sampler(run_dir, config.get("stragglers")) if watch else None
+    if watch and threading.current_thread() is threading.main_thread():
+        import signal
+
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # `stop`, `down`: the py-spy it unpacked goes too
     try:
         return _keep(run_dir, config, interval, healing, health, watch)
     finally:
