@@ -11,6 +11,8 @@ from clusterctl.node import engine, node_stragglers, straggler_verdict
 from clusterctl.watch.sampler import parse_node_output
 from clusterctl.watch.stragglers import find, readings
 
+from unit.test_supervision import Clock
+
 PYSPY = Path(__file__).resolve().parents[1] / "fixtures" / "pyspy"
 SLOW = "node_straggler_slow_r1_2ranks.txt"
 HEALTHY = "node_straggler_healthy_2ranks.txt"
@@ -93,13 +95,13 @@ def test_the_keeper_reads_whether_the_main_thread_waits_from_py_spy_json():
 
 
 def test_the_engine_takes_the_samples_in_beats_and_its_document_names_the_straggler():
-    clock = type("Clock", (), {"t": float(START), "__call__": lambda self: self.t})()
+    clock = Clock()
     sup = engine.Attempt({"run_id": "r1", "hosts": ["node1", "node2"], "lost_after_s": 60,
                           "stragglers": {"arch": "", "sha": ""}}, "/nonexistent", now=clock)
     seq = 0
     summaries = _summaries(SLOW)
     for i in range(len(summaries["node1"])):
-        clock.t = START + i + 1
+        clock.t = START + i + 1.0
         seq += 1
         for host, samples in summaries.items():
             sup.beat({"host": host, "seq": seq, "exit_code": None, "ranks": 1,
@@ -128,3 +130,17 @@ def test_the_ranks_named_become_straggler_events_of_their_nodes_in_the_health_re
     with HealthRecord.open(state.health_db, "fleet") as record:
         events = [e for e in record.state("node2").events if e.kind == "straggler"]
     assert [(e.run_id, e.evidence[:7]) for e in events] == [("r1", "rank 1:")], events
+
+
+def test_a_keeper_without_a_py_spy_that_runs_says_so_once_and_samples_nothing(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(node_stragglers.shutil, "which", lambda name: None)
+    (tmp_path / node_stragglers.PACKED).write_bytes(b"not gzip")  # a shipped binary that is not one: not run
+    sampler = node_stragglers.Sampler(str(tmp_path), {"arch": "x86_64", "sha": "0" * 64}, marker=["A=b"])
+    for _ in range(100):
+        if sampler.summary().get("problem"):
+            break
+        sampler.closed.wait(0.02)
+    sampler.close()
+    assert sampler.summary() == {"samples": [], "problem": sampler.problem} and sampler.problem.startswith("no py-spy")
+    assert capsys.readouterr().out.count("no straggler watch: no py-spy") == 1
+    assert not list(tmp_path.iterdir())  # nothing it was shipped stays
