@@ -111,10 +111,11 @@ def test_a_detached_run_names_the_rank_0_35_s_slower_per_step_in_status_while_it
     assert run["state"] == "running", run
     named = run["stragglers"]
     assert [(s["host"], s["rank"]) for s in named] == [("node2", 3)], named
-    assert named[0]["ratio"] > 1.5 and named[0]["evidence"].endswith("waited in a collective"), named
+    assert named[0]["evidence"].endswith("waited in a collective"), named  # its first estimate: 5 of 15 samples
     print(f"\nnamed {named[0]['since'] - (run.get('started') or 0):.1f}s after the start: {named[0]}")
     record = _ended_clean(sandbox, cli, inventory, run_id)
     assert [(s["host"], s["rank"]) for s in record["stragglers"]] == [("node2", 3)], record["stragglers"]
+    assert record["stragglers"][0]["ratio"] > 1.5, record["stragglers"]  # refreshed over the window, as attached
 
 
 def test_a_detached_run_with_every_rank_alike_names_nobody(sandbox, cluster, tmp_path):
