@@ -182,21 +182,12 @@ def _ended(summary: dict, record: dict, outcome) -> Outcome:
 
 
 def record_stragglers(session, inventory, run_id: str, found: list) -> None:
-    """Each rank named late during the run: a `straggler` event of its node (its GPU, where known)
-    in the fleet health record (clusterctl/health/)."""
-    if not found:
-        return
-    from clusterctl.errors import ClusterctlError
-    from clusterctl.health.events import Event, GpuId
-    from clusterctl.health.record import HealthRecord
+    """Each rank named late during the run: a `straggler` event in the fleet health record (health/fleet.py)."""
+    from clusterctl.health.fleet import record_stragglers as record
 
-    events = [Event(s["host"], "straggler", "straggler", f"rank {s['rank']}: {s['evidence']}",
-                    gpu=GpuId(index=s["gpu"]) if s.get("gpu") is not None else None, run_id=run_id) for s in found]
-    try:
-        with HealthRecord.open(session.state.health_db, inventory.name, inventory.health) as health:
-            health.record(*events)
-    except ClusterctlError as exc:  # the run is recorded all the same; the health record says why not
-        session.renderer.message(f"the health record did not take the straggler events: {exc}", "yellow")
+    note = record(session.state, inventory, run_id, found)
+    if note:  # the run is recorded all the same; the health record says why not
+        session.renderer.message(f"straggler events: {note}", "yellow")
 
 
 def _plan_document(session, plan: Plan) -> Outcome:

@@ -45,6 +45,14 @@ def record_run_end(store, inventory: Inventory, record: Mapping) -> Optional[str
     return record_events(store.health_db, inventory, run_events(record))
 
 
+def record_stragglers(store, inventory: Inventory, run_id: str, found: Sequence[Mapping]) -> Optional[str]:
+    """Each rank named late during a run (attached: backends/run_flow.py; detached: at its end, as
+    supervision.refresh_record learns it): a `straggler` event of its node (its GPU, where known)."""
+    return record_events(store.health_db, inventory, [
+        Event(s["host"], "straggler", "straggler", f"rank {s['rank']}: {s['evidence']}",
+              gpu=GpuId(index=s["gpu"]) if s.get("gpu") is not None else None, run_id=run_id) for s in found])
+
+
 def record_checks(store, inventory: Inventory, checks: Sequence[Mapping], source: str,
                   gpus: Optional[Mapping[str, Sequence]] = None) -> Optional[str]:
     """Preflight verdicts (`up`, `check`): CheckResult.to_json() documents; `gpus`: the GPUs each

@@ -17,7 +17,10 @@ with the stage that ships them.
 
 The run's engine (`engine.py` with `heal_policy.py`): the one code that decides a run's fate (fail fast,
 lost node, timeout, stall, heal), hosted by the controller in-process when attached and by the master
-node's supervisor when detached. `layout.py`: every path of a run, on a node and in a collected bundle."""
+node's supervisor when detached. `straggler_verdict.py`: the rank the others wait for, named from
+per-rank samples (the controller's straggler watch imports it; detached, each keeper's `node_stragglers.py`
+samples its node's ranks with py-spy and the supervisor's engine judges). `layout.py`: every path of a
+run, on a node and in a collected bundle."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -21,9 +21,10 @@ import threading
 import time
 
 if __package__:  # imported by the controller
-    from clusterctl.node import heal_policy
+    from clusterctl.node import heal_policy, straggler_verdict
 else:  # beside node_agent.py in a node's run dir (the script's directory is on sys.path)
     import heal_policy
+    import straggler_verdict
 
 RUNS_ON_NODES = True
 SETTLE_S = 3.0  # after a first failure: the others report before the run is stopped (the culprit is named)
@@ -52,6 +53,8 @@ class Attempt:
         self.first_failure_at = None
         self.ended = None
         self.failures = []  # [{"host", "exit_code", "at", "lost", "tail"}] in the order they were seen
+        # detached: the keepers' py-spy samples (node_stragglers.py), the rank the others wait for named
+        self.stragglers = straggler_verdict.Watch() if config.get("stragglers") else None
 
     # one report of a node's keeper; returns the answer (None: refused)
     def beat(self, message):
@@ -65,6 +68,8 @@ class Attempt:
             silent = message.get("silent_s")
             node["silent_s"] = float(silent) if isinstance(silent, (int, float)) else None
             node["health"] = message["health"] if isinstance(message.get("health"), dict) else node["health"]
+            if self.stragglers is not None:
+                self.stragglers.heard(host, message.get("stragglers"))
             code = message.get("exit_code")
             if code is not None and node["exit_code"] is None:
                 node["exit_code"], node["ended_at"] = int(code), self.now()
@@ -105,6 +110,8 @@ class Attempt:
                 elif all(n["exit_code"] == 0 for n in self.nodes.values()):
                     self._end("succeeded", None)
             self.stalled_s = self._silence(now) if self.state == "running" else None
+            if self.stragglers is not None and self.state == "running":
+                self.stragglers.judge(now)
             if self.state == "running":
                 return False
             pending = [n for n in self.nodes.values() if n["exit_code"] is None and not n["lost"]]
@@ -145,7 +152,9 @@ class Attempt:
             return {"run_id": self.config["run_id"], "state": self.state, "reason": self.stop_reason,
                     "started": self.started, "ended": self.ended, "final": final, "pid": os.getpid(),
                     "stall_timeout_s": self.stall_timeout_s, "stalled_s": self.stalled_s, "timed_out": self.timed_out,
-                    "nodes": nodes, "failures": list(self.failures)}
+                    "nodes": nodes, "failures": list(self.failures),
+                    **({"stragglers": self.stragglers.found(), "straggler_problems": dict(self.stragglers.problems)}
+                       if self.stragglers is not None else {})}
 
 
 class Engine:

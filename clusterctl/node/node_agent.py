@@ -1,7 +1,8 @@
 """The part of a run that lives on the cluster when no clusterctl watches it (`run --detach`, or an
 attached `run` whose terminal hung up). Runs on the nodes: the standard library only, Python 3.8+,
-copied into each node's run dir with its companions (engine.py and heal_policy.py: the run's engine;
-node_health.py: the passive health watch; node_healing.py: a keeper's relaunch) and run from there
+copied into each node's run dir with its companions (engine.py, heal_policy.py and straggler_verdict.py:
+the run's engine; node_health.py: the passive health watch; node_stragglers.py: the straggler watch's
+samples; node_healing.py: a keeper's relaunch) and run from there
 (nothing installed).
 
 Two roles, one process each, both carrying the run's marker (modules/process.py), so `stop` and
@@ -295,18 +296,33 @@ def node_report(run_dir):
 
 
 def keep(run_dir, interval=1.0):
+    config = load_config(run_dir)
+    healing = _beside("node_healing", config.get("heal"))
+    health = _beside("node_health")  # the passive health watch: its newest sample, bounded, in a report
+    health = health.Sampler(config.get("since")) if health else None
+    watch = _beside("node_stragglers", config.get("stragglers"))  # the straggler watch's samples, in each report
+    watch = watch.Sampler(run_dir, config.get("stragglers")) if watch else None
+    if watch and threading.current_thread() is threading.main_thread():
+        import signal
+
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # `stop`, `down`: the py-spy it unpacked goes too
+    try:
+        return _keep(run_dir, config, interval, healing, health, watch)
+    finally:
+        watch.close() if watch else None
+
+
+def _keep(run_dir, config, interval, healing, health, watch):
     import urllib.request
 
-    config = load_config(run_dir)
     key, host, lease_s = config["key"], config["host"], config["lease_s"]
     url = f"http://{config['address']}:{config['port']}/beat"
     lease, stop = os.path.join(run_dir, "lease"), os.path.join(run_dir, "stop")
-    seq, last_answer, healing = int(time.time() * 1000), time.monotonic(), _beside("node_healing", config.get("heal"))
-    health = _beside("node_health")  # the passive health watch: its newest sample, bounded, in a report
-    health = health.Sampler(config.get("since")) if health else None
+    seq, last_answer = int(time.time() * 1000), time.monotonic()
     while True:
         report = {**node_report(run_dir), **({"attempt": healing.attempt_of(run_dir)} if healing else {})}
         report.update(health.take(final=report["exit_code"] is not None) if health else {})
+        report.update({"stragglers": watch.summary()} if watch and report["exit_code"] is None else {})
         seq += 1
         body = json.dumps({"host": host, "seq": seq, **report}).encode()
         request = urllib.request.Request(url, data=body, headers={MAC_HEADER: sign(key, body),

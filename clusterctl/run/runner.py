@@ -242,6 +242,7 @@ class JobRunner:
             self.inventory, self.run_id, master, self.topology.master_addr, self.topology.port,
             {name: n.run_dir for name, n in self.nodes.items()}, {name: n.host for name, n in self.nodes.items()},
             self.connections, stall_timeout_s=self.stalls.timeout_s, since=self.started_at, heal=self.heal, files=self.files,
+            stragglers=self.stragglers.enabled,
             timeout_s=max(1.0, self.timeout_s - (time.monotonic() - self._started)) if self.timeout_s else None)
         if supervised is None:
             self.stop("the run could not be handed over to the cluster")

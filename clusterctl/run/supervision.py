@@ -34,9 +34,10 @@ ESTABLISH_S = 30.0
 _SCRIPT = program("node_agent.py")
 _HEALTH_SCRIPT = program("node_health.py")  # the keeper's passive health watch (issue 36)
 _HEALING = program("node_healing.py")
-# the run's engine, which the supervisor hosts (node/engine.py and the heal it calls), and the run's
-# paths (node/layout.py), which node_agent.py imports as a file beside it
-_ENGINE = tuple(program(name) for name in ("engine.py", "heal_policy.py", "layout.py"))
+# the run's engine, which the supervisor hosts (node/engine.py, the heal it calls and the straggler verdict),
+# and the run's paths (node/layout.py), which node_agent.py imports as files beside it
+_ENGINE = tuple(program(name) for name in ("engine.py", "heal_policy.py", "straggler_verdict.py", "layout.py"))
+_STRAGGLERS = program("node_stragglers.py")  # the keeper's straggler watch (py-spy on its node's ranks)
 
 # $1 dir (proven ours: agent.OWN_DIR_SH), $2 file name: stdin into a file only its owner reads (the
 # key), through a rename
@@ -116,14 +117,16 @@ def establish(inventory: Inventory, run_id: str, master: str, address: str, port
               run_dirs: dict[str, str], hosts: dict[str, Host], connections: Connections,
               stall_timeout_s: float = 0.0, timeout_s: Optional[float] = None, lease_s: int = agent.LEASE_S,
               wait_s: float = ESTABLISH_S, since: Optional[float] = None, heal=None,
-              files: Optional[dict[str, bytes]] = None) -> tuple[Optional[Supervised], dict]:
+              files: Optional[dict[str, bytes]] = None, stragglers: bool = False) -> tuple[Optional[Supervised], dict]:
     """Start the supervisor and the keepers; (where it listens, {} ) once every node was heard, else
     (None, {host: HostResult}) naming what failed (the caller stops the run). `stall_timeout_s`: the
     supervisor reports the run stalled after that long without output from any rank (0: never);
     `timeout_s` (`run --timeout`, from the supervisor's start): the run is stopped past it; `since`:
     the run's start (unix time), from which the keepers' health watch reads the kernel log. `heal`
     (heal/detached.DetachedHealing): the run heals itself; its spares get a keeper too, and the
-    run's shipped `files` (the launcher's own node programs: mpirun's gate) for the attempt they join."""
+    run's shipped `files` (the launcher's own node programs: mpirun's gate) for the attempt they join.
+    `stragglers`: each keeper samples its node's ranks with py-spy (node/node_stragglers.py; the binary the
+    attached watch ships, gzipped, once per node) and the supervisor names the rank the others wait for."""
     from clusterctl.node.node_agent import CONFIG
     from clusterctl.plan.shipping import put_file_command
     from clusterctl.node.layout import files_dir, node_run_dir
@@ -138,6 +141,14 @@ def establish(inventory: Inventory, run_id: str, master: str, address: str, port
     base = {"run_id": run_id, "address": address, "port": supervised.port, "key": key, "lease_s": lease_s,
             "lost_after_s": inventory.job.healing.lost_after, "hosts": list(run_dirs),
             "stall_timeout_s": stall_timeout_s, "timeout_s": timeout_s or 0, "since": since or time.time()}
+    packed = b""
+    if stragglers:
+        from clusterctl.watch.sampler import payload
+
+        packed, arch, sha = payload()
+        base["stragglers"] = {"arch": arch, "sha": sha}
+    watch = [(name, data) for name, data in (("node_stragglers.py", _STRAGGLERS.read_bytes()), ("py-spy.gz", packed))
+             if stragglers and data]
 
     def action(transport, host: Host) -> HostResult:
         run_dir = run_dirs[host.name]
@@ -151,6 +162,7 @@ def establish(inventory: Inventory, run_id: str, master: str, address: str, port
                     _put_private(inventory, run_dir, "node_health.py", health_script),
                     *(_put_private(inventory, run_dir, path.name, path.read_bytes()) for path in _ENGINE),
                     *([_put_private(inventory, run_dir, "node_healing.py", _HEALING.read_bytes())] if heal else []),
+                    *(_put_private(inventory, run_dir, name, data) for name, data in watch),
                     _put_private(inventory, run_dir, CONFIG, config.encode())]
         if host.name == master:
             commands.append(_start(inventory, run_dir, "supervise", marker))
@@ -235,6 +247,8 @@ def finish_record(record: dict, state: dict, inventory: Inventory, mask: Callabl
                           "run_dir": (run_dirs.get(h) or {}).get("run_dir")
                           or node_run_dir(inventory.job.outputs, record.get("run_id") or "", h)} for h, n in nodes.items()},
             "supervisor_reason": state.get("reason")}
+    if state.get("stragglers"):
+        done["stragglers"] = state["stragglers"]
     if state.get("state") == "stopped":
         done["stopped"] = True
     if record.get("started") and state.get("ended"):
@@ -259,8 +273,11 @@ def refresh_record(store, inventory: Inventory, connections: Connections, run_id
         return {**record, "supervisor_gone": True}
     attempts = detached_healing.attempts_of(state)  # a run that heals itself: its attempts so far
     if not state.get("final"):
-        if state.get("stalled_s") != record.get("stalled_s") or (attempts and attempts != record.get("attempts")):
-            record = {**record, "stalled_s": state.get("stalled_s"), **({"attempts": attempts} if attempts else {})}
+        found = state.get("stragglers") or []  # the supervisor's straggler watch, shaped as the attached one's
+        if state.get("stalled_s") != record.get("stalled_s") or (attempts and attempts != record.get("attempts")) \
+                or (found and found != record.get("stragglers")):
+            record = {**record, "stalled_s": state.get("stalled_s"), **({"attempts": attempts} if attempts else {}),
+                      **({"stragglers": found} if found else {})}
             RunStore(store).write(RunRecord.from_json(record, run_id))
         return record
     done = finish_record(record, state, inventory, mask)
@@ -277,6 +294,7 @@ def refresh_record(store, inventory: Inventory, connections: Connections, run_id
         detached_healing.remember_excluded(store, inventory, run_id, done["attempts"])
     RunStore(store).write(RunRecord.from_json(done, run_id))
     health.record_run_end(store, inventory, done)  # issue 36: the run's lost and blamed nodes
+    health.record_stragglers(store, inventory, run_id, done.get("stragglers") or [])  # the supervisor's, as attached
     from clusterctl.observe.notify_hooks import ended_detached
 
     ended_detached(store, inventory, done)  # issue 41: the end's notification, as the controller learns it

@@ -14,8 +14,9 @@ connections look wrong), `rollcall.py` (ranks grouped by innermost frame, hang o
 samples, the `rank_hang` finding), `sampler.py` (the node script that ships py-spy and samples every
 rank), `pyspy_kept.py` (py-spy shipped once per node and kept there by digest; removed at the run's
 end), `stalls.py` (the runner's silence watch, the saved stack documents). Stragglers:
-`stragglers.py` (the rank working while every other rank waits in a collective, its lag and ratio,
-the step time from progress lines), `straggler_watch.py` (the runner's rounds of non-blocking
+`stragglers.py` (the rank working while every other rank waits in a collective, judged by
+node/straggler_verdict.py, which a detached run's supervisor uses too; its lag and ratio, the step time
+from progress lines), `straggler_watch.py` (the runner's rounds of non-blocking
 samples, the `[straggler]` lines, the record's `stragglers`).
 
 The first failure: `failures.py` names a run's first failure from the nodes' log tails, the same

@@ -13,16 +13,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional
 
+from clusterctl.node import straggler_verdict as verdict
+
 # Where library code lives: a frame there is "inside" a library, not the job's own code.
 _LIBRARY_PARTS = ("/site-packages/", "/dist-packages/", "<frozen ")
 _STDLIB_RE = re.compile(r"/lib/python3\.\d+/")
-# torch.distributed's own files: a rank whose stack passes through one waits in a collective (or the store)
-_COLLECTIVE_FILES = ("torch/distributed/",)
-# CUDA's host-side waits: torch.cuda.synchronize() and Stream.synchronize() spin a CPU (CUDA's default
-# schedule spins while a process has fewer contexts than the machine has cores) until the GPU's queue
-# drains. Behind an NCCL kernel whose peer never came that is a wait, not work (watch/rollcall.py judge;
-# docs/gpu-validation.md, round 2).
-_CUDA_WAITS = (("synchronize", "torch/cuda/__init__.py"), ("synchronize", "torch/cuda/streams.py"))
+# Which frames wait for the other ranks (torch.distributed's files, CUDA's host-side syncs): the straggler
+# verdict's, on the nodes too (node/straggler_verdict.py)
 
 
 @dataclass(frozen=True)
@@ -43,12 +40,11 @@ class Frame:
 
     @property
     def in_torch_distributed(self) -> bool:
-        return any(part in (self.path or self.file) for part in _COLLECTIVE_FILES)
+        return verdict.in_collective(self.path or self.file)
 
     @property
     def is_cuda_wait(self) -> bool:
-        where = self.path or self.file
-        return any(self.function == name and where.endswith(file) for name, file in _CUDA_WAITS)
+        return verdict.is_cuda_wait(self.function, self.path or self.file)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from collections import deque
 from typing import Callable, Optional
 
 from clusterctl.executor import Background, Connections, Event, OnEvent
+from clusterctl.node.straggler_verdict import FIRST_AFTER_S, INTERVAL_S
 from clusterctl.watch import stragglers
 from clusterctl.watch.pyspy_kept import KeptPySpy
 from clusterctl.watch.sampler import merged_samples, node_stacks, sample_action
@@ -25,8 +26,7 @@ from clusterctl.models import Host, Inventory
 # Per round, a round trip per node (py-spy, ~3 MB, shipped in a node's first round only): short rounds until the window
 # holds enough samples to name a rank soon after the start, then longer ones.
 FIRST_SAMPLES, SAMPLES = 5, 15
-INTERVAL_S = 1.0
-FIRST_ROUND_AFTER_S = 3.0  # the ranks start (rendezvous) meanwhile
+INTERVAL_S, FIRST_ROUND_AFTER_S = INTERVAL_S, FIRST_AFTER_S  # the pace the detached keepers sample at too
 PROGRESS_KEPT = 30  # progress lines kept for the step time (the latest)
 
 

@@ -1,0 +1,225 @@
+"""The straggler watch of a detached run, on the node: its keeper samples the node's ranks with py-spy.
+Runs on the nodes, so: the standard library only, Python 3.8+; shipped beside node_agent.py into each
+node's run dir (run/supervision.py, with the py-spy the attached watch ships, gzipped) and imported by
+its keeper.
+
+At the attached watch's pace (straggler_verdict.INTERVAL_S apart, the first FIRST_AFTER_S after the
+start), in a thread of its own so that a py-spy that hangs never holds a beat back: the ranks of this
+run on this node (the processes that carry the keeper's own marker and a RANK, as watch/sampler.py's
+script finds them: a rank's child with the same RANK and a launcher's shell are passed over), each read
+at once with `py-spy dump --json --nonblocking` (the ranks are not paused), TIMEOUT_S at most and
+MAX_OUTPUT bytes. Each sample is [tick, [[rank, waits], ...]] (tick: the whole second of the node's
+clock, so the supervisor puts the nodes' samples of one moment side by side; waits: the main thread in
+a collective, straggler_verdict.frames_wait); the latest KEPT go in every beat, the supervisor keeps
+each tick once (engine.py, straggler_verdict.Watch). Without a py-spy that runs, the keeper says so
+once (its log and its beats) and the run goes on unwatched. The py-spy unpacked into the run dir is
+removed when the keeper ends.
+"""
+import gzip
+import hashlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import threading
+import time
+from collections import deque
+
+if __package__:  # imported by the controller's tests
+    from clusterctl.node import straggler_verdict as verdict
+else:  # beside node_agent.py in a node's run dir
+    import straggler_verdict as verdict
+
+RUNS_ON_NODES = True
+TIMEOUT_S = 5.0  # one py-spy dump
+MAX_OUTPUT = 1 << 20  # of one dump: more is not a stack we read
+MAX_RANKS = 64  # sampled on one node
+KEPT = 10  # samples a beat carries (the supervisor drops the ticks it has)
+UNREAD = 5  # samples in a row in which py-spy read none of the ranks found: said once (a ptrace refused)
+RESCAN_S = 5.0  # the ranks are looked for again this often
+PACKED = "py-spy.gz"  # as run/supervision.py ships it
+BINARY = "py-spy"
+MARKER = ("CLUSTERCTL_CLUSTER", "CLUSTERCTL_HOST", "CLUSTERCTL_RUN_ID")  # plan/marker.py's names
+SHELLS = ("sh", "dash", "bash", "busybox")
+
+
+def unpack(run_dir, shipped):
+    """The py-spy to run: the shipped one unpacked (its sha256 checked, where it runs), else one on PATH;
+    (path, "") or (None, why there is none)."""
+    packed, path = os.path.join(run_dir, PACKED), os.path.join(run_dir, BINARY)
+    wanted = shipped or {}
+    if os.path.exists(packed):
+        try:
+            with gzip.open(packed, "rb") as f:
+                data = f.read(64 << 20)
+            os.remove(packed)
+            if hashlib.sha256(data).hexdigest() == wanted.get("sha") and platform.machine() == wanted.get("arch"):
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o700)
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                if _runs(path):
+                    return path, ""
+        except (OSError, EOFError, ValueError):
+            pass
+    found = shutil.which("py-spy")
+    if found and _runs(found):
+        return found, ""
+    return None, f"no py-spy: the shipped binary does not run here ({platform.machine()}) and none is on PATH"
+
+
+def _runs(path):
+    try:
+        return subprocess.run([path, "--version"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, timeout=TIMEOUT_S).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def _environ(pid):
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return f.read(1 << 20).decode("utf-8", "replace").split("\0")
+    except OSError:
+        return []
+
+
+def _rank_of(lines):
+    for line in lines:
+        if line.startswith("RANK=") and line[5:].isdigit():
+            return int(line[5:])
+    return None
+
+
+def _shell(pid):
+    try:
+        return os.path.basename(os.readlink(f"/proc/{pid}/exe")) in SHELLS
+    except OSError:
+        return False
+
+
+def _parent(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def find_ranks(marker):
+    """{pid: rank} of the processes carrying `marker` (the lines KEY=value) and a RANK: the ranks themselves."""
+    ranks = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        lines = _environ(entry)
+        rank = _rank_of(lines) if all(m in lines for m in marker) else None
+        if rank is None or _shell(entry):
+            continue
+        parent = _parent(entry)
+        if parent and _rank_of(_environ(parent)) == rank and not _shell(parent):
+            continue  # a rank's child (a DataLoader worker)
+        ranks[int(entry)] = rank
+        if len(ranks) >= MAX_RANKS:
+            break
+    return ranks
+
+
+def waits(text):
+    """From py-spy's `dump --json`: None (unreadable), else whether the main thread waits for the others."""
+    try:
+        threads = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    threads = [t for t in threads if isinstance(t, dict) and isinstance(t.get("frames"), list)] \
+        if isinstance(threads, list) else []
+    main = next((t for t in threads if t.get("thread_name") == "MainThread"), threads[0] if threads else None)
+    frames = [(f.get("name"), f.get("filename") or f.get("short_filename") or "")
+              for f in (main or {}).get("frames", ()) if isinstance(f, dict) and isinstance(f.get("name"), str)]
+    return verdict.frames_wait(frames) if frames else None
+
+
+class Sampler:
+    """The keeper's thread of samples; `summary()` goes in each beat, `close()` at the keeper's end."""
+
+    def __init__(self, run_dir, shipped=None, marker=None, now=time.time):
+        self.run_dir, self.shipped, self.now = run_dir, shipped, now
+        self.marker = marker or [f"{k}={os.environ.get(k, '')}" for k in MARKER]
+        self.samples = deque(maxlen=KEPT)
+        self.problem, self.spy, self.error = "", None, ""
+        self.lock, self.children, self.closed = threading.Lock(), [], threading.Event()
+        threading.Thread(target=self._loop, daemon=True).start()
+
+    def summary(self):
+        with self.lock:
+            return {"samples": list(self.samples), **({"problem": self.problem} if self.problem else {})}
+
+    def _loop(self):
+        self.spy, self.problem = unpack(self.run_dir, self.shipped)
+        if self.spy is None:
+            print(f"no straggler watch: {self.problem}", flush=True)
+            return
+        ranks, scanned, unread = {}, None, 0
+        if self.closed.wait(verdict.FIRST_AFTER_S):
+            return
+        while not self.closed.is_set():
+            start = self.now()
+            if scanned is None or start - scanned >= RESCAN_S:
+                ranks, scanned = find_ranks(self.marker), start
+            sample = self.sample(ranks) if ranks else []
+            unread = 0 if sample or not ranks else unread + 1
+            with self.lock:
+                if sample:
+                    self.samples.append([int(start // verdict.INTERVAL_S), sample])
+                elif unread == UNREAD and not self.problem:
+                    self.problem = f"py-spy read none of the {len(ranks)} ranks here: {self.error or 'no stack'}"
+                    print(f"no straggler watch yet: {self.problem}", flush=True)
+            left = verdict.INTERVAL_S - (self.now() % verdict.INTERVAL_S)  # the next whole tick
+            if self.closed.wait(left):
+                return
+
+    def sample(self, ranks):
+        """[[rank, waits], ...] of the ranks py-spy read now, all at once."""
+        started = []
+        if self.closed.is_set():
+            return []
+        for pid, rank in ranks.items():
+            try:
+                child = subprocess.Popen([self.spy, "dump", "--json", "--nonblocking", "--pid", str(pid)],
+                                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            except OSError:
+                continue
+            started.append((rank, child))
+        with self.lock:
+            self.children = [c for _r, c in started]
+        out, deadline = [], time.monotonic() + TIMEOUT_S
+        for rank, child in started:
+            try:
+                text, error = child.communicate(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.communicate()
+                continue
+            wait = waits(text.decode("utf-8", "replace")) if child.returncode == 0 and len(text) <= MAX_OUTPUT else None
+            if wait is not None:
+                out.append([rank, int(wait)])
+            elif error.strip():
+                self.error = error.decode("utf-8", "replace").strip().splitlines()[-1][:200]
+        with self.lock:
+            self.children = []
+        return sorted(out)
+
+    def close(self):
+        """The keeper ends: no py-spy of ours runs on, and the unpacked one goes."""
+        self.closed.set()
+        with self.lock:
+            for child in self.children:
+                try:
+                    child.kill()
+                except OSError:
+                    pass
+        for name in (BINARY, PACKED):
+            try:
+                os.remove(os.path.join(self.run_dir, name))
+            except OSError:
+                pass
