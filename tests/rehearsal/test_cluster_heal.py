@@ -60,8 +60,9 @@ def _record(cli, run_id: str) -> dict:
 
 
 def _run_ids(cli) -> set:
+    """The runs whose record is written (a run's directory may appear a moment before its run.json)."""
     runs = cli.state_dir / "runs"
-    return {p.name for p in runs.iterdir()} if runs.is_dir() else set()
+    return {p.name for p in runs.iterdir() if (p / "run.json").is_file()} if runs.is_dir() else set()
 
 
 def _stepped(sb, name: str, step: int):
