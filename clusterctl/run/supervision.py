@@ -36,7 +36,7 @@ _HEALTH_SCRIPT = program("node_health.py")  # the keeper's passive health watch 
 _HEALING = program("node_healing.py")
 # the run's engine, which the supervisor hosts (node/engine.py, the heal it calls and the straggler verdict),
 # and the run's paths (node/layout.py), which node_agent.py imports as files beside it
-_ENGINE = tuple(program(name) for name in ("engine.py", "heal_policy.py", "straggler_verdict.py", "layout.py"))
+BESIDE_AGENT = tuple(program(name) for name in ("engine.py", "heal_policy.py", "straggler_verdict.py", "layout.py"))
 _STRAGGLERS = program("node_stragglers.py")  # the keeper's straggler watch (py-spy on its node's ranks)
 
 # $1 dir (proven ours: agent.OWN_DIR_SH), $2 file name: stdin into a file only its owner reads (the
@@ -160,7 +160,7 @@ def establish(inventory: Inventory, run_id: str, master: str, address: str, port
         commands = [*spare,
                     _put_private(inventory, run_dir, "node_agent.py", script),
                     _put_private(inventory, run_dir, "node_health.py", health_script),
-                    *(_put_private(inventory, run_dir, path.name, path.read_bytes()) for path in _ENGINE),
+                    *(_put_private(inventory, run_dir, path.name, path.read_bytes()) for path in BESIDE_AGENT),
                     *([_put_private(inventory, run_dir, "node_healing.py", _HEALING.read_bytes())] if heal else []),
                     *(_put_private(inventory, run_dir, name, data) for name, data in watch),
                     _put_private(inventory, run_dir, CONFIG, config.encode())]

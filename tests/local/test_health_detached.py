@@ -18,7 +18,8 @@ from clusterctl_helpers import wait_until
 from clusterctl.health import watch
 from clusterctl.health.record import HealthRecord
 from clusterctl.watch import detached_health
-from clusterctl.node import engine, heal_policy, layout, node_agent, node_health, straggler_verdict
+from clusterctl.node import node_agent, node_health
+from clusterctl.run.supervision import BESIDE_AGENT
 from clusterctl.state import State
 
 from unit.test_health_detached import FIXTURES, FLEET, XID_79
@@ -46,8 +47,8 @@ def test_a_real_keeper_sends_its_nodes_sample_and_the_supervisor_state_quarantin
 
     port, run_dir = _free_port(), tmp_path / "n1"
     run_dir.mkdir()
-    for script in (node_agent, node_health, engine, heal_policy, straggler_verdict, layout):  # the engine, its paths
-        (run_dir / Path(script.__file__).name).write_bytes(Path(script.__file__).read_bytes())
+    for path in (Path(node_agent.__file__), Path(node_health.__file__), *BESIDE_AGENT):  # as a run ships them
+        (run_dir / path.name).write_bytes(path.read_bytes())
     (run_dir / node_agent.CONFIG).write_text(json.dumps({
         "run_id": "r1", "address": "127.0.0.1", "port": port, "key": "k" * 64, "lease_s": 5, "lost_after_s": 15,
         "hosts": ["n1"], "host": "n1", "since": time.time() - 5}))

@@ -209,8 +209,10 @@ def _supervised_run(run_dir: Path, port: int) -> None:
     from clusterctl.node import node_agent
 
     run_dir.mkdir(parents=True)
-    for name in ("node_agent.py", "engine.py", "heal_policy.py", "straggler_verdict.py", "layout.py"):  # shipped beside it: its engine, its paths
-        (run_dir / name).write_bytes(Path(node_agent.__file__).with_name(name).read_bytes())
+    from clusterctl.run.supervision import BESIDE_AGENT
+
+    for path in (Path(node_agent.__file__), *BESIDE_AGENT):  # the agent and what ships beside it, as a run ships them
+        (run_dir / path.name).write_bytes(path.read_bytes())
     (run_dir / node_agent.CONFIG).write_text(json.dumps({
         "run_id": "r1", "address": "127.0.0.1", "port": port, "key": "k" * 64, "lease_s": 5,
         "lost_after_s": 15, "hosts": ["n1"], "host": "n1"}))

@@ -32,8 +32,8 @@ def _free_port() -> int:
 
 def _config(run_dir: Path, host: str, port: int, hosts=("n1",)) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
-    for name in ("node_agent.py", "engine.py", "heal_policy.py", "straggler_verdict.py", "layout.py"):  # shipped beside it: its engine, its paths
-        (run_dir / name).write_bytes(SCRIPT.with_name(name).read_bytes())
+    for path in (SCRIPT, *supervision.BESIDE_AGENT):  # the agent and what ships beside it, as a run ships them
+        (run_dir / path.name).write_bytes(path.read_bytes())
     (run_dir / node_agent.CONFIG).write_text(json.dumps({
         "run_id": "r1", "address": "127.0.0.1", "port": port, "key": "k" * 64, "lease_s": 5,
         "lost_after_s": 15, "hosts": list(hosts), "host": host}))
