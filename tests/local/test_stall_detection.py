@@ -21,6 +21,7 @@ from clusterctl_helpers import FIXTURE_JOBS, processes_with, wait_until
 from json_documents import check_command_output
 
 from unit.test_stall_detection import FIXTURES, watch
+from local.test_logs_stop import _clusterctl, _env
 
 
 # --------------------------------------------------------------------------- for real: torchrun on this machine
@@ -48,19 +49,6 @@ checks: {{ib: off}}
 """)
     (tmp_path / "prompt.txt").write_text("a cat\n")
     return path
-
-
-def _env(tmp_path: Path) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHELASTIC", "MASTER_", "RANK", "WORLD_SIZE"))}
-    env["CLUSTERCTL_STATE"] = str(tmp_path / "state")
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # torch's python3 for the ranks
-    return env
-
-
-def _clusterctl(tmp_path: Path, *argv: str, json_output: bool = True) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "clusterctl", *argv[:1], *(["--json"] if json_output else []),
-                             *argv[1:]], cwd=tmp_path, env=_env(tmp_path), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
 
 
 def _left_over(tmp_path: Path, inventory: Path) -> list:
