@@ -16,12 +16,16 @@ How a log becomes findings:
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Optional
 
+from clusterctl.diagnose import evidence as ev
+from clusterctl.diagnose import families
 from clusterctl.diagnose import logformat as fmt
 from clusterctl.diagnose.logformat import LogLine, RootCause
-from clusterctl.diagnose.rules import RULES, Rule, Signal
+from clusterctl.diagnose.rules import OOM_RECORD, RULE_OF, RULES, Rule, Signal
 from clusterctl.diagnose.textmatch import (CASCADE_PATTERNS, CONTEXT_PATTERNS, EXCEPTION_LINE, PEER_LOST_PATTERNS,
                                            SUSPICIOUS, UNKNOWN_FIX, compiled, render_fix, required_literals,
                                            template_values)
@@ -29,6 +33,10 @@ from clusterctl.models import Finding
 
 EVIDENCE_MAX = 600
 TOP = 3
+# A line its writer logged as a warning (glog `W`, Python warnings, WARNING:) is a weaker shape: the run
+# went on after it. NCCL's `WARN` is NCCL's error level and is not one of these.
+WARNING_LINE = re.compile(r"^\[?W\d{4} |^\[W |\bWARNING\b|\w+Warning\b|\bWarning:")
+WARNING_FACTOR = 0.5
 ROOT_RANK_FACTOR = 1.12  # a line of the rank torchrun saw fail first
 PEER_LOST_FACTOR = 0.6  # a line that says a peer went away
 CONSEQUENCE_FACTOR = 0.45  # timeouts while something else explains the failure
@@ -82,6 +90,7 @@ class Scan:
         self.lines.extend(lines)
         self.roots.extend(roots)
         self.events.extend(match_lines(lines, source))
+        self.events.extend(family_events(lines, source))
         for key, value in context_from_text(text).items():
             self.context.setdefault(key, value)
 
@@ -127,6 +136,29 @@ def match_lines(lines: list[LogLine], source: str) -> list[Event]:
     return events
 
 
+def family_events(lines: list[LogLine], source: str) -> list[Event]:
+    """The typed evidence of `lines` (evidence.py) as events of the causes its families support
+    (families.py): one Signal per family, so the noisy-OR counts a family once."""
+    events = []
+    records = ev.extract(lines)
+    killed = any(isinstance(r, ev.ExitStatus) and r.signal == 9 for r in records)
+    oom_recorded = killed and any(compiled(OOM_RECORD).search(line.text[:ev.MAX_LINE]) for line in lines)
+    for support in families.supports(records, oom_recorded):
+        rule = RULE_OF.get(support.cause)
+        if rule is None:
+            continue
+        line = support.record.line
+        weight = support.weight * (WARNING_FACTOR if WARNING_LINE.search(line.raw[:200]) else 1.0)
+        signal = _family_signal(support.family, round(weight, 3), support.consequence)
+        events.append(Event(rule, signal, line, line.text.strip()[:EVIDENCE_MAX], {}, source))
+    return events
+
+
+@lru_cache(maxsize=None)
+def _family_signal(family: str, weight: float, consequence: bool) -> Signal:
+    return Signal(f"family:{family}", weight, consequence=consequence)
+
+
 def _continues(line: LogLine, following: LogLine) -> bool:
     """The next line is this message wrapped by a terminal or logger (indented, or lower-case after a long line)."""
     bare = following.raw.strip() == following.text
@@ -157,6 +189,33 @@ def _search(pattern: str, text: str) -> bool:
 # --------------------------------------------------------------------------- scoring
 
 
+SPECIFIC = 0.8  # a signature this strong owns its line: shapes on it name no other cause
+
+
+def families_after_rules(events: list[Event]) -> list[Event]:
+    """Family evidence only where the signatures leave room: one line counts once per cause (a
+    family event on a line a rule of its cause matched adds nothing; of several families on one
+    line the strongest counts), and a line a specific signature explains (weight >= SPECIFIC)
+    supports no other cause through its shape."""
+    by_line: dict[tuple, list[Event]] = {}
+    for event in events:
+        by_line.setdefault((event.source, event.line.number, event.line.text), []).append(event)
+    kept = []
+    for group in by_line.values():
+        rules = [e for e in group if not e.signal.pattern.startswith("family:")]
+        owner = max(rules, key=lambda e: e.weight, default=None)
+        owned = owner is not None and owner.weight >= SPECIFIC
+        best: dict[str, Event] = {}
+        for event in group:
+            if event in rules:
+                kept.append(event)
+            elif not any(r.cause == event.cause for r in rules) and not (owned and event.cause != owner.cause):
+                if event.cause not in best or event.weight > best[event.cause].weight:
+                    best[event.cause] = event
+        kept.extend(best.values())
+    return kept
+
+
 @dataclass
 class Candidate:
     cause: str
@@ -170,6 +229,7 @@ def rank_findings(scan: Scan) -> list[Finding]:
     scan.lowered = "\n".join(line.text for line in scan.lines).lower()
     events = [e for e in scan.events if (not e.signal.requires or _search(e.signal.requires, scan.lowered))
               and not (e.signal.unless_log and _search(e.signal.unless_log, scan.lowered))]
+    events = families_after_rules(events)
     candidates = _candidates(scan, events)
     unexplained = _unexplained_exceptions(scan, events)
     strong_roots = [c for c in candidates if not c.consequence_only and c.score >= STRONG]

@@ -24,46 +24,14 @@ not one log's wording; tests/test_diagnose*.py and docs/diagnosis.md measure tha
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Optional, Pattern
-
 from clusterctl.diagnose.textmatch import (CASCADE_PATTERNS, CONTEXT_PATTERNS, PEER_LOST_PATTERNS, SUSPICIOUS,
                                            UNKNOWN_FIX, compiled, render_fix, required_literals, template_values)
 from clusterctl.diagnose import fixes as F
+from clusterctl.diagnose.signals import Rule, S, Signal
+from clusterctl.diagnose.rules_topology import TOPOLOGY_RULES
 
 __all__ = ["Signal", "Rule", "RULES", "CAUSES", "RULE_OF", "UNKNOWN_FIX", "CASCADE_PATTERNS", "PEER_LOST_PATTERNS",
            "SUSPICIOUS", "CONTEXT_PATTERNS", "render_fix", "template_values", "required_literals"]
-
-
-@dataclass(frozen=True)
-class Signal:
-    pattern: str
-    weight: float
-    requires: str = ""
-    unless: str = ""
-    consequence: bool = False
-    unless_log: str = ""  # a regex that, anywhere in the log, hands the line to a more specific cause
-
-    @property
-    def regex(self) -> Pattern[str]:
-        return compiled(self.pattern)
-
-    @property
-    def keywords(self) -> Optional[tuple[str, ...]]:
-        return required_literals(self.pattern)
-
-
-def S(pattern: str, weight: float, requires: str = "", unless: str = "", consequence: bool = False,
-      unless_log: str = "") -> Signal:
-    return Signal(pattern, weight, requires, unless, consequence, unless_log)
-
-
-@dataclass(frozen=True)
-class Rule:
-    cause: str
-    summary: str
-    fix: str
-    signals: tuple[Signal, ...] = field(default=())
 
 
 SIGKILL_BY_LAUNCHER = r"closing signal SIGKILL|Sending process \d+ closing"
@@ -392,7 +360,6 @@ RULES: tuple[Rule, ...] = (
          F.VERSION_MISMATCH, (
              S(r"[Mm]essage truncated ?: ?(?:received|receiving) (?P<got>\d+) bytes instead of (?P<want>\d+)", .88),
              S(r"NCCL error: version mismatch|NCCL versions? differ|version mismatch between", .9),
-             S(r"Detected mismatch between collectives on ranks", .45),
          )),
     Rule("platform_backend_unsupported", "`Distributed package doesn't have NCCL built in` (Windows/macOS/CPU wheel)",
          F.PLATFORM, (
@@ -425,6 +392,6 @@ RULES: tuple[Rule, ...] = (
              S(r"(?:exitcode|exit code|return code|exit status)\s*[:=]?\s*(?:-11|139)\b|\bcode 139\b", .85),
          )),
     Rule("node_unreachable", "a node stops answering mid-run (no log of its own)", F.NODE_UNREACHABLE, ()),
-)
+) + TOPOLOGY_RULES
 RULE_OF = {rule.cause: rule for rule in RULES}
 CAUSES = tuple(rule.cause for rule in RULES) + ("unknown",)

@@ -1,0 +1,163 @@
+"""Evidence families: which causes each kind of typed evidence (evidence.py) supports, and how strongly.
+
+The rule table (rules.py) holds the families' signatures, worded messages; this module weighs the
+*shape* of the evidence, so an unseen wording of a known family still lands in its family: any
+`cudaErrorNoKernelImageForDevice` spelling is a GPU arch the build lacks, any NCCL WARN from its IB
+transport is InfiniBand, any exit by SIGBUS is shared memory, any registry error on a pull is the
+image. Each record becomes engine events (matching.Event) under a family key, so the engine's
+noisy-OR counts one family once however many lines repeat it, and adds distinct families up.
+
+A weight here is lower than a signature's for the same cause (a shape is less specific than a
+message): where a rule matched, the family only confirms; where none did, the family decides.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from clusterctl.diagnose import evidence as ev
+
+# cudaError enum -> (cause, weight), several where the enum is ambiguous
+CUDA_FAMILIES = {
+    "cudaErrorMemoryAllocation": (("cuda_oom", .8),),
+    "cudaErrorInsufficientDriver": (("driver_too_old", .85),),
+    "cudaErrorSystemDriverMismatch": (("driver_too_old", .75),),
+    "cudaErrorCompatNotSupportedOnDevice": (("driver_too_old", .75),),
+    "cudaErrorUnsupportedPtxVersion": (("driver_too_old", .7),),
+    "cudaErrorNoDevice": (("docker_no_gpu_runtime", .45), ("container_lost_gpu", .3)),
+    "cudaErrorInvalidDevice": (("gpu_ordinal", .85),),
+    "cudaErrorNoKernelImageForDevice": (("gpu_arch_unsupported", .85),),
+    "cudaErrorInvalidDeviceFunction": (("gpu_arch_unsupported", .5),),
+    "cudaErrorECCUncorrectable": (("ecc_error", .85),),
+    "cudaErrorNvlinkUncorrectable": (("gpu_xid", .7),),
+    "cudaErrorPeerAccessUnsupported": (("p2p_unsupported", .85),),
+    "cudaErrorPeerAccessNotEnabled": (("p2p_unsupported", .5),),
+    "cudaErrorIllegalAddress": (("segfault", .3), ("gpu_xid", .25)),
+    "cudaErrorLaunchFailure": (("gpu_xid", .35), ("segfault", .25)),
+    "cudaErrorSystemNotReady": (("fabricmanager", .85),),
+    "cudaErrorDevicesUnavailable": (("duplicate_gpu", .45),),
+    "cudaErrorInitializationError": (("container_lost_gpu", .3), ("driver_too_old", .25)),
+}
+# An NCCL WARN/ERROR from this subsystem -> (cause, weight)
+NCCL_SUBSYSTEMS = {
+    "net_ib": (("ib_config", .6),),
+    "shm": (("shm_too_small", .55),),
+    "p2p": (("p2p_unsupported", .5),),
+    "nvls": (("fabricmanager", .45),),
+    "socket": (("nccl_socket_error", .5),),
+    "bootstrap": (("nccl_socket_error", .4), ("nic_mismatch", .2)),
+}
+# NCCL's error class, when nothing more specific says which transport failed
+NCCL_CLASSES = {
+    # "system" is left to the rules: their transport evidence (socket, IB, shm) decides it
+    "internal": (("version_mismatch", .2), ("nccl_too_old", .15)),
+    "invalid_usage": (("duplicate_gpu", .25), ("collective_mismatch", .2)),
+}
+SIGNAL_FAMILIES = {
+    9: (("killed_by_signal", .5), ("oom_killed", .25)),
+    11: (("segfault", .7),),
+    7: (("shm_too_small", .55),),
+    1: (("sighup_session_closed", .6),),
+    6: (("nccl_timeout_slow_rank", .15),),
+    4: (("gpu_arch_unsupported", .35), ("library_too_old", .2)),  # SIGILL: an instruction this CPU/GPU lacks
+}
+EXIT_CODES = {127: (("launcher_missing", .3),)}
+EXCEPTION_FAMILIES = {
+    "ModuleNotFoundError": (("import_error", .8),),
+    "ImportError": (("import_error", .55),),
+    "OutOfMemoryError": (("cuda_oom", .8),),
+    "MemoryError": (("oom_killed", .35),),
+    "PermissionError": (("permission_denied", .55),),
+    "gaierror": (("hostname_unresolvable", .7),),
+    "ConnectionRefusedError": (("rdzv_unreachable", .35),),
+    "RendezvousTimeoutError": (("rdzv_unreachable", .7),),
+    "RendezvousConnectionError": (("rdzv_unreachable", .7),),
+    "DistStoreError": (("rdzv_unreachable", .45),),
+    "DistNetworkError": (("rdzv_unreachable", .3), ("port_in_use", .2)),
+}
+STORE_KINDS = {
+    "timeout": (("rdzv_unreachable", .5),),
+    "refused": (("rdzv_unreachable", .5),),
+    "unreachable": (("rdzv_unreachable", .5),),
+    "bind": (("port_in_use", .6),),
+    "resolve": (("hostname_unresolvable", .6),),
+}
+CONTAINER_KINDS = {
+    "pull": (("image_pull_failed", .7),),
+    "auth": (("image_pull_failed", .6),),
+    "gpu_runtime": (("docker_no_gpu_runtime", .7),),
+    "requirement": (("driver_too_old", .6),),
+    "disk": (("disk_full", .6),),
+}
+# errno (number or name) of an OSError / a C library message -> (cause, weight)
+ERRNO_FAMILIES = {
+    28: (("disk_full", .55),), 122: (("disk_full", .6),), 13: (("permission_denied", .5),),
+    98: (("port_in_use", .7),), 111: (("rdzv_unreachable", .35),), 113: (("rdzv_unreachable", .3),),
+    101: (("rdzv_unreachable", .3),), -2: (("hostname_unresolvable", .6),), -3: (("hostname_unresolvable", .6),),
+    12: (("oom_killed", .3),), 30: (("permission_denied", .35),),
+}
+NCCL_NET_ERRNOS = (111, 113, 101, 110)
+KERNEL_KINDS = {
+    "oom": (("oom_killed", .9),),
+    "xid": (("gpu_xid", .85),),
+    "segfault": (("segfault", .75),),
+    "iommu_fault": (("p2p_unsupported", .6),),
+}
+
+
+@dataclass(frozen=True)
+class Support:
+    """One record's support for one cause: `family` names what kind of evidence it is (the noisy-OR key)."""
+
+    cause: str
+    weight: float
+    family: str
+    record: object
+    consequence: bool = False
+
+
+def supports(records: list, oom_recorded: bool = False) -> list[Support]:
+    """Each record's support; `oom_recorded`: the log holds a record of an OOM kill (the kernel's, a
+    cgroup's, a container's), so a SIGKILL in it is the OOM killer's."""
+    out: list[Support] = []
+    for record in records:
+        found = _support(record)
+        if oom_recorded and isinstance(record, ev.ExitStatus) and record.signal == 9:
+            found = _each((("oom_killed", .5),), "signal:9", record)
+        out.extend(found)
+    return out
+
+
+def _each(table_entry, family: str, record, consequence: bool = False) -> list[Support]:
+    return [Support(cause, weight, family, record, consequence) for cause, weight in table_entry or ()]
+
+
+def _support(record) -> list[Support]:
+    if isinstance(record, ev.CudaError):
+        return _each(CUDA_FAMILIES.get(record.name), f"cuda:{record.name}", record)
+    if isinstance(record, ev.NcclMessage):
+        out = []
+        if record.level in ("WARN", "ERROR") or record.error_class:
+            out += _each(NCCL_SUBSYSTEMS.get(record.subsystem), f"nccl:{record.subsystem}", record)
+        if record.error_class == "remote":  # a peer went away: what happened to it is the cause
+            out += _each((("nccl_socket_error", .2),), "nccl:remote", record, consequence=True)
+        elif not out:
+            out += _each(NCCL_CLASSES.get(record.error_class), f"nccl-class:{record.error_class}", record)
+        return out
+    if isinstance(record, ev.ExitStatus):
+        if record.signal is not None:
+            return _each(SIGNAL_FAMILIES.get(record.signal), f"signal:{record.signal}", record,
+                         consequence=record.signal == 6)
+        return _each(EXIT_CODES.get(record.code), f"exit:{record.code}", record)
+    if isinstance(record, ev.PyException):
+        return _each(EXCEPTION_FAMILIES.get(record.type), f"exception:{record.type}", record)
+    if isinstance(record, ev.StoreMessage):
+        return _each(STORE_KINDS.get(record.kind), f"store:{record.kind}", record)
+    if isinstance(record, ev.ContainerError):
+        return _each(CONTAINER_KINDS.get(record.kind), f"container:{record.kind}", record)
+    if isinstance(record, ev.OsErrno):
+        if record.errno in NCCL_NET_ERRNOS and "nccl" in record.line.text.lower():  # NCCL's own connections
+            return _each((("nccl_socket_error", .45),), f"errno:nccl:{record.errno}", record)
+        return _each(ERRNO_FAMILIES.get(record.errno), f"errno:{record.errno}", record)
+    if isinstance(record, ev.KernelLine):
+        return _each(KERNEL_KINDS.get(record.kind), f"kernel:{record.kind}", record)
+    return []
