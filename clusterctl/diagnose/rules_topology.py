@@ -23,6 +23,8 @@ TOPOLOGY_RULES = (
              S(r"\bcollectives? (?:\w+ )?mismatch|mismatch(?:ed)? (?:in )?collectives?\b|collective sequence number"
                r"|SeqNum mismatch|ranks? (?:are|is) out of (?:sync|step)", .75),
              S(r"\bdesync\b|Desync debug", .55),
+             # Horovod's stall inspector: the same class in another framework's words
+             S(r"different ranks are trying to submit different tensors|only (?:a )?subset of ranks is submitting", .8),
              S(r"Expected to have finished reduction in the prior iteration", .45),
          )),
     Rule("duplicate_host", "two nodes with one hostname / NCCL host hash (cloned machines, one container hostname)",
@@ -33,13 +35,18 @@ TOPOLOGY_RULES = (
          )),
     Rule("p2p_unsupported", "`peer access is not supported between these two devices`, ACS/IOMMU blocking P2P",
          F.P2P_UNSUPPORTED, (
-             S(r"peer access is not supported between these two devices|cudaErrorPeerAccessUnsupported"
+             S(r"peer access is not supported between these two devices?|cudaErrorPeerAccessUnsupported"
                r"|CUDA_ERROR_PEER_ACCESS_UNSUPPORTED", .93),
              S(r"(?:P2P|peer[- ]to[- ]peer|peer access)\W+(?:is )?(?:not supported|not available|disabled|unsupported"
                r"|fails?|failed)", .7),
              S(r"\b(?:ACS|IOMMU)\b.{0,60}(?:P2P|peer|enabled|NCCL)|(?:P2P|peer).{0,60}\b(?:ACS|IOMMU)\b", .7),
              S(r"Two or more GPUs with Peer-to-Peer access capability are required", .85),
              S(r"peer mapping resources exhausted|cudaErrorPeerAccessNotEnabled", .6),
+             # the tools' own probes: CUDA's p2pBandwidthLatencyTest, TensorRT-LLM/vLLM's canAccessPeer checks
+             S(r"CANNOT Access Peer|peer access Device \d+ is not available|cudaDeviceCanAccessPeer failed"
+               r"|Can't enable (?:peer )?access between", .75),
+             # lspci's view of a PCIe switch that redirects peer traffic (ACS on: SrcValid+ ... ReqRedir+)
+             S(r"ACSCtl:\s*SrcValid\+.*ReqRedir\+", .7),
          )),
     Rule("gpu_arch_unsupported",
          "`no kernel image is available for execution on the device`, `sm_120 is not compatible with the current "
