@@ -19,9 +19,11 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
+from clusterctl.diagnose import evidence_config
+from clusterctl.diagnose.evidence_config import (NetInterface, ResourceExhausted, UsageError,  # noqa: F401
+                                                  VersionRelation)
 from clusterctl.diagnose.logformat import LogLine
-
-MAX_LINE = 4096
+from clusterctl.diagnose.reader import MAX_LINE
 
 
 @dataclass(frozen=True)
@@ -334,7 +336,7 @@ _CONTAINER_KINDS = (
 _CONTAINER_KIND_RE = tuple((name, re.compile(p, re.IGNORECASE)) for name, p in _CONTAINER_KINDS)
 
 _KERNEL = (
-    ("oom", re.compile(r"Out of memory: Kill|invoked oom-killer|oom-kill:|oom_reaper|Memory cgroup out of memory",
+    ("oom", re.compile(r"Out of memory: Kill|invoked oom-killer|oom[-_ ]kill|oom_reaper|Memory cgroup out of memory",
                        re.IGNORECASE)),
     ("xid", re.compile(r"NVRM: Xid \([^)]{0,40}\): (\d+)")),
     ("segfault", re.compile(r"\w[\w.-]{0,40}\[\d+\]: segfault at [0-9a-f]+|traps: \S+\[\d+\] general protection")),
@@ -395,7 +397,7 @@ def launcher_banners(line: LogLine, lowered: str) -> list[LauncherBanner]:
 # --------------------------------------------------------------------------- all of it
 
 PER_LINE = (cuda_errors, nccl_messages, exit_statuses, os_errnos, store_messages, container_errors, kernel_lines,
-            launcher_banners)
+            launcher_banners) + evidence_config.PARSERS
 
 
 def extract(lines: list[LogLine]) -> list:

@@ -96,6 +96,22 @@ ERRNO_FAMILIES = {
     12: (("oom_killed", .3),), 30: (("permission_denied", .35),),
 }
 NCCL_NET_ERRNOS = (111, 113, 101, 110)
+USAGE_KINDS = {"unrecognized": (("launcher_args", .65),), "required": (("launcher_args", .6),),
+               "invalid": (("launcher_args", .5),), "env_missing": (("launcher_args", .6),)}
+VERSION_FAMILIES = {
+    ("driver", "too_old"): (("driver_too_old", .7),), ("driver", "requires"): (("driver_too_old", .6),),
+    ("driver", "unsupported"): (("driver_too_old", .4),), ("driver", "mismatch"): (("driver_too_old", .35),),
+    ("system_library", "too_old"): (("library_too_old", .7),), ("system_library", "requires"): (("library_too_old", .6),),
+    ("system_library", "unsupported"): (("library_too_old", .65),),
+    ("nccl", "too_old"): (("nccl_too_old", .6),), ("nccl", "requires"): (("nccl_too_old", .5),),
+    ("nccl", "mismatch"): (("version_mismatch", .55),), ("ranks", "mismatch"): (("version_mismatch", .5),),
+    ("gpu_arch", "too_old"): (("gpu_arch_unsupported", .7),), ("gpu_arch", "unsupported"): (("gpu_arch_unsupported", .7),),
+    ("gpu_arch", "requires"): (("gpu_arch_unsupported", .5),),
+}
+INTERFACE_KINDS = {"loopback": (("nic_mismatch", .55),), "virtual": (("nic_mismatch", .5),),
+                   "none": (("nic_mismatch", .65),)}
+RESOURCE_KINDS = {"shm": (("shm_too_small", .6),), "gpu_memory": (("cuda_oom", .6),),
+                  "host_memory": (("oom_killed", .55),), "disk": (("disk_full", .55),)}
 KERNEL_KINDS = {
     "oom": (("oom_killed", .9),),
     "xid": (("gpu_xid", .85),),
@@ -158,6 +174,15 @@ def _support(record) -> list[Support]:
         if record.errno in NCCL_NET_ERRNOS and "nccl" in record.line.text.lower():  # NCCL's own connections
             return _each((("nccl_socket_error", .45),), f"errno:nccl:{record.errno}", record)
         return _each(ERRNO_FAMILIES.get(record.errno), f"errno:{record.errno}", record)
+    if isinstance(record, ev.UsageError):
+        return _each(USAGE_KINDS.get(record.kind), f"usage:{record.kind}", record)
+    if isinstance(record, ev.VersionRelation):
+        return _each(VERSION_FAMILIES.get((record.subject, record.relation)),
+                     f"version:{record.subject}:{record.relation}", record)
+    if isinstance(record, ev.NetInterface):
+        return _each(INTERFACE_KINDS.get(record.kind), f"iface:{record.kind}", record)
+    if isinstance(record, ev.ResourceExhausted):
+        return _each(RESOURCE_KINDS.get(record.resource), f"resource:{record.resource}", record)
     if isinstance(record, ev.KernelLine):
         return _each(KERNEL_KINDS.get(record.kind), f"kernel:{record.kind}", record)
     return []

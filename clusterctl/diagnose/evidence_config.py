@@ -1,0 +1,144 @@
+"""Typed evidence about configuration and resources: argparse-style usage errors, version relations
+(X too old for Y, X requires >= V, versions differ), the network interface a library chose (or could
+not find), and a resource said to be exhausted (shared memory, GPU memory, host memory, disk).
+
+Part of the evidence layer (evidence.py extracts these with the rest; families.py weighs them).
+The shapes are framework-independent: any program's `prog: error: unrecognized arguments`, any
+`... too old` / `requires ... >=` sentence about a driver, a C library, NCCL or a GPU architecture,
+any `Using <iface>` / loopback address that a communication library reports.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from clusterctl.diagnose.logformat import LogLine
+from clusterctl.diagnose.reader import MAX_LINE
+
+
+@dataclass(frozen=True)
+class UsageError:
+    line: LogLine
+    program: str
+    kind: str  # unrecognized | required | invalid | env_missing
+
+
+@dataclass(frozen=True)
+class VersionRelation:
+    line: LogLine
+    subject: str  # driver | system_library | nccl | gpu_arch | ranks
+    relation: str  # too_old | requires | mismatch | unsupported
+
+
+@dataclass(frozen=True)
+class NetInterface:
+    line: LogLine
+    name: str  # the interface or address a library reports using or connecting through
+    kind: str  # loopback | virtual | none
+
+
+@dataclass(frozen=True)
+class ResourceExhausted:
+    line: LogLine
+    resource: str  # shm | gpu_memory | host_memory | disk
+
+
+_USAGE = re.compile(r"(?:^|\s)(?P<prog>[\w.\-/]{1,80}): error: (?P<what>unrecognized arguments|the following arguments "
+                    r"are required|argument [-\w]+: (?:invalid|expected)|ambiguous option|unknown option)"
+                    r"|environment variable \w+ expected, but not set", re.IGNORECASE)
+
+_SUBJECTS = (
+    ("system_library", r"GLIBC\w*|CXXABI|libstdc\+\+|\blibc\b|glibc"),
+    ("gpu_arch", r"compute capability|cuda capability|\bsm_\d+|GPU arch\w*|this GPU|kernel image"),
+    ("driver", r"\bdriver\b"),
+    ("nccl", r"\bNCCL\b|libnccl"),
+)
+_RELATIONS = (
+    ("mismatch", r"versions? (?:mismatch|differ)|mismatch(?:ed)? versions?|different versions?"),
+    ("too_old", r"too old|is insufficient|older than|no longer supports?|outdated|update your \w+|upgrade your \w+"),
+    ("requires", r"requires? (?:version |at least )?(?:>=?\s*)?v?\d|minimum (?:required )?version|newer version"),
+    ("unsupported", r"not compatible|incompatible|not supported|unsupported|version `?\S+'? not found"),
+)
+_SUBJECT_RE = tuple((name, re.compile(p, re.IGNORECASE)) for name, p in _SUBJECTS)
+_RELATION_RE = tuple((name, re.compile(p, re.IGNORECASE)) for name, p in _RELATIONS)
+_VERSION_WORDS = ("old", "insufficient", "requir", "version", "support", "compatib", "outdated", "update", "upgrade",
+                  "differ", "mismatch", "minimum")
+
+_IFACE = re.compile(r"(?:Bootstrap|NET/Socket|GLOO|gloo|socket)\w*\s*:?\s*Using (?:\[\d+\])?(?P<name>[\w.-]+)[:\s<]"
+                    r"|(?:Connect(?:ing)? to|connect \[?|address|remote=\[|local=\[)\s*(?P<addr>127\.0\.[01]\.1)\b",
+                    re.IGNORECASE)
+_NO_IFACE = re.compile(r"Unable to find address for:? ?\S+|no (?:\w+ )?(?:socket )?interface found"
+                       r"|(?:SOCKET_IFNAME|interface) \S+ (?:not found|does not exist|has no address)", re.IGNORECASE)
+_VIRTUAL = re.compile(r"^(?:docker\d*|virbr\d*|veth\w*|br-\w+|cni\d*|flannel\S*|cali\w+|tun\d*|tap\d*)$")
+
+
+_RESOURCES = (
+    ("shm", r"shared memory|/dev/shm|\bshm\b|\bbus error\b"),
+    ("gpu_memory", r"(?:GPU|CUDA|device|VRAM|HIP)\s+(?:\w+\s)?memory|\bVRAM\b"),
+    ("host_memory", r"host memory|system memory|\bRAM\b|memory pressure|\bOOM\b|memory limit|cgroup memory"),
+    ("disk", r"\bdisk\b|file ?system|\bvolume\b|\bquota\b|storage"),
+)
+_RESOURCE_RE = tuple((name, re.compile(p, re.IGNORECASE)) for name, p in _RESOURCES)
+_EXHAUSTED = re.compile(r"insufficient|out of|not enough|exhausted|no space|too small|is full|\bfull\b|exceed"
+                        r"|ran out|running low|\bbus error\b|killed due to|pressure", re.IGNORECASE)
+_RESOURCE_WORDS = ("insufficient", "out of", "not enough", "exhaust", "no space", "too small", "full", "exceed",
+                   "ran out", "running low", "bus error", "killed due to", "pressure")
+
+
+def resources_exhausted(line: LogLine, lowered: str) -> list[ResourceExhausted]:
+    if not any(word in lowered for word in _RESOURCE_WORDS):
+        return []
+    text = line.text[:MAX_LINE]
+    if not _EXHAUSTED.search(text):
+        return []
+    resource = next((name for name, regex in _RESOURCE_RE if regex.search(text)), "")
+    return [ResourceExhausted(line, resource)] if resource else []
+
+
+def usage_errors(line: LogLine, lowered: str) -> list[UsageError]:
+    if "error:" not in lowered and "expected, but not set" not in lowered:
+        return []
+    match = _USAGE.search(line.text[:MAX_LINE])
+    if not match:
+        return []
+    if match.group("what") is None:
+        return [UsageError(line, "", "env_missing")]
+    what = match.group("what").lower()
+    kind = ("unrecognized" if what.startswith(("unrecognized", "unknown", "ambiguous"))
+            else "required" if what.startswith("the following") else "invalid")
+    return [UsageError(line, match.group("prog"), kind)]
+
+
+def version_relations(line: LogLine, lowered: str) -> list[VersionRelation]:
+    if not any(word in lowered for word in _VERSION_WORDS):
+        return []
+    text = line.text[:MAX_LINE]
+    relation = next((name for name, regex in _RELATION_RE if regex.search(text)), "")
+    if not relation:
+        return []
+    if relation == "mismatch":
+        subject = "ranks" if re.search(r"rank|node|host", text, re.IGNORECASE) else ""
+        subject = next((name for name, regex in _SUBJECT_RE if regex.search(text)), subject)
+        return [VersionRelation(line, subject or "ranks", relation)]
+    subject = next((name for name, regex in _SUBJECT_RE if regex.search(text)), "")
+    return [VersionRelation(line, subject, relation)] if subject else []
+
+
+def net_interfaces(line: LogLine, lowered: str) -> list[NetInterface]:
+    if "using" not in lowered and "127.0." not in lowered and "interface" not in lowered \
+            and "find address" not in lowered:
+        return []
+    missing = _NO_IFACE.search(line.text[:MAX_LINE])
+    if missing:
+        return [NetInterface(line, missing.group(0)[:80], "none")]
+    out = []
+    for match in _IFACE.finditer(line.text[:MAX_LINE]):
+        name = match.group("name") or match.group("addr")
+        kind = ("loopback" if name == "lo" or name.startswith("127.") else "virtual" if _VIRTUAL.match(name)
+                else "")
+        if kind:
+            out.append(NetInterface(line, name, kind))
+    return out[:1]
+
+
+PARSERS = (usage_errors, version_relations, net_interfaces, resources_exhausted)
