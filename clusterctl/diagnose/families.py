@@ -186,3 +186,24 @@ def _support(record) -> list[Support]:
     if isinstance(record, ev.KernelLine):
         return _each(KERNEL_KINDS.get(record.kind), f"kernel:{record.kind}", record)
     return []
+
+
+def next_step(records: list, first_line=None) -> str:
+    """For an `unknown`: what the evidence that names no cause still says, as the next step (the
+    first unexplained exception and where it was raised, NCCL's error class, the signal that ended a
+    rank), most specific first; "" when there is none."""
+    steps = []
+    for record in records:
+        if isinstance(record, ev.PyException) and (first_line is None or record.line == first_line):
+            where = f" raised in `{record.module}`" if record.module else ""
+            steps.append((0, f"the first unexplained error is `{record.qualified}`{where}: read the traceback "
+                             f"above it on that rank (a bug or bad input in that module is not an infrastructure "
+                             f"fault, and retrying will not help);"))
+        elif isinstance(record, ev.NcclMessage) and record.error_class and record.error_class != "remote":
+            steps.append((1, f"NCCL failed with its `{record.error_class}` error class without naming the "
+                             f"transport: rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET to see the WARN "
+                             f"line before it;"))
+        elif isinstance(record, ev.ExitStatus) and record.signal:
+            steps.append((2, f"a process ended by signal {record.signal}: check the node's `dmesg` and the "
+                             f"rank's stderr just before it;"))
+    return min(steps)[1] if steps else ""

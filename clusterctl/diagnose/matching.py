@@ -357,7 +357,9 @@ def _unknown(scan: Scan, unexplained: list[LogLine], best: float) -> Finding:
     rank = first.rank if first is not None and first.rank is not None else (root.rank if root else None)
     host = first.host if first is not None and first.host else (root.host if root else None)
     score = (0.55 if unexplained else 0.35) * (1.0 - best)
-    return Finding("unknown", evidence, UNKNOWN_FIX, host=host, rank=rank, score=max(score, 0.05))
+    step = families.next_step(ev.extract(scan.lines), first)
+    return Finding("unknown", evidence, f"{step} {UNKNOWN_FIX}" if step else UNKNOWN_FIX, host=host, rank=rank,
+                   score=max(score, 0.05))
 
 
 def _last_lines(scan: Scan) -> str:

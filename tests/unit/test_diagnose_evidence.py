@@ -129,3 +129,27 @@ def test_a_huge_line_is_read_only_up_to_its_cap():
     line = "NCCL WARN " + "(" * 2_000_000 + " Cuda failure 'out of memory'"
     assert all(len(getattr(r, "text", "")) <= ev.MAX_LINE for r in records(line))
     records("x" * 5_000_000)
+
+
+def test_configuration_shapes_usage_versions_interfaces_and_resources():
+    assert [u.kind for u in of(ev.UsageError, "main.py: error: unrecognized arguments: --local-rank=0")] == \
+        ["unrecognized"]
+    assert [(v.subject, v.relation) for v in of(ev.VersionRelation, "The NVIDIA driver on your system is too old "
+                                                "(found version 11040).")] == [("driver", "too_old")]
+    assert [(v.subject, v.relation) for v in of(ev.VersionRelation, "Found GPU0 GeForce 820M which is of cuda "
+                                                "capability 2.1. PyTorch no longer supports this GPU because it is "
+                                                "too old.")] == [("gpu_arch", "too_old")]
+    assert [i.kind for i in of(ev.NetInterface, "host:1:1 [0] NCCL INFO Bootstrap : Using lo:127.0.0.1<0>")] == \
+        ["loopback"]
+    assert [i.kind for i in of(ev.NetInterface, "Unable to find address for: ib0")] == ["none"]
+    assert [r.resource for r in of(ev.ResourceExhausted, "ERROR: Unexpected bus error encountered in worker. This "
+                                   "might be caused by insufficient shared memory (shm).")] == ["shm"]
+
+
+def test_an_unknown_still_names_its_best_line_and_a_next_step_from_the_evidence():
+    text = ('Traceback (most recent call last):\n'
+            '  File "/opt/conda/lib/python3.10/site-packages/mylib/data/loader.py", line 3, in f\n'
+            "KeyError: 'image'\n")
+    (finding,) = diagnose_text(text)
+    assert finding.cause == "unknown" and "KeyError" in finding.evidence
+    assert "`KeyError` raised in `mylib.data.loader`" in finding.fix
