@@ -215,7 +215,7 @@ def bench() -> list[str]:
             f"{small['cpu_seconds']} s of CPU, {small['peak_rss_mb']} MB peak RSS, "
             f"`{small['cause']}`. Logs over 1 MiB are read as their distinct lines (digits aside) and the lines "
             "around errors, so a 10 MB log costs about as much as its distinct content.", "",
-            ff"`bench/diagnose_bench.py` here ({platform.machine()}, {doc['cpus']} CPUs, load average "
+            f"`bench/diagnose_bench.py` here ({platform.machine()}, {doc['cpus']} CPUs, load average "
             f"{doc['load_average']}, Python {platform.python_version()}): a {doc['log_bytes'] / 2**30:.2f} GiB synthetic "
             f"training log (page cache warm) ending in a real SIGKILL failure; `clusterctl diagnose` took "
             f"{doc['in_process_seconds']} s in process, "
