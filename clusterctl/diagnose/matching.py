@@ -41,6 +41,7 @@ ROOT_RANK_FACTOR = 1.12  # a line of the rank torchrun saw fail first
 PEER_LOST_FACTOR = 0.6  # a line that says a peer went away
 CONSEQUENCE_FACTOR = 0.45  # timeouts while something else explains the failure
 STRONG = 0.6  # evidence at which a cause beats an unexplained exception
+UNKNOWN_BAR = 0.45  # an unexplained exception leads over evidence weaker than this
 WEAK = 0.2  # below this a cause is not worth naming
 CAP = 0.99
 WRAPPER_EXCEPTIONS = ("ChildFailedError", "DistBackendError", "CalledProcessError", "SignalException",
@@ -239,7 +240,7 @@ def rank_findings(scan: Scan) -> list[Finding]:
     candidates = sorted((c for c in candidates if c.score >= WEAK), key=_order(scan))
     best = candidates[0].score if candidates else 0.0
     findings = [_finding(c, scan) for c in candidates]
-    if not candidates or (unexplained and (best < STRONG or candidates[0].consequence_only)):
+    if not candidates or (unexplained and (best < UNKNOWN_BAR or candidates[0].consequence_only)):
         findings.insert(0, _unknown(scan, unexplained, best))
     findings = _dedupe(findings)[:TOP]
     return _with_confidence(findings, [f.score for f in findings])
