@@ -146,6 +146,9 @@ RULES: tuple[Rule, ...] = (
              S(r"nvidia-container-cli: (?:initialization error|mount error|detection error)", .9),
              S(r"libnvidia-ml\.so\.1: cannot open shared object file|load library failed: libnvidia-ml", .85),
              S(r"nvidia-container-runtime(?:-hook)?\S*: (?:no such file|not found|executable file not found)", .85),
+             # the process sees no GPU at all: a container started without the NVIDIA runtime / --gpus
+             S(r"No CUDA GPUs are available|Found no NVIDIA driver on your system|no CUDA-capable device is detected"
+               r"|CUDA driver initialization failed", .6),
          )),
     Rule("container_lost_gpu", "`Failed to initialize NVML: Unknown Error` inside a running container",
          F.CONTAINER_LOST_GPU, (

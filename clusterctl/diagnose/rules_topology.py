@@ -25,7 +25,6 @@ TOPOLOGY_RULES = (
              S(r"\bdesync\b|Desync debug", .55),
              # Horovod's stall inspector: the same class in another framework's words
              S(r"different ranks are trying to submit different tensors|only (?:a )?subset of ranks is submitting", .8),
-             S(r"Expected to have finished reduction in the prior iteration", .45),
          )),
     Rule("duplicate_host", "two nodes with one hostname / NCCL host hash (cloned machines, one container hostname)",
          F.DUPLICATE_HOST, (
