@@ -144,7 +144,27 @@ def section() -> str:
     """docs/diagnosis.md's first-scores section, from bench/first_scores/*.json (in scoring order)."""
     records = sorted((json.loads(p.read_text()) for p in SCORES.glob("*.json")), key=lambda r: r["scored_at"])
     intro = (FIRST_SCORES_INTRO + "\n" + headline(records) + "\n")
-    return SECTION + "\n\n" + intro + "\n" + "\n".join(markdown(r["name"], r) for r in records)
+    return (SECTION + "\n\n" + intro + "\n" + calibration(records) + "\n"
+            + "\n".join(markdown(r["name"], r) for r in records))
+
+
+BUCKETS = ((0.0, 0.3), (0.3, 0.5), (0.5, 0.7), (0.7, 0.85), (0.85, 0.95), (0.95, 1.01))
+
+
+def calibration(records: list) -> str:
+    """Confidence of the first finding vs how often it was right, over every first-scored case."""
+    rows = [row for record in records for row in record["rows"]]
+    if not rows:
+        return ""
+    lines = ["**Calibration** (the first finding's confidence vs its observed top-1 accuracy, all first-scored "
+             f"cases, {len(rows)}):", "", "| confidence | cases | right | observed |", "|---|---|---|---|"]
+    for low, high in BUCKETS:
+        inside = [r for r in rows if low <= r["confidence"] < high]
+        if inside:
+            right = sum(r["top1"] for r in inside)
+            lines.append(f"| {low:.2f}-{min(high, 1.0):.2f} | {len(inside)} | {right} | "
+                         f"{100 * right / len(inside):.0f} % |")
+    return "\n".join(lines) + "\n"
 
 
 def headline(records: list) -> str:
