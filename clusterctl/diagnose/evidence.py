@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 from clusterctl.diagnose import evidence_config
-from clusterctl.diagnose.evidence_config import (NetInterface, ResourceExhausted, UsageError,  # noqa: F401
-                                                  VersionRelation)
+from clusterctl.diagnose.evidence_config import (NetInterface, PlatformHint, ResourceExhausted,  # noqa: F401
+                                                  ServiceFailure, UsageError, VersionRelation)
 from clusterctl.diagnose.logformat import LogLine
 from clusterctl.diagnose.reader import MAX_LINE
 
@@ -190,8 +190,14 @@ _SUBSYSTEM_RE = tuple((name, re.compile(pattern, re.IGNORECASE)) for name, patte
 _CALL = re.compile(r"\b(?:Call to )?((?:ibv|cuda|cu|socket|nccl|shm|posix|bootstrap)\w{2,40})\b")
 
 
+_IB_VERBS = re.compile(r"NET/IBP? ?:|\bibv_\w+ failed|Call to ibv_\w+|\bmlx5_\d+:\d+\b.{0,60}(?:error|fail|down)",
+                       re.IGNORECASE)
+
+
 def nccl_messages(line: LogLine, lowered: str) -> list[NcclMessage]:
     if "nccl" not in lowered:
+        if ("ibv_" in lowered or "net/ib" in lowered or "mlx5_" in lowered) and _IB_VERBS.search(line.text[:MAX_LINE]):
+            return [NcclMessage(line, "WARN", "net_ib", "", "", line.text[:400])]
         return []
     text = line.text[:MAX_LINE]
     error_class = next((name for name, regex in _NCCL_ERROR_RE if regex.search(text)), "")
@@ -254,7 +260,7 @@ def exit_statuses(line: LogLine, lowered: str) -> list[ExitStatus]:
 
 # --------------------------------------------------------------------------- Python exceptions
 
-_EXCEPTION = re.compile(r"^(?P<qualified>(?:[A-Za-z_]\w*\.){0,6}(?P<type>[A-Za-z_]\w*(?:Error|Exception|Exit|error"
+_EXCEPTION = re.compile(r"(?:^|(?<=[\]\s:>)]))(?P<qualified>(?:[A-Za-z_]\w*\.){0,6}(?P<type>[A-Za-z_]\w*(?:Error|Exception|Exit|error"
                         r"|Interrupt|Warning)))(?::\s*(?P<message>.*))?$")
 _FRAME = re.compile(r'^\s*File "(?P<path>[^"]{1,500})", line \d+')
 
@@ -274,7 +280,7 @@ def frame_module(path: str) -> str:
 
 
 def py_exception(line: LogLine, last_frame: str) -> list[PyException]:
-    match = _EXCEPTION.match(line.text[:MAX_LINE].strip())
+    match = _EXCEPTION.search(line.text[:MAX_LINE].strip())
     if not match or match.group("type").endswith("Warning"):
         return []
     return [PyException(line, match.group("type"), match.group("qualified"), (match.group("message") or "")[:400],
@@ -413,8 +419,7 @@ def extract(lines: list[LogLine]) -> list:
             continue
         for parser in PER_LINE:
             out.extend(parser(line, lowered))
-        if text[:1].isalpha() and ("error" in lowered or "exception" in lowered or "exit" in lowered
-                                   or "interrupt" in lowered):
+        if "error" in lowered or "exception" in lowered or "exit" in lowered or "interrupt" in lowered:
             found = py_exception(line, last_frame)
             if found:
                 out.extend(found)

@@ -20,7 +20,7 @@ from clusterctl.diagnose.reader import MAX_LINE
 class UsageError:
     line: LogLine
     program: str
-    kind: str  # unrecognized | required | invalid | env_missing
+    kind: str  # unrecognized | required | invalid | env_missing | divisibility (a size that must divide another)
 
 
 @dataclass(frozen=True)
@@ -38,11 +38,31 @@ class NetInterface:
 
 
 @dataclass(frozen=True)
+class ServiceFailure:
+    line: LogLine
+    unit: str  # the systemd unit or component that failed (nvidia-fabricmanager, nvswitch, docker, ...)
+
+
+@dataclass(frozen=True)
+class PlatformHint:
+    line: LogLine
+    platform: str  # windows | macos
+
+
+@dataclass(frozen=True)
 class ResourceExhausted:
     line: LogLine
     resource: str  # shm | gpu_memory | host_memory | disk
 
 
+_SERVICE = re.compile(r"Job for (?P<unit>[\w@.-]+?)(?:\.service)? failed|(?P<unit2>[\w@.-]+?)\.service: (?:Failed|Main "
+                      r"process exited|Control process exited)|(?P<nvswitch>NVSwitch\b.{0,80}?(?:fail|error|not "
+                      r"(?:found|ready)))", re.IGNORECASE)
+_PLATFORM = re.compile(r"\bWinError\b|\b[A-Z]:\\(?:Users|Program|ProgramData|Python|ai|AI)|\bon Windows\b|Under Windows"
+                       r"|\bwin32\b|\b(?P<mac>macOS|darwin|Apple M\d)\b")
+_DISTRIBUTED = re.compile(r"NCCL|libuv|distributed|gloo|c10d|torchrun|init_process_group", re.IGNORECASE)
+_DIVISIBLE = re.compile(r"(?:must|should|has to) be (?:evenly )?divisible|not (?:evenly )?divisible|cannot be divided "
+                        r"evenly|divisible by|% ?\w+ ?== ?0", re.IGNORECASE)
 _USAGE = re.compile(r"(?:^|\s)(?P<prog>[\w.\-/]{1,80}): error: (?P<what>unrecognized arguments|the following arguments "
                     r"are required|argument [-\w]+: (?:invalid|expected)|ambiguous option|unknown option)"
                     r"|environment variable \w+ expected, but not set", re.IGNORECASE)
@@ -95,7 +115,29 @@ def resources_exhausted(line: LogLine, lowered: str) -> list[ResourceExhausted]:
     return [ResourceExhausted(line, resource)] if resource else []
 
 
+def service_failures(line: LogLine, lowered: str) -> list[ServiceFailure]:
+    if "fail" not in lowered and "exited" not in lowered and "nvswitch" not in lowered:
+        return []
+    match = _SERVICE.search(line.text[:MAX_LINE])
+    if not match:
+        return []
+    unit = "nvswitch" if match.group("nvswitch") else (match.group("unit") or match.group("unit2") or "")
+    return [ServiceFailure(line, unit.lower())]
+
+
+def platform_hints(line: LogLine, lowered: str) -> list[PlatformHint]:
+    if not any(w in lowered for w in ("win", ":\\", "macos", "darwin", "apple m")):
+        return []
+    text = line.text[:MAX_LINE]
+    match = _PLATFORM.search(text)
+    if not match or not _DISTRIBUTED.search(text):
+        return []
+    return [PlatformHint(line, "macos" if match.group("mac") else "windows")]
+
+
 def usage_errors(line: LogLine, lowered: str) -> list[UsageError]:
+    if "divi" in lowered and _DIVISIBLE.search(line.text[:MAX_LINE]):
+        return [UsageError(line, "", "divisibility")]
     if "error:" not in lowered and "expected, but not set" not in lowered:
         return []
     match = _USAGE.search(line.text[:MAX_LINE])
@@ -141,4 +183,4 @@ def net_interfaces(line: LogLine, lowered: str) -> list[NetInterface]:
     return out[:1]
 
 
-PARSERS = (usage_errors, version_relations, net_interfaces, resources_exhausted)
+PARSERS = (usage_errors, version_relations, net_interfaces, resources_exhausted, service_failures, platform_hints)

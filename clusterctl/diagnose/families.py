@@ -97,7 +97,8 @@ ERRNO_FAMILIES = {
 }
 NCCL_NET_ERRNOS = (111, 113, 101, 110)
 USAGE_KINDS = {"unrecognized": (("launcher_args", .65),), "required": (("launcher_args", .6),),
-               "invalid": (("launcher_args", .5),), "env_missing": (("launcher_args", .6),)}
+               "invalid": (("launcher_args", .5),), "env_missing": (("launcher_args", .6),),
+               "divisibility": (("config_divisibility", .65),)}
 VERSION_FAMILIES = {
     ("driver", "too_old"): (("driver_too_old", .7),), ("driver", "requires"): (("driver_too_old", .6),),
     ("driver", "unsupported"): (("driver_too_old", .4),), ("driver", "mismatch"): (("driver_too_old", .35),),
@@ -183,6 +184,14 @@ def _support(record) -> list[Support]:
         return _each(INTERFACE_KINDS.get(record.kind), f"iface:{record.kind}", record)
     if isinstance(record, ev.ResourceExhausted):
         return _each(RESOURCE_KINDS.get(record.resource), f"resource:{record.resource}", record)
+    if isinstance(record, ev.ServiceFailure):
+        unit = record.unit
+        table = ((("fabricmanager", .75),) if "fabricmanager" in unit or unit == "nvswitch"
+                 else (("docker_no_gpu_runtime", .35),) if any(w in unit for w in ("docker", "containerd", "nvidia-c"))
+                 else ())
+        return _each(table, f"service:{unit}", record)
+    if isinstance(record, ev.PlatformHint):
+        return _each((("platform_backend_unsupported", .55),), f"platform:{record.platform}", record)
     if isinstance(record, ev.KernelLine):
         return _each(KERNEL_KINDS.get(record.kind), f"kernel:{record.kind}", record)
     return []
