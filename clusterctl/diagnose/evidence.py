@@ -136,7 +136,7 @@ _CUDA_BY_CODE = {code: (name, code) for name, code, _, _ in CUDA_ERRORS}
 # "Cuda failure 'invalid argument'", "cudaErrorX"): "invalid argument" alone is not a CUDA error.
 _CUDA_CONTEXT = re.compile(
     r"(?:CUDA error|Cuda failure|CUDA failure|cuda runtime error|CUDA_ERROR|cudaError|CUresult|CUDA driver error|"
-    r"CUDA Runtime Error|cuda error)[^\n]{0,40}?(?:\((?P<code>\d{1,4})\))?[\s:=]*(?P<code2>\d{1,4})?\s*'?(?P<msg>[^'\n]"
+    r"CUDA Runtime Error|cuda error|cuda[A-Z]\w{2,30}\(?\)? (?:err(?:or)?|failed|returned))[^\n]{0,40}?(?:\((?P<code>\d{1,4})\))?[\s:=]*(?P<code2>\d{1,4})?\s*'?(?P<msg>[^'\n]"
     r"{0,100})", re.IGNORECASE)
 _CUDA_ENUM = re.compile(r"\b(cudaError\w+|CUDA_ERROR_[A-Z_]+)\b")
 _CUDA_MESSAGES = re.compile("|".join(re.escape(m) for _, _, m, _ in sorted(CUDA_ERRORS, key=lambda e: -len(e[2]))),

@@ -26,7 +26,7 @@ class UsageError:
 @dataclass(frozen=True)
 class VersionRelation:
     line: LogLine
-    subject: str  # driver | system_library | nccl | gpu_arch | ranks
+    subject: str  # fabricmanager | driver | system_library | nccl | gpu_arch | ranks
     relation: str  # too_old | requires | mismatch | unsupported
 
 
@@ -68,13 +68,15 @@ _USAGE = re.compile(r"(?:^|\s)(?P<prog>[\w.\-/]{1,80}): error: (?P<what>unrecogn
                     r"|environment variable \w+ expected, but not set", re.IGNORECASE)
 
 _SUBJECTS = (
+    ("fabricmanager", r"fabric ?manager|NVSwitch"),
     ("system_library", r"GLIBC\w*|CXXABI|libstdc\+\+|\blibc\b|glibc"),
     ("gpu_arch", r"compute capability|cuda capability|\bsm_\d+|GPU arch\w*|this GPU|kernel image"),
     ("driver", r"\bdriver\b"),
     ("nccl", r"\bNCCL\b|libnccl"),
 )
 _RELATIONS = (
-    ("mismatch", r"versions? (?:mismatch|differ)|mismatch(?:ed)? versions?|different versions?"),
+    ("mismatch", r"versions? (?:mismatch|differ)|mismatch(?:ed)? versions?|different versions?"
+                 r"|version \S+ (?:doesn.?t|don.?t|does not|do not) match"),
     ("too_old", r"too old|is insufficient|older than|no longer supports?|outdated|update your \w+|upgrade your \w+"),
     ("requires", r"requires? (?:version |at least )?(?:>=?\s*)?v?\d|minimum (?:required )?version|newer version"),
     ("unsupported", r"not compatible|incompatible|not supported|unsupported|version `?\S+'? not found"),
@@ -82,7 +84,7 @@ _RELATIONS = (
 _SUBJECT_RE = tuple((name, re.compile(p, re.IGNORECASE)) for name, p in _SUBJECTS)
 _RELATION_RE = tuple((name, re.compile(p, re.IGNORECASE)) for name, p in _RELATIONS)
 _VERSION_WORDS = ("old", "insufficient", "requir", "version", "support", "compatib", "outdated", "update", "upgrade",
-                  "differ", "mismatch", "minimum")
+                  "differ", "mismatch", "minimum", "match")
 
 _IFACE = re.compile(r"(?:Bootstrap|NET/Socket|GLOO|gloo|socket)\w*\s*:?\s*Using (?:\[\d+\])?(?P<name>[\w.-]+)[:\s<]"
                     r"|(?:Connect(?:ing)? to|connect \[?|address|remote=\[|local=\[)\s*(?P<addr>127\.0\.[01]\.1)\b",

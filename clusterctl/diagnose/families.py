@@ -100,6 +100,8 @@ USAGE_KINDS = {"unrecognized": (("launcher_args", .65),), "required": (("launche
                "invalid": (("launcher_args", .5),), "env_missing": (("launcher_args", .6),),
                "divisibility": (("config_divisibility", .65),)}
 VERSION_FAMILIES = {
+    **{("fabricmanager", relation): (("fabricmanager", .7),) for relation in ("mismatch", "too_old", "requires",
+                                                                              "unsupported")},
     ("driver", "too_old"): (("driver_too_old", .7),), ("driver", "requires"): (("driver_too_old", .6),),
     ("driver", "unsupported"): (("driver_too_old", .4),), ("driver", "mismatch"): (("driver_too_old", .35),),
     ("system_library", "too_old"): (("library_too_old", .7),), ("system_library", "requires"): (("library_too_old", .6),),
