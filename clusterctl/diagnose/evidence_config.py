@@ -55,7 +55,8 @@ class ResourceExhausted:
     resource: str  # shm | gpu_memory | host_memory | disk
 
 
-_SERVICE = re.compile(r"Job for (?P<unit>[\w@.-]+?)(?:\.service)? failed|(?P<unit2>[\w@.-]+?)\.service: (?:Failed|Main "
+_SERVICE = re.compile(r"Job for (?P<unit>[\w@.-]{1,80}?)(?:\.service)? failed|(?<![\w@.-])(?P<unit2>[\w@.-]{1,80}?)"
+                      r"\.service: (?:Failed|Main "
                       r"process exited|Control process exited)|(?P<nvswitch>NVSwitch\b.{0,80}?(?:fail|error|not "
                       r"(?:found|ready)))", re.IGNORECASE)
 _PLATFORM = re.compile(r"\bWinError\b|\b[A-Z]:\\(?:Users|Program|ProgramData|Python|ai|AI)|\bon Windows\b|Under Windows"

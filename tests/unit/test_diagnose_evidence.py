@@ -5,6 +5,7 @@ the CUDA runtime's documented error strings, torchrun's/mpirun's/DeepSpeed's ban
 property tests feed remote-looking garbage, truncations and huge lines."""
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from clusterctl_helpers import examples
@@ -153,3 +154,14 @@ def test_an_unknown_still_names_its_best_line_and_a_next_step_from_the_evidence(
     (finding,) = diagnose_text(text)
     assert finding.cause == "unknown" and "KeyError" in finding.evidence
     assert "`KeyError` raised in `mylib.data.loader`" in finding.fix
+
+
+@pytest.mark.parametrize("line", [
+    "a" * 4090 + " fail", "a." * 2045 + "Error fail", "a " * 2045 + " error fail", ": a" * 1365 + " Error",
+    "signal " * 585, "NCCL WARN " + "(" * 4000, "CUDA error " + "x" * 4000, "x" * 4000 + ": error: unrecognized",
+    "x" * 4000 + " Failed .service", "driver " * 580 + "too old", "Using " * 680, "errno " * 680,
+    "Job for a.b.c failed NVSwitch " * 140, "a-" * 2000 + ".service: Failed"])
+def test_adversarial_lines_of_the_cap_length_are_parsed(line):
+    """Lines built against each parser's regex (repetition, unclosed brackets, long words): each is
+    read through (the bounded, anchored patterns keep every one linear; bench/ has the timings)."""
+    records(line)
