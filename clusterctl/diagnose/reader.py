@@ -18,9 +18,9 @@ from pathlib import Path
 from clusterctl.errors import UsageError
 
 SMALL_LOG = 1 << 20  # above it, only distinct lines (digits aside) and trigger lines are diagnosed: < 1 s for 10 MB
-CHUNK = 8 << 20
-HEAD_BYTES = 8 << 20
-TAIL_BYTES = 24 << 20
+CHUNK = 1 << 20
+HEAD_BYTES = 2 << 20
+TAIL_BYTES = 4 << 20
 SAMPLE = 64 << 10
 HEAD_LINES = 400
 TAIL_LINES = 400
@@ -28,7 +28,7 @@ FOLLOW_LINES = 3
 MAX_KEPT = 20_000  # distinct selected lines
 CONTROL_BYTES = bytes(b for b in range(32) if b not in b"\t\n\r\x0b\x0c\x1b")  # text logs hardly hold these
 MAX_LINE = 4096  # characters of one line that the rules look at (lines of megabytes exist)
-CORE_TRIGGERS = (b"error", b"warn", b"kill")  # lower-case; each is one pass over a chunk
+CORE_TRIGGERS = (b"error", b"warn", b"kill", b"fault", b"fail")  # lower-case; each is one pass over a chunk
 # digits -> "0" and upper -> lower case in one pass: lines that differ only by their numbers (steps,
 # losses, times, ranks) share a key
 NORMALISE = bytes(48 if 48 <= c <= 57 else c + 32 if 65 <= c <= 90 else c for c in range(256))
