@@ -1,11 +1,11 @@
 """Reading a log for diagnosis: bad input refused with one clear message, big logs streamed.
 
-A log up to SMALL_LOG bytes is read whole. A bigger one (gigabytes of training output) is read
-in chunks and only the lines the rules could care about are kept: in its first HEAD_BYTES (launch,
+A log up to SMALL_LOG (1 MiB) is read whole. A bigger one (10 MB to gigabytes of training output) is read
+in 1 MiB chunks and only the lines the rules could care about are kept: in its first HEAD_BYTES (launch,
 NCCL init) and last TAIL_BYTES (where a crash ends a log, with torchrun's root-cause block) every
 distinct line (lines equal but for their digits count once, the latest kept); in between, the
-lines holding a CORE_TRIGGERS word (an error, a warning, a kill: what a failure in the middle of a
-run prints) and the lines after them. Each word search is one C-speed pass over the chunk
+lines holding a CORE_TRIGGERS word (an error, a warning, a kill, a fault, a failure: what a failure
+in the middle of a run prints) and the lines after them. Each word search is one C-speed pass over the chunk
 (~0.7 GB/s), so the middle gets few of them. Memory stays bounded whatever the size.
 `bench/diagnose_bench.py` measures 1 GB.
 """
