@@ -40,10 +40,12 @@ SECTION = "## First scores (frozen batches, each scored once)"
 OTHER_ALIASES = (
     (r"collective.*(?:mismatch|desync|order)|desync|mismatch.*collective|out[-_ ]of[-_ ]step|seq(?:num)?.*mismatch",
      "collective_mismatch"),
-    (r"(?:duplicate|same)[-_ ]?(?:host|hostname|host[-_ ]?hash|node[-_ ]?id)|host[-_ ]?hash", "duplicate_host"),
-    (r"p2p|peer[-_ ]?to[-_ ]?peer|\bacs\b|iommu|peer[-_ ]access", "p2p_unsupported"),
+    (r"(?:duplicate|same|identical)[-_ ]?(?:host|hostname|host[-_ ]?hash|node[-_ ]?id)|host[-_ ]?hash"
+     r"|host(?:name)?[-_ ]?(?:collision|clash|conflict|duplicate)", "duplicate_host"),
+    (r"p2p|peer[-_ ]?to[-_ ]?peer|(?:^|[-_ ])acs(?:$|[-_ ])|iommu|peer[-_ ]access", "p2p_unsupported"),
     (r"(?:arch|sm_?\d+|compute[-_ ]capability|kernel[-_ ]image|no[-_ ]kernel).*(?:unsupported|too[-_ ]old|mismatch"
-     r"|not[-_ ]compatible|incompatible)|(?:unsupported|incompatible)[-_ ](?:gpu[-_ ])?arch|no[-_ ]kernel[-_ ]image",
+     r"|not[-_ ]compatible|incompatible)|(?:unsupported|incompatible)[-_ ](?:gpu[-_ ]|cuda[-_ ])?arch|no[-_ ]kernel[-_ ]image"
+     r"|gpu[-_ ]too[-_ ](?:new|old)|cuda[-_ ]capability|compute[-_ ]capability",
      "gpu_arch_unsupported"),
 )
 
