@@ -1,4 +1,5 @@
-"""Typed evidence: what distributed failure logs are made of, parsed line by line before any cause is named.
+"""Typed evidence: what distributed failure logs are made of, parsed line by line before any cause is named
+(this module, evidence_system.py for stores/containers/kernel, evidence_config.py for configuration).
 
 `extract(lines)` turns parsed log lines (logformat.LogLine) into evidence records: NCCL messages
 (level, subsystem, call, NCCL's error class), CUDA errors by enum (every spelling: the runtime's
@@ -19,9 +20,10 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
-from clusterctl.diagnose import evidence_config
+from clusterctl.diagnose import evidence_config, evidence_system
 from clusterctl.diagnose.evidence_config import (NetInterface, PlatformHint, ResourceExhausted,  # noqa: F401
                                                   ServiceFailure, UsageError, VersionRelation)
+from clusterctl.diagnose.evidence_system import ContainerError, KernelLine, StoreMessage  # noqa: F401
 from clusterctl.diagnose.logformat import LogLine
 from clusterctl.diagnose.reader import MAX_LINE
 
@@ -67,23 +69,9 @@ class OsErrno:
 
 
 @dataclass(frozen=True)
-class StoreMessage:
+class UndefinedSymbol:
     line: LogLine
-    kind: str  # timeout | refused | unreachable | closed | bind | resolve
-
-
-@dataclass(frozen=True)
-class ContainerError:
-    line: LogLine
-    component: str  # docker | containerd | registry | nvidia-container | kubernetes
-    kind: str  # pull | auth | gpu_runtime | requirement | disk | other
-
-
-@dataclass(frozen=True)
-class KernelLine:
-    line: LogLine
-    kind: str  # oom | xid | segfault | iommu_fault | nvlink
-    value: str = ""
+    symbol: str  # a dynamic linker's `undefined symbol: X`: a library built against another version
 
 
 @dataclass(frozen=True)
@@ -190,8 +178,8 @@ _SUBSYSTEM_RE = tuple((name, re.compile(pattern, re.IGNORECASE)) for name, patte
 _CALL = re.compile(r"\b(?:Call to )?((?:ibv|cuda|cu|socket|nccl|shm|posix|bootstrap)\w{2,40})\b")
 
 
-_IB_VERBS = re.compile(r"NET/IBP? ?:|\bibv_\w+ failed|Call to ibv_\w+|\bmlx5_\d+:\d+\b.{0,60}(?:error|fail|down)",
-                       re.IGNORECASE)
+_IB_VERBS = re.compile(r"(?:NET/IBP? ?:|\bmlx5_\d+:\d+\b).{0,200}(?:error|fail|unable|No device|async|down)"
+                       r"|\bibv_\w+ failed|Call to ibv_\w+", re.IGNORECASE)
 
 
 def nccl_messages(line: LogLine, lowered: str) -> list[NcclMessage]:
@@ -315,77 +303,16 @@ def os_errnos(line: LogLine, lowered: str) -> list[OsErrno]:
     return [OsErrno(line, ERRNO_MESSAGES[message.lower()])]
 
 
-# --------------------------------------------------------------------------- stores, containers, kernel
+# --------------------------------------------------------------------------- undefined symbols
 
-_STORE = re.compile(r"TCPStore|c10d|\bstore\b|rendezvous|rdzv|MASTER_ADDR|init_process_group|DistStoreError"
-                    r"|DistNetworkError", re.IGNORECASE)
-_STORE_KINDS = (
-    ("bind", r"address already in use|errno:? ?98|EADDRINUSE|failed to bind"),
-    ("resolve", r"name or service not known|could not resolve|gaierror|temporary failure in name resolution"),
-    ("refused", r"connection refused|ECONNREFUSED|errno:? ?111"),
-    ("unreachable", r"no route to host|network is unreachable|ENETUNREACH|EHOSTUNREACH"),
-    ("timeout", r"timed? ?out|timeout|deadline exceeded"),
-    ("closed", r"closed|shut ?down|reset by peer|broken pipe"),
-)
-_STORE_KIND_RE = tuple((name, re.compile(p, re.IGNORECASE)) for name, p in _STORE_KINDS)
-
-_CONTAINER = re.compile(r"Error response from daemon|docker:|containerd|\bctr:|failed to pull|pull access|manifest"
-                        r"|registry|OCI runtime|nvidia-container|ImagePull|ErrImage|podman|crictl|kubelet", re.IGNORECASE)
-_CONTAINER_KINDS = (
-    ("requirement", r"requirement error|unsatisfied condition"),
-    ("gpu_runtime", r"could not select device driver|nvidia-container|runtime name|unknown runtime|capabilities: \[\["),
-    ("disk", r"no space left|disk quota"),
-    ("auth", r"unauthorized|denied|authentication required|no basic auth|forbidden|\b401\b|\b403\b"),
-    ("pull", r"pull|manifest|not found|name unknown|resolve reference|toomanyrequests|registry|i/o timeout|"
-             r"tls: |x509|ImagePull|ErrImage"),
-)
-_CONTAINER_KIND_RE = tuple((name, re.compile(p, re.IGNORECASE)) for name, p in _CONTAINER_KINDS)
-
-_KERNEL = (
-    ("oom", re.compile(r"Out of memory: Kill|invoked oom-killer|oom[-_ ]kill|oom_reaper|Memory cgroup out of memory",
-                       re.IGNORECASE)),
-    ("xid", re.compile(r"NVRM: Xid \([^)]{0,40}\): (\d+)")),
-    ("segfault", re.compile(r"\w[\w.-]{0,40}\[\d+\]: segfault at [0-9a-f]+|traps: \S+\[\d+\] general protection")),
-    ("iommu_fault", re.compile(r"DMAR: \[?DMA (?:Read|Write)|DMAR: DRHD: handling fault|IO_PAGE_FAULT|AMD-Vi: Event"
-                               r"|iommu fault", re.IGNORECASE)),
-)
+_UNDEFINED = re.compile(r"undefined symbol:? ?(\w{2,200})")
 
 
-def store_messages(line: LogLine, lowered: str) -> list[StoreMessage]:
-    if not any(w in lowered for w in ("store", "c10d", "rendezvous", "rdzv", "master_addr", "init_process_group")):
+def undefined_symbols(line: LogLine, lowered: str) -> list[UndefinedSymbol]:
+    if "undefined symbol" not in lowered:
         return []
-    text = line.text[:MAX_LINE]
-    if not _STORE.search(text):
-        return []
-    kind = next((name for name, regex in _STORE_KIND_RE if regex.search(text)), "")
-    return [StoreMessage(line, kind)] if kind else []
-
-
-def container_errors(line: LogLine, lowered: str) -> list[ContainerError]:
-    if not any(w in lowered for w in ("daemon", "docker", "containerd", "pull", "manifest", "registry", "oci runtime",
-                                      "nvidia-container", "errimage", "podman", "ctr:", "crictl", "kubelet")):
-        return []
-    text = line.text[:MAX_LINE]
-    if not _CONTAINER.search(text):
-        return []
-    component = ("nvidia-container" if "nvidia-container" in lowered else "containerd" if "containerd" in lowered
-                 else "kubernetes" if ("imagepull" in lowered or "errimage" in lowered or "kubelet" in lowered)
-                 else "registry" if "registry" in lowered else "docker")
-    kind = next((name for name, regex in _CONTAINER_KIND_RE if regex.search(text)), "other")
-    return [ContainerError(line, component, kind)]
-
-
-def kernel_lines(line: LogLine, lowered: str) -> list[KernelLine]:
-    if not any(w in lowered for w in ("oom", "memory", "xid", "segfault", "general protection", "dmar", "iommu",
-                                      "amd-vi", "io_page_fault")):
-        return []
-    text = line.text[:MAX_LINE]
-    out = []
-    for kind, regex in _KERNEL:
-        match = regex.search(text)
-        if match:
-            out.append(KernelLine(line, kind, match.group(1) if match.groups() else ""))
-    return out
+    match = _UNDEFINED.search(line.text[:MAX_LINE])
+    return [UndefinedSymbol(line, match.group(1))] if match else []
 
 
 def launcher_banners(line: LogLine, lowered: str) -> list[LauncherBanner]:
@@ -402,8 +329,9 @@ def launcher_banners(line: LogLine, lowered: str) -> list[LauncherBanner]:
 
 # --------------------------------------------------------------------------- all of it
 
-PER_LINE = (cuda_errors, nccl_messages, exit_statuses, os_errnos, store_messages, container_errors, kernel_lines,
-            launcher_banners) + evidence_config.PARSERS
+PER_LINE = (cuda_errors, nccl_messages, exit_statuses, os_errnos, undefined_symbols, launcher_banners,
+            evidence_system.store_messages, evidence_system.container_errors,
+            evidence_system.kernel_lines) + evidence_config.PARSERS
 
 
 def extract(lines: list[LogLine]) -> list:

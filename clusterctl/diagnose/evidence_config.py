@@ -96,7 +96,7 @@ _VIRTUAL = re.compile(r"^(?:docker\d*|virbr\d*|veth\w*|br-\w+|cni\d*|flannel\S*|
 
 
 _RESOURCES = (
-    ("shm", r"shared memory|/dev/shm|\bshm\b|\bbus error\b"),
+    ("shm", r"shared memory|/dev/shm|\bshm\b|(?<!PCIe )\bbus error\b"),
     ("gpu_memory", r"(?:GPU|CUDA|device|VRAM|HIP)\s+(?:\w+\s)?memory|\bVRAM\b"),
     ("host_memory", r"host memory|system memory|\bRAM\b|memory pressure|\bOOM\b|memory limit|cgroup memory"),
     ("disk", r"\bdisk\b|file ?system|\bvolume\b|\bquota\b|storage"),

@@ -12,6 +12,7 @@ message): where a rule matched, the family only confirms; where none did, the fa
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from clusterctl.diagnose import evidence as ev
@@ -79,6 +80,7 @@ STORE_KINDS = {
     "refused": (("rdzv_unreachable", .5),),
     "unreachable": (("rdzv_unreachable", .5),),
     "bind": (("port_in_use", .6),),
+    "collective_timeout": (("nccl_timeout_slow_rank", .45),),
     "resolve": (("hostname_unresolvable", .6),),
 }
 CONTAINER_KINDS = {
@@ -96,6 +98,8 @@ ERRNO_FAMILIES = {
     12: (("oom_killed", .3),), 30: (("permission_denied", .35),),
 }
 NCCL_NET_ERRNOS = (111, 113, 101, 110)
+NCCL_LINE = re.compile(r"nccl|socket\.(?:h|cc)|net_socket|\bWARN\b", re.IGNORECASE)
+SHM_WORDS = re.compile(r"/dev/shm|\bshm_|shared memory|SemLock|multiprocessing", re.IGNORECASE)
 USAGE_KINDS = {"unrecognized": (("launcher_args", .65),), "required": (("launcher_args", .6),),
                "invalid": (("launcher_args", .5),), "env_missing": (("launcher_args", .6),),
                "divisibility": (("config_divisibility", .65),)}
@@ -120,6 +124,7 @@ KERNEL_KINDS = {
     "xid": (("gpu_xid", .85),),
     "segfault": (("segfault", .75),),
     "iommu_fault": (("p2p_unsupported", .6),),
+    "pcie": (("gpu_xid", .45),),
 }
 
 
@@ -155,6 +160,11 @@ def _support(record) -> list[Support]:
         return _each(CUDA_FAMILIES.get(record.name), f"cuda:{record.name}", record)
     if isinstance(record, ev.NcclMessage):
         out = []
+        lowered = record.text.lower()
+        if "truncated" in lowered:  # NCCL's own hint: sizes or NCCL_* settings differ between the ranks
+            return _each((("version_mismatch", .6),), "nccl:truncated", record)
+        if record.subsystem == "shm" and ("permission denied" in lowered or "read-only" in lowered):
+            return _each((("shm_permission", .65),), "nccl:shm-permission", record)
         if record.level in ("WARN", "ERROR") or record.error_class:
             out += _each(NCCL_SUBSYSTEMS.get(record.subsystem), f"nccl:{record.subsystem}", record)
         if record.error_class == "remote":  # a peer went away: what happened to it is the cause
@@ -168,14 +178,24 @@ def _support(record) -> list[Support]:
                          consequence=record.signal == 6)
         return _each(EXIT_CODES.get(record.code), f"exit:{record.code}", record)
     if isinstance(record, ev.PyException):
+        if record.type == "OutOfMemoryError" and not re.match(r"torch|cuda", record.qualified, re.IGNORECASE) \
+                and not re.search(r"CUDA|GPU|HIP", record.message):  # Ray's, the JVM's: host memory
+            return _each((("oom_killed", .6),), "exception:host-oom", record)
         return _each(EXCEPTION_FAMILIES.get(record.type), f"exception:{record.type}", record)
+    if isinstance(record, ev.UndefinedSymbol):
+        table = (("nccl_too_old", .7),) if record.symbol.startswith("nccl") else (("import_error", .5),)
+        return _each(table, f"symbol:{'nccl' if record.symbol.startswith('nccl') else 'other'}", record)
     if isinstance(record, ev.StoreMessage):
-        return _each(STORE_KINDS.get(record.kind), f"store:{record.kind}", record)
+        return _each(STORE_KINDS.get(record.kind), f"store:{record.kind}", record,
+                     consequence=record.kind == "collective_timeout")
     if isinstance(record, ev.ContainerError):
         return _each(CONTAINER_KINDS.get(record.kind), f"container:{record.kind}", record)
     if isinstance(record, ev.OsErrno):
-        if record.errno in NCCL_NET_ERRNOS and "nccl" in record.line.text.lower():  # NCCL's own connections
+        text = record.line.text[:ev.MAX_LINE]
+        if record.errno in NCCL_NET_ERRNOS and NCCL_LINE.search(text):  # NCCL's own connections
             return _each((("nccl_socket_error", .45),), f"errno:nccl:{record.errno}", record)
+        if record.errno in (13, 30) and SHM_WORDS.search(text):  # /dev/shm itself is not writable
+            return _each((("shm_permission", .65),), f"errno:shm:{record.errno}", record)
         return _each(ERRNO_FAMILIES.get(record.errno), f"errno:{record.errno}", record)
     if isinstance(record, ev.UsageError):
         return _each(USAGE_KINDS.get(record.kind), f"usage:{record.kind}", record)
