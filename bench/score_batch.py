@@ -26,7 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from clusterctl.diagnose import corpus, diagnose_text  # noqa: E402
+from clusterctl.diagnose import diagnose_text  # noqa: E402
 from clusterctl.diagnose.engine import with_similar_causes  # noqa: E402
 from clusterctl.diagnose.rules import CAUSES  # noqa: E402
 from clusterctl.diagnose.similar import similar_cases  # noqa: E402
@@ -61,6 +61,20 @@ def label_of(raw_label: str) -> str:
     return label
 
 
+def split_header(raw: str) -> tuple[dict, str]:
+    """The leading `# key: value` lines (any key: collectors may add their own) and the log after them."""
+    header: dict = {}
+    lines = raw.split("\n")
+    index = 0
+    while index < len(lines) and re.match(r"^#\s*[\w -]{1,40}:", lines[index]):
+        key, _, value = lines[index].lstrip("#").partition(":")
+        header.setdefault(key.strip().lower(), value.strip())
+        index += 1
+    while index < len(lines) and not lines[index].strip():
+        index += 1
+    return header, "\n".join(lines[index:])
+
+
 def frozen_hashes(directory: Path) -> dict[str, str]:
     frozen = directory / "FROZEN"
     if not frozen.is_file():
@@ -83,7 +97,7 @@ def load_batch(directories: list[Path]) -> tuple[list, str]:
             want = hashes.get(path.name)
             if want is None or hashlib.sha256(data).hexdigest() != want:
                 raise SystemExit(f"{path}: not in FROZEN or its hash differs: the batch changed after freezing")
-            header, body = corpus.split_header(data.decode("utf-8", errors="replace"))
+            header, body = split_header(data.decode("utf-8", errors="replace"))
             if "cause" not in header:
                 raise SystemExit(f"{path}: no `# cause:` label")
             cases.append({"file": f"{directory.name}/{path.name}", "label": header["cause"],
