@@ -26,6 +26,7 @@ from clusterctl.diagnose.evidence_config import (NetInterface, PlatformHint, Res
 from clusterctl.diagnose.evidence_system import ContainerError, KernelLine, StoreMessage  # noqa: F401
 from clusterctl.diagnose.logformat import LogLine
 from clusterctl.diagnose.reader import MAX_LINE
+from clusterctl.diagnose.textmatch import compile_kinds, first_kind
 
 
 @dataclass(frozen=True)
@@ -161,7 +162,7 @@ _NCCL_ERROR_CLASSES = (
     ("invalid_usage", r"invalid usage|ncclInvalidUsage"),
     ("invalid_argument", r"invalid argument|ncclInvalidArgument"),
 )
-_NCCL_ERROR_RE = tuple((name, re.compile(pattern, re.IGNORECASE)) for name, pattern in _NCCL_ERROR_CLASSES)
+_NCCL_ERROR_RE = compile_kinds(_NCCL_ERROR_CLASSES)
 # A subsystem named by the file (newer NCCL) or by the message's own prefix (older NCCL).
 _SUBSYSTEMS = (
     ("net_ib", r"net_ib|NET/IB|\bibv_|IBext|\bmlx5|\bRoCE\b|GID index|transport retry"),
@@ -174,7 +175,7 @@ _SUBSYSTEMS = (
     ("init", r"init\.cc|ncclCommInit|Duplicate GPU|hostHash|host hash"),
     ("enqueue", r"enqueue\.cc|collective|mismatch"),
 )
-_SUBSYSTEM_RE = tuple((name, re.compile(pattern, re.IGNORECASE)) for name, pattern in _SUBSYSTEMS)
+_SUBSYSTEM_RE = compile_kinds(_SUBSYSTEMS)
 _CALL = re.compile(r"\b(?:Call to )?((?:ibv|cuda|cu|socket|nccl|shm|posix|bootstrap)\w{2,40})\b")
 
 
@@ -188,13 +189,13 @@ def nccl_messages(line: LogLine, lowered: str) -> list[NcclMessage]:
             return [NcclMessage(line, "WARN", "net_ib", "", "", line.text[:400])]
         return []
     text = line.text[:MAX_LINE]
-    error_class = next((name for name, regex in _NCCL_ERROR_RE if regex.search(text)), "")
+    error_class = first_kind(_NCCL_ERROR_RE, text)
     match = _NCCL_LINE.search(text)
     if match is None and not error_class:
         return []
     level = match.group("level").upper() if match else ""
     body = (match.group("file") or "") + " " + match.group("msg") if match else text
-    subsystem = next((name for name, regex in _SUBSYSTEM_RE if regex.search(body)), "")
+    subsystem = first_kind(_SUBSYSTEM_RE, body)
     call = _CALL.search(body)
     return [NcclMessage(line, level, subsystem, call.group(1) if call else "", error_class, body.strip()[:400])]
 
@@ -220,7 +221,7 @@ _LAUNCHERS = (
     ("mpirun", r"mpirun|mpiexec|\borted\b|prterun|\bORTE\b"),
     ("srun", r"\bsrun:|slurmstepd"),
 )
-_LAUNCHER_RE = tuple((name, re.compile(p, re.IGNORECASE)) for name, p in _LAUNCHERS)
+_LAUNCHER_RE = compile_kinds(_LAUNCHERS)
 _EXIT_WORDS = ("exit", "code", "signal", "sig", "killed", "segmentation", "bus error", "aborted", "status")
 
 
@@ -228,7 +229,7 @@ def exit_statuses(line: LogLine, lowered: str) -> list[ExitStatus]:
     if not any(word in lowered for word in _EXIT_WORDS):
         return []
     text = line.text[:MAX_LINE]
-    launcher = next((name for name, regex in _LAUNCHER_RE if regex.search(text)), "")
+    launcher = first_kind(_LAUNCHER_RE, text)
     found = []
     code_match = _EXIT_CODE.search(text)
     code = int(code_match.group("code")) if code_match else None

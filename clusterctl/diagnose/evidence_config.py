@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from clusterctl.diagnose.logformat import LogLine
 from clusterctl.diagnose.reader import MAX_LINE
+from clusterctl.diagnose.textmatch import compile_kinds, first_kind
 
 
 @dataclass(frozen=True)
@@ -82,8 +83,8 @@ _RELATIONS = (
     ("requires", r"requires? (?:version |at least )?(?:>=?\s*)?v?\d|minimum (?:required )?version|newer version"),
     ("unsupported", r"not compatible|incompatible|not supported|unsupported|version `?\S+'? not found"),
 )
-_SUBJECT_RE = tuple((name, re.compile(p, re.IGNORECASE)) for name, p in _SUBJECTS)
-_RELATION_RE = tuple((name, re.compile(p, re.IGNORECASE)) for name, p in _RELATIONS)
+_SUBJECT_RE = compile_kinds(_SUBJECTS)
+_RELATION_RE = compile_kinds(_RELATIONS)
 _VERSION_WORDS = ("old", "insufficient", "requir", "version", "support", "compatib", "outdated", "update", "upgrade",
                   "differ", "mismatch", "minimum", "match")
 
@@ -101,7 +102,7 @@ _RESOURCES = (
     ("host_memory", r"host memory|system memory|\bRAM\b|memory pressure|\bOOM\b|memory limit|cgroup memory"),
     ("disk", r"\bdisk\b|file ?system|\bvolume\b|\bquota\b|storage"),
 )
-_RESOURCE_RE = tuple((name, re.compile(p, re.IGNORECASE)) for name, p in _RESOURCES)
+_RESOURCE_RE = compile_kinds(_RESOURCES)
 _EXHAUSTED = re.compile(r"insufficient|out of|not enough|exhausted|no space|too small|is full|\bfull\b|exceed"
                         r"|ran out|running low|\bbus error\b|killed due to|pressure", re.IGNORECASE)
 _RESOURCE_WORDS = ("insufficient", "out of", "not enough", "exhaust", "no space", "too small", "full", "exceed",
@@ -114,7 +115,7 @@ def resources_exhausted(line: LogLine, lowered: str) -> list[ResourceExhausted]:
     text = line.text[:MAX_LINE]
     if not _EXHAUSTED.search(text):
         return []
-    resource = next((name for name, regex in _RESOURCE_RE if regex.search(text)), "")
+    resource = first_kind(_RESOURCE_RE, text)
     return [ResourceExhausted(line, resource)] if resource else []
 
 
@@ -158,14 +159,14 @@ def version_relations(line: LogLine, lowered: str) -> list[VersionRelation]:
     if not any(word in lowered for word in _VERSION_WORDS):
         return []
     text = line.text[:MAX_LINE]
-    relation = next((name for name, regex in _RELATION_RE if regex.search(text)), "")
+    relation = first_kind(_RELATION_RE, text)
     if not relation:
         return []
     if relation == "mismatch":
         subject = "ranks" if re.search(r"rank|node|host", text, re.IGNORECASE) else ""
-        subject = next((name for name, regex in _SUBJECT_RE if regex.search(text)), subject)
+        subject = first_kind(_SUBJECT_RE, text, subject)
         return [VersionRelation(line, subject or "ranks", relation)]
-    subject = next((name for name, regex in _SUBJECT_RE if regex.search(text)), "")
+    subject = first_kind(_SUBJECT_RE, text)
     return [VersionRelation(line, subject, relation)] if subject else []
 
 

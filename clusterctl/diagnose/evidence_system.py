@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from clusterctl.diagnose.logformat import LogLine
 from clusterctl.diagnose.reader import MAX_LINE
+from clusterctl.diagnose.textmatch import compile_kinds, first_kind
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ _STORE_KINDS = (
     ("timeout", r"timed? ?out|timeout|deadline exceeded"),
     ("closed", r"closed|shut ?down|reset by peer|broken pipe"),
 )
-_STORE_KIND_RE = tuple((name, re.compile(p, re.IGNORECASE)) for name, p in _STORE_KINDS)
+_STORE_KIND_RE = compile_kinds(_STORE_KINDS)
 
 _CONTAINER = re.compile(r"Error response from daemon|docker:|containerd|\bctr:|failed to pull|pull access|manifest"
                         r"|registry|OCI runtime|nvidia-container|ImagePull|ErrImage|podman|crictl|kubelet", re.IGNORECASE)
@@ -55,7 +56,7 @@ _CONTAINER_KINDS = (
     ("pull", r"pull|manifest|not found|name unknown|resolve reference|toomanyrequests|registry|i/o timeout|"
              r"tls: |x509|ImagePull|ErrImage"),
 )
-_CONTAINER_KIND_RE = tuple((name, re.compile(p, re.IGNORECASE)) for name, p in _CONTAINER_KINDS)
+_CONTAINER_KIND_RE = compile_kinds(_CONTAINER_KINDS)
 
 _KERNEL = (
     ("oom", re.compile(r"Out of memory: Kill|invoked oom-killer|oom[-_ ]kill|oom_reaper|Memory cgroup out of memory",
@@ -74,7 +75,7 @@ def store_messages(line: LogLine, lowered: str) -> list[StoreMessage]:
     text = line.text[:MAX_LINE]
     if not _STORE.search(text):
         return []
-    kind = next((name for name, regex in _STORE_KIND_RE if regex.search(text)), "")
+    kind = first_kind(_STORE_KIND_RE, text)
     if kind == "timeout" and _COLLECTIVE.search(text):  # the NCCL watchdog's timeout, not the store's
         kind = "collective_timeout"
     return [StoreMessage(line, kind)] if kind else []
@@ -93,7 +94,7 @@ def container_errors(line: LogLine, lowered: str) -> list[ContainerError]:
     component = ("nvidia-container" if "nvidia-container" in lowered else "containerd" if "containerd" in lowered
                  else "kubernetes" if ("imagepull" in lowered or "errimage" in lowered or "kubelet" in lowered)
                  else "registry" if "registry" in lowered else "docker")
-    kind = next((name for name, regex in _CONTAINER_KIND_RE if regex.search(text)), "other")
+    kind = first_kind(_CONTAINER_KIND_RE, text, "other")
     return [ContainerError(line, component, kind)]
 
 
