@@ -47,6 +47,13 @@ OTHER_ALIASES = (
      r"|not[-_ ]compatible|incompatible)|(?:unsupported|incompatible)[-_ ](?:gpu[-_ ]|cuda[-_ ])?arch|no[-_ ]kernel[-_ ]image"
      r"|gpu[-_ ]too[-_ ](?:new|old)|cuda[-_ ]capability|compute[-_ ]capability",
      "gpu_arch_unsupported"),
+    # added after batch 2's first score, before batch 3 was frozen (batches 1-2 keep their first scores):
+    # the GPU-arch words in either order ("torch_build_too_old_for_gpu_arch", "nccl_build_lacks_old_gpu_arch",
+    # "library_too_old_for_gpu_arch"), and a SIGBUS / full /dev/shm named in other words ("sigbus_nccl_shm")
+    (r"(?:too[-_ ]old|too[-_ ]new|lacks?|missing|without|unsupported|incompatible)[-_ ](?:\w+[-_ ])*?"
+     r"(?:gpu[-_ ]|cuda[-_ ])?arch", "gpu_arch_unsupported"),
+    (r"(?:sigbus|bus[-_ ]error)[-_ ].*shm|shm[-_ ].*(?:sigbus|bus[-_ ]error|full|too[-_ ]small|space)"
+     r"|shared[-_ ]memory[-_ ].*(?:full|too[-_ ]small|exhausted)", "shm_too_small"),
 )
 
 
@@ -203,7 +210,9 @@ thread), and the batch's logs may join the corpus. The headline is the mean of t
 three batches. Labels `other:<name>` count as a vocabulary cause only through `OTHER_ALIASES` in
 bench/score_batch.py (collective mismatch/desync -> `collective_mismatch`; same hostname/host hash ->
 `duplicate_host`; peer-to-peer/ACS/IOMMU -> `p2p_unsupported`; GPU arch/compute capability unsupported, no
-kernel image -> `gpu_arch_unsupported`); any other `other:` label is a miss. Scoring is as `clusterctl
+kernel image -> `gpu_arch_unsupported`; added after batch 2's first score and before batch 3 froze, for
+batch 3 only: the same GPU-arch words in either order, and SIGBUS / full /dev/shm -> `shm_too_small`); any
+other `other:` label is a miss. Scoring is as `clusterctl
 diagnose` does it: the rules and the evidence families, then the nearest known corpus cases as runner-ups."""
 
 

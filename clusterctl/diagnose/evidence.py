@@ -187,6 +187,8 @@ def nccl_messages(line: LogLine, lowered: str) -> list[NcclMessage]:
     if "nccl" not in lowered:
         if ("ibv_" in lowered or "net/ib" in lowered or "mlx5_" in lowered) and _IB_VERBS.search(line.text[:MAX_LINE]):
             return [NcclMessage(line, "WARN", "net_ib", "", "", line.text[:400])]
+        if "remnode" in lowered or "ncclTopo" in line.text[:MAX_LINE]:  # NCCL's topology search, quoted bare
+            return [NcclMessage(line, "WARN", "topology", "", "", line.text[:400])]
         return []
     text = line.text[:MAX_LINE]
     error_class = first_kind(_NCCL_ERROR_RE, text)
@@ -280,7 +282,8 @@ def py_exception(line: LogLine, last_frame: str) -> list[PyException]:
 
 ERRNO_NAMES = {"ENOSPC": 28, "EDQUOT": 122, "EACCES": 13, "EPERM": 1, "EADDRINUSE": 98, "ECONNREFUSED": 111,
                "EHOSTUNREACH": 113, "ENETUNREACH": 101, "ENOMEM": 12, "EROFS": 30, "ETIMEDOUT": 110}
-ERRNO_MESSAGES = {"no space left on device": 28, "disk quota exceeded": 122, "permission denied": 13,
+ERRNO_MESSAGES = {"no space left on device": 28, "bind error": 98, "failed to bind": 98, "port may have been used": 98,
+                  "port is occupied": 98, "port occupied": 98, "port is already in use": 98, "disk quota exceeded": 122, "permission denied": 13,
                   "address already in use": 98, "connection refused": 111, "no route to host": 113,
                   "network is unreachable": 101, "name or service not known": -2,
                   "temporary failure in name resolution": -3, "cannot allocate memory": 12,

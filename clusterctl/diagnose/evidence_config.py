@@ -88,7 +88,10 @@ _RELATION_RE = compile_kinds(_RELATIONS)
 _VERSION_WORDS = ("old", "insufficient", "requir", "version", "support", "compatib", "outdated", "update", "upgrade",
                   "differ", "mismatch", "minimum", "match")
 
-_IFACE = re.compile(r"(?:Bootstrap|NET/Socket|GLOO|gloo|socket)\w*\s*:?\s*Using (?:\[\d+\])?(?P<name>[\w.-]+)[:\s<]"
+_IFACE = re.compile(r"(?:Bootstrap|NET/Socket|NET|GLOO|gloo|socket)\w*\s*:?\s*Using (?:interface )?(?:\[\d+\])?"
+                    r"(?P<name>[\w.-]+)[:\s<]"
+                    r"|(?:^|\s)\[\d+\](?P<item>[\w.-]+):[\w.:%]+<\d+>"  # an item of NCCL's interface list
+                    r"|IP Interfaces\s*:.*?\b(?P<listed>lo)\(\w+\)"
                     r"|(?:Connect(?:ing)? to|connect \[?|address|remote=\[|local=\[)\s*(?P<addr>127\.0\.[01]\.1)\b",
                     re.IGNORECASE)
 _NO_IFACE = re.compile(r"Unable to find address for:? ?\S+|no (?:\w+ )?(?:socket )?interface found"
@@ -172,14 +175,14 @@ def version_relations(line: LogLine, lowered: str) -> list[VersionRelation]:
 
 def net_interfaces(line: LogLine, lowered: str) -> list[NetInterface]:
     if "using" not in lowered and "127.0." not in lowered and "interface" not in lowered \
-            and "find address" not in lowered:
+            and "find address" not in lowered and "]" not in lowered:
         return []
     missing = _NO_IFACE.search(line.text[:MAX_LINE])
     if missing:
         return [NetInterface(line, missing.group(0)[:80], "none")]
     out = []
     for match in _IFACE.finditer(line.text[:MAX_LINE]):
-        name = match.group("name") or match.group("addr")
+        name = match.group("name") or match.group("addr") or match.group("item") or match.group("listed")
         kind = ("loopback" if name == "lo" or name.startswith("127.") else "virtual" if _VIRTUAL.match(name)
                 else "")
         if kind:

@@ -17,7 +17,7 @@ from clusterctl.diagnose.textmatch import compile_kinds, first_kind
 @dataclass(frozen=True)
 class StoreMessage:
     line: LogLine
-    kind: str  # timeout | collective_timeout | refused | unreachable | closed | bind | resolve
+    kind: str  # timeout | wait_timeout | collective_timeout | refused | unreachable | closed | bind | resolve
 
 
 @dataclass(frozen=True)
@@ -70,18 +70,27 @@ _KERNEL = (
 
 
 def store_messages(line: LogLine, lowered: str) -> list[StoreMessage]:
+    text = line.text[:MAX_LINE]
+    if any(w in lowered for w in _COLLECTIVE_WORDS) and _TIMEOUT.search(text) and _COLLECTIVE.search(text):
+        # a collective library (NCCL, HCCL, RCCL, gloo...) waited too long on a peer: a slow or dead rank
+        return [StoreMessage(line, "collective_timeout")]
     if not any(w in lowered for w in ("store", "c10d", "rendezvous", "rdzv", "master_addr", "init_process_group")):
         return []
-    text = line.text[:MAX_LINE]
     if not _STORE.search(text):
         return []
     kind = first_kind(_STORE_KIND_RE, text)
-    if kind == "timeout" and _COLLECTIVE.search(text):  # the NCCL watchdog's timeout, not the store's
-        kind = "collective_timeout"
+    if kind == "timeout" and _WAITING.search(text):  # connected, then waited: the peer is slow, not unreachable
+        kind = "wait_timeout"
     return [StoreMessage(line, kind)] if kind else []
 
 
-_COLLECTIVE = re.compile(r"ProcessGroupNCCL|WorkNCCL|Watchdog|checkTimeout|collective", re.IGNORECASE)
+_COLLECTIVE_WORDS = ("nccl", "hccl", "rccl", "ccl", "gloo", "collective", "allreduce", "all_reduce", "watchdog",
+                     "notify", "heartbeat", "checktimeout")
+_COLLECTIVE = re.compile(r"ProcessGroupNCCL|WorkNCCL|Watchdog|checkTimeout|collective|\b[HRN]CCL\b|HCCL_\w+|oneCCL"
+                         r"|\bgloo\b|AllReduce|all_reduce|AllGather|Notify|[Hh]eartbeat", re.IGNORECASE)
+_TIMEOUT = re.compile(r"timed? ?out|timeout|time out|heartbeat lost", re.IGNORECASE)
+_WAITING = re.compile(r"waitForInput|recvValue|poll for socket|wait(?:ing)? for (?:clients|workers|the other|key)",
+                      re.IGNORECASE)
 
 
 def container_errors(line: LogLine, lowered: str) -> list[ContainerError]:

@@ -50,7 +50,8 @@ NCCL_SUBSYSTEMS = {
 # NCCL's error class, when nothing more specific says which transport failed
 NCCL_CLASSES = {
     # "system" is left to the rules: their transport evidence (socket, IB, shm) decides it
-    "internal": (("version_mismatch", .2), ("nccl_too_old", .15)),
+    # NCCL asks for internal errors to be reported as bugs: the fix is usually a newer NCCL
+    "internal": (("nccl_too_old", .35), ("version_mismatch", .2)),
     "invalid_usage": (("duplicate_gpu", .25), ("collective_mismatch", .2)),
 }
 SIGNAL_FAMILIES = {
@@ -80,7 +81,8 @@ STORE_KINDS = {
     "refused": (("rdzv_unreachable", .5),),
     "unreachable": (("rdzv_unreachable", .5),),
     "bind": (("port_in_use", .6),),
-    "collective_timeout": (("nccl_timeout_slow_rank", .45),),
+    "collective_timeout": (("nccl_timeout_slow_rank", .55),),
+    "wait_timeout": (("nccl_timeout_slow_rank", .5), ("rdzv_unreachable", .25)),
     "resolve": (("hostname_unresolvable", .6),),
 }
 CONTAINER_KINDS = {
@@ -98,6 +100,8 @@ ERRNO_FAMILIES = {
     12: (("oom_killed", .3),), 30: (("permission_denied", .35),),
 }
 NCCL_NET_ERRNOS = (111, 113, 101, 110)
+TOPOLOGY_SEARCH = re.compile(r"find (?:reverse )?path|ncclTopo\w+|topology (?:search|detection) failed"
+                             r"|Could not find (?:a )?path", re.IGNORECASE)
 NCCL_LINE = re.compile(r"nccl|socket\.(?:h|cc)|net_socket|\bWARN\b", re.IGNORECASE)
 SHM_WORDS = re.compile(r"/dev/shm|\bshm_|shared memory|SemLock|multiprocessing", re.IGNORECASE)
 USAGE_KINDS = {"unrecognized": (("launcher_args", .65),), "required": (("launcher_args", .6),),
@@ -161,6 +165,8 @@ def _support(record) -> list[Support]:
     if isinstance(record, ev.NcclMessage):
         out = []
         lowered = record.text.lower()
+        if TOPOLOGY_SEARCH.search(record.text):  # NCCL cannot map the node's topology: new hardware, old NCCL
+            return _each((("nccl_too_old", .55),), "nccl:topology", record)
         if "truncated" in lowered:  # NCCL's own hint: sizes or NCCL_* settings differ between the ranks
             return _each((("version_mismatch", .6),), "nccl:truncated", record)
         if record.subsystem == "shm" and ("permission denied" in lowered or "read-only" in lowered):
