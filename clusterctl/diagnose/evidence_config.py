@@ -191,3 +191,57 @@ def net_interfaces(line: LogLine, lowered: str) -> list[NetInterface]:
 
 
 PARSERS = (usage_errors, version_relations, net_interfaces, resources_exhausted, service_failures, platform_hints)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the log says ranks run: host -> {rank: device}, from NCCL's ring/channel lines
+    (`host:pid:tid [dev] ... 6[6] -> 10[2] via P2P/IPC`), its `comm ... rank N ... cudaDev D` lines and
+    nccl-tests' `Rank N ... on HOST device D` table. `shared` lists (host, device) pairs that two ranks
+    claim: one GPU given twice, or two machines that NCCL takes for one host."""
+
+    hosts: dict
+    shared: tuple
+
+    @property
+    def single_host(self) -> bool:
+        return len(self.hosts) == 1 and len(next(iter(self.hosts.values()))) >= 2
+
+
+_NCCL_PREFIX = re.compile(r"^([\w.-]+):\d+:\d+ \[(\d+)\]")
+_EDGE = re.compile(r"\b(\d{1,5})\[(\d{1,3})\] -> (\d{1,5})\[(\d{1,3})\] (?:\[\w+\] )?via (?:P2P|SHM)")
+_COMM = re.compile(r"\brank (\d{1,5}) nranks \d+ cudaDev (\d{1,3})")
+_TESTS_RANK = re.compile(r"Rank\s+(\d{1,5})\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+([\w.-]+)\s+device\s+(\d{1,3})")
+
+
+def rank_placement(lines: list[LogLine]) -> Placement:
+    hosts: dict = {}
+    shared = set()
+
+    def place(host: str, rank: int, device: int) -> None:
+        ranks = hosts.setdefault(host, {})
+        for other, dev in ranks.items():
+            if dev == device and other != rank:
+                shared.add((host, device))
+        ranks[rank] = device
+
+    for line in lines:
+        raw = line.raw[:MAX_LINE]
+        if "[" not in raw and "Rank" not in raw:
+            continue
+        tests = _TESTS_RANK.search(raw)
+        if tests:
+            place(tests.group(2), int(tests.group(1)), int(tests.group(3)))
+            continue
+        prefix = _NCCL_PREFIX.match(raw.strip())
+        if not prefix:
+            continue
+        host = prefix.group(1)
+        edge = _EDGE.search(raw)
+        if edge:  # P2P/SHM only between ranks NCCL believes share this host
+            place(host, int(edge.group(1)), int(edge.group(2)))
+            place(host, int(edge.group(3)), int(edge.group(4)))
+        comm = _COMM.search(raw)
+        if comm:
+            place(host, int(comm.group(1)), int(comm.group(2)))
+    return Placement(hosts, tuple(sorted(shared)))

@@ -59,7 +59,8 @@ _CONTAINER_KINDS = (
 _CONTAINER_KIND_RE = compile_kinds(_CONTAINER_KINDS)
 
 _KERNEL = (
-    ("oom", re.compile(r"Out of memory: Kill|invoked oom-killer|oom[-_ ]kill|oom_reaper|Memory cgroup out of memory",
+    ("oom", re.compile(r"Out of memory: Kill|invoked oom-killer|oom[-_]kill(?::| events?\b)|oom_reaper"
+                       r"|Memory cgroup out of memory",
                        re.IGNORECASE)),
     ("xid", re.compile(r"NVRM: Xid \([^)]{0,40}\): (\d+)")),
     ("pcie", re.compile(r"PCIe Bus Error|AER: (?:Uncorrected|Corrected|Multiple)", re.IGNORECASE)),
@@ -107,12 +108,18 @@ def container_errors(line: LogLine, lowered: str) -> list[ContainerError]:
     return [ContainerError(line, component, kind)]
 
 
+_POSSIBLE = re.compile(r"potential root causes|possible (?:root )?causes?|may have been|might have been|possibly",
+                       re.IGNORECASE)
+
+
 def kernel_lines(line: LogLine, lowered: str) -> list[KernelLine]:
     if not any(w in lowered for w in ("oom", "memory", "xid", "segfault", "general protection", "dmar", "iommu",
                                       "amd-vi", "io_page_fault", "pcie", "aer:")):
         return []
     text = line.text[:MAX_LINE]
     out = []
+    if _POSSIBLE.search(text):  # a notice listing what might have happened is not a record of it
+        return out
     for kind, regex in _KERNEL:
         match = regex.search(text)
         if match:

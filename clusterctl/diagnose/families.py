@@ -244,3 +244,25 @@ def next_step(records: list, first_line=None) -> str:
             steps.append((2, f"a process ended by signal {record.signal}: check the node's `dmesg` and the "
                              f"rank's stderr just before it;"))
     return min(steps)[1] if steps else ""
+
+
+def placement_supports(placement, records: list) -> list[Support]:
+    """What the ranks' placement adds: a GPU claimed by two ranks on a host of more ranks than a node
+    has GPUs is two machines with one identity (duplicate_host), otherwise one GPU given twice
+    (duplicate_gpu); a system error on a run confined to one host is its shared memory, not the
+    network."""
+    out: list[Support] = []
+    if placement.shared:
+        host, _ = placement.shared[0]
+        many = len(placement.hosts[host]) > 8
+        anchor = next((r for r in records if getattr(r, "line", None) is not None), None)
+        if anchor is not None:
+            table = (("duplicate_host", .6), ("duplicate_gpu", .3)) if many else \
+                (("duplicate_gpu", .45), ("duplicate_host", .3))
+            out += _each(table, "placement:shared-gpu", anchor)
+    if placement.single_host:
+        for record in records:
+            if isinstance(record, ev.NcclMessage) and record.error_class == "system":
+                out += _each((("shm_too_small", .4),), "placement:single-host-system-error", record)
+                break
+    return out

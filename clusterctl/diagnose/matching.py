@@ -146,7 +146,8 @@ def family_events(lines: list[LogLine], source: str) -> list[Event]:
     records = ev.extract(lines)
     killed = any(isinstance(r, ev.ExitStatus) and r.signal == 9 for r in records)
     oom_recorded = killed and any(compiled(OOM_RECORD).search(line.text[:ev.MAX_LINE]) for line in lines)
-    for support in families.supports(records, oom_recorded):
+    placement = ev.evidence_config.rank_placement(lines)
+    for support in families.supports(records, oom_recorded) + families.placement_supports(placement, records):
         rule = RULE_OF.get(support.cause)
         if rule is None:
             continue
@@ -219,10 +220,9 @@ SPECIFIC = 0.8  # a signature this strong owns its line: shapes on it name no ot
 
 
 def families_after_rules(events: list[Event]) -> list[Event]:
-    """Family evidence only where the signatures leave room: one line counts once per cause (a
-    family event on a line a rule of its cause matched adds nothing; of several families on one
-    line the strongest counts), and a line a specific signature explains (weight >= SPECIFIC)
-    supports no other cause through its shape."""
+    """Family evidence only where the signatures leave room: one line counts once per cause (the
+    stronger of its signatures and its shapes), and a line a specific signature explains (weight >=
+    SPECIFIC) supports no other cause through its shape."""
     by_line: dict[tuple, list[Event]] = {}
     for event in events:
         by_line.setdefault((event.source, event.line.number, event.line.text), []).append(event)
@@ -233,11 +233,14 @@ def families_after_rules(events: list[Event]) -> list[Event]:
         owned = owner is not None and owner.weight >= SPECIFIC
         best: dict[str, Event] = {}
         for event in group:
-            if event in rules:
-                kept.append(event)
-            elif not any(r.cause == event.cause for r in rules) and not (owned and event.cause != owner.cause):
+            if event not in rules and not (owned and event.cause != owner.cause):
                 if event.cause not in best or event.weight > best[event.cause].weight:
                     best[event.cause] = event
+        for event in rules:
+            family = best.get(event.cause)
+            if family is None or family.weight <= max(e.weight for e in rules if e.cause == event.cause):
+                kept.append(event)
+                best.pop(event.cause, None)
         kept.extend(best.values())
     return kept
 

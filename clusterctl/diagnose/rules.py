@@ -339,7 +339,9 @@ RULES: tuple[Rule, ...] = (
              S(r"(?:Call to )?ibv_\w+ failed|NET/IB : (?:\S+ )?(?:Got async event|async fatal event)", .85),
              S(r"NET/IB : Unable to open device", .6),
              # NCCL looked for an HCA and found none: the container lacks /dev/infiniband, or no IB stack
-             S(r"NET/IB : No device found", .5),
+             S(r"NET/IB : No device found", .25),
+             # ...but with an IB/RDMA plugin loaded or IB asked for, the setup expects InfiniBand
+             S(r"NET/IB : No device found", .6, requires=r"P2P plugin IBext|RDMA Plugin|NCCL_IB_HCA|NCCL_NET=IB"),
              S(r"unhandled system error|ncclSystemError", .2),
              S(r"unhandled system error", .35, requires=r"NET/IB|Using network IB|ibv_"),
          )),
