@@ -222,7 +222,7 @@ def rank_placement(lines: list[LogLine]) -> Placement:
         ranks = hosts.setdefault(host, {})
         for other, dev in ranks.items():
             if dev == device and other != rank:
-                shared.add((host, device))
+                shared.add((host, device, min(rank, other), max(rank, other)))
         ranks[rank] = device
 
     for line in lines:

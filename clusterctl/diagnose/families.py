@@ -247,14 +247,16 @@ def next_step(records: list, first_line=None) -> str:
 
 
 def placement_supports(placement, records: list) -> list[Support]:
-    """What the ranks' placement adds: a GPU claimed by two ranks on a host of more ranks than a node
-    has GPUs is two machines with one identity (duplicate_host), otherwise one GPU given twice
-    (duplicate_gpu); a system error on a run confined to one host is its shared memory, not the
+    """What the ranks' placement adds: a GPU claimed by two ranks a node apart (their numbers differ by
+    at least the host's device count) is two machines with one identity (duplicate_host), otherwise
+    one GPU given twice (duplicate_gpu); a system error on a run confined to one host is its shared memory, not the
     network."""
     out: list[Support] = []
     if placement.shared:
-        host, _ = placement.shared[0]
-        many = len(placement.hosts[host]) > 8
+        host, _, low, high = placement.shared[0]
+        devices = len(set(placement.hosts[host].values()))
+        # ranks a node apart on one device index (2 and 10 of 8-GPU nodes): two machines, one identity
+        many = len(placement.hosts[host]) > 8 or high - low >= devices
         anchor = next((r for r in records if getattr(r, "line", None) is not None), None)
         if anchor is not None:
             table = (("duplicate_host", .6), ("duplicate_gpu", .3)) if many else \
