@@ -29,6 +29,7 @@ sys.path.insert(0, str(REPO))
 from clusterctl.diagnose import diagnose_text  # noqa: E402
 from clusterctl.diagnose.engine import with_similar_causes  # noqa: E402
 from clusterctl.diagnose.rules import CAUSES  # noqa: E402
+from clusterctl.diagnose.matching import calibrated  # noqa: E402
 from clusterctl.diagnose.similar import similar_cases  # noqa: E402
 
 SCORES = REPO / "bench" / "first_scores"
@@ -175,19 +176,34 @@ BUCKETS = ((0.0, 0.3), (0.3, 0.5), (0.5, 0.7), (0.7, 0.85), (0.85, 0.95), (0.95,
 
 
 def calibration(records: list) -> str:
-    """Confidence of the first finding vs how often it was right, over every first-scored case."""
-    rows = [row for record in records for row in record["rows"]]
-    if not rows:
-        return ""
-    lines = ["**Calibration** (the first finding's confidence vs its observed top-1 accuracy, all first-scored "
-             f"cases, {len(rows)}):", "", "| confidence | cases | right | observed |", "|---|---|---|---|"]
-    for low, high in BUCKETS:
-        inside = [r for r in rows if low <= r["confidence"] < high]
-        if inside:
-            right = sum(r["top1"] for r in inside)
-            lines.append(f"| {low:.2f}-{min(high, 1.0):.2f} | {len(inside)} | {right} | "
-                         f"{100 * right / len(inside):.0f} % |")
-    return "\n".join(lines) + "\n"
+    """Confidence of the first finding vs how often it was right, over every first-scored case; for
+    cases scored before confidences were calibrated (issue 51), what the same raw value prints now."""
+    raw = [row for record in records if record.get("confidence_kind") != "calibrated" for row in record["rows"]]
+    done = [row for record in records if record.get("confidence_kind") == "calibrated" for row in record["rows"]]
+    out = []
+    for title, rows, mapped in (("raw (before calibration)", raw, True), ("calibrated", done, False)):
+        if not rows:
+            continue
+        out += [f"**Calibration, {title} confidences** (the first finding's confidence vs its observed top-1 "
+                f"accuracy, {len(rows)} first-scored cases):", "",
+                "| confidence | cases | right | observed |" + (" printed now (calibrated) |" if mapped else ""),
+                "|---|---|---|---|" + ("---|" if mapped else "")]
+        for low, high in BUCKETS:
+            inside = [r for r in rows if low <= r["confidence"] < high]
+            if inside:
+                right = sum(r["top1"] for r in inside)
+                now = sum(calibrated(r["confidence"]) for r in inside) / len(inside)
+                out.append(f"| {low:.2f}-{min(high, 1.0):.2f} | {len(inside)} | {right} | "
+                           f"{100 * right / len(inside):.0f} % |" + (f" {now:.2f} |" if mapped else ""))
+        out.append("")
+    if raw:
+        out += ["How confidence is computed since these scores (issue 51): the raw value (evidence strength times its "
+                "share among the ranked answers) is mapped through `matching.CALIBRATION`, monotone knots fitted "
+                "on the raw cases above (raw < 0.5 prints at most 0.08, 0.5-0.7 prints 0.08-0.7, 0.7 and up "
+                "0.7-0.88: the 0.95-1.0 bucket was right no more often than 0.7-0.95). The knots were fitted on the "
+                "same cases the table shows, so this table cannot show that they hold: the next frozen batch's first "
+                "score, in the calibrated table, is their test.", ""]
+    return "\n".join(out) + "\n" if out else ""
 
 
 def headline(records: list) -> str:
@@ -245,7 +261,7 @@ def main() -> int:
     rows = score(cases)
     record = {"name": args.name, "dirs": [str(d) for d in args.dirs], "batch_hash": batch_hash, "commit": commit(),
               "scored_at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-              "figures": figures(rows), "rows": rows}
+              "figures": figures(rows), "rows": rows, "confidence_kind": "calibrated"}
     SCORES.mkdir(exist_ok=True)
     out.write_text(json.dumps(record, indent=1) + "\n")
     (SCORES / f"{args.name}.md").write_text(markdown(args.name, record))
