@@ -184,7 +184,7 @@ _IB_VERBS = re.compile(r"(?:NET/IBP? ?:|\bmlx5_\d+:\d+\b).{0,200}(?:error|fail|u
 
 
 def nccl_messages(line: LogLine, lowered: str) -> list[NcclMessage]:
-    if "nccl" not in lowered:
+    if "nccl" not in lowered and "unhandled system error" not in lowered and "unhandled cuda error" not in lowered:
         if ("ibv_" in lowered or "net/ib" in lowered or "mlx5_" in lowered) and _IB_VERBS.search(line.text[:MAX_LINE]):
             return [NcclMessage(line, "WARN", "net_ib", "", "", line.text[:400])]
         if "remnode" in lowered or "ncclTopo" in line.text[:MAX_LINE]:  # NCCL's topology search, quoted bare

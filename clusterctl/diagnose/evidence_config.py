@@ -202,6 +202,8 @@ class Placement:
 
     hosts: dict
     shared: tuple
+    clashes: tuple = ()  # (host, interface, addresses, line): one hostname, two addresses on one interface
+    networked: bool = True  # the log shows any network at all (addresses, sockets, IB, interfaces)
 
     @property
     def single_host(self) -> bool:
@@ -211,12 +213,17 @@ class Placement:
 _NCCL_PREFIX = re.compile(r"^([\w.-]+):\d+:\d+ \[(\d+)\]")
 _EDGE = re.compile(r"\b(\d{1,5})\[(\d{1,3})\] -> (\d{1,5})\[(\d{1,3})\] (?:\[\w+\] )?via (?:P2P|SHM)")
 _COMM = re.compile(r"\brank (\d{1,5}) nranks \d+ cudaDev (\d{1,3})")
+_OWN_ADDRESS = re.compile(r"Using (?:interface )?(?:\[\d+\])?([\w.-]+):(\d{1,3}(?:\.\d{1,3}){3})<")
+_NETWORK = re.compile(r"NET/|socket|connect|\bIB\b|ibv_|\b\d{1,3}(?:\.\d{1,3}){3}\b|\b(?:eth|ens|enp|bond|ib)\d",
+                      re.IGNORECASE)
 _TESTS_RANK = re.compile(r"Rank\s+(\d{1,5})\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+([\w.-]+)\s+device\s+(\d{1,3})")
 
 
 def rank_placement(lines: list[LogLine]) -> Placement:
     hosts: dict = {}
     shared = set()
+    addresses: dict = {}
+    networked = False
 
     def place(host: str, rank: int, device: int) -> None:
         ranks = hosts.setdefault(host, {})
@@ -227,6 +234,7 @@ def rank_placement(lines: list[LogLine]) -> Placement:
 
     for line in lines:
         raw = line.raw[:MAX_LINE]
+        networked = networked or bool(_NETWORK.search(raw))
         if "[" not in raw and "Rank" not in raw:
             continue
         tests = _TESTS_RANK.search(raw)
@@ -237,6 +245,10 @@ def rank_placement(lines: list[LogLine]) -> Placement:
         if not prefix:
             continue
         host = prefix.group(1)
+        own = _OWN_ADDRESS.search(raw)
+        if own:
+            seen = addresses.setdefault((host, own.group(1)), {})
+            seen.setdefault(own.group(2), line)
         edge = _EDGE.search(raw)
         if edge:  # P2P/SHM only between ranks NCCL believes share this host
             place(host, int(edge.group(1)), int(edge.group(2)))
@@ -244,4 +256,6 @@ def rank_placement(lines: list[LogLine]) -> Placement:
         comm = _COMM.search(raw)
         if comm:
             place(host, int(comm.group(1)), int(comm.group(2)))
-    return Placement(hosts, tuple(sorted(shared)))
+    clashes = tuple((host, iface, tuple(sorted(ips)), list(ips.values())[-1])
+                    for (host, iface), ips in sorted(addresses.items()) if len(ips) > 1)
+    return Placement(hosts, tuple(sorted(shared)), clashes, networked)

@@ -246,6 +246,13 @@ def next_step(records: list, first_line=None) -> str:
     return min(steps)[1] if steps else ""
 
 
+@dataclass(frozen=True)
+class _Anchor:
+    """A line that carries log-level evidence (the placement) into the engine."""
+
+    line: object
+
+
 def placement_supports(placement, records: list) -> list[Support]:
     """What the ranks' placement adds: a GPU claimed by two ranks a node apart (their numbers differ by
     at least the host's device count) is two machines with one identity (duplicate_host), otherwise
@@ -262,7 +269,10 @@ def placement_supports(placement, records: list) -> list[Support]:
             table = (("duplicate_host", .6), ("duplicate_gpu", .3)) if many else \
                 (("duplicate_gpu", .45), ("duplicate_host", .3))
             out += _each(table, "placement:shared-gpu", anchor)
-    if placement.single_host:
+    anchor = next((r for r in records if getattr(r, "line", None) is not None), None)
+    if placement.clashes:  # one hostname, two addresses on one interface: two machines
+        out += _each((("duplicate_host", .65),), "placement:address-clash", _Anchor(placement.clashes[0][3]))
+    if placement.single_host or not placement.networked:
         for record in records:
             if isinstance(record, ev.NcclMessage) and record.error_class == "system":
                 out += _each((("shm_too_small", .4),), "placement:single-host-system-error", record)

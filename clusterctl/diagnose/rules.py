@@ -98,6 +98,8 @@ RULES: tuple[Rule, ...] = (
     Rule("shm_too_small",
          "`NCCL WARN ... No space left on device` on `/dev/shm`, DataLoader `Bus error`, 64 MiB `/dev/shm`",
          F.SHM, (
+             # a record of a small /dev/shm (Ray's object store warning, df, docker inspect)
+             S(r"/dev/shm (?:has only|is only|size is|of) \d+ ?(?:bytes|[KM]i?B)", .7),
              S(r"posix_fallocate failed\s*:\s*No space left|failed to extend /dev/shm\S*"
                r"|/dev/shm\S*.*No space left", .95),
              S(r"insufficient shared memory \(shm\)|out of shared memory|raise your shared memory limit", .92),
@@ -131,6 +133,8 @@ RULES: tuple[Rule, ...] = (
     Rule("gpu_ordinal", "`CUDA error: invalid device ordinal`",
          F.GPU_ORDINAL, (
              S(r"invalid device ordinal|cudaErrorInvalidDevice\b|CUDA_ERROR_INVALID_DEVICE", .96),
+             # a traceback cut off inside torch.cuda.set_device: the ordinal is the usual failure there
+             S(r"torch\.cuda\.set_device\(", .3),
          )),
     Rule("duplicate_gpu", "`Duplicate GPU detected : rank 1 and rank 0 both on CUDA device`",
          F.DUPLICATE_GPU, (
@@ -365,6 +369,8 @@ RULES: tuple[Rule, ...] = (
          F.VERSION_MISMATCH, (
              S(r"[Mm]essage truncated ?: ?(?:received|receiving) (?P<got>\d+) bytes instead of (?P<want>\d+)", .88),
              S(r"NCCL error: version mismatch|NCCL versions? differ|version mismatch between", .9),
+             # the IB transport's form of the same truncation: the peer posted a different size
+             S(r"local size \d+ remote size \d+", .85),
          )),
     Rule("platform_backend_unsupported", "`Distributed package doesn't have NCCL built in` (Windows/macOS/CPU wheel)",
          F.PLATFORM, (

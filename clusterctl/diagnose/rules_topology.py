@@ -20,8 +20,12 @@ TOPOLOGY_RULES = (
              S(r"Detected mismatch between collectives on ranks|Collectives differ in the following aspects", .95),
              S(r"is running (?:inconsistent )?collective: CollectiveFingerPrint\(\S*OpType=(?P<op>\w+)", .93),
              S(r"(?:COLLECTIVE_(?:TYPE|STATE|DTYPE)|SIZE_OR_SYNTAX)_MISMATCH|Not all ranks joining collective", .9),
+             # shapes that must agree on every rank (Accelerate's debug mode, DeepSpeed/Horovod checks)
+             S(r"(?:shape|size|dtype)s? mismatch\w*.{0,80}(?:across|between) (?:devices|ranks|processes)"
+               r"|must be (?:the same|identical|valid) (?:on|across) all (?:ranks|processes|devices)", .8),
              S(r"\bcollectives? (?:\w+ )?mismatch|mismatch(?:ed)? (?:in )?collectives?\b|collective sequence number"
-               r"|SeqNum mismatch|ranks? (?:are|is) out of (?:sync|step)", .75),
+               r"|SeqNum mismatch|ranks? (?:are|is) out of (?:sync|step)", .75,
+               unless=r"local size \d+ remote size"),  # NCCL's IB transport: a size truncation (version_mismatch)
              S(r"\bdesync\b|Desync debug", .55),
              # Horovod's stall inspector: the same class in another framework's words
              S(r"different ranks are trying to submit different tensors|only (?:a )?subset of ranks is submitting", .8),
