@@ -9,6 +9,9 @@ The frozen test split is chosen by a seeded hash of the source URL (every entry 
 thread lands on the same side) and recorded in `corpus/TEST_SPLIT.txt`; rules are tuned on
 the other 70 % only.
 
+Issue 51's batch logs (`collected: ... first-scored, train side`) were scored once before anyone
+read them and tuned on after: they are training entries whatever their hash (`first_scored`).
+
 `family` names the kind of source (`tracker-pytorch`, `tracker-slurm`, `vendor-kb`, ...), so that
 accuracy can be reported per kind of source; entries without one are the issue-18 collection
 (GitHub issue threads gathered by one hand, `ORIGINAL_FAMILY`). `collected` is the date an entry
@@ -47,6 +50,12 @@ class CorpusEntry:
 def split_hash(source: str) -> int:
     """A seeded hash of the source URL (stable across machines, runs and Python versions)."""
     return int(hashlib.sha256(f"{SPLIT_SEED}|{source.strip()}".encode()).hexdigest()[:8], 16)
+
+
+def first_scored(entry: "CorpusEntry") -> bool:
+    """An issue-51 batch log: scored once on arrival (docs/diagnosis.md "First scores"), then read and
+    tuned on, so it joins the training side whatever its URL's hash says."""
+    return "first-scored" in entry.collected
 
 
 def in_test_split(source: str, cutoff: "int | None" = None) -> bool:
