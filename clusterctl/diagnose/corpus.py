@@ -3,7 +3,7 @@
 An entry is `corpus/<cause>/<name>.log`: a header of `# key: value` lines (source, cause,
 confirmed, fix, optional thread, family and collected), one blank line, then the log lines exactly as the thread
 shows them (whole lines, some omitted, none reworded). The corpus ships with the package
-(package data, ~190 KB) because `similar` needs it at run time.
+(package data, ~400 KB) because `similar` needs it at run time.
 
 The frozen test split is chosen by a seeded hash of the source URL (every entry of one
 thread lands on the same side) and recorded in `corpus/TEST_SPLIT.txt`; rules are tuned on
