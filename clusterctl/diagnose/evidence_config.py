@@ -221,15 +221,17 @@ _TESTS_RANK = re.compile(r"Rank\s+(\d{1,5})\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\
 
 def rank_placement(lines: list[LogLine]) -> Placement:
     hosts: dict = {}
-    shared = set()
+    shared: list = []
+    seen: set = set()
     addresses: dict = {}
     networked = False
 
-    def place(host: str, rank: int, device: int) -> None:
+    def place(host: str, rank: int, device: int, line: LogLine) -> None:
         ranks = hosts.setdefault(host, {})
         for other, dev in ranks.items():
-            if dev == device and other != rank:
-                shared.add((host, device, min(rank, other), max(rank, other)))
+            if dev == device and other != rank and (host, device, min(rank, other), max(rank, other)) not in seen:
+                seen.add((host, device, min(rank, other), max(rank, other)))
+                shared.append((host, device, min(rank, other), max(rank, other), line))
         ranks[rank] = device
 
     for line in lines:
@@ -239,7 +241,7 @@ def rank_placement(lines: list[LogLine]) -> Placement:
             continue
         tests = _TESTS_RANK.search(raw)
         if tests:
-            place(tests.group(2), int(tests.group(1)), int(tests.group(3)))
+            place(tests.group(2), int(tests.group(1)), int(tests.group(3)), line)
             continue
         prefix = _NCCL_PREFIX.match(raw.strip())
         if not prefix:
@@ -251,11 +253,11 @@ def rank_placement(lines: list[LogLine]) -> Placement:
             seen.setdefault(own.group(2), line)
         edge = _EDGE.search(raw)
         if edge:  # P2P/SHM only between ranks NCCL believes share this host
-            place(host, int(edge.group(1)), int(edge.group(2)))
-            place(host, int(edge.group(3)), int(edge.group(4)))
+            place(host, int(edge.group(1)), int(edge.group(2)), line)
+            place(host, int(edge.group(3)), int(edge.group(4)), line)
         comm = _COMM.search(raw)
         if comm:
-            place(host, int(comm.group(1)), int(comm.group(2)))
+            place(host, int(comm.group(1)), int(comm.group(2)), line)
     clashes = tuple((host, iface, tuple(sorted(ips)), list(ips.values())[-1])
                     for (host, iface), ips in sorted(addresses.items()) if len(ips) > 1)
-    return Placement(hosts, tuple(sorted(shared)), clashes, networked)
+    return Placement(hosts, tuple(shared), clashes, networked)

@@ -260,16 +260,13 @@ def placement_supports(placement, records: list) -> list[Support]:
     network."""
     out: list[Support] = []
     if placement.shared:
-        host, _, low, high = placement.shared[0]
+        host, _, low, high, line = placement.shared[0]
         devices = len(set(placement.hosts[host].values()))
         # ranks a node apart on one device index (2 and 10 of 8-GPU nodes): two machines, one identity
-        many = len(placement.hosts[host]) > 8 or high - low >= devices
-        anchor = next((r for r in records if getattr(r, "line", None) is not None), None)
-        if anchor is not None:
-            table = (("duplicate_host", .6), ("duplicate_gpu", .3)) if many else \
-                (("duplicate_gpu", .45), ("duplicate_host", .3))
-            out += _each(table, "placement:shared-gpu", anchor)
-    anchor = next((r for r in records if getattr(r, "line", None) is not None), None)
+        many = len(placement.hosts[host]) > 8 or high - low >= max(devices, 4)
+        table = (("duplicate_host", .6), ("duplicate_gpu", .3)) if many else \
+            (("duplicate_gpu", .45), ("duplicate_host", .3))
+        out += _each(table, "placement:shared-gpu", _Anchor(line))
     if placement.clashes:  # one hostname, two addresses on one interface: two machines
         out += _each((("duplicate_host", .65),), "placement:address-clash", _Anchor(placement.clashes[0][3]))
     if placement.single_host or not placement.networked:
