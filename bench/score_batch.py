@@ -167,7 +167,7 @@ def markdown(name: str, record: dict) -> str:
 def section() -> str:
     """docs/diagnosis.md's first-scores section, from bench/first_scores/*.json (in scoring order)."""
     records = sorted((json.loads(p.read_text()) for p in SCORES.glob("*.json")), key=lambda r: r["scored_at"])
-    intro = (FIRST_SCORES_INTRO + "\n" + headline(records) + "\n\n" + CHANGES + "\n")
+    intro = (FIRST_SCORES_INTRO + "\n\n" + headline(records) + "\n\n" + CHANGES + "\n")
     return (SECTION + "\n\n" + intro + "\n" + calibration(records) + "\n"
             + "\n".join(markdown(r["name"], r) for r in records))
 
@@ -211,9 +211,14 @@ def headline(records: list) -> str:
         return "No batch scored yet."
     last = records[-3:]
     mean = lambda key: round(sum(r["figures"][key] for r in last) / len(last), 1)  # noqa: E731
+    inside = [figures([row for row in r["rows"] if not row["cause"].startswith("other:")]) for r in last]
     return (f"**Headline (mean of the first scores of the last {len(last)} batches: "
             f"{', '.join(r['name'] for r in last)}): top-1 {mean('top1_pct')} %, top-3 {mean('top3_pct')} %, "
-            f"unknown first {mean('unknown_first_pct')} %.**")
+            f"unknown first {mean('unknown_first_pct')} %.** Against issue 51's goals (top-1 >= 90 %, top-3 >= "
+            "97 %, unknown first <= 3 % on each batch): not met on any batch. For reading only (the headline "
+            "counts them as misses): on the logs whose label is in the vocabulary, top-1 "
+            + ", ".join(f"{f['top1']}/{f['n']}" for f in inside) + ", top-3 "
+            + ", ".join(f"{f['top3']}/{f['n']}" for f in inside) + ".")
 
 
 FIRST_SCORES_INTRO = """Protocol, fixed before the first batch was scored: batches of public failure logs are collected by
