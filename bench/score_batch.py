@@ -252,11 +252,12 @@ and 2 froze 35-45 minutes early, so batch 2 was scored with batch 1's code uncha
 - After batch 3: NCCL's IB `local size / remote size` truncation is `version_mismatch`; shape checks across ranks
   are `collective_mismatch`; a recorded small /dev/shm; a traceback cut inside `torch.cuda.set_device`; one
   hostname reporting two addresses on one interface is `duplicate_host`; a system error in a log with no network
-  in it is shared memory; calibrated confidence (below). The batch logs with a vocabulary label then joined the
+  in it is shared memory; a launcher's missing or short host list (DeepSpeed's `Unable to find hostfile`,
+  mpirun's `not enough slots`) is `launcher_args`; calibrated confidence (below). The batch logs with a vocabulary label then joined the
   corpus's training side.
 
 The same batches re-scored after those changes (NOT first scores: the changes were made after reading them):
-batch 1 27/40 top-1 (67.5 %), batch 2 25/40 (62.5 %), batch 3 22/42 (52.4 %). Most remaining misses are labels
+batch 1 27/40 top-1 (67.5 %), batch 2 25/40 (62.5 %), batch 3 24/42 (57.1 %). Most remaining misses are labels
 outside the vocabulary (`other:...` names no alias maps: 8, 10 and 11 of the batches' logs at their first scoring) and logs whose quoted lines do not carry
 the cause the thread established later (a silent hang, a Ray Tune summary table, a traceback cut before its
 error)."""

@@ -260,6 +260,9 @@ RULES: tuple[Rule, ...] = (
              S(r"--master[-_]port[= ]0\b|environment variable (?P<args>\w+) expected, but not set", .85),
              S(r"Permission denied", .9, requires=PRIVILEGED_PORT),
              S(PRIVILEGED_PORT, .35),
+             # the launcher's own host list is wrong or missing (DeepSpeed's hostfile, mpirun's slots)
+             S(r"Unable to find hostfile|proceed with training with local resources only"
+               r"|not enough slots available in the system", .7),
          )),
     Rule("launcher_missing",
          "`bash: orted: command not found`, `mpirun: command not found`, `mpirun is not installed` (clusterctl's): "
