@@ -344,10 +344,10 @@ def test_a_run_directory_made_first_by_someone_else_is_refused_and_nothing_is_wr
     inventory = _inventory("rundir-test")
     done = _run(agent.write_env_command(inventory, str(run_dir), (("HF_TOKEN", "hf_s3cret"),)))
     refusal = done.stderr.decode()
-    assert done.returncode != 0 and f"refusing the run directory {run_dir}" in refusal
+    assert done.returncode != 0 and f"refused {run_dir}:" in refusal
     assert not (run_dir / "env").exists() and not (elsewhere / "env").exists()
     put = _run(supervision._put_private(inventory, str(run_dir), "supervision.json", b"{}"))
-    assert put.returncode != 0 and b"refusing the run directory" in put.stderr
+    assert put.returncode != 0 and f"refused {run_dir}".encode() in put.stderr
     assert list(elsewhere.iterdir()) == []
     # ours, as write_env made it, is used (twice: a retried launch)
     os.rename(tmp_path / "outputs", tmp_path / "old")
