@@ -14,7 +14,10 @@ import select
 import sys
 import time
 
-from safe_files import Dir, Refused
+if __package__:  # imported by the controller
+    from clusterctl.node.safe_files import Dir, Refused
+else:  # on the node: the files sent with it
+    from safe_files import Dir, Refused
 
 RUNS_ON_NODES = True
 

@@ -31,11 +31,21 @@ from __future__ import annotations
 import sys
 import time
 
-from safe_files import Dir, Refused
+if __package__:  # imported by the controller
+    from clusterctl.node.safe_files import Dir, Refused
+else:  # on the node: the files sent with it
+    from safe_files import Dir, Refused
 
 RUNS_ON_NODES = True
 
 REFUSED_EXIT = 4
+def _streaming():
+    """follow_files, imported only by the operations that stream (a poll starts without it)."""
+    import importlib
+
+    return importlib.import_module("clusterctl.node.follow_files" if __package__ else "follow_files")
+
+
 TAIL_BYTES = 1 << 20  # what `tail NAME K` reads back from a file's end
 
 
@@ -112,9 +122,7 @@ def tail(base: str, rel: str, name: str, count: str) -> None:
     if d is None:
         raise FileNotFoundError(f"{base}/{rel}")
     with d:
-        from follow_files import last_lines
-
-        _out(last_lines(d.read(name, TAIL_BYTES, tail=True), int(count)))
+        _out(_streaming().last_lines(d.read(name, TAIL_BYTES, tail=True), int(count)))
 
 
 def state(base: str, rel: str, name: str) -> None:
@@ -144,8 +152,7 @@ def dumps(base: str, rel: str, count: str, limit: str) -> None:
 
 
 def probe(base: str, rel: str) -> None:
-    from follow_files import attempt_of, last_lines
-
+    attempt_of, last_lines = _streaming().attempt_of, _streaming().last_lines
     d = _open_run(base, rel)
     if d is None:
         _out("clusterctl-top: no run directory\n")
@@ -209,8 +216,6 @@ def write_env(base: str, rel: str, give: str = "0") -> None:
     who runs the job; the shared directories stay root's."""
     import os
 
-    from safe_files import prove_ours
-
     parts = _split(rel)
     owner = os.geteuid()
     if give == "1" and owner == 0 and os.environ.get("SUDO_UID", "").isdigit():
@@ -225,7 +230,7 @@ def write_env(base: str, rel: str, give: str = "0") -> None:
             except Refused:
                 own = run.sub(parts[2:])  # it exists: ours only if proven so
                 try:
-                    prove_ours(own.fd, own.path, owner)
+                    sys.modules[Dir.__module__].prove_ours(own.fd, own.path, owner)
                 except BaseException:
                     own.close()
                     raise
@@ -263,15 +268,11 @@ def put_private(base: str, rel: str, name: str) -> None:
 
 
 def follow(*args: str) -> None:
-    from follow_files import follow as streamed
-
-    streamed(*args)
+    _streaming().follow(*args)
 
 
 def logs(*args: str) -> None:
-    from follow_files import logs as streamed
-
-    streamed(*args)
+    _streaming().logs(*args)
 
 
 OPERATIONS = {"poll": poll, "mark-stopped": mark_stopped, "await-exit": await_exit, "tail": tail, "state": state,

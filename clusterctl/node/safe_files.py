@@ -29,6 +29,7 @@ READ_LIMIT = 16 * 1024 * 1024  # the most any one read returns unless the caller
 DEPTH_LIMIT = 64  # deeper trees are refused, not walked (a job can nest a directory 1000 levels deep)
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+_PATH_FLAGS = getattr(os, "O_PATH", 0) | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class Refused(Exception):
@@ -211,20 +212,47 @@ class Dir:
         return self._open_file(name, os.O_RDONLY)
 
     def _open_file(self, name: str, flags: int, mode: int = 0o600) -> int:
+        """`name` opened with `flags`, never through a link and never a FIFO or a device node: an existing
+        name is first opened O_PATH (which opens nothing: no FIFO waits, no device acts on an open), its
+        kind checked on that descriptor, and only a regular file reopened through /proc/self/fd (the same
+        inode, whatever the job renames meanwhile); a new name is created exclusively."""
         path = f"{self.path}/{name}"
         if "/" in name or name in ("", ".", ".."):
             raise Refused(path, "is not a plain name")
+        for _ in range(8):
+            if flags & os.O_EXCL:
+                return self._created(name, flags, mode)
+            try:
+                handle = os.open(name, _PATH_FLAGS, dir_fd=self.fd)
+            except FileNotFoundError:
+                if not flags & os.O_CREAT:
+                    raise
+                try:
+                    return self._created(name, flags | os.O_EXCL, mode)
+                except FileExistsError:
+                    continue  # made meanwhile: look at what it is
+            try:
+                kind = _kind(os.fstat(handle).st_mode)
+                if kind == "link":
+                    raise Refused(path, "is a symbolic link: not followed")
+                if kind != "file":
+                    raise Refused(path, f"is not a regular file ({kind})")
+                fd = _reopen(handle, flags & ~(os.O_CREAT | os.O_EXCL), name, self.fd)
+            finally:
+                os.close(handle)
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                os.close(fd)
+                raise Refused(path, "is not a regular file")
+            return fd
+        raise Refused(path, "keeps changing while it is opened")
+
+    def _created(self, name: str, flags: int, mode: int) -> int:
         try:
-            fd = os.open(name, flags | _FILE_FLAGS, mode, dir_fd=self.fd)
+            return os.open(name, flags | _FILE_FLAGS, mode, dir_fd=self.fd)
         except OSError as error:
             if error.errno == errno.ELOOP:
-                raise Refused(path, "is a symbolic link: not followed") from None
+                raise Refused(f"{self.path}/{name}", "is a symbolic link: not followed") from None
             raise
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            os.close(fd)
-            raise Refused(path, f"is not a regular file ({_kind(st.st_mode)})")
-        return fd
 
     def read(self, name: str, limit: int = READ_LIMIT, *, tail: bool = False) -> bytes:
         """At most `limit` bytes of a regular file: its first, or with `tail` its last."""
@@ -345,6 +373,18 @@ class Dir:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _reopen(handle: int, flags: int, name: str, dir_fd: int) -> int:
+    """The file behind the O_PATH descriptor `handle`, opened with `flags`: through /proc/self/fd (the same
+    inode); where /proc is not mounted, `name` again with O_NOFOLLOW|O_NONBLOCK (the caller's fstat then
+    refuses a FIFO or a device swapped in meanwhile)."""
+    try:
+        return os.open(f"/proc/self/fd/{handle}", flags | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        if os.path.isdir("/proc/self/fd"):
+            raise
+        return os.open(name, flags | _FILE_FLAGS, dir_fd=dir_fd)
 
 
 def _chmod_at(dir_fd: int, name: str, mode: int) -> None:

@@ -13,27 +13,18 @@ import functools
 from typing import Optional
 
 from clusterctl.models import Command, Inventory
-from clusterctl.node import source
+from clusterctl.node import inline_program
 from clusterctl.plan.container import host_path, in_container
 
-PROGRAM = ("safe_files", "follow_files", "run_files")  # each imports only those before it
 STREAMING = frozenset({"follow", "logs", "probe", "tail"})  # the operations that import follow_files
 BELOW_OUTPUTS = 3  # logs/<run id>/<host> (or .files): opened without following a link; above it is job.outputs
 
 
 @functools.lru_cache(maxsize=2)
 def program_text(streaming: bool = True) -> str:
-    """One `python -c` text: each file of PROGRAM made the module of its name, then run_files.main;
-    without `streaming`, follow_files.py stays behind (a poll compiles a third less)."""
-    names = PROGRAM if streaming else tuple(n for n in PROGRAM if n != "follow_files")
-    loads = "".join(f"_load({name!r}, {source(name + '.py').decode()!r})\n" for name in names)
-    return ("import sys, types\n"
-            "def _load(name, text):\n"
-            "    module = types.ModuleType(name)\n"
-            "    module.__file__ = name + '.py'\n"
-            "    sys.modules[name] = module\n"
-            "    exec(compile(text, name + '.py', 'exec'), module.__dict__)\n"
-            + loads + "sys.exit(sys.modules['run_files'].main(sys.argv[1:]))\n")
+    """run_files.py with the layer (node/__init__.py `inline_program`); without `streaming`,
+    follow_files.py stays behind (a poll compiles a third less)."""
+    return inline_program(("safe_files", "follow_files") if streaming else ("safe_files",), "run_files")
 
 
 def split_run_path(path: str, below: int = BELOW_OUTPUTS) -> tuple[str, str]:

@@ -122,15 +122,15 @@ def test_a_directory_swapped_for_a_symlink_while_the_node_archives_sends_nothing
                       "the node archives it", "the symlink is not followed; the file outside the run never sent; "
                       "the swap named as skipped", section="Hostile input")
     base, run, private = run_tree
-    real_open_dir = node_archive._open_dir
+    real_sub = node_archive.Dir.sub
 
-    def swap_then_open(path, dir_fd):
-        if path == "r1_0":
+    def swap_then_open(self, rel, **options):  # the layer's open of a directory below another
+        if rel == ("r1_0",):
             os.rename(run / "r1_0", run / "r1_0.moved")
             os.symlink(private, run / "r1_0")
-        return real_open_dir(path, dir_fd)
+        return real_sub(self, rel, **options)
 
-    monkeypatch.setattr(node_archive, "_open_dir", swap_then_open)
+    monkeypatch.setattr(node_archive.Dir, "sub", swap_then_open)
     out, err = io.BytesIO(), io.StringIO()
     monkeypatch.setattr(sys, "stdin", io.StringIO("{}"))
     monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(out))
