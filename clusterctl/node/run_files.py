@@ -13,6 +13,7 @@ replaced printed, so the controller's parsers read it unchanged:
   mark-stopped NOTE          "marked" or "no run dir"
   await-exit                 up to 10 s for agent.exit: "exit N", "running" or "no agent"
   tail NAME LINES            the last LINES lines of a file
+  read NAME LIMIT            the first LIMIT bytes of a file
   state NAME                 "<now> <mtime>" then the file (the supervisor's state)
   dumps COUNT BYTES          each flight-recorder dump's name, then its first BYTES as base64
   probe                      `top`'s look (observe/top.py's markers)
@@ -123,6 +124,15 @@ def tail(base: str, rel: str, name: str, count: str) -> None:
         raise FileNotFoundError(f"{base}/{rel}")
     with d:
         _out(_streaming().last_lines(d.read(name, TAIL_BYTES, tail=True), int(count)))
+
+
+def read(base: str, rel: str, name: str, limit: str) -> None:
+    """The first LIMIT bytes of a file of the run dir (nccl-test's result file)."""
+    d = _open_run(base, rel)
+    if d is None:
+        raise FileNotFoundError(f"{base}/{rel}")
+    with d:
+        _out(d.read(name, int(limit)))
 
 
 def state(base: str, rel: str, name: str) -> None:
@@ -275,7 +285,7 @@ def logs(*args: str) -> None:
     _streaming().logs(*args)
 
 
-OPERATIONS = {"poll": poll, "mark-stopped": mark_stopped, "await-exit": await_exit, "tail": tail, "state": state,
+OPERATIONS = {"poll": poll, "mark-stopped": mark_stopped, "await-exit": await_exit, "tail": tail, "read": read, "state": state,
               "dumps": dumps, "probe": probe, "set-aside": set_aside, "write-env": write_env, "put": put,
               "put-private": put_private, "follow": follow, "logs": logs}
 
