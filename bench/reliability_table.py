@@ -94,6 +94,62 @@ LIMITS = """\
 """
 
 
+FILES = """\
+## A run's files on a node: one no-follow layer, one way to own a directory
+
+A run's directories are a bind mount the job writes into as root in its container (or as whichever user
+its image says), and on a shared `job.outputs` (mode 1777) every local user of the node may create names
+there first. Two classes of attack follow, and each has one implementation (issue 47):
+
+**Links, FIFOs and devices the job puts in its run dir (H1).** Every read, write, rename, listing and
+removal a clusterctl process does under a run's directories goes through `node/safe_files.py`: each path
+component opened from its parent's descriptor with `O_NOFOLLOW`; an existing file opened first as `O_PATH`
+(which opens nothing: no FIFO waits, no device node acts on an open), its kind checked on that descriptor,
+and only a regular file reopened through `/proc/self/fd` (the same inode, whatever is renamed meanwhile);
+reads bounded (16 MiB unless the caller says less, `tail` reads from the end); a write is a fresh exclusive
+temp file renamed over the name (a link there is replaced, never followed); trees deeper than 64 levels are
+reported, not walked. The controller reaches it through one entry point, `node/run_files.py OP BASE REL`,
+sent as `python3 -I -S -c <program>` (plan/node_files.py: the program's text is in the command, never a file
+the job or another user could change; `-I -S`: no environment variable, user site or working directory of
+the node changes what runs): the attached run's poll and lease renewal, `stop`'s mark and its wait, `logs`
+and the live log (node/follow_files.py: tail's stream, byte for byte, without `tail -F`), the failure log
+tail, `top` and `metrics`, the supervisor's state, the flight-recorder dumps, the relaunch's set-aside,
+nccl-test's result, the env, the shipped files and the supervisor's key. The node programs (the keeper and
+supervisor, the healing keeper, collect's archiver) import the same layer, shipped beside them.
+`tests/unit/test_node_file_operations.py` walks the code (AST of clusterctl/node/, every script and argv the
+controller sends) and fails on any file operation outside the layer that is not named with its reason.
+The poll's cost: 16 ms of CPU per poll on a node against 2.2 ms for the shell it was, one poll every 4 s:
+0.4% of a core (docs/benchmarks.md). No shell form is safe: `[ -L ]` then a write races the job, `touch -h`
+still follows a linked directory above the lease, and reading agent.exit needs an open that refuses links,
+FIFOs and devices at once.
+
+**Directories someone else made first (H2).** Which directories are ours, and how each is proven:
+
+| directory | made | reused only when |
+|---|---|---|
+| `<outputs>/logs`, `logs/<run id>` (shared by the nodes) | as root (sudo, or in the container), with job.outputs' mode | a real directory (no link), owned by us or root, not writable by group or others unless sticky (1777: only an entry's owner moves it) |
+| `logs/<run id>/.files` (programs the nodes run, the prompt) | as root, 0755 (the ranks read it whoever they run as), files 0644 | the same: owned by us or root, nobody else may write it |
+| `logs/<run id>/<host>` (the node's run dir: its env, the run's key) | exclusively, 0700 (given to the SSH user without a container: it runs the job) | a real directory of that user, 0700 |
+| `<host>.attempt-N` (a relaunch's set-aside) | by `rename(2)`, which never moves a directory into another: a non-empty one, a file or a link there is refused | the keeper's own earlier set-aside of the same attempt, proven 0700 and ours |
+
+Anything else is refused with the path, what is wrong and the fix (`clusterctl: refused PATH: is owned by
+uid 1001, neither 0 nor root...; remove it (or have root make it, mode 1777, once) and run again`), before
+an env, a key or a program is written: nothing of another user's runs. A job.outputs that nodes reach as
+different users (root on one, a sudo user on another) works because the shared directories are made by
+root on every node; a node whose user may not sudo makes them as itself, and a node reached as root then
+refuses them (the fix says so).
+
+**What the job may still write.** Its run dir is its own: the ranks' logs, checkpoints and outputs under
+it, as root in the container or as the image's user (the node's run dir is 0700: an image user other than
+root writes under job.outputs, not into the run dir, as before). The job may turn any of its files into a
+link, a FIFO or a device node: clusterctl then refuses that file (a poll whose agent.exit is a link says the
+node failed; a linked lease is not renewed, and the wrapper stops the ranks when the lease runs out) and
+never reads or writes what it points at. Processes that run as the job's peer (the wrapper, the metrics
+sampler, the mpirun gate, in the job's container or as its user) touch the run dir with the job's own rights
+and are named as such in the test's allow-list.
+"""
+
+
 LISTENERS = """\
 ## What listens on the job network, and what an attacker there can do
 
@@ -195,6 +251,7 @@ def render(document: dict) -> str:
     out.append(NOTES)
     out.append(LIMITS)
     out.append(LISTENERS)
+    out.append(FILES)
     return "\n".join(out)
 
 
