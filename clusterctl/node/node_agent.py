@@ -293,7 +293,7 @@ def _report(d):
     for found in seen:
         if found is not None:
             newest = max(newest or 0, found.mtime)
-    report = {"exit_code": exit_code, "stopped": d.entry("stopped") is not None,
+    report = {"exit_code": exit_code, "stopped": d.is_file("stopped"),
               "ranks": ranks, "silent_s": round(time.time() - newest, 1) if newest else None}
     if exit_code is not None:
         report["tail"] = _tail(d)

@@ -64,7 +64,7 @@ def launch(run_dir, config, order):
     heal = config["heal"]
     attempt = int(order["attempt"])
     with Dir.open(run_dir) as d:
-        stopped = d.entry("stopped") is not None
+        stopped = d.is_file("stopped")
     if attempt <= attempt_of(run_dir) or stopped:
         return False
     set_aside(run_dir, attempt_of(run_dir))

@@ -91,7 +91,7 @@ def poll(base: str, rel: str) -> None:
         if code is None:
             _out("running\n")
         else:
-            _out(f"exit {code}" + (" stopped" if d.entry("stopped") else "") + "\n")
+            _out(f"exit {code}" + (" stopped" if d.is_file("stopped") else "") + "\n")
 
 
 def mark_stopped(base: str, rel: str, note: str) -> None:

@@ -316,6 +316,11 @@ class Dir:
     def exists(self, name: str) -> bool:
         return self.entry(name) is not None
 
+    def is_file(self, name: str) -> bool:
+        """`name` is a regular file here (a mark such as `stopped`: a link or FIFO the job put there is none)."""
+        found = self.entry(name)
+        return found is not None and found.kind == "file"
+
     def entry(self, name: str) -> Entry | None:
         try:
             st = os.stat(name, dir_fd=self.fd, follow_symlinks=False)

@@ -123,8 +123,14 @@ def test_a_detached_run_its_relaunch_after_a_failure_and_the_follow_ups_leave_th
     code, doc = cli.json("run", "-i", str(inventory), "--detach", "--stall-timeout", "0", str(where / "prompt.txt"))
     assert code == 0 and doc.get("detached"), doc
     run_id = doc["run_id"]
-    states = wait_until(lambda: (lambda d: d if d["runs"][0]["state"] != "running" else None)(
-        cli.json("status", "-i", str(inventory))[1]), 180, interval=2, what="the detached run's end")
+    try:
+        states = wait_until(lambda: (lambda d: d if d["runs"][0]["state"] != "running" else None)(
+            cli.json("status", "-i", str(inventory))[1]), 120, interval=2, what="the detached run's end")
+    except AssertionError:
+        run_dir = sandbox.shared_outputs / "logs" / run_id
+        seen = {str(p.relative_to(run_dir)): p.read_text(errors="replace")[-1500:] for p in run_dir.glob("node*/*.log")
+                if p.is_file() and not p.is_symlink()}
+        raise AssertionError(f"{cli.json('status', '-i', str(inventory))[1]['runs'][:1]}\n{seen}") from None
     outputs = [states, cli.json("logs", run_id)[1], cli.json("top", run_id, "--once")[1], cli.json("metrics", run_id)[1]]
     code, collected = cli.json("collect-logs", "--run", run_id, "--dest", str(tmp_path / "bundle"))
     _no_secret(victim[1], *outputs, collected)
