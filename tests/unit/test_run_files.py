@@ -184,3 +184,37 @@ def test_the_program_the_controller_sends_is_the_layer_and_the_operation(tmp_pat
 def test_refused_names_the_path_and_the_fix():
     refused = Refused("/o/logs/r1/.files", "is owned by uid 1001", "remove it and run again")
     assert str(refused) == "/o/logs/r1/.files: is owned by uid 1001; remove it and run again"
+
+
+def test_a_tree_a_thousand_levels_deep_is_reported_not_walked(monkeypatch, tmp_path):
+    """collect's archiver: the depth bound of the layer, a line in the report instead of a RecursionError."""
+    from clusterctl.collect import fetch
+    from clusterctl.node import node_archive
+
+    run = tmp_path / "outputs" / "logs" / "r1" / "h1"
+    run.mkdir(parents=True)
+    (run / "agent.log").write_text("torchrun\n")
+    deep = run
+    for _ in range(1000):
+        deep = deep / "d"
+        deep.mkdir()
+    out, err = io.BytesIO(), io.StringIO()
+    monkeypatch.setattr(sys, "stdin", io.StringIO("{}"))
+    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(out))
+    monkeypatch.setattr(sys, "stderr", err)
+    node_archive.main(["node_archive", str(tmp_path / "outputs"), "", "none", "logs/r1/h1"])
+    sys.stdout.flush()
+    report = fetch.parse_report(err.getvalue())
+    monkeypatch.undo()
+    assert report.done and [s.path for s in report.sent] == ["logs/r1/h1/agent.log"]
+    assert len(report.skipped) == 1 and "nested deeper than 64 levels" in report.skipped[0][1]
+
+
+def test_refused_member_names_are_kept_bounded():
+    from clusterctl.collect.unpack import NAME_SHOWN, REFUSED_KEPT, Refusals, shown
+
+    refused = Refusals()
+    for i in range(10_000):
+        refused.add(f"refused {shown('x' * 100_000 + str(i))!r}: absolute path or '..'")
+    assert len(refused) == REFUSED_KEPT + 1 and refused[-1] == f"... and {10_000 - REFUSED_KEPT} more refused member(s)"
+    assert max(len(line) for line in refused) < NAME_SHOWN + 100
