@@ -17,8 +17,9 @@ How a node runs its part of a job (all files in the node's run dir,
 - What the node pays while the job runs (issue 40: at most 1% of a core): the lease watcher forks
   one `sleep 1` a second and nothing else (the shell's own `-nt` tells a renewed lease: the lease
   newer than `lease.seen`, which it rewrites with a builtin `echo`; before, `date` and `stat`
-  each second); the output stream waits for agent.exit through `tail -F` (inotify), not a
-  `sleep 0.1` loop (10 forks a second); the controller renews the lease every few seconds.
+  each second); the output stream is one Python process that reads the files four times a second
+  (node/follow_files.py: no fork; it was `tail -F`, which followed the job's links); the controller
+  renews the lease with each poll, every 4 s (16 ms of CPU each: the no-follow layer, issue 47).
 - The metrics sampler (node/node_metrics.py, issue 41) runs beside torchrun for the whole run: the
   wrapper starts it (when shipped, `job.metrics_every` > 0) and ends it as torchrun ends.
 - The lease: the controller renews `lease` with each poll (watch/pace.py). If it goes silent for
