@@ -130,7 +130,16 @@ def test_a_detached_run_its_relaunch_after_a_failure_and_the_follow_ups_leave_th
         run_dir = sandbox.shared_outputs / "logs" / run_id
         seen = {str(p.relative_to(run_dir)): p.read_text(errors="replace")[-1500:] for p in run_dir.glob("node*/*.log")
                 if p.is_file() and not p.is_symlink()}
-        raise AssertionError(f"{cli.json('status', '-i', str(inventory))[1]['runs'][:1]}\n{seen}") from None
+        import subprocess
+
+        from clusterctl.plan import node_files
+
+        listing = {str(p.relative_to(run_dir)): ("link" if p.is_symlink() else p.stat().st_size)
+                   for p in run_dir.glob("node*/*")}
+        state = subprocess.run(node_files.argv("python3", "state", str(run_dir / "node1"), "supervisor.json"),
+                               capture_output=True, text=True)
+        raise AssertionError(f"{cli.json('status', '-i', str(inventory))[1]['runs'][:1]}\n{seen}\n{listing}\n"
+                             f"state: {state.returncode} {state.stdout[:1500]} {state.stderr[-1500:]}") from None
     outputs = [states, cli.json("logs", run_id)[1], cli.json("top", run_id, "--once")[1], cli.json("metrics", run_id)[1]]
     code, collected = cli.json("collect-logs", "--run", run_id, "--dest", str(tmp_path / "bundle"))
     _no_secret(victim[1], *outputs, collected)
