@@ -35,8 +35,10 @@ _SCRIPT = program("node_agent.py")
 _HEALTH_SCRIPT = program("node_health.py")  # the keeper's passive health watch (issue 36)
 _HEALING = program("node_healing.py")
 # the run's engine, which the supervisor hosts (node/engine.py, the heal it calls and the straggler verdict),
-# and the run's paths (node/layout.py), which node_agent.py imports as files beside it
-BESIDE_AGENT = tuple(program(name) for name in ("engine.py", "heal_policy.py", "straggler_verdict.py", "layout.py"))
+# the run's paths (node/layout.py) and the supervisor's listener (node/listener.py), which node_agent.py
+# imports as files beside it
+BESIDE_AGENT = tuple(program(name) for name in ("engine.py", "heal_policy.py", "straggler_verdict.py", "layout.py",
+                                                 "listener.py"))
 _STRAGGLERS = program("node_stragglers.py")  # the keeper's straggler watch (py-spy on its node's ranks)
 
 # $1 dir (proven ours: agent.OWN_DIR_SH), $2 file name: stdin into a file only its owner reads (the
