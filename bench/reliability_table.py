@@ -97,17 +97,45 @@ LIMITS = """\
 LISTENERS = """\
 ## What listens on the job network, and what an attacker there can do
 
-Two things clusterctl starts accept connections from the network the ranks use:
+Three things clusterctl starts accept connections from the network the ranks use, and all three keep
+**one listener discipline, one implementation** (`node/listener.py`, standard library: imported beside
+the supervisor and the gate, carried as text in front of the relay's own program):
+
+- **a deadline per request, not per read**: a connection that has not proven itself (its signature,
+  its handshake) within the listener's deadline of its accept is shut down by a reaper thread, however
+  it trickles bytes (before: 5 s per read, so one byte every 4 s held a slot for ever);
+- **slots per address and in all, over unproven connections; a newcomer is never refused**: when its
+  address is full, the oldest unproven connection of that address is dropped for it; when all are
+  full, the oldest of the address holding the most. The key holder (a keeper, mpirun's agent, the
+  receiving relay) proves itself within milliseconds of connecting, so a crowd of idle or slow
+  connections from its very address (a local user, a container NATed through the node) cannot keep it
+  out: the crowd would have to open a whole address's worth of new connections inside those
+  milliseconds, every time;
+- **handshakes side by side**, each on its own thread: one silent peer never holds up the next;
+- **a proven connection leaves the slots**: the key holder's is never dropped for another.
+
+| listener | admits | from whom | deadline | unproven slots (per address / all) |
+|---|---|---|---|---|
+| supervisor (`node_agent.py supervise`, rendezvous port + 1, a detached run's life) | signed `POST` beats, sequence growing | anyone connects; only HMAC(run key) bodies act | 5 s per request | 16 / 256 |
+| mpirun gate (`node_mpi_gate.py gate`, rendezvous port + 3, until mpirun's agent came) | the first `orted` command proven with the run's MPI secret | the master's address only (others closed before a byte) | 10 s per handshake | 8 / 8 |
+| image relay (`registry/relay.py`, rendezvous port + 2, one transfer) | the first receiver proving the transfer's key | anyone connects; only the key holder is sent a byte | 5 s per handshake | 8 / 32 |
+
+Tests: tests/local/test_listeners.py (16 connections sending one byte every 4 s from the keeper's own
+address against a real supervisor and keeper: the run stays running; the gate past 12 idle and 4
+trickling connections from the master's own address; the relay's receiver past 20 trickling
+connections from its own address), tests/local/test_security_hardening.py (800 idle connections and a
+negative Content-Length flood).
+
+What each one does past its handshake:
 
 - **A detached run's supervisor** (`node/node_agent.py supervise`, on the master at the rendezvous
   port + 1, for the run's life). It accepts `POST` requests whose body is a keeper's report,
   signed with HMAC-SHA256 under the run's key (32 random bytes, in the 0600 `supervision.json` of
   each node's 0700 run directory) and carrying a sequence number that must grow. Anything else is
   answered 403/409/413 and changes nothing. Bounds: `Content-Length` must be digits and at most
-  256 KiB, checked before a byte of the body is read; 5 s per read; at most 16 connections per
-  source address and 256 in all; when full, a connection of the address holding the most is
-  dropped (keepers hold one, for milliseconds a second); a refused request is one line of
-  supervisor.log (at most 300 characters, at most one line a second, the rest counted).
+  256 KiB, checked before a byte of the body is read; the listener's slots and 5 s per request; a
+  refused request is one line of supervisor.log (at most 300 characters, at most one line a second,
+  the rest counted).
 - **The peer image relay** (`registry/relay.py`, during `up` only: on a sending node's job-network
   address at the rendezvous port + 2, for one transfer, at most 60 s waiting for its receiver, then
   the stream). It sends the image to the first connection that proves the transfer's key and to no
@@ -116,31 +144,33 @@ Two things clusterctl starts accept connections from the network the ranks use:
   show every local user). A client opens with the relay's hello and a 32-byte nonce; the sender
   answers with its own nonce and HMAC-SHA256(key, "sender" + both nonces); the client checks it
   (constant time) and answers HMAC-SHA256(key, "receiver" + both nonces), which the sender checks
-  before any image byte flows. Bounds: 51 bytes read from a client before its proof, 5 s to finish
-  the handshake, side by side: at most 4 per source address (a fifth is closed at once) and 32 in
-  all (full: the oldest of the address holding the most is dropped), so idle connections never
-  hold up the receiver's, which tries again until its 60 s are up; a peer
-  silent for 30 s mid-stream ends the transfer. The receiving end checks what it gets before
+  before any image byte flows. Bounds: 51 bytes read from a client before its proof, the listener's
+  slots and 5 s for the whole handshake, so neither idle nor trickling connections hold up or keep
+  out the receiver's, which tries again until its 60 s are up; a peer silent for 30 s mid-stream
+  ends the transfer. The receiving end checks what it gets before
   `docker load` may keep it (`registry/loadcheck.py`): only the seed's image (its config digest,
   the ID the registry's manifest names), with no tag but the one asked for, in `docker save`'s
   layouts; each blob the content its name says; anything else ends the stream broken, so
   `docker load` fails before it tags or loads anything. Refusing was chosen over loading and
   removing what was not asked for: a tag, once on a shared engine, can be used before it is removed.
+- **The mpirun gate** (`node/node_mpi_gate.py gate`, `job.launcher: mpirun` only): see its docstring;
+  it runs the first command proven with the run's secret and closes its listening socket.
 
 An attacker on the job network **cannot**: end, stop or mark failed a supervised run, nor forge
 or replay a keeper's report or the supervisor's answer (no key); exhaust the supervisor's memory
 (under 30 MB observed against 800 idle connections and 400 MB behind a negative Content-Length);
-fill supervisor.log. It **can**: connect and be refused; hold up to 16 connections per address it
-owns for 5 s each; with hundreds of addresses, delay keepers' reports by the connections it makes
-them lose; past `lost_after_s` (15 s) without a report, the run is stopped as a lost node: the
+fill supervisor.log; keep a keeper out from the keeper's own address. It **can**: connect and be
+refused; hold up to 16 unproven connections per address it owns for 5 s each; with hundreds of
+addresses, delay keepers' reports by the connections it makes them lose; past `lost_after_s` (15 s) without a report, the run is stopped as a lost node: the
 same as cutting the network, which such an attacker can do anyway.
 
 Against the image relay, an attacker on the job network (or a local user of a node, reading `ps`)
 **cannot**: receive an image (no key: the sender's relay answers no one who cannot prove it); feed a
 receiving node an image, a tag or a layer of its own (the receiver demands the sender's proof first,
 then the check refuses any image but the seed's and any tag but the one asked for); replay a
-handshake (fresh nonces from both sides, a new key per transfer); hold up a transfer with idle
-connections (they are proved side by side and dropped after 5 s). It **can**: see the image's bytes
+handshake (fresh nonces from both sides, a new key per transfer); hold up a transfer with idle or
+trickling connections (they are proved side by side and dropped 5 s after their accept, or for a
+newcomer of their address). It **can**: see the image's bytes
 as they cross the network (the stream is not encrypted, as with a plain-HTTP registry); make a
 transfer fail by flooding the relay's handshake slots from more than 32 addresses, or by cutting the
 connection: that node is sent the image from another holder, then pulls from the registry.

@@ -23,7 +23,8 @@ from clusterctl.plan import wrapper as agent
 from clusterctl.watch import detached_health
 from clusterctl.heal import detached as detached_healing
 from clusterctl.plan.container import in_container, on_host_or_in_container
-from clusterctl.models import Command, Host, HostResult, HostStatus, Inventory, masker  # noqa: F401  (supervision.masker)
+from clusterctl.ground.masking import masker  # noqa: F401  (supervision.masker)
+from clusterctl.models import Command, Host, HostResult, HostStatus, Inventory
 from clusterctl.ground.records import RunStore
 from clusterctl.ground.run_record import RunRecord, recorded_end
 from clusterctl.modules import process
