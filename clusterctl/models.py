@@ -13,6 +13,7 @@ from typing import Mapping, Optional, Union
 
 SECRET_NAME_MARKERS = ("TOKEN", "KEY", "PASSWORD", "SECRET", "PASSWD", "CREDENTIAL")
 MASK = "***"
+MAX_OUTPUT = 32 << 20  # bytes of one stream of a node command kept by the controller (Command.max_output)
 
 
 def looks_secret(name: str) -> bool:
@@ -309,6 +310,10 @@ class Command:
     # as root in the container): run through `sudo -n` when the SSH user is not root and may
     # (see transport.base.remote_argv); otherwise as the user, seeing what the user may see
     privileged: bool = False
+    # the most of each of its streams (bytes) the controller keeps in memory: past it the rest is
+    # counted, dropped and named at the stream's end (transport/base.py); a caller that reads more
+    # declares it, one that reads a file's end reads it with `tail -c` on the node
+    max_output: int = MAX_OUTPUT
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "argv", tuple(str(a) for a in self.argv))

@@ -19,16 +19,17 @@ from clusterctl.documents.convert import as_document
 from clusterctl.plan.container import on_host_or_in_container
 from clusterctl.models import Command, Inventory
 
-# $1 the node's run dir. Markers start each part; a rank's line is cut at 300 bytes.
+# $1 the node's run dir. Markers start each part; only each file's last 64 KiB is read (a sparse 1 GiB
+# metrics.jsonl of one line cost 2 GB of the controller's memory per refresh), a rank's line cut at 300 bytes.
 _PROBE = r'''cd "$1" 2>/dev/null || { echo "clusterctl-top: no run directory"; exit 3; }
-echo "clusterctl-top-sample"; tail -n 1 metrics.jsonl 2>/dev/null; echo
+echo "clusterctl-top-sample"; tail -c 65536 metrics.jsonl 2>/dev/null | tail -n 1; echo
 att=; for a in */attempt_*; do [ -d "$a" ] && att=$a; done
 if [ -n "$att" ]; then for r in "$att"/*/; do
   r=${r%/}; f=$r/stdout.log; s=stdout
   if [ "$r/stderr.log" -nt "$f" ]; then f=$r/stderr.log; s=stderr; fi
-  [ -s "$f" ] && printf 'clusterctl-top-rank %s %s %s\n' "${r##*/}" "$s" "$(tail -n 1 "$f" | cut -c 1-300)"
+  [ -s "$f" ] && printf 'clusterctl-top-rank %s %s %s\n' "${r##*/}" "$s" "$(tail -c 65536 "$f" | tail -n 1 | cut -c 1-300)"
 done; fi
-[ -e agent.exit ] && echo "clusterctl-top-exit $(cat agent.exit)"
+[ -e agent.exit ] && echo "clusterctl-top-exit $(head -c 32 agent.exit)"
 exit 0'''
 COLUMNS = ("node", "gpu", "rank", "util %", "mem MiB", "power W", "temp C", "sm MHz", "throttle", "last line")
 
@@ -55,7 +56,7 @@ class NodeView:
 
 def probe_command(inventory: Inventory, run_dir: str) -> Command:
     argv = on_host_or_in_container(inventory, run_dir, lambda d: ("sh", "-c", _PROBE, "clusterctl-top", d))
-    return Command(argv, timeout=20, privileged=argv[0] != "docker")
+    return Command(argv, timeout=20, privileged=argv[0] != "docker", max_output=1 << 20)  # 64 KiB + a line per rank
 
 
 def parse_probe(host: str, stdout: str, first_rank: int = 0, mask: Callable[[str], str] = lambda t: t) -> NodeView:
