@@ -20,8 +20,10 @@ Two roles, one process each, both carrying the run's marker (modules/process.py)
   supervisor (its node died) is a lease that runs out: every node stops its own ranks.
 Both end by themselves when the run has ended: no process, port or file outside the run dir stays.
 
-Every message is HMAC-SHA256-signed under a per-run key (the 0600 `supervision.json` in each node's
-0700 run dir) with a growing sequence number (a replay is refused); answers are signed the same way.
+Every message is HMAC-SHA256-signed under its keeper's own key, HMAC(the run's secret, host) (the 0600
+`supervision.json` in each node's 0700 run dir holds that node's key; the master's also the secret,
+`supervisor_key`), for a host of the run only (the controller's list), with a growing sequence
+number (a replay is refused); answers are signed the same way.
 """
 import errno
 import hashlib
@@ -45,6 +47,7 @@ RUNS_ON_NODES = True
 CONFIG = "supervision.json"
 STATE = "supervisor.json"
 MAC_HEADER = "X-Clusterctl-Mac"
+HOST_HEADER = "X-Clusterctl-Host"  # whose keeper signs: its key is keeper_key(the run's secret, host)
 TAIL_BYTES = 24000  # as engine.TAIL_BYTES: the end of a node's log a report carries
 # What a peer on the job network controls, bounded (listener.py: the one discipline of every node
 # port): a beat's body (the tail, JSON-escaped, fits), how long a connection may take to send its
@@ -63,6 +66,13 @@ def load_config(run_dir):
 
 def sign(key, body):
     return hmac.new(key.encode(), body, hashlib.sha256).hexdigest()
+
+
+def keeper_key(secret, host):
+    """A keeper's own key, HMAC(the run's secret, host): the supervisor holds the secret (`supervisor_key`,
+    in the master's config only), each node only its own key, so a job that reads its node's config
+    signs that node's beats and no other's (issue 47: the job is not the fleet's witness)."""
+    return hmac.new(secret.encode(), b"keeper " + host.encode(), hashlib.sha256).hexdigest()
 
 
 def write_json(path, document):
@@ -145,7 +155,7 @@ def serve(run_dir):
     from http.server import BaseHTTPRequestHandler
 
     config = load_config(run_dir)
-    key = config["key"]
+    secret, hosts = config["supervisor_key"], set(config["hosts"])
     supervisor = supervisor_of(config, run_dir)
     state_path = os.path.join(run_dir, STATE)
     refuse = RefusalLog()
@@ -159,22 +169,29 @@ def serve(run_dir):
             length = body_length(self.headers.get("Content-Length"))
             if length is None:
                 refuse(self.client_address[0], f"Content-Length {self.headers.get('Content-Length')!r:.40}")
-                return self._answer(413, b"{}")
+                return self._answer(413, b"{}", "")
+            host = self.headers.get(HOST_HEADER, "")
+            if host not in hosts:  # a node of this run only (the controller's list), before a byte of the body
+                refuse(self.client_address[0], f"not a node of this run: {host!r:.60}")
+                return self._answer(403, b"{}", "")
+            key = keeper_key(secret, host)
             body = self.rfile.read(length)
             if not hmac.compare_digest(self.headers.get(MAC_HEADER, ""), sign(key, body)):
-                refuse(self.client_address[0], "bad signature")
-                return self._answer(403, b"{}")
+                refuse(self.client_address[0], f"bad signature for {host}")
+                return self._answer(403, b"{}", "")
             self.server.slots.proven(self.request)
             try:
                 message = json.loads(body)
             except (ValueError, RecursionError):
-                return self._answer(400, b"{}")
-            answer = supervisor.beat(message) if isinstance(message, dict) else None
+                return self._answer(400, b"{}", key)
+            if not isinstance(message, dict) or message.get("host") != host:  # its own key speaks for itself only
+                return self._answer(409, b"{}", key)
+            answer = supervisor.beat(message)
             if answer is None:
-                return self._answer(409, b"{}")
-            self._answer(200, json.dumps(answer).encode())
+                return self._answer(409, b"{}", key)
+            self._answer(200, json.dumps(answer).encode(), key)
 
-        def _answer(self, code, body):
+        def _answer(self, code, body, key):
             self.send_response(code)
             self.send_header("Content-Length", str(len(body)))
             self.send_header(MAC_HEADER, sign(key, body))
@@ -289,7 +306,7 @@ def _keep(run_dir, config, interval, healing, health, watch):
         report.update({"stragglers": watch.summary()} if watch and report["exit_code"] is None else {})
         seq += 1
         body = json.dumps({"host": host, "seq": seq, **report}).encode()
-        request = urllib.request.Request(url, data=body, headers={MAC_HEADER: sign(key, body),
+        request = urllib.request.Request(url, data=body, headers={MAC_HEADER: sign(key, body), HOST_HEADER: host,
                                                                   "Content-Type": "application/json"})
         answer = None
         try:

@@ -130,7 +130,7 @@ def establish(inventory: Inventory, run_id: str, master: str, address: str, port
     run's shipped `files` (the launcher's own node programs: mpirun's gate) for the attempt they join.
     `stragglers`: each keeper samples its node's ranks with py-spy (node/node_stragglers.py; the binary the
     attached watch ships, gzipped, once per node) and the supervisor names the rank the others wait for."""
-    from clusterctl.node.node_agent import CONFIG
+    from clusterctl.node.node_agent import CONFIG, keeper_key
     from clusterctl.plan.shipping import put_file_command
     from clusterctl.node.layout import files_dir, node_run_dir
 
@@ -141,7 +141,7 @@ def establish(inventory: Inventory, run_id: str, master: str, address: str, port
     hosts = {**hosts, **spares}
     run_dirs = {**run_dirs, **{name: node_run_dir(inventory.job.outputs, run_id, name) for name in spares}}
     supervised = Supervised(master, address, port + PORT_OFFSET, run_dirs[master])
-    base = {"run_id": run_id, "address": address, "port": supervised.port, "key": key, "lease_s": lease_s,
+    base = {"run_id": run_id, "address": address, "port": supervised.port, "lease_s": lease_s,
             "lost_after_s": inventory.job.healing.lost_after, "hosts": list(run_dirs),
             "stall_timeout_s": stall_timeout_s, "timeout_s": timeout_s or 0, "since": since or time.time()}
     packed = b""
@@ -156,7 +156,8 @@ def establish(inventory: Inventory, run_id: str, master: str, address: str, port
     def action(transport, host: Host) -> HostResult:
         run_dir = run_dirs[host.name]
         marker = process.marker_env(inventory.name, host.name, run_id)
-        config = json.dumps({**base, "host": host.name, **({"heal": heal.config_for(host.name)} if heal else {})})
+        own = {"key": keeper_key(key, host.name), **({"supervisor_key": key} if host.name == master else {})}
+        config = json.dumps({**base, **own, "host": host.name, **({"heal": heal.config_for(host.name)} if heal else {})})
         spare = [agent.write_env_command(inventory, run_dir, ()),
                  *(put_file_command(inventory, files_dir(inventory.job.outputs, run_id), name, data)
                    for name, data in (files or {}).items())] if host.name in spares else []
@@ -271,7 +272,8 @@ def refresh_record(store, inventory: Inventory, connections: Connections, run_id
     state = read_state(inventory, supervised, master, connections)
     if state is None:
         return record
-    detached_health.record_samples(store, inventory, run_id, state)  # issue 36: the keepers' health samples
+    hosts = health.run_hosts(record)  # the controller's own list: the supervisor's document is the job's side
+    detached_health.record_samples(store, inventory, run_id, state, hosts)  # issue 36: the keepers' health samples
     if state.get("gone"):
         return {**record, "supervisor_gone": True}
     attempts = detached_healing.attempts_of(state)  # a run that heals itself: its attempts so far
@@ -294,10 +296,10 @@ def refresh_record(store, inventory: Inventory, connections: Connections, run_id
     if attempts is not None:
         done.update(attempts=detached_healing.attempts_of(state, done.get("first_failure")),
                     **({"heal_refused": state["heal_refused"]} if state.get("heal_refused") else {}))
-        detached_healing.remember_excluded(store, inventory, run_id, done["attempts"])
+        detached_healing.remember_excluded(store, inventory, run_id, done["attempts"], hosts)
     RunStore(store).write(RunRecord.from_json(done, run_id))
-    health.record_run_end(store, inventory, done)  # issue 36: the run's lost and blamed nodes
-    health.record_stragglers(store, inventory, run_id, done.get("stragglers") or [])  # the supervisor's, as attached
+    health.record_run_end(store, inventory, done, hosts)  # issue 36: the run's lost and blamed nodes, job-side
+    health.record_stragglers(store, inventory, run_id, done.get("stragglers") or [], hosts)  # the supervisor's
     from clusterctl.observe.notify_hooks import ended_detached
 
     ended_detached(store, inventory, done)  # issue 41: the end's notification, as the controller learns it

@@ -214,8 +214,8 @@ def _supervised_run(run_dir: Path, port: int) -> None:
     for path in (Path(node_agent.__file__), *BESIDE_AGENT):  # the agent and what ships beside it, as a run ships them
         (run_dir / path.name).write_bytes(path.read_bytes())
     (run_dir / node_agent.CONFIG).write_text(json.dumps({
-        "run_id": "r1", "address": "127.0.0.1", "port": port, "key": "k" * 64, "lease_s": 5,
-        "lost_after_s": 15, "hosts": ["n1"], "host": "n1"}))
+        "run_id": "r1", "address": "127.0.0.1", "port": port, "key": node_agent.keeper_key("k" * 64, "n1"),
+        "supervisor_key": "k" * 64, "lease_s": 5, "lost_after_s": 15, "hosts": ["n1"], "host": "n1"}))
     (run_dir / "lease").touch()
 
 
