@@ -57,8 +57,12 @@ NOTES = """\
 | `export sbatch` wrote `secret: true` values into the 0755 script and onto srun's command line (issue 34) | not written: the script checks that the submitting shell's environment holds them (`--export=ALL` for sbatch and srun) |
 | A run directory another local user made first on 1777 outputs was used as found: that user owned the env file with the job's secrets (issue 34) | made with an exclusive `mkdir -m 700` or proven ours (a directory, not a symlink, our owner, mode 0700), else refused with its owner and mode (`agent.OWN_DIR_SH`) |
 | collect's tar reader held GNU long-name and pax headers whole and inflated gzip nobody asked for: 1 MiB from a node cost 2 GiB; rank logs were read whole and stored twice: 1.4 GiB of logs peaked at 2.8 GiB (issue 34) | headers bounded (64 KiB names, 1 MiB pax), gzip refused without `--compress`; rank logs hard-linked or copied through 1 MiB (`collect/arrange.py`) |
-| Secret values escaped inside JSON (a password with `"` or `\\`; Go's `\\u0026`) were not masked in docker-inspect.json and run.json (issue 34) | every secret is also masked in its JSON-escaped forms (`models.written_forms`) |
+| Secret values escaped inside JSON (a password with `"` or `\\`; Go's `\\u0026`) were not masked in docker-inspect.json and run.json (issue 34) | every secret is also masked in its JSON-escaped forms (`ground/masking.written_forms`) |
 | The peer image relay authenticated one direction only (issue 34): its token was on a command line (`ps` showed it to every local user of the sending node, who could connect first and receive a private image: 64 KiB of it read in the test before stopping), the receiver piped whatever came into `docker load` and checked only the expected tag's ID afterwards (other tags in an injected tar stayed: on a Docker 20.10 engine, `ubuntu:22.04` added to the fixture's manifest was loaded beside it), and idle connections each held the sender 30 s in turn | a per-transfer key on each node's SSH session stdin; both ends prove it (HMAC-SHA256 over both sides' nonces) before any image byte; handshakes side by side, 5 s each, 32 at once, 4 per address; the receiver's check passes `docker load` only the seed's image with the tag asked for, else a broken stream (`registry/relay.py`, `registry/loadcheck.py`) |
+| 16 connections trickling a byte every 4 s from a keeper's own address held every slot of that address (5 s per read, not per request): the keeper was refused and the detached run failed after 15 s; two idle connections from the master's address made mpirun's agent exit 255 (the gate took one handshake at a time); 4 handshakes per address let a local user make a peer image transfer fall back to the registry (issue 47) | one listener discipline for the supervisor, the gate and the relay (`node/listener.py`): a deadline per request, slots per address over unproven connections, a newcomer dropping the oldest (never refused), handshakes side by side |
+| The transport held a command's whole output: 40k symlinks with long targets made a 1 GB collect report and 3.3 GB of controller memory; a sparse 1 GiB metrics.jsonl cost 2 GB per `top` refresh per node (issue 47) | `Command.max_output` per stream (32 MiB by default), the rest dropped and named (host, command, bytes); `top` reads files' last 64 KiB |
+| A detached job could forge health samples in the supervisor's file or sign beats with the run's key; the hosts came from that file, so nodes not even in the run were quarantined (issue 47) | per-keeper keys (HMAC(run secret, host)); the run's hosts from the controller's record; job-side evidence (source `job`) alone makes a node suspect, never quarantined |
+| Slack-shaped notifications escaped `& < >` before masking (a secret holding one went out unmasked); a detached healing run's failed-attempt evidence reached run.json and the report unmasked; a crafted bundle's host name gave the report a working `javascript:` link (issue 47) | one masking of the final text of everything written out, over every form one or two encodings give a secret (`ground/masking.py`); report links only percent-encoded relative paths to files inside the bundle |
 """
 
 LIMITS = """\
@@ -180,6 +184,47 @@ outside the destination, links and devices are refused; headers are bounded; gzi
 `--compress`; every file is written in 1 MiB pieces; names with control characters arrive under
 a safe name. The job itself cannot make collect-logs read a file outside its run: nothing on the
 node is opened through a symlink, and hard links to files of another owner are skipped.
+
+## Issue 47: each class fixed once, at its cause
+
+- **Listeners** (M1, the mpirun gate, the relay): `node/listener.py`, above.
+- **Node output held by the controller** (M2): one place holds what a node prints,
+  `transport/base._LineSplitter`, under `Command.max_output` bytes per stream (32 MiB unless the caller
+  declares its own: collect's report 64 MiB, `top`'s probe 1 MiB); past it the rest is counted and
+  dropped, and the stream ends with `clusterctl: the stdout of CMD on HOST passed its cap of N bytes; M
+  more bytes were dropped (Command.max_output)`. A line handed on while it streams is at most 1 MiB
+  (longer ones in pieces); a UTF-8 character split across reads is decoded whole. Followed commands
+  (the live log, `logs --follow`) hand stdout on and keep their stderr's last 1 MiB. Readers of a
+  file's end read only its end on the node (`top`, `metrics`: `tail -c 65536`). Tests:
+  tests/local/test_output_caps.py (a `connection: local` command printing 2 GiB through `clusterctl exec
+  --json`: the controller's peak RSS under 600 MB, the document naming host, command and bytes dropped;
+  a sparse 1 GiB metrics.jsonl under `top`'s probe: under 70 KB read).
+- **The job is not the fleet's witness** (M3): a detached run's supervisor document and its keepers'
+  beats are the job's side (the job can write the run dir, and read its node's key). Each keeper signs
+  with its own key, `node_agent.keeper_key` = HMAC(run secret, host): the secret is in the master's
+  config only (`supervisor_key`), a beat must name a host of the run (the controller's list) in
+  `X-Clusterctl-Host`, be signed by that host's key, and speak for that host only. On the controller,
+  `health/fleet.job_side` keeps such evidence (samples, lost, blamed, straggling, left-out nodes) for
+  the run's hosts from the controller's own record (`run_hosts`: its topology and kept hosts), never
+  from the supervisor's file, with source `job`; `health/rules.judge` lets job-side events alone make a
+  node `suspect`, never quarantined: the events counted for a quarantine must include another source
+  (a check, the controller's own watch). Tests: tests/unit/test_health_detached.py (forged samples and
+  lost nodes naming hosts outside the run: no event for them; the run's own host suspect; quarantined
+  once the watch sees it too), tests/local/test_supervision.py (a beat signed with another node's key,
+  or naming another host: refused).
+- **Masking after every encoding**: `ground/masking.py`, one `Masker` over every form one or two of
+  clusterctl's encodings give a secret (as is, JSON, JSON in ASCII, with `\\/`, Go's JSON, Slack's
+  `& < >` escape, HTML, inside shell single quotes), applied to the final text of what leaves the
+  process: every state file (run.json; a JSON document's string tokens only, so it stays JSON whatever
+  a secret spells), `--json` documents, the screen and printed logs (`render.Masked`), notifications,
+  the HTML report. `OUTBOUND` holds every secret of every inventory the process loaded, so no caller
+  has to pass it. Tests: tests/unit/test_masking.py (hypothesis: for any secret and any two encodings in
+  a row, the masked final text holds no form of it; a Slack message; a healing run's attempt evidence
+  in run.json and the report).
+- **Report links**: `observe/report_data.bundle_href` is the one way the report links a file: a
+  relative path to a regular file inside the bundle (not a symlink), each segment percent-encoded and
+  led by `./` or `../`, else plain text. Tests: tests/unit/test_report.py (host names `javascript:...`,
+  `data:...`), tests/local/test_report.py (the real headless chromium: every link a file of the bundle).
 """
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+from pathlib import Path
 
 from hypothesis import assume, given, strategies as st
 
@@ -68,3 +69,31 @@ def test_each_encoding_alone_is_among_the_written_forms():
     forms = written_forms(["a/b<c>&'d\u2028é"])
     for _, encode in ENCODINGS:
         assert encode("a/b<c>&'d\u2028é") in forms
+
+
+def test_a_detached_healing_runs_failed_attempt_evidence_reaches_neither_run_json_nor_the_report(tmp_path):
+    """Issue 47: the supervisor's attempts (heal/detached.attempts_of) carry a rank's log line with a secret;
+    once the run's inventory is loaded, the record written and the report drawn from it hold no form of it."""
+    from clusterctl.ground.records import RunStore
+    from clusterctl.ground.run_record import RunRecord
+    from clusterctl.inventory.load import load_inventory
+    from clusterctl.observe.report_data import load
+    from clusterctl.observe.report_html import render
+    from clusterctl.state import State
+
+    secret = "tok&<en>-9f8e7d"
+    inventory = tmp_path / "inv.yaml"
+    inventory.write_text("name: t\nhosts:\n  - {name: n1, connection: local}\njob:\n  command: [x.py]\n  env:\n"
+                         f"    API_TOKEN: {{value: '{secret}', secret: true}}\n")
+    load_inventory(inventory)
+    record = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "report" / "healed-killed-rank"
+                         / "run.json").read_text())  # a real record of a run that healed itself
+    evidence = record["attempts"][0]["first_failure"]["diagnosis"][0]
+    evidence["evidence"] = f"bad token {secret} " + evidence["evidence"]
+    record.update(run_id="r1", inventory=str(inventory))
+    store = State(tmp_path / "state")
+    RunStore(store).write(RunRecord.from_json(record, "r1"))
+    written = (tmp_path / "state" / "runs" / "r1" / "run.json").read_text()
+    html = render(load(store, "r1", tmp_path / "r.html"))
+    for text in (written, OUTBOUND(html)):
+        assert not any(form in text for form in written_forms([secret])), text[:400]
