@@ -3,10 +3,7 @@ loopback with the real programs: a crowd of idle or byte-trickling connections f
 of the key holder (a keeper, mpirun's agent on the master, the receiving relay) never keeps it out."""
 from __future__ import annotations
 
-import json
 import socket
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -17,8 +14,9 @@ from clusterctl.node import node_agent
 from clusterctl.node import node_mpi_gate as gate
 from clusterctl.registry import peers
 
-from local.test_relay_security import FIXTURE_IMAGE, _listening, _relay_receiver, _session
-from local.test_security_hardening import _supervised_run
+from local.test_launch_mpirun import gate_accepting
+from local.test_relay_security import FIXTURE_IMAGE, _free_port, _listening, _relay_receiver, _session
+from local.test_security_hardening import supervised_on_loopback
 from unit.test_launch_mpirun import KEY
 
 
@@ -81,32 +79,12 @@ def test_sixteen_slow_byte_connections_from_the_keepers_own_address_neither_lock
                       "every 4 s and reopened at once when dropped, against a detached run's real supervisor",
                       "the keeper is still heard every second; the run stays running past lost_after_s (15 s)",
                       section="Hostile input")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    run_dir = tmp_path / "n1"
-    _supervised_run(run_dir, port)
-    log = open(tmp_path / "supervisor.log", "wb")
-    supervisor = subprocess.Popen([sys.executable, str(run_dir / "node_agent.py"), "supervise", str(run_dir)],
-                                  stdout=log, stderr=subprocess.STDOUT)
-    keeper = subprocess.Popen([sys.executable, str(run_dir / "node_agent.py"), "keep", str(run_dir)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    state = run_dir / node_agent.STATE
-    try:
-        deadline = time.monotonic() + 30
-        while not (state.exists() and json.loads(state.read_text())["nodes"]["n1"]["seen_s_ago"] is not None):
-            assert time.monotonic() < deadline, "the keeper was never heard"
-            time.sleep(0.2)
-        with Trickle("127.0.0.1", "127.0.0.1", port, node_agent.MAX_PER_ADDRESS, 4.0) as attack:
+    with supervised_on_loopback(tmp_path) as run:
+        with Trickle("127.0.0.1", "127.0.0.1", run.port, node_agent.MAX_PER_ADDRESS, 4.0) as attack:
             time.sleep(22)  # past lost_after_s: a locked-out keeper would be lost, the run failed
-            document = json.loads(state.read_text())
+            document = run.document()
         assert document["state"] == "running", document
         assert document["nodes"]["n1"]["seen_s_ago"] < 5, document
-    finally:
-        for process in (keeper, supervisor):
-            process.kill()
-            process.wait()
-        log.close()
     lines = (tmp_path / "supervisor.log").read_text(errors="replace").splitlines()
     assert not any("Traceback" in line for line in lines)
     row.observe(f"{attack.opened} slow connections opened from 127.0.0.1 in 22 s; the run still running, its "
@@ -115,12 +93,7 @@ def test_sixteen_slow_byte_connections_from_the_keepers_own_address_neither_lock
 
 
 def test_the_gate_takes_the_masters_agent_past_idle_and_trickling_connections_from_the_masters_own_address():
-    server = socket.create_server(("127.0.0.2", 0))
-    port = server.getsockname()[1]
-    taken = {}
-    waiter = threading.Thread(target=lambda: taken.update(result=gate.accept_one(server, KEY, 30, frozenset({"127.0.0.3"}))),
-                              daemon=True)
-    waiter.start()
+    port, taken, waiter = gate_accepting(30)
     idle = [socket.create_connection(("127.0.0.2", port), timeout=5, source_address=("127.0.0.3", 0)) for _ in range(12)]
     try:
         with Trickle("127.0.0.3", "127.0.0.2", port, 4, 1.0):
@@ -143,11 +116,7 @@ def test_the_receiving_relay_gets_in_past_trickling_connections_from_its_own_add
                       "registry)", section="Hostile input")
     data = tmp_path / "image.tar"
     data.write_bytes(bytes(range(256)) * 4096)
-    port = 0
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    key = peers.new_key()
+    port, key = _free_port(), peers.new_key()
     sender = _session(peers.send_command(FIXTURE_IMAGE, "127.0.0.1", port, key), data)
     try:
         _listening(port)
