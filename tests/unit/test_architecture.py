@@ -441,7 +441,8 @@ def test_the_node_programs_are_the_ones_shipped_to_the_nodes():
     assert marked == ["clusterctl.node.allreduce_bench", "clusterctl.node.engine", "clusterctl.node.heal_policy",
                       "clusterctl.node.layout", "clusterctl.node.listener", "clusterctl.node.node_agent", "clusterctl.node.node_healing",
                       "clusterctl.node.node_health", "clusterctl.node.node_metrics", "clusterctl.node.node_mpi_gate",
-                      "clusterctl.node.node_stragglers", "clusterctl.node.straggler_verdict"]
+                      "clusterctl.node.node_stragglers", "clusterctl.node.safe_files",
+                      "clusterctl.node.straggler_verdict"]
 
 
 def test_the_clock_rule_sees_a_sleep_a_thread_and_two_clock_loops():
