@@ -57,8 +57,12 @@ NOTES = """\
 | `export sbatch` wrote `secret: true` values into the 0755 script and onto srun's command line (issue 34) | not written: the script checks that the submitting shell's environment holds them (`--export=ALL` for sbatch and srun) |
 | A run directory another local user made first on 1777 outputs was used as found: that user owned the env file with the job's secrets (issue 34) | made with an exclusive `mkdir -m 700` or proven ours (a directory, not a symlink, our owner, mode 0700), else refused with its owner and mode (`node/safe_files.py`, issue 47: through `node/run_files.py write-env`) |
 | collect's tar reader held GNU long-name and pax headers whole and inflated gzip nobody asked for: 1 MiB from a node cost 2 GiB; rank logs were read whole and stored twice: 1.4 GiB of logs peaked at 2.8 GiB (issue 34) | headers bounded (64 KiB names, 1 MiB pax), gzip refused without `--compress`; rank logs hard-linked or copied through 1 MiB (`collect/arrange.py`) |
-| Secret values escaped inside JSON (a password with `"` or `\\`; Go's `\\u0026`) were not masked in docker-inspect.json and run.json (issue 34) | every secret is also masked in its JSON-escaped forms (`models.written_forms`) |
+| Secret values escaped inside JSON (a password with `"` or `\\`; Go's `\\u0026`) were not masked in docker-inspect.json and run.json (issue 34) | every secret is also masked in its JSON-escaped forms (`ground/masking.written_forms`) |
 | The peer image relay authenticated one direction only (issue 34): its token was on a command line (`ps` showed it to every local user of the sending node, who could connect first and receive a private image: 64 KiB of it read in the test before stopping), the receiver piped whatever came into `docker load` and checked only the expected tag's ID afterwards (other tags in an injected tar stayed: on a Docker 20.10 engine, `ubuntu:22.04` added to the fixture's manifest was loaded beside it), and idle connections each held the sender 30 s in turn | a per-transfer key on each node's SSH session stdin; both ends prove it (HMAC-SHA256 over both sides' nonces) before any image byte; handshakes side by side, 5 s each, 32 at once, 4 per address; the receiver's check passes `docker load` only the seed's image with the tag asked for, else a broken stream (`registry/relay.py`, `registry/loadcheck.py`) |
+| 16 connections trickling a byte every 4 s from a keeper's own address held every slot of that address (5 s per read, not per request): the keeper was refused and the detached run failed after 15 s; two idle connections from the master's address made mpirun's agent exit 255 (the gate took one handshake at a time); 4 handshakes per address let a local user make a peer image transfer fall back to the registry (issue 47) | one listener discipline for the supervisor, the gate and the relay (`node/listener.py`): a deadline per request, slots per address over unproven connections, a newcomer dropping the oldest (never refused), handshakes side by side |
+| The transport held a command's whole output: 40k symlinks with long targets made a 1 GB collect report and 3.3 GB of controller memory; a sparse 1 GiB metrics.jsonl cost 2 GB per `top` refresh per node (issue 47) | `Command.max_output` per stream (32 MiB by default), the rest dropped and named (host, command, bytes); `top` reads files' last 64 KiB |
+| A detached job could forge health samples in the supervisor's file or sign beats with the run's key; the hosts came from that file, so nodes not even in the run were quarantined (issue 47) | per-keeper keys (HMAC(run secret, host)); the run's hosts from the controller's record; job-side evidence (source `job`) alone makes a node suspect, never quarantined |
+| Slack-shaped notifications escaped `& < >` before masking (a secret holding one went out unmasked); a detached healing run's failed-attempt evidence reached run.json and the report unmasked; a crafted bundle's host name gave the report a working `javascript:` link (issue 47) | one masking of the final text of everything written out, over every form one or two encodings give a secret (`ground/masking.py`); report links only percent-encoded relative paths to files inside the bundle |
 """
 
 LIMITS = """\
@@ -153,17 +157,45 @@ and are named as such in the test's allow-list.
 LISTENERS = """\
 ## What listens on the job network, and what an attacker there can do
 
-Two things clusterctl starts accept connections from the network the ranks use:
+Three things clusterctl starts accept connections from the network the ranks use, and all three keep
+**one listener discipline, one implementation** (`node/listener.py`, standard library: imported beside
+the supervisor and the gate, carried as text in front of the relay's own program):
+
+- **a deadline per request, not per read**: a connection that has not proven itself (its signature,
+  its handshake) within the listener's deadline of its accept is shut down by a reaper thread, however
+  it trickles bytes (before: 5 s per read, so one byte every 4 s held a slot for ever);
+- **slots per address and in all, over unproven connections; a newcomer is never refused**: when its
+  address is full, the oldest unproven connection of that address is dropped for it; when all are
+  full, the oldest of the address holding the most. The key holder (a keeper, mpirun's agent, the
+  receiving relay) proves itself within milliseconds of connecting, so a crowd of idle or slow
+  connections from its very address (a local user, a container NATed through the node) cannot keep it
+  out: the crowd would have to open a whole address's worth of new connections inside those
+  milliseconds, every time;
+- **handshakes side by side**, each on its own thread: one silent peer never holds up the next;
+- **a proven connection leaves the slots**: the key holder's is never dropped for another.
+
+| listener | admits | from whom | deadline | unproven slots (per address / all) |
+|---|---|---|---|---|
+| supervisor (`node_agent.py supervise`, rendezvous port + 1, a detached run's life) | signed `POST` beats, sequence growing | anyone connects; only HMAC(run key) bodies act | 5 s per request | 16 / 256 |
+| mpirun gate (`node_mpi_gate.py gate`, rendezvous port + 3, until mpirun's agent came) | the first `orted` command proven with the run's MPI secret | the master's address only (others closed before a byte) | 10 s per handshake | 8 / 8 |
+| image relay (`registry/relay.py`, rendezvous port + 2, one transfer) | the first receiver proving the transfer's key | anyone connects; only the key holder is sent a byte | 5 s per handshake | 8 / 32 |
+
+Tests: tests/local/test_listeners.py (16 connections sending one byte every 4 s from the keeper's own
+address against a real supervisor and keeper: the run stays running; the gate past 12 idle and 4
+trickling connections from the master's own address; the relay's receiver past 20 trickling
+connections from its own address), tests/local/test_security_hardening.py (800 idle connections and a
+negative Content-Length flood).
+
+What each one does past its handshake:
 
 - **A detached run's supervisor** (`node/node_agent.py supervise`, on the master at the rendezvous
   port + 1, for the run's life). It accepts `POST` requests whose body is a keeper's report,
   signed with HMAC-SHA256 under the run's key (32 random bytes, in the 0600 `supervision.json` of
   each node's 0700 run directory) and carrying a sequence number that must grow. Anything else is
   answered 403/409/413 and changes nothing. Bounds: `Content-Length` must be digits and at most
-  256 KiB, checked before a byte of the body is read; 5 s per read; at most 16 connections per
-  source address and 256 in all; when full, a connection of the address holding the most is
-  dropped (keepers hold one, for milliseconds a second); a refused request is one line of
-  supervisor.log (at most 300 characters, at most one line a second, the rest counted).
+  256 KiB, checked before a byte of the body is read; the listener's slots and 5 s per request; a
+  refused request is one line of supervisor.log (at most 300 characters, at most one line a second,
+  the rest counted).
 - **The peer image relay** (`registry/relay.py`, during `up` only: on a sending node's job-network
   address at the rendezvous port + 2, for one transfer, at most 60 s waiting for its receiver, then
   the stream). It sends the image to the first connection that proves the transfer's key and to no
@@ -172,31 +204,33 @@ Two things clusterctl starts accept connections from the network the ranks use:
   show every local user). A client opens with the relay's hello and a 32-byte nonce; the sender
   answers with its own nonce and HMAC-SHA256(key, "sender" + both nonces); the client checks it
   (constant time) and answers HMAC-SHA256(key, "receiver" + both nonces), which the sender checks
-  before any image byte flows. Bounds: 51 bytes read from a client before its proof, 5 s to finish
-  the handshake, side by side: at most 4 per source address (a fifth is closed at once) and 32 in
-  all (full: the oldest of the address holding the most is dropped), so idle connections never
-  hold up the receiver's, which tries again until its 60 s are up; a peer
-  silent for 30 s mid-stream ends the transfer. The receiving end checks what it gets before
+  before any image byte flows. Bounds: 51 bytes read from a client before its proof, the listener's
+  slots and 5 s for the whole handshake, so neither idle nor trickling connections hold up or keep
+  out the receiver's, which tries again until its 60 s are up; a peer silent for 30 s mid-stream
+  ends the transfer. The receiving end checks what it gets before
   `docker load` may keep it (`registry/loadcheck.py`): only the seed's image (its config digest,
   the ID the registry's manifest names), with no tag but the one asked for, in `docker save`'s
   layouts; each blob the content its name says; anything else ends the stream broken, so
   `docker load` fails before it tags or loads anything. Refusing was chosen over loading and
   removing what was not asked for: a tag, once on a shared engine, can be used before it is removed.
+- **The mpirun gate** (`node/node_mpi_gate.py gate`, `job.launcher: mpirun` only): see its docstring;
+  it runs the first command proven with the run's secret and closes its listening socket.
 
 An attacker on the job network **cannot**: end, stop or mark failed a supervised run, nor forge
 or replay a keeper's report or the supervisor's answer (no key); exhaust the supervisor's memory
 (under 30 MB observed against 800 idle connections and 400 MB behind a negative Content-Length);
-fill supervisor.log. It **can**: connect and be refused; hold up to 16 connections per address it
-owns for 5 s each; with hundreds of addresses, delay keepers' reports by the connections it makes
-them lose; past `lost_after_s` (15 s) without a report, the run is stopped as a lost node: the
+fill supervisor.log; keep a keeper out from the keeper's own address. It **can**: connect and be
+refused; hold up to 16 unproven connections per address it owns for 5 s each; with hundreds of
+addresses, delay keepers' reports by the connections it makes them lose; past `lost_after_s` (15 s) without a report, the run is stopped as a lost node: the
 same as cutting the network, which such an attacker can do anyway.
 
 Against the image relay, an attacker on the job network (or a local user of a node, reading `ps`)
 **cannot**: receive an image (no key: the sender's relay answers no one who cannot prove it); feed a
 receiving node an image, a tag or a layer of its own (the receiver demands the sender's proof first,
 then the check refuses any image but the seed's and any tag but the one asked for); replay a
-handshake (fresh nonces from both sides, a new key per transfer); hold up a transfer with idle
-connections (they are proved side by side and dropped after 5 s). It **can**: see the image's bytes
+handshake (fresh nonces from both sides, a new key per transfer); hold up a transfer with idle or
+trickling connections (they are proved side by side and dropped 5 s after their accept, or for a
+newcomer of their address). It **can**: see the image's bytes
 as they cross the network (the stream is not encrypted, as with a plain-HTTP registry); make a
 transfer fail by flooding the relay's handshake slots from more than 32 addresses, or by cutting the
 connection: that node is sent the image from another holder, then pulls from the registry.
@@ -206,6 +240,47 @@ outside the destination, links and devices are refused; headers are bounded; gzi
 `--compress`; every file is written in 1 MiB pieces; names with control characters arrive under
 a safe name. The job itself cannot make collect-logs read a file outside its run: nothing on the
 node is opened through a symlink, and hard links to files of another owner are skipped.
+
+## Issue 47: each class fixed once, at its cause
+
+- **Listeners** (M1, the mpirun gate, the relay): `node/listener.py`, above.
+- **Node output held by the controller** (M2): one place holds what a node prints,
+  `transport/base._LineSplitter`, under `Command.max_output` bytes per stream (32 MiB unless the caller
+  declares its own: collect's report 64 MiB, `top`'s probe 1 MiB); past it the rest is counted and
+  dropped, and the stream ends with `clusterctl: the stdout of CMD on HOST passed its cap of N bytes; M
+  more bytes were dropped (Command.max_output)`. A line handed on while it streams is at most 1 MiB
+  (longer ones in pieces); a UTF-8 character split across reads is decoded whole. Followed commands
+  (the live log, `logs --follow`) hand stdout on and keep their stderr's last 1 MiB. Readers of a
+  file's end read only its end on the node (`top`, `metrics`: `tail -c 65536`). Tests:
+  tests/local/test_output_caps.py (a `connection: local` command printing 2 GiB through `clusterctl exec
+  --json`: the controller's peak RSS under 600 MB, the document naming host, command and bytes dropped;
+  a sparse 1 GiB metrics.jsonl under `top`'s probe: under 70 KB read).
+- **The job is not the fleet's witness** (M3): a detached run's supervisor document and its keepers'
+  beats are the job's side (the job can write the run dir, and read its node's key). Each keeper signs
+  with its own key, `node_agent.keeper_key` = HMAC(run secret, host): the secret is in the master's
+  config only (`supervisor_key`), a beat must name a host of the run (the controller's list) in
+  `X-Clusterctl-Host`, be signed by that host's key, and speak for that host only. On the controller,
+  `health/fleet.job_side` keeps such evidence (samples, lost, blamed, straggling, left-out nodes) for
+  the run's hosts from the controller's own record (`run_hosts`: its topology and kept hosts), never
+  from the supervisor's file, with source `job`; `health/rules.judge` lets job-side events alone make a
+  node `suspect`, never quarantined: the events counted for a quarantine must include another source
+  (a check, the controller's own watch). Tests: tests/unit/test_health_detached.py (forged samples and
+  lost nodes naming hosts outside the run: no event for them; the run's own host suspect; quarantined
+  once the watch sees it too), tests/local/test_supervision.py (a beat signed with another node's key,
+  or naming another host: refused).
+- **Masking after every encoding**: `ground/masking.py`, one `Masker` over every form one or two of
+  clusterctl's encodings give a secret (as is, JSON, JSON in ASCII, with `\\/`, Go's JSON, Slack's
+  `& < >` escape, HTML, inside shell single quotes), applied to the final text of what leaves the
+  process: every state file (run.json; a JSON document's string tokens only, so it stays JSON whatever
+  a secret spells), `--json` documents, the screen and printed logs (`render.Masked`), notifications,
+  the HTML report. `OUTBOUND` holds every secret of every inventory the process loaded, so no caller
+  has to pass it. Tests: tests/unit/test_masking.py (hypothesis: for any secret and any two encodings in
+  a row, the masked final text holds no form of it; a Slack message; a healing run's attempt evidence
+  in run.json and the report).
+- **Report links**: `observe/report_data.bundle_href` is the one way the report links a file: a
+  relative path to a regular file inside the bundle (not a symlink), each segment percent-encoded and
+  led by `./` or `../`, else plain text. Tests: tests/unit/test_report.py (host names `javascript:...`,
+  `data:...`), tests/local/test_report.py (the real headless chromium: every link a file of the bundle).
 """
 
 

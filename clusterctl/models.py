@@ -7,13 +7,13 @@ The shape of the data is the contract between layers: the inventory loader build
 from __future__ import annotations
 
 import enum
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping, Optional, Union
+from typing import Mapping, Optional, Union
 
 SECRET_NAME_MARKERS = ("TOKEN", "KEY", "PASSWORD", "SECRET", "PASSWD", "CREDENTIAL")
 MASK = "***"
+MAX_OUTPUT = 32 << 20  # bytes of one stream of a node command kept by the controller (Command.max_output)
 
 
 def looks_secret(name: str) -> bool:
@@ -310,6 +310,10 @@ class Command:
     # as root in the container): run through `sudo -n` when the SSH user is not root and may
     # (see transport.base.remote_argv); otherwise as the user, seeing what the user may see
     privileged: bool = False
+    # the most of each of its streams (bytes) the controller keeps in memory: past it the rest is
+    # counted, dropped and named at the stream's end (transport/base.py); a caller that reads more
+    # declares it, one that reads a file's end reads it with `tail -c` on the node
+    max_output: int = MAX_OUTPUT
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "argv", tuple(str(a) for a in self.argv))
@@ -408,36 +412,3 @@ def secret_values(inventory: Inventory) -> set[str]:
         if len(password) >= 4:
             values.add(password)
     return values
-
-
-def masker(inventory: Inventory) -> Callable[[str], str]:
-    """The inventory's secret values, in every form they may be written (`written_forms`), masked in a
-    text: the supervisor's log tails, a notification, what `logs` and `attach` print."""
-    forms = sorted(written_forms(secret_values(inventory)), key=len, reverse=True)
-
-    def mask(text: str) -> str:
-        for form in forms:
-            text = text.replace(form, MASK)
-        return text
-
-    return mask
-
-
-def written_forms(secrets: set[str]) -> set[str]:
-    """Each secret as it may appear in a collected file: as it is, and escaped inside a JSON string
-    (`"` and `\\` escaped; non-ASCII as \\uXXXX as Python writes it; <, > and & as \\u003c.. as Go's
-    encoder writes them in `docker inspect`)."""
-    forms = set()
-    for secret in secrets:
-        for ascii_only in (False, True):
-            escaped = json.dumps(secret, ensure_ascii=ascii_only)[1:-1]
-            forms |= {escaped, escaped.replace("/", "\\/"), _go_escaped(escaped)}
-        forms.add(secret)
-    return {form for form in forms if form}
-
-
-def _go_escaped(escaped: str) -> str:
-    for char, code in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"),
-                       ("\u2029", "\\u2029")):
-        escaped = escaped.replace(char, code)
-    return escaped

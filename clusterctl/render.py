@@ -21,6 +21,7 @@ import threading
 from typing import Iterable, Mapping, Optional, Union
 
 from clusterctl.executor import Event
+from clusterctl.ground.masking import OUTBOUND
 from clusterctl.models import CheckResult, CheckStatus, Finding, HostResult, HostStatus
 
 STATUS_STYLE = {
@@ -76,13 +77,27 @@ def _text(*parts: Part):
     return text
 
 
+class Masked:
+    """A text stream whose every write is masked (ground/masking.py): what the screen shows is final text."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        self.stream.write(OUTBOUND(text))
+        return len(text)
+
+    def __getattr__(self, name):  # flush, isatty, encoding, fileno: the stream's own
+        return getattr(self.stream, name)
+
+
 class Renderer:
     def __init__(self, json_mode: bool = False, verbose: bool = False, stream=None):
         from rich.console import Console
 
         self.json_mode = json_mode
         self.verbose = verbose
-        self.console = Console(file=stream or sys.stderr, highlight=False, soft_wrap=True)
+        self.console = Console(file=Masked(stream or sys.stderr), highlight=False, soft_wrap=True)
         self._lock = threading.Lock()
         self._progress = None
         self._live = None
@@ -371,7 +386,7 @@ class Renderer:
     def raw(self, text: str) -> None:
         """A document for programs (e.g. Prometheus metrics) on stdout, as it is."""
         if not self.json_mode:
-            sys.stdout.write(text)
+            sys.stdout.write(OUTBOUND(text))
 
     def log_line(self, prefix: str, text: str, stream: str = "stdout") -> None:
         """`clusterctl logs`: a rank's line on stdout (the command's output, for pipes and grep),
@@ -382,7 +397,7 @@ class Renderer:
 
         with self._lock:
             if self._out is None:
-                self._out = Console(file=sys.stdout, highlight=False, soft_wrap=True)
+                self._out = Console(file=Masked(sys.stdout), highlight=False, soft_wrap=True)
             self._out.print(_text((prefix, "red" if stream == "stderr" else "cyan"), " ", text))
 
     def message(self, text: str, style: str = "") -> None:
@@ -403,7 +418,7 @@ def emit_json(document: dict, stream=None) -> None:
         text = json.dumps(document, indent=2, default=str, allow_nan=False)
     except ValueError:
         text = json.dumps(_finite(document), indent=2, default=str, allow_nan=False)
-    (stream or sys.stdout).write(text + "\n")
+    (stream or sys.stdout).write(OUTBOUND.json_text(text) + "\n")  # masked as the final text (ground/masking.py)
 
 
 def _finite(value):

@@ -1,7 +1,8 @@
 """Local state under ./.clusterctl/: the active inventory, run records, locks, node facts `up` learned.
 
 Directories are created 0700 and files 0600: run records hold command lines and
-environments (secrets masked, but still nobody else's business).
+environments (secrets masked in the final text of every file written here, ground/masking.py; but
+still nobody else's business).
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from typing import Iterator, Optional
 from clusterctl.errors import StateError
 from clusterctl.executor.clock import attempts
 from clusterctl.ground.files import private_dir
+from clusterctl.ground.masking import OUTBOUND
 
 
 class State:
@@ -36,8 +38,8 @@ class State:
         self._ensure(path.parent)
         tmp = path.with_suffix(path.suffix + ".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            json.dump(data, handle, indent=2, sort_keys=True, default=str)
+        with os.fdopen(fd, "w") as handle:  # masked as the final text (ground/masking.py)
+            handle.write(OUTBOUND.json_text(json.dumps(data, indent=2, sort_keys=True, default=str)))
         os.replace(tmp, path)
 
     @staticmethod

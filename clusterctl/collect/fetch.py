@@ -50,6 +50,9 @@ class ArchiveReport:
     errors: str = ""  # what else it printed (a traceback, "python3: not found")
 
 
+REPORT_CAP = 64 << 20  # the node's report on stderr, at most (a line a file: 40k links with long targets made 1 GB)
+
+
 def archive_command(base: str, roots: list[str], in_container: Optional[str], python: str, run_id_pattern: str,
                     known: dict, compress: bool) -> Command:
     """One node-side step: the files under `roots` (and, with a pattern, any outside logs/ whose path
@@ -59,7 +62,7 @@ def archive_command(base: str, roots: list[str], in_container: Optional[str], py
                "gzip" if compress else "none", *roots)
     command = _wrap(program, in_container, timeout=3600, interactive=True)
     return Command(command.argv, timeout=command.timeout, stdin=json.dumps(known).encode(),
-                   privileged=command.privileged)
+                   privileged=command.privileged, max_output=REPORT_CAP)
 
 
 def parse_report(stderr: str) -> ArchiveReport:

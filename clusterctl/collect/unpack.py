@@ -13,7 +13,8 @@ import os
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Callable, Optional
 
-from clusterctl.models import MASK, written_forms
+from clusterctl.ground.masking import written_forms
+from clusterctl.models import MASK
 from clusterctl.collect.tarstream import Member, TarStream
 
 

@@ -10,6 +10,9 @@ from clusterctl.executor.connections import Connections
 from clusterctl.executor.pool import _as_result, for_each_host
 from clusterctl.models import Command, CommandResult, Host, HostResult, HostStatus
 
+STDERR_KEPT = 1 << 20  # of a followed command's stderr, the last bytes kept (the stream of stdout is handed on, not kept)
+
+
 class Streams:
     """Every host's long-running command (the live log of a run, `logs --follow`), all read by one
     thread that polls their descriptors: a run on hundreds of nodes costs one thread here, not one per
@@ -100,14 +103,23 @@ class _Followed:
     def __init__(self, host: Host, stream, timeout: Optional[float]):
         self.host, self.stream, self.started = host, stream, time.monotonic()
         self.deadline = self.started + timeout if timeout else None
-        self.stderr: list[bytes] = []
+        self.stderr, self.stderr_dropped = bytearray(), 0  # its last STDERR_KEPT bytes: an error says itself last
         self.output_ended = False
 
     def time_left(self) -> float:
         return 3600.0 if self.deadline is None else self.deadline - time.monotonic()
 
     def _stderr_text(self) -> str:
-        return b"".join(self.stderr).decode("utf-8", errors="replace")
+        text = self.stderr.decode("utf-8", errors="replace")
+        return (f"[clusterctl: the first {self.stderr_dropped} bytes of this stderr were dropped]\n" + text
+                if self.stderr_dropped else text)
+
+    def _keep_stderr(self, data: bytes) -> None:
+        self.stderr += data
+        if len(self.stderr) > STDERR_KEPT:
+            cut = len(self.stderr) - STDERR_KEPT
+            self.stderr_dropped += cut
+            del self.stderr[:cut]
 
     def step(self, readable: bool, on_output: Callable[[str, bytes], None]):
         """What the stream had, handed on; the host's CommandResult (or the exception) once it ended."""
@@ -120,7 +132,7 @@ class _Followed:
                     if kind == "stdout":
                         on_output(self.host.name, data)
                     else:
-                        self.stderr.append(data)
+                        self._keep_stderr(data)
             if self.output_ended:
                 result = self.stream.exited()
                 if result is not None:

@@ -104,12 +104,15 @@ def _with_fixes(attempt: dict) -> dict:
     return {**attempt, "first_failure": {**first, "diagnosis": diagnosis}}
 
 
-def remember_excluded(store, inventory: Inventory, run_id: str, attempts: list) -> Optional[str]:
-    """Every host the run left out, a `heal_excluded` event of the fleet's health record (as attached)."""
+def remember_excluded(store, inventory: Inventory, run_id: str, attempts: list, hosts: list) -> Optional[str]:
+    """Every host of the run (`hosts`: the controller's record of it) the run left out, a `heal_excluded`
+    event of the fleet's health record, job-side: the supervisor's document says so (health/fleet.job_side)."""
     from clusterctl.health.events import Event
-    from clusterctl.health.fleet import record_events
+    from clusterctl.health.fleet import job_side, record_events
 
-    events = [Event(e["host"], "heal_excluded", "heal", evidence=f"left out of run {run_id}: {e['cause']}",
-                    cause=e["cause"], run_id=run_id) for a in attempts for e in a.get("excluded") or []]
+    events = [Event(str(e["host"]), "heal_excluded", "heal", evidence=f"left out of run {run_id}: {e['cause']}",
+                    cause=str(e["cause"]), run_id=run_id) for a in attempts for e in a.get("excluded") or []
+              if isinstance(e, dict) and e.get("host")]
+    events = job_side(events, hosts)
     return record_events(store.health_db, inventory, events) if events else None
 

@@ -7,8 +7,11 @@ from typing import Optional
 from clusterctl.documents import parts
 from clusterctl.documents.convert import as_document
 
-# Where an event came from: the command or watcher that saw it.
-SOURCES = ("up", "check", "run", "heal", "nccl-test", "straggler", "watch", "operator")
+# Where an event came from: the command or watcher that saw it. JOB: the job's side of a detached run
+# (its keepers' samples and the supervisor's document, which a job can forge on its nodes): evidence
+# for that run's own hosts only, which alone never quarantines (rules.py).
+JOB = "job"
+SOURCES = ("up", "check", "run", "heal", "nccl-test", "straggler", "watch", "operator", JOB)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
 from clusterctl.errors import ClusterctlError, StateError
-from clusterctl.health.events import Event, GpuId
+from clusterctl.health.events import JOB, Event, GpuId
 from clusterctl.models import Inventory
 
 
@@ -37,20 +37,40 @@ def record_events(db_path: Path, inventory: Inventory, events: Sequence[Event],
     return None
 
 
-def record_run_end(store, inventory: Inventory, record: Mapping) -> Optional[str]:
+def job_side(events: Sequence[Event], hosts: Optional[Sequence[str]]) -> list[Event]:
+    """Events a detached run's own side reported (its supervisor's document, its keepers' samples: what
+    the job can write): kept for the run's hosts only (`hosts`, from the controller's own record of the
+    run, never from those documents) and marked JOB, which alone never quarantines (rules.py). `hosts`
+    None: the controller's own evidence (an attached run), as it is."""
+    if hosts is None:
+        return list(events)
+    return [replace(event, source=JOB) for event in events if event.host in hosts]
+
+
+def run_hosts(record: Mapping) -> list[str]:
+    """The hosts of a run as the controller planned it (its record's topology, written at the launch, and
+    the hosts it kept, spares included)."""
+    hosts = [str(n.get("host")) for n in record.get("topology") or [] if isinstance(n, dict) and n.get("host")]
+    hosts += [str(h.get("name")) for h in record.get("hosts") or [] if isinstance(h, dict) and h.get("name")]
+    return list(dict.fromkeys(hosts))
+
+
+def record_run_end(store, inventory: Inventory, record: Mapping, hosts: Optional[Sequence[str]] = None) -> Optional[str]:
     """The one place a run's end reaches the health record (attached: backends/run_flow.py; detached:
-    supervision.refresh_record, once the supervisor's state is final). `store`: the State."""
+    supervision.refresh_record, once the supervisor's state is final, with the run's `hosts`: job_side).
+    `store`: the State."""
     from clusterctl.health.seen import run_events
 
-    return record_events(store.health_db, inventory, run_events(record))
+    return record_events(store.health_db, inventory, job_side(run_events(record), hosts))
 
 
-def record_stragglers(store, inventory: Inventory, run_id: str, found: Sequence[Mapping]) -> Optional[str]:
+def record_stragglers(store, inventory: Inventory, run_id: str, found: Sequence[Mapping],
+                      hosts: Optional[Sequence[str]] = None) -> Optional[str]:
     """Each rank named late during a run (attached: backends/run_flow.py; detached: at its end, as
-    supervision.refresh_record learns it): a `straggler` event of its node (its GPU, where known)."""
-    return record_events(store.health_db, inventory, [
-        Event(s["host"], "straggler", "straggler", f"rank {s['rank']}: {s['evidence']}",
-              gpu=GpuId(index=s["gpu"]) if s.get("gpu") is not None else None, run_id=run_id) for s in found])
+    supervision.refresh_record learns it, job_side): a `straggler` event of its node (its GPU, where known)."""
+    return record_events(store.health_db, inventory, job_side([
+        Event(str(s["host"]), "straggler", "straggler", f"rank {s['rank']}: {s['evidence']}",
+              gpu=GpuId(index=s["gpu"]) if s.get("gpu") is not None else None, run_id=run_id) for s in found], hosts))
 
 
 def record_checks(store, inventory: Inventory, checks: Sequence[Mapping], source: str,

@@ -8,6 +8,9 @@
 - `window_s`: only events this recent count (None: every event since the last release). A
   suspect node whose soft events have all aged out of their window is healthy again.
 - Quarantine is sticky: only `clusterctl health release` ends it (a `released` event).
+- Evidence from the job's side (source `job`: a detached run's keepers and supervisor document, which
+  the job can forge) alone makes a node suspect, never quarantined: the events counted for a
+  quarantine must include one of another source (a check, the controller's own watch) (issue 47).
 - A `check_passed` event clears a suspect node (not a quarantined one) and is what a release
   without --force waits for.
 - Order is the record's `seq`, never wall time; windows measure from the latest wall time seen
@@ -19,13 +22,15 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Iterable, Mapping, Optional, Sequence
 
-from clusterctl.health.events import StoredEvent
+from clusterctl.health.events import JOB, StoredEvent
 from clusterctl.models import HealthSettings
 
 DAY = 86400.0
 HEALTHY, SUSPECT, QUARANTINED = "healthy", "suspect", "quarantined"
 STATES = (HEALTHY, SUSPECT, QUARANTINED)
 CHECK_PASSED, RELEASED = "check_passed", "released"
+JOB_ONLY = ("; reported by the job's side only (a detached run's keepers or supervisor document): quarantined "
+            "once a check or the controller's own watch sees it too")
 
 
 @dataclass(frozen=True)
@@ -108,7 +113,7 @@ def judge(events: Sequence[StoredEvent], rules: Mapping[str, Rule], now: Optiona
             rule = rules[event.kind]
             kept = [e for e in counted.get(rule.kind, []) if _in_window(e, rule, latest)] + [event]
             counted[rule.kind] = kept
-            verdict = _step(verdict, rule, event, len(kept))
+            verdict = _step(verdict, rule, event, kept)
     if verdict.state == SUSPECT and not _still_suspect(counted, rules, max(latest, now or 0.0)):
         return Verdict(HEALTHY, verdict.since, verdict.since_seq, "", verdict.last_check_seq)
     return verdict
@@ -128,11 +133,16 @@ def _in_window(event: StoredEvent, rule: Rule, latest: float) -> bool:
     return rule.window_s is None or latest - event.at <= rule.window_s
 
 
-def _step(verdict: Verdict, rule: Rule, event: StoredEvent, count: int) -> Verdict:
+def _step(verdict: Verdict, rule: Rule, event: StoredEvent, kept: Sequence[StoredEvent]) -> Verdict:
     if verdict.state == QUARANTINED:
         return verdict
+    count = len(kept)
     reason = _reason(rule, event, count)
     if rule.quarantine_after is not None and count >= rule.quarantine_after:
+        if all(e.source == JOB for e in kept):  # the job's side alone: a second source must see it too
+            reason += JOB_ONLY
+            return verdict if verdict.state == SUSPECT else Verdict(SUSPECT, event.at, event.seq, reason,
+                                                                    verdict.last_check_seq)
         return Verdict(QUARANTINED, event.at, event.seq, reason, verdict.last_check_seq)
     if verdict.state == HEALTHY and rule.suspect_after is not None and count >= rule.suspect_after:
         return Verdict(SUSPECT, event.at, event.seq, reason, verdict.last_check_seq)

@@ -349,8 +349,13 @@ def load_inventory_located(path: Union[str, os.PathLike]) -> tuple[Inventory, Lo
 
 
 def load_inventory(path: Union[str, os.PathLike]) -> Inventory:
-    """Read, detect, translate and validate an inventory (see load_inventory_located)."""
-    return load_inventory_located(path)[0]
+    """Read, detect, translate and validate an inventory (see load_inventory_located). Its secret values
+    join the ones masked in everything this process writes out (ground/masking.py OUTBOUND)."""
+    from clusterctl.ground.masking import masker
+
+    inventory = load_inventory_located(path)[0]
+    masker(inventory)
+    return inventory
 
 
 __all__ = [

@@ -20,7 +20,9 @@ lost node, timeout, stall, heal), hosted by the controller in-process when attac
 node's supervisor when detached. `straggler_verdict.py`: the rank the others wait for, named from
 per-rank samples (the controller's straggler watch imports it; detached, each keeper's `node_stragglers.py`
 samples its node's ranks with py-spy and the supervisor's engine judges). `layout.py`: every path of a
-run, on a node and in a collected bundle."""
+run, on a node and in a collected bundle. `listener.py`: the one discipline of every port clusterctl
+opens on a node (the supervisor, the mpirun gate, the image relay, which carries its text): a deadline
+per request, slots per address that a newcomer never lacks, handshakes side by side."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -20,8 +20,10 @@ Two roles, one process each, both carrying the run's marker (modules/process.py)
   supervisor (its node died) is a lease that runs out: every node stops its own ranks.
 Both end by themselves when the run has ended: no process, port or file outside the run dir stays.
 
-Every message is HMAC-SHA256-signed under a per-run key (the 0600 `supervision.json` in each node's
-0700 run dir) with a growing sequence number (a replay is refused); answers are signed the same way.
+Every message is HMAC-SHA256-signed under its keeper's own key, HMAC(the run's secret, host) (the 0600
+`supervision.json` in each node's 0700 run dir holds that node's key; the master's also the secret,
+`supervisor_key`), for a host of the run only (the controller's list), with a growing sequence
+number (a replay is refused); answers are signed the same way.
 """
 import errno
 import hashlib
@@ -34,9 +36,11 @@ import time
 
 if __package__:  # imported by the controller
     from clusterctl.node.layout import ATTEMPT
+    from clusterctl.node.listener import LOG_LINE, RefusalLog, Slots
     from clusterctl.node.safe_files import Dir, Refused
-else:  # run on a node, layout.py shipped beside it
+else:  # run on a node, layout.py, listener.py and safe_files.py shipped beside it
     from layout import ATTEMPT
+    from listener import LOG_LINE, RefusalLog, Slots
     from safe_files import Dir, Refused  # the no-follow layer, shipped beside (run/supervision.BESIDE_AGENT)
 
 # A program of its own on the nodes (copied into the run dir, started with the node's python): its
@@ -45,15 +49,16 @@ RUNS_ON_NODES = True
 CONFIG = "supervision.json"
 STATE = "supervisor.json"
 MAC_HEADER = "X-Clusterctl-Mac"
+HOST_HEADER = "X-Clusterctl-Host"  # whose keeper signs: its key is keeper_key(the run's secret, host)
 TAIL_BYTES = 24000  # as engine.TAIL_BYTES: the end of a node's log a report carries
-# What a peer on the job network controls, bounded: a beat's body (the tail, JSON-escaped, fits),
-# how long a connection may take to send its request, how many connections are open at once (per
-# address and in all: keepers send one short request a second from their node's own address).
+# What a peer on the job network controls, bounded (listener.py: the one discipline of every node
+# port): a beat's body (the tail, JSON-escaped, fits), how long a connection may take to send its
+# WHOLE request, how many unproven connections are open at once (per address and in all: keepers
+# send one short request a second from their node's own address, and a newcomer drops the oldest).
 MAX_BODY = 256 << 10  # x MAX_CONNECTIONS: 64 MB at most held at once
 REQUEST_TIMEOUT_S = 5.0
 MAX_CONNECTIONS = 256
 MAX_PER_ADDRESS = 16
-LOG_LINE = 300  # a refused request is one line of supervisor.log, at most this long, at most one a second
 
 
 def load_config(run_dir):
@@ -63,6 +68,13 @@ def load_config(run_dir):
 
 def sign(key, body):
     return hmac.new(key.encode(), body, hashlib.sha256).hexdigest()
+
+
+def keeper_key(secret, host):
+    """A keeper's own key, HMAC(the run's secret, host): the supervisor holds the secret (`supervisor_key`,
+    in the master's config only), each node only its own key, so a job that reads its node's config
+    signs that node's beats and no other's (issue 47: the job is not the fleet's witness)."""
+    return hmac.new(secret.encode(), b"keeper " + host.encode(), hashlib.sha256).hexdigest()
 
 
 def write_json(path, document):
@@ -92,23 +104,6 @@ def body_length(header):
     return int(text)
 
 
-class RefusalLog:
-    """One bounded line per refused request, at most one a second (a flood writes one line and a count)."""
-
-    def __init__(self, write=sys.stdout.write, now=time.monotonic):
-        self.write, self.now, self.last, self.quiet = write, now, None, 0
-
-    def __call__(self, peer, what):
-        now = self.now()
-        if self.last is not None and now - self.last < 1.0:
-            self.quiet += 1
-            return
-        more = f" ({self.quiet} more since the last line)" if self.quiet else ""
-        self.last, self.quiet = now, 0
-        line = f"refused a request from {peer}: {what}{more}".replace("\n", " ").replace("\r", " ")
-        self.write(line[:LOG_LINE] + "\n")
-
-
 def _more_descriptors():
     """Room for MAX_CONNECTIONS at once, whatever the soft limit was (the hard one permitting)."""
     try:
@@ -124,8 +119,10 @@ def _more_descriptors():
 
 
 def make_server(address, handler, refuse):
-    """A threading HTTP server that holds at most MAX_PER_ADDRESS connections of one address (more are
-    closed at once) and MAX_CONNECTIONS in all, each dropped after REQUEST_TIMEOUT_S without a byte."""
+    """A threading HTTP server under listener.Slots: each connection has REQUEST_TIMEOUT_S for its whole
+    request; at most MAX_PER_ADDRESS unproven connections of one address and MAX_CONNECTIONS in all, a
+    newcomer dropping the oldest (never refused: a keeper's beat always gets in). The handler calls
+    `server.slots.proven(request)` once the signature holds."""
     from http.server import ThreadingHTTPServer
 
     class Server(ThreadingHTTPServer):
@@ -134,45 +131,21 @@ def make_server(address, handler, refuse):
         request_queue_size = 64
 
         def __init__(self, *args):
-            self.open, self.peers, self.count_lock = {}, {}, threading.Lock()  # address -> count, socket -> address
+            self.slots = Slots(REQUEST_TIMEOUT_S, MAX_PER_ADDRESS, MAX_CONNECTIONS, refuse)
             super().__init__(*args)
 
         def verify_request(self, request, client_address):
-            with self.count_lock:
-                peer = client_address[0]
-                if self.open.get(peer, 0) >= MAX_PER_ADDRESS:
-                    refuse(peer, "too many connections at once")
-                    return False
-                if len(self.peers) >= MAX_CONNECTIONS:
-                    self._evict()
-                self.open[peer] = self.open.get(peer, 0) + 1
-                self.peers[request] = peer
-            request.settimeout(REQUEST_TIMEOUT_S)
+            self.slots.admit(request, client_address[0])
+            request.settimeout(REQUEST_TIMEOUT_S)  # a proven peer that stops reading its answer
             return True
 
-        def _evict(self):
-            """Full: drop a connection of the address that holds the most (a keeper holds one, for
-            milliseconds a second), so that many addresses together cannot lock the keepers out."""
-            greediest = max(self.open, key=self.open.get)
-            victim = next(sock for sock, peer in self.peers.items() if peer == greediest)
-            refuse(greediest, "connections full: dropped one of the address that holds the most")
-            self._count_off(victim)
-            try:
-                victim.shutdown(2)  # its handler's read ends, and its thread closes it
-            except OSError:
-                pass
-
         def shutdown_request(self, request):
-            with self.count_lock:
-                self._count_off(request)
+            self.slots.done(request)
             super().shutdown_request(request)
 
-        def _count_off(self, request):
-            peer = self.peers.pop(request, None)
-            if peer is not None:
-                self.open[peer] -= 1
-                if not self.open[peer]:
-                    del self.open[peer]
+        def server_close(self):
+            self.slots.close()
+            super().server_close()
 
         def handle_error(self, request, client_address):  # not a traceback per malformed request
             refuse(client_address[0], repr(sys.exc_info()[1]))
@@ -184,35 +157,43 @@ def serve(run_dir):
     from http.server import BaseHTTPRequestHandler
 
     config = load_config(run_dir)
-    key = config["key"]
+    secret, hosts = config["supervisor_key"], set(config["hosts"])
     supervisor = supervisor_of(config, run_dir)
     state_path = os.path.join(run_dir, STATE)
     refuse = RefusalLog()
     _more_descriptors()
 
     class Handler(BaseHTTPRequestHandler):
-        timeout = REQUEST_TIMEOUT_S  # each read: an idle peer is dropped, not waited for
+        timeout = REQUEST_TIMEOUT_S  # each read; the whole request's deadline is the server's Slots
         protocol_version = "HTTP/1.0"  # one request per connection
 
         def do_POST(self):
             length = body_length(self.headers.get("Content-Length"))
             if length is None:
                 refuse(self.client_address[0], f"Content-Length {self.headers.get('Content-Length')!r:.40}")
-                return self._answer(413, b"{}")
+                return self._answer(413, b"{}", "")
+            host = self.headers.get(HOST_HEADER, "")
+            if host not in hosts:  # a node of this run only (the controller's list), before a byte of the body
+                refuse(self.client_address[0], f"not a node of this run: {host!r:.60}")
+                return self._answer(403, b"{}", "")
+            key = keeper_key(secret, host)
             body = self.rfile.read(length)
             if not hmac.compare_digest(self.headers.get(MAC_HEADER, ""), sign(key, body)):
-                refuse(self.client_address[0], "bad signature")
-                return self._answer(403, b"{}")
+                refuse(self.client_address[0], f"bad signature for {host}")
+                return self._answer(403, b"{}", "")
+            self.server.slots.proven(self.request)
             try:
                 message = json.loads(body)
             except (ValueError, RecursionError):
-                return self._answer(400, b"{}")
-            answer = supervisor.beat(message) if isinstance(message, dict) else None
+                return self._answer(400, b"{}", key)
+            if not isinstance(message, dict) or message.get("host") != host:  # its own key speaks for itself only
+                return self._answer(409, b"{}", key)
+            answer = supervisor.beat(message)
             if answer is None:
-                return self._answer(409, b"{}")
-            self._answer(200, json.dumps(answer).encode())
+                return self._answer(409, b"{}", key)
+            self._answer(200, json.dumps(answer).encode(), key)
 
-        def _answer(self, code, body):
+        def _answer(self, code, body, key):
             self.send_response(code)
             self.send_header("Content-Length", str(len(body)))
             self.send_header(MAC_HEADER, sign(key, body))
@@ -355,7 +336,7 @@ def _keep(run_dir, config, interval, healing, health, watch):
         report.update({"stragglers": watch.summary()} if watch and report["exit_code"] is None else {})
         seq += 1
         body = json.dumps({"host": host, "seq": seq, **report}).encode()
-        request = urllib.request.Request(url, data=body, headers={MAC_HEADER: sign(key, body),
+        request = urllib.request.Request(url, data=body, headers={MAC_HEADER: sign(key, body), HOST_HEADER: host,
                                                                   "Content-Type": "application/json"})
         answer = None
         try:

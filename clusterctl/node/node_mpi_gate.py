@@ -5,16 +5,17 @@ Kubeflow's MPI operator does through `kubectl exec`. Four roles, one program:
 
 - `gate ADDRESS PORT MASTER WAIT_S RANK_DIRS`: every node but the master runs it as its process. It
   listens on the node's plan address, closes at once a connection from anywhere but MASTER_ADDR (so
-  a stranger on the job network cannot hold the gate through a handshake's wait), takes ONE
-  connection that proves it holds the run's secret
-  (HMAC-SHA256 of a fresh nonce and the command), runs the command (Open MPI's rsh launch line,
-  `... orted ...`) through `sh -c` in a process group of its own, relays its output, and ends with
-  its exit code; when the connection drops it kills the group. Nobody within WAIT_S -> it ends
-  with a line naming the master. Exit code: orted's, else the first rank failure of this node.
+  a stranger on the job network cannot hold the gate through a handshake's wait), proves the others
+  side by side under listener.py's discipline (HANDSHAKE_S for the whole handshake, HANDSHAKES at once,
+  a newcomer dropping the oldest: idle connections from the master's own address cannot keep its agent
+  out), takes the FIRST connection that proves the run's secret (HMAC-SHA256 of a fresh nonce and the
+  command), runs the command (Open MPI's rsh launch line, `... orted ...`) through `sh -c` in a
+  process group of its own, relays its output, and ends with its exit code; when the connection drops
+  it kills the group. Nobody within WAIT_S -> it ends with a line naming the master. Exit code:
+  orted's, else the first rank failure of this node.
 - `agent HOST WORDS...`: mpirun's `plm_rsh_agent` on the master: connects to HOST's gate from
-  MASTER_ADDR (where that is this machine's own address), proves
-  the secret, sends the words joined by spaces (as ssh does), relays, ends with the remote code.
-  Killed by mpirun, it closes the connection, which stops the gate's group.
+  MASTER_ADDR (where that is this machine's own address), proves the secret, sends the words joined
+  by spaces (as ssh does), relays, ends with the remote code. Killed by mpirun, it closes the connection, which stops the gate's group.
 - `launch RUN_DIR HOSTFILE_TEXT MPIRUN_ARGV...`: the master's process: writes the hostfile and the
   secret (0600) into its private run dir, then becomes mpirun.
 - `rank LOGS RUN_ID ARGV...`: what mpirun starts for each rank: RANK/WORLD_SIZE/LOCAL_RANK/
@@ -45,15 +46,18 @@ import time
 
 if __package__:  # imported by the controller
     from clusterctl.node.layout import ranks_dir
-else:  # run on a node, layout.py shipped beside it
+    from clusterctl.node.listener import RefusalLog, Slots, first_proven
+else:  # run on a node, layout.py and listener.py shipped beside it
     from layout import ranks_dir
+    from listener import RefusalLog, Slots, first_proven
 
 RUNS_ON_NODES = True
 SECRET_VAR, KEYFILE_VAR, PORT_VAR = "CLUSTERCTL_MPI_SECRET", "CLUSTERCTL_MPI_KEYFILE", "CLUSTERCTL_MPI_GATE_PORT"
 HELLO = b"clusterctl-mpi-gate 1 "
 MAX_COMMAND = 65536  # bytes: Open MPI's orted line is a few KiB
 MAX_LINE = 256  # a handshake line
-HANDSHAKE_S = 10.0  # a connected peer that says nothing for this long is dropped
+HANDSHAKE_S = 10.0  # a connected peer that has not proven the secret this long after connecting is dropped
+HANDSHAKES = 8  # unproven connections side by side (all from the master's address): a newcomer drops the oldest
 CONNECT_S = 60.0  # the agent retries a gate that is not up yet for this long
 KILL_GRACE_S = 3.0
 STOPPED = (-15, -1)  # SIGTERM, SIGHUP: a rank that was stopped did not fail
@@ -103,8 +107,9 @@ def read_exact(conn: socket.socket, size: int, deadline: float) -> bytes:
     return data
 
 
-def receive_command(conn: socket.socket, key: bytes, timeout: float = HANDSHAKE_S) -> bytes:
-    """The gate's side of the handshake: a nonce out; `<mac> <length>` and the command in.
+def receive_command(conn: socket.socket, key: bytes, timeout: float = HANDSHAKE_S, confirm: bool = True) -> bytes:
+    """The gate's side of the handshake: a nonce out; `<mac> <length>` and the command in; `ok` out
+    (with `confirm`; else the caller says it once it took this connection).
     Raises PermissionError (wrong secret), ValueError (malformed, too long), TimeoutError."""
     deadline = time.monotonic() + timeout
     nonce = secrets.token_hex(16).encode()
@@ -118,7 +123,8 @@ def receive_command(conn: socket.socket, key: bytes, timeout: float = HANDSHAKE_
     command = read_exact(conn, size, deadline)
     if not hmac.compare_digest(fields[0], mac(key, nonce, command).encode()):
         raise PermissionError("the peer does not hold this run's secret")
-    conn.sendall(b"ok\n")
+    if confirm:
+        conn.sendall(b"ok\n")
     return command
 
 
@@ -152,24 +158,19 @@ def addresses_of(name: str) -> frozenset:
 
 def accept_one(server: socket.socket, key: bytes, wait_s: float, allowed: frozenset = frozenset()):
     """The first connection that proves the secret, with its command; None when WAIT_S passed. A peer
-    outside `allowed` (the master's addresses, when known) is closed before any handshake."""
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        server.settimeout(max(0.1, deadline - time.monotonic()))
-        try:
-            conn, peer = server.accept()
-        except socket.timeout:
-            break
-        if allowed and peer[0] not in allowed:
-            say("gate", f"refused a connection from {peer[0]}: not the master's address ({', '.join(sorted(allowed))})")
-            conn.close()
-            continue
-        try:
-            return conn, receive_command(conn, key)
-        except (OSError, ValueError, PermissionError) as exc:
-            say("gate", f"refused a connection from {peer[0]}: {exc}")
-            conn.close()
-    return None
+    outside `allowed` (the master's addresses, when known) is closed before any handshake; the others
+    prove themselves side by side (listener.first_proven), each within HANDSHAKE_S."""
+    slots = Slots(HANDSHAKE_S, HANDSHAKES, HANDSHAKES, RefusalLog(lambda line: say("gate", line.rstrip())))
+    won = first_proven(server, lambda conn: receive_command(conn, key, confirm=False), wait_s, slots, allowed)
+    if won is None:
+        return None
+    conn, command = won
+    try:
+        conn.sendall(b"ok\n")
+    except OSError:  # gone between its proof and our answer: as if it never came
+        conn.close()
+        return None
+    return conn, command
 
 
 def run_gate(address: str, port: int, master: str, wait_s: float, rank_dirs: str) -> int:

@@ -4,7 +4,7 @@ the JSON or Slack shape) and/or `notify.command` (run on this machine, the JSON 
 Delivery never holds up or fails the run: each message goes on a thread of its own
 (executor/beside.py), is tried `Delivery.tries` times with a growing pause and a timeout per try, and
 what became of it is one line of the run's `notify.log` (`.clusterctl/runs/<run id>/`). The
-inventory's secret values are masked in everything sent (models.masker, the one masking of
+inventory's secret values are masked in everything sent (ground/masking.py, the one masking of
 text read from the nodes), and the webhook's URL, itself a credential, is logged with its path masked.
 At the end of the command the notifier waits for deliveries in flight at most `Delivery.flush_s`."""
 from __future__ import annotations

@@ -11,7 +11,8 @@ import contextvars
 import time
 from typing import Callable, Optional
 
-from clusterctl.models import Inventory, masker
+from clusterctl.ground.masking import masker
+from clusterctl.models import Inventory
 from clusterctl.observe.messages import message
 from clusterctl.observe.notify import Notifier
 

@@ -80,9 +80,25 @@ def log_links(record: dict, bundle: Optional[Path], report_dir: Path) -> list[Lo
             names += [(f"rank {r}", f"{host}-r{r}.log") for r in range(ranks[0], ranks[1] + 1)]
         for name, file_name in names:
             path = bundle / host / "logs" / file_name if bundle else None
-            href = os.path.relpath(path, report_dir) if path is not None and path.is_file() else None
-            links.append(LogLink(host, name, href.replace(os.sep, "/") if href else None))
+            links.append(LogLink(host, name, bundle_href(path, bundle, report_dir) if path is not None else None))
     return links
+
+
+def bundle_href(path: Path, bundle: Path, report_dir: Path) -> Optional[str]:
+    """The one way the report links a file: a relative path to a regular file inside the bundle, each
+    segment percent-encoded and led by `./` or `../`, so that no name (a host called `javascript:...`,
+    `../../etc`) becomes a scheme or a way out; None (shown as text, not a link) for anything else."""
+    from urllib.parse import quote
+
+    try:
+        inside = path.resolve().relative_to(bundle.resolve())
+    except (OSError, ValueError):
+        return None
+    if not inside.parts or path.is_symlink() or not path.is_file():
+        return None
+    relative = os.path.relpath(bundle.resolve() / inside, report_dir.resolve()).split(os.sep)
+    href = "/".join(segment if segment == ".." else quote(segment, safe="") for segment in relative)
+    return href if href.startswith("../") else "./" + href
 
 
 def _bundle_record(bundle: Path) -> Optional[dict]:

@@ -30,7 +30,7 @@ from clusterctl.node.layout import HOSTFILE, files_dir, node_run_dir, ranks_dir,
 GATE_PORT_OFFSET = 3
 PROGRAM = "node_mpi_gate.py"
 _SOURCE = program(PROGRAM)
-_LAYOUT = program("layout.py")
+_BESIDE = (program("layout.py"), program("listener.py"))  # imported by the gate as files beside it
 _SALT = secrets.token_bytes(32)  # this controller's: a run's secret is HMAC(salt, run id), never stored
 INSTALL_FIX = "apt-get install openmpi-bin in the image (or on the nodes)"
 
@@ -61,8 +61,11 @@ def program(inv: Inventory, run_id: str) -> str:
 
 
 def shipped(inv: Inventory) -> dict[str, bytes]:
-    """The gate and the run's paths (node/layout.py), which it imports as a file beside it."""
-    return {PROGRAM: _SOURCE.read_bytes(), _LAYOUT.name: _LAYOUT.read_bytes()} if inv.job.launcher == "mpirun" else {}
+    """The gate with the run's paths (node/layout.py) and its listener (node/listener.py), which it imports
+    as files beside it."""
+    if inv.job.launcher != "mpirun":
+        return {}
+    return {PROGRAM: _SOURCE.read_bytes(), **{path.name: path.read_bytes() for path in _BESIDE}}
 
 
 def exported_names(inv: Inventory) -> tuple[str, ...]:

@@ -6,9 +6,11 @@ and on the receiver the relay's client piped through the check (loadcheck.CHECK)
 (`pipe`: loading while passing every byte on to the next node of a chain). Both ends of every
 transfer hold its key (32 random bytes, on their SSH sessions' stdin, never on a command line) and
 prove it to each other over fresh nonces (HMAC-SHA256, compared in constant time) before any image
-byte flows. The server takes the first client that proves the key within ACCEPT_S, proving up to 32
-connections side by side (4 per address) for 5 s each, so an idle one never holds up the sender;
-a peer silent for 30 s mid-stream ends the transfer. Every relay also ends the moment its SSH
+byte flows. The server takes the first client that proves the key within ACCEPT_S under the one
+listener discipline of every node port (node/listener.py, whose text the relay carries in front of
+its own): up to 32 unproven connections side by side (8 per address), 5 s each for the whole
+handshake, a newcomer dropping the oldest, so neither idle nor trickling connections hold up or
+keep out the receiver; a peer silent for 30 s mid-stream ends the transfer. Every relay also ends the moment its SSH
 session does (it watches the session's stdin, which clusterctl holds open).
 
 Layers a node has are not sent again: `held_chains` reads the layer chains a node's engine holds
@@ -23,15 +25,17 @@ import json
 import secrets
 
 from clusterctl.models import Command
+from clusterctl.node import source
 from clusterctl.registry.loadcheck import CHECK, check_args, save_reference
 
 ACCEPT_S = 60
 
-RELAY = r'''
+# The relay's own part; it runs after node/listener.py's text (RELAY below), the discipline every node port keeps
+_RELAY = r'''
 import hashlib, hmac, os, socket, sys, threading, time
 role, address, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
 HELLO = b"clusterctl-relay/2\n"
-HANDSHAKE_S, IDLE_S, PENDING, PER_ADDRESS = 5.0, 30.0, 32, 4
+HANDSHAKE_S, IDLE_S, PENDING, PER_ADDRESS = 5.0, 30.0, 32, 8
 
 
 def session_keys(fd):
@@ -118,68 +122,14 @@ def prove_receiver(conn, key, where):
     conn.settimeout(IDLE_S)  # a stream silent this long: its sender is gone (a node cut off)
 
 
-class Handshakes:
-    # connections proving the key side by side, each within HANDSHAKE_S: an idle or slow one never
-    # holds up the receiver's. At most PENDING at once and PER_ADDRESS of one address; when full,
-    # the oldest of the address holding the most is dropped
-    def __init__(self, key):
-        self.key, self.pending, self.won, self.lock = key, {}, [], threading.Lock()
-
-    def admit(self, conn, peer):
-        with self.lock:
-            mine = [c for c, p in self.pending.items() if p == peer]
-            if len(mine) >= PER_ADDRESS:
-                return conn.close()
-            if len(self.pending) >= PENDING:
-                counts = {}
-                for p in self.pending.values():
-                    counts[p] = counts.get(p, 0) + 1
-                greedy = max(counts, key=counts.get)
-                self.drop(next(c for c, p in self.pending.items() if p == greedy))
-            self.pending[conn] = peer
-        threading.Thread(target=self.shake, args=(conn,), daemon=True).start()
-
-    def drop(self, conn):
-        del self.pending[conn]
-        try:
-            conn.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-
-    def shake(self, conn):
-        try:
-            prove_sender(conn, self.key)
-            proven = True
-        except (OSError, ValueError):
-            proven = False
-        with self.lock:
-            if self.pending.pop(conn, None) is not None and proven and not self.won:
-                self.won.append(conn)
-                return
-        conn.close()
-
-    def end(self):
-        with self.lock:
-            for conn in list(self.pending):
-                self.drop(conn)
-
-
 def accept(server, key, timeout):
-    # the first connection that proves the key; raises socket.timeout when none does in time
-    shakes, deadline = Handshakes(key), time.monotonic() + timeout
-    try:
-        while not shakes.won:
-            if time.monotonic() > deadline:
-                raise socket.timeout()
-            try:
-                conn, peer = server.accept()
-            except socket.timeout:
-                continue
-            shakes.admit(conn, peer[0])
-    finally:
-        server.close()
-        shakes.end()
-    return shakes.won[0]
+    # the first connection that proves the key (listener.py's first_proven, whose text precedes this
+    # one: each handshake on its own thread within HANDSHAKE_S of its accept, a newcomer dropping the
+    # oldest unproven one); raises socket.timeout when none does in time
+    won = first_proven(server, lambda conn: prove_sender(conn, key), timeout, Slots(HANDSHAKE_S, PER_ADDRESS, PENDING))
+    if won is None:
+        raise socket.timeout()
+    return won[0]
 
 
 def connect(address, port, key, timeout):
@@ -301,6 +251,7 @@ try:
 except OSError as exc:  # a peer gone or silent for IDLE_S: one line, the check and docker load see a cut stream
     sys.exit("clusterctl-relay: %s" % (exc.strerror or str(exc) or exc.__class__.__name__))
 '''
+RELAY = source("listener.py").decode() + _RELAY  # one program on the node, shipped as `python3 -c` text
 
 # The transfer's keys never go on a command line: each relay reads them from the first line of its
 # SSH session's stdin (Command.stdin), then watches that stdin for the session's end (RELAY).

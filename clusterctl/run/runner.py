@@ -21,11 +21,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Mapping, Optional
 
+from clusterctl.ground.masking import masker
 from clusterctl.models import secret_values
 from clusterctl.executor import Connections, Event, OnEvent, Streams, Ticker, for_each_host, run_commands
 from clusterctl.plan.torchrun import RANK_PREFIX_RE
 from clusterctl.node.layout import files_dir
-from clusterctl.models import Host, HostResult, HostStatus, Inventory, MASK
+from clusterctl.models import Host, HostResult, HostStatus, Inventory
 from clusterctl.plan import wrapper as agent
 from clusterctl.node import engine
 from clusterctl.watch import rollcall, stalls
@@ -132,6 +133,7 @@ class JobRunner:
                                         inventory.job.stall_timeout if stall_timeout_s is None else stall_timeout_s,
                                         stack_interval_s, kept=self.stragglers.kept)  # py-spy shipped once per node
         self._secret_values = sorted(secret_values(inventory), key=len, reverse=True)
+        self._masker = masker(inventory)  # every written form, as everything leaving this process
 
     # ---- what would run (for --plan and the run record)
     def commands(self) -> dict[str, dict]:
@@ -386,9 +388,7 @@ class JobRunner:
 
     def _mask(self, text: str) -> str:
         """What a job prints of its secrets (a config dump) never reaches the terminal or the run record."""
-        for value in self._secret_values:
-            text = text.replace(value, MASK)
-        return text
+        return self._masker(text)
 
     def _mask_partial(self, text: str) -> str:
         """A line still being written may end in the first characters of a secret whose rest is

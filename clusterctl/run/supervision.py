@@ -23,7 +23,8 @@ from clusterctl.plan import node_files, wrapper as agent
 from clusterctl.watch import detached_health
 from clusterctl.heal import detached as detached_healing
 from clusterctl.plan.container import in_container
-from clusterctl.models import Command, Host, HostResult, HostStatus, Inventory, masker  # noqa: F401  (supervision.masker)
+from clusterctl.ground.masking import masker  # noqa: F401  (supervision.masker)
+from clusterctl.models import Command, Host, HostResult, HostStatus, Inventory
 from clusterctl.ground.records import RunStore
 from clusterctl.ground.run_record import RunRecord, recorded_end
 from clusterctl.modules import process
@@ -35,10 +36,10 @@ _SCRIPT = program("node_agent.py")
 _HEALTH_SCRIPT = program("node_health.py")  # the keeper's passive health watch (issue 36)
 _HEALING = program("node_healing.py")
 # the run's engine, which the supervisor hosts (node/engine.py, the heal it calls and the straggler verdict),
-# and the run's paths (node/layout.py), which node_agent.py imports as files beside it
-# and the no-follow layer (node/safe_files.py) that every node program touches a run's files through
+# the run's paths (node/layout.py), the no-follow layer (node/safe_files.py) every node program touches a run's
+# files through, and the supervisor's listener (node/listener.py), which node_agent.py imports as files beside it
 BESIDE_AGENT = tuple(program(name) for name in ("engine.py", "heal_policy.py", "straggler_verdict.py", "layout.py",
-                                                "safe_files.py"))
+                                                "safe_files.py", "listener.py"))
 _STRAGGLERS = program("node_stragglers.py")  # the keeper's straggler watch (py-spy on its node's ranks)
 
 
@@ -123,7 +124,7 @@ def establish(inventory: Inventory, run_id: str, master: str, address: str, port
     run's shipped `files` (the launcher's own node programs: mpirun's gate) for the attempt they join.
     `stragglers`: each keeper samples its node's ranks with py-spy (node/node_stragglers.py; the binary the
     attached watch ships, gzipped, once per node) and the supervisor names the rank the others wait for."""
-    from clusterctl.node.node_agent import CONFIG
+    from clusterctl.node.node_agent import CONFIG, keeper_key
     from clusterctl.plan.shipping import put_file_command
     from clusterctl.node.layout import files_dir, node_run_dir
 
@@ -134,7 +135,7 @@ def establish(inventory: Inventory, run_id: str, master: str, address: str, port
     hosts = {**hosts, **spares}
     run_dirs = {**run_dirs, **{name: node_run_dir(inventory.job.outputs, run_id, name) for name in spares}}
     supervised = Supervised(master, address, port + PORT_OFFSET, run_dirs[master])
-    base = {"run_id": run_id, "address": address, "port": supervised.port, "key": key, "lease_s": lease_s,
+    base = {"run_id": run_id, "address": address, "port": supervised.port, "lease_s": lease_s,
             "lost_after_s": inventory.job.healing.lost_after, "hosts": list(run_dirs),
             "stall_timeout_s": stall_timeout_s, "timeout_s": timeout_s or 0, "since": since or time.time()}
     packed = b""
@@ -149,7 +150,8 @@ def establish(inventory: Inventory, run_id: str, master: str, address: str, port
     def action(transport, host: Host) -> HostResult:
         run_dir = run_dirs[host.name]
         marker = process.marker_env(inventory.name, host.name, run_id)
-        config = json.dumps({**base, "host": host.name, **({"heal": heal.config_for(host.name)} if heal else {})})
+        own = {"key": keeper_key(key, host.name), **({"supervisor_key": key} if host.name == master else {})}
+        config = json.dumps({**base, **own, "host": host.name, **({"heal": heal.config_for(host.name)} if heal else {})})
         spare = [agent.write_env_command(inventory, run_dir, ()),
                  *(put_file_command(inventory, files_dir(inventory.job.outputs, run_id), name, data)
                    for name, data in (files or {}).items())] if host.name in spares else []
@@ -264,7 +266,8 @@ def refresh_record(store, inventory: Inventory, connections: Connections, run_id
     state = read_state(inventory, supervised, master, connections)
     if state is None:
         return record
-    detached_health.record_samples(store, inventory, run_id, state)  # issue 36: the keepers' health samples
+    hosts = health.run_hosts(record)  # the controller's own list: the supervisor's document is the job's side
+    detached_health.record_samples(store, inventory, run_id, state, hosts)  # issue 36: the keepers' health samples
     if state.get("gone"):
         return {**record, "supervisor_gone": True}
     attempts = detached_healing.attempts_of(state)  # a run that heals itself: its attempts so far
@@ -287,10 +290,10 @@ def refresh_record(store, inventory: Inventory, connections: Connections, run_id
     if attempts is not None:
         done.update(attempts=detached_healing.attempts_of(state, done.get("first_failure")),
                     **({"heal_refused": state["heal_refused"]} if state.get("heal_refused") else {}))
-        detached_healing.remember_excluded(store, inventory, run_id, done["attempts"])
+        detached_healing.remember_excluded(store, inventory, run_id, done["attempts"], hosts)
     RunStore(store).write(RunRecord.from_json(done, run_id))
-    health.record_run_end(store, inventory, done)  # issue 36: the run's lost and blamed nodes
-    health.record_stragglers(store, inventory, run_id, done.get("stragglers") or [])  # the supervisor's, as attached
+    health.record_run_end(store, inventory, done, hosts)  # issue 36: the run's lost and blamed nodes, job-side
+    health.record_stragglers(store, inventory, run_id, done.get("stragglers") or [], hosts)  # the supervisor's
     from clusterctl.observe.notify_hooks import ended_detached
 
     ended_detached(store, inventory, done)  # issue 41: the end's notification, as the controller learns it

@@ -6,7 +6,7 @@ from __future__ import annotations
 import shlex
 from typing import Any, BinaryIO, Callable, Optional, Protocol, Sequence
 
-from clusterctl.models import Command, CommandResult, Host
+from clusterctl.models import MAX_OUTPUT, Command, CommandResult, Host
 
 OnLine = Callable[[str, str], None]  # (stream "stdout"|"stderr", line without newline)
 
@@ -113,15 +113,19 @@ def split_batch(stdout: str) -> dict[str, str]:
 
 
 class _Runs:
-    """run/run_to_sink on top of a transport's `_exec(cmd, on_stdout_bytes, on_stderr_bytes)`."""
+    """run/run_to_sink on top of a transport's `_exec(cmd, on_stdout_bytes, on_stderr_bytes)`. What a
+    node prints is kept up to the command's `max_output` per stream, the rest counted and named."""
 
     def run(self, cmd: Command, on_line: Optional[OnLine] = None) -> CommandResult:
-        out, err = _LineSplitter("stdout", on_line), _LineSplitter("stderr", on_line)
+        out, err = self._splitter("stdout", on_line, cmd), self._splitter("stderr", on_line, cmd)
         result = self._exec(cmd, out.feed, err.feed)
         return CommandResult(result.exit_code, out.finish(), err.finish(), result.duration, result.timed_out)
 
+    def _splitter(self, stream: str, on_line: Optional[OnLine], cmd: Command) -> "_LineSplitter":
+        return _LineSplitter(stream, on_line, cmd.max_output, f"`{cmd.display[:200]}` on {self.host.name}")
+
     def run_to_sink(self, cmd: Command, sink: BinaryIO, on_bytes: Optional[Callable[[int], None]] = None) -> CommandResult:
-        err = _LineSplitter("stderr", None)
+        err = self._splitter("stderr", None, cmd)
 
         def write(data: bytes) -> None:
             sink.write(data)
@@ -146,12 +150,30 @@ class _Runs:
             return result, consume(spool)
 
 
+LONGEST_LINE = 1 << 20  # a line handed to on_line: a longer one goes in pieces of this many characters
+
+
 class _LineSplitter:
-    def __init__(self, stream: str, on_line: Optional[OnLine]):
+    """One stream of a command: its text kept up to `cap` bytes (the rest counted, then named in a last
+    line of the stream: what, where, how many bytes were dropped), its lines handed to `on_line` as they
+    come (a line longer than LONGEST_LINE in pieces). Never more than `cap` of a node's output held."""
+
+    def __init__(self, stream: str, on_line: Optional[OnLine], cap: int = MAX_OUTPUT, what: str = "a command"):
+        import codecs
+
         self.stream, self.on_line, self.partial, self.chunks = stream, on_line, "", []
+        self.cap, self.what, self.kept, self.dropped = cap, what, 0, 0
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")  # a character split across reads
 
     def feed(self, data: bytes) -> None:
-        text = data.decode("utf-8", errors="replace")
+        room = self.cap - self.kept
+        if len(data) > room:
+            self.dropped += len(data) - max(room, 0)
+            data = data[:max(room, 0)]
+        self.kept += len(data)
+        text = self.decoder.decode(data)
+        if not text:
+            return
         self.chunks.append(text)
         if self.on_line is None:
             return
@@ -159,8 +181,20 @@ class _LineSplitter:
         self.partial = lines.pop()
         for line in lines:
             self.on_line(self.stream, line.rstrip("\r"))
+        while len(self.partial) > LONGEST_LINE:
+            self.on_line(self.stream, self.partial[:LONGEST_LINE])
+            self.partial = self.partial[LONGEST_LINE:]
 
     def finish(self) -> str:
+        tail = self.decoder.decode(b"", final=True)
+        self.chunks.append(tail)
+        self.partial += tail
         if self.on_line is not None and self.partial:
             self.on_line(self.stream, self.partial)
+        if self.dropped:
+            marker = (f"clusterctl: the {self.stream} of {self.what} passed its cap of {self.cap} bytes; "
+                      f"{self.dropped} more bytes were dropped (Command.max_output)")
+            self.chunks.append(("" if "".join(self.chunks[-1:]).endswith("\n") else "\n") + marker + "\n")
+            if self.on_line is not None:
+                self.on_line(self.stream, marker)
         return "".join(self.chunks)

@@ -14,7 +14,7 @@ from typing import Any, BinaryIO, Callable, Optional
 
 from clusterctl.errors import HostKeyError, UnreachableError
 from clusterctl.models import Command, CommandResult, Host
-from clusterctl.transport.base import (DOCKER_API_VERSION, TcpForwardingDisabled, _LineSplitter, _Runs, remote_argv,
+from clusterctl.transport.base import (DOCKER_API_VERSION, TcpForwardingDisabled, _Runs, remote_argv,
                                        with_become)
 from clusterctl.transport.openssh_config import SSHTarget
 from clusterctl.transport.paramiko_setup import (DEAD_PEER_S, _new_transport, _open_failures, _paramiko, _tcp_socket,
@@ -130,7 +130,7 @@ class SSHTransport(_Runs):
                     on_bytes: Optional[Callable[[int], None]] = None) -> tuple[CommandResult, Any]:
         """Streams: `consume` reads the output as it arrives, in this thread (no spool file)."""
         start = time.monotonic()
-        err = _LineSplitter("stderr", None)
+        err = self._splitter("stderr", None, cmd)
         stream = self._start(cmd, bulk=True)
         reader = _StdoutReader(stream, err.feed, on_bytes)
         value = None

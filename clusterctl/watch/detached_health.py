@@ -7,12 +7,13 @@ the attached watch's parsers (health/watch.py) and recorded, each event once per
 A sample carries the node's first nvidia-smi text beside its newest: the counters are compared
 with the run's start (what went up during the run), as the attached watch compares sample with
 sample. Xid lines are recorded without the kernel's timestamp, so the same line read again is the
-same event."""
+same event. The samples come from the job's side (issue 47): only the run's own hosts, marked job-side,
+which alone never quarantine a node (health/rules.py)."""
 from __future__ import annotations
 
 import re
 from dataclasses import replace
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Sequence
 
 from clusterctl.health import watch
 from clusterctl.health.events import Event, GpuId
@@ -49,14 +50,17 @@ def _distinct(events: list[Event]) -> list[Event]:
     return kept
 
 
-def record_samples(store, inventory: Inventory, run_id: str, state: Mapping) -> Optional[str]:
-    """The events of every node's sample in a supervisor state, recorded once per run (`store`: the
-    State); None, or why the record was not updated."""
-    from clusterctl.health.fleet import record_events
+def record_samples(store, inventory: Inventory, run_id: str, state: Mapping, hosts: Sequence[str]) -> Optional[str]:
+    """The events of the run's nodes' samples in a supervisor state, recorded once per run (`store`: the
+    State); None, or why the record was not updated. The state is the job's side (its nodes can write
+    it): only `hosts` (the controller's record of the run) are read, their events marked job-side
+    (health/fleet.job_side), and no other host's GPUs are taken from it."""
+    from clusterctl.health.fleet import job_side, record_events
 
     events, gpus = [], {}
     nodes = state.get("nodes") if isinstance(state.get("nodes"), dict) else {}
-    for host, node in nodes.items():
+    for host in hosts:
+        node = nodes.get(host)
         sample = node.get("health") if isinstance(node, dict) else None
         if not isinstance(sample, dict):
             continue
@@ -67,4 +71,4 @@ def record_samples(store, inventory: Inventory, run_id: str, state: Mapping) -> 
             gpus[str(host)] = ids
     if not events and not gpus:
         return None
-    return record_events(store.health_db, inventory, events, gpus, once=True)
+    return record_events(store.health_db, inventory, job_side(events, hosts), gpus, once=True)

@@ -19,13 +19,19 @@ from clusterctl.node import node_mpi_gate as gate
 from unit.test_launch_mpirun import GATE, KEY
 
 
-def test_the_gate_closes_a_stranger_at_once_and_still_takes_the_masters_command_after_it():
+def gate_accepting(wait_s: float, master: str = "127.0.0.3") -> tuple[int, dict, threading.Thread]:
+    """A gate on 127.0.0.2 taking its first proven connection from `master` (gate.accept_one, on a thread):
+    its port, where the (connection, command) will be (`taken["result"]`), and the thread."""
     server = socket.create_server(("127.0.0.2", 0))
-    port = server.getsockname()[1]
-    taken = {}
-    waiter = threading.Thread(target=lambda: taken.update(result=gate.accept_one(server, KEY, 20, frozenset({"127.0.0.3"}))),
+    taken: dict = {}
+    waiter = threading.Thread(target=lambda: taken.update(result=gate.accept_one(server, KEY, wait_s, frozenset({master}))),
                               daemon=True)
     waiter.start()
+    return server.getsockname()[1], taken, waiter
+
+
+def test_the_gate_closes_a_stranger_at_once_and_still_takes_the_masters_command_after_it():
+    port, taken, waiter = gate_accepting(20)
     stranger = socket.create_connection(("127.0.0.2", port), timeout=5, source_address=("127.0.0.4", 0))
     stranger.settimeout(5)
     assert stranger.recv(100) == b""  # closed before any hello: it cannot hold the gate for the handshake's wait
@@ -33,7 +39,6 @@ def test_the_gate_closes_a_stranger_at_once_and_still_takes_the_masters_command_
     with socket.create_connection(("127.0.0.2", port), timeout=5, source_address=("127.0.0.3", 0)) as master:
         gate.send_command(master, KEY, b"orted --hnp-uri x")
         waiter.join(10)
-    server.close()
     conn, command = taken["result"]
     conn.close()
     assert command == b"orted --hnp-uri x"

@@ -10,7 +10,7 @@ from pathlib import Path
 from clusterctl.inventory.load import parse_inventory
 from clusterctl.observe.messages import message
 from clusterctl.observe.notify import LOG_NAME, Delivery, Notifier
-from clusterctl.models import masker as mask_of
+from clusterctl.ground.masking import masker as mask_of
 from loopback_receiver import Receiver
 
 HOSTS = "hosts:\n  - {name: node1, address: 10.0.0.1}\n  - {name: node2, address: 10.0.0.2}\n"

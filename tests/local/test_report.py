@@ -90,3 +90,14 @@ def test_a_run_that_healed_itself_shows_the_relaunched_attempts_failure_and_both
     assert "heal_excluded" in seen.text and "left out of run" in seen.text
     assert "attempt 1: killed_by_signal on node2, rank 1 (exit code 1) (relaunched; node2 left out)" in seen.text
     assert "succeeded" in seen.text and re.search(r"duration\s+24 s", seen.text), seen.text[:500]
+
+
+def test_a_crafted_host_name_gives_the_browser_no_javascript_link_only_files_of_the_bundle(bundle, tmp_path):
+    from unit.test_report import _crafted
+
+    _crafted(bundle, "javascript:alert(1)")
+    code, made = Cli(tmp_path / "state").json("report", str(bundle))
+    assert code == 0, made
+    seen = open_report(bundle / "report.html")
+    assert seen.links and all(link.startswith(bundle.resolve().as_uri() + "/") for link in seen.links), seen.links
+    assert any(link.endswith("/javascript%3Aalert%281%29-agent.log") for link in seen.links), seen.links

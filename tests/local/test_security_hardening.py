@@ -11,7 +11,10 @@ import sys
 import tarfile
 import textwrap
 import zlib
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -214,8 +217,8 @@ def _supervised_run(run_dir: Path, port: int) -> None:
     for path in (Path(node_agent.__file__), *BESIDE_AGENT):  # the agent and what ships beside it, as a run ships them
         (run_dir / path.name).write_bytes(path.read_bytes())
     (run_dir / node_agent.CONFIG).write_text(json.dumps({
-        "run_id": "r1", "address": "127.0.0.1", "port": port, "key": "k" * 64, "lease_s": 5,
-        "lost_after_s": 15, "hosts": ["n1"], "host": "n1"}))
+        "run_id": "r1", "address": "127.0.0.1", "port": port, "key": node_agent.keeper_key("k" * 64, "n1"),
+        "supervisor_key": "k" * 64, "lease_s": 5, "lost_after_s": 15, "hosts": ["n1"], "host": "n1"}))
     (run_dir / "lease").touch()
 
 
@@ -259,10 +262,52 @@ def _negative_length_flood(port: int, megabytes: int) -> None:
 
 @pytest.mark.slow
 @pytest.mark.heavy
-def test_800_idle_connections_and_a_negative_content_length_flood_neither_end_the_run_nor_grow_the_supervisor(
-        tmp_path, reliability):
+@dataclass
+class Supervised:
+    port: int
+    state: Path
+    supervisor: subprocess.Popen
+
+    def document(self) -> dict:
+        return json.loads(self.state.read_text())
+
+
+@contextmanager
+def supervised_on_loopback(tmp_path: Path) -> Iterator[Supervised]:
+    """A detached run's real supervisor and keeper (node n1) on loopback, once the keeper was heard; the
+    supervisor's output in tmp_path/supervisor.log; both killed at the end."""
     import resource
     import socket
+    import time
+
+    from clusterctl.node import node_agent
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    run_dir = tmp_path / "n1"
+    _supervised_run(run_dir, port)
+    limit = lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))  # noqa: E731  (a usual soft limit)
+    with open(tmp_path / "supervisor.log", "wb") as log:
+        supervisor = subprocess.Popen([sys.executable, str(run_dir / "node_agent.py"), "supervise", str(run_dir)],
+                                      stdout=log, stderr=subprocess.STDOUT, preexec_fn=limit)
+        keeper = subprocess.Popen([sys.executable, str(run_dir / "node_agent.py"), "keep", str(run_dir)],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        run = Supervised(port, run_dir / node_agent.STATE, supervisor)
+        try:
+            deadline = time.monotonic() + 30
+            while not (run.state.exists() and run.document()["nodes"]["n1"]["seen_s_ago"] is not None):
+                assert time.monotonic() < deadline, "the keeper was never heard"
+                time.sleep(0.2)
+            yield run
+        finally:
+            for process in (keeper, supervisor):
+                process.kill()
+                process.wait()
+
+
+def test_800_idle_connections_and_a_negative_content_length_flood_neither_end_the_run_nor_grow_the_supervisor(
+        tmp_path, reliability):
     import time
 
     from clusterctl.node import node_agent
@@ -272,40 +317,19 @@ def test_800_idle_connections_and_a_negative_content_length_flood_neither_end_th
                       "(loopback: the real supervisor and keeper processes)",
                       "the run keeps running (its node heard all along); the supervisor under 200 MB; "
                       "supervisor.log a few bounded lines, no traceback", section="Hostile input")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    run_dir = tmp_path / "n1"
-    _supervised_run(run_dir, port)
-    log = open(tmp_path / "supervisor.log", "wb")
-    limit = lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))  # noqa: E731  (a usual soft limit)
-    supervisor = subprocess.Popen([sys.executable, str(run_dir / "node_agent.py"), "supervise", str(run_dir)],
-                                  stdout=log, stderr=subprocess.STDOUT, preexec_fn=limit)
-    keeper = subprocess.Popen([sys.executable, str(run_dir / "node_agent.py"), "keep", str(run_dir)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    state = run_dir / node_agent.STATE
-    try:
-        deadline = time.monotonic() + 30
-        while not (state.exists() and json.loads(state.read_text())["nodes"]["n1"]["seen_s_ago"] is not None):
-            assert time.monotonic() < deadline, "the keeper was never heard"
-            time.sleep(0.2)
+    with supervised_on_loopback(tmp_path) as run:
         started = time.monotonic()
-        held = _open_idle(800, port, addresses=100)
-        _negative_length_flood(port, 400)
+        held = _open_idle(800, run.port, addresses=100)
+        _negative_length_flood(run.port, 400)
         while time.monotonic() - started < 20:  # past lost_after_s (15 s): a starved keeper would be lost
             time.sleep(1)
-        document = json.loads(state.read_text())
-        peak = _peak_rss_mb(supervisor.pid)
+        document = run.document()
+        peak = _peak_rss_mb(run.supervisor.pid)
         for sock in held:
             sock.close()
         assert document["state"] == "running", document
         assert document["nodes"]["n1"]["seen_s_ago"] < 5, document
         assert peak < 200, peak
-    finally:
-        for process in (keeper, supervisor):
-            process.kill()
-            process.wait()
-        log.close()
     lines = (tmp_path / "supervisor.log").read_text(errors="replace").splitlines()
     assert not any("Traceback" in line for line in lines)
     assert all(len(line) <= node_agent.LOG_LINE for line in lines) and len(lines) < 60, lines[:5]

@@ -35,8 +35,8 @@ def _config(run_dir: Path, host: str, port: int, hosts=("n1",)) -> None:
     for path in (SCRIPT, *supervision.BESIDE_AGENT):  # the agent and what ships beside it, as a run ships them
         (run_dir / path.name).write_bytes(path.read_bytes())
     (run_dir / node_agent.CONFIG).write_text(json.dumps({
-        "run_id": "r1", "address": "127.0.0.1", "port": port, "key": "k" * 64, "lease_s": 5,
-        "lost_after_s": 15, "hosts": list(hosts), "host": host}))
+        "run_id": "r1", "address": "127.0.0.1", "port": port, "key": node_agent.keeper_key("k" * 64, host),
+        "supervisor_key": "k" * 64, "lease_s": 5, "lost_after_s": 15, "hosts": list(hosts), "host": host}))
 
 
 def _wait(predicate, seconds, what):
@@ -69,14 +69,23 @@ def test_a_real_supervisor_and_keeper_hold_the_lease_then_stop_the_node_and_end(
         # a forged message: refused, and the answer of a refusal carries no valid order
         body = json.dumps({"host": "n2", "seq": 10 ** 15, "exit_code": 1}).encode()
         forged = urllib.request.Request(f"http://127.0.0.1:{port}/beat", data=body,
-                                        headers={node_agent.MAC_HEADER: "0" * 64})
+                                        headers={node_agent.MAC_HEADER: "0" * 64, node_agent.HOST_HEADER: "n2"})
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(forged, timeout=5)
         assert refused.value.code == 403
+        # n2's beat signed with n1's own key (a job on n1 read its node's config): refused, in either name
+        n1_key = node_agent.keeper_key("k" * 64, "n1")
+        for named in ("n2", "n1"):
+            stolen = urllib.request.Request(f"http://127.0.0.1:{port}/beat", data=body, headers={
+                node_agent.MAC_HEADER: node_agent.sign(n1_key, body), node_agent.HOST_HEADER: named})
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(stolen, timeout=5)
+            assert refused.value.code == (403 if named == "n2" else 409)
         # a replayed one (an old sequence number, correctly signed): refused too
         old = json.dumps({"host": "n2", "seq": 1, "exit_code": 1}).encode()
-        replay = urllib.request.Request(f"http://127.0.0.1:{port}/beat", data=old,
-                                        headers={node_agent.MAC_HEADER: node_agent.sign("k" * 64, old)})
+        replay = urllib.request.Request(f"http://127.0.0.1:{port}/beat", data=old, headers={
+            node_agent.MAC_HEADER: node_agent.sign(node_agent.keeper_key("k" * 64, "n2"), old),
+            node_agent.HOST_HEADER: "n2"})
         with pytest.raises(urllib.error.HTTPError) as replayed:
             urllib.request.urlopen(replay, timeout=5)
         assert replayed.value.code == 409

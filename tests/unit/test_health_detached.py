@@ -21,7 +21,7 @@ from clusterctl.state import State
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "health"
 XID_79 = (FIXTURES / "fallen_off_nvsentinel_155.log").read_text().splitlines()[-1]
 SMI = (FIXTURES / "smi_h100_580.csv").read_text()
-FLEET = Inventory("fleet", (Host(name="n1", address="10.0.0.1"),))
+FLEET = Inventory("fleet", tuple(Host(name=f"n{i}", address=f"10.0.0.{i}") for i in (1, 2, 3)))
 
 
 def test_the_node_side_watch_asks_nvidia_smi_for_the_columns_the_parser_reads():
@@ -115,13 +115,40 @@ def test_an_xid_79_in_a_sample_is_recorded_once_however_often_the_state_is_read(
     first = {"at": 5.0, "smi": SMI, "smi_first": SMI, "kernel": f"[ 5012.123456] {XID_79}", "dcgm": ""}
     again = {**first, "at": 35.0, "kernel": f"[ 5042.5] {XID_79}"}  # the same line, stamped anew
     for sample in (first, again, again):
-        assert detached_health.record_samples(store, FLEET, "run-1", _state(sample)) is None
+        assert detached_health.record_samples(store, FLEET, "run-1", _state(sample), ["n1"]) is None
     with HealthRecord.open(store.health_db, "fleet") as record:
         node = record.state("n1")
     xids = [e for e in node.events if e.kind == "xid_fatal"]
-    assert len(xids) == 1 and node.state == "quarantined", node
-    assert xids[0].run_id == "run-1" and xids[0].source == "watch" and xids[0].evidence.startswith("NVRM: Xid")
+    assert len(xids) == 1 and node.state == "suspect", node  # the job's side alone: suspect, not quarantined
+    assert xids[0].run_id == "run-1" and xids[0].source == "job" and xids[0].evidence.startswith("NVRM: Xid")
+    assert "reported by the job's side only" in node.verdict.reason
     assert [g.key for g in node.gpus] == ["uuid:GPU-5265385e-0415-61d5-ef87-fb14ec87c22e"]
+
+
+def test_forged_samples_naming_other_hosts_and_job_side_evidence_alone_quarantine_no_one(tmp_path):
+    """Issue 47, M3: the job writes the supervisor's document (or signs its own node's beats): samples for
+    hosts outside the run are not read; the run's own host is suspect until a second source sees it."""
+    from clusterctl.health.events import Event
+    from clusterctl.health.fleet import record_events, record_run_end, record_stragglers
+
+    store = State(tmp_path / "state")
+    fatal = {"at": 5.0, "smi": SMI, "smi_first": SMI, "kernel": f"[ 5012.1] {XID_79}", "dcgm": "Overall Health: Failure"}
+    forged = {"state": "failed", "nodes": {h: {"exit_code": 1, "lost": True, "health": fatal} for h in ("n1", "n2", "n3")}}
+    assert detached_health.record_samples(store, FLEET, "r1", forged, ["n1"]) is None
+    lost = {"run_id": "r1", "exit_code": 1, "state": "failed", "nodes": forged["nodes"]}
+    for run in ("r1", "r2", "r3"):  # three runs of lost nodes: past node_lost's quarantine_after
+        assert record_run_end(store, FLEET, {**lost, "run_id": run}, ["n1"]) is None
+        assert record_stragglers(store, FLEET, run, [{"host": h, "rank": 0, "evidence": "x"} for h in ("n1", "n2")] * 3,
+                                 ["n1"]) is None
+    with HealthRecord.open(store.health_db, "fleet") as record:
+        states = {n.host: n for n in record.states(["n1", "n2", "n3"])}
+    assert (states["n2"].state, states["n3"].state, states["n2"].events, states["n3"].events) == (
+        "healthy", "healthy", (), ()), states
+    assert states["n1"].state == "suspect" and {e.source for e in states["n1"].events} == {"job"}, states["n1"]
+    # a second source (the controller's own watch of an attached run) sees the same: now quarantined
+    assert record_events(store.health_db, FLEET, [Event("n1", "xid_fatal", "watch", evidence="NVRM: Xid 79")]) is None
+    with HealthRecord.open(store.health_db, "fleet") as record:
+        assert record.state("n1").state == "quarantined"
 
 
 def test_counters_are_compared_with_the_runs_first_sample_and_text_that_is_not_a_sample_records_nothing(tmp_path):
@@ -132,5 +159,5 @@ def test_counters_are_compared_with_the_runs_first_sample_and_text_that_is_not_a
     assert detached_health.sample_events("n1", {"smi": SMI, "smi_first": SMI}) == (
         [], [watch.parse_smi_csv(SMI).gpus[0].gpu])
     for junk in ({"smi": 3, "kernel": None, "dcgm": {"x": 1}}, "not a sample", None):
-        assert detached_health.record_samples(store, FLEET, "r", {"nodes": {"n1": {"health": junk}}}) is None
-    assert detached_health.record_samples(store, FLEET, "r", {"nodes": "no"}) is None
+        assert detached_health.record_samples(store, FLEET, "r", {"nodes": {"n1": {"health": junk}}}, ["n1"]) is None
+    assert detached_health.record_samples(store, FLEET, "r", {"nodes": "no"}, ["n1"]) is None

@@ -66,7 +66,8 @@ def test_every_other_node_runs_the_gate_on_its_plan_address_and_every_node_gets_
     assert env["CLUSTERCTL_MPI_SECRET"] != dict(launchers.node_env(inv, topo, topo.nodes[1], "r2"))["CLUSTERCTL_MPI_SECRET"]
     assert not any(env["CLUSTERCTL_MPI_SECRET"] in part for part in command)
     assert launchers.shipped(inv) == {"node_mpi_gate.py": GATE.read_bytes(),  # and the paths it imports beside it
-                                      "layout.py": GATE.with_name("layout.py").read_bytes()}
+                                      "layout.py": GATE.with_name("layout.py").read_bytes(),
+                                      "listener.py": GATE.with_name("listener.py").read_bytes()}
     assert launchers.shipped(two_node_inventory()) == {}
 
 

@@ -132,3 +132,38 @@ def test_a_chart_draws_no_line_across_a_gap_between_attempts():
     points = [(0.0, 1.0), (0.5, 1.0), (1.0, 1.0), (12.0, 1.0), (12.5, 1.0)]
     assert segments(points) == [((0.0, 1.0), (0.5, 1.0), (1.0, 1.0)), ((12.0, 1.0), (12.5, 1.0))]
     assert line_chart("t", [Series("s", tuple(points))], (0.0, 13.0)).count("<polyline") == 2
+
+
+def _crafted(bundle: Path, host: str) -> None:
+    """node1 of the bundle renamed `host`, in its record and on disk (a crafted bundle, issue 47)."""
+    record = _record(bundle)
+    for node in record["topology"]:
+        if node["host"] == "node1":
+            node["host"] = host
+    (bundle / "run.json").write_text(json.dumps(record))
+    logs = bundle / host / "logs"
+    logs.mkdir(parents=True)
+    for old in (bundle / "node1" / "logs").iterdir():
+        (logs / old.name.replace("node1", host)).write_bytes(old.read_bytes())
+
+
+@pytest.mark.parametrize("host", ["javascript:alert(1)", "data:text", "JaVaScRiPt:x"])
+def test_a_host_named_like_a_scheme_gives_a_relative_link_inside_the_bundle_never_a_scheme(bundle, host):
+    _crafted(bundle, host)
+    text = render(load(_NoState(), str(bundle), None))
+    hrefs = re.findall(r'href="([^"]+)"', text)
+    assert hrefs and all(h.startswith(("./", "../")) for h in hrefs), hrefs
+    assert not any(re.match(r"[a-zA-Z][a-zA-Z0-9+.-]*:", h) for h in hrefs)
+    assert any("%3A" in h for h in hrefs)
+
+
+def test_a_link_is_made_only_to_a_regular_file_inside_the_bundle(bundle, tmp_path):
+    from clusterctl.observe.report_data import bundle_href
+
+    outside = tmp_path / "secret.txt"
+    outside.write_text("x")
+    (bundle / "node1" / "logs" / "link.log").symlink_to(outside)
+    assert bundle_href(bundle / ".." / "secret.txt", bundle, bundle) is None
+    assert bundle_href(bundle / "node1" / "logs" / "link.log", bundle, bundle) is None
+    assert bundle_href(bundle / "node1" / "logs", bundle, bundle) is None
+    assert bundle_href(bundle / "node1" / "logs" / "node1-agent.log", bundle, bundle) == "./node1/logs/node1-agent.log"
