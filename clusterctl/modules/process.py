@@ -186,3 +186,26 @@ def list_ranks(ctx):
         return HostResult(host.name, HostStatus.OK, data={"ranks": found["ours"], "foreign": found["gpu"] + found["port"]})
 
     return action
+
+
+@module("process.leases")
+def list_leases(ctx):
+    """The node's GPU leases, waiters and forced ends (node/leases.py), for `status`'s view of the fleet."""
+    from clusterctl.plan import leasing
+
+    inventory = ctx.inventory
+
+    def action(transport, host) -> HostResult:
+        result = transport.run(leasing.lease_command(inventory, host, "list"))
+        answer = leasing.parse(host.name, *_out(result))
+        if not answer.ok:
+            return HostResult(host.name, HostStatus.OK, f"{answer.error}; {answer.fix}",
+                              data={"leases": [], "waiting": [], "ended_by": [], "leases_error": answer.error})
+        document = answer.document
+        return HostResult(host.name, HostStatus.OK, data={
+            "leases": [{k: lease.get(k) for k in ("key", "run_id", "operator", "since", "age_s", "alive", "garbage")
+                        if lease.get(k) is not None} for lease in document["leases"]],
+            "waiting": [{k: t.get(k) for k in ("run_id", "operator", "keys", "stamp")} for t in document["tickets"]],
+            "ended_by": document["ended"]})
+
+    return action

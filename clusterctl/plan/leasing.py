@@ -118,3 +118,40 @@ def holder(lease: dict) -> str:
         return (f"an unreadable lease file {lease.get('key')} ({lease['garbage']}), expiring in "
                 f"{lease.get('expires_in_s', 0):.0f}s")
     return f"run {lease.get('run_id')} ({lease.get('operator') or 'operator unknown'}, since {when(lease.get('since'))})"
+
+
+def fleet_runs(hosts: dict[str, dict]) -> list[dict]:
+    """Every run holding live leases on these nodes, whoever started it (`status`'s fleet view), from each
+    node's `process.leases` data: [{run_id, operator, since, gpus: {host: [keys]}}], oldest first."""
+    runs: dict[str, dict] = {}
+    for name, data in hosts.items():
+        for lease in data.get("leases") or ():
+            if not lease.get("alive") or not lease.get("run_id"):
+                continue
+            run = runs.setdefault(lease["run_id"], {"run_id": lease["run_id"], "operator": lease.get("operator"),
+                                                    "since": lease.get("since"), "gpus": {}})
+            run["since"] = min(run["since"] or lease.get("since") or 0, lease.get("since") or run["since"] or 0)
+            run["gpus"].setdefault(name, []).append(lease["key"])
+    return sorted(runs.values(), key=lambda r: (r["since"] or 0, r["run_id"]))
+
+
+def fleet_waiting(hosts: dict[str, dict]) -> list[dict]:
+    """The runs queued for leases (`run --wait`), in the nodes' order: [{run_id, operator, hosts}]."""
+    waiting: dict[str, dict] = {}
+    for name, data in hosts.items():
+        for ticket in data.get("waiting") or ():
+            entry = waiting.setdefault(ticket["run_id"], {"run_id": ticket["run_id"], "operator": ticket.get("operator"),
+                                                          "stamp": ticket.get("stamp") or 0, "hosts": []})
+            entry["hosts"].append(name)
+    return [{k: v for k, v in w.items() if k != "stamp"}
+            for w in sorted(waiting.values(), key=lambda w: (w["stamp"], w["run_id"]))]
+
+
+def ended_by(hosts: dict[str, dict]) -> dict[str, dict]:
+    """run id -> who ended it by force, where and how (`up`/`down --force`, logged on the node)."""
+    found: dict[str, dict] = {}
+    for name, data in hosts.items():
+        for record in data.get("ended_by") or ():
+            if isinstance(record, dict) and record.get("run_id"):
+                found.setdefault(record["run_id"], {**record, "host": name})
+    return found
