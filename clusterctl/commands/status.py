@@ -20,6 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args, app) -> Outcome:
+    from clusterctl.api.fleet import fleet_view, say_fleet
     from clusterctl.api.playbooks import run_tasks
     from clusterctl.backends import backend_for
     from clusterctl.ground.records import list_runs
@@ -37,10 +38,10 @@ def execute(args, app) -> Outcome:
     app.renderer.hosts_table(f"status of {inventory.name}", report.hosts,
                              extra_columns=("container", "image", "gpus_in_use", "ranks_running"))
     refresh_running(app.state, inventory, app.connections, masker(inventory))
-    fleet = _fleet(app, inventory, {name: r.data for name, r in report.hosts.items()})
+    fleet = fleet_view(app, inventory, {name: r.data for name, r in report.hosts.items()})
     runs = list_runs(app.state)
     app.renderer.runs_table(runs)
-    _say_fleet(app, fleet, {r.run_id for r in runs})
+    say_fleet(app, fleet, {r.run_id for r in runs})
     for run in runs:
         if run.stalled_s:
             app.renderer.message(f"run {run.run_id}: no output from any rank for {run.stalled_s:.0f}s (its supervisor on the "
@@ -49,35 +50,3 @@ def execute(args, app) -> Outcome:
     return Outcome(hosts_document(report.hosts, cluster=inventory.name, runs=[r.to_json() for r in runs], fleet=fleet),
                    unreachable=any_unreachable(report.hosts))
 
-
-def _fleet(app, inventory, hosts: dict) -> dict:
-    """The nodes' view (node/leases.py): every operator's runs holding leases, the waiters, and the runs
-    someone ended by force; this directory's records of those runs become `interrupted`, naming who."""
-    from clusterctl.ground.records import RunStore
-    from clusterctl.plan import leasing
-
-    ended = leasing.ended_by(hosts)
-    store = RunStore(app.state)
-    for record in store.list(50):
-        who = ended.get(record.run_id)
-        if who and record.state is not None and record.get("state") == "running" and record.cluster == inventory.name:
-            store.write(record.with_(state="ended", interrupted=True, ended=who.get("at"), interrupted_by=who))
-    return {"runs": leasing.fleet_runs(hosts), "waiting": leasing.fleet_waiting(hosts),
-            "interrupted_by": list(ended.values())}
-
-
-def _say_fleet(app, fleet: dict, here: set) -> None:
-    from clusterctl.plan.leasing import when
-
-    for run in fleet["runs"]:
-        gpus = ", ".join(f"{host} {' '.join(keys)}" for host, keys in run["gpus"].items())
-        mine = "" if run["run_id"] not in here else " (this directory's)"
-        app.renderer.message(f"run {run['run_id']}{mine}: {run['operator']}, since {when(run['since'])}, holds {gpus}",
-                             "cyan")
-    for place, run in enumerate(fleet["waiting"], 1):
-        app.renderer.message(f"waiting #{place}: run {run['run_id']} ({run['operator']}) for {', '.join(run['hosts'])}",
-                             "cyan")
-    for who in fleet["interrupted_by"]:
-        if who["run_id"] in here:
-            app.renderer.message(f"run {who['run_id']} was interrupted: ended by {who.get('by')} "
-                                 f"(`{who.get('how')}`) at {when(who.get('at'))} on {who.get('host')}", "yellow")

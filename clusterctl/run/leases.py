@@ -9,12 +9,12 @@ on Ctrl-C. The position printed is the longest queue ahead of this run on any of
 """
 from __future__ import annotations
 
-import time
+import math
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from clusterctl.errors import StateError
-from clusterctl.executor import for_each_host
+from clusterctl.executor import for_each_host, ticks
 from clusterctl.models import HostResult, HostStatus
 from clusterctl.plan import leasing
 
@@ -65,7 +65,9 @@ def take(inventory, connections, run_id: str, keys: dict[str, list[str]], wait: 
         if wait:
             stamp = _queue(inventory, connections, keys, common, None)
         last = ""
-        while True:
+        for turn, _left in enumerate(ticks(math.inf, POLL_S)):
+            if turn:
+                _queue(inventory, connections, keys, common, stamp)  # renews the tickets
             answers = _on_nodes(inventory, connections, list(keys), "take", lambda name: {"keys": keys[name]},
                                 **common, **({"stamp": stamp} if stamp is not None else {}))
             _raise_failed(answers)
@@ -85,8 +87,7 @@ def take(inventory, connections, run_id: str, keys: dict[str, list[str]], wait: 
             if line != last:
                 say(line)
                 last = line
-            time.sleep(POLL_S)
-            _queue(inventory, connections, keys, common, stamp)  # renews the tickets
+        raise AssertionError("ticks(inf) ended")
     except BaseException:
         if stamp is not None:  # Ctrl-C, a refusal, a node gone: leave the queue
             _on_nodes(inventory, connections, list(keys), "release", run_id=run_id)
