@@ -80,9 +80,11 @@ def take(inventory, connections, run_id: str, keys: dict[str, list[str]], wait: 
             held = [lease for a in answers.values() for lease in a.document["held"]]
             ahead = max((len(a.document["ahead"]) for a in answers.values()), default=0)
             if not wait:
+                holders = sorted({lease["run_id"] for lease in held if lease.get("run_id")})
+                stop = " or ".join(f"`clusterctl stop {r}`" for r in holders) or "`clusterctl stop RUN`"
                 raise StateError(_refusal(held, answers), where=inventory.name,
-                                 fix="wait for it with `clusterctl run --wait`, or ask its operator to stop it "
-                                     f"(`clusterctl stop RUN`); leases lapse {window:.0f}s after a run's last beat")
+                                 fix=f"queue for them with `clusterctl run --wait`, or end the holder ({stop} where it "
+                                     f"was started); a lease lapses {window:.0f}s after its run's last beat")
             line = _waiting(held, ahead)
             if line != last:
                 say(line)
