@@ -269,7 +269,7 @@ def busy_fix(busy: str) -> str:
     its torchrun's command line gives it (`--rdzv-id=RUN`)."""
     import re
 
-    match = re.search(r"\brun (\S+) ", busy)
+    match = re.search(r"^run (\S+) \(", busy)  # run_in_progress's "run ID (N process(es) ... already run on" 
     if match:
         return (f"wait for it to end, or stop it: `clusterctl stop {match.group(1)}` where it was started "
                 "(or `clusterctl down`)")

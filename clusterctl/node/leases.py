@@ -204,6 +204,13 @@ def release(outputs, host, run_id):
         return {"released": released}
 
 
+def release_run_dir(run_dir, run_id, host):
+    """A detached run's keeper, as its run ends: the run's leases on its node go now (a run dir is
+    `<outputs>/logs/<run id>/<host>`)."""
+    outputs = run_dir.rstrip("/").rsplit("/", 3)[0]
+    return release(outputs, host, run_id)
+
+
 def live(outputs, host, run_ids=(), window_s=15.0, now=None):
     """Which of `run_ids` (and of the leases here) are alive on this node: {"live": {run id: holder}}.
     A run without a lease (started by an older clusterctl) is alive while its run dir's lease is fresh."""

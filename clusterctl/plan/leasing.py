@@ -40,10 +40,14 @@ def operator() -> str:
     return os.environ.get("CLUSTERCTL_OPERATOR") or f"{getpass.getuser()}@{socket.gethostname()}"
 
 
+STOP_GRACE_S = 7.0  # the wrapper's own lease counts whole `sleep 1`s, then gives the ranks 5 s from TERM to KILL
+
+
 def window_s(inventory: Inventory) -> float:
-    """How long a lease outlives its last beat: the run's lost-node window (job.lost_after), never less
-    than the wrapper's own lease (the ranks stop by themselves after that long without a word)."""
-    return float(max(inventory.job.healing.lost_after, LEASE_S))
+    """How long a lease outlives its last beat: the run's lost-node window (job.lost_after), never less than
+    the wrapper's own lease, plus the time the wrapper takes to end the ranks once that ran out: a lease
+    never lapses while the run's ranks may still be on the GPUs."""
+    return float(max(inventory.job.healing.lost_after, LEASE_S)) + STOP_GRACE_S
 
 
 def keys_for(gpu_ids, nproc: int) -> list[str]:

@@ -31,7 +31,12 @@ class Leases:
     keys: dict[str, list[str]] = field(default_factory=dict)
 
     def release(self) -> dict[str, leasing.Answer]:
-        return _on_nodes(self.inventory, self.connections, list(self.keys), "release", run_id=self.run_id)
+        return release(self.inventory, self.connections, list(self.keys), self.run_id)
+
+
+def release(inventory, connections, hosts: list[str], run_id: str) -> dict[str, leasing.Answer]:
+    """The leases (and a waiter's tickets) of `run_id` on `hosts`, removed: its end, `stop`, Ctrl-C."""
+    return _on_nodes(inventory, connections, hosts, "release", run_id=run_id)
 
 
 def _on_nodes(inventory, connections, names, op: str, per_host: Optional[Callable[[str], dict]] = None,

@@ -36,7 +36,8 @@ _HEALTH_SCRIPT = program("node_health.py")  # the keeper's passive health watch 
 _HEALING = program("node_healing.py")
 # the run's engine, which the supervisor hosts (node/engine.py, the heal it calls and the straggler verdict),
 # and the run's paths (node/layout.py), which node_agent.py imports as files beside it
-BESIDE_AGENT = tuple(program(name) for name in ("engine.py", "heal_policy.py", "straggler_verdict.py", "layout.py"))
+BESIDE_AGENT = tuple(program(name) for name in ("engine.py", "heal_policy.py", "straggler_verdict.py", "layout.py",
+                                                 "leases.py", "safe_files.py"))  # a keeper releases the run's leases
 _STRAGGLERS = program("node_stragglers.py")  # the keeper's straggler watch (py-spy on its node's ranks)
 
 # $1 dir (proven ours: agent.OWN_DIR_SH), $2 file name: stdin into a file only its owner reads (the
