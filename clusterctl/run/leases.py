@@ -96,7 +96,7 @@ def take(inventory, connections, run_id: str, keys: dict[str, list[str]], wait: 
                 last = line
         raise AssertionError("ticks(inf) ended")
     except BaseException:
-        if stamp is not None:  # Ctrl-C, a refusal, a node gone: leave the queue
+        if wait:  # Ctrl-C (even while joining), a refusal, a node gone: leave the queue
             _on_nodes(inventory, connections, list(keys), "release", run_id=run_id)
         raise
 

@@ -11,28 +11,21 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-from clusterctl_helpers import environ_of
+from clusterctl_helpers import environ_of, wait_until
+from ssh_testbed import free_port
 
 CLUSTER = f"fleet-{os.getpid()}"
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _inventory(tmp_path: Path) -> Path:
     path = tmp_path / "inventory.yaml"
     path.write_text(f"name: {CLUSTER}\nhosts:\n  - {{name: node1, connection: local, gpus: none}}\n"
-                    f"  - {{name: node2, connection: local, gpus: none}}\nrendezvous: {{port: {_free_port()}}}\n"
+                    f"  - {{name: node2, connection: local, gpus: none}}\nrendezvous: {{port: {free_port()}}}\n"
                     f"job:\n  launcher: none\n  command: [sleep, '600']\n  nproc_per_node: 1\n"
                     f"  outputs: {tmp_path / 'outputs'}\nchecks: {{ib: off}}\n")
     (tmp_path / "prompt.txt").write_text("a cat\n")
@@ -72,16 +65,6 @@ def _ranks(run_id: str) -> list[int]:
         if cmdline == b"sleep\x00600\x00" and environ_of(pid).get("CLUSTERCTL_RUN_ID") == run_id:
             found.append(pid)
     return found
-
-
-def _wait(ready, seconds: float, what: str):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        value = ready()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"not within {seconds}s: {what}")
 
 
 def _cleanup() -> None:
@@ -126,9 +109,9 @@ def test_two_operators_never_destroy_each_others_runs(tmp_path):
         assert code == 0 and len(_ranks(run_a)) == 2, "B's down killed A's ranks"
 
         waiting = _start(bob, "run", "-i", inventory, "--wait", "--detach", prompt, json_output=False)
-        _wait(lambda: _cli(bob, "status", "-i", inventory)[1]["fleet"]["waiting"], 30, "B in the queue")
+        wait_until(lambda: _cli(bob, "status", "-i", inventory)[1]["fleet"]["waiting"], 30, 0.5, what="B in the queue")
         code, forced, err = _cli(bob, "up", inventory, "--force")
-        assert code == 0 and _wait(lambda: not _ranks(run_a), 10, "A's ranks ended by force")
+        assert code == 0 and wait_until(lambda: not _ranks(run_a), 10, 0.5, what="A's ranks ended by force")
         out, err = waiting.communicate(timeout=60)
         assert waiting.returncode == 0, err[-3000:]
         assert "waiting for GPU leases: position 1 in the queue; held by run " + run_a in err, err[-3000:]
@@ -151,7 +134,7 @@ def test_two_operators_never_destroy_each_others_runs(tmp_path):
         _cleanup()
 
 
-def test_ctrl_c_leaves_the_queue_and_a_refusal_comes_within_seconds(tmp_path):
+def test_ctrl_c_leaves_the_queue_at_once(tmp_path):
     inventory = str(_inventory(tmp_path))
     prompt = str(tmp_path / "prompt.txt")
     alice, bob = _operator(tmp_path, "alice"), _operator(tmp_path, "bob")
@@ -161,7 +144,7 @@ def test_ctrl_c_leaves_the_queue_and_a_refusal_comes_within_seconds(tmp_path):
         waiting = _start(bob, "run", "-i", inventory, "--wait", prompt, json_output=False)
         tickets = lambda: [p.name for p in (tmp_path / "outputs" / ".clusterctl-leases" / "node1").iterdir()  # noqa: E731
                            if p.name.startswith("ticket.")]
-        _wait(tickets, 30, "B's ticket on node1")
+        wait_until(tickets, 30, 0.5, what="B's ticket on node1")
         waiting.send_signal(signal.SIGINT)
         waiting.communicate(timeout=30)
         assert waiting.returncode == 130 and not tickets()
