@@ -71,12 +71,13 @@ class Cluster:
         with self.session("up") as session:
             return result_of(run_flow(session, None, "up", title="up", remember=True, variables={"force": force}))
 
-    def down(self) -> ClusterResult:
-        """`clusterctl down`: stop the job's ranks and remove the containers clusterctl started."""
+    def down(self, force: bool = False) -> ClusterResult:
+        """`clusterctl down`: stop the ranks of runs that ended and remove the containers clusterctl started;
+        a live run of anyone is left alone (each host's .data["left_running"]) unless `force`."""
         from clusterctl.api.playbooks import run_flow
 
         with self.session("down") as session:
-            return result_of(run_flow(session, None, "down", title="down"))
+            return result_of(run_flow(session, None, "down", title="down", variables={"force": force}))
 
     def exec(self, command: Union[str, Sequence[str]], timeout: Optional[float] = None) -> ClusterResult:
         """`clusterctl exec`: a command on every host (a string runs through sh -c); each host's
