@@ -20,7 +20,9 @@ lost node, timeout, stall, heal), hosted by the controller in-process when attac
 node's supervisor when detached. `straggler_verdict.py`: the rank the others wait for, named from
 per-rank samples (the controller's straggler watch imports it; detached, each keeper's `node_stragglers.py`
 samples its node's ranks with py-spy and the supervisor's engine judges). `layout.py`: every path of a
-run, on a node and in a collected bundle."""
+run, on a node and in a collected bundle. `leases.py`: the GPU leases a node holds for every operator's runs
+(issue 48), sent over stdin with safe_files.py and layout.py by `up`, `run` and `status`, and shipped beside
+the keeper, which releases its run's leases as the run ends."""
 from __future__ import annotations
 
 from pathlib import Path
