@@ -23,24 +23,31 @@ REMOVE_KEPT = r'''for base in "${TMPDIR:-/tmp}" /var/tmp /dev/shm "$HOME"; do fo
 done; done'''
 
 # $1 cluster, $2 host, $3 rendezvous port, $4 mode (list | kill | kill-foreign), $5 run id or "", $6 the
-# names (a pattern) of the py-spy directories the killed runs kept (watch/pyspy_kept.py): removed with them,
-# $7 the run ids to spare (live runs, node/leases.py: their processes are neither listed as ours nor killed,
-# and no kept directory is removed). Prints one line per process: "<kind> <pid> <user> <args>", kind in
-# ours|gpu|port (and "removed <dir>"), and "runof <pid> <run id>" for every marked process.
+# names (a pattern; with $7's list, their prefix) of the py-spy directories the killed runs kept
+# (watch/pyspy_kept.py): removed with them,
+# $7 "-" (every marked process) or the run ids whose processes alone count as ours (the runs proven dead,
+# node/leases.py: a live run's processes, or those of a run that started since they were judged, are
+# neither listed as ours nor killed, and only the listed runs' kept directories go). Prints one line per
+# process: "<kind> <pid> <user> <args>", kind in ours|gpu|port (and "removed <dir>"), and
+# "runof <pid> <run id>" for every marked process.
 _SCAN = r'''
-cluster=$1 host=$2 port=$3 mode=$4 run=$5 kept=$6 spare=$7
+cluster=$1 host=$2 port=$3 mode=$4 run=$5 kept=$6 only=$7
 ours=$(grep -lzxF "CLUSTERCTL_CLUSTER=$cluster" /proc/[0-9]*/environ 2>/dev/null \
   | xargs -r grep -lzxF "CLUSTERCTL_HOST=$host" 2>/dev/null)
 if [ -n "$run" ] && [ -n "$ours" ]; then ours=$(echo "$ours" | xargs -r grep -lzxF "CLUSTERCTL_RUN_ID=$run" 2>/dev/null); fi
 ours=$(echo "$ours" | sed -n 's#^/proc/\([0-9]*\)/environ$#\1#p' | grep -vx "$$" | tr '\n' ' ')
 marked=$ours keep=
-for p in $marked; do
-  r=$(tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | sed -n 's/^CLUSTERCTL_RUN_ID=//p' | head -n 1)
-  echo "runof $p $r"
-  case " $spare " in *" $r "*) [ -n "$r" ] || keep="$keep $p";; *) keep="$keep $p";; esac
-done
-ours=$keep
-[ -n "$spare" ] && kept=
+if [ "$mode" = list ] || [ "$only" != - ]; then  # a kill of every marked process needs no run ids
+  for p in $marked; do
+    r=$(grep -zm1 '^CLUSTERCTL_RUN_ID=' "/proc/$p/environ" 2>/dev/null | tr -d '\0'); r=${r#CLUSTERCTL_RUN_ID=}
+    echo "runof $p $r"
+    if [ "$only" = - ]; then keep="$keep $p"
+    elif [ -n "$r" ]; then case " $only " in *" $r "*) keep="$keep $p";; esac; fi
+  done
+  ours=$keep
+fi
+kepts=$kept
+if [ "$only" != - ]; then kepts=; for r in $only; do kepts="$kepts $kept$r"; done; fi
 show() { for p in $2; do ps -o user=,args= -p "$p" 2>/dev/null | sed "s#^#$1 $p #"; done; }
 show ours "$ours"
 foreign=""
@@ -55,9 +62,9 @@ if ss -ltnH "sport = :$port" 2>/dev/null | grep -q .; then
     case " $marked " in *" $p "*) ;; *) foreign="$foreign $p"; show port "$p";; esac
   done
 fi
-if [ "$mode" != list ] && [ -n "$kept" ]; then
+if [ "$mode" != list ]; then for kept in $kepts; do
 %(remove_kept)s
-fi
+done; fi
 victims=""
 [ "$mode" = kill ] && victims="$ours"
 [ "$mode" = kill-foreign ] && victims="$ours $foreign"
@@ -76,11 +83,15 @@ kill -KILL $alive 2>/dev/null; echo "sigkill$alive"
 
 
 def scan_command(cluster: str, host: str, port: int, mode: str = "list", run_id: str = "",
-                 spare: tuple[str, ...] = ()) -> Command:
-    """`spare`: the run ids whose processes are left alone (live runs: `up`/`down` without --force)."""
-    kept = kept_pyspy_name(cluster, run_id) if run_id else kept_pyspy_name(cluster, "") + "*"
+                 only: Optional[tuple[str, ...]] = None) -> Command:
+    """`only`: the run ids whose processes alone are ours here (the runs proven dead: `up`/`down` without
+    --force); None: every marked process."""
+    if only is not None:  # the names of the listed runs' directories: this prefix and each run id
+        kept = kept_pyspy_name(cluster, "")
+    else:
+        kept = kept_pyspy_name(cluster, run_id) if run_id else kept_pyspy_name(cluster, "") + "*"
     return Command(("sh", "-c", _SCAN, "clusterctl-scan", cluster, host, str(port), mode, run_id, kept,
-                    " ".join(spare)), timeout=60,
+                    "-" if only is None else " ".join(r for r in only if r)), timeout=60,
                    privileged=True)  # ranks in the container run as root: their /proc environ is root's
 
 
@@ -126,9 +137,9 @@ def cleanup(ctx, force: bool = False, run_id: Optional[str] = None):
         if listed.exit_code is None:
             return HostResult(host.name, HostStatus.FAILED, "stale-rank scan timed out")
         live, notes = live_runs(transport, inventory, host, set(runs_of(listed.stdout).values()), force)
-        spare = () if force else tuple(sorted(live))
+        dead = None if force else tuple(sorted(set(runs_of(listed.stdout).values()) - set(live) - {""}))
         result = transport.run(scan_command(inventory.name, host.name, port, "kill-foreign" if force else "kill",
-                                            run_id or "", spare))
+                                            run_id or "", dead))
         if result.exit_code is None:
             return HostResult(host.name, HostStatus.FAILED, "stale-rank scan timed out")
         found = parse_scan(result.stdout)

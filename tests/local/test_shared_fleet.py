@@ -150,3 +150,30 @@ def test_ctrl_c_leaves_the_queue_at_once(tmp_path):
         assert waiting.returncode == 130 and not tickets()
     finally:
         _cleanup()
+
+
+def test_the_cleanup_scan_kills_only_the_runs_judged_dead_and_removes_only_what_they_kept(tmp_path):
+    """`up`'s kill round names the runs proven dead: a live run, and one that started after the judgement
+    (its id unknown then), keep their processes and their kept py-spy directories."""
+    from clusterctl.modules import process
+
+    marked = {}
+    for run_id in ("dead-run", "live-run", "new-run"):
+        env = {**os.environ, "CLUSTERCTL_CLUSTER": CLUSTER, "CLUSTERCTL_HOST": "n1", "CLUSTERCTL_RUN_ID": run_id}
+        marked[run_id] = subprocess.Popen(["sleep", "600"], env=env)
+        (tmp_path / process.kept_pyspy_name(CLUSTER, run_id)).mkdir(mode=0o700)
+    try:
+        env = {**os.environ, "TMPDIR": str(tmp_path)}
+        listed = subprocess.run(process.scan_command(CLUSTER, "n1", 1, "list").argv, env=env, capture_output=True,
+                                text=True, timeout=30, check=True).stdout
+        assert set(process.runs_of(listed).values()) == {"dead-run", "live-run", "new-run"}
+        killed = subprocess.run(process.scan_command(CLUSTER, "n1", 1, "kill", only=("dead-run",)).argv, env=env,
+                                capture_output=True, text=True, timeout=30, check=True).stdout
+        assert [p["pid"] for p in process.parse_scan(killed)["ours"]] == [marked["dead-run"].pid]
+        assert marked["dead-run"].wait(timeout=10) is not None
+        assert marked["live-run"].poll() is None and marked["new-run"].poll() is None
+        assert sorted(p.name.rsplit(".", 1)[1] for p in tmp_path.iterdir()) == ["live-run", "new-run"]
+    finally:
+        for proc in marked.values():
+            proc.kill()
+            proc.wait()
