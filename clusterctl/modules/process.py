@@ -136,7 +136,8 @@ def cleanup(ctx, force: bool = False, run_id: Optional[str] = None):
         listed = transport.run(scan_command(inventory.name, host.name, port, "list", run_id or ""))
         if listed.exit_code is None:
             return HostResult(host.name, HostStatus.FAILED, "stale-rank scan timed out")
-        live, notes = live_runs(transport, inventory, host, set(runs_of(listed.stdout).values()), force)
+        seen = set(runs_of(listed.stdout).values())  # nothing marked here: no lease to ask about (one round less)
+        live, notes = live_runs(transport, inventory, host, seen, force) if seen else ({}, [])
         dead = None if force else tuple(sorted(set(runs_of(listed.stdout).values()) - set(live) - {""}))
         result = transport.run(scan_command(inventory.name, host.name, port, "kill-foreign" if force else "kill",
                                             run_id or "", dead))
