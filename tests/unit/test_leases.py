@@ -181,3 +181,11 @@ def test_the_answer_parser_never_raises_on_remote_text(text):
 def test_the_run_ids_of_a_scan_never_raise_on_remote_text(text):
     assert all(isinstance(pid, int) for pid in runs_of(text))
     assert runs_of("runof 12 R1\nruns 3 x\nrunof 13\nours 12 root sleep\n") == {12: "R1", 13: ""}
+
+
+def test_a_keeper_releases_its_runs_leases_from_the_run_dir_it_knows(tmp_path):
+    _take(tmp_path, "A", keys=("gpu0",))
+    _take(tmp_path, "B", keys=("gpu1",), who="bob@ctl")
+    run_dir = tmp_path / "logs" / "A" / "n1"
+    assert leases.release_run_dir(str(run_dir) + "/", "A", "n1") == {"released": ["gpu0"]}
+    assert [lease["run_id"] for lease in leases.listing(str(tmp_path), "n1")["leases"]] == ["B"]
