@@ -71,12 +71,13 @@ class Cluster:
         with self.session("up") as session:
             return result_of(run_flow(session, None, "up", title="up", remember=True, variables={"force": force}))
 
-    def down(self) -> ClusterResult:
-        """`clusterctl down`: stop the job's ranks and remove the containers clusterctl started."""
+    def down(self, force: bool = False) -> ClusterResult:
+        """`clusterctl down`: stop the ranks of runs that ended and remove the containers clusterctl started;
+        a live run of anyone is left alone (each host's .data["left_running"]) unless `force`."""
         from clusterctl.api.playbooks import run_flow
 
         with self.session("down") as session:
-            return result_of(run_flow(session, None, "down", title="down"))
+            return result_of(run_flow(session, None, "down", title="down", variables={"force": force}))
 
     def exec(self, command: Union[str, Sequence[str]], timeout: Optional[float] = None) -> ClusterResult:
         """`clusterctl exec`: a command on every host (a string runs through sh -c); each host's
@@ -108,10 +109,11 @@ class Cluster:
 
     def run(self, prompt: Optional[str] = None, prompt_file: Union[str, os.PathLike, None] = None,
             detach: bool = True, strict: bool = False, timeout: Optional[float] = None,
-            stall_timeout: Optional[float] = None) -> Run:
+            stall_timeout: Optional[float] = None, wait: bool = False) -> Run:
         """`clusterctl run`: the job on every node. With `detach` (the default) it returns once every
         rank started, the run watched on the cluster; without, once the run ended. Give the prompt
-        as text or as the path of a file (read as `clusterctl run PROMPT_FILE` reads it)."""
+        as text or as the path of a file (read as `clusterctl run PROMPT_FILE` reads it). `wait`: queue for
+        GPUs another run holds (`run --wait`) instead of a StateError naming the holder."""
         from clusterctl.backends import RunRequest, backend_for
         from clusterctl.backends.healing import run_healing
         from clusterctl.plan.prompt import run_prompt
@@ -122,7 +124,8 @@ class Cluster:
             raise UsageError("give exactly one of prompt= and prompt_file=", where="Cluster.run",
                              fix='cluster.run(prompt="a cat") or cluster.run(prompt_file="prompt.txt")')
         text, _ = run_prompt(lambda: self.inventory, Path(prompt_file) if prompt_file is not None else None, prompt)
-        request = RunRequest(text, strict=strict, timeout_s=timeout, stall_timeout_s=stall_timeout, detach=detach)
+        request = RunRequest(text, strict=strict, timeout_s=timeout, stall_timeout_s=stall_timeout, detach=detach,
+                             wait=wait)
         with self.session("run") as session:
             backend = backend_for(session, self.inventory)
             outcome = run_healing(session, backend, self.inventory, request)

@@ -65,11 +65,12 @@ def run_flow(app, given: Optional[str], flow: str, title: str, remember: bool = 
             app.state.set_active_inventory(path, app.source(str(path)).to_json())
         log_dir = app.state.step_logs(title)
         report = run_plan(playbook.tasks, inventory, app.connections, modules.resolve,
-                          variables=dict(variables or {}), on_event=app.renderer.on_event, log_dir=log_dir)
+                          variables={"flow": title, **(variables or {})}, on_event=app.renderer.on_event, log_dir=log_dir)
         if remember:  # `up`: what run may reuse of the preflight's probes (preflight/node_facts.py)
             node_facts.remember(app.state, inventory, {name: r.data["node_facts"] for name, r in report.hosts.items()
                                                        if r.succeeded and "node_facts" in r.data})
     app.renderer.hosts_table(title, report.hosts)
+    _say_left_running(app, report.hosts, title)
     checks = [c for r in report.hosts.values() for c in r.data.get("checks", [])]
     document = hosts_document(report.hosts, inventory=str(path), logs=str(log_dir))
     if checks:
@@ -79,6 +80,18 @@ def run_flow(app, given: Optional[str], flow: str, title: str, remember: bool = 
     changed = sum(1 for r in report.hosts.values() if r.status.value == "changed")
     app.renderer.message(f"{title}: {len(report.hosts)} hosts, {changed} changed", "green" if document["ok"] else "red")
     return Outcome(document, unreachable=any_unreachable(report.hosts))
+
+
+def _say_left_running(app, hosts, title: str) -> None:
+    """One line per node and live run that the cleanup left alone (issue 48: a run of anyone is not stale)."""
+    from clusterctl.plan.leasing import when
+
+    for name, result in hosts.items():
+        for run in result.data.get("left_running") or ():
+            since = when(run["since"]) if run.get("since") else "before leases"
+            app.renderer.message(f"{name}: ranks of run {run['run_id']} ({run.get('operator') or 'operator unknown'}, "
+                                 f"since {since}) left running; `clusterctl stop {run['run_id']}` where it was "
+                                 f"started, or `clusterctl {title} --force` to end them", "yellow")
 
 
 def _say_health(app, note) -> None:

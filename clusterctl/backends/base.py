@@ -31,6 +31,7 @@ class RunRequest:
     detach: bool = False
     straggler_watch: bool = True  # sample the ranks to name a straggler (watch/straggler_watch.py)
     heal_on_cluster: Optional[object] = None  # heal/detached.DetachedHealing (backends/healing.py sets it)
+    wait: bool = False  # `run --wait`: queue for held GPU leases instead of being refused (run/leases.py)
 
 
 @dataclass(frozen=True)

@@ -79,6 +79,7 @@ def _one_test(app, options, inventory, facts, sizes, label: str = "") -> dict:
     from clusterctl.backends import NodesBackend, RunRequest
     from clusterctl.backends.run_flow import node_states as _node_states, summary_of as _summary
     from clusterctl.nccltest.plan import report_ok, summarize
+    from clusterctl.run import leases
     from clusterctl.run.runner import JobRunner
     from clusterctl.plan.topology import plan
     from clusterctl.nccltest import ALLREDUCE_BENCH, source
@@ -93,7 +94,12 @@ def _one_test(app, options, inventory, facts, sizes, label: str = "") -> dict:
     for note in topology.notes:
         app.renderer.message(f"plan: {note}", "yellow")
     started = time.time()
-    outcome = runner.run()
+    held = leases.take(bench, app.connections, run_id, leases.wanted(topology),  # its GPUs as a run's (issue 48)
+                       say=lambda text: app.renderer.message(text, "yellow"))
+    try:
+        outcome = runner.run()
+    finally:
+        held.release()
     records = _read_results(app, bench, topology, result_file) or live.records
     link = live.link_for(records)
     report = summarize(records, link, options.stage)

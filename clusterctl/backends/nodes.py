@@ -13,6 +13,7 @@ class NodesBackend:
 
     name = "nodes"
     plans_on_nodes = True  # `run --plan` needs the nodes' facts
+    leases_on_nodes = True  # GPU leases held on the nodes (run/leases.py)
 
     def __init__(self, session):
         self.session = session

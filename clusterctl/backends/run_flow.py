@@ -16,6 +16,7 @@ from clusterctl.health.fleet import record_run_end
 from clusterctl.ground.records import RunStore
 from clusterctl.ground.run_record import RunRecord
 from clusterctl.outcome import Outcome, any_unreachable, hosts_document
+from clusterctl.run.in_progress import ensure_no_run_in_progress
 
 
 @dataclass(frozen=True)
@@ -51,8 +52,18 @@ def run_job(session, backend, inventory, request: RunRequest, live: LiveOptions 
         if problems:
             return not_ready(session, problems)
         plan = _plan(session, backend, inventory, connections, request, run_id, facts, relaunch_of, plan_only)
-        result = _launch(session, backend, inventory, connections, plan, request, live, plan_only,
-                         facts_from, busy, scheduled, phases)
+        leases = None if plan_only or not backend.leases_on_nodes else _take_leases(session, inventory, connections,
+                                                                                    plan, request)
+        if leases is not None and request.wait:  # what ran when the facts were read may have ended meanwhile
+            busy = backend.busy(inventory, connections, ensure_no_run_in_progress(inventory, connections))
+        kept = False
+        try:
+            result = _launch(session, backend, inventory, connections, plan, request, live, plan_only,
+                             facts_from, busy, scheduled, phases)
+            kept = isinstance(result, Outcome) and bool(result.document.get("detached"))
+        finally:
+            if leases is not None and not kept:  # a detached run's leases live on with its keepers' beats
+                leases.release()
     if isinstance(result, Outcome):
         return result
     summary, record, outcome = result
@@ -61,6 +72,15 @@ def run_job(session, backend, inventory, request: RunRequest, live: LiveOptions 
     RunStore(session.state).write(RunRecord.from_json(record))
     session.renderer.run_summary(record)
     return _ended(summary, record, outcome)
+
+
+def _take_leases(session, inventory, connections, plan: Plan, request: RunRequest):
+    """The run's GPU leases on every node before any rank starts (run/leases.py): refused naming the
+    holder, or with `run --wait` queued for them."""
+    from clusterctl.run import leases
+
+    return leases.take(inventory, connections, plan.run_id, leases.wanted(plan.topology), wait=request.wait,
+                       say=lambda text: session.renderer.message(text, "yellow"))
 
 
 def _plan(session, backend, inventory, connections, request: RunRequest, run_id: str, facts,
@@ -244,7 +264,7 @@ def busy_fix(busy: str) -> str:
     its torchrun's command line gives it (`--rdzv-id=RUN`)."""
     import re
 
-    match = re.search(r"\brun (\S+) ", busy)
+    match = re.search(r"^run (\S+) \(", busy)  # run_in_progress's "run ID (N process(es) ... already run on" 
     if match:
         return (f"wait for it to end, or stop it: `clusterctl stop {match.group(1)}` where it was started "
                 "(or `clusterctl down`)")

@@ -16,6 +16,7 @@ class SlurmBackend(NodesBackend):
 
     name = "slurm"
     plans_on_nodes = False  # `run --plan` asks for no allocation
+    leases_on_nodes = False  # the scheduler allots the GPUs
 
     def plan(self, inventory: Inventory, request: RunRequest, run_id: Optional[str],
              facts: Optional[Mapping] = None, name: Optional[str] = None, **decided) -> Plan:

@@ -28,6 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-d", "--detach", action="store_true",
                         help="return once every rank has started, printing the run id; the run goes on, watched "
                              "on the cluster (`clusterctl attach`, `logs -f`, `stop`, `status`)")
+    parser.add_argument("--wait", action="store_true", help="queue (in arrival order) for GPUs another run holds "
+                                                           "instead of being refused; Ctrl-C leaves the queue")
     parser.add_argument("--ranks", type=_ranks, default=(), metavar="LIST",
                         help="show only these global ranks' lines in the live log, e.g. 0,8 or 0-3,8 (the files on "
                              "the nodes, the run record and the diagnosis keep every rank)")
@@ -63,6 +65,6 @@ def execute(args, app) -> Outcome:
 
     prompt, inventory = run_prompt(app.inventory, args.prompt_file)
     request = RunRequest(prompt, strict=args.strict, timeout_s=args.timeout, stall_timeout_s=args.stall_timeout,
-                         detach=args.detach, straggler_watch=args.straggler_watch)
+                         detach=args.detach, straggler_watch=args.straggler_watch, wait=args.wait)
     live = LiveOptions(getattr(args, "ranks", ()) or (), getattr(args, "local_ranks", ()) or ())
     return run_healing(app, backend_for(app, inventory), inventory, request, live, plan_only=args.plan)

@@ -11,6 +11,7 @@ TASKS = (  # (name, module, params) of the executor's PlannedTask
     ("running ranks", "process.list", {}),
     ("container", "docker.inspect", {}),
     ("gpus", "checks.gpu_usage", {}),
+    ("leases", "process.leases", {}),  # every operator's runs on these nodes (issue 48)
 )
 
 
@@ -19,6 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args, app) -> Outcome:
+    from clusterctl.api.fleet import fleet_view, say_fleet
     from clusterctl.api.playbooks import run_tasks
     from clusterctl.backends import backend_for
     from clusterctl.ground.records import list_runs
@@ -36,12 +38,15 @@ def execute(args, app) -> Outcome:
     app.renderer.hosts_table(f"status of {inventory.name}", report.hosts,
                              extra_columns=("container", "image", "gpus_in_use", "ranks_running"))
     refresh_running(app.state, inventory, app.connections, masker(inventory))
+    fleet = fleet_view(app, inventory, {name: r.data for name, r in report.hosts.items()})
     runs = list_runs(app.state)
     app.renderer.runs_table(runs)
+    say_fleet(app, fleet, {r.run_id for r in runs})
     for run in runs:
         if run.stalled_s:
             app.renderer.message(f"run {run.run_id}: no output from any rank for {run.stalled_s:.0f}s (its supervisor on the "
                                  f"cluster says so): `clusterctl stacks --run {run.run_id}` names the rank elsewhere, "
                                  f"`clusterctl stop {run.run_id}` ends it", "yellow")
-    return Outcome(hosts_document(report.hosts, cluster=inventory.name, runs=[r.to_json() for r in runs]),
+    return Outcome(hosts_document(report.hosts, cluster=inventory.name, runs=[r.to_json() for r in runs], fleet=fleet),
                    unreachable=any_unreachable(report.hosts))
+

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Optional, Union
 
 from clusterctl.documents.parts import (
-    Attempt, CheckEntry, CheckupStep, ExecHostEntry, Finding, FirstFailure, HostEntry,
+    Attempt, CheckEntry, CheckupStep, ExecHostEntry, Finding, FirstFailure, Fleet, HostEntry, LeftRunning,
     ImagePulled, ImageSent, InventorySourceEntry, LogLine, Master, NcclLink, NodeCommand, NodeEnd, NodeHealth, PlannedNode, RollCall, RunEntry,
     PeersFailed, SimilarCase, Straggler, Supervisor, doc,
 )
@@ -41,12 +41,21 @@ class HostsDocument(Document):
 class UpHostEntry(HostEntry):
     distribute: Union[ImageSent, ImagePulled, PeersFailed] = doc("where the node's image came from, when it moved",
                                                                  default=None)
+    left_running: list[LeftRunning] = doc("live runs of anyone the stale-rank cleanup left alone (issue 48)",
+                                          default_factory=list)
 
 
 @dataclass(frozen=True)
 class UpDocument(HostsDocument):
     hosts: dict[str, UpHostEntry]
     checks: list[CheckEntry] = doc("the preflight checks at the end of up", default_factory=list)
+
+
+@dataclass(frozen=True)
+class DownDocument(HostsDocument):
+    """`down`: every host's result; a live run's node names it in `left_running` (kept without --force)."""
+
+    hosts: dict[str, UpHostEntry]
 
 
 @dataclass(frozen=True)
@@ -59,6 +68,8 @@ class StatusDocument(Document):
     hosts: dict[str, HostEntry] = doc("none for a Slurm cluster without hosts", default_factory=dict)
     runs: list[RunEntry] = doc("the latest runs, newest first", default_factory=list)
     cluster: Optional[str] = None
+    fleet: Optional[Fleet] = doc("every operator's runs on these nodes, the waiters, the runs ended by force",
+                                 default=None)
 
 
 @dataclass(frozen=True)
@@ -327,7 +338,7 @@ class Notification:
 # what each command prints (a command with subcommands may print one of several); every one of them
 # may print an ErrorDocument instead
 COMMANDS: dict[str, tuple[type, ...]] = {
-    "up": (UpDocument,), "down": (HostsDocument,), "exec": (ExecDocument,), "status": (StatusDocument,),
+    "up": (UpDocument,), "down": (DownDocument,), "exec": (ExecDocument,), "status": (StatusDocument,),
     "check": (CheckDocument,), "run": (RunDocument, RunNotStartedDocument), "attach": (AttachDocument, RunDocument),
     "logs": (LogsDocument,), "stop": (StopDocument,), "collect-logs": (CollectDocument,),
     "diagnose": (DiagnoseDocument,), "stacks": (StacksDocument,), "play": (HostsDocument,), "sandbox": (Document,),

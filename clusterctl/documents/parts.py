@@ -68,6 +68,54 @@ class HostEntry:
 
 
 @dataclass(frozen=True)
+class LeftRunning:
+    """A live run of anyone that `up`/`down` left alone on a node (issue 48)."""
+
+    run_id: str
+    operator: Optional[str] = doc("user@controller host that started it; null for a run from before leases")
+    since: Optional[float] = doc("when it took its leases, the node's unix time")
+
+
+@dataclass(frozen=True)
+class FleetRun:
+    """A run holding GPU leases on the inventory's nodes, whoever started it."""
+
+    run_id: str
+    operator: Optional[str]
+    since: Optional[float] = doc("when it took its leases, the node's unix time")
+    gpus: dict[str, list[str]] = doc("host -> its keys: gpu<N>, or slot<N> on a node without GPUs")
+
+
+@dataclass(frozen=True)
+class FleetWaiter:
+    """A run queued for leases (`run --wait`), in the nodes' order."""
+
+    run_id: str
+    operator: Optional[str]
+    hosts: list[str]
+
+
+@dataclass(frozen=True)
+class FleetEnded:
+    """A run someone ended by force (`up --force`, `down --force`), as logged on the node."""
+
+    run_id: str
+    by: Optional[str] = doc("user@controller host that forced it")
+    at: Optional[float] = doc("the node's unix time")
+    how: Optional[str] = doc("the command, e.g. `clusterctl up --force`")
+    host: str
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """What the nodes say of every operator's runs (node/leases.py)."""
+
+    runs: list[FleetRun]
+    waiting: list[FleetWaiter]
+    interrupted_by: list[FleetEnded]
+
+
+@dataclass(frozen=True)
 class ExecHostEntry(HostEntry):
     stdout: str = ""
     stderr: str = ""

@@ -384,7 +384,7 @@ def remove(ctx):
     """Remove the cluster's container (only one clusterctl started for this cluster)."""
     if not ctx.inventory.uses_container:
         return NO_CONTAINER
-    inventory = ctx.inventory
+    inventory, force = ctx.inventory, bool(ctx.vars.get("force"))
 
     def action(transport, host) -> HostResult:
         existing = _existing(transport.docker(), inventory.container.name)
@@ -392,6 +392,12 @@ def remove(ctx):
             return HostResult(host.name, HostStatus.OK, "no container")
         if (existing.labels or {}).get(LABEL_CLUSTER) != inventory.name:
             return HostResult(host.name, HostStatus.SKIPPED, f"{existing.name} is not this cluster's container: left alone")
+        from clusterctl.modules.process import live_runs
+
+        live, _ = live_runs(transport, inventory, host, set(), force) if not force else ({}, [])
+        if live:  # issue 48: a run of anyone still beats in it
+            return HostResult(host.name, HostStatus.SKIPPED, f"container {existing.name} kept: run(s) "
+                              f"{', '.join(sorted(live))} still run in it; `clusterctl down --force` removes it")
         existing.remove(force=True)
         return HostResult(host.name, HostStatus.CHANGED, f"removed container {existing.name}")
 

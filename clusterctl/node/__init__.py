@@ -22,7 +22,10 @@ per-rank samples (the controller's straggler watch imports it; detached, each ke
 samples its node's ranks with py-spy and the supervisor's engine judges). `layout.py`: every path of a
 run, on a node and in a collected bundle. `listener.py`: the one discipline of every port clusterctl
 opens on a node (the supervisor, the mpirun gate, the image relay, which carries its text): a deadline
-per request, slots per address that a newcomer never lacks, handshakes side by side."""
+per request, slots per address that a newcomer never lacks, handshakes side by side. `leases.py`: the
+GPU leases a node holds for every operator's runs (issue 48), sent over stdin with safe_files.py and
+layout.py by `up`, `run` and `status`, and shipped beside the keeper, which releases its run's leases as
+the run ends."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -356,6 +356,7 @@ def _keep(run_dir, config, interval, healing, health, watch):
             if healing and isinstance(answer.get("launch"), dict):
                 healing.launch(run_dir, config, answer["launch"])
             if (report["exit_code"] is not None and answer.get("ack")) or answer.get("end"):
+                _release_leases(run_dir, config)
                 return 0
         elif now - last_answer > lease_s:
             # the supervisor is gone: the wrapper's lease runs out and it stops the ranks itself
@@ -363,6 +364,16 @@ def _keep(run_dir, config, interval, healing, health, watch):
                   f"{now - last_answer:.0f}s; leaving the lease to run out", flush=True)
             return 1
         time.sleep(interval)
+
+
+def _release_leases(run_dir, config):
+    """The run's GPU leases on this node (leases.py, issue 48) go as it ends; where they cannot (not shipped,
+    the lease directory not this user's) they lapse a lost-node window after this keeper's last beat."""
+    leases = _beside("leases")
+    try:
+        leases.release_run_dir(run_dir, config["run_id"], config["host"]) if leases else None
+    except (OSError, ValueError, KeyError, getattr(leases, "Refused", OSError)) as error:
+        print(f"the run's GPU leases are left to lapse: {error}", flush=True)
 
 
 def _beside(name, wanted=True):  # job/<name>.py shipped beside this file, or None (not wanted, not shipped)

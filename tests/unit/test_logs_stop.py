@@ -195,6 +195,7 @@ def test_the_busy_fix_names_the_run_seen_on_the_nodes():
     busy = "run 20250101-120000-abcdef (2 process(es) of this cluster already run on node1, pid 7: torchrun)"
     assert busy_fix(busy).startswith("wait for it to end, or stop it: `clusterctl stop 20250101-120000-abcdef`")
     assert "clusterctl down" in busy_fix("2 process(es) of this cluster already run on node1, pid 7: x")
+    assert "`clusterctl stop on`" not in busy_fix("2 process(es) of this cluster already run on node1, pid 7: x")
 
 
 # --------------------------------------------------------------------------- rendering
