@@ -59,6 +59,7 @@ def latest_checkpoint(inventory, connections, topology, renderer) -> Optional[st
     from clusterctl.plan.container import host_path, on_host_or_in_container
     from clusterctl.ground.healing import latest_checkpoint_command
     from clusterctl.models import Command
+    from clusterctl.node.heal_policy import checkpoint_name_ok
 
     spec = inventory.job.healing.checkpoint
     if spec is None:
@@ -69,6 +70,10 @@ def latest_checkpoint(inventory, connections, topology, renderer) -> Optional[st
     result = for_each_host([master], lambda transport, host: run_commands(transport, host, [command]),
                            connections)[master.name]
     name = result.stdout.strip().splitlines()[-1] if result.succeeded and result.stdout.strip() else None
+    if name and not checkpoint_name_ok(name):  # the command passes plain names only: anything else is refused here too
+        renderer.message(f"checkpoint: {name[:80]!r} under {spec.dir} on {master.name} is not a plain name; "
+                         "starting without one", "red")
+        name = None
     if not result.succeeded:
         renderer.message(f"checkpoint: could not list {spec.dir} on {master.name} ({result.detail}); "
                          "starting without one", "yellow")

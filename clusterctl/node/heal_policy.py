@@ -18,10 +18,11 @@ A failure is {"host", "at", "lost", "exit_code", "tail"} as the supervisor heard
 "cause"} where the controller's diagnosis (watch/failures.py) named its cause already.
 """
 import base64
-import glob
+import fnmatch
 import json
 import os
 import re
+import stat
 from collections import namedtuple
 
 RUNS_ON_NODES = True
@@ -221,15 +222,63 @@ def natural(name):
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
 
 
-def latest_checkpoint(spec):
-    """The newest complete checkpoint under spec["dir"] (a subdirectory holding a file matching
-    spec["complete"]), as ground/healing.latest_checkpoint_command finds it; None without one."""
+# A checkpoint's directory name as it may reach an env file (CLUSTERCTL_CHECKPOINT): plain characters
+# only; a newline in a name the job (or anyone who can write there) chose would inject a variable.
+CHECKPOINT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}\Z")
+
+
+def checkpoint_name_ok(name):
+    return bool(CHECKPOINT_NAME.match(name or ""))
+
+
+def complete_steps(root, complete, refused=None):
+    """The names under `root` that are complete checkpoints, oldest first (natural order): a directory
+    (not a link), ours (this process's uid), with a plain name, holding a regular file matching
+    `complete`. Each one passed over for its name, kind or owner is appended to `refused` (why)."""
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        path = os.path.join(root, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(st.st_mode) and not stat.S_ISLNK(st.st_mode):
+            continue
+        why = ("its name has characters other than letters, digits and ._+-" if not checkpoint_name_ok(name)
+               else "it is a symbolic link" if stat.S_ISLNK(st.st_mode)
+               else f"it is owned by uid {st.st_uid}, not {os.geteuid()}" if st.st_uid != os.geteuid() else None)
+        if why:
+            if refused is not None:
+                refused.append(f"{name!r:.80} under {root}: not used as a checkpoint, {why}")
+            continue
+        if marked(path, complete):
+            found.append(name)
+    return sorted(found, key=natural)
+
+
+def marked(path, complete):
+    """Whether the directory `path` holds a regular file (not a link) whose name matches `complete`."""
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return False
+    for name in fnmatch.filter(names, complete):
+        try:
+            if stat.S_ISREG(os.lstat(os.path.join(path, name)).st_mode):
+                return True
+        except OSError:
+            pass
+    return False
+
+
+def latest_checkpoint(spec, refused=None):
+    """The newest complete checkpoint under spec["dir"] (complete_steps), as
+    ground/healing.latest_checkpoint_command finds it; None without one."""
     if not spec:
         return None
-    root = spec["dir"]
-    try:
-        names = [n for n in os.listdir(root) if os.path.isdir(os.path.join(root, n))]
-    except OSError:
-        return None
-    complete = [n for n in names if glob.glob(os.path.join(glob.escape(os.path.join(root, n)), spec["complete"]))]
-    return f"{root.rstrip('/')}/{max(complete, key=natural)}" if complete else None
+    steps = complete_steps(spec["dir"], spec["complete"], refused)
+    return f"{spec['dir'].rstrip('/')}/{steps[-1]}" if steps else None

@@ -61,6 +61,10 @@ def launch(run_dir, config, order):
     launch = heal.get("template_master") if master and heal.get("template_master") else heal["template"]
     env = [(k, substitute(v, values)) for k, v in launch["env"]]
     env = [(k, v) for k, v in env if v or k != "CLUSTERCTL_CHECKPOINT"]
+    bad = [k for k, v in env if "\n" in v or "\0" in v or "\n" in k or "=" in k]
+    if bad:  # one line a variable: a newline in a value would be a variable of its own
+        print(f"attempt {attempt} not launched: {', '.join(bad)[:200]} would span lines of the env file", flush=True)
+        return False
     descriptor = os.open(os.path.join(run_dir, "env"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(descriptor, "w") as f:
         f.write("".join(f"{k}={v}\n" for k, v in env))

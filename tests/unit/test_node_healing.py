@@ -223,3 +223,27 @@ def test_each_launchers_template_filled_in_on_the_node_is_what_the_controller_la
         env = tuple((k, heal_policy.substitute(v, values)) for k, v in launch["env"])
         assert argv == runner.nodes[host].torchrun, host
         assert env == runner.nodes[host].env, host
+
+
+def test_a_checkpoint_is_never_a_link_a_foreign_directory_or_an_odd_name(tmp_path):
+    """The security finding of issue 50: the newest-named directory of any owner reached the env file."""
+    import os
+
+    for name in ("step-3", "step-7"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "COMPLETE").write_text("")
+    odd = tmp_path / "step-9\nEVIL=1"
+    odd.mkdir()
+    (odd / "COMPLETE").write_text("")
+    (tmp_path / "step-8").symlink_to(tmp_path / "step-7")
+    (tmp_path / "step-6").mkdir()
+    (tmp_path / "step-6" / "COMPLETE").symlink_to(tmp_path / "step-3" / "COMPLETE")  # a marker that is a link
+    refused: list = []
+    found = heal_policy.latest_checkpoint({"dir": str(tmp_path), "complete": "COMPLETE"}, refused)
+    assert found == f"{tmp_path}/step-7"
+    assert any("symbolic link" in r and "step-8" in r for r in refused)
+    assert any("characters" in r for r in refused) and not any("\n" in r.split("under")[0][1:-2] for r in refused)
+    assert heal_policy.complete_steps(str(tmp_path), "COMPLETE") == ["step-3", "step-7"]
+    if os.geteuid() == 0:  # a directory of another uid is someone else's
+        os.chown(tmp_path / "step-7", 12345, 12345)
+        assert heal_policy.latest_checkpoint({"dir": str(tmp_path), "complete": "COMPLETE"}) == f"{tmp_path}/step-3"
