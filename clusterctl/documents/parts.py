@@ -124,6 +124,12 @@ class Attempt:
     excluded: list[Excluded] = doc("the hosts this attempt's failure left out", default_factory=list)
     relaunch_s: Optional[float] = doc("seconds from the previous attempt's end to this one's start", default=None)
     checkpoint: Optional[str] = doc("what CLUSTERCTL_CHECKPOINT was", default=None)
+    resumed_from: Optional[str] = doc("the complete checkpoint this attempt resumed from (null: from the start)",
+                                      default=None)
+    progress: Optional[bool] = doc("whether it moved the run on: a newer complete checkpoint than it resumed from "
+                                   "(without job.checkpoint: a first failure other than the attempt before's); "
+                                   "false counts double against job.restarts, twice in a row ends the run; "
+                                   "null: not known (running, or nothing to compare)", default=None)
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,11 @@ def stop_requested(session, run_id: str) -> bool:
 def latest_checkpoint(inventory, connections, topology, renderer) -> Optional[str]:
     """The newest complete checkpoint under `job.checkpoint.dir` as the master of this attempt sees
     it (a shared volume, or the master's own disk), or None: none yet, or no `job.checkpoint`."""
+    return checkpoint_on(inventory, connections, topology.master.host, renderer)
+
+
+def checkpoint_on(inventory, connections, master, renderer) -> Optional[str]:
+    """The newest complete checkpoint under `job.checkpoint.dir` as the host `master` sees it."""
     from clusterctl.executor import for_each_host, run_commands
     from clusterctl.plan.container import host_path, on_host_or_in_container
     from clusterctl.ground.healing import latest_checkpoint_command
@@ -64,7 +69,6 @@ def latest_checkpoint(inventory, connections, topology, renderer) -> Optional[st
     spec = inventory.job.healing.checkpoint
     if spec is None:
         return None
-    master = topology.master.host
     argv = on_host_or_in_container(inventory, spec.dir, lambda d: latest_checkpoint_command(d, spec.complete))
     command = Command(argv, timeout=30, privileged=host_path(inventory, spec.dir) is not None)
     result = for_each_host([master], lambda transport, host: run_commands(transport, host, [command]),

@@ -243,9 +243,14 @@ class Engine:
         failures = [f for f in self.inner.failures if (f.get("at") or 0) <= (self.inner.ended or 0)]
         failures += [{"host": h, "lost": True, "at": self.inner.ended} for h, n in self.inner.nodes.items()
                      if n["exit_code"] is None and not n["lost"]]  # never reported its end: silent
-        decision = heal_policy.decide("failed", failures, self.attempt, self.heal, self.active, self.spares)
-        found = decision.verdict
+        found = heal_policy.verdict(failures, self.heal.get("table") or ())
         entry = self._entry(failures, found.cause, found.host)
+        spec = self.heal.get("checkpoint")
+        entry["progress"] = heal_policy.progress_of(
+            bool(spec), self.checkpoint, self.newest(), entry["first_failure"],
+            self.attempts[-1]["first_failure"] if self.attempts else None)
+        decision = heal_policy.decide("failed", failures, self.attempt, self.heal, self.active, self.spares,
+                                      progress=[a.get("progress") for a in self.attempts] + [entry["progress"]])
         self.attempts.append(entry)
         self.excluded += decision.excluded
         entry["excluded"] = list(decision.excluded)
@@ -264,11 +269,15 @@ class Engine:
                                                              "evidence": _evidence(failures, host)}]}
         return {"attempt": self.attempt, "started": self.inner.started, "ended": self.inner.ended,
                 "hosts": list(self.inner.nodes), "exit_code": 1, "first_failure": first, "excluded": [],
-                "relaunch_s": None, "checkpoint": self.checkpoint}
+                "relaunch_s": None, "checkpoint": self.checkpoint, "resumed_from": self.checkpoint, "progress": None}
+
+    def newest(self):
+        """The newest complete checkpoint the run has now, as this node sees `job.checkpoint.dir`."""
+        return heal_policy.latest_checkpoint(self.heal.get("checkpoint"))
 
     def _relaunch(self):
         self.attempt += 1
-        self.checkpoint = heal_policy.latest_checkpoint(self.heal.get("checkpoint"))
+        self.checkpoint = self.newest()
         heal, token = self.heal, self.heal["token"]
         self.orders = {h: {"attempt": self.attempt, "values": heal_policy.launch_values(
             token, self.active, h, heal["addresses"], heal["nproc"], self.attempt, self.checkpoint, heal.get("gpus"))}
@@ -286,7 +295,7 @@ class Engine:
             current = {"attempt": self.attempt, "started": self.inner.started, "ended": self.inner.ended,
                        "hosts": list(self.inner.nodes), "exit_code": {"succeeded": 0}.get(document["state"]),
                        "first_failure": None, "excluded": [], "checkpoint": self.checkpoint,
-                       "relaunch_s": None}
+                       "resumed_from": self.checkpoint, "progress": None, "relaunch_s": None}
             attempts = self.attempts + ([current] if self.phase == "running" or self.attempt > len(self.attempts)
                                         else [])
             for before, after in zip(attempts, attempts[1:]):

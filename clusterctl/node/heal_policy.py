@@ -148,17 +148,26 @@ def replan(active, spares, blamed, min_nodes, nproc, divides=None, granted=False
     return active, spares, None
 
 
-def decide(ended, failures, attempt, rules, active, spares, granted=False):
+def decide(ended, failures, attempt, rules, active, spares, granted=False, progress=(None,)):
     """The run's fate once attempt `attempt` ended (`ended`: succeeded | stopped | failed, with the
-    failures heard). `rules`: "table", "restarts", "min_nodes", "nproc", "world_size_divides", "backoff_s"."""
+    failures heard). `rules`: "table", "restarts", "min_nodes", "nproc", "world_size_divides", "backoff_s".
+    `progress`: every failed attempt's `progress_of` so far, this one's last. An attempt without
+    progress counts double against job.restarts, and two in a row end the run: it never loops."""
     if ended != "failed":
         return Decision(False, None, None, None, active, spares, [], None)
     found = verdict(failures, rules.get("table") or ())
     restarts = int(rules.get("restarts") or 0)
     if found.response == "job":
         return Decision(False, None, found.says(), found, active, spares, [], None)
-    if attempt > restarts:
-        why = f"{found.says()}, and the {restarts} restart(s) of job.restarts are spent"
+    progress = list(progress) or [None]
+    if len(progress) >= 2 and progress[-1] is False and progress[-2] is False:
+        why = (f"{found.says()}, and attempts {attempt - 1} and {attempt} in a row made no progress "
+               "(no newer complete checkpoint, or the same first failure again): a relaunch would loop")
+        return Decision(False, None, why, found, active, spares, [], None)
+    spent = sum(2 if made is False else 1 for made in progress)
+    if attempt > restarts or spent > restarts:
+        double = f" ({spent} counted: an attempt without progress counts double)" if spent > attempt else ""
+        why = f"{found.says()}, and the {restarts} restart(s) of job.restarts are spent{double}"
         return Decision(False, None, why, found, active, spares, [], None)
     pause = backoff_of(attempt, rules.get("backoff_s") or BACKOFF_S)
     if found.response == "transient":
@@ -171,6 +180,29 @@ def decide(ended, failures, attempt, rules, active, spares, granted=False):
         return Decision(False, None, f"{found.says()}, {refused}", found, active, spares, excluded, None)
     joins = f", {joined} joins" if joined else f", going on with {len(kept)} node(s) (job.min_nodes)"
     return Decision(True, found.says() + joins, None, found, kept, left, excluded, pause)
+
+
+def progress_of(checkpointed, resumed_from, newest, first_failure, earlier_failure):
+    """Whether an attempt moved the run on. With `job.checkpoint` (`checkpointed`): a complete
+    checkpoint newer than the one it resumed from. Without: a first failure other than the attempt
+    before's (None: the first attempt, nothing to compare; the same cause, host and evidence line is
+    the same failure at the same step)."""
+    if checkpointed:
+        return bool(newest) and (not resumed_from or natural(step_of(newest)) > natural(step_of(resumed_from)))
+    if earlier_failure is None or first_failure is None:
+        return None
+    return failure_key(first_failure) != failure_key(earlier_failure)
+
+
+def step_of(path):
+    return (path or "").rstrip("/").rsplit("/", 1)[-1]
+
+
+def failure_key(first_failure):
+    """(host, cause, evidence) of a first failure ({"host", "diagnosis": [{"cause", "evidence"}]})."""
+    diagnosis = (first_failure.get("diagnosis") or [{}])[0] if isinstance(first_failure, dict) else {}
+    return (first_failure.get("host") if isinstance(first_failure, dict) else None,
+            diagnosis.get("cause"), (diagnosis.get("evidence") or "").strip())
 
 
 def backoff_of(attempt, backoff=BACKOFF_S):

@@ -136,7 +136,7 @@ def _beat(healer, host, seq, **report):
 
 def test_a_silent_node_is_left_out_the_survivor_stopped_and_the_spare_ordered_to_launch_attempt_2():
     clock, seq = Clock(), iter(range(1, 10_000))
-    healer = _healer(clock)
+    healer = _healer(clock, restarts=2)  # no checkpoint yet: attempt 1 made no progress and counts double
     for _ in range(3):
         for host in ("node1", "node2"):
             _beat(healer, host, next(seq))
@@ -247,3 +247,24 @@ def test_a_checkpoint_is_never_a_link_a_foreign_directory_or_an_odd_name(tmp_pat
     if os.geteuid() == 0:  # a directory of another uid is someone else's
         os.chown(tmp_path / "step-7", 12345, 12345)
         assert heal_policy.latest_checkpoint({"dir": str(tmp_path), "complete": "COMPLETE"}) == f"{tmp_path}/step-3"
+
+
+def test_the_engine_ends_a_loop_that_makes_no_progress_after_two_attempts():
+    """A transient failure before any checkpoint, twice: attempt 2 is launched, attempt 3 never is."""
+    clock, seq = Clock(), iter(range(1, 10_000))
+    healer = _healer(clock, restarts=5)
+    healer.heal = {**healer.heal, "checkpoint": {"dir": "/nowhere/ckpt", "complete": "COMPLETE"}}
+    tail = "torch.distributed.DistStoreError: Timed out after 30s"
+    for attempt in (1, 2):
+        for host in ("node1", "node2"):
+            _beat(healer, host, next(seq), attempt=attempt, exit_code=1, tail=tail)
+        clock.t += 4
+        healer.tick()
+        healer.tick()
+        if attempt == 1:
+            assert healer.phase == "backoff"
+            clock.t += 2
+            healer.tick()
+    assert healer.phase == "over" and "attempts 1 and 2 in a row made no progress" in healer.heal_refused
+    attempts = healer.document(final=True)["attempts"]
+    assert [a["progress"] for a in attempts] == [False, False] and attempts[1]["resumed_from"] is None
