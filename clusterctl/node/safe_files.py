@@ -177,6 +177,12 @@ class Dir:
             raise Refused(path, f"is not a regular file ({_kind(st.st_mode)})")
         return fd
 
+    def open_fd(self, name: str, *, new: bool = False) -> int:
+        """A descriptor of the regular file `name` to stream (the caller closes it): for reading, or with
+        `new` a file created here exclusively (0600) for writing. Links and special files are refused."""
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL if new else os.O_RDONLY
+        return self._open_file(name, flags)
+
     def read(self, name: str, limit: int = READ_LIMIT, *, tail: bool = False) -> bytes:
         """At most `limit` bytes of a regular file: its first, or with `tail` its last."""
         fd = self._open_file(name, os.O_RDONLY)
