@@ -12,7 +12,7 @@ once it is handed over) runs a `Replicator`:
   into place once every file matched its signed manifest), keeps `keep` steps of each owner (the older
   ones pruned, as the job prunes its own), refuses a step its disk cannot hold before a byte flows
   (the older replica kept), and serves any step it holds (its own or a replica) to a restoring peer;
-- `restore`: on a relaunch, before any rank starts, the step the engine chose (checkpoint_wire.choose)
+- `restore`: on a relaunch, before any rank starts, the step the engine chose (checkpoint_copies.choose)
   completed here: every owner's files this node lacks, fetched from a host holding them, checked,
   into `dir/<step>` (the marker last).
 Every problem is an event (kind, host, peer, step, says) the keeper's reports carry to the engine,
@@ -58,7 +58,7 @@ class Replicator:
         self.lock, self.stopping = threading.Lock(), threading.Event()
         self.sent, self.tried, self.manifests = {}, {}, {}
         self.events, self.seq, self.noted = [], 0, set()
-        self.open, self.restored, self.server = {}, {}, None
+        self.open, self.restored, self.server, self.restoring = {}, {}, None, None
 
     # -- life
     def start(self):
@@ -135,6 +135,15 @@ class Replicator:
             return []
         at = active.index(self.host)
         return [h for h in (active[at + 1:] + active[:at]) if h != self.host][:self.replicas]
+
+    def answered(self, answer):
+        """The engine's answer to a report: the hosts in use now, and a restore ordered (run once, aside)."""
+        self.use(answer.get("active"))
+        order = answer.get("restore")
+        if isinstance(order, dict) and order.get("attempt") != self.restoring:
+            self.restoring = order.get("attempt")
+            threading.Thread(target=self.restore, args=(order.get("attempt"), str(order.get("step")),
+                                                        dict(order.get("sources") or {})), daemon=True).start()
 
     def use(self, active):
         """The hosts in use now (the engine's answer, after a relaunch)."""
@@ -312,6 +321,7 @@ class Replicator:
         try:
             if not heal_policy.checkpoint_name_ok(step):
                 raise wire.Failed("refused", f"{step[:80]!r} is not a checkpoint's name")
+            sources = {o: h for o, h in sources.items() if o in self.known and isinstance(h, list)}
             owners = [o for o in sources if not (o == self.host and step in self.own_steps())]
             with Dir.open(self.root, create=True) as root, root.sub(step, create=True) as into:
                 for number, owner in enumerate(owners):
@@ -330,6 +340,8 @@ class Replicator:
     def _fetch(self, owner, step, hosts, into, have, skip_marker):
         last = None
         for host in hosts:
+            if host not in self.known:
+                continue
             try:
                 conn = wire.request(self.addresses[host], self.port, self.key, self._ask("get", owner, step))
                 try:

@@ -1,6 +1,6 @@
 """The wire of checkpoint replication (issue 50; node/checkpoint_replica.py is its one user): signed
 request and answer lines, the bounded reads of a request, manifests (name, size, SHA-256) and files
-streamed against them, and the choice of the step a relaunch resumes from.
+streamed against them, and the default bandwidth.
 
 TCP, one request per connection: a line "<hmac-sha256 hex> <json>\\n" signed with the run's key (the
 per-run secret of supervision.json that the supervisor and keepers sign with), answered by a line of
@@ -221,26 +221,6 @@ def answer(conn, key, deadline):
     if found is None:
         raise Failed("refused", "an answer that is not signed with the run's key")
     return found, rest
-
-
-# ---- the choice on a relaunch (the engine's, pure)
-
-def choose(holdings, owners, survivors):
-    """(step, {owner: [hosts holding its files]}) of the newest step complete across the surviving copies
-    for every owner (the hosts of the failed attempt), or (None, {}). `holdings`: each host's `summary`
-    ({"own": [steps], "held": {owner: [steps]}}); a host's own copy first, then the replicas."""
-    candidates = {}
-    for host in survivors:
-        held = holdings.get(host) or {}
-        for step in held.get("own") or ():
-            candidates.setdefault(step, {}).setdefault(host, []).append(host)
-        for owner, steps in (held.get("held") or {}).items():
-            for step in steps or ():
-                candidates.setdefault(step, {}).setdefault(owner, []).append(host)
-    for step in sorted(candidates, key=heal_policy.natural, reverse=True):
-        if heal_policy.checkpoint_name_ok(step) and all(candidates[step].get(o) for o in owners):
-            return step, {o: candidates[step][o] for o in owners}
-    return None, {}
 
 
 def link_rate(default=BANDWIDTH):

@@ -36,7 +36,10 @@ _HEALTH_SCRIPT = program("node_health.py")  # the keeper's passive health watch 
 _HEALING = program("node_healing.py")
 # the run's engine, which the supervisor hosts (node/engine.py, the heal it calls and the straggler verdict),
 # and the run's paths (node/layout.py), which node_agent.py imports as files beside it
-BESIDE_AGENT = tuple(program(name) for name in ("engine.py", "heal_policy.py", "straggler_verdict.py", "layout.py"))
+BESIDE_AGENT = tuple(program(name) for name in ("engine.py", "heal_policy.py", "straggler_verdict.py", "layout.py",
+                                                 # a keeper's checkpoint replicas (issue 50) and the no-follow layer they use
+                                                 "checkpoint_replica.py", "checkpoint_wire.py", "checkpoint_copies.py",
+                                                 "safe_files.py"))
 _STRAGGLERS = program("node_stragglers.py")  # the keeper's straggler watch (py-spy on its node's ranks)
 
 # $1 dir (proven ours: agent.OWN_DIR_SH), $2 file name: stdin into a file only its owner reads (the

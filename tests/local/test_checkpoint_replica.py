@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterctl.node import checkpoint_replica, checkpoint_wire as wire
+from clusterctl.node import checkpoint_copies, checkpoint_replica, checkpoint_wire as wire
 from clusterctl_helpers import wait_until
 
 HOSTS = {"n1": "127.0.0.1", "n2": "127.0.0.2", "n3": "127.0.0.3"}
@@ -85,7 +85,7 @@ def test_a_spare_restores_the_union_of_the_newest_step_complete_across_the_survi
     _save(tmp / "n1" / "ckpt", 3, (0,))  # n2 is lost before its step-3: step-3 is incomplete across the fleet
     n2.stop()
     holdings = {"n1": n1.summary()}
-    step, sources = wire.choose(holdings, ["n1", "n2"], ["n1", "n3"])
+    step, sources = checkpoint_copies.choose(holdings, ["n1", "n2"], ["n1", "n3"])
     assert step == "step-2" and sources == {"n1": ["n1"], "n2": ["n1"]}
     n3 = node("n3", active=("n1", "n3"))
     result = n3.restore(2, step, sources)
