@@ -8,7 +8,8 @@ once it is handed over) runs a `Replicator`:
   network, at most `bandwidth` bytes/s, at a low priority: never in a step's way. Only the newest
   complete step is sent (a node that fell behind skips the ones between);
 - a listener (checkpoint_wire's bounded reads, SLOTS connections, SLOTS_PER_ADDRESS of one address)
-  that takes its peers' steps into RUN_DIR/replicas/<owner>/<step> (a private temp directory renamed
+  that takes its peers' steps into DIR/.clusterctl-replicas/<run id>/<owner>/<step> (on the node's
+  checkpoint disk; a private temp directory renamed
   into place once every file matched its signed manifest), keeps `keep` steps of each owner (the older
   ones pruned, as the job prunes its own), refuses a step its disk cannot hold before a byte flows
   (the older replica kept), and serves any step it holds (its own or a replica) to a restoring peer;
@@ -39,7 +40,9 @@ else:  # beside node_agent.py in a node's run dir
     from safe_files import Dir, Refused
 
 RUNS_ON_NODES = True
-REPLICAS = "replicas"  # in the run dir
+# Beside the node's own steps (its checkpoint disk, not the run dir's: job.outputs may be small or
+# shared), one private directory per run: DIR/.clusterctl-replicas/<run id>/<owner>/<step>
+REPLICAS = ".clusterctl-replicas"
 POLL_S = 1.0
 RETRY_S = 5.0
 
@@ -91,7 +94,7 @@ class Replicator:
         own = self.own_steps()
         held = {}
         try:
-            with Dir.open(self.run_dir, (REPLICAS,)) as replicas:
+            with Dir.open(self.root, (REPLICAS, self.run_id), private=True) as replicas:
                 for owner in replicas.entries():
                     if owner.kind == "dir" and owner.name in self.known:
                         with replicas.sub(owner.name) as mine:
@@ -105,13 +108,7 @@ class Replicator:
     def own_steps(self):
         """This node's complete steps, oldest first; a checkpoint dir that is a link or not ours, a step
         that never completed (older than a complete one) and a refused name are each said once."""
-        try:
-            st = os.lstat(self.root)
-        except OSError:
-            return []
-        if stat.S_ISLNK(st.st_mode) or st.st_uid != os.geteuid():
-            why = "a symbolic link" if stat.S_ISLNK(st.st_mode) else f"owned by uid {st.st_uid}, not {os.geteuid()}"
-            self.note_once("refused", f"the checkpoint dir {self.root} is {why}: nothing of it is copied")
+        if not self.root_ok():
             return []
         refused = []
         steps = heal_policy.complete_steps(self.root, self.marker, refused)
@@ -125,6 +122,20 @@ class Replicator:
                     self.note_once("incomplete", f"{self.root}/{name} never completed (no {self.marker}): never "
                                                  "copied, never resumed from", step=name)
         return steps
+
+    def root_ok(self):
+        """The checkpoint dir is a directory of ours (a link or someone else's is refused, said once); a
+        missing one is fine (nothing saved yet: created when a replica or a restore needs it)."""
+        try:
+            st = os.lstat(self.root)
+        except OSError:
+            return True
+        if stat.S_ISLNK(st.st_mode) or st.st_uid != os.geteuid() or not stat.S_ISDIR(st.st_mode):
+            why = ("a symbolic link" if stat.S_ISLNK(st.st_mode) else f"owned by uid {st.st_uid}, not {os.geteuid()}"
+                   if st.st_uid != os.geteuid() else "not a directory")
+            self.note_once("refused", f"the checkpoint dir {self.root} is {why}: nothing of it is copied or taken")
+            return False
+        return True
 
     # -- sending
     def peers(self):
@@ -257,7 +268,9 @@ class Replicator:
     def _take(self, conn, ask, rest):
         owner, step = ask["owner"], ask["step"]
         files, total = wire.manifest_ok(ask.get("files"))
-        with Dir.open(self.run_dir, (REPLICAS, owner), create=True, private=True) as mine:
+        if not self.root_ok():
+            raise wire.Failed("refused", f"{self.host}'s checkpoint dir {self.root} is refused: nothing taken")
+        with Dir.open(self.root, (REPLICAS, self.run_id, owner), create=True, private=True) as mine:
             if step in self._held(mine):
                 with mine.sub(step) as held:
                     if json.loads(held.read(wire.MANIFEST)) == [list(f) for f in files]:
@@ -301,7 +314,7 @@ class Replicator:
             where = Dir.open(self.root, (step,))
             files = wire.manifest_of(where)
         else:
-            where = Dir.open(self.run_dir, (REPLICAS, owner, step))
+            where = Dir.open(self.root, (REPLICAS, self.run_id, owner, step), private=True)
             files = json.loads(where.read(wire.MANIFEST))
             sizes = {e.name: e.size for e in where.entries() if e.kind == "file"}
             changed = [name for name, size, _ in files if sizes.get(name) != size]
@@ -321,6 +334,8 @@ class Replicator:
         try:
             if not heal_policy.checkpoint_name_ok(step):
                 raise wire.Failed("refused", f"{step[:80]!r} is not a checkpoint's name")
+            if not self.root_ok():
+                raise wire.Failed("refused", f"the checkpoint dir {self.root} is refused: nothing restored")
             sources = {o: h for o, h in sources.items() if o in self.known and isinstance(h, list)}
             owners = [o for o in sources if not (o == self.host and step in self.own_steps())]
             with Dir.open(self.root, create=True) as root, root.sub(step, create=True) as into:
@@ -365,8 +380,10 @@ class Replicator:
 
     def _clean(self):
         """Temp directories a killed receiver left: never a step, removed."""
+        if not self.root_ok() or not os.path.isdir(self.root):
+            return
         try:
-            with Dir.open(self.run_dir, (REPLICAS,), create=True, private=True) as replicas:
+            with Dir.open(self.root, (REPLICAS, self.run_id), create=True, private=True) as replicas:
                 for owner in replicas.entries():
                     if owner.kind == "dir":
                         with replicas.sub(owner.name) as mine:

@@ -278,8 +278,8 @@ def complete_steps(root, complete, refused=None):
             st = os.lstat(path)
         except OSError:
             continue
-        if not stat.S_ISDIR(st.st_mode) and not stat.S_ISLNK(st.st_mode):
-            continue
+        if name.startswith(".") or not stat.S_ISDIR(st.st_mode) and not stat.S_ISLNK(st.st_mode):
+            continue  # a hidden name is no step (the replicas' own directory is one)
         why = ("its name has characters other than letters, digits and ._+-" if not checkpoint_name_ok(name)
                else "it is a symbolic link" if stat.S_ISLNK(st.st_mode)
                else f"it is owned by uid {st.st_uid}, not {os.geteuid()}" if st.st_uid != os.geteuid() else None)

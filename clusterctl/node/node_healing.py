@@ -24,8 +24,7 @@ ATTEMPT_FILE = "attempt"  # the attempt a node's run dir holds (absent: 1, launc
 # what stays in the run dir when an attempt is set aside: the supervisor's and keeper's own files
 DAEMON_FILES = ("node_agent.py", "node_healing.py", "engine.py", "heal_policy.py", "node_health.py",
                 "supervision.json", "supervisor.json", "supervisor.json.tmp", "supervise.log", "keep.log",
-                # checkpoint replicas (issue 50): the peers' steps this node holds stay for the next attempt
-                "checkpoint_replica.py", "checkpoint_wire.py", "checkpoint_copies.py", "safe_files.py", "replicas")
+                "checkpoint_replica.py", "checkpoint_wire.py", "checkpoint_copies.py", "safe_files.py")
 
 
 # ---- the keeper's side: launch the next attempt on this node

@@ -56,7 +56,7 @@ def _save(root: Path, step: int, ranks: tuple, complete=True):
 
 
 def _held(tmp_path, host, owner):
-    where = tmp_path / host / "run" / "replicas" / owner
+    where = tmp_path / host / "ckpt" / ".clusterctl-replicas" / "RUN1" / owner
     return sorted(p.name for p in where.iterdir() if not p.name.startswith(".")) if where.is_dir() else []
 
 
@@ -69,7 +69,7 @@ def test_each_new_complete_step_reaches_the_next_node_and_old_ones_are_pruned(no
         wait_until(lambda: f"step-{step}" in _held(tmp, "n2", "n1") and f"step-{step}" in _held(tmp, "n1", "n2"),
                    30, what=f"step-{step} replicated")
     assert _held(tmp, "n2", "n1") == ["step-2", "step-3"]  # keep: 2
-    copy = tmp / "n2" / "run" / "replicas" / "n1" / "step-3"
+    copy = tmp / "n2" / "ckpt" / ".clusterctl-replicas" / "RUN1" / "n1" / "step-3"
     assert (copy / "shard-0.pt").read_bytes() == (tmp / "n1" / "ckpt" / "step-3" / "shard-0.pt").read_bytes()
     assert json.loads((copy / wire.MANIFEST).read_text())[0][0] in ("COMPLETE", "shard-0.pt")
     assert n1.summary()["held"] == {"n2": ["step-2", "step-3"]} and n2.summary()["own"][-1] == "step-3"
@@ -103,7 +103,7 @@ def test_a_replica_that_differs_in_size_or_content_is_refused_and_said(nodes):
     _save(tmp / "n1" / "ckpt", 1, (0,))
     wait_until(lambda: "step-1" in _held(tmp, "n2", "n1"), 30)
     n1.stop()
-    shard = tmp / "n2" / "run" / "replicas" / "n1" / "step-1" / "shard-0.pt"
+    shard = tmp / "n2" / "ckpt" / ".clusterctl-replicas" / "RUN1" / "n1" / "step-1" / "shard-0.pt"
     shard.write_bytes(shard.read_bytes() + b"x")
     n3 = node("n3", active=("n2", "n3"))
     result = n3.restore(2, "step-1", {"n1": ["n2"]})
@@ -143,7 +143,7 @@ def test_an_unsigned_request_and_a_copy_cut_midway_write_nothing(nodes):
         conn.sendall(b"z" * 100)  # then the sender's node is cut
     wait_until(lambda: "lost_mid_copy" in {e["kind"] for e in n2.summary()["events"]}, 30)
     assert "refused" in {e["kind"] for e in n2.summary()["events"]}
-    assert _held(tmp, "n2", "n1") == [] and not list((tmp / "n2" / "run" / "replicas" / "n1").iterdir())
+    assert _held(tmp, "n2", "n1") == [] and not list((tmp / "n2" / "ckpt" / ".clusterctl-replicas" / "RUN1" / "n1").iterdir())
 
 
 def test_a_linked_checkpoint_dir_and_a_step_that_never_completes_are_said_and_not_copied(nodes, tmp_path):
