@@ -90,8 +90,11 @@ class Copies:
             return "late", f"the restore of {order['step']} took over {RESTORE_S:.0f}s"
         return None, None
 
-    def first_step(self, hosts, since_step):
-        """Whether a host in use reports a complete step of its own newer than `since_step` (a path)."""
-        since = heal_policy.natural(heal_policy.step_of(since_step)) if since_step else None
-        return any(since is None or heal_policy.natural(s) > since
-                   for h in hosts for s in ((self.holdings.get(h) or {}).get("own") or ())[-1:])
+    def newest_own(self, hosts):
+        """{host: the newest complete step of its own it reported} (a relaunch's baseline)."""
+        return {h: ((self.holdings.get(h) or {}).get("own") or [None])[-1] for h in hosts}
+
+    def first_step(self, hosts, baseline):
+        """Whether a host in use reports a newest own step other than its `baseline` one: the attempt's first."""
+        return any(((self.holdings.get(h) or {}).get("own") or [None])[-1] not in (None, baseline.get(h))
+                   for h in hosts)

@@ -44,7 +44,8 @@ RUNS_ON_NODES = True
 # shared), one private directory per run: DIR/.clusterctl-replicas/<run id>/<owner>/<step>
 REPLICAS = ".clusterctl-replicas"
 POLL_S = 1.0
-RETRY_S = 5.0
+RETRY_S = 5.0  # after a failed copy to a peer
+OWN_REPORTED = 20  # the newest own steps a report names (a beat's body is bounded)
 
 
 class Replicator:
@@ -102,7 +103,8 @@ class Replicator:
         except (OSError, Refused):
             pass
         with self.lock:
-            return {"own": own[-(self.keep + 2):], "held": held, "events": self.events[-10:],
+            # own steps reach back further than the replicas (a step resumable needs every owner's copy)
+            return {"own": own[-OWN_REPORTED:], "held": held, "events": self.events[-10:],
                     "restored": dict(self.restored)}
 
     def own_steps(self):
@@ -171,14 +173,15 @@ class Replicator:
             steps = self.own_steps()
             for peer in self.peers() if steps else ():
                 if self.sent.get(peer) == steps[-1] or time.monotonic() - self.tried.get(peer, -RETRY_S) < RETRY_S:
-                    continue
-                self.tried[peer] = time.monotonic()
+                    continue  # sent already, or failed within RETRY_S
                 try:
                     self.send(peer, steps[-1])
                     self.sent[peer] = steps[-1]
                 except wire.Failed as failed:
+                    self.tried[peer] = time.monotonic()
                     self.event(failed.kind, f"{steps[-1]} to {peer}: {failed.says}", peer, steps[-1])
                 except (OSError, Refused) as error:
+                    self.tried[peer] = time.monotonic()
                     self.event("lost_mid_copy", f"{steps[-1]} to {peer}: {error}", peer, steps[-1])
 
     def send(self, peer, step):

@@ -181,6 +181,16 @@ class Engine:
         # job.checkpoint.replicas: the keepers' copies, the restore before a relaunch (issue 50)
         self.copies = checkpoint_copies.Copies(self.heal.get("checkpoint"))
         self.timings, self.marks = {}, {}  # where the current attempt's relaunch went: detection ... first step
+        self.baseline = {}
+
+    # the run's state and reason, as an Attempt's (node_agent.serve says them as the supervisor ends)
+    @property
+    def state(self):
+        return self.final_state if self.phase == "over" else "running"
+
+    @property
+    def stop_reason(self):
+        return self.reason
 
     def _config(self):
         config = {**self.config, "hosts": list(self.active)}
@@ -308,12 +318,12 @@ class Engine:
     def _restore(self):
         """Before attempt N+1's ranks: every host in use completes the newest step complete across the
         survivors' copies (checkpoint_copies.choose), or the attempt starts without one, said."""
-        self.marks.setdefault("restore", self.now())
         owners = self.attempts[-1]["hosts"] if self.attempts else list(self.active)
         if self.copies.plan(self.attempt + 1, owners, self._survivors(), self.now()) is None:
             print("checkpoint replicas: no step is complete across the surviving copies; starting from the "
                   "beginning", flush=True)
             return self._relaunch(None)
+        self.marks.setdefault("restore", self.now())  # a second step after a refused one: the same transfer
         self.phase = "restoring"
         print(f"attempt {self.attempt + 1}: restoring {self.copies.order['step']} on {', '.join(self.active)}",
               flush=True)
@@ -335,7 +345,7 @@ class Engine:
                 and all(n["ranks"] > 0 for n in self.inner.nodes.values()):
             self.timings["launch_s"] = round(self.now() - self.inner.started, 1)
         if self.copies.on and self.attempt > 1 and "first_step_s" not in self.timings and self.phase == "running" \
-                and self.copies.first_step(self.active, self.checkpoint):
+                and self.copies.first_step(self.active, self.baseline):
             self.timings["first_step_s"] = round(self.now() - self.inner.started, 1)
 
     def _relaunch(self, checkpoint):
@@ -345,6 +355,7 @@ class Engine:
         self.marks = {}
         self.attempt += 1
         self.checkpoint = checkpoint
+        self.baseline = self.copies.newest_own(self.active)  # the first step of this attempt is newer than these
         heal, token = self.heal, self.heal["token"]
         self.orders = {h: {"attempt": self.attempt, "values": heal_policy.launch_values(
             token, self.active, h, heal["addresses"], heal["nproc"], self.attempt, self.checkpoint, heal.get("gpus"))}
