@@ -43,7 +43,7 @@ RUNS_ON_NODES = True
 # Beside the node's own steps (its checkpoint disk, not the run dir's: job.outputs may be small or
 # shared), one private directory per run: DIR/.clusterctl-replicas/<run id>/<owner>/<step>
 REPLICAS = ".clusterctl-replicas"
-POLL_S = 1.0
+POLL_S = 0.25  # a new complete step is seen within this (a scan is a few syscalls a step)
 RETRY_S = 5.0  # after a failed copy to a peer
 OWN_REPORTED = 20  # the newest own steps a report names (a beat's body is bounded)
 

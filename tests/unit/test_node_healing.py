@@ -266,6 +266,7 @@ def test_the_engine_ends_a_loop_that_makes_no_progress_after_two_attempts():
             clock.t += 2
             healer.tick()
     assert healer.phase == "over" and "attempts 1 and 2 in a row made no progress" in healer.heal_refused
+    assert healer.state == "failed" and "made no progress" in healer.stop_reason  # the supervisor's last line says them
     attempts = healer.document(final=True)["attempts"]
     assert [a["progress"] for a in attempts] == [False, False] and attempts[1]["resumed_from"] is None
 
