@@ -250,6 +250,9 @@ class Replicator:
                 self._take(conn, ask, rest)
             elif ask.get("op") == "get":
                 self._give(conn, owner, step)
+            else:  # a node sends its own steps only
+                raise wire.Failed("refused", f"a request from {peer}: {str(ask.get('op'))[:20]} of {owner}'s {step} "
+                                             f"by {str(ask.get('from'))[:40]}")
         except wire.Failed as failed:
             self.event(failed.kind, failed.says)
             self._reply(conn, {"ok": False, "kind": failed.kind, "says": failed.says})
