@@ -64,8 +64,7 @@ def measure(sandbox, state: Path, steps: int = 20) -> dict:
     return _phases(cut, seen, proc.returncode, jobs)
 
 
-def measure_replicas(sandbox, state: Path, every_s: float = 30.0, steps: int = 60, step_s: float = 1.0,
-                     shard_mb: int = 0) -> dict:
+def measure_replicas(sandbox, state: Path, every_s: float = 60.0, steps: int = 90, step_s: float = 1.0) -> dict:
     """Issue 50: a detached run on node-local checkpoints (tests/fixtures/jobs/sharded.py, each rank's shard
     in its own container's /tmp, `job.checkpoint.replicas: 1`), the job on 2 nodes, the others spares; a
     node in use cut off every `every_s` seconds while a spare is left. Per relaunch the engine's split
@@ -111,7 +110,9 @@ def measure_replicas(sandbox, state: Path, every_s: float = 30.0, steps: int = 6
     for victim, _ in cut:
         sandbox.restore_network(victim)
     wall = (record.get("ended") or time.time()) - started
-    return {"run_id": run_id, "state": record.get("state"), "cuts": len(cut), "every_s": every_s,
+    done = jobs / "out" / "done.json"
+    return {"run_id": run_id, "state": record.get("state"), "exit_code": record.get("exit_code"),
+            "done": json.loads(done.read_text()) if done.exists() else None, "cuts": len(cut), "every_s": every_s,
             "goodput": round(steps * step_s / wall, 3) if wall else None, "wall_s": round(wall, 1),
             "relaunches": [{"resumed_from": a.get("resumed_from"), **(a.get("timings") or {})}
                            for a in (record.get("attempts") or [])[1:]],

@@ -388,7 +388,8 @@ def heal_table(heal) -> str:
 
 
 def heal_replicas_table(heal) -> str:
-    """bench/heal.py measure_replicas: the engine's split of each relaunch on node-local checkpoints, and goodput."""
+    """bench/heal.py measure_replicas: the engine's split of each relaunch on node-local checkpoints, and goodput
+    (launch and first step are both counted from the launch order)."""
     if not heal:
         return "_not measured yet: `make bench BENCH_ARGS=--only=heal`_"
     keys = ("detection_s", "stop_s", "replan_s", "backoff_s", "transfer_s", "launch_s", "first_step_s")
@@ -397,7 +398,7 @@ def heal_replicas_table(heal) -> str:
     for number, relaunch in enumerate(heal.get("relaunches") or [], 2):
         step = (relaunch.get("resumed_from") or "-").rsplit("/", 1)[-1]
         rows.append(f"| attempt {number} | {step} | " + " | ".join(str(relaunch.get(k, "-")) for k in keys) + " |")
-    rows.append(f"\n{heal.get('state')}; {heal.get('cuts')} node(s) cut, one every {heal.get('every_s')} s; goodput "
+    rows.append(f"\nexit {heal.get('exit_code')}; {heal.get('cuts')} node(s) cut, one every {heal.get('every_s')} s; goodput "
                 f"{heal.get('goodput')} (the steps' own time over {heal.get('wall_s')} s of wall time) "
                 f"({heal.get('measured')})")
     return "\n".join(rows)
