@@ -45,6 +45,7 @@ RUNS_ON_NODES = True
 REPLICAS = ".clusterctl-replicas"
 POLL_S = 0.25  # a new complete step is seen within this (a scan is a few syscalls a step)
 RETRY_S = 5.0  # after a failed copy to a peer
+FRESH_S = 600.0  # a request signed longer ago (by the sender's clock) is refused
 OWN_REPORTED = 20  # the newest own steps a report names (a beat's body is bounded)
 
 
@@ -63,6 +64,7 @@ class Replicator:
         self.sent, self.tried, self.manifests = {}, {}, {}
         self.events, self.seq, self.noted = [], 0, set()
         self.open, self.restored, self.server, self.restoring = {}, {}, None, None
+        self.nonces = {}  # the requests taken within FRESH_S
 
     # -- life
     def start(self):
@@ -206,7 +208,7 @@ class Replicator:
 
     def _ask(self, op, owner, step, **more):
         return {"op": op, "run": self.run_id, "from": self.host, "owner": owner, "step": step,
-                "at": time.time(), **more}
+                "at": time.time(), "nonce": os.urandom(12).hex(), **more}
 
     # -- receiving and serving
     def _listen(self):
@@ -241,8 +243,9 @@ class Replicator:
         try:
             line, rest = wire.read_line(conn, time.monotonic() + wire.PROVE_S)
             ask = wire.unframe(self.key, line)
-            if ask is None or ask.get("run") != self.run_id or abs(time.time() - float(ask.get("at") or 0)) > 600:
+            if ask is None or ask.get("run") != self.run_id or abs(time.time() - float(ask.get("at") or 0)) > FRESH_S:
                 raise wire.Failed("refused", f"a request from {peer} not signed with this run's key, or stale")
+            self._once(str(ask.get("nonce")), peer)
             owner, step = ask.get("owner"), ask.get("step")
             if owner not in self.known or not heal_policy.checkpoint_name_ok(step):
                 raise wire.Failed("refused", f"a request from {peer} for {str(owner)[:40]}/{str(step)[:40]}")
@@ -264,6 +267,15 @@ class Replicator:
                 self.open[peer] -= 1
                 if not self.open[peer]:
                     del self.open[peer]
+
+    def _once(self, nonce, peer):
+        """A signed request is taken once (a recorded one sent again within FRESH_S is refused)."""
+        now = time.time()
+        with self.lock:
+            self.nonces = {n: at for n, at in self.nonces.items() if now - at <= FRESH_S}
+            if len(nonce) != 24 or nonce in self.nonces:
+                raise wire.Failed("refused", f"a request from {peer} replayed, or without its nonce")
+            self.nonces[nonce] = now
 
     def _reply(self, conn, document):
         try:

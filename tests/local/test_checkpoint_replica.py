@@ -135,12 +135,16 @@ def test_an_unsigned_request_and_a_copy_cut_midway_write_nothing(nodes):
         conn.recv(100)
     files = [["shard-0.pt", 10_000, "0" * 64]]
     ask = {"op": "put", "run": "RUN1", "from": "n1", "owner": "n1", "step": "step-5", "files": files,
-           "at": __import__("time").time()}
+           "at": __import__("time").time(), "nonce": "ab" * 12}
     with socket.create_connection((HOSTS["n2"], n2.port)) as conn:
         conn.sendall(wire.frame(n2.key, ask))
         first = wire.unframe(n2.key, conn.recv(4096))
         assert first["send"] is True
         conn.sendall(b"z" * 100)  # then the sender's node is cut
+    with socket.create_connection((HOSTS["n2"], n2.port)) as conn:  # the same request recorded and sent again
+        conn.sendall(wire.frame(n2.key, ask))
+        again = wire.unframe(n2.key, conn.recv(4096))
+        assert again["ok"] is False and "replayed" in again["says"]
     wait_until(lambda: "lost_mid_copy" in {e["kind"] for e in n2.summary()["events"]}, 30)
     assert "refused" in {e["kind"] for e in n2.summary()["events"]}
     assert _held(tmp, "n2", "n1") == [] and not list((tmp / "n2" / "ckpt" / ".clusterctl-replicas" / "RUN1" / "n1").iterdir())

@@ -131,3 +131,28 @@ def test_a_loop_without_progress_ends_after_two_attempts(sandbox, cli, prompt, t
     record = json.loads((cli.state_dir / "runs" / run_id / "run.json").read_text())
     assert "in a row made no progress" in record["heal_refused"]
     assert wait_until(lambda: not _left_over(run_id), 60, interval=1, what="no process of the run")
+
+
+def test_a_linked_checkpoint_dir_and_a_step_that_never_completed_are_named_in_the_log_and_the_record(
+        sandbox, cli, prompt, tmp_path):
+    """node2's checkpoint dir is a symbolic link (refused: nothing of it copied), node1 holds a step
+    directory that never completed (never copied, never resumed from): each is an event of the run's
+    record and a line of its supervisor's log; the run itself goes on to its end."""
+    from clusterctl_helpers import container_of, load_inventory
+
+    name = "replica-faults"
+    ckpt = f"/tmp/clusterctl-ckpt-{name}"
+    container = load_inventory(sandbox)["container"]["name"]
+    container_of(sandbox, "node1", container).exec_run(["mkdir", "-p", f"{ckpt}/step-0"])
+    container_of(sandbox, "node2", container).exec_run(
+        ["sh", "-c", f"mkdir -p {ckpt}-elsewhere && ln -sfn {ckpt}-elsewhere {ckpt}"])
+    inventory = _inventory(sandbox, tmp_path / "inv.yaml", name, restarts=1)
+    run_id = _detach(cli, inventory, prompt)
+    run = wait_until(lambda: _ended(cli, inventory, run_id), 240, interval=3, what="the run's end")
+    assert run["state"] == "succeeded", json.dumps(run)[-3000:]
+    events = [e for attempt in run["attempts"] for e in attempt.get("replica_events") or []]
+    assert any(e["kind"] == "refused" and e["host"] == "node2" and "symbolic link" in e["says"] for e in events), events
+    assert any(e["kind"] == "incomplete" and e["host"] == "node1" and e["step"] == "step-0" for e in events), events
+    log = (sandbox.shared_outputs / "logs" / run_id / "node1" / "supervise.log").read_text()
+    assert "symbolic link" in log and "never completed" in log
+    assert wait_until(lambda: not _left_over(run_id), 60, interval=1, what="no process of the run")
