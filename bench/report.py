@@ -387,6 +387,23 @@ def heal_table(heal) -> str:
     return "\n".join(rows)
 
 
+def heal_replicas_table(heal) -> str:
+    """bench/heal.py measure_replicas: the engine's split of each relaunch on node-local checkpoints, and goodput
+    (launch and first step are both counted from the launch order)."""
+    if not heal:
+        return "_not measured yet: `make bench BENCH_ARGS=--only=heal`_"
+    keys = ("detection_s", "stop_s", "replan_s", "backoff_s", "transfer_s", "launch_s", "first_step_s")
+    rows = ["| relaunch | resumed from | " + " | ".join(k[:-2] + " (s)" for k in keys) + " |",
+            "|---|---|" + "---|" * len(keys)]
+    for number, relaunch in enumerate(heal.get("relaunches") or [], 2):
+        step = (relaunch.get("resumed_from") or "-").rsplit("/", 1)[-1]
+        rows.append(f"| attempt {number} | {step} | " + " | ".join(str(relaunch.get(k, "-")) for k in keys) + " |")
+    rows.append(f"\nexit {heal.get('exit_code')}; {heal.get('cuts')} node(s) cut, one every {heal.get('every_s')} s; goodput "
+                f"{heal.get('goodput')} (the steps' own time over {heal.get('wall_s')} s of wall time) "
+                f"({heal.get('measured')})")
+    return "\n".join(rows)
+
+
 def render(results: dict) -> str:
     text = TEMPLATE.read_text()
     values = {
@@ -400,6 +417,7 @@ def render(results: dict) -> str:
         "launch_vs_hand": launch_report.table(results),
         "collect": collect_tables(results),
         "heal": heal_table(results.get("heal")),
+        "heal_replicas": heal_replicas_table(results.get("heal_replicas")),
         "distribute": distribute_table(results),
         "scale": scale_table(results),
         "phases": phases_table(results),

@@ -178,6 +178,7 @@ def _with_docker(args, results, phase, up, down) -> None:
         import heal
 
         results["heal"] = phase("heal", lambda: heal.measure(sandbox, state))
+        results["heal_replicas"] = phase("heal replicas", lambda: heal.measure_replicas(sandbox, state))
     if "launch" in args.only and not args.quick:  # the 8 nodes, on a sandbox of their own
         phase("sandbox down (4)", down)
         results.setdefault("launch_by_nodes", {})["8"] = phase("launch 8", lambda: dict(

@@ -144,9 +144,15 @@ class RendezvousSpec:
 @dataclass(frozen=True)
 class CheckpointSpec:
     """`job.checkpoint`: where the job saves its checkpoints (on the nodes) and what marks one complete:
-    a file name inside a checkpoint's directory (`COMPLETE`) or a glob matched there (`*.done`)."""
+    a file name inside a checkpoint's directory (`COMPLETE`) or a glob matched there (`*.done`).
+    `replicas` (issue 50): each node's newly complete step is copied to that many peers of the run
+    (node/checkpoint_replica.py), `keep` steps a peer holds of each node, at most `bandwidth` bytes/s
+    (None: a quarter of the node's fastest link)."""
     dir: str
     complete: str
+    replicas: int = 0
+    keep: int = 2
+    bandwidth: Optional[int] = None
 
 
 @dataclass(frozen=True)

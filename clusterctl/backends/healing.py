@@ -77,6 +77,9 @@ def _run_healing(session, backend, inventory, request: RunRequest, live, plan_on
     run_id = session.state.new_run_id()
     if request.detach and healing.enabled:
         return _detached(session, backend, inventory, request, live, fleet, run_id)
+    if healing.checkpoint is not None and healing.checkpoint.replicas:  # the keepers copy them: docs/healing.md
+        session.renderer.message("job.checkpoint.replicas: the checkpoints are copied between nodes in a detached run "
+                                 "(run --detach); this attached run resumes from the new master's own disk", "yellow")
     with holding(session, inventory, run_id):
         return _attempts(session, backend, inventory, request, live, fleet, run_id)
 
@@ -152,9 +155,11 @@ def _attempts(session, backend, inventory, request: RunRequest, live, fleet: Fle
             _record(session, run_id, attempts, {"heal_refused": str(error)})
             raise
         attempts.append(_attempt_entry(session, run_id, plan.attempt, fleet, outcome, attempts))
+        if not outcome.ok:
+            attempts[-1]["progress"] = _progress(session, inventory, fleet, attempts)
         addresses.update({n.get("host"): n.get("local_addr") for n in _read(session, run_id).get("topology") or []})
         left_out = len(fleet.excluded)
-        verdict, reason = _next_step(outcome, healing, plan.attempt, fleet)
+        verdict, reason = _next_step(outcome, healing, plan.attempt, fleet, [a.get("progress") for a in attempts])
         attempts[-1]["excluded"] = fleet.excluded[left_out:]
         _remember_excluded(session, inventory, run_id, attempts[-1]["excluded"])
         if verdict is None:
@@ -172,7 +177,20 @@ def _attempts(session, backend, inventory, request: RunRequest, live, fleet: Fle
         plan = replace(plan, attempt=plan.attempt + 1)
 
 
-def _next_step(outcome: Outcome, healing, attempt: int, fleet: Fleet) -> tuple[Optional[str], Optional[str]]:
+def _progress(session, inventory, fleet: Fleet, attempts: list) -> Optional[bool]:
+    """heal_policy.progress_of the attempt that just failed: the newest complete checkpoint as its
+    master sees it now, against the one it resumed from."""
+    from clusterctl.heal.hooks import checkpoint_on
+
+    spec, last = inventory.job.healing.checkpoint, attempts[-1]
+    newest = checkpoint_on(inventory, session.connections, fleet.active[0], session.renderer) if spec else None
+    earlier = attempts[-2].get("first_failure") if len(attempts) > 1 else None
+    return heal_policy.progress_of(spec is not None, last.get("resumed_from"), newest, last.get("first_failure"),
+                                   earlier)
+
+
+def _next_step(outcome: Outcome, healing, attempt: int, fleet: Fleet,
+               progress: tuple = (None,)) -> tuple[Optional[str], Optional[str]]:
     """(what is done, None) when the run goes on; (None, why not) when it ends here (why: None when it
     simply succeeded, was stopped or interrupted): the engine's decision (heal_policy.decide) on the
     attempt's first failure, the blamed host left out of `fleet`. The world size is checked by the
@@ -182,7 +200,7 @@ def _next_step(outcome: Outcome, healing, attempt: int, fleet: Fleet) -> tuple[O
              or document.get("exit_code") is None else "failed")
     rules = {"table": healing.heal, "restarts": healing.restarts, "min_nodes": healing.min_nodes}
     decision = heal_policy.decide(ended, heal_policy.failure_of(document.get("first_failure")), attempt, rules,
-                                  fleet.names(), [h.name for h in fleet.spares], fleet.granted)
+                                  fleet.names(), [h.name for h in fleet.spares], fleet.granted, progress)
     fleet.excluded += decision.excluded
     if decision.relaunch:
         fleet.hosts_in_use(decision.active, decision.spares)
@@ -198,7 +216,7 @@ def _attempt_entry(session, run_id: str, attempt: int, fleet: Fleet, outcome: Ou
             "hosts": [n.get("host") for n in record.get("topology") or []] or fleet.names(),
             "exit_code": outcome.document.get("exit_code"), "first_failure": outcome.document.get("first_failure"),
             "excluded": [], "relaunch_s": round(started - ended_before, 1) if started and ended_before else None,
-            "checkpoint": record.get("checkpoint")}
+            "checkpoint": record.get("checkpoint"), "resumed_from": record.get("checkpoint"), "progress": None}
 
 
 def _backoff(session, run_id: str, attempts: list, attempt: int) -> bool:

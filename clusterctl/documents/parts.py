@@ -160,6 +160,34 @@ class Excluded:
 
 
 @dataclass(frozen=True)
+class AttemptTimings:
+    """Where the time of the relaunch that started an attempt went (a detached run's engine; issue 50)."""
+
+    detection_s: Optional[float] = doc("the failed node's silence before it was counted lost (0: a rank's exit, "
+                                       "reported within a beat)", default=None)
+    stop_s: Optional[float] = doc("from the failed attempt's end to every survivor's ranks ended", default=None)
+    replan_s: Optional[float] = doc("deciding and choosing the hosts", default=None)
+    backoff_s: Optional[float] = doc("the pause before the relaunch", default=None)
+    transfer_s: Optional[float] = doc("restoring the checkpoint from the replicas on every host (null: none)",
+                                      default=None)
+    launch_s: Optional[float] = doc("from the launch order to every rank started", default=None)
+    first_step_s: Optional[float] = doc("from the launch order to the first new complete checkpoint step",
+                                        default=None)
+
+
+@dataclass(frozen=True)
+class ReplicaEvent:
+    """A problem of the checkpoint replicas (job.checkpoint.replicas), said by the node that met it."""
+
+    kind: str = doc("disk_full, lost_mid_copy, size_mismatch, checksum_mismatch, refused, incomplete or late")
+    says: str
+    at: Optional[float] = None
+    host: Optional[str] = None
+    peer: Optional[str] = None
+    step: Optional[str] = None
+
+
+@dataclass(frozen=True)
 class Attempt:
     """One launch of a run that heals itself."""
 
@@ -172,6 +200,14 @@ class Attempt:
     excluded: list[Excluded] = doc("the hosts this attempt's failure left out", default_factory=list)
     relaunch_s: Optional[float] = doc("seconds from the previous attempt's end to this one's start", default=None)
     checkpoint: Optional[str] = doc("what CLUSTERCTL_CHECKPOINT was", default=None)
+    resumed_from: Optional[str] = doc("the complete checkpoint this attempt resumed from (null: from the start)",
+                                      default=None)
+    progress: Optional[bool] = doc("whether it moved the run on: a newer complete checkpoint than it resumed from "
+                                   "(without job.checkpoint: a first failure other than the attempt before's); "
+                                   "false counts double against job.restarts, twice in a row ends the run; "
+                                   "null: not known (running, or nothing to compare)", default=None)
+    timings: Optional[AttemptTimings] = doc("where the relaunch that started it went", default=None)
+    replica_events: list[ReplicaEvent] = doc("the checkpoint replicas' problems while it ran", default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -61,8 +61,9 @@ def plan_healing(inventory: Inventory, active: list, spares: list, facts: Mappin
              "nproc": {n.host.name: n.nproc for n in topology.nodes},
              "addresses": {n.host.name: n.local_addr for n in topology.nodes},
              "gpus": {n.host.name: list(n.gpu_ids) if n.gpu_ids else None for n in topology.nodes},
-             "checkpoint": {"dir": healing.checkpoint.dir, "complete": healing.checkpoint.complete}
-             if healing.checkpoint else None,
+             "checkpoint": {"dir": healing.checkpoint.dir, "complete": healing.checkpoint.complete,
+                            "replicas": healing.checkpoint.replicas, "keep": healing.checkpoint.keep,
+                            "bandwidth": healing.checkpoint.bandwidth} if healing.checkpoint else None,
              "wrapper": agent.WRAPPER, "workdir": inventory.job.workdir or "",
              "sampler_args": list(sampler_args(inventory)),  # the wrapper's metrics sampler (agent.start_command)
              "marker_names": [name for name, _ in marker_env("", "", "")]}

@@ -55,20 +55,29 @@ def stop_requested(session, run_id: str) -> bool:
 def latest_checkpoint(inventory, connections, topology, renderer) -> Optional[str]:
     """The newest complete checkpoint under `job.checkpoint.dir` as the master of this attempt sees
     it (a shared volume, or the master's own disk), or None: none yet, or no `job.checkpoint`."""
+    return checkpoint_on(inventory, connections, topology.master.host, renderer)
+
+
+def checkpoint_on(inventory, connections, master, renderer) -> Optional[str]:
+    """The newest complete checkpoint under `job.checkpoint.dir` as the host `master` sees it."""
     from clusterctl.executor import for_each_host, run_commands
     from clusterctl.plan.container import host_path, on_host_or_in_container
     from clusterctl.ground.healing import latest_checkpoint_command
     from clusterctl.models import Command
+    from clusterctl.node.heal_policy import checkpoint_name_ok
 
     spec = inventory.job.healing.checkpoint
     if spec is None:
         return None
-    master = topology.master.host
     argv = on_host_or_in_container(inventory, spec.dir, lambda d: latest_checkpoint_command(d, spec.complete))
     command = Command(argv, timeout=30, privileged=host_path(inventory, spec.dir) is not None)
     result = for_each_host([master], lambda transport, host: run_commands(transport, host, [command]),
                            connections)[master.name]
     name = result.stdout.strip().splitlines()[-1] if result.succeeded and result.stdout.strip() else None
+    if name and not checkpoint_name_ok(name):  # the command passes plain names only: anything else is refused here too
+        renderer.message(f"checkpoint: {name[:80]!r} under {spec.dir} on {master.name} is not a plain name; "
+                         "starting without one", "red")
+        name = None
     if not result.succeeded:
         renderer.message(f"checkpoint: could not list {spec.dir} on {master.name} ({result.detail}); "
                          "starting without one", "yellow")

@@ -5,6 +5,8 @@
       restarts: 2           # relaunches after a failure a relaunch can cure (default 0: fail fast)
       min_nodes: 2          # without a spare, go on with fewer nodes, down to this (planned again)
       checkpoint: {dir: /data/ckpt, complete: COMPLETE}   # the latest complete one -> {checkpoint}
+      # with node-local disks: replicas: 1 (each node's new complete step copied to 1 peer), keep: 2,
+      # bandwidth: 200m (bytes a second; default a quarter of the link)
       heal: {killed_by_signal: job, nccl_timeout_slow_rank: node}   # override a cause's response
       lost_after: 15        # a detached run: seconds without a node's keeper report before it is lost
 """
@@ -13,13 +15,14 @@ from __future__ import annotations
 from typing import Any
 
 from clusterctl.inventory.values import (Doc, describe, did_you_mean, expect_int, expect_number, expect_remote_dir,
-                                         expect_text)
+                                         expect_size, expect_text, parse_size)
 from clusterctl.ground.healing import RESPONSES, TABLE
 from clusterctl.models import CheckpointSpec, HealingSpec
 
 HEALING_KEYS = ("nodes", "restarts", "min_nodes", "checkpoint", "heal", "lost_after")
 LOST_AFTER_MIN_S = 3.0  # a keeper reports every second: a shorter window would lose nodes that are only busy
-CHECKPOINT_KEYS = ("dir", "complete")
+CHECKPOINT_KEYS = ("dir", "complete", "replicas", "keep", "bandwidth")
+REQUIRED_CHECKPOINT_KEYS = ("dir", "complete")
 
 
 def healing_settings(doc: Doc, spec: dict, path: tuple, host_count: int) -> HealingSpec:
@@ -33,8 +36,12 @@ def healing_settings(doc: Doc, spec: dict, path: tuple, host_count: int) -> Heal
     if min_nodes is not None and most and min_nodes > most:
         doc.fail(path + ("min_nodes",), f"job.min_nodes is {min_nodes}, more than the {most} node(s) a run uses",
                  f"use at most {most}")
+    checkpoint = doc.value(spec, "checkpoint", path, _expect_checkpoint)
+    if checkpoint and checkpoint.replicas and most and checkpoint.replicas >= most:
+        doc.fail(path + ("checkpoint", "replicas"), f"job.checkpoint.replicas is {checkpoint.replicas}, but a run "
+                 f"uses {most} node(s): each node's steps go to that many OTHER nodes", f"use at most {most - 1}")
     return HealingSpec(nodes=nodes, restarts=doc.value(spec, "restarts", path, _expect_restarts, 0),
-                       min_nodes=min_nodes, checkpoint=doc.value(spec, "checkpoint", path, _expect_checkpoint),
+                       min_nodes=min_nodes, checkpoint=checkpoint,
                        heal=doc.value(spec, "heal", path, _expect_heal, ()),
                        lost_after=doc.value(spec, "lost_after", path, _expect_lost_after, HealingSpec().lost_after))
 
@@ -49,7 +56,7 @@ def _expect_restarts(doc: Doc, value: Any, path: tuple) -> int:
 
 def _expect_checkpoint(doc: Doc, value: Any, path: tuple) -> CheckpointSpec:
     entry = doc.mapping(value, path, CHECKPOINT_KEYS)
-    for key in CHECKPOINT_KEYS:
+    for key in REQUIRED_CHECKPOINT_KEYS:
         if key not in entry:
             doc.fail(path, f"job.checkpoint needs {key}:", "write checkpoint: {dir: /data/ckpt, complete: COMPLETE} "
                      "(complete: the file, or a glob, that a finished checkpoint directory holds)")
@@ -57,7 +64,19 @@ def _expect_checkpoint(doc: Doc, value: Any, path: tuple) -> CheckpointSpec:
     if "/" in complete or complete in (".", ".."):
         doc.fail(path + ("complete",), f"job.checkpoint.complete is a name inside a checkpoint's directory, "
                  f"got {complete!r}", "write the marker file's name (COMPLETE) or a glob (*.done)")
-    return CheckpointSpec(dir=expect_remote_dir(doc, entry["dir"], path + ("dir",)), complete=complete)
+    replicas = expect_int(doc, entry["replicas"], path + ("replicas",), low=0, high=8) if "replicas" in entry else 0
+    keep = expect_int(doc, entry["keep"], path + ("keep",), low=1, high=100) if "keep" in entry else 2
+    bandwidth = _bandwidth(doc, entry["bandwidth"], path + ("bandwidth",)) if "bandwidth" in entry else None
+    return CheckpointSpec(dir=expect_remote_dir(doc, entry["dir"], path + ("dir",)), complete=complete,
+                          replicas=replicas, keep=keep, bandwidth=bandwidth)
+
+
+def _bandwidth(doc: Doc, value: Any, path: tuple) -> int:
+    """job.checkpoint.bandwidth: a size a second (200m, 1g/s), in bytes a second."""
+    text = str(value).strip()
+    text = text[:-2] if text.endswith("/s") else text
+    expect_size(doc, text if isinstance(value, str) else value, path)
+    return parse_size(text)
 
 
 def _expect_heal(doc: Doc, value: Any, path: tuple) -> tuple[tuple[str, str], ...]:

@@ -21,8 +21,9 @@ import threading
 import time
 
 if __package__:  # imported by the controller
-    from clusterctl.node import heal_policy, straggler_verdict
+    from clusterctl.node import checkpoint_copies, heal_policy, straggler_verdict
 else:  # beside node_agent.py in a node's run dir (the script's directory is on sys.path)
+    import checkpoint_copies
     import heal_policy
     import straggler_verdict
 
@@ -171,11 +172,25 @@ class Engine:
         self.active, self.spares = list(self.heal["active"]), list(self.heal["spares"])
         self.attempt, self.attempts, self.excluded = 1, [], []
         self.inner = self.make(self._config(), run_dir, now)
-        self.phase = "running"  # -> stopping (the failed attempt's ranks end) -> backoff -> running | over
+        # -> stopping (the failed attempt's ranks end) -> backoff -> (restoring: replicas) -> running | over
+        self.phase = "running"
         self.relaunch_at, self.over_at, self.reason, self.final_state = None, None, None, None
         self.last_seq, self.seen = {h: -1 for h in config["hosts"]}, {h: None for h in config["hosts"]}
         self.told_end, self.orders = set(), {}
         self.checkpoint, self.heal_refused = None, None
+        # job.checkpoint.replicas: the keepers' copies, the restore before a relaunch (issue 50)
+        self.copies = checkpoint_copies.Copies(self.heal.get("checkpoint"))
+        self.timings, self.marks = {}, {}  # where the current attempt's relaunch went: detection ... first step
+        self.baseline = {}
+
+    # the run's state and reason, as an Attempt's (node_agent.serve says them as the supervisor ends)
+    @property
+    def state(self):
+        return self.final_state if self.phase == "over" else "running"
+
+    @property
+    def stop_reason(self):
+        return self.reason
 
     def _config(self):
         config = {**self.config, "hosts": list(self.active)}
@@ -190,6 +205,8 @@ class Engine:
             if host not in self.last_seq or not isinstance(seq, int) or seq <= self.last_seq[host]:
                 return None
             self.last_seq[host], self.seen[host] = seq, self.now()
+            for event in self.copies.heard_from(host, message.get("checkpoints")):
+                print(f"checkpoint replica on {event['host']}: {event['kind']}: {event['says']}", flush=True)
             if message.get("stopped") and self.phase != "over":  # `clusterctl stop` marked this node
                 self._over("stopped", "the run was stopped by `clusterctl stop`")
             ours = host in self.inner.nodes and int(message.get("attempt") or 1) == self.attempt
@@ -209,7 +226,9 @@ class Engine:
         order = self.orders.get(host)
         if order and not over and int(message.get("attempt") or 1) < order["attempt"]:
             answer["launch"] = order
-        answer["attempt"] = self.attempt
+        if self.phase == "restoring" and host in self.active and self.copies.order:
+            answer["restore"] = self.copies.order
+        answer["attempt"], answer["active"] = self.attempt, list(self.active)
         return answer
 
     # -- the main loop's turn; True once the supervisor may end
@@ -225,7 +244,10 @@ class Engine:
             if self.phase == "stopping" and self.inner.tick():
                 self._decide()
             if self.phase == "backoff" and self.now() >= self.relaunch_at:
-                self._relaunch()
+                self._restore() if self.copies.on else self._relaunch(self.newest())
+            if self.phase == "restoring":
+                self._restoring()
+            self._time_first_step()
             return self.phase == "over" and self._may_end(self.inner.tick())
 
     def _may_end(self, drained):
@@ -243,9 +265,18 @@ class Engine:
         failures = [f for f in self.inner.failures if (f.get("at") or 0) <= (self.inner.ended or 0)]
         failures += [{"host": h, "lost": True, "at": self.inner.ended} for h, n in self.inner.nodes.items()
                      if n["exit_code"] is None and not n["lost"]]  # never reported its end: silent
-        decision = heal_policy.decide("failed", failures, self.attempt, self.heal, self.active, self.spares)
-        found = decision.verdict
+        decided = self.now()
+        found = heal_policy.verdict(failures, self.heal.get("table") or ())
         entry = self._entry(failures, found.cause, found.host)
+        lost = [f.get("silent_s") for f in failures if f.get("lost") and f.get("silent_s") is not None]
+        self.marks = {"detection_s": lost[0] if lost else 0.0,  # a rank's exit is reported within a beat
+                      "stop_s": round(decided - (self.inner.ended or decided), 1)}
+        spec = self.heal.get("checkpoint")
+        entry["progress"] = heal_policy.progress_of(
+            bool(spec), self.checkpoint, self.newest(), entry["first_failure"],
+            self.attempts[-1]["first_failure"] if self.attempts else None)
+        decision = heal_policy.decide("failed", failures, self.attempt, self.heal, self.active, self.spares,
+                                      progress=[a.get("progress") for a in self.attempts] + [entry["progress"]])
         self.attempts.append(entry)
         self.excluded += decision.excluded
         entry["excluded"] = list(decision.excluded)
@@ -256,6 +287,7 @@ class Engine:
             return
         self.active, self.spares = list(decision.active), list(decision.spares)
         self.relaunch_at = self.now() + decision.backoff_s
+        self.marks.update(replan_s=round(self.now() - decided, 3), backoff_s=decision.backoff_s)
         self.phase = "backoff"
         print(f"attempt {self.attempt}: {decision.says}; relaunching on {', '.join(self.active)}", flush=True)
 
@@ -264,11 +296,66 @@ class Engine:
                                                              "evidence": _evidence(failures, host)}]}
         return {"attempt": self.attempt, "started": self.inner.started, "ended": self.inner.ended,
                 "hosts": list(self.inner.nodes), "exit_code": 1, "first_failure": first, "excluded": [],
-                "relaunch_s": None, "checkpoint": self.checkpoint}
+                "relaunch_s": None, "checkpoint": self.checkpoint, "resumed_from": self.checkpoint, "progress": None,
+                "timings": dict(self.timings), "replica_events": self._events_since()}
 
-    def _relaunch(self):
+    def _events_since(self):
+        """The replica events said while this attempt ran (its record names each problem)."""
+        return [e for e in self.copies.events if (e.get("at") or 0) >= (self.inner.started or 0) - 1][-20:]
+
+    def newest(self):
+        """The newest complete checkpoint the run has now: as this node sees `job.checkpoint.dir` (a
+        shared volume), or with replicas, complete across the copies of the hosts that answer."""
+        if self.copies.on:
+            return self.copies.newest(list(self.inner.nodes), self._survivors())
+        return heal_policy.latest_checkpoint(self.heal.get("checkpoint"))
+
+    def _survivors(self):
+        gone = {e["host"] for e in self.excluded} | {h for h, n in self.inner.nodes.items() if n["lost"]}
+        return [h for h, seen in self.seen.items() if seen is not None and h not in gone
+                and self.now() - seen <= self.config["lost_after_s"]]
+
+    def _restore(self):
+        """Before attempt N+1's ranks: every host in use completes the newest step complete across the
+        survivors' copies (checkpoint_copies.choose), or the attempt starts without one, said."""
+        owners = self.attempts[-1]["hosts"] if self.attempts else list(self.active)
+        if self.copies.plan(self.attempt + 1, owners, self._survivors(), self.now()) is None:
+            print("checkpoint replicas: no step is complete across the surviving copies; starting from the "
+                  "beginning", flush=True)
+            return self._relaunch(None)
+        self.marks.setdefault("restore", self.now())  # a second step after a refused one: the same transfer
+        self.phase = "restoring"
+        print(f"attempt {self.attempt + 1}: restoring {self.copies.order['step']} on {', '.join(self.active)}",
+              flush=True)
+
+    def _restoring(self):
+        state, why = self.copies.restored(self.active, self.now())
+        if state == "done":
+            return self._relaunch(self.copies.path(self.copies.order["step"]))
+        if state is not None:
+            print(f"checkpoint replicas: {why}", flush=True)
+            self.copies.events.append({"at": round(self.now(), 1), "kind": "refused" if state == "failed" else "late",
+                                       "host": None, "peer": None, "step": self.copies.order["step"], "says": why})
+            self._restore() if state == "failed" else self._relaunch(None)
+
+    def _time_first_step(self):
+        """The relaunched attempt's launch (every rank started) and first step (a keeper reports a complete
+        step newer than it resumed from)."""
+        if self.attempt > 1 and "launch_s" not in self.timings and self.phase == "running" \
+                and all(n["ranks"] > 0 for n in self.inner.nodes.values()):
+            self.timings["launch_s"] = round(self.now() - self.inner.started, 1)
+        if self.copies.on and self.attempt > 1 and "first_step_s" not in self.timings and self.phase == "running" \
+                and self.copies.first_step(self.active, self.baseline):
+            self.timings["first_step_s"] = round(self.now() - self.inner.started, 1)
+
+    def _relaunch(self, checkpoint):
+        now = self.now()
+        restore = self.marks.pop("restore", None)
+        self.timings = {**self.marks, "transfer_s": round(now - restore, 1) if restore is not None else None}
+        self.marks = {}
         self.attempt += 1
-        self.checkpoint = heal_policy.latest_checkpoint(self.heal.get("checkpoint"))
+        self.checkpoint = checkpoint
+        self.baseline = self.copies.newest_own(self.active)  # the first step of this attempt is newer than these
         heal, token = self.heal, self.heal["token"]
         self.orders = {h: {"attempt": self.attempt, "values": heal_policy.launch_values(
             token, self.active, h, heal["addresses"], heal["nproc"], self.attempt, self.checkpoint, heal.get("gpus"))}
@@ -286,7 +373,8 @@ class Engine:
             current = {"attempt": self.attempt, "started": self.inner.started, "ended": self.inner.ended,
                        "hosts": list(self.inner.nodes), "exit_code": {"succeeded": 0}.get(document["state"]),
                        "first_failure": None, "excluded": [], "checkpoint": self.checkpoint,
-                       "relaunch_s": None}
+                       "resumed_from": self.checkpoint, "progress": None, "relaunch_s": None,
+                       "timings": dict(self.timings), "replica_events": self._events_since()}
             attempts = self.attempts + ([current] if self.phase == "running" or self.attempt > len(self.attempts)
                                         else [])
             for before, after in zip(attempts, attempts[1:]):
@@ -299,7 +387,8 @@ class Engine:
                                                "seen_s_ago": round(self.now() - seen, 1) if seen else None}
             document.update(started=self.started, attempt=self.attempt, attempts=attempts,
                             excluded=list(self.excluded), phase=self.phase, hosts_in_use=list(self.active),
-                            heal_refused=self.heal_refused)
+                            heal_refused=self.heal_refused,
+                            **({"replica_events": list(self.copies.events)} if self.copies.on else {}))
             return document
 
 

@@ -18,11 +18,16 @@ A failure is {"host", "at", "lost", "exit_code", "tail"} as the supervisor heard
 "cause"} where the controller's diagnosis (watch/failures.py) named its cause already.
 """
 import base64
-import glob
+import fnmatch
 import json
 import os
 import re
 from collections import namedtuple
+
+if __package__:  # imported by the controller
+    from clusterctl.node.safe_files import Dir, Refused
+else:  # run on a node, safe_files.py shipped beside it (run/supervision.BESIDE_AGENT)
+    from safe_files import Dir, Refused
 
 RUNS_ON_NODES = True
 RESPONSES = ("node", "job", "transient")
@@ -148,17 +153,26 @@ def replan(active, spares, blamed, min_nodes, nproc, divides=None, granted=False
     return active, spares, None
 
 
-def decide(ended, failures, attempt, rules, active, spares, granted=False):
+def decide(ended, failures, attempt, rules, active, spares, granted=False, progress=(None,)):
     """The run's fate once attempt `attempt` ended (`ended`: succeeded | stopped | failed, with the
-    failures heard). `rules`: "table", "restarts", "min_nodes", "nproc", "world_size_divides", "backoff_s"."""
+    failures heard). `rules`: "table", "restarts", "min_nodes", "nproc", "world_size_divides", "backoff_s".
+    `progress`: every failed attempt's `progress_of` so far, this one's last. An attempt without
+    progress counts double against job.restarts, and two in a row end the run: it never loops."""
     if ended != "failed":
         return Decision(False, None, None, None, active, spares, [], None)
     found = verdict(failures, rules.get("table") or ())
     restarts = int(rules.get("restarts") or 0)
     if found.response == "job":
         return Decision(False, None, found.says(), found, active, spares, [], None)
-    if attempt > restarts:
-        why = f"{found.says()}, and the {restarts} restart(s) of job.restarts are spent"
+    progress = list(progress) or [None]
+    if len(progress) >= 2 and progress[-1] is False and progress[-2] is False:
+        why = (f"{found.says()}, and attempts {attempt - 1} and {attempt} in a row made no progress "
+               "(no newer complete checkpoint, or the same first failure again): a relaunch would loop")
+        return Decision(False, None, why, found, active, spares, [], None)
+    spent = sum(2 if made is False else 1 for made in progress)
+    if attempt > restarts or spent > restarts:
+        double = f" ({spent} counted: an attempt without progress counts double)" if spent > attempt else ""
+        why = f"{found.says()}, and the {restarts} restart(s) of job.restarts are spent{double}"
         return Decision(False, None, why, found, active, spares, [], None)
     pause = backoff_of(attempt, rules.get("backoff_s") or BACKOFF_S)
     if found.response == "transient":
@@ -171,6 +185,29 @@ def decide(ended, failures, attempt, rules, active, spares, granted=False):
         return Decision(False, None, f"{found.says()}, {refused}", found, active, spares, excluded, None)
     joins = f", {joined} joins" if joined else f", going on with {len(kept)} node(s) (job.min_nodes)"
     return Decision(True, found.says() + joins, None, found, kept, left, excluded, pause)
+
+
+def progress_of(checkpointed, resumed_from, newest, first_failure, earlier_failure):
+    """Whether an attempt moved the run on. With `job.checkpoint` (`checkpointed`): a complete
+    checkpoint newer than the one it resumed from. Without: a first failure other than the attempt
+    before's (None: the first attempt, nothing to compare; the same cause, host and evidence line is
+    the same failure at the same step)."""
+    if checkpointed:
+        return bool(newest) and (not resumed_from or natural(step_of(newest)) > natural(step_of(resumed_from)))
+    if earlier_failure is None or first_failure is None:
+        return None
+    return failure_key(first_failure) != failure_key(earlier_failure)
+
+
+def step_of(path):
+    return (path or "").rstrip("/").rsplit("/", 1)[-1]
+
+
+def failure_key(first_failure):
+    """(host, cause, evidence) of a first failure ({"host", "diagnosis": [{"cause", "evidence"}]})."""
+    diagnosis = (first_failure.get("diagnosis") or [{}])[0] if isinstance(first_failure, dict) else {}
+    return (first_failure.get("host") if isinstance(first_failure, dict) else None,
+            diagnosis.get("cause"), (diagnosis.get("evidence") or "").strip())
 
 
 def backoff_of(attempt, backoff=BACKOFF_S):
@@ -222,15 +259,65 @@ def natural(name):
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
 
 
-def latest_checkpoint(spec):
-    """The newest complete checkpoint under spec["dir"] (a subdirectory holding a file matching
-    spec["complete"]), as ground/healing.latest_checkpoint_command finds it; None without one."""
+# A checkpoint's directory name as it may reach an env file (CLUSTERCTL_CHECKPOINT): plain characters
+# only; a newline in a name the job (or anyone who can write there) chose would inject a variable.
+CHECKPOINT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}\Z")
+
+
+def checkpoint_name_ok(name):
+    return bool(CHECKPOINT_NAME.match(name or ""))
+
+
+def complete_steps(root, complete, refused=None):
+    """The names under `root` that are complete checkpoints, oldest first (natural order): a directory
+    (not a link), ours (this process's uid), with a plain name, holding a regular file matching
+    `complete`. Each one passed over for its name, kind or owner is appended to `refused` (why).
+    Read through the no-follow layer (safe_files.py, shipped beside): a step the job turned into a link
+    is named, never entered."""
+    try:
+        where = Dir.open(root)
+    except (OSError, Refused):
+        return []
+    found = []
+    with where:
+        for entry in where.entries():
+            name = entry.name
+            if name.startswith(".") or entry.kind not in ("dir", "link"):
+                continue  # a hidden name is no step (the replicas' own directory is one)
+            why = ("its name has characters other than letters, digits and ._+-" if not checkpoint_name_ok(name)
+                   else "it is a symbolic link" if entry.kind == "link"
+                   else f"it is owned by uid {entry.uid}, not {os.geteuid()}" if entry.uid != os.geteuid() else None)
+            if why:
+                if refused is not None:
+                    refused.append(f"{name!r:.80} under {root}: not used as a checkpoint, {why}")
+                continue
+            if _marked(where, name, complete):
+                found.append(name)
+    return sorted(found, key=natural)
+
+
+def marked(path, complete):
+    """Whether the directory `path` holds a regular file (not a link) whose name matches `complete`."""
+    parent, name = os.path.split(os.path.normpath(path))
+    try:
+        with Dir.open(parent or ".") as where:
+            return _marked(where, name, complete)
+    except (OSError, Refused):
+        return False
+
+
+def _marked(where, name, complete):
+    try:
+        with where.sub(name) as step:
+            return any(e.kind == "file" for e in step.entries() if fnmatch.fnmatch(e.name, complete))
+    except (OSError, Refused):
+        return False
+
+
+def latest_checkpoint(spec, refused=None):
+    """The newest complete checkpoint under spec["dir"] (complete_steps), as
+    ground/healing.latest_checkpoint_command finds it; None without one."""
     if not spec:
         return None
-    root = spec["dir"]
-    try:
-        names = [n for n in os.listdir(root) if os.path.isdir(os.path.join(root, n))]
-    except OSError:
-        return None
-    complete = [n for n in names if glob.glob(os.path.join(glob.escape(os.path.join(root, n)), spec["complete"]))]
-    return f"{root.rstrip('/')}/{max(complete, key=natural)}" if complete else None
+    steps = complete_steps(spec["dir"], spec["complete"], refused)
+    return f"{spec['dir'].rstrip('/')}/{steps[-1]}" if steps else None

@@ -318,13 +318,26 @@ def keep(run_dir, interval=1.0):
         import signal
 
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # `stop`, `down`: the py-spy it unpacked goes too
+    replica = _replicator(run_dir, config)
     try:
-        return _keep(run_dir, config, interval, healing, health, watch)
+        return _keep(run_dir, config, interval, healing, health, watch, replica)
     finally:
         watch.close() if watch else None
+        replica.stop() if replica else None
 
 
-def _keep(run_dir, config, interval, healing, health, watch):
+def _replicator(run_dir, config):
+    """job.checkpoint.replicas (issue 50): this node's checkpoint copies, for the keeper's life; None without."""
+    wanted = ((config.get("heal") or {}).get("checkpoint") or {}).get("replicas")
+    module = _beside("checkpoint_replica", wanted)
+    try:
+        return module.Replicator(run_dir, config).start() if module else None
+    except OSError as error:  # its port taken: the run goes on, its checkpoints not copied (said)
+        print(f"checkpoint replicas: cannot listen ({error}); this node's checkpoints are not copied", flush=True)
+        return None
+
+
+def _keep(run_dir, config, interval, healing, health, watch, replica=None):
     import urllib.request
 
     key, host, lease_s = config["key"], config["host"], config["lease_s"]
@@ -334,6 +347,7 @@ def _keep(run_dir, config, interval, healing, health, watch):
         report = {**node_report(run_dir), **({"attempt": healing.attempt_of(run_dir)} if healing else {})}
         report.update(health.take(final=report["exit_code"] is not None) if health else {})
         report.update({"stragglers": watch.summary()} if watch and report["exit_code"] is None else {})
+        report.update({"checkpoints": replica.summary()} if replica else {})
         seq += 1
         body = json.dumps({"host": host, "seq": seq, **report}).encode()
         request = urllib.request.Request(url, data=body, headers={MAC_HEADER: sign(key, body), HOST_HEADER: host,
@@ -353,6 +367,7 @@ def _keep(run_dir, config, interval, healing, health, watch):
             health.delivered(report.get("health")) if health else None
             if answer.get("stop") and report["exit_code"] is None:
                 _mark_stop(run_dir, str(answer.get("reason") or "stopped by the run's supervisor") + "\n")
+            replica.answered(answer) if replica else None
             if healing and isinstance(answer.get("launch"), dict):
                 healing.launch(run_dir, config, answer["launch"])
             if (report["exit_code"] is not None and answer.get("ack")) or answer.get("end"):

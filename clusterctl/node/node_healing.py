@@ -25,7 +25,8 @@ RUNS_ON_NODES = True
 ATTEMPT_FILE = "attempt"  # the attempt a node's run dir holds (absent: 1, launched by the controller)
 # what stays in the run dir when an attempt is set aside: the supervisor's and keeper's own files
 DAEMON_FILES = ("node_agent.py", "node_healing.py", "engine.py", "heal_policy.py", "node_health.py",
-                "supervision.json", "supervisor.json", "supervisor.json.tmp", "supervise.log", "keep.log")
+                "supervision.json", "supervisor.json", "supervisor.json.tmp", "supervise.log", "keep.log",
+                "checkpoint_replica.py", "checkpoint_wire.py", "checkpoint_copies.py", "safe_files.py")
 
 
 # ---- the keeper's side: launch the next attempt on this node
@@ -73,6 +74,10 @@ def launch(run_dir, config, order):
     launch = heal.get("template_master") if master and heal.get("template_master") else heal["template"]
     env = [(k, substitute(v, values)) for k, v in launch["env"]]
     env = [(k, v) for k, v in env if v or k != "CLUSTERCTL_CHECKPOINT"]
+    bad = [k for k, v in env if "\n" in v or "\0" in v or "\n" in k or "=" in k]
+    if bad:  # one line a variable: a newline in a value would be a variable of its own
+        print(f"attempt {attempt} not launched: {', '.join(bad)[:200]} would span lines of the env file", flush=True)
+        return False
     with Dir.open(run_dir) as d:
         d.write("env", "".join(f"{k}={v}\n" for k, v in env))
         d.write(ATTEMPT_FILE, f"{attempt}\n")

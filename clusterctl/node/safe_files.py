@@ -44,10 +44,10 @@ class Entry:
     """One name in a directory, as `lstat` sees it: kind is file, dir, link or other. (A plain class,
     not a dataclass: importing dataclasses would triple the start of every poll on the node.)"""
 
-    __slots__ = ("name", "kind", "size", "mtime")
+    __slots__ = ("name", "kind", "size", "mtime", "uid")
 
-    def __init__(self, name: str, kind: str, size: int, mtime: float) -> None:
-        self.name, self.kind, self.size, self.mtime = name, kind, size, mtime
+    def __init__(self, name: str, kind: str, size: int, mtime: float, uid: int = -1) -> None:
+        self.name, self.kind, self.size, self.mtime, self.uid = name, kind, size, mtime, uid
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Entry) and all(getattr(self, k) == getattr(other, k) for k in self.__slots__)
@@ -254,6 +254,12 @@ class Dir:
                 raise Refused(f"{self.path}/{name}", "is a symbolic link: not followed") from None
             raise
 
+    def open_fd(self, name: str, *, new: bool = False) -> int:
+        """A descriptor of the regular file `name` to stream (the caller closes it): for reading, or with
+        `new` a file created here exclusively (0600) for writing. Links and special files are refused."""
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL if new else os.O_RDONLY
+        return self._open_file(name, flags)
+
     def read(self, name: str, limit: int = READ_LIMIT, *, tail: bool = False) -> bytes:
         """At most `limit` bytes of a regular file: its first, or with `tail` its last."""
         fd = self._open_file(name, os.O_RDONLY)
@@ -326,7 +332,7 @@ class Dir:
             st = os.stat(name, dir_fd=self.fd, follow_symlinks=False)
         except FileNotFoundError:
             return None
-        return Entry(name, _kind(st.st_mode), st.st_size, st.st_mtime)
+        return Entry(name, _kind(st.st_mode), st.st_size, st.st_mtime, st.st_uid)
 
     def entries(self, limit: int = 100_000) -> list[Entry]:
         """The names here, links and all, as `lstat` sees them (at most `limit`)."""
@@ -339,7 +345,7 @@ class Dir:
                     st = item.stat(follow_symlinks=False)
                 except FileNotFoundError:
                     continue
-                found.append(Entry(item.name, _kind(st.st_mode), st.st_size, st.st_mtime))
+                found.append(Entry(item.name, _kind(st.st_mode), st.st_size, st.st_mtime, st.st_uid))
         return sorted(found, key=lambda e: e.name)
 
     def remove(self, name: str) -> None:

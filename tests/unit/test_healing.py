@@ -25,6 +25,10 @@ def test_the_healing_keys_are_read_with_their_defaults_fail_fast_on_every_host()
                          "  heal: {killed_by_signal: job}\n  lost_after: 6\n").job.healing
     assert (healing.nodes, healing.restarts, healing.min_nodes, healing.lost_after) == (3, 2, 2, 6.0)
     assert (healing.checkpoint.dir, healing.checkpoint.complete, healing.heal) == ("/data/ckpt", "COMPLETE", (("killed_by_signal", "job"),))
+    assert (healing.checkpoint.replicas, healing.checkpoint.keep, healing.checkpoint.bandwidth) == (0, 2, None)
+    spec = _inventory("  nodes: 3\n  checkpoint: {dir: /c, complete: C, replicas: 2, keep: 3, bandwidth: 200m/s}\n"
+                      ).job.healing.checkpoint
+    assert (spec.replicas, spec.keep, spec.bandwidth) == (2, 3, 200 << 20)
 
 
 @pytest.mark.parametrize("job, said", [
@@ -34,6 +38,10 @@ def test_the_healing_keys_are_read_with_their_defaults_fail_fast_on_every_host()
     ("  restarts: '2'\n", "restarts must be a whole number"),
     ("  checkpoint: {dir: /data/ckpt}\n", "job.checkpoint needs complete:"),
     ("  checkpoint: {dir: /data/ckpt, complete: a/COMPLETE}\n", "is a name inside a checkpoint's directory"),
+    ("  nodes: 3\n  checkpoint: {dir: /c, complete: C, replicas: 3}\n", "job.checkpoint.replicas is 3, but a run uses 3"),
+    ("  checkpoint: {dir: /c, complete: C, keep: 0}\n", "keep must be"),
+    ("  checkpoint: {dir: /c, complete: C, bandwidth: 200}\n", "has no unit"),
+    ("  checkpoint: {dir: /c, complete: C, replica: 1}\n", "replica"),
     ("  heal: {killed_by_signl: job}\n", "unknown cause 'killed_by_signl'"),
     ("  heal: {killed_by_signal: retry}\n", "job.heal.killed_by_signal must be node, job or transient"),
     ("  lost_after: 1\n", "job.lost_after: lost_after must be a number at least 3 (seconds), got 1"),

@@ -43,8 +43,11 @@ NODE_ALLOWED = {
     ("node_stragglers.py", "*"): "/proc of the ranks and py-spy's unpacked copy in a private temp dir",
     ("allreduce_bench.py", "*"): "the nccl-test benchmark: one of the job's ranks",
     ("allreduce_bench.py", "_nvlink"): "shutil.which: PATH lookup",
-    ("heal_policy.py", "latest_checkpoint"): "job.checkpoint's directory, read by the keeper as the job's peer "
-                                             "(checkpoint choice: the `ckpt` change moves it onto the layer)",
+    ("checkpoint_replica.py", "root_ok"): "lstat (never follows) of job.checkpoint's root itself, to refuse a link "
+                                          "or another owner's directory before the layer opens it",
+    ("checkpoint_replica.py", "_clean"): "isdir of the root root_ok proved a moment before: nothing is opened",
+    ("checkpoint_wire.py", "link_rate"): "/sys/class/net speeds",
+    ("checkpoint_wire.py", "receive_files"): "/dev/null, where a file the node has already is checked, not written",
 }
 
 FILE_COMMANDS = {"cat", "tail", "head", "rm", "mv", "cp", "touch", "mkdir", "ln", "tee", "dd", "chmod", "chown", "find",

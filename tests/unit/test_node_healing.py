@@ -136,7 +136,7 @@ def _beat(healer, host, seq, **report):
 
 def test_a_silent_node_is_left_out_the_survivor_stopped_and_the_spare_ordered_to_launch_attempt_2():
     clock, seq = Clock(), iter(range(1, 10_000))
-    healer = _healer(clock)
+    healer = _healer(clock, restarts=2)  # no checkpoint yet: attempt 1 made no progress and counts double
     for _ in range(3):
         for host in ("node1", "node2"):
             _beat(healer, host, next(seq))
@@ -223,3 +223,99 @@ def test_each_launchers_template_filled_in_on_the_node_is_what_the_controller_la
         env = tuple((k, heal_policy.substitute(v, values)) for k, v in launch["env"])
         assert argv == runner.nodes[host].torchrun, host
         assert env == runner.nodes[host].env, host
+
+
+def test_a_checkpoint_is_never_a_link_a_foreign_directory_or_an_odd_name(tmp_path):
+    """The security finding of issue 50: the newest-named directory of any owner reached the env file."""
+    import os
+
+    for name in ("step-3", "step-7"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "COMPLETE").write_text("")
+    odd = tmp_path / "step-9\nEVIL=1"
+    odd.mkdir()
+    (odd / "COMPLETE").write_text("")
+    (tmp_path / "step-8").symlink_to(tmp_path / "step-7")
+    (tmp_path / "step-6").mkdir()
+    (tmp_path / "step-6" / "COMPLETE").symlink_to(tmp_path / "step-3" / "COMPLETE")  # a marker that is a link
+    refused: list = []
+    found = heal_policy.latest_checkpoint({"dir": str(tmp_path), "complete": "COMPLETE"}, refused)
+    assert found == f"{tmp_path}/step-7"
+    assert any("symbolic link" in r and "step-8" in r for r in refused)
+    assert any("characters" in r for r in refused) and not any("\n" in r.split("under")[0][1:-2] for r in refused)
+    assert heal_policy.complete_steps(str(tmp_path), "COMPLETE") == ["step-3", "step-7"]
+    if os.geteuid() == 0:  # a directory of another uid is someone else's
+        os.chown(tmp_path / "step-7", 12345, 12345)
+        assert heal_policy.latest_checkpoint({"dir": str(tmp_path), "complete": "COMPLETE"}) == f"{tmp_path}/step-3"
+
+
+def test_the_engine_ends_a_loop_that_makes_no_progress_after_two_attempts():
+    """A transient failure before any checkpoint, twice: attempt 2 is launched, attempt 3 never is."""
+    clock, seq = Clock(), iter(range(1, 10_000))
+    healer = _healer(clock, restarts=5)
+    healer.heal = {**healer.heal, "checkpoint": {"dir": "/nowhere/ckpt", "complete": "COMPLETE"}}
+    tail = "torch.distributed.DistStoreError: Timed out after 30s"
+    for attempt in (1, 2):
+        for host in ("node1", "node2"):
+            _beat(healer, host, next(seq), attempt=attempt, exit_code=1, tail=tail)
+        clock.t += 4
+        healer.tick()
+        healer.tick()
+        if attempt == 1:
+            assert healer.phase == "backoff"
+            clock.t += 2
+            healer.tick()
+    assert healer.phase == "over" and "attempts 1 and 2 in a row made no progress" in healer.heal_refused
+    assert healer.state == "failed" and "made no progress" in healer.stop_reason  # the supervisor's last line says them
+    attempts = healer.document(final=True)["attempts"]
+    assert [a["progress"] for a in attempts] == [False, False] and attempts[1]["resumed_from"] is None
+
+
+def _replicated(clock, restarts=2):
+    healer = _healer(clock, restarts)
+    spec = {"dir": "/local/ckpt", "complete": "COMPLETE", "replicas": 1, "keep": 2, "bandwidth": None}
+    healer.heal = {**healer.heal, "checkpoint": spec}
+    healer.copies = engine.checkpoint_copies.Copies(spec)
+    return healer
+
+
+def _holding(own, held, restored=None):
+    return {"own": own, "held": held, "events": [], "restored": restored or {}}
+
+
+@pytest.mark.parametrize("restore_fails", [False, True])
+def test_a_relaunch_with_replicas_restores_the_newest_step_complete_across_the_survivors_first(restore_fails):
+    """node2 lost with its own step-3 only on its disk: step-2 (its replica on node1) is the newest every host
+    of attempt 1 has a surviving copy of; node1 and the spare node3 restore it before attempt 2 launches."""
+    clock, seq = Clock(), iter(range(1, 10_000))
+    healer = _replicated(clock)
+    _beat(healer, "node1", next(seq), checkpoints=_holding(["step-1", "step-2", "step-3"], {"node2": ["step-2"]}))
+    _beat(healer, "node2", next(seq), checkpoints=_holding(["step-2", "step-3"], {"node1": ["step-2", "step-3"]}))
+    _beat(healer, "node3", next(seq), ranks=0, checkpoints=_holding([], {}))
+    clock.t += 16  # node2 cut off
+    _beat(healer, "node1", next(seq))
+    _beat(healer, "node3", next(seq), ranks=0)
+    healer.tick()
+    _beat(healer, "node1", next(seq), exit_code=-15, stopped=False, tail="clusterctl: stopped")
+    healer.tick()
+    assert healer.phase == "backoff" and healer.attempts[0]["progress"] is True
+    clock.t += 1.5
+    healer.tick()
+    assert healer.phase == "restoring" and not healer.orders
+    order = _beat(healer, "node3", next(seq), ranks=0)["restore"]
+    assert order == {"attempt": 2, "step": "step-2", "sources": {"node1": ["node1"], "node2": ["node1"]}}
+    done = {"attempt": 2, "step": "step-2", "ok": not restore_fails, "says": None if not restore_fails else
+            "shard-1.pt: its SHA-256 differs from the manifest's", "bytes": 10, "s": 0.5}
+    clock.t += 1
+    _beat(healer, "node3", next(seq), ranks=0, checkpoints=_holding([], {}, done))
+    _beat(healer, "node1", next(seq), exit_code=-15, checkpoints=_holding(["step-1", "step-2", "step-3"],
+                                                                           {"node2": ["step-2"]}, {**done, "ok": True}))
+    healer.tick()
+    assert healer.phase == "running" and healer.attempt == 2
+    values = healer.orders["node3"]["values"]
+    checkpoint = next(v for k, v in values.items() if k.endswith(".checkpoint@"))
+    assert checkpoint == ("" if restore_fails else "/local/ckpt/step-2")  # a refused copy is never resumed from
+    attempt = healer.document()["attempts"][-1]
+    assert attempt["timings"]["transfer_s"] == 1.0 and attempt["timings"]["detection_s"] > 15
+    if restore_fails:
+        assert any(e["kind"] == "refused" and "SHA-256" in e["says"] for e in healer.document()["replica_events"])

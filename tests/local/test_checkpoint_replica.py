@@ -1,0 +1,165 @@
+"""Checkpoint replicas between nodes with no shared filesystem (issue 50), on loopback: three "nodes"
+(127.0.0.1-3, each its own run dir and its own checkpoint dir), real Replicators (node/checkpoint_replica.py)
+over real sockets. A plain job's per-rank shards are copied to the next node, pruned to `keep`, restored
+on a spare as the union of every owner's files; the faults (an unsigned request, a peer's full disk, a
+copy cut mid-way, a replica that differs in size or content, a link or never-completed step) are each
+an event, and nothing half-copied is ever a step."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+from clusterctl.node import checkpoint_copies, checkpoint_replica, checkpoint_wire as wire
+from clusterctl_helpers import wait_until
+
+HOSTS = {"n1": "127.0.0.1", "n2": "127.0.0.2", "n3": "127.0.0.3"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def nodes(tmp_path):
+    port = _free_port()
+    made = {}
+
+    def node(host, active=("n1", "n2"), replicas=1, keep=2):
+        run_dir = tmp_path / host / "run"
+        run_dir.mkdir(parents=True, mode=0o700)
+        config = {"key": "k" * 64, "run_id": "RUN1", "host": host, "port": port - wire.PORT_OFFSET + 1,
+                  "heal": {"addresses": HOSTS, "active": list(active),
+                           "checkpoint": {"dir": str(tmp_path / host / "ckpt"), "complete": "COMPLETE",
+                                          "replicas": replicas, "keep": keep}}}
+        made[host] = checkpoint_replica.Replicator(str(run_dir), config, say=lambda line: None).start()
+        return made[host]
+
+    yield node, tmp_path
+    for replicator in made.values():
+        replicator.stop()
+
+
+def _save(root: Path, step: int, ranks: tuple, complete=True):
+    """What a plain job's ranks write on their node: their own shard, then (the last) the marker."""
+    where = root / f"step-{step}"
+    where.mkdir(parents=True, exist_ok=True)
+    for rank in ranks:
+        (where / f"shard-{rank}.pt").write_bytes(os.urandom(1000 + rank) + bytes([step]))
+    if complete:
+        (where / "COMPLETE").write_text("")
+
+
+def _held(tmp_path, host, owner):
+    where = tmp_path / host / "ckpt" / ".clusterctl-replicas" / "RUN1" / owner
+    return sorted(p.name for p in where.iterdir() if not p.name.startswith(".")) if where.is_dir() else []
+
+
+def test_each_new_complete_step_reaches_the_next_node_and_old_ones_are_pruned(nodes):
+    node, tmp = nodes
+    n1, n2 = node("n1"), node("n2")
+    for step in (1, 2, 3):
+        _save(tmp / "n1" / "ckpt", step, (0,))
+        _save(tmp / "n2" / "ckpt", step, (1,))
+        wait_until(lambda: f"step-{step}" in _held(tmp, "n2", "n1") and f"step-{step}" in _held(tmp, "n1", "n2"),
+                   30, what=f"step-{step} replicated")
+    assert _held(tmp, "n2", "n1") == ["step-2", "step-3"]  # keep: 2
+    copy = tmp / "n2" / "ckpt" / ".clusterctl-replicas" / "RUN1" / "n1" / "step-3"
+    assert (copy / "shard-0.pt").read_bytes() == (tmp / "n1" / "ckpt" / "step-3" / "shard-0.pt").read_bytes()
+    assert json.loads((copy / wire.MANIFEST).read_text())[0][0] in ("COMPLETE", "shard-0.pt")
+    assert n1.summary()["held"] == {"n2": ["step-2", "step-3"]} and n2.summary()["own"][-1] == "step-3"
+
+
+def test_a_spare_restores_the_union_of_the_newest_step_complete_across_the_survivors(nodes):
+    node, tmp = nodes
+    n1, n2 = node("n1"), node("n2")
+    for step in (1, 2):
+        _save(tmp / "n1" / "ckpt", step, (0,))
+        _save(tmp / "n2" / "ckpt", step, (1,))
+    wait_until(lambda: "step-2" in _held(tmp, "n1", "n2") and "step-2" in _held(tmp, "n2", "n1"), 30)
+    _save(tmp / "n1" / "ckpt", 3, (0,))  # n2 is lost before its step-3: step-3 is incomplete across the fleet
+    n2.stop()
+    holdings = {"n1": n1.summary()}
+    step, sources = checkpoint_copies.choose(holdings, ["n1", "n2"], ["n1", "n3"])
+    assert step == "step-2" and sources == {"n1": ["n1"], "n2": ["n1"]}
+    n3 = node("n3", active=("n1", "n3"))
+    result = n3.restore(2, step, sources)
+    assert result["ok"], result
+    got = sorted(p.name for p in (tmp / "n3" / "ckpt" / "step-2").iterdir())
+    assert got == ["COMPLETE", "shard-0.pt", "shard-1.pt"]
+    assert ((tmp / "n3" / "ckpt" / "step-2" / "shard-1.pt").read_bytes()
+            == (tmp / "n2" / "ckpt" / "step-2" / "shard-1.pt").read_bytes())
+    assert n1.restore(2, step, sources)["ok"] and (tmp / "n1" / "ckpt" / "step-2" / "shard-1.pt").exists()
+
+
+def test_a_replica_that_differs_in_size_or_content_is_refused_and_said(nodes):
+    node, tmp = nodes
+    n1, n2 = node("n1"), node("n2")
+    _save(tmp / "n1" / "ckpt", 1, (0,))
+    wait_until(lambda: "step-1" in _held(tmp, "n2", "n1"), 30)
+    n1.stop()
+    shard = tmp / "n2" / "ckpt" / ".clusterctl-replicas" / "RUN1" / "n1" / "step-1" / "shard-0.pt"
+    shard.write_bytes(shard.read_bytes() + b"x")
+    n3 = node("n3", active=("n2", "n3"))
+    result = n3.restore(2, "step-1", {"n1": ["n2"]})
+    assert not result["ok"] and "size_mismatch" in {e["kind"] for e in n3.summary()["events"]}
+    shard.write_bytes(b"y" * (len(shard.read_bytes()) - 1))
+    result = n3.restore(2, "step-1", {"n1": ["n2"]})
+    assert not result["ok"] and "checksum_mismatch" in {e["kind"] for e in n3.summary()["events"]}
+    assert not (tmp / "n3" / "ckpt" / "step-1" / "COMPLETE").exists()  # never a step
+    assert not [p for p in (tmp / "n3" / "ckpt" / "step-1").iterdir() if p.name.endswith(".part")]
+
+
+def test_a_peer_with_a_full_disk_keeps_its_older_replica_and_says_so(nodes, monkeypatch):
+    node, tmp = nodes
+    n1, n2 = node("n1"), node("n2")
+    _save(tmp / "n1" / "ckpt", 1, (0,))
+    wait_until(lambda: "step-1" in _held(tmp, "n2", "n1"), 30)
+    monkeypatch.setattr(wire, "RESERVE", 1 << 62)  # no disk has that much free
+    _save(tmp / "n1" / "ckpt", 2, (0,))
+    wait_until(lambda: any(e["kind"] == "disk_full" for e in n2.summary()["events"]), 30)
+    assert _held(tmp, "n2", "n1") == ["step-1"]
+    assert any(e["kind"] == "disk_full" and e["peer"] == "n2" for e in n1.summary()["events"])
+
+
+def test_an_unsigned_request_and_a_copy_cut_midway_write_nothing(nodes):
+    node, tmp = nodes
+    n2 = node("n2")
+    with socket.create_connection((HOSTS["n2"], n2.port)) as conn:
+        conn.sendall(b"00" * 32 + b' {"op":"put"}\n')
+        conn.recv(100)
+    files = [["shard-0.pt", 10_000, "0" * 64]]
+    ask = {"op": "put", "run": "RUN1", "from": "n1", "owner": "n1", "step": "step-5", "files": files,
+           "at": __import__("time").time(), "nonce": "ab" * 12}
+    with socket.create_connection((HOSTS["n2"], n2.port)) as conn:
+        conn.sendall(wire.frame(n2.key, ask))
+        first = wire.unframe(n2.key, conn.recv(4096))
+        assert first["send"] is True
+        conn.sendall(b"z" * 100)  # then the sender's node is cut
+    with socket.create_connection((HOSTS["n2"], n2.port)) as conn:  # the same request recorded and sent again
+        conn.sendall(wire.frame(n2.key, ask))
+        again = wire.unframe(n2.key, conn.recv(4096))
+        assert again["ok"] is False and "replayed" in again["says"]
+    wait_until(lambda: "lost_mid_copy" in {e["kind"] for e in n2.summary()["events"]}, 30)
+    assert "refused" in {e["kind"] for e in n2.summary()["events"]}
+    assert _held(tmp, "n2", "n1") == [] and not list((tmp / "n2" / "ckpt" / ".clusterctl-replicas" / "RUN1" / "n1").iterdir())
+
+
+def test_a_linked_checkpoint_dir_and_a_step_that_never_completes_are_said_and_not_copied(nodes, tmp_path):
+    node, tmp = nodes
+    elsewhere = tmp_path / "elsewhere"
+    _save(elsewhere, 1, (0,))
+    (tmp / "n1").mkdir()
+    (tmp / "n1" / "ckpt").symlink_to(elsewhere)
+    n1 = node("n1")
+    wait_until(lambda: any("symbolic link" in e["says"] for e in n1.summary()["events"]), 30)
+    assert n1.summary()["own"] == []
+    n2 = node("n2", active=("n2", "n1"))
+    _save(tmp / "n2" / "ckpt", 1, (1,), complete=False)
+    _save(tmp / "n2" / "ckpt", 2, (1,))
+    wait_until(lambda: any(e["kind"] == "incomplete" and e["step"] == "step-1" for e in n2.summary()["events"]), 30)

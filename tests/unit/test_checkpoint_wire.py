@@ -1,0 +1,50 @@
+"""The parsers of what a peer sends the checkpoint replicas' listener (issue 50): a request line and a
+manifest are remote text; whatever arrives, the answer is a document, None or one Failed, never a crash,
+and nothing unsigned is believed."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, strategies as st
+
+from clusterctl.node import checkpoint_copies, checkpoint_wire as wire
+
+KEY = "k" * 64
+
+
+@given(st.binary(max_size=400))
+def test_any_line_unsigned_is_refused_without_a_crash(line):
+    assert wire.unframe(KEY, line) is None
+
+
+@given(st.dictionaries(st.text(max_size=8), st.one_of(st.integers(), st.text(max_size=20), st.none()), max_size=5))
+def test_a_signed_document_comes_back_as_it_was_and_a_changed_one_never(document):
+    line = wire.frame(KEY, document)
+    assert wire.unframe(KEY, line) == document
+    assert wire.unframe("other" * 10, line) is None
+    assert wire.unframe(KEY, line.replace(b"}", b" }", 1)) is None
+
+
+@given(st.recursive(st.one_of(st.none(), st.integers(), st.text(max_size=30), st.booleans()),
+                    lambda inner: st.lists(inner, max_size=4), max_leaves=20))
+def test_a_manifest_is_checked_or_refused_never_a_crash(files):
+    try:
+        checked, total = wire.manifest_ok(files)
+    except wire.Failed as failed:
+        assert failed.kind == "refused"
+        return
+    assert all(wire.FILE_NAME.match(name) and size >= 0 and len(digest) == 64 for name, size, digest in checked)
+
+
+@pytest.mark.parametrize("name", ["../x", "a/b", ".", "..", "x\ny", "", "a" * 256])
+def test_a_file_name_that_is_not_plain_is_refused(name):
+    with pytest.raises(wire.Failed):
+        wire.manifest_ok([[name, 1, "0" * 64]])
+
+
+def test_the_newest_step_complete_for_every_owner_is_chosen_and_a_refused_one_passed_over():
+    holdings = {"a": {"own": ["step-8", "step-9", "step-10"], "held": {"b": ["step-9", "step-10"]}},
+                "c": {"own": [], "held": {"b": ["step-8"], "a": ["step-9"]}}}
+    assert checkpoint_copies.choose(holdings, ["a", "b"], ["a", "c"]) == ("step-10", {"a": ["a"], "b": ["a"]})
+    assert checkpoint_copies.choose(holdings, ["a", "b"], ["c"]) == (None, {})  # a's copy of step-8 is gone with it
+    assert checkpoint_copies.choose(holdings, ["a", "b"], ["a", "c"], refused={"step-10"})[0] == "step-9"
+    assert checkpoint_copies.choose({"a": {"own": ["step-1\nX=1"]}}, ["a"], ["a"]) == (None, {})
