@@ -1,0 +1,124 @@
+"""The watch on loops as users write them (issue 49), for real on this machine: torchrun's gloo ranks of
+tests/fixtures/jobs/ddp_plain.py (a model, DDP or FSDP2's fully_shard, an optimizer, loss.backward(),
+no torch.distributed call of its own) and DeepSpeed ZeRO-2 (tests/fixtures/jobs/ds_plain.py) under
+`clusterctl run` with a `connection: local` host, one rank slowed or frozen FROM OUTSIDE the job
+(tests/fixtures/noisy.py: SIGSTOP/SIGCONT duty cycles, SIGSTOP for good). The waits are in C++ under
+loss.backward() or in the engine: the verdict sees them by the ranks' kernel state (asleep in a
+library: node/straggler_verdict.py); the frozen rank is named by its process state (watch/rollcall.py)."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from clusterctl_helpers import FIXTURE_JOBS, wait_until
+from fixtures.noisy import DutyCycle, find_rank, freeze, thaw
+
+from local.test_logs_stop import _clusterctl
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _inventory(tmp_path: Path, job: str, args: list, name: str, nproc: int = 3, extra: str = "") -> tuple[Path, str]:
+    pytest.importorskip("torch")
+    pytest.importorskip("clusterctl.watch.sampler").pyspy_binary() or pytest.skip("no py-spy installed")
+    cluster = f"{name}-{os.getpid()}"
+    path = tmp_path / "inventory.yaml"
+    path.write_text(f"""name: {cluster}
+hosts:
+  - {{name: local, connection: local}}
+rendezvous: {{port: {_free_port()}}}
+job:
+  command: [{FIXTURE_JOBS / job}]
+  args: {json.dumps(args)}
+  nproc_per_node: {nproc}
+  python: {sys.executable}
+  outputs: {tmp_path / 'outputs'}
+{extra}checks: {{ib: off}}
+""")
+    (tmp_path / "prompt.txt").write_text("a cat\n")
+    return path, cluster
+
+
+def _run(tmp_path: Path, inventory: Path, *options: str, outside=None) -> dict:
+    """`clusterctl run --json` to its end, `outside(marker)` in a thread meanwhile: the document."""
+    proc = _clusterctl(tmp_path, "run", "-i", str(inventory), *options, str(tmp_path / "prompt.txt"))
+    cluster = inventory.read_text().split("\n", 1)[0].split(": ", 1)[1]
+    done: list = []
+    helper = threading.Thread(target=lambda: done.append(outside([f"CLUSTERCTL_CLUSTER={cluster}"])), daemon=True) \
+        if outside else None
+    if helper:
+        helper.start()
+    out, err = proc.communicate(timeout=600)
+    if helper:
+        helper.join(30)
+    assert out.strip(), err[-3000:]
+    return json.loads(out)
+
+
+def _slowed(rank: int, share: float, hold: dict):
+    """From outside: rank `rank` held `share` of the time from when it is up until the run ends."""
+    def outside(marker):
+        pid = wait_until(lambda: find_rank(marker, rank), 120, what=f"rank {rank}")
+        hold["pid"] = pid
+        cycle = DutyCycle(pid, share)
+        try:
+            while os.path.exists(f"/proc/{pid}"):
+                time.sleep(0.5)
+        finally:
+            cycle.stop()
+    return outside
+
+
+def _frozen(rank: int, after_s: float, hold: dict):
+    def outside(marker):
+        pid = wait_until(lambda: find_rank(marker, rank), 120, what=f"rank {rank}")
+        hold["pid"] = pid
+        time.sleep(after_s)
+        freeze(pid)
+        hold["frozen_at"] = time.time()
+    return outside
+
+
+def _finding(document: dict) -> dict:
+    failure = document.get("first_failure") or {}
+    return next((f for f in failure.get("diagnosis") or [] if f.get("cause") == "rank_hang"), {})
+
+
+@pytest.mark.slow
+@pytest.mark.heavy
+@pytest.mark.parametrize("kind", ["ddp", "fsdp2"])
+def test_a_plain_loop_with_a_rank_slowed_from_outside_names_it(tmp_path, kind):
+    inventory, _ = _inventory(tmp_path, "ddp_plain.py", ["--kind", kind, "--steps", "250"], f"loop-{kind}")
+    hold: dict = {}
+    document = _run(tmp_path, inventory, "--stall-timeout", "0", outside=_slowed(2, 0.6, hold))
+    assert [(s["host"], s["rank"]) for s in document["stragglers"]][:1] == [("local", 2)], document
+    print(f"\n{kind}: {document['stragglers'][0]}")
+
+
+@pytest.mark.slow
+@pytest.mark.heavy
+@pytest.mark.parametrize("kind", ["ddp", "fsdp2"])
+def test_a_plain_loop_with_a_rank_frozen_from_outside_names_its_host_rank_and_state(tmp_path, kind):
+    inventory, _ = _inventory(tmp_path, "ddp_plain.py", ["--kind", kind, "--steps", "100000"], f"freeze-{kind}")
+    hold: dict = {}
+    try:
+        document = _run(tmp_path, inventory, "--stall-timeout", "10", outside=_frozen(1, 5, hold))
+    finally:
+        if "pid" in hold:
+            thaw(hold["pid"])
+    failure = document["first_failure"]
+    assert (failure["host"], failure["rank"]) == ("local", 1), failure
+    finding = _finding(document)
+    assert (finding["host"], finding["rank"]) == ("local", 1), failure
+    assert "rank 1 on local is stopped (state T" in finding["evidence"], finding
+    assert "while every rank read (2) waits in" in finding["evidence"], finding
