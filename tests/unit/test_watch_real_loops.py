@@ -136,3 +136,14 @@ def test_every_rank_of_the_world_is_accounted_for_whatever_the_states(ranks, wor
                 max_size=5), STATES)
 def test_frames_wait_takes_any_frames_and_state(frames, state):
     assert verdict.frames_wait(frames, state) in (True, False)
+
+
+def test_top_shows_the_straggler_named_while_it_is_late():
+    from clusterctl.commands.top import late
+
+    record = {"stragglers": [{"host": "node1", "rank": 0, "lag_s": None, "lag_share": 0.3, "ratio": 1.4, "until": 5.0},
+                             {"host": "node2", "rank": 3, "lag_s": 0.41, "lag_share": 0.4, "ratio": 2.1, "until": None}]}
+    assert late(record) == " · straggler node2 r3: +0.41 s per step (2.1x the median)"
+    assert late({"stragglers": [{"host": "n", "rank": 1, "lag_share": 0.25, "until": None}]}) == \
+        " · straggler n r1: +25% of each step"
+    assert late({}) == "" and late({"stragglers": ["junk", {"until": None}]}) == ""
