@@ -10,7 +10,8 @@ script finds them: a rank's child with the same RANK and a launcher's shell are 
 at once with `py-spy dump --json --nonblocking` (the ranks are not paused), TIMEOUT_S at most and
 MAX_OUTPUT bytes. Each sample is [tick, [[rank, waits], ...]] (tick: the whole second of the node's
 clock, so the supervisor puts the nodes' samples of one moment side by side; waits: the main thread in
-a collective, straggler_verdict.frames_wait); the latest KEPT go in every beat, the supervisor keeps
+a collective or asleep inside a library, straggler_verdict.frames_wait, its state read from /proc just
+before py-spy starts); the latest KEPT go in every beat, the supervisor keeps
 each tick once (engine.py, straggler_verdict.Watch). Without a py-spy that runs, the keeper says so
 once (its log and its beats) and the run goes on unwatched. The py-spy unpacked into the run dir is
 removed when the keeper ends.

@@ -6,7 +6,8 @@ only, Python 3.8+, shipped beside node_agent.py.
 Every rank of a data-parallel job meets the others at each step's collectives. A rank slower than
 the rest arrives last every time, and the others wait for it inside torch.distributed. So in
 periodic non-blocking py-spy samples of every rank, the straggler is the rank that is working while
-every other rank waits in a collective (or, with NCCL, in the CUDA sync behind one). A Reading is one
+every other rank waits in a collective (or, with NCCL, in the CUDA sync behind one; or, in a loop with
+no collective of its own, asleep in the kernel inside torch's C++: frames_wait). A Reading is one
 readable rank in one sample: where it is (host, rank) and whether it waits. Over a window of samples:
 - a rank singled out so (working, all others waiting) in a good share of the samples, far more often
   than any other rank, is late at the collectives consistently: it is named;

@@ -89,6 +89,17 @@ def _frozen(rank: int, after_s: float, hold: dict):
     return outside
 
 
+# the loops: (job, its arguments); DeepSpeed's CPU accelerator builds its shm op on the first run (~2 min, kept in
+# ~/.cache/torch_extensions)
+LOOPS = {"ddp": ("ddp_plain.py", ["--kind", "ddp"]), "fsdp2": ("ddp_plain.py", ["--kind", "fsdp2"]),
+         "deepspeed": ("ds_plain.py", [])}
+
+
+def _needs(kind: str) -> None:
+    if kind == "deepspeed":
+        pytest.importorskip("deepspeed")
+
+
 def _finding(document: dict) -> dict:
     failure = document.get("first_failure") or {}
     return next((f for f in failure.get("diagnosis") or [] if f.get("cause") == "rank_hang"), {})
@@ -96,9 +107,11 @@ def _finding(document: dict) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.heavy
-@pytest.mark.parametrize("kind", ["ddp", "fsdp2"])
+@pytest.mark.parametrize("kind", sorted(LOOPS))
 def test_a_plain_loop_with_a_rank_slowed_from_outside_names_it(tmp_path, kind):
-    inventory, _ = _inventory(tmp_path, "ddp_plain.py", ["--kind", kind, "--steps", "250"], f"loop-{kind}")
+    _needs(kind)
+    job, args = LOOPS[kind]
+    inventory, _ = _inventory(tmp_path, job, [*args, "--steps", "250"], f"loop-{kind}")
     hold: dict = {}
     document = _run(tmp_path, inventory, "--stall-timeout", "0", outside=_slowed(2, 0.6, hold))
     assert [(s["host"], s["rank"]) for s in document["stragglers"]][:1] == [("local", 2)], document
@@ -107,9 +120,11 @@ def test_a_plain_loop_with_a_rank_slowed_from_outside_names_it(tmp_path, kind):
 
 @pytest.mark.slow
 @pytest.mark.heavy
-@pytest.mark.parametrize("kind", ["ddp", "fsdp2"])
+@pytest.mark.parametrize("kind", sorted(LOOPS))
 def test_a_plain_loop_with_a_rank_frozen_from_outside_names_its_host_rank_and_state(tmp_path, kind):
-    inventory, _ = _inventory(tmp_path, "ddp_plain.py", ["--kind", kind, "--steps", "100000"], f"freeze-{kind}")
+    _needs(kind)
+    job, args = LOOPS[kind]
+    inventory, _ = _inventory(tmp_path, job, [*args, "--steps", "100000"], f"freeze-{kind}")
     hold: dict = {}
     try:
         document = _run(tmp_path, inventory, "--stall-timeout", "10", outside=_frozen(1, 5, hold))
@@ -122,3 +137,11 @@ def test_a_plain_loop_with_a_rank_frozen_from_outside_names_its_host_rank_and_st
     assert (finding["host"], finding["rank"]) == ("local", 1), failure
     assert "rank 1 on local is stopped (state T" in finding["evidence"], finding
     assert "while every rank read (2) waits in" in finding["evidence"], finding
+
+
+@pytest.mark.slow
+@pytest.mark.heavy
+def test_a_plain_ddp_loop_left_alone_names_nobody(tmp_path):
+    inventory, _ = _inventory(tmp_path, "ddp_plain.py", ["--kind", "ddp", "--steps", "400"], "loop-quiet")
+    document = _run(tmp_path, inventory, "--stall-timeout", "0")
+    assert document["ok"] and document["stragglers"] == [], document
