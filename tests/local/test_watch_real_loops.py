@@ -145,3 +145,34 @@ def test_a_plain_ddp_loop_left_alone_names_nobody(tmp_path):
     inventory, _ = _inventory(tmp_path, "ddp_plain.py", ["--kind", "ddp", "--steps", "400"], "loop-quiet")
     document = _run(tmp_path, inventory, "--stall-timeout", "0")
     assert document["ok"] and document["stragglers"] == [], document
+
+
+def test_a_py_spy_that_hangs_is_killed_and_its_rank_is_said_unread_with_its_state(tmp_path):
+    """The node script (watch/sampler.py) with a py-spy on PATH that never answers a dump: killed after
+    SPY_TIMEOUT_S (the run's 120 s bound is the fake's hour cut short), the rank reported unread (never a
+    hang of the watch), its state read all the same."""
+    import subprocess
+
+    from clusterctl.watch import sampler
+    from clusterctl.watch.rollcall import roll_call
+
+    fake = tmp_path / "bin" / "py-spy"
+    fake.parent.mkdir()
+    fake.write_text('#!/bin/sh\n[ "$1" = --version ] && { echo "py-spy 0.4.3"; exit 0; }\nexec sleep 3600\n')
+    fake.chmod(0o755)
+    marker = {"CLUSTERCTL_CLUSTER": "hangs", "CLUSTERCTL_HOST": "local", "CLUSTERCTL_RUN_ID": "r1", "RANK": "0"}
+    rank = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], env={**os.environ, **marker})
+    try:
+        time.sleep(0.5)
+        argv = ["sh", "-c", sampler._SCRIPT, "clusterctl-stacks", "hangs", "local", "r1", "1", "0", "", "--nonblocking",
+                "", "", "ship"]
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+                             env={**os.environ, "PATH": f"{fake.parent}{os.pathsep}{os.environ['PATH']}"}).stdout
+    finally:
+        rank.kill()
+        rank.wait()
+    node = sampler.parse_node_output(out, "local")
+    (read,) = node.samples[0]
+    assert read.rank == 0 and not read.frames and read.state == "S", out[-2000:]
+    assert read.error == f"py-spy did not answer within {sampler.SPY_TIMEOUT_S} s (killed)", read
+    assert roll_call([read], [0]).failed == (read,)
