@@ -95,9 +95,12 @@ LOOPS = {"ddp": ("ddp_plain.py", ["--kind", "ddp"]), "fsdp2": ("ddp_plain.py", [
          "deepspeed": ("ds_plain.py", [])}
 
 
-def _needs(kind: str) -> None:
+def _loop(tmp_path: Path, kind: str, steps: int, name: str) -> Path:
+    """The inventory of LOOPS[kind] for `steps` steps (DeepSpeed's tests skipped where it is not installed)."""
     if kind == "deepspeed":
         pytest.importorskip("deepspeed")
+    job, args = LOOPS[kind]
+    return _inventory(tmp_path, job, [*args, "--steps", str(steps)], f"{name}-{kind}")[0]
 
 
 def _finding(document: dict) -> dict:
@@ -109,11 +112,8 @@ def _finding(document: dict) -> dict:
 @pytest.mark.heavy
 @pytest.mark.parametrize("kind", sorted(LOOPS))
 def test_a_plain_loop_with_a_rank_slowed_from_outside_names_it(tmp_path, kind):
-    _needs(kind)
-    job, args = LOOPS[kind]
-    inventory, _ = _inventory(tmp_path, job, [*args, "--steps", "250"], f"loop-{kind}")
-    hold: dict = {}
-    document = _run(tmp_path, inventory, "--stall-timeout", "0", outside=_slowed(2, 0.6, hold))
+    inventory = _loop(tmp_path, kind, 250, "loop")
+    document = _run(tmp_path, inventory, "--stall-timeout", "0", outside=_slowed(2, 0.6, {}))
     assert [(s["host"], s["rank"]) for s in document["stragglers"]][:1] == [("local", 2)], document
     print(f"\n{kind}: {document['stragglers'][0]}")
 
@@ -122,9 +122,7 @@ def test_a_plain_loop_with_a_rank_slowed_from_outside_names_it(tmp_path, kind):
 @pytest.mark.heavy
 @pytest.mark.parametrize("kind", sorted(LOOPS))
 def test_a_plain_loop_with_a_rank_frozen_from_outside_names_its_host_rank_and_state(tmp_path, kind):
-    _needs(kind)
-    job, args = LOOPS[kind]
-    inventory, _ = _inventory(tmp_path, job, [*args, "--steps", "100000"], f"freeze-{kind}")
+    inventory = _loop(tmp_path, kind, 100000, "freeze")
     hold: dict = {}
     try:
         document = _run(tmp_path, inventory, "--stall-timeout", "10", outside=_frozen(1, 5, hold))
