@@ -174,3 +174,30 @@ def test_a_py_spy_that_hangs_is_killed_and_its_rank_is_said_unread_with_its_stat
     assert read.rank == 0 and not read.frames and read.state == "S", out[-2000:]
     assert read.error == f"py-spy did not answer within {sampler.SPY_TIMEOUT_S} s (killed)", read
     assert roll_call([read], [0]).failed == (read,)
+
+
+@pytest.mark.slow
+@pytest.mark.heavy
+def test_a_detached_plain_ddp_loop_slowed_from_outside_is_named_by_its_keepers_and_the_supervisor(tmp_path):
+    """`run --detach`: each keeper reads its ranks' states with py-spy's stacks (node/node_stragglers.py), the
+    supervisor names the rank (node/straggler_verdict.py); `status --json` has it while the run goes on."""
+    inventory = _loop(tmp_path, "ddp", 100000, "detached")
+    cluster = inventory.read_text().split("\n", 1)[0].split(": ", 1)[1]
+    proc = _clusterctl(tmp_path, "run", "-i", str(inventory), "--stall-timeout", "0", "--detach",
+                       str(tmp_path / "prompt.txt"))
+    out, err = proc.communicate(timeout=300)
+    run_id = json.loads(out)["run_id"]
+    pid = wait_until(lambda: find_rank([f"CLUSTERCTL_CLUSTER={cluster}"], 2), 120, what="rank 2")
+    cycle = DutyCycle(pid, 0.6)
+    try:
+        def named():
+            status = _clusterctl(tmp_path, "status", "-i", str(inventory))
+            said, _ = status.communicate(timeout=120)
+            run = next((r for r in json.loads(said).get("runs") or () if r["run_id"] == run_id), {})
+            return run if run.get("stragglers") else None
+
+        run = wait_until(named, 240, interval=3.0, what="status --json to name a straggler")
+    finally:
+        cycle.stop()
+        _clusterctl(tmp_path, "stop", "-i", str(inventory), run_id).communicate(timeout=120)
+    assert [(s["host"], s["rank"]) for s in run["stragglers"]][:1] == [("local", 2)], run
