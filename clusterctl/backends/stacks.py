@@ -17,7 +17,7 @@ def take_run_stacks(session, inventory, run_id: str, record: dict):
     planned = {node["host"] for node in record.get("topology") or []}
     hosts = [h for h in inventory.hosts if h.name in planned]
     nodes = sampler.take_stacks(inventory, hosts, run_id, session.connections, samples=1)
-    call = stalls.snapshot(nodes, shape.expected)
+    call = stalls.snapshot(nodes, shape.expected, shape.host_of_rank)
     name = stalls.file_name()
     saved = stalls.save_local(RunStore(session.state).stacks_dir(run_id), name,
                               stalls.stacks_document(run_id, nodes, "clusterctl stacks", call=call))

@@ -10,7 +10,8 @@ script finds them: a rank's child with the same RANK and a launcher's shell are 
 at once with `py-spy dump --json --nonblocking` (the ranks are not paused), TIMEOUT_S at most and
 MAX_OUTPUT bytes. Each sample is [tick, [[rank, waits], ...]] (tick: the whole second of the node's
 clock, so the supervisor puts the nodes' samples of one moment side by side; waits: the main thread in
-a collective, straggler_verdict.frames_wait); the latest KEPT go in every beat, the supervisor keeps
+a collective or asleep inside a library, straggler_verdict.frames_wait, its state read from /proc just
+before py-spy starts); the latest KEPT go in every beat, the supervisor keeps
 each tick once (engine.py, straggler_verdict.Watch). Without a py-spy that runs, the keeper says so
 once (its log and its beats) and the run goes on unwatched. The py-spy unpacked into the run dir is
 removed when the keeper ends.
@@ -125,8 +126,19 @@ def find_ranks(marker):
     return ranks
 
 
-def waits(text):
-    """From py-spy's `dump --json`: None (unreadable), else whether the main thread waits for the others."""
+def main_state(pid):
+    """The main thread's kernel state (a letter of /proc's `State:`), "" where /proc cannot say."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/stat") as f:
+            state = f.read(4096).rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
+    return state if len(state) == 1 and state.isalpha() else ""
+
+
+def waits(text, state=""):
+    """From py-spy's `dump --json` and the main thread's state read as it started: None (unreadable), else
+    whether the main thread waits for the others (straggler_verdict.frames_wait)."""
     try:
         threads = json.loads(text)
     except (ValueError, RecursionError):
@@ -136,7 +148,7 @@ def waits(text):
     main = next((t for t in threads if t.get("thread_name") == "MainThread"), threads[0] if threads else None)
     frames = [(f.get("name"), f.get("filename") or f.get("short_filename") or "")
               for f in (main or {}).get("frames", ()) if isinstance(f, dict) and isinstance(f.get("name"), str)]
-    return verdict.frames_wait(frames) if frames else None
+    return verdict.frames_wait(frames, state) if frames else None
 
 
 class Sampler:
@@ -183,24 +195,25 @@ class Sampler:
         started = []
         if self.closed.is_set():
             return []
+        states = {pid: main_state(pid) for pid in ranks}  # every rank's at about one moment, before py-spy
         for pid, rank in ranks.items():
             try:
                 child = subprocess.Popen([self.spy, "dump", "--json", "--nonblocking", "--pid", str(pid)],
                                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             except OSError:
                 continue
-            started.append((rank, child))
+            started.append((rank, states[pid], child))
         with self.lock:
-            self.children = [c for _r, c in started]
+            self.children = [c for _r, _s, c in started]
         out, deadline = [], time.monotonic() + TIMEOUT_S
-        for rank, child in started:
+        for rank, state, child in started:
             try:
                 text, error = child.communicate(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 child.kill()
                 child.communicate()
                 continue
-            wait = waits(text.decode("utf-8", "replace")) if child.returncode == 0 and len(text) <= MAX_OUTPUT else None
+            wait = waits(text.decode("utf-8", "replace"), state) if child.returncode == 0 and len(text) <= MAX_OUTPUT else None
             if wait is not None:
                 out.append([rank, int(wait)])
             elif error.strip():

@@ -6,7 +6,8 @@ only, Python 3.8+, shipped beside node_agent.py.
 Every rank of a data-parallel job meets the others at each step's collectives. A rank slower than
 the rest arrives last every time, and the others wait for it inside torch.distributed. So in
 periodic non-blocking py-spy samples of every rank, the straggler is the rank that is working while
-every other rank waits in a collective (or, with NCCL, in the CUDA sync behind one). A Reading is one
+every other rank waits in a collective (or, with NCCL, in the CUDA sync behind one; or, in a loop with
+no collective of its own, asleep in the kernel inside torch's C++: frames_wait). A Reading is one
 readable rank in one sample: where it is (host, rank) and whether it waits. Over a window of samples:
 - a rank singled out so (working, all others waiting) in a good share of the samples, far more often
   than any other rank, is late at the collectives consistently: it is named;
@@ -15,6 +16,7 @@ readable rank in one sample: where it is (host, rank) and whether it waits. Over
 A healthy job has no rank singled out more than at random: the named rank must be singled out in at
 least MIN_SHARE of the samples, MIN_SAMPLES times, and DOMINANCE times as often as the next rank.
 """
+import re
 import statistics
 from collections import namedtuple
 
@@ -37,6 +39,15 @@ COLLECTIVE_FILES = ("torch/distributed/",)
 # CUDA's host-side waits: torch.cuda.synchronize() and Stream.synchronize() spin a CPU until the GPU's queue
 # drains; behind an NCCL kernel whose peer has not come that is a wait, not work (docs/gpu-validation.md, round 2)
 CUDA_WAITS = (("synchronize", "torch/cuda/__init__.py"), ("synchronize", "torch/cuda/streams.py"))
+# Where library code lives (pip's folders, the standard library): a main thread asleep in the kernel (State: S, a
+# futex or poll: /proc/PID/task/PID/stat) with such a frame innermost waits for someone else. That is how a plain
+# DDP loop's wait is seen: the reducer's allreduce waits in C++ under loss.backward()
+# (torch/autograd/graph.py:_engine_run_backward), FSDP's in its hooks, DeepSpeed's in its engine, no frame of
+# torch.distributed on the Python stack; a rank computing there is R (on a CPU, or runnable behind a noisy
+# neighbour), a rank held from outside T. Asleep in the job's own code (time.sleep standing in for GPU work) is work.
+LIBRARY_PARTS = ("/site-packages/", "/dist-packages/", "<frozen ")
+STDLIB_RE = re.compile(r"/lib/python3\.\d+/")
+ASLEEP = "S"
 
 Reading = namedtuple("Reading", "host rank waiting")  # one readable rank in one sample
 Tally = namedtuple("Tally", "host rank read waiting singled_out")
@@ -53,9 +64,18 @@ def is_cuda_wait(function, where):
     return any(function == name and where.endswith(file) for name, file in CUDA_WAITS)
 
 
-def frames_wait(frames):
-    """Waiting for the others, from a main thread's frames [(function, where)], innermost first."""
-    return any(in_collective(where) for _f, where in frames) or bool(frames) and is_cuda_wait(*frames[0])
+def in_library(where):
+    """A frame's full path in an installed package or the standard library (not the job's own code)."""
+    return any(part in where for part in LIBRARY_PARTS) or bool(STDLIB_RE.search(where))
+
+
+def frames_wait(frames, state=""):
+    """Waiting for the others, from a main thread's frames [(function, where)], innermost first, and its
+    kernel state (a letter of /proc's `State:`, "" unknown): in torch.distributed, in a CUDA sync, or
+    asleep (S) inside a library."""
+    if any(in_collective(where) for _f, where in frames) or bool(frames) and is_cuda_wait(*frames[0]):
+        return True
+    return state == ASLEEP and bool(frames) and in_library(frames[0][1])
 
 
 def wait_share(t):

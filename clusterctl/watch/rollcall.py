@@ -5,16 +5,24 @@ the same place, inside torch.distributed; the ranks elsewhere are the suspects: 
 shard, or stuck in a lock, while the others wait for it. With NCCL a collective returns at once and a
 rank waits for it where it next waits for the GPU (torch.cuda.synchronize): that counts as waiting too.
 The majority is the largest group waiting in torch.distributed (with 2 ranks, 1 against 1, it is the
-one in the collective), else the largest waiting for the GPU; without such a group, the largest.
-Where no rank is elsewhere (all wait in the same collective), the peer they wait for is outside the
-job or the network does not carry its traffic, and the ranks' connections say which.
+one in the collective), else the largest waiting for the GPU, else the largest asleep inside a library
+(a plain DDP loop waits in C++ under loss.backward(): node/straggler_verdict.py); without such a group,
+the largest.
+
+A rank that cannot be read is evidence, not absence: a process stopped (T), in uninterruptible sleep
+(D), a zombie (Z), or one py-spy could not read (its error, its timeout), and a rank of the world no
+node reported. The roll call accounts for every rank: the suspect is a held rank first (it cannot take
+part, whatever the others do), then a rank elsewhere, then, when every readable rank waits, a rank
+that could not be read or was not found. Only where no rank is elsewhere and every rank was read
+(all wait in the same collective) is the peer they wait for outside the job or the network does not
+carry its traffic, and the ranks' connections say which.
 
 `judge` compares the samples: if no rank's stack changed between them, the job hangs; if any did,
 it is computing (or at least moving) and is left alone.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
 from clusterctl.documents import parts
@@ -41,6 +49,14 @@ class Group:
     def in_cuda_wait(self) -> bool:
         return bool(self.ranks) and self.ranks[0].in_cuda_wait
 
+    @property
+    def asleep_in_library(self) -> bool:
+        return bool(self.ranks) and all(r.asleep_in_library for r in self.ranks)
+
+    @property
+    def waiting(self) -> bool:
+        return self.in_collective or self.in_cuda_wait or self.asleep_in_library
+
     def where(self) -> str:
         """`all_reduce (train.py:57)`: the function, and the line of the job's code that led there."""
         if self.frame is None:
@@ -60,47 +76,89 @@ class RollCall:
     groups: tuple[Group, ...]  # the majority first, then the others, largest first
     majority: Optional[Group]
     outliers: tuple[Group, ...]
-    failed: tuple[RankStack, ...] = ()  # ranks py-spy could not read
+    failed: tuple[RankStack, ...] = ()  # ranks not read: py-spy could not, or their process is held (T, D, Z)
     missing: tuple[int, ...] = ()  # ranks of the topology that no node reported
+    host_of_rank: dict = field(default_factory=dict, compare=False)  # where the topology put each rank
+
+    def unread(self) -> str:
+        """`rank 2 on node3 is stopped (state T: ...); rank 5 (node4) was not found`: every rank not read."""
+        said = [f"rank {r.rank} on {r.host} {_why_unread(r)}" for r in self.failed[:3]]
+        said += [f"rank {rank}{f' ({self.host_of_rank[rank]})' if rank in self.host_of_rank else ''} was not found "
+                 f"on its node" for rank in self.missing[:3]]
+        more = len(self.failed) + len(self.missing) - len(said)
+        return "; ".join(said) + (f" (and {more} more not read)" if more > 0 else "")
 
     def evidence(self) -> str:
+        unread = self.unread()
         if self.majority is None:
-            return "no rank's stack could be read"
-        waiting = f"{len(self.majority.ranks)} rank{'s' if len(self.majority.ranks) != 1 else ''} " \
-                  f"wait{'s' if len(self.majority.ranks) == 1 else ''} in {self.majority.where()}"
+            return f"no rank's stack could be read{': ' + unread if unread else ''}"
+        count = len(self.majority.ranks)
+        waiting = f"{count} rank{'s' if count != 1 else ''} wait{'s' if count == 1 else ''} in {self.majority.where()}"
         if not self.outliers:
-            return f"every rank ({len(self.majority.ranks)}) waits in {self.majority.where()}"
+            if unread:
+                return f"{unread} while every rank read ({count}) waits in {self.majority.where()}"
+            return f"every rank ({count}) waits in {self.majority.where()}"
         elsewhere = "; ".join(f"{g.who()} in {g.where()}" for g in self.outliers[:3])
         more = f" (and {len(self.outliers) - 3} more groups)" if len(self.outliers) > 3 else ""
-        return f"{elsewhere}{more} while {waiting}"
+        return f"{unread + '; ' if unread and self.held else ''}{elsewhere}{more} while {waiting}" + \
+            (f"; {unread}" if unread and not self.held else "")
+
+    @property
+    def held(self) -> tuple[RankStack, ...]:
+        return tuple(r for r in self.failed if r.held)
 
     @property
     def suspect(self) -> Optional[RankStack]:
-        return self.outliers[0].ranks[0] if self.outliers else None
+        """The rank the others wait for: a held one, else one elsewhere, else (every rank read waits) one
+        not read. A rank no node reported is `missing_suspect`."""
+        if self.held:
+            return self.held[0]
+        if self.outliers:
+            return self.outliers[0].ranks[0]
+        if self.majority is not None and self.majority.waiting and self.failed:
+            return self.failed[0]
+        return None
+
+    @property
+    def missing_suspect(self) -> Optional[tuple[Optional[str], int]]:
+        """(host, rank) of a rank of the world no node reported, when every rank read waits and no other is suspect."""
+        if self.suspect is None and self.missing and self.majority is not None and self.majority.waiting:
+            return self.host_of_rank.get(self.missing[0]), self.missing[0]
+        return None
 
     def to_json(self) -> dict:
         groups = [parts.RollCallGroup(frame=str(g.frame) if g.frame else None, where=g.where(),
                                       ranks=[parts.RankAt(r.host, r.rank) for r in g.ranks], majority=g is self.majority)
                   for g in self.groups]
-        return plain(parts.RollCall(groups=groups, failed=[parts.UnreadRank(r.host, r.rank, r.error) for r in self.failed],
+        return plain(parts.RollCall(groups=groups, failed=[parts.UnreadRank(r.host, r.rank, _why_unread(r))
+                                                          for r in self.failed],
                                     missing=list(self.missing), evidence=self.evidence()))
 
 
-def roll_call(ranks: Iterable[RankStack], expected: Iterable[int] = ()) -> RollCall:
+def _why_unread(rank: RankStack) -> str:
+    """`is stopped (state T: ...)`, `could not be read: <py-spy's error>`."""
+    if rank.held:
+        return f"is {rank.held}"
+    return f"could not be read: {rank.error or 'no Python frame'}" + (f" (state {rank.state})" if rank.state else "")
+
+
+def roll_call(ranks: Iterable[RankStack], expected: Iterable[int] = (), host_of_rank: Optional[dict] = None) -> RollCall:
     ranks = list(ranks)
-    readable = [r for r in ranks if r.frames]
-    failed = tuple(r for r in ranks if not r.frames)
+    readable = [r for r in ranks if r.frames and not r.held]
+    failed = tuple(sorted((r for r in ranks if not r.frames or r.held), key=lambda r: (not r.held, r.rank)))
     by_frame: dict[Optional[Frame], list[RankStack]] = {}
     for rank in sorted(readable, key=lambda r: r.rank):
         by_frame.setdefault(_key(rank.innermost), []).append(rank)
     groups = [Group(members[0].innermost, members[0].own_code, tuple(members)) for members in by_frame.values()]
     groups.sort(key=lambda g: (-len(g.ranks), g.ranks[0].rank))
-    waiting = [g for g in groups if g.in_collective] or [g for g in groups if g.in_cuda_wait]
+    waiting = [g for g in groups if g.in_collective] or [g for g in groups if g.in_cuda_wait] or \
+        [g for g in groups if g.asleep_in_library]
     majority = waiting[0] if waiting else (groups[0] if groups else None)
     outliers = tuple(g for g in groups if g is not majority)
     seen = {r.rank for r in ranks}
     missing = tuple(sorted(set(expected) - seen))
-    return RollCall(tuple([majority] if majority else []) + outliers, majority, outliers, failed, missing)
+    return RollCall(tuple([majority] if majority else []) + outliers, majority, outliers, failed, missing,
+                    dict(host_of_rank or {}))
 
 
 def group_by_stack(ranks: Iterable[RankStack]) -> list[tuple[tuple[Frame, ...], tuple[RankStack, ...]]]:
@@ -143,7 +201,8 @@ class Verdict:
 
 
 def judge(samples: list[list[RankStack]], interval_s: float, expected: Iterable[int] = (),
-          master: Optional[tuple[str, int]] = None, host_of_address: Optional[dict[str, str]] = None) -> Verdict:
+          master: Optional[tuple[str, int]] = None, host_of_address: Optional[dict[str, str]] = None,
+          host_of_rank: Optional[dict] = None) -> Verdict:
     """Samples of the same ranks `interval_s` apart -> hang, moving, or unknown.
 
     A rank moved when its stack changed, or when its main thread was busy on a CPU outside
@@ -157,7 +216,7 @@ def judge(samples: list[list[RankStack]], interval_s: float, expected: Iterable[
         hint = PTRACE_HINT if any("ermission denied" in e or "not permitted" in e for e in errors) else ""
         return Verdict(UNKNOWN, None, "no rank's stack could be read" + (f": {'; '.join(errors[:3])}" if errors else "")
                        + hint)
-    call = roll_call(samples[-1], expected)
+    call = roll_call(samples[-1], expected, host_of_rank)
     if len(samples) > 1:
         first = {(r.host, r.rank): r for r in samples[0] if r.frames}
         both = [(first[(r.host, r.rank)], r) for r in samples[-1] if r.frames and (r.host, r.rank) in first]
@@ -196,6 +255,23 @@ def hang_finding(verdict: Verdict, silent_s: float, stacks_path: str = "") -> di
     """The run's first failure for a hang: {host, rank, diagnosis: [rank_hang finding]}."""
     call = verdict.roll_call
     saved = f"; every rank's stack: {stacks_path}" if stacks_path else ""
+    if call is not None and call.suspect is not None and (call.suspect.held or not call.outliers):
+        suspect = call.suspect  # held from outside, or the one rank not read while every rank read waits
+        evidence = f"{call.evidence()} (no output for {silent_s:.0f}s, stacks unchanged between samples)"
+        fix = (f"rank {suspect.rank} on {suspect.host} {_why_unread(suspect)}: "
+               + ("resume or kill it (`kill -CONT`/a debugger detached), find who stopped it"
+                  if suspect.state in ("T", "t") else
+                  "look at the node's kernel log and mounts (`dmesg`, a dead NFS or a hung driver call)"
+                  if suspect.state == "D" else
+                  "its process is gone: look at its log tail and the node" if suspect.state in ("Z", "X") else
+                  "read it by hand (`clusterctl stacks`, py-spy as root on the node)") + saved)
+        return _failure(suspect.host, suspect.rank, evidence, fix)
+    if call is not None and call.missing_suspect is not None:
+        host, rank = call.missing_suspect
+        evidence = f"{call.evidence()} (no output for {silent_s:.0f}s, stacks unchanged between samples)"
+        fix = (f"rank {rank}{' on ' + host if host else ''} was not found among the node's processes while every other "
+               f"rank waits: look at its log tail (did it exit?) and at the node{saved}")
+        return _failure(host, rank, evidence, fix)
     if call is not None and call.suspect is not None:
         suspect = call.suspect
         evidence = f"{call.evidence()} (no output for {silent_s:.0f}s, stacks unchanged between samples)"

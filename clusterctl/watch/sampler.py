@@ -38,6 +38,7 @@ from clusterctl.watch.stacks import RankStack, parse_pyspy
 from clusterctl.models import Command, Host, HostResult, HostStatus, Inventory
 
 MARK = "@@@clusterctl-stacks "
+SPY_TIMEOUT_S = 10  # one py-spy dump: one that hangs (a rank stuck in the kernel mid-read) is killed, its rank unread
 
 # $1 cluster, $2 host, $3 run id, $4 samples, $5 seconds between samples, $6 the `uname -m` the shipped
 # binary runs on ("" when none is shipped), $7 `--nonblocking` (read the ranks without pausing them: the
@@ -46,6 +47,7 @@ MARK = "@@@clusterctl-stacks "
 # matches, else say so and ask for it: `ship`) or `ship`. stdin: the gzipped py-spy binary, or nothing.
 _SCRIPT = r'''
 cluster=$1 host=$2 run=$3 samples=$4 interval=$5 arch=$6 nb=$7 keep=$8 sha=$9 mode=${10} M='@@@clusterctl-stacks'
+SPY_TIMEOUT=@SPY_TIMEOUT@
 dir=$(mktemp -d "${TMPDIR:-/tmp}/clusterctl-stacks.XXXXXX" 2>/dev/null) || dir=$(mktemp -d /var/tmp/clusterctl-stacks.XXXXXX) \
   || { cat >/dev/null; echo "$M problem cannot create a temporary directory"; exit 0; }
 extra=""
@@ -107,12 +109,21 @@ for e in $(grep -lzxF "CLUSTERCTL_CLUSTER=$cluster" /proc/[0-9]*/environ 2>/dev/
   echo "$p $rank ${lrank:--}" >> "$dir/ranks"
 done
 [ -s "$dir/ranks" ] || { echo "$M problem no rank of run $run runs here"; exit 0; }
+to=""; command -v timeout >/dev/null 2>&1 && to="timeout -s KILL $SPY_TIMEOUT"
 one() {
-  out=$("$spy" dump --json $nb --pid "$1" 2>&1); code=$?
-  # an older py-spy on the node without --json: its text form
-  [ "$code" != 0 ] && case "$out" in *--json*) out=$("$spy" dump --full-filenames --pid "$1" 2>&1); code=$?;; esac
+  # the main thread's state first, at the same moment for every rank: asleep (S) inside torch is a wait
+  st=$(sed 's/.*) //' "/proc/$1/task/$1/stat" 2>/dev/null | cut -d' ' -f1); st=${st:--}
+  wc=$(tr -cd 'A-Za-z0-9_.' < "/proc/$1/task/$1/wchan" 2>/dev/null); [ "$wc" = 0 ] && wc=""
+  case "$nb$st" in
+    # a blocking py-spy would wait forever to attach to a stopped or D-state process: the state is the answer
+    T|t|D|Z|X) out="Error: not read: the process is in state $st"; code=125;;
+    *) out=$($to "$spy" dump --json $nb --pid "$1" 2>&1); code=$?
+       # an older py-spy on the node without --json: its text form
+       [ "$code" != 0 ] && case "$out" in *--json*) out=$($to "$spy" dump --full-filenames --pid "$1" 2>&1); code=$?;; esac
+       [ "$code" = 137 ] && [ -n "$to" ] && out="Error: py-spy did not answer within $SPY_TIMEOUT s (killed)";;
+  esac
   ticks=$(sed 's/.*) //' "/proc/$1/task/$1/stat" 2>/dev/null | cut -d' ' -f12,13 | tr ' ' '+')
-  echo "$M rank $4 $1 $2 $3 $(( ${ticks:-0} )) $code"
+  echo "$M rank $4 $1 $2 $3 $(( ${ticks:-0} )) $code $st ${wc:--}"
   printf '%s\n' "$out"
   inodes=$(ls -l "/proc/$1/fd" 2>/dev/null | sed -n 's/.*socket:\[\([0-9]*\)\]$/\1/p' | tr '\n' ' ')
   echo "$M sockets $4 $1"
@@ -127,7 +138,7 @@ while :; do
   i=$((i + 1)); sleep "$interval"
 done
 echo "$M done"
-'''
+'''.replace("@SPY_TIMEOUT@", str(SPY_TIMEOUT_S))
 
 # `platform.machine()` and `uname -m` agree on Linux; the wheel's binary is an ELF for this machine
 _ELF = b"\x7fELF"
@@ -207,7 +218,8 @@ class NodeStacks:
         return tuple(sorted({r.rank for sample in self.samples for r in sample}))
 
 
-_RANK_RE = re.compile(r"rank (\d{1,6}) (\d{1,10}) (\d{1,9}) (\d{1,9}|-) (\d{1,20}) (\d{1,3})$")
+_RANK_RE = re.compile(r"rank (\d{1,6}) (\d{1,10}) (\d{1,9}) (\d{1,9}|-) (\d{1,20}) (\d{1,3})"
+                      r"(?: ([A-Za-z]|-) ([A-Za-z0-9_.]{1,64}|-))?$")
 _SOCKETS_RE = re.compile(r"sockets (\d{1,6}) (\d{1,10})$")
 
 
@@ -230,7 +242,8 @@ def parse_node_output(stdout: str, host: str) -> NodeStacks:
         if rank:
             sample, pid = int(rank.group(1)), int(rank.group(2))
             ranks[(sample, pid)] = {"rank": int(rank.group(3)), "local": rank.group(4), "ticks": int(rank.group(5)),
-                                    "code": int(rank.group(6)), "text": "\n".join(body), "sockets": ()}
+                                    "code": int(rank.group(6)), "text": "\n".join(body), "sockets": (),
+                                    "state": (rank.group(7) or "").strip("-"), "wchan": (rank.group(8) or "").strip("-")}
         elif sockets and (int(sockets.group(1)), int(sockets.group(2))) in ranks:
             ranks[(int(sockets.group(1)), int(sockets.group(2)))]["sockets"] = parse_tcp_table("\n".join(body))
     clk = _int(values.get("clk_tck")) or 100
@@ -244,7 +257,7 @@ def parse_node_output(stdout: str, host: str) -> NodeStacks:
         by_sample.setdefault(sample, []).append(RankStack(
             host, item["rank"], None if item["local"] == "-" else int(item["local"]), pid,
             () if error and item["code"] != 0 else threads, error if item["code"] != 0 or not threads else "",
-            item["ticks"] / clk, item["sockets"]))
+            item["ticks"] / clk, item["sockets"], item["state"], item["wchan"]))
     samples = tuple(tuple(sorted(by_sample[k], key=lambda r: r.rank)) for k in sorted(by_sample))
     problem = values.get("problem", "")
     if not samples and not problem:

@@ -16,8 +16,12 @@ from typing import Optional
 from clusterctl.node import straggler_verdict as verdict
 
 # Where library code lives: a frame there is "inside" a library, not the job's own code.
-_LIBRARY_PARTS = ("/site-packages/", "/dist-packages/", "<frozen ")
-_STDLIB_RE = re.compile(r"/lib/python3\.\d+/")
+_LIBRARY_PARTS, _STDLIB_RE = verdict.LIBRARY_PARTS, verdict.STDLIB_RE
+# A process state (/proc's `State:` letter) in which a rank cannot take part: held from outside (T, t: SIGSTOP, a
+# debugger), stuck in the kernel (D: a dead NFS mount, a hung driver call), dead and not reaped (Z, X)
+HELD_STATES = {"T": "stopped (state T: SIGSTOP or a job-control stop)", "t": "stopped by a tracer (state t)",
+               "D": "in uninterruptible sleep (state D)", "Z": "a zombie (state Z: dead, not reaped)",
+               "X": "dead (state X)"}
 # Which frames wait for the other ranks (torch.distributed's files, CUDA's host-side syncs): the straggler
 # verdict's, on the nodes too (node/straggler_verdict.py)
 
@@ -66,6 +70,20 @@ class RankStack:
     error: str = ""  # why there is no stack (py-spy's own message, shortened)
     cpu_s: Optional[float] = None  # its main thread's CPU seconds so far, to tell a wait from a hot loop
     sockets: tuple = field(default=(), compare=False)  # its TCP connections (rollcall.Socket)
+    state: str = ""  # its main thread's kernel state when sampled (R, S, D, T, Z ...; "" unknown)
+    wchan: str = ""  # the kernel function it sleeps in ("" none or unknown)
+
+    @property
+    def held(self) -> str:
+        """Why this rank cannot take part, from its process state ("" when it can)."""
+        said = HELD_STATES.get(self.state, "")
+        return f"{said[:-1]}, in {self.wchan})" if said and self.wchan else said
+
+    @property
+    def asleep_in_library(self) -> bool:
+        """Its main thread asleep in the kernel (S) with a library's frame innermost: waiting for a peer
+        inside torch's C++ (DDP's reducer under loss.backward(), FSDP's hooks, DeepSpeed's engine)."""
+        return self.state == verdict.ASLEEP and self.innermost is not None and self.innermost.in_library
 
     @property
     def main(self) -> Optional[ThreadStack]:

@@ -34,6 +34,7 @@ class JobShape:
     expected: tuple[int, ...]
     master: tuple[str, int]
     host_of_address: dict = field(default_factory=dict, compare=False)
+    host_of_rank: dict = field(default_factory=dict, compare=False)  # where the topology put each rank
 
     @classmethod
     def of_topology(cls, topology) -> "JobShape":
@@ -41,20 +42,22 @@ class JobShape:
         for node in topology.nodes:
             addresses.setdefault(node.host.address, node.host.name)
             addresses[node.local_addr] = node.host.name
-        return cls(tuple(range(topology.world_size)), (topology.master_addr, topology.port), addresses)
+        where = {rank: node.host.name for node in topology.nodes for rank in node.ranks}
+        return cls(tuple(range(topology.world_size)), (topology.master_addr, topology.port), addresses, where)
 
     @classmethod
     def of_record(cls, record: dict, inventory: Inventory) -> "JobShape":
         """From a run record (run.json): its topology and master."""
-        addresses, expected = {}, []
+        addresses, expected, where = {}, [], {}
         for node in record.get("topology") or []:
             first, last = node["ranks"]
             expected += range(first, last + 1)
+            where.update((rank, node["host"]) for rank in range(first, last + 1))
             addresses[node.get("local_addr") or ""] = node["host"]
         for host in inventory.hosts:
             addresses.setdefault(host.address, host.name)
         master = record.get("master") or {}
-        return cls(tuple(expected), (str(master.get("address", "")), int(master.get("port", 0) or 0)), addresses)
+        return cls(tuple(expected), (str(master.get("address", "")), int(master.get("port", 0) or 0)), addresses, where)
 
 
 class StallWatch:
@@ -102,7 +105,7 @@ class StallWatch:
         self._sampling = None
         self._quiet_since = time.monotonic()
         verdict = judge(merged_samples(self.nodes), self.interval_s, self.shape.expected, self.shape.master,
-                        self.shape.host_of_address)
+                        self.shape.host_of_address, self.shape.host_of_rank)
         if self.last_output > self._sampling_since:
             return None  # a rank printed while its stack was taken: not silent after all
         if verdict.kind == HANG:
@@ -146,16 +149,16 @@ def stacks_document(run_id: str, nodes: dict[str, NodeStacks], reason: str, verd
 
 def rank_json(rank: RankStack) -> dict:
     return {"host": rank.host, "rank": rank.rank, "local_rank": rank.local_rank, "pid": rank.pid, "cpu_s": rank.cpu_s,
-            "error": rank.error or None, "sockets": [str(s) for s in rank.sockets],
+            "error": rank.error or None, "state": rank.state or None, "wchan": rank.wchan or None, "sockets": [str(s) for s in rank.sockets],
             "threads": [{"name": t.name, "active": t.active,
                          "frames": [{"function": f.function, "file": f.file, "line": f.line, "path": f.path}
                                     for f in t.frames]} for t in rank.threads]}
 
 
-def snapshot(nodes: dict[str, NodeStacks], expected: Iterable[int]) -> RollCall:
+def snapshot(nodes: dict[str, NodeStacks], expected: Iterable[int], host_of_rank: Optional[dict] = None) -> RollCall:
     """The roll call of the last sample of every node."""
     samples = merged_samples(nodes)
-    return roll_call(samples[-1] if samples else [], expected)
+    return roll_call(samples[-1] if samples else [], expected, host_of_rank)
 
 
 def file_name() -> str:

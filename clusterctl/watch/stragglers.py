@@ -56,8 +56,9 @@ class Straggler:
 
 
 def waits(rank: RankStack) -> bool:
-    """Waiting for the others: inside torch.distributed, or (NCCL) in the CUDA sync behind a collective."""
-    return rank.in_collective or rank.in_cuda_wait
+    """Waiting for the others: inside torch.distributed, (NCCL) in the CUDA sync behind a collective, or
+    asleep inside a library (a plain DDP loop's reducer under loss.backward(): node/straggler_verdict.py)."""
+    return rank.in_collective or rank.in_cuda_wait or rank.asleep_in_library
 
 
 def readings(samples: Iterable[Sequence[RankStack]]) -> list[list[Reading]]:

@@ -53,7 +53,8 @@ def test_several_groups_elsewhere_are_all_named_and_ranks_missing_from_every_nod
     ranks[4] = rank("node3", 4, (Frame("barrier", "train.py", 12),))
     call = roll_call(ranks[:5] + ranks[5:], expected=range(8))
     assert call.evidence() == ("rank 3 on node2 and rank 5 on node3 in load_shard (train.py:41); rank 4 on node3 in "
-                               "barrier (train.py:12) while 3 ranks wait in all_reduce (train.py:57)")
+                               "barrier (train.py:12) while 3 ranks wait in all_reduce (train.py:57); rank 6 was not found "
+                               "on its node; rank 7 was not found on its node")
     assert call.missing == (6, 7)
 
 

@@ -1,0 +1,106 @@
+"""The watch on a loop as users write it, on the rehearsal cluster (issue 49): 3 nodes x 2 gloo ranks in
+containers running tests/fixtures/jobs/ddp_plain.py (a model, DDP, an optimizer, loss.backward(); no
+torch.distributed call of its own: every wait is in C++ under loss.backward()). One rank is slowed or
+frozen FROM OUTSIDE the job (tests/fixtures/noisy.py, from this machine, whose process table holds the
+containers' ranks): held 60% of every 0.1 s, it is named as the straggler with its host; stopped for
+good, the run ends with the hang named on its host and rank, quoting its process state; left alone,
+nobody is named."""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from clusterctl_helpers import CONTAINER_OUTPUTS, Cli, cluster_with_jobs, variant, wait_until
+from fixtures.noisy import DutyCycle, find_rank, freeze, thaw
+
+pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
+
+JOBS_DIR = "loop-jobs"
+
+
+def _job(sb, path: Path, *args: str) -> tuple[Path, list[str]]:
+    def change(doc):
+        doc["job"].update(command=[f"{CONTAINER_OUTPUTS}/{JOBS_DIR}/ddp_plain.py"], args=list(args), nproc_per_node=2)
+
+    path = variant(sb, path, change)
+    return path, [f"CLUSTERCTL_CLUSTER={yaml.safe_load(path.read_text())['name']}", "CLUSTERCTL_HOST=node2"]
+
+
+@pytest.fixture(scope="module")
+def cluster(sandbox, tmp_path_factory):
+    yield from cluster_with_jobs(sandbox, tmp_path_factory, JOBS_DIR, "ddp_plain.py")
+
+
+def _outside(action, marker: list[str], rank: int, hold: dict) -> threading.Thread:
+    def body():
+        pid = wait_until(lambda: find_rank(marker, rank), 180, interval=1.0, what=f"rank {rank} on node2")
+        hold["pid"] = pid
+        action(pid, hold)
+
+    thread = threading.Thread(target=body, daemon=True)
+    thread.start()
+    return thread
+
+
+def _slow(pid: int, hold: dict) -> None:
+    cycle = DutyCycle(pid, 0.6)
+    hold["since"] = time.time()
+    while os.path.exists(f"/proc/{pid}"):
+        time.sleep(0.5)
+    cycle.stop()
+
+
+def _freeze(pid: int, hold: dict) -> None:
+    time.sleep(10)  # past the start: every rank in its loop
+    freeze(pid)
+    hold["since"] = time.time()
+
+
+def test_a_plain_ddp_rank_slowed_from_outside_is_named_with_its_host(sandbox, cluster, tmp_path):
+    cli, where = cluster
+    inventory, marker = _job(sandbox, tmp_path / "slow.yaml", "--steps", "200")
+    hold: dict = {}
+    helper = _outside(_slow, marker, 3, hold)
+    code, doc, err = Cli.finish(cli.popen("run", "-i", str(inventory), "--stall-timeout", "0", str(where / "prompt.txt")),
+                                timeout=600)
+    helper.join(10)
+    assert code == 0 and doc["ok"] is True, (doc, err[-6000:])
+    named = doc["stragglers"]
+    assert [(s["host"], s["rank"]) for s in named][:1] == [("node2", 3)], (named, err[-6000:])
+    print(f"\nnamed {named[0]['since'] - hold['since']:.1f}s after the slowdown: {named[0]}")
+
+
+def test_a_plain_ddp_rank_frozen_from_outside_is_the_hang_named_with_host_rank_and_state(sandbox, cluster, tmp_path):
+    cli, where = cluster
+    inventory, marker = _job(sandbox, tmp_path / "frozen.yaml", "--steps", "100000")
+    hold: dict = {}
+    helper = _outside(_freeze, marker, 3, hold)
+    try:
+        code, doc, err = Cli.finish(cli.popen("run", "-i", str(inventory), "--stall-timeout", "20",
+                                              str(where / "prompt.txt")), timeout=600)
+        ended = time.time()
+    finally:
+        helper.join(10)
+        if "pid" in hold:
+            thaw(hold["pid"])
+    assert code != 0, (doc, err[-6000:])
+    failure = doc["first_failure"]
+    assert (failure["host"], failure["rank"]) == ("node2", 3), (failure, err[-6000:])
+    finding = next(f for f in failure["diagnosis"] if f["cause"] == "rank_hang")
+    assert (finding["host"], finding["rank"]) == ("node2", 3), finding
+    assert "rank 3 on node2 is stopped (state T" in finding["evidence"], finding
+    assert "while every rank read (5) waits in" in finding["evidence"], finding
+    print(f"\nthe run ended {ended - hold['since']:.1f}s after the freeze (stall timeout 20 s): {finding['evidence']}")
+
+
+def test_a_plain_ddp_loop_left_alone_names_nobody(sandbox, cluster, tmp_path):
+    cli, where = cluster
+    inventory, _ = _job(sandbox, tmp_path / "healthy.yaml", "--steps", "200")
+    code, doc, err = Cli.finish(cli.popen("run", "-i", str(inventory), "--stall-timeout", "0", str(where / "prompt.txt")),
+                                timeout=600)
+    assert code == 0 and doc["stragglers"] == [] and "[straggler]" not in err, (doc, err[-6000:])
