@@ -6,6 +6,7 @@ import subprocess
 import sys
 from typing import Optional
 
+import cpu_report
 import launch_report
 from common import BENCH, REPO, VENV, summary
 
@@ -398,6 +399,7 @@ def render(results: dict) -> str:
         "up": up_tables(results),
         "launch": launch_table(results),
         "launch_vs_hand": launch_report.table(results),
+        "cpu_account": cpu_report.table(results),
         "collect": collect_tables(results),
         "heal": heal_table(results.get("heal")),
         "distribute": distribute_table(results),
