@@ -245,6 +245,7 @@ def one_run(inventory: Path, env: dict, roots: Roots, outputs: Path) -> dict:
         result["launch_s"] = round(launch[1] - launch[0], 1)
     if sample["rc"]:
         result["err"] = sample.get("err", "")[-400:]
+        (WORK / "cpu-account-failed.json").write_text(json.dumps(document, indent=1))  # why, in full
     return result
 
 
