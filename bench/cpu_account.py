@@ -283,13 +283,12 @@ def main(argv=None) -> int:
     parser.add_argument("--nodes", default="2,8", help="rehearsal sizes ('' for none)")
     parser.add_argument("--local", action="store_true", help="a `connection: local` run too")
     args = parser.parse_args(argv)
-    results = load()
-    runs = results.setdefault("cpu_account", {})
     sizes = [int(x) for x in args.nodes.split(",") if x]
     for label, measure in ([("local", local)] if args.local else []) + [(str(n), lambda n=n: rehearsal(n)) for n in sizes]:
         result = dict(measure(), measured=time.strftime("%Y-%m-%d %H:%M"))
         log(f"cpu account {label}: {json.dumps({k: v for k, v in result.items() if k != 'whole'})}")
-        runs[label] = result
+        results = load()  # read again: another measurement may have saved meanwhile
+        results.setdefault("cpu_account", {})[label] = result
         save(results)
     return 0
 
