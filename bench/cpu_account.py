@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -36,6 +35,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import REPO, WORK, clusterctl_argv, clusterctl_env, fresh_dir, load, log, save, timed  # noqa: E402
+import launch_vs_hand  # noqa: E402
 from launch_vs_hand import JOB, bench_inventory  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -144,10 +144,12 @@ def _child_kind(parent: str, own):
     return own
 
 
-class Sampler:
+class Sampler(launch_vs_hand.Sampler):
+    """launch_vs_hand's thread, reading every process (its kind and node) each SAMPLE_S."""
+
     def __init__(self, roots: Roots):
-        self.roots, self.samples, self._stop = roots, [], threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
+        super().__init__(None)
+        self.roots = roots
 
     def _loop(self):
         while True:
@@ -155,14 +157,6 @@ class Sampler:
             self.samples.append((time.time(), table, classify(table, self.roots)))
             if self._stop.wait(SAMPLE_S):
                 return
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
 
 
 def account(samples: list, start: float, end: float) -> dict:
@@ -255,7 +249,7 @@ def rehearsal(n: int) -> dict:
     sandbox = up(n, docker=True)
     try:
         state = fresh_dir(WORK / f"cpu-account-{n}-state")
-        env = clusterctl_env(state)
+        env = dict(clusterctl_env(state), PYTHONPATH=str(REPO))  # the same clusterctl as the run's
         converged = timed(clusterctl_argv("up", sandbox.inventory_path), env=env, timeout=900)
         if converged["rc"] != 0:
             raise RuntimeError(f"`clusterctl up` on {n} nodes failed: {converged.get('err', '')[-300:]}")

@@ -2,7 +2,7 @@
 node-side kinds per node per minute, the controller's CPU per phase, and the end of a run."""
 from __future__ import annotations
 
-from typing import Optional
+from launch_report import _f
 
 # the kinds in the order a reader meets them; a kind measured and not named here follows, by name
 ORDER = ("job", "wrapper", "metrics sampler", "follow", "poll", "straggler py-spy", "keeper", "sshd", "sshd:poll",
@@ -19,10 +19,6 @@ def _runs(results: dict) -> list[tuple[str, dict]]:
 
 def _label(key: str) -> str:
     return "local" if key == "local" else f"{key} nodes"
-
-
-def _f(x: Optional[float], digits: int = 2) -> str:
-    return "-" if x is None else f"{x:.{digits}f}"
 
 
 def kinds_table(results: dict) -> str:
