@@ -427,6 +427,9 @@ def publish(results: dict) -> int:
     if python.exists() and len(results.get("scale_docker") or {}) > 1:
         subprocess.run([str(python), str(BENCH / "plot.py"), "--scale", str(BENCH / "results.json"),
                         str(SCALE_PLOT)], check=False)
+    if python.exists() and results.get("cpu_account"):
+        subprocess.run([str(python), str(BENCH / "plot.py"), "--cpu", str(BENCH / "results.json"),
+                        str(REPO / "docs" / "cpu_account.png")], check=False)
     if results.get("launch_vs_hand"):
         plotter = sys.executable if _has_matplotlib(sys.executable) else str(python)
         subprocess.run([plotter, str(BENCH / "launch_report.py"), str(BENCH / "results.json"),
