@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -67,10 +68,14 @@ def snapshot() -> dict:
     return table
 
 
+_NAMED = re.compile(r"(?:^|[\s'\"])clusterctl-([a-z][a-z-]*)(?=$|[\s'\"])")  # an argv element, or a word of a `sh -c` string
+
+
 def kind_of_argv(argv: list[str]):
     for arg in argv:
-        if arg.startswith("clusterctl-") and arg[11:].replace("-", "").isalpha():
-            return arg[11:]
+        named = _NAMED.search(arg)
+        if named and named.group(1) != "sandbox":  # the rehearsal's own directories (its roots' argv)
+            return named.group(1)
     for arg in argv:
         base = arg.rsplit("/", 1)[-1]
         if base in NODE_PROGRAMS:
@@ -179,12 +184,23 @@ def account(samples: list, start: float, end: float) -> dict:
         spent.setdefault(node, {}).setdefault(kind, 0)
         spent[node][kind] += ticks
     by_pid = {key[0]: key for key in seen}
-    for key, (_begin, now, ppid, _where) in seen.items():  # an ended child's total moved into its parent's
+    children: dict = {}
+    for key, (_begin, _now, ppid, _where) in seen.items():
+        if ppid in by_pid:
+            children.setdefault(by_pid[ppid], []).append(key)
+
+    def final(key, depth=0) -> int:
+        """A process's total as its parent reaped it: at its last reading, plus what it reaped itself
+        after that reading (children read last no earlier than it)."""
+        late = [c for c in children.get(key, ()) if c not in last and last_at[c] >= last_at[key]]
+        return sum(seen[key][1]) + (sum(final(c, depth + 1) for c in late) if depth < 32 else 0)
+
+    for key in seen:  # an ended child's total moved into its parent's
         if key not in last:  # (where the parent was read after the child's end: its figure holds it)
-            parent = by_pid.get(ppid)
+            parent = by_pid.get(seen[key][2])
             if parent is not None and last_at[parent] > last_at[key]:
                 node, kind = seen[parent][3]
-                spent[node][kind] -= sum(now)
+                spent[node][kind] -= final(key)
     return {node: {kind: round(max(0, t) / TICK, 2) for kind, t in sorted(kinds.items())} for node, kinds in spent.items()}
 
 
@@ -206,7 +222,9 @@ def _end_of_run(outputs: Path, run_id: str, phases: dict, started: float) -> dic
     if not exits:
         return {}
     last = max(exits) - started
-    return {"last_torchrun_exit": round(last, 3),
+    ranks = [json.loads(p.read_text()) for p in (outputs / "bench-ranks" / run_id).glob("rank*.json")]
+    return {"last_torchrun_exit": round(last, 3), "first_torchrun_exit": round(min(exits) - started, 3),
+            **({"last_rank_end": round(max(r["t_end"] for r in ranks) - started, 3)} if ranks else {}),
             **{name: round(phases[name] - last, 3) for name in
                ("torchrun_exits", "watch_ended", "streams_ended", "recorded", "returned") if name in phases}}
 
@@ -218,6 +236,9 @@ def one_run(inventory: Path, env: dict, roots: Roots, outputs: Path) -> dict:
         sample = timed(clusterctl_argv("run", "-i", inventory, REPO / "examples" / "prompt.txt", "--json"),
                        env=env, timeout=600)
     ended = time.time()
+    if os.environ.get("CPU_ACCOUNT_KEEP"):  # the raw samples, to check the accounting by hand
+        import pickle
+        Path(os.environ["CPU_ACCOUNT_KEEP"]).write_bytes(pickle.dumps((started, ended, sampler.samples)))
     document = json.loads(sample.pop("_stdout", b"").decode() or "{}")
     run_id, phases = document.get("run_id", ""), document.get("phases", {})
     ranks = []
