@@ -21,6 +21,11 @@ def _label(key: str) -> str:
     return "local" if key == "local" else f"{key} nodes"
 
 
+def _node_side(kind: str) -> bool:
+    """clusterctl's, on a node: neither the job nor the controller (reported apart)."""
+    return kind != "job" and not kind.startswith("controller")
+
+
 def kinds_table(results: dict) -> str:
     runs = _runs(results)
     if not runs:
@@ -41,13 +46,16 @@ def kinds_table(results: dict) -> str:
     ours = []
     for key, r in runs:
         steady = r.get("steady_per_node_minute", {})
-        mine = sum(v for k, v in steady.items() if k != "job")
+        mine = sum(v for k, v in steady.items() if _node_side(k))
+        straggler = sum(v for k, v in steady.items() if k.split(":")[-1] == "stacks")
         launch = r.get("launch_per_node", {})
-        share = (sum(v for k, v in launch.items() if k != "job") / launch["job"] * 100) if launch.get("job") else None
-        ours.append(f"{_label(key)}: {mine:.3f} CPU s/min per node in steady state ({mine / 60 * 100:.2f}% of a core), "
-                    f"{_f(share, 1)}% of the job's CPU during launch (over {r.get('launch_s')} s); "
+        share = (sum(v for k, v in launch.items() if _node_side(k)) / launch["job"] * 100) if launch.get("job") else None
+        ours.append(f"{_label(key)}: {mine:.3f} CPU s/min per node in steady state ({mine / 60 * 100:.2f}% of a core; "
+                    f"the straggler watch's py-spy rounds {straggler:.3f} of it, beside their share of `sshd`), "
+                    f"{_f(share, 1)}% of the job's CPU during launch (over {r.get('launch_s')} s); the controller "
+                    f"{_f(steady.get('controller'), 3)} CPU s/min in steady state; "
                     f"steady window {r.get('steady_s')} s, run {r.get('wall', 0):.1f} s wall, measured {r.get('measured')}")
-    return "\n".join(rows) + "\n\nclusterctl's node side (every kind but `job`), per node:\n\n" + \
+    return "\n".join(rows) + "\n\nclusterctl's node side (every kind but `job` and `controller`), per node:\n\n" + \
         "\n".join(f"- {line}" for line in ours)
 
 
