@@ -2,7 +2,9 @@
 still inside `import` puts off the next by IMPORTING_PAUSE_S; a round with any rank past its imports does not."""
 from __future__ import annotations
 
-from clusterctl.watch.stacks import Frame, RankStack, ThreadStack
+from pathlib import Path
+
+from clusterctl.watch.stacks import Frame, RankStack, ThreadStack, parse_pyspy_json
 from clusterctl.watch.straggler_watch import all_importing
 
 
@@ -23,3 +25,9 @@ def test_one_rank_past_its_imports_or_nothing_read_is_not():
     assert not all_importing([[_rank(0, *IMPORTING), _rank(1, "all_reduce", "train_step", "<module>")]])
     assert not all_importing([[RankStack("node1", 0, 0, 100, error="no stack")]])
     assert not all_importing([])
+
+
+def test_a_real_rank_inside_import_torch_reads_as_importing():
+    threads, error = parse_pyspy_json((Path(__file__).parents[1] / "fixtures" / "pyspy" / "importing_torch.json").read_text())
+    assert not error
+    assert all_importing([[RankStack("node1", 0, 0, 100, threads)]])
