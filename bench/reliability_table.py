@@ -55,7 +55,7 @@ NOTES = """\
 | collect-logs listed the files, then ran `tar` on the list as root: a directory swapped for a symlink in between was followed (a 0600 root file came back), and a file named `x\\n0\\t0\\t..` added `..` to the newline-split listing (the parent of job.outputs archived) while the odd file itself was dropped (issue 34) | one node-side step finds and archives (`node/node_archive.py`): every path component opened with O_NOFOLLOW from its parent's descriptor, each file archived from the descriptor it was checked on; odd names sent under a safe name (%XX) and reported; the job's `env` and the run's `supervision.json` never sent |
 | A negative `Content-Length` made a run's supervisor read until the peer hung up, before the signature was checked (1.5 GiB sent: 1.5 GB of memory); idle connections had no timeout (~1000 of them ended the run); each malformed request wrote a traceback to supervisor.log (issue 34) | the length is checked first (digits, at most 256 KiB); 5 s per read; 16 connections per address, 256 in all (full: one of the greediest address is dropped); a refusal is one line of at most 300 characters, at most one a second |
 | `export sbatch` wrote `secret: true` values into the 0755 script and onto srun's command line (issue 34) | not written: the script checks that the submitting shell's environment holds them (`--export=ALL` for sbatch and srun) |
-| A run directory another local user made first on 1777 outputs was used as found: that user owned the env file with the job's secrets (issue 34) | made with an exclusive `mkdir -m 700` or proven ours (a directory, not a symlink, our owner, mode 0700), else refused with its owner and mode (`agent.OWN_DIR_SH`) |
+| A run directory another local user made first on 1777 outputs was used as found: that user owned the env file with the job's secrets (issue 34) | made with an exclusive `mkdir -m 700` or proven ours (a directory, not a symlink, our owner, mode 0700), else refused with its owner and mode (`node/safe_files.py`, issue 47: through `node/run_files.py write-env`) |
 | collect's tar reader held GNU long-name and pax headers whole and inflated gzip nobody asked for: 1 MiB from a node cost 2 GiB; rank logs were read whole and stored twice: 1.4 GiB of logs peaked at 2.8 GiB (issue 34) | headers bounded (64 KiB names, 1 MiB pax), gzip refused without `--compress`; rank logs hard-linked or copied through 1 MiB (`collect/arrange.py`) |
 | Secret values escaped inside JSON (a password with `"` or `\\`; Go's `\\u0026`) were not masked in docker-inspect.json and run.json (issue 34) | every secret is also masked in its JSON-escaped forms (`models.written_forms`) |
 | The peer image relay authenticated one direction only (issue 34): its token was on a command line (`ps` showed it to every local user of the sending node, who could connect first and receive a private image: 64 KiB of it read in the test before stopping), the receiver piped whatever came into `docker load` and checked only the expected tag's ID afterwards (other tags in an injected tar stayed: on a Docker 20.10 engine, `ubuntu:22.04` added to the fixture's manifest was loaded beside it), and idle connections each held the sender 30 s in turn | a per-transfer key on each node's SSH session stdin; both ends prove it (HMAC-SHA256 over both sides' nonces) before any image byte; handshakes side by side, 5 s each, 32 at once, 4 per address; the receiver's check passes `docker load` only the seed's image with the tag asked for, else a broken stream (`registry/relay.py`, `registry/loadcheck.py`) |
@@ -91,6 +91,62 @@ LIMITS = """\
   save went through send, receive and check at 250-320 MB/s, where the old send and receive alone
   ran at 650-1950 MB/s; the check alone 310-390 MB/s in 24 MB of memory. On a link faster than
   about 2.5 Gbit/s the check, not the link, sets a transfer's speed.
+"""
+
+
+FILES = """\
+## A run's files on a node: one no-follow layer, one way to own a directory
+
+A run's directories are a bind mount the job writes into as root in its container (or as whichever user
+its image says), and on a shared `job.outputs` (mode 1777) every local user of the node may create names
+there first. Two classes of attack follow, and each has one implementation (issue 47):
+
+**Links, FIFOs and devices the job puts in its run dir (H1).** Every read, write, rename, listing and
+removal a clusterctl process does under a run's directories goes through `node/safe_files.py`: each path
+component opened from its parent's descriptor with `O_NOFOLLOW`; an existing file opened first as `O_PATH`
+(which opens nothing: no FIFO waits, no device node acts on an open), its kind checked on that descriptor,
+and only a regular file reopened through `/proc/self/fd` (the same inode, whatever is renamed meanwhile);
+reads bounded (16 MiB unless the caller says less, `tail` reads from the end); a write is a fresh exclusive
+temp file renamed over the name (a link there is replaced, never followed); trees deeper than 64 levels are
+reported, not walked. The controller reaches it through one entry point, `node/run_files.py OP BASE REL`,
+sent as `python3 -I -S -c <program>` (plan/node_files.py: the program's text is in the command, never a file
+the job or another user could change; `-I -S`: no environment variable, user site or working directory of
+the node changes what runs): the attached run's poll and lease renewal, `stop`'s mark and its wait, `logs`
+and the live log (node/follow_files.py: tail's stream, byte for byte, without `tail -F`), the failure log
+tail, `top` and `metrics`, the supervisor's state, the flight-recorder dumps, the relaunch's set-aside,
+nccl-test's result, the env, the shipped files and the supervisor's key. The node programs (the keeper and
+supervisor, the healing keeper, collect's archiver) import the same layer, shipped beside them.
+`tests/unit/test_node_file_operations.py` walks the code (AST of clusterctl/node/, every script and argv the
+controller sends) and fails on any file operation outside the layer that is not named with its reason.
+The poll's cost: 16 ms of CPU per poll on a node against 2.2 ms for the shell it was, one poll every 4 s:
+0.4% of a core (docs/benchmarks.md). No shell form is safe: `[ -L ]` then a write races the job, `touch -h`
+still follows a linked directory above the lease, and reading agent.exit needs an open that refuses links,
+FIFOs and devices at once.
+
+**Directories someone else made first (H2).** Which directories are ours, and how each is proven:
+
+| directory | made | reused only when |
+|---|---|---|
+| `<outputs>/logs`, `logs/<run id>` (shared by the nodes) | as root (sudo, or in the container), with job.outputs' mode | a real directory (no link), owned by us or root, not writable by group or others unless sticky (1777: only an entry's owner moves it) |
+| `logs/<run id>/.files` (programs the nodes run, the prompt) | as root, 0755 (the ranks read it whoever they run as), files 0644 | the same: owned by us or root, nobody else may write it |
+| `logs/<run id>/<host>` (the node's run dir: its env, the run's key) | exclusively, 0700 (given to the SSH user without a container: it runs the job) | a real directory of that user, 0700 |
+| `<host>.attempt-N` (a relaunch's set-aside) | by `rename(2)`, which never moves a directory into another: a non-empty one, a file or a link there is refused | the keeper's own earlier set-aside of the same attempt, proven 0700 and ours |
+
+Anything else is refused with the path, what is wrong and the fix (`clusterctl: refused PATH: is owned by
+uid 1001, neither 0 nor root...; remove it (or have root make it, mode 1777, once) and run again`), before
+an env, a key or a program is written: nothing of another user's runs. A job.outputs that nodes reach as
+different users (root on one, a sudo user on another) works because the shared directories are made by
+root on every node; a node whose user may not sudo makes them as itself, and a node reached as root then
+refuses them (the fix says so).
+
+**What the job may still write.** Its run dir is its own: the ranks' logs, checkpoints and outputs under
+it, as root in the container or as the image's user (the node's run dir is 0700: an image user other than
+root writes under job.outputs, not into the run dir, as before). The job may turn any of its files into a
+link, a FIFO or a device node: clusterctl then refuses that file (a poll whose agent.exit is a link says the
+node failed; a linked lease is not renewed, and the wrapper stops the ranks when the lease runs out) and
+never reads or writes what it points at. Processes that run as the job's peer (the wrapper, the metrics
+sampler, the mpirun gate, in the job's container or as its user) touch the run dir with the job's own rights
+and are named as such in the test's allow-list.
 """
 
 
@@ -195,6 +251,7 @@ def render(document: dict) -> str:
     out.append(NOTES)
     out.append(LIMITS)
     out.append(LISTENERS)
+    out.append(FILES)
     return "\n".join(out)
 
 

@@ -127,11 +127,12 @@ def _explain_with_diagnosis(report: dict, first_failure: Optional[dict]) -> None
 def _read_results(app, inventory, topology, path: str) -> Optional[list[dict]]:
     """Rank 0's records from its result file on the master node; None when unreadable."""
     from clusterctl.executor import for_each_host, run_commands
-    from clusterctl.models import Command
     from clusterctl.nccltest.plan import parse_records
-    from clusterctl.plan.container import on_host_or_in_container
 
-    command = Command(on_host_or_in_container(inventory, path, lambda p: ("cat", p)), timeout=30)
+    from clusterctl.plan import node_files
+
+    directory, _, name = path.rpartition("/")  # through the no-follow layer (issue 47): at most 64 MiB
+    command = node_files.command(inventory, directory, "read", name, str(64 << 20), timeout=30)
     master = topology.master.host
     result = for_each_host([master], lambda t, h: run_commands(t, h, [command]), app.connections)[master.name]
     if not result.succeeded:

@@ -226,22 +226,17 @@ def _spares_too(runner) -> dict:
     return {**runner.heal.record(), "hosts": recorded_hosts((*runner.inventory.hosts, *runner.heal.spares))}
 
 
-SET_ASIDE = 'if [ -e "$1" ]; then rm -rf "$1.attempt-$2"; mv -T "$1" "$1.attempt-$2"; fi'
-
-
 def set_aside(inventory, connections, run_id: str, attempt: int) -> dict:
     """Every node's run dir of `run_id` renamed RUN_DIR.attempt-`attempt` (a relaunch): {host: HostResult}."""
     from clusterctl.executor import for_each_host, run_commands
-    from clusterctl.plan.container import host_path, on_host_or_in_container
+    from clusterctl.plan import node_files
     from clusterctl.node.layout import node_run_dir
-    from clusterctl.models import Command
 
     def action(transport, host):
+        # node/run_files.py `set-aside`: a rename that never moves the run dir into a directory already
+        # there (another user's, made first), and no link followed (issue 47)
         run_dir = node_run_dir(inventory.job.outputs, run_id, host.name)
-        argv = on_host_or_in_container(inventory, run_dir,
-                                       lambda d: ("sh", "-c", SET_ASIDE, "clusterctl-relaunch", d, str(attempt)))
-        return run_commands(transport, host, [Command(argv, timeout=60,
-                                                      privileged=host_path(inventory, run_dir) is not None)])
+        return run_commands(transport, host, [node_files.command(inventory, run_dir, "set-aside", str(attempt))])
 
     return for_each_host(list(inventory.hosts), action, connections)
 

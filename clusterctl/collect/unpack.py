@@ -32,17 +32,47 @@ class UnsafeArchive(Exception):
     pass
 
 
+# A node names the members it sends: refused ones are kept for the report, but only so many and each cut
+# short (issue 47: a gzip stream of 647 KiB made 2.4 GB of refused names on the controller).
+REFUSED_KEPT = 20
+NAME_SHOWN = 200
+
+
+def shown(name: str) -> str:
+    """A member's name as a report shows it: at most NAME_SHOWN characters."""
+    return name if len(name) <= NAME_SHOWN else name[:NAME_SHOWN] + f"... ({len(name)} characters)"
+
+
+class Refusals(list):
+    """The refused members' lines: the first REFUSED_KEPT, then one line that counts the rest."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.more = 0
+
+    def add(self, line: str) -> None:
+        if len(self) < REFUSED_KEPT:
+            self.append(line)
+            return
+        self.more += 1
+        tail = f"... and {self.more} more refused member(s)"
+        if len(self) == REFUSED_KEPT:
+            self.append(tail)
+        else:
+            self[-1] = tail
+
+
 def safe_member_path(dest: Path, name: str) -> Path:
     """The destination of a tar member, or UnsafeArchive for absolute paths and escapes."""
     pure = PurePosixPath(name)
     if pure.is_absolute() or ".." in pure.parts:
-        raise UnsafeArchive(f"refused {name!r}: absolute path or '..'")
+        raise UnsafeArchive(f"refused {shown(name)!r}: absolute path or '..'")
     if "\0" in name:  # no file name holds one (a pax header can): resolve() would raise ValueError
-        raise UnsafeArchive(f"refused {name!r}: a NUL in the name")
+        raise UnsafeArchive(f"refused {shown(name)!r}: a NUL in the name")
     target = (dest / pure).resolve()
     root = dest.resolve()
     if target != root and root not in target.parents:
-        raise UnsafeArchive(f"refused {name!r}: escapes {dest}")
+        raise UnsafeArchive(f"refused {shown(name)!r}: escapes {dest}")
     return target
 
 
@@ -59,18 +89,18 @@ def extract_stream(stream: BinaryIO, dest: Path, secrets: set[str], digests: Opt
                    compressed: bool = False) -> tuple[list[Path], list[str]]:
     """Like `extract`, from a tar stream as it arrives (the SSH channel itself: no archive on disk)."""
     tar = TarStream(stream.read, compressed)
-    written, refused = [], []
+    written, refused = [], Refusals()
     for member in tar:
         try:
             target = safe_member_path(dest, member.name)
         except UnsafeArchive as exc:
-            refused.append(str(exc))
+            refused.add(str(exc))
             continue
         if not member.isdir() and not member.isfile():
-            refused.append(f"refused {member.name!r}: {'link' if member.islink() else 'special file'}")
+            refused.add(f"refused {shown(member.name)!r}: {'link' if member.islink() else 'special file'}")
             continue
         if member.isfile() and target == dest.resolve():  # "" or ".": it would be written beside dest
-            refused.append(f"refused {member.name!r}: a file without a name")
+            refused.add(f"refused {shown(member.name)!r}: a file without a name")
             continue
         try:
             if member.isdir():
@@ -81,12 +111,12 @@ def extract_stream(stream: BinaryIO, dest: Path, secrets: set[str], digests: Opt
         except (FileExistsError, IsADirectoryError, NotADirectoryError) as exc:
             # a file and a directory of the same name in one stream (tar writes no such thing; a
             # node that sends it gets the member refused, not the whole collect)
-            refused.append(f"refused {member.name!r}: {exc.strerror} (a file and a directory of the same name)")
+            refused.add(f"refused {shown(member.name)!r}: {exc.strerror} (a file and a directory of the same name)")
             continue
         except OSError as exc:
             if exc.errno != errno.ENAMETOOLONG:  # a name the node's file system holds and this one does not
                 raise
-            refused.append(f"refused {member.name!r}: {exc.strerror} here")
+            refused.add(f"refused {shown(member.name)!r}: {exc.strerror} here")
             continue
         if digests is not None:
             digests[_identity(target.stat())] = digest

@@ -5,14 +5,20 @@
     findings[0].to_json()  # {"cause", "host", "rank", "evidence", "fix", "confidence"}
     similar_cases(text)    # the nearest known public cases, for "looks like a known case"
 
-The causes and their weighted signals live in one table, `rules.RULES`; the corpus of real
-public failure logs that measures them is `corpus/` (see docs/diagnosis.md).
+Evidence first, then causes (issue 51): `evidence.py` (with `evidence_system.py` and
+`evidence_config.py`) parses every line into typed records (NCCL messages, CUDA errors by enum, exits
+and signals, exceptions with their module, store/container/kernel lines, usage errors, version
+relations, interfaces, exhausted resources); `families.py` weighs which causes each shape supports.
+The causes and their weighted signatures live in one table, `rules.RULES` (with `rules_topology.py`);
+matching.py ranks both together. The corpus of real public failure logs that measures them is
+`corpus/`, and `bench/score_batch.py` scores frozen batches once (see docs/diagnosis.md).
 
 `engine.py` is the entry points (`diagnose_path`: a log file or a run directory; `diagnose`: with
 the nearest known cases as runner-ups; it re-exports matching's names), so engine -> rundir ->
 matching is one direction. Pure knowledge below every stage (it imports the ground only): the run
 names a first failure's cause with it, collect-logs diagnoses what it brought back. To add a failure
-cause: one row in `rules.py`."""
+cause: one row in `rules.py` (its fix in `fixes.py`, its heal class in node/heal_policy.py's TABLE),
+and where its evidence has a shape of its own, a line in a families.py table."""
 from clusterctl.diagnose.engine import diagnose_path, diagnose_text
 from clusterctl.diagnose.rules import CAUSES, RULES, Rule, Signal
 from clusterctl.diagnose.similar import similar_cases

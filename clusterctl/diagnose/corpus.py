@@ -3,11 +3,14 @@
 An entry is `corpus/<cause>/<name>.log`: a header of `# key: value` lines (source, cause,
 confirmed, fix, optional thread, family and collected), one blank line, then the log lines exactly as the thread
 shows them (whole lines, some omitted, none reworded). The corpus ships with the package
-(package data, ~190 KB) because `similar` needs it at run time.
+(package data, ~400 KB) because `similar` needs it at run time.
 
 The frozen test split is chosen by a seeded hash of the source URL (every entry of one
 thread lands on the same side) and recorded in `corpus/TEST_SPLIT.txt`; rules are tuned on
 the other 70 % only.
+
+Issue 51's batch logs (`collected: ... first-scored, train side`) were scored once before anyone
+read them and tuned on after: they are training entries whatever their hash (`first_scored`).
 
 `family` names the kind of source (`tracker-pytorch`, `tracker-slurm`, `vendor-kb`, ...), so that
 accuracy can be reported per kind of source; entries without one are the issue-18 collection
@@ -47,6 +50,12 @@ class CorpusEntry:
 def split_hash(source: str) -> int:
     """A seeded hash of the source URL (stable across machines, runs and Python versions)."""
     return int(hashlib.sha256(f"{SPLIT_SEED}|{source.strip()}".encode()).hexdigest()[:8], 16)
+
+
+def first_scored(entry: "CorpusEntry") -> bool:
+    """An issue-51 batch log: scored once on arrival (docs/diagnosis.md "First scores"), then read and
+    tuned on, so it joins the training side whatever its URL's hash says."""
+    return "first-scored" in entry.collected
 
 
 def in_test_split(source: str, cutoff: "int | None" = None) -> bool:

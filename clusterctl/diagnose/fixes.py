@@ -115,6 +115,22 @@ SEGFAULT = ("{rank_name|a rank} crashed in native code (SIGSEGV): the compiled e
             "torch, and rerun with PYTHONFAULTHANDLER=1 in job.env for a native backtrace")
 NODE_UNREACHABLE = ("check the node's network and power; clusterctl stopped the other nodes, and the node stops "
                     "its own ranks when its lease expires")
+COLLECTIVE_MISMATCH = ("ranks are out of step on their collectives[ ({op})]: one rank called a different collective, "
+                       "shape or dtype, or skipped one (a rank-dependent branch, an uneven last batch, a conditional "
+                       "barrier or all_gather); rerun with TORCH_DISTRIBUTED_DEBUG=DETAIL in job.env (and the flight "
+                       "recorder: `clusterctl stacks`) to name the op and the rank, then make every rank issue the "
+                       "same collectives in the same order")
+DUPLICATE_HOST = ("two nodes look like one host to NCCL (the same hostname or host hash: cloned machines, containers "
+                  "started with one --hostname, one /etc/machine-id): give each node a unique hostname (clusterctl's "
+                  "container hostname is the host's), or set NCCL_HOSTID per node in hosts[].env")
+P2P_UNSUPPORTED = ("the GPUs[ on {host|this node}] cannot reach each other peer-to-peer (PCIe ACS or the IOMMU "
+                   "blocks P2P, a consumer GPU, a VM without P2P): set NCCL_P2P_DISABLE=1 in job.env (slower, "
+                   "through host memory), or disable ACS on the PCIe switches / boot with iommu=pt; "
+                   "`nvidia-smi topo -p2p r` shows which pairs work")
+GPU_ARCH_UNSUPPORTED = ("a library in container.image was built without code for this GPU's architecture[ ({arch})] "
+                        "(a torch/NCCL/extension older than the GPU, or TORCH_CUDA_ARCH_LIST without it): use an "
+                        "image whose torch and CUDA support the GPU (e.g. CUDA 12.8+ for Blackwell), rebuild "
+                        "extensions with the arch in TORCH_CUDA_ARCH_LIST")
 
 # One line per cause for the README's diagnosis table (python -m clusterctl.diagnose.table).
 BRIEF = {
@@ -155,4 +171,8 @@ BRIEF = {
     "rank_hang": "`clusterctl stacks` names the outlier rank; `job.stall_timeout` stops such runs",
     "segfault": "rebuild extensions for the image's torch/CUDA; PYTHONFAULTHANDLER=1 for a backtrace",
     "node_unreachable": "check its network/power; the others were stopped",
+    "collective_mismatch": "TORCH_DISTRIBUTED_DEBUG=DETAIL names the op; every rank the same collectives in order",
+    "duplicate_host": "a unique hostname per node, or NCCL_HOSTID per node in `hosts[].env`",
+    "p2p_unsupported": "NCCL_P2P_DISABLE=1, or ACS off / iommu=pt on the node",
+    "gpu_arch_unsupported": "an image whose torch/CUDA/NCCL support the GPU's arch; rebuild extensions for it",
 }

@@ -24,46 +24,14 @@ not one log's wording; tests/test_diagnose*.py and docs/diagnosis.md measure tha
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Optional, Pattern
-
 from clusterctl.diagnose.textmatch import (CASCADE_PATTERNS, CONTEXT_PATTERNS, PEER_LOST_PATTERNS, SUSPICIOUS,
                                            UNKNOWN_FIX, compiled, render_fix, required_literals, template_values)
 from clusterctl.diagnose import fixes as F
+from clusterctl.diagnose.signals import Rule, S, Signal
+from clusterctl.diagnose.rules_topology import TOPOLOGY_RULES
 
 __all__ = ["Signal", "Rule", "RULES", "CAUSES", "RULE_OF", "UNKNOWN_FIX", "CASCADE_PATTERNS", "PEER_LOST_PATTERNS",
            "SUSPICIOUS", "CONTEXT_PATTERNS", "render_fix", "template_values", "required_literals"]
-
-
-@dataclass(frozen=True)
-class Signal:
-    pattern: str
-    weight: float
-    requires: str = ""
-    unless: str = ""
-    consequence: bool = False
-    unless_log: str = ""  # a regex that, anywhere in the log, hands the line to a more specific cause
-
-    @property
-    def regex(self) -> Pattern[str]:
-        return compiled(self.pattern)
-
-    @property
-    def keywords(self) -> Optional[tuple[str, ...]]:
-        return required_literals(self.pattern)
-
-
-def S(pattern: str, weight: float, requires: str = "", unless: str = "", consequence: bool = False,
-      unless_log: str = "") -> Signal:
-    return Signal(pattern, weight, requires, unless, consequence, unless_log)
-
-
-@dataclass(frozen=True)
-class Rule:
-    cause: str
-    summary: str
-    fix: str
-    signals: tuple[Signal, ...] = field(default=())
 
 
 SIGKILL_BY_LAUNCHER = r"closing signal SIGKILL|Sending process \d+ closing"
@@ -130,6 +98,8 @@ RULES: tuple[Rule, ...] = (
     Rule("shm_too_small",
          "`NCCL WARN ... No space left on device` on `/dev/shm`, DataLoader `Bus error`, 64 MiB `/dev/shm`",
          F.SHM, (
+             # a record of a small /dev/shm (Ray's object store warning, df, docker inspect)
+             S(r"/dev/shm (?:has only|is only|size is|of) \d+ ?(?:bytes|[KM]i?B)", .7),
              S(r"posix_fallocate failed\s*:\s*No space left|failed to extend /dev/shm\S*"
                r"|/dev/shm\S*.*No space left", .95),
              S(r"insufficient shared memory \(shm\)|out of shared memory|raise your shared memory limit", .92),
@@ -163,6 +133,8 @@ RULES: tuple[Rule, ...] = (
     Rule("gpu_ordinal", "`CUDA error: invalid device ordinal`",
          F.GPU_ORDINAL, (
              S(r"invalid device ordinal|cudaErrorInvalidDevice\b|CUDA_ERROR_INVALID_DEVICE", .96),
+             # a traceback cut off inside torch.cuda.set_device: the ordinal is the usual failure there
+             S(r"torch\.cuda\.set_device\(", .3),
          )),
     Rule("duplicate_gpu", "`Duplicate GPU detected : rank 1 and rank 0 both on CUDA device`",
          F.DUPLICATE_GPU, (
@@ -178,6 +150,9 @@ RULES: tuple[Rule, ...] = (
              S(r"nvidia-container-cli: (?:initialization error|mount error|detection error)", .9),
              S(r"libnvidia-ml\.so\.1: cannot open shared object file|load library failed: libnvidia-ml", .85),
              S(r"nvidia-container-runtime(?:-hook)?\S*: (?:no such file|not found|executable file not found)", .85),
+             # the process sees no GPU at all: a container started without the NVIDIA runtime / --gpus
+             S(r"No CUDA GPUs are available|Found no NVIDIA driver on your system|no CUDA-capable device is detected"
+               r"|CUDA driver initialization failed", .6),
          )),
     Rule("container_lost_gpu", "`Failed to initialize NVML: Unknown Error` inside a running container",
          F.CONTAINER_LOST_GPU, (
@@ -285,6 +260,9 @@ RULES: tuple[Rule, ...] = (
              S(r"--master[-_]port[= ]0\b|environment variable (?P<args>\w+) expected, but not set", .85),
              S(r"Permission denied", .9, requires=PRIVILEGED_PORT),
              S(PRIVILEGED_PORT, .35),
+             # the launcher's own host list is wrong or missing (DeepSpeed's hostfile, mpirun's slots)
+             S(r"Unable to find hostfile|proceed with training with local resources only"
+               r"|not enough slots available in the system", .7),
          )),
     Rule("launcher_missing",
          "`bash: orted: command not found`, `mpirun: command not found`, `mpirun is not installed` (clusterctl's): "
@@ -368,7 +346,9 @@ RULES: tuple[Rule, ...] = (
              S(r"(?:Call to )?ibv_\w+ failed|NET/IB : (?:\S+ )?(?:Got async event|async fatal event)", .85),
              S(r"NET/IB : Unable to open device", .6),
              # NCCL looked for an HCA and found none: the container lacks /dev/infiniband, or no IB stack
-             S(r"NET/IB : No device found", .5),
+             S(r"NET/IB : No device found", .25),
+             # ...but with an IB/RDMA plugin loaded or IB asked for, the setup expects InfiniBand
+             S(r"NET/IB : No device found", .6, requires=r"P2P plugin IBext|RDMA Plugin|NCCL_IB_HCA|NCCL_NET=IB"),
              S(r"unhandled system error|ncclSystemError", .2),
              S(r"unhandled system error", .35, requires=r"NET/IB|Using network IB|ibv_"),
          )),
@@ -392,7 +372,8 @@ RULES: tuple[Rule, ...] = (
          F.VERSION_MISMATCH, (
              S(r"[Mm]essage truncated ?: ?(?:received|receiving) (?P<got>\d+) bytes instead of (?P<want>\d+)", .88),
              S(r"NCCL error: version mismatch|NCCL versions? differ|version mismatch between", .9),
-             S(r"Detected mismatch between collectives on ranks", .45),
+             # the IB transport's form of the same truncation: the peer posted a different size
+             S(r"local size \d+ remote size \d+", .85),
          )),
     Rule("platform_backend_unsupported", "`Distributed package doesn't have NCCL built in` (Windows/macOS/CPU wheel)",
          F.PLATFORM, (
@@ -425,6 +406,6 @@ RULES: tuple[Rule, ...] = (
              S(r"(?:exitcode|exit code|return code|exit status)\s*[:=]?\s*(?:-11|139)\b|\bcode 139\b", .85),
          )),
     Rule("node_unreachable", "a node stops answering mid-run (no log of its own)", F.NODE_UNREACHABLE, ()),
-)
+) + TOPOLOGY_RULES
 RULE_OF = {rule.cause: rule for rule in RULES}
 CAUSES = tuple(rule.cause for rule in RULES) + ("unknown",)

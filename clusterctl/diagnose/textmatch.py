@@ -21,6 +21,16 @@ def compile_all(patterns) -> tuple[Pattern[str], ...]:
     return tuple(compiled(p) for p in patterns)
 
 
+def compile_kinds(pairs) -> tuple[tuple[str, Pattern[str]], ...]:
+    """((kind, pattern), ...) -> ((kind, compiled), ...): the evidence parsers' classification tables."""
+    return tuple((kind, compiled(pattern)) for kind, pattern in pairs)
+
+
+def first_kind(kinds, text: str, default: str = "") -> str:
+    """The first kind of a compile_kinds table whose pattern is found in `text`."""
+    return next((kind for kind, regex in kinds if regex.search(text)), default)
+
+
 # Lines that are consequences of another rank's failure: never the root cause by themselves.
 CASCADE_PATTERNS = compile_all((
     r"ChildFailedError", r"Connection reset by peer", r"Broken pipe", r"RendezvousClosedError",

@@ -36,3 +36,18 @@ def program(name: str) -> Path:
 def source(name: str) -> bytes:
     """The bytes of a node program, as shipped to the nodes."""
     return program(name).read_bytes()
+
+
+def inline_program(names: tuple, main: str, argv0: bool = False) -> str:
+    """One `python -c` text that runs node program `main` with the files `names` beside it (each made the
+    module of its name, in that order: each imports only those before it), its `main(argv)` called with
+    the arguments (`argv0`: with sys.argv[0] first). The program travels in the command itself: nothing
+    is executed from a directory the job or another user can write (issue 47)."""
+    loads = "".join(f"_load({name!r}, {source(name + '.py').decode()!r})\n" for name in (*names, main))
+    return ("import sys, types\n"
+            "def _load(name, text):\n"
+            "    module = types.ModuleType(name)\n"
+            "    module.__file__ = name + '.py'\n"
+            "    sys.modules[name] = module\n"
+            "    exec(compile(text, name + '.py', 'exec'), module.__dict__)\n"
+            + loads + f"sys.exit(sys.modules[{main!r}].main(sys.argv{'' if argv0 else '[1:]'}))\n")

@@ -84,10 +84,6 @@ def ranks_glob(run_dir, run_id):
     return ranks_dir(run_dir, run_id, "*")
 
 
-# `sh` in a node's run dir: the ranks' directories of whichever launcher ran (plan/wrapper.py's scripts)
-RANKS_GLOB_SH = "*/" + ATTEMPT
-
-
 def bundle_run_dir(run_id, host):
     """A node's run dir in a bundle, relative to DEST: `<host>/outputs/logs/<run id>/<host>`."""
     return host + "/" + BUNDLE_OUTPUTS + "/" + node_run_relative(run_id, host)

@@ -34,8 +34,10 @@ import time
 
 if __package__:  # imported by the controller
     from clusterctl.node.layout import ATTEMPT
+    from clusterctl.node.safe_files import Dir, Refused
 else:  # run on a node, layout.py shipped beside it
     from layout import ATTEMPT
+    from safe_files import Dir, Refused  # the no-follow layer, shipped beside (run/supervision.BESIDE_AGENT)
 
 # A program of its own on the nodes (copied into the run dir, started with the node's python): its
 # threads and clocks are that process's, not the controller's (tests/unit/test_architecture.py).
@@ -55,8 +57,8 @@ LOG_LINE = 300  # a refused request is one line of supervisor.log, at most this 
 
 
 def load_config(run_dir):
-    with open(os.path.join(run_dir, CONFIG)) as f:
-        return json.load(f)
+    with Dir.open(run_dir) as d:
+        return json.loads(d.read(CONFIG, 1 << 20))
 
 
 def sign(key, body):
@@ -64,10 +66,10 @@ def sign(key, body):
 
 
 def write_json(path, document):
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(document, f, indent=1)
-    os.replace(tmp, path)
+    """`path` replaced atomically through the layer (a link the job put there is replaced, not followed)."""
+    where, name = os.path.split(path)
+    with Dir.open(where or ".") as d:
+        d.write(name, json.dumps(document, indent=1))
 
 
 # ---- the supervisor (master node): it hosts the run's engine (engine.py, shipped beside this file)
@@ -252,47 +254,76 @@ def serve(run_dir):
 
 # ---- the keeper (every node)
 
-def _read(path):
+def _read(d, name, limit=4096):
     try:
-        with open(path) as f:
-            return f.read()
-    except OSError:
+        return d.read_text(name, limit)
+    except (OSError, Refused):
         return None
 
 
-def _tail(path, size=TAIL_BYTES):
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, 2)
-            f.seek(max(0, f.tell() - size))
-            return f.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
-
-
 def node_report(run_dir):
-    """What this node's keeper says of its torchrun (see plan/wrapper.py for the files)."""
-    code = _read(os.path.join(run_dir, "agent.exit"))
+    """What this node's keeper says of its torchrun (see plan/wrapper.py for the files), read through
+    the no-follow layer: the job's links and FIFOs in its run dir are neither followed nor opened."""
+    try:
+        d = Dir.open(run_dir)
+    except (OSError, Refused):
+        return {"exit_code": None, "stopped": False, "ranks": 0, "silent_s": None}
+    with d:
+        return _report(d)
+
+
+def _report(d):
+    code = _read(d, "agent.exit")
     digits = (code or "").strip()
     exit_code = None if code is None else int(digits) if digits.lstrip("-").isdigit() else 1  # unreadable: failed
     ranks, newest = 0, None
-    files = [os.path.join(run_dir, "agent.log")]
-    for entry in os.listdir(run_dir) if os.path.isdir(run_dir) else ():
-        attempt = os.path.join(run_dir, entry, ATTEMPT)
-        if os.path.isdir(attempt):
-            local = [r for r in os.listdir(attempt) if r.isdigit()]
-            ranks = max(ranks, len(local))
-            files += [os.path.join(attempt, r, name) for r in local for name in ("stdout.log", "stderr.log")]
-    for path in files:
+    seen = [d.entry("agent.log")]
+    for entry in d.entries():
+        if entry.kind != "dir":
+            continue
         try:
-            newest = max(newest or 0, os.stat(path).st_mtime)
-        except OSError:
-            pass
-    report = {"exit_code": exit_code, "stopped": os.path.exists(os.path.join(run_dir, "stopped")),
+            with d.sub((entry.name, ATTEMPT)) as attempt:
+                local = [r.name for r in attempt.entries() if r.name.isdigit() and r.kind == "dir"]
+                ranks = max(ranks, len(local))
+                for r in local:
+                    with attempt.sub((r,)) as rank:
+                        seen += [rank.entry("stdout.log"), rank.entry("stderr.log")]
+        except (OSError, Refused):
+            continue
+    for found in seen:
+        if found is not None:
+            newest = max(newest or 0, found.mtime)
+    report = {"exit_code": exit_code, "stopped": d.is_file("stopped"),
               "ranks": ranks, "silent_s": round(time.time() - newest, 1) if newest else None}
     if exit_code is not None:
-        report["tail"] = _tail(os.path.join(run_dir, "agent.log"))
+        report["tail"] = _tail(d)
     return report
+
+
+def _tail(d, size=TAIL_BYTES):
+    try:
+        return d.read(name="agent.log", limit=size, tail=True).decode("utf-8", "replace")
+    except (OSError, Refused):
+        return ""
+
+
+def _renew(run_dir):
+    """The lease's time set to now: never through a link, never made where the wrapper made none."""
+    try:
+        with Dir.open(run_dir) as d:
+            if d.entry("lease") is not None:
+                d.touch("lease")
+    except (OSError, Refused):
+        pass
+
+
+def _mark_stop(run_dir, reason):
+    try:
+        with Dir.open(run_dir) as d:
+            if d.entry("stop") is None:
+                d.write("stop", reason)
+    except (OSError, Refused):
+        pass
 
 
 def keep(run_dir, interval=1.0):
@@ -317,7 +348,6 @@ def _keep(run_dir, config, interval, healing, health, watch):
 
     key, host, lease_s = config["key"], config["host"], config["lease_s"]
     url = f"http://{config['address']}:{config['port']}/beat"
-    lease, stop = os.path.join(run_dir, "lease"), os.path.join(run_dir, "stop")
     seq, last_answer = int(time.time() * 1000), time.monotonic()
     while True:
         report = {**node_report(run_dir), **({"attempt": healing.attempt_of(run_dir)} if healing else {})}
@@ -338,11 +368,10 @@ def _keep(run_dir, config, interval, healing, health, watch):
         now = time.monotonic()
         if isinstance(answer, dict) and answer.get("seq") == seq:
             last_answer = now
-            os.utime(lease, None) if os.path.exists(lease) else None
+            _renew(run_dir)
             health.delivered(report.get("health")) if health else None
-            if answer.get("stop") and report["exit_code"] is None and not os.path.exists(stop):
-                with open(stop, "w") as f:
-                    f.write(str(answer.get("reason") or "stopped by the run's supervisor") + "\n")
+            if answer.get("stop") and report["exit_code"] is None:
+                _mark_stop(run_dir, str(answer.get("reason") or "stopped by the run's supervisor") + "\n")
             if healing and isinstance(answer.get("launch"), dict):
                 healing.launch(run_dir, config, answer["launch"])
             if (report["exit_code"] is not None and answer.get("ack")) or answer.get("end"):

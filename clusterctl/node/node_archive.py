@@ -8,22 +8,30 @@ JSON line per file sent, link not followed, file skipped or renamed, then DONE.
 
 Why one program and not `find` then `tar`: between a listing and a second command that opens
 the listed paths, a job can swap a directory for a symlink (the archive then follows it, as
-root). Here every path component is opened relative to its parent's descriptor with O_NOFOLLOW,
-and a file is archived from the descriptor it was checked on: nothing outside BASE is reachable
-whatever the job does meanwhile. A file with characters that are not printable or bytes that are
+root). Here every directory and file is opened through the no-follow layer (safe_files.py, sent
+with this program): each component from its parent's descriptor with O_NOFOLLOW, a file first as
+O_PATH and reopened only when regular (a FIFO or device node swapped in after the listing is never
+opened), and archived from the descriptor it was checked on: nothing outside BASE is reachable
+whatever the job does meanwhile. A tree nested deeper than safe_files.DEPTH_LIMIT is reported, not
+walked (a job's 1000 levels crashed the walk). A file with characters that are not printable or bytes that are
 not UTF-8 in its name is sent under a safe name (each such byte as %XX) and named in the report; a hard link
 to a file of another owner is skipped (where the kernel lets users link files they do not own).
 """
 import json
 import os
-import stat
 import sys
 import tarfile
 
+if __package__:  # imported by the controller
+    from clusterctl.node.safe_files import DEPTH_LIMIT, Dir, Refused
+else:  # on the node: the files sent with it
+    from safe_files import DEPTH_LIMIT, Dir, Refused
+
+RUNS_ON_NODES = True
+
 DONE = "clusterctl-archive-done"
 PRIVATE = ("env", "lease", "supervision.json", "mpi.key")  # the job's secrets, the run's keys (supervisor, mpirun gate)
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
-_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+ENTRIES_LIMIT = 1_000_000  # names read from one directory
 
 
 def report(**entry):
@@ -53,44 +61,41 @@ class Archive:
         self.tar.copybufsize = 1 << 20
         self.known, self.sent = known, set()
 
-    def walk(self, dir_fd, rel, owner, wanted, private, prune=None):
-        """Every entry of the open directory `dir_fd` (at `rel`); `wanted(path)` says which files to send."""
-        with os.scandir(dir_fd) as entries:
-            names = sorted(entry.name for entry in entries)
-        for name in names:
+    def walk(self, d, rel, owner, wanted, private, prune=None, depth=DEPTH_LIMIT):
+        """Every entry of the open directory `d` (at `rel`); `wanted(path)` says which files to send."""
+        for entry in d.entries(ENTRIES_LIMIT):
+            name = entry.name
             path = rel + "/" + name if rel else name
-            try:
-                st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-            except OSError:
-                continue  # gone meanwhile
-            if stat.S_ISLNK(st.st_mode):
+            if entry.kind == "link":
                 if wanted(path):
-                    report(link=path, target=_readlink(name, dir_fd))
-            elif stat.S_ISDIR(st.st_mode):
+                    report(link=path, target=_readlink(name, d.fd))
+            elif entry.kind == "dir":
                 if prune == path:
                     continue
-                child = _open_dir(name, dir_fd)
-                if child is None:
-                    report(skipped=path, why="changed while it was read (a directory no more)")
+                if depth <= 0:
+                    report(skipped=path, why="nested deeper than %d levels: not walked" % DEPTH_LIMIT)
                     continue
                 try:
-                    self.walk(child, path, owner, wanted, private)
-                finally:
-                    os.close(child)
-            elif stat.S_ISREG(st.st_mode) and wanted(path) and not (private and _private(name)):
-                self.file(dir_fd, name, path, owner)
+                    child = d.sub((name,))
+                except (Refused, OSError):
+                    report(skipped=path, why="changed while it was read (a directory no more)")
+                    continue
+                with child:
+                    self.walk(child, path, owner, wanted, private, depth=depth - 1)
+            elif entry.kind == "file" and wanted(path) and not (private and _private(name)):
+                self.file(d, name, path, owner)
 
-    def file(self, dir_fd, name, path, owner):
+    def file(self, d, name, path, owner):
         try:
-            fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
-        except OSError as exc:  # a symlink now (ELOOP), gone, unreadable
+            fd = d.reader(name)
+        except Refused as refused:  # a link, a FIFO or a device node now
+            report(skipped=path, why="not opened: " + refused.why)
+            return
+        except OSError as exc:  # gone, unreadable
             report(skipped=path, why="cannot open without following links: " + exc.strerror)
             return
         with os.fdopen(fd, "rb") as handle:
             st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                report(skipped=path, why="not a regular file when opened")
-                return
             if st.st_nlink > 1 and st.st_uid != owner:
                 report(skipped=path, why="a hard link to a file of another owner (uid %d)" % st.st_uid)
                 return
@@ -136,46 +141,28 @@ def _readlink(name, dir_fd):
         return "?"
 
 
-def _open_dir(path, dir_fd):
-    """`path` (relative, '/'-separated) opened one component at a time, none of them a symlink."""
-    fd = os.dup(dir_fd)
-    try:
-        for part in path.split("/"):
-            if part in ("", "."):
-                continue
-            if part == "..":
-                return None
-            child = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            os.close(fd)
-            fd = child
-    except OSError:
-        os.close(fd)
-        return None
-    return fd
-
-
 def main(argv):
     base, pattern, compress, roots = argv[1], argv[2], argv[3] == "gzip", argv[4:]
     known = json.load(sys.stdin)
     archive = Archive(sys.stdout.buffer, known if isinstance(known, dict) else {}, compress)
     try:
-        base_fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY)  # BASE is the inventory's: trusted
+        base_dir = Dir.open(base)  # BASE is the inventory's: trusted
     except FileNotFoundError:  # no run ever wrote there: nothing to send
-        roots, pattern, base_fd = [], "", None
+        roots, pattern, base_dir = [], "", None
     for root in roots:
-        fd = _open_dir(root, base_fd)
-        if fd is None:
-            continue  # not there (yet), or reached through a link: nothing of it is sent
         try:
+            below = base_dir.sub(root)
+        except (Refused, OSError):
+            continue  # not there (yet), or reached through a link: nothing of it is sent
+        with below:
             rel = "/".join(part for part in root.split("/") if part not in ("", "."))
-            archive.walk(fd, rel, os.fstat(fd).st_uid, lambda path: True, private=True)
-        finally:
-            os.close(fd)
-    if pattern and base_fd is not None:
+            archive.walk(below, rel, os.fstat(below.fd).st_uid, lambda path: True, private=True,
+                         depth=DEPTH_LIMIT - rel.count("/") - 1)
+    if pattern and base_dir is not None:
         def wanted(path):
             return pattern in path and path.split("/", 1)[0] != "logs"
 
-        archive.walk(base_fd, "", os.fstat(base_fd).st_uid, wanted, private=False, prune="logs")
+        archive.walk(base_dir, "", os.fstat(base_dir.fd).st_uid, wanted, private=False, prune="logs")
     archive.tar.close()
     sys.stdout.flush()
     sys.stderr.write(DONE + "\n")

@@ -16,8 +16,10 @@ import subprocess
 
 if __package__:  # imported by the controller
     from clusterctl.node.heal_policy import substitute
+    from clusterctl.node.safe_files import Dir, Refused
 else:  # beside node_agent.py in a node's run dir (node_agent's _beside put it on sys.path)
     from heal_policy import substitute
+    from safe_files import Dir, Refused
 
 RUNS_ON_NODES = True
 ATTEMPT_FILE = "attempt"  # the attempt a node's run dir holds (absent: 1, launched by the controller)
@@ -30,21 +32,29 @@ DAEMON_FILES = ("node_agent.py", "node_healing.py", "engine.py", "heal_policy.py
 
 def attempt_of(run_dir):
     try:
-        with open(os.path.join(run_dir, ATTEMPT_FILE)) as f:
-            return int(f.read().strip() or 1)
-    except (OSError, ValueError):
+        with Dir.open(run_dir) as d:
+            return int(d.read_text(ATTEMPT_FILE, 64).strip() or 1)
+    except (OSError, ValueError, Refused):
         return 1
 
 
 def set_aside(run_dir, attempt):
-    """Every file of the last attempt into RUN_DIR.attempt-N (the daemons' own files stay)."""
-    moving = [n for n in os.listdir(run_dir) if n not in DAEMON_FILES]
-    if "agent.pid" not in moving:  # a spare joining: nothing ran here (its empty env is written again)
-        return
-    aside = f"{run_dir.rstrip('/')}.attempt-{attempt}"
-    os.makedirs(aside, mode=0o700, exist_ok=True)
-    for name in moving:
-        os.replace(os.path.join(run_dir, name), os.path.join(aside, name))
+    """Every file of the last attempt into RUN_DIR.attempt-N (the daemons' own files stay): a directory
+    made here exclusively (0700), or one this keeper made for the same attempt before (proven ours),
+    never one someone else made first (Refused); names moved by rename, no link followed."""
+    parent, host = os.path.split(run_dir.rstrip("/"))
+    with Dir.open(parent) as where, where.sub((host,)) as own:
+        moving = [e.name for e in own.entries() if e.name not in DAEMON_FILES]
+        if "agent.pid" not in moving:  # a spare joining: nothing ran here (its empty env is written again)
+            return
+        aside = f"{host}.attempt-{attempt}"
+        try:
+            made = where.make_private(aside)
+        except Refused:
+            made = where.sub((aside,), private=True)
+        with made:
+            for name in moving:
+                os.rename(name, name, src_dir_fd=own.fd, dst_dir_fd=made.fd)
 
 
 def launch(run_dir, config, order):
@@ -53,7 +63,9 @@ def launch(run_dir, config, order):
     launcher's own command (the master's where this node is the master now). Never twice."""
     heal = config["heal"]
     attempt = int(order["attempt"])
-    if attempt <= attempt_of(run_dir) or os.path.exists(os.path.join(run_dir, "stopped")):
+    with Dir.open(run_dir) as d:
+        stopped = d.is_file("stopped")
+    if attempt <= attempt_of(run_dir) or stopped:
         return False
     set_aside(run_dir, attempt_of(run_dir))
     values = order["values"]
@@ -61,11 +73,9 @@ def launch(run_dir, config, order):
     launch = heal.get("template_master") if master and heal.get("template_master") else heal["template"]
     env = [(k, substitute(v, values)) for k, v in launch["env"]]
     env = [(k, v) for k, v in env if v or k != "CLUSTERCTL_CHECKPOINT"]
-    descriptor = os.open(os.path.join(run_dir, "env"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "w") as f:
-        f.write("".join(f"{k}={v}\n" for k, v in env))
-    with open(os.path.join(run_dir, ATTEMPT_FILE), "w") as f:
-        f.write(f"{attempt}\n")
+    with Dir.open(run_dir) as d:
+        d.write("env", "".join(f"{k}={v}\n" for k, v in env))
+        d.write(ATTEMPT_FILE, f"{attempt}\n")
     argv = [substitute(a, values) for a in launch["argv"]]
     clean = {k: v for k, v in os.environ.items() if k not in heal["marker_names"]}
     # `setsid -f` forks: the wrapper is nobody's child here (no zombie under the keeper), as agent.start_command

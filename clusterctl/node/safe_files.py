@@ -22,8 +22,6 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from dataclasses import dataclass
-from pathlib import PurePosixPath
 
 RUNS_ON_NODES = True
 
@@ -31,6 +29,7 @@ READ_LIMIT = 16 * 1024 * 1024  # the most any one read returns unless the caller
 DEPTH_LIMIT = 64  # deeper trees are refused, not walked (a job can nest a directory 1000 levels deep)
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+_PATH_FLAGS = getattr(os, "O_PATH", 0) | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class Refused(Exception):
@@ -41,21 +40,32 @@ class Refused(Exception):
         super().__init__(f"{path}: {why}" + (f"; {fix}" if fix else ""))
 
 
-@dataclass(frozen=True)
 class Entry:
-    """One name in a directory, as `lstat` sees it: kind is file, dir, link or other."""
+    """One name in a directory, as `lstat` sees it: kind is file, dir, link or other. (A plain class,
+    not a dataclass: importing dataclasses would triple the start of every poll on the node.)"""
 
-    name: str
-    kind: str
-    size: int
-    mtime: float
+    __slots__ = ("name", "kind", "size", "mtime")
+
+    def __init__(self, name: str, kind: str, size: int, mtime: float) -> None:
+        self.name, self.kind, self.size, self.mtime = name, kind, size, mtime
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Entry) and all(getattr(self, k) == getattr(other, k) for k in self.__slots__)
+
+    def __repr__(self) -> str:
+        return f"Entry({self.name!r}, {self.kind!r}, {self.size}, {self.mtime})"
 
 
 def _parts(rel: str | os.PathLike | tuple[str, ...]) -> tuple[str, ...]:
     if isinstance(rel, tuple):
         parts = rel
     else:
-        parts = PurePosixPath(os.fspath(rel)).parts
+        text = os.fspath(rel)
+        if isinstance(text, bytes):
+            text = text.decode()
+        if text.startswith("/"):
+            raise Refused(text, "is an absolute path, not a path below the base")
+        parts = tuple(p for p in text.split("/") if p not in ("", "."))
     for part in parts:
         if part in ("", ".", "..") or "/" in part or "\0" in part:
             raise Refused("/".join(parts), f"the path component {part!r} is not a plain name")
@@ -72,17 +82,33 @@ def _kind(mode: int) -> str:
     return "other"
 
 
-def prove_ours(fd: int, path: str) -> None:
-    """Refused unless the open directory `fd` is a directory of our uid that nobody else may enter."""
+def prove_ours(fd: int, path: str, uid: int | None = None) -> None:
+    """Refused unless the open directory `fd` is a directory of our uid (or `uid`) that nobody else may enter."""
     st = os.fstat(fd)
+    uid = os.geteuid() if uid is None else uid
     if not stat.S_ISDIR(st.st_mode):
         raise Refused(path, "is not a directory")
-    if st.st_uid != os.geteuid():
-        raise Refused(path, f"is owned by uid {st.st_uid}, not by {os.geteuid()} (someone else made it first)",
+    if st.st_uid != uid:
+        raise Refused(path, f"is owned by uid {st.st_uid}, not by {uid} (someone else made it first)",
                       "remove it (or choose another job.outputs) and run again")
     if st.st_mode & 0o077:
         raise Refused(path, f"has mode {stat.S_IMODE(st.st_mode):o}: others may change what is in it",
                       f"`chmod 700 {path}` if it is yours, else remove it and run again")
+
+
+def prove_shared(fd: int, path: str) -> None:
+    """Refused unless the open directory `fd` (a run's shared directory: `logs`, `logs/<run id>`) is
+    one where nobody but us and root can replace the names we put in it: owned by us or by root, and
+    not writable by group or others unless sticky (1777, as /tmp: then only an entry's owner moves it)."""
+    st = os.fstat(fd)
+    if not stat.S_ISDIR(st.st_mode):
+        raise Refused(path, "is not a directory")
+    if st.st_uid not in (os.geteuid(), 0):
+        raise Refused(path, f"is owned by uid {st.st_uid}, neither {os.geteuid()} nor root: its owner may replace "
+                      "what clusterctl puts in it", "remove it (or have root make it, mode 1777, once) and run again")
+    if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+        raise Refused(path, f"has mode {stat.S_IMODE(st.st_mode):o}: others may replace what is in it",
+                      f"`chmod +t {path}` (or `chmod go-w`) and run again")
 
 
 class Dir:
@@ -160,22 +186,73 @@ class Dir:
                           "remove it and run again") from None
         return self._child(name, create=False, private=True)
 
+    def shared(self, name: str, mode: int) -> Dir:
+        """The run's shared directory `name` here (made with `mode` when missing, whoever wins a race),
+        proven safe to put names in (`prove_shared`)."""
+        path = f"{self.path}/{_parts(name)[0]}"
+        try:
+            os.mkdir(name, 0o700, dir_fd=self.fd)
+            _chmod_at(self.fd, name, mode)
+        except FileExistsError:
+            pass
+        child = self._child(name, create=False, private=False)
+        try:
+            prove_shared(child.fd, path)
+        except BaseException:
+            child.close()
+            raise
+        return child
+
+    def mode(self) -> int:
+        return stat.S_IMODE(os.fstat(self.fd).st_mode)
+
     # files
+    def reader(self, name: str) -> int:
+        """A descriptor open for reading on the regular file `name` (no link followed); the caller closes it."""
+        return self._open_file(name, os.O_RDONLY)
+
     def _open_file(self, name: str, flags: int, mode: int = 0o600) -> int:
+        """`name` opened with `flags`, never through a link and never a FIFO or a device node: an existing
+        name is first opened O_PATH (which opens nothing: no FIFO waits, no device acts on an open), its
+        kind checked on that descriptor, and only a regular file reopened through /proc/self/fd (the same
+        inode, whatever the job renames meanwhile); a new name is created exclusively."""
         path = f"{self.path}/{name}"
         if "/" in name or name in ("", ".", ".."):
             raise Refused(path, "is not a plain name")
+        for _ in range(8):
+            if flags & os.O_EXCL:
+                return self._created(name, flags, mode)
+            try:
+                handle = os.open(name, _PATH_FLAGS, dir_fd=self.fd)
+            except FileNotFoundError:
+                if not flags & os.O_CREAT:
+                    raise
+                try:
+                    return self._created(name, flags | os.O_EXCL, mode)
+                except FileExistsError:
+                    continue  # made meanwhile: look at what it is
+            try:
+                kind = _kind(os.fstat(handle).st_mode)
+                if kind == "link":
+                    raise Refused(path, "is a symbolic link: not followed")
+                if kind != "file":
+                    raise Refused(path, f"is not a regular file ({kind})")
+                fd = _reopen(handle, flags & ~(os.O_CREAT | os.O_EXCL), name, self.fd)
+            finally:
+                os.close(handle)
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                os.close(fd)
+                raise Refused(path, "is not a regular file")
+            return fd
+        raise Refused(path, "keeps changing while it is opened")
+
+    def _created(self, name: str, flags: int, mode: int) -> int:
         try:
-            fd = os.open(name, flags | _FILE_FLAGS, mode, dir_fd=self.fd)
+            return os.open(name, flags | _FILE_FLAGS, mode, dir_fd=self.fd)
         except OSError as error:
             if error.errno == errno.ELOOP:
-                raise Refused(path, "is a symbolic link: not followed") from None
+                raise Refused(f"{self.path}/{name}", "is a symbolic link: not followed") from None
             raise
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            os.close(fd)
-            raise Refused(path, f"is not a regular file ({_kind(st.st_mode)})")
-        return fd
 
     def read(self, name: str, limit: int = READ_LIMIT, *, tail: bool = False) -> bytes:
         """At most `limit` bytes of a regular file: its first, or with `tail` its last."""
@@ -202,8 +279,10 @@ class Dir:
         """Replace `name` with `data` atomically: a fresh exclusive temp file renamed over the name."""
         if isinstance(data, str):
             data = data.encode()
-        temp = f".{name}.{os.getpid()}.tmp"
+        # a random temp name, not the pid: containers on nodes sharing one filesystem share pids
+        temp = f".{name}.{os.urandom(6).hex()}.tmp"
         fd = self._open_file(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+        os.fchmod(fd, mode)  # the mode asked for, whatever the umask
         try:
             view = memoryview(data)
             while view:
@@ -236,6 +315,11 @@ class Dir:
 
     def exists(self, name: str) -> bool:
         return self.entry(name) is not None
+
+    def is_file(self, name: str) -> bool:
+        """`name` is a regular file here (a mark such as `stopped`: a link or FIFO the job put there is none)."""
+        found = self.entry(name)
+        return found is not None and found.kind == "file"
 
     def entry(self, name: str) -> Entry | None:
         try:
@@ -294,6 +378,27 @@ class Dir:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _reopen(handle: int, flags: int, name: str, dir_fd: int) -> int:
+    """The file behind the O_PATH descriptor `handle`, opened with `flags`: through /proc/self/fd (the same
+    inode); where /proc is not mounted, `name` again with O_NOFOLLOW|O_NONBLOCK (the caller's fstat then
+    refuses a FIFO or a device swapped in meanwhile)."""
+    try:
+        return os.open(f"/proc/self/fd/{handle}", flags | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        if os.path.isdir("/proc/self/fd"):
+            raise
+        return os.open(name, flags | _FILE_FLAGS, dir_fd=dir_fd)
+
+
+def _chmod_at(dir_fd: int, name: str, mode: int) -> None:
+    """chmod of a directory just made: through a descriptor of it (Linux has no lchmod)."""
+    fd = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    try:
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
 
 
 def read_under(base: str | os.PathLike, rel: str | os.PathLike, limit: int = READ_LIMIT, *,

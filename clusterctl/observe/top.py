@@ -16,20 +16,8 @@ from typing import Callable, Optional
 
 from clusterctl.documents.commands import NodeLook
 from clusterctl.documents.convert import as_document
-from clusterctl.plan.container import on_host_or_in_container
 from clusterctl.models import Command, Inventory
 
-# $1 the node's run dir. Markers start each part; a rank's line is cut at 300 bytes.
-_PROBE = r'''cd "$1" 2>/dev/null || { echo "clusterctl-top: no run directory"; exit 3; }
-echo "clusterctl-top-sample"; tail -n 1 metrics.jsonl 2>/dev/null; echo
-att=; for a in */attempt_*; do [ -d "$a" ] && att=$a; done
-if [ -n "$att" ]; then for r in "$att"/*/; do
-  r=${r%/}; f=$r/stdout.log; s=stdout
-  if [ "$r/stderr.log" -nt "$f" ]; then f=$r/stderr.log; s=stderr; fi
-  [ -s "$f" ] && printf 'clusterctl-top-rank %s %s %s\n' "${r##*/}" "$s" "$(tail -n 1 "$f" | cut -c 1-300)"
-done; fi
-[ -e agent.exit ] && echo "clusterctl-top-exit $(cat agent.exit)"
-exit 0'''
 COLUMNS = ("node", "gpu", "rank", "util %", "mem MiB", "power W", "temp C", "sm MHz", "throttle", "last line")
 
 
@@ -54,8 +42,11 @@ class NodeView:
 
 
 def probe_command(inventory: Inventory, run_dir: str) -> Command:
-    argv = on_host_or_in_container(inventory, run_dir, lambda d: ("sh", "-c", _PROBE, "clusterctl-top", d))
-    return Command(argv, timeout=20, privileged=argv[0] != "docker")
+    """node/run_files.py `probe`, through the no-follow layer. Markers start each part; a rank's line is
+    cut at 300 bytes."""
+    from clusterctl.plan import node_files
+
+    return node_files.command(inventory, run_dir, "probe", timeout=20)
 
 
 def parse_probe(host: str, stdout: str, first_rank: int = 0, mask: Callable[[str], str] = lambda t: t) -> NodeView:

@@ -39,7 +39,7 @@ from clusterctl.modules import process
 from clusterctl.plan.topology import Topology
 # what lived here before (importable from here as before): shipped files, and a run already going
 from clusterctl.run.in_progress import ensure_no_run_in_progress, run_in_progress, run_scan_command  # noqa: F401
-from clusterctl.plan.shipping import _FILE_NAME_RE, _PUT_FILE, put_file_command  # noqa: F401
+from clusterctl.plan.shipping import _FILE_NAME_RE, put_file_command  # noqa: F401
 from clusterctl.plan.launch_plan import NodeLaunch, commands_of, node_launches, shipped_files
 
 @dataclass

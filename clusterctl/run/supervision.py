@@ -19,10 +19,10 @@ from clusterctl.documents import parts
 from clusterctl.documents.convert import as_document
 from clusterctl.executor import Connections, for_each_host, run_commands, ticks
 from clusterctl.health import fleet as health
-from clusterctl.plan import wrapper as agent
+from clusterctl.plan import node_files, wrapper as agent
 from clusterctl.watch import detached_health
 from clusterctl.heal import detached as detached_healing
-from clusterctl.plan.container import in_container, on_host_or_in_container
+from clusterctl.plan.container import in_container
 from clusterctl.models import Command, Host, HostResult, HostStatus, Inventory, masker  # noqa: F401  (supervision.masker)
 from clusterctl.ground.records import RunStore
 from clusterctl.ground.run_record import RunRecord, recorded_end
@@ -36,12 +36,11 @@ _HEALTH_SCRIPT = program("node_health.py")  # the keeper's passive health watch 
 _HEALING = program("node_healing.py")
 # the run's engine, which the supervisor hosts (node/engine.py, the heal it calls and the straggler verdict),
 # and the run's paths (node/layout.py), which node_agent.py imports as files beside it
-BESIDE_AGENT = tuple(program(name) for name in ("engine.py", "heal_policy.py", "straggler_verdict.py", "layout.py"))
+# and the no-follow layer (node/safe_files.py) that every node program touches a run's files through
+BESIDE_AGENT = tuple(program(name) for name in ("engine.py", "heal_policy.py", "straggler_verdict.py", "layout.py",
+                                                "safe_files.py"))
 _STRAGGLERS = program("node_stragglers.py")  # the keeper's straggler watch (py-spy on its node's ranks)
 
-# $1 dir (proven ours: agent.OWN_DIR_SH), $2 file name: stdin into a file only its owner reads (the
-# key), through a rename
-_PUT_PRIVATE = agent.OWN_DIR_SH + 'ours "$1" || exit 1; umask 077; cat > "$1/.$2.tmp" && mv -f "$1/.$2.tmp" "$1/$2"'
 
 # $1 dir, $2 role, $3 python, then the marker env: the role's process, detached from this session,
 # its output in $1/<role>.log
@@ -73,8 +72,8 @@ def supervisor_of(record: dict) -> Optional[Supervised]:
 
 
 def _put_private(inventory: Inventory, run_dir: str, name: str, data: bytes) -> Command:
-    argv = in_container(inventory, ("sh", "-c", _PUT_PRIVATE, "clusterctl-put", run_dir, name), interactive=True)
-    return Command(argv, stdin=data, timeout=60)
+    """stdin into a file only its owner reads (the key), in the node's run dir proven ours (node/run_files.py)."""
+    return node_files.command(inventory, run_dir, "put-private", name, stdin=data, in_container_only=True)
 
 
 def _start(inventory: Inventory, run_dir: str, role: str, marker: tuple[tuple[str, str], ...]) -> Command:
@@ -84,18 +83,15 @@ def _start(inventory: Inventory, run_dir: str, role: str, marker: tuple[tuple[st
                    timeout=60)
 
 
-# $1 the state file: a first line "<now> <the file's mtime>" (the node's clock: a supervisor that stopped
-# writing is a supervisor gone), then the file
-_READ_STATE = 'printf "%s %s\n" "$(date +%s)" "$(stat -c %Y "$1")" && cat "$1"'
 GONE_AFTER_S = 10.0  # the supervisor rewrites its state twice a second while it runs
 
 
 def read_state_command(inventory: Inventory, run_dir: str) -> Command:
     from clusterctl.node.node_agent import STATE
 
-    argv = on_host_or_in_container(inventory, run_dir, lambda d: ("sh", "-c", _READ_STATE, "clusterctl-state",
-                                                                  f"{d}/{STATE}"))
-    return Command(argv, timeout=20, privileged=argv[0] != "docker")
+    # a first line "<now> <the file's mtime>" (the node's clock: a supervisor that stopped writing is a
+    # supervisor gone), then the file, read through the no-follow layer (node/run_files.py `state`)
+    return node_files.command(inventory, run_dir, "state", STATE, timeout=20)
 
 
 def parse_state(stdout: str) -> Optional[dict]:

@@ -13,21 +13,18 @@ import binascii
 from typing import Optional
 
 from clusterctl.diagnose.flight_recorder import DUMP_NAME, MAX_DUMP_BYTES, Dump, load_dump
-from clusterctl.plan.container import host_path, on_host_or_in_container
 from clusterctl.models import Command, Inventory
 
 MAX_DUMPS_PER_NODE = 16  # a node runs one rank per GPU: 16 covers the largest nodes
 TIMEOUT_CAUSES = ("nccl_timeout_slow_rank", "rank_hang", "nccl_socket_error", "unknown")
-_LIST = ('n=0; for f in "$1"/nccl_trace_rank_*; do [ -f "$f" ] && [ ! -L "$f" ] || continue; '
-         'n=$((n+1)); [ "$n" -le "$2" ] || break; printf "%s\\n" "${f##*/}"; head -c "$3" "$f" | base64 | tr -d "\\n"; '
-         'echo; done')
 
 
 def dumps_command(inventory: Inventory, run_dir: str) -> Command:
     """Every dump file of the node's run dir: its name on one line, its bytes (base64) on the next."""
-    argv = on_host_or_in_container(inventory, run_dir, lambda d: (
-        "sh", "-c", _LIST, "dumps", d, str(MAX_DUMPS_PER_NODE), str(MAX_DUMP_BYTES + 1)))
-    return Command(argv, timeout=60, privileged=host_path(inventory, run_dir) is not None)
+    from clusterctl.plan import node_files
+
+    return node_files.command(inventory, run_dir, "dumps", str(MAX_DUMPS_PER_NODE), str(MAX_DUMP_BYTES + 1),
+                              timeout=60)
 
 
 def parse_dumps(stdout: str, host: str) -> list[Dump]:

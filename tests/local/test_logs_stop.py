@@ -31,17 +31,19 @@ def test_the_logs_command_reads_the_chosen_files_and_follows_with_stdin_open(tmp
 
     inventory = load_inventory(_local_inventory(tmp_path, "c-logs"))
     command = agent.logs_command(inventory, "/o/logs/R/local", (1,), False, 20, follow=False)
-    assert command.argv[-6:] == ("clusterctl-logs", "/o/logs/R/local", "20", "0", "0", "1")
+    assert command.argv[-7:] == ("logs", "/o", "logs/R/local", "20", "0", "0", "1")
     assert command.timeout and not command.stdin_open
     command = agent.logs_command(inventory, "/o/logs/R/local", (0, 1), True, None, follow=True)
-    assert command.argv[-7:] == ("clusterctl-logs", "/o/logs/R/local", "+1", "1", "1", "0", "1")
+    assert command.argv[-8:] == ("logs", "/o", "logs/R/local", "+1", "1", "1", "0", "1")
     assert command.timeout is None and command.stdin_open
 
 
-def test_the_poll_script_reports_the_stopped_mark(tmp_path):
+def test_the_poll_reports_the_stopped_mark(tmp_path):
+    from clusterctl.plan import node_files
+
     (tmp_path / "agent.exit").write_text("143\n")
-    poll = agent._POLL
-    run = lambda: subprocess.run(["sh", "-c", poll, "p", str(tmp_path)], capture_output=True, text=True).stdout  # noqa: E731
+    poll = node_files.argv("python3", "poll", str(tmp_path))
+    run = lambda: subprocess.run(poll, capture_output=True, text=True).stdout  # noqa: E731
     assert run() == "exit 143\n"
     (tmp_path / "stopped").write_text("clusterctl stop\n")
     assert run() == "exit 143 stopped\n"

@@ -122,15 +122,15 @@ def test_a_directory_swapped_for_a_symlink_while_the_node_archives_sends_nothing
                       "the node archives it", "the symlink is not followed; the file outside the run never sent; "
                       "the swap named as skipped", section="Hostile input")
     base, run, private = run_tree
-    real_open_dir = node_archive._open_dir
+    real_sub = node_archive.Dir.sub
 
-    def swap_then_open(path, dir_fd):
-        if path == "r1_0":
+    def swap_then_open(self, rel, **options):  # the layer's open of a directory below another
+        if rel == ("r1_0",):
             os.rename(run / "r1_0", run / "r1_0.moved")
             os.symlink(private, run / "r1_0")
-        return real_open_dir(path, dir_fd)
+        return real_sub(self, rel, **options)
 
-    monkeypatch.setattr(node_archive, "_open_dir", swap_then_open)
+    monkeypatch.setattr(node_archive.Dir, "sub", swap_then_open)
     out, err = io.BytesIO(), io.StringIO()
     monkeypatch.setattr(sys, "stdin", io.StringIO("{}"))
     monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(out))
@@ -344,10 +344,10 @@ def test_a_run_directory_made_first_by_someone_else_is_refused_and_nothing_is_wr
     inventory = _inventory("rundir-test")
     done = _run(agent.write_env_command(inventory, str(run_dir), (("HF_TOKEN", "hf_s3cret"),)))
     refusal = done.stderr.decode()
-    assert done.returncode != 0 and f"refusing the run directory {run_dir}" in refusal
+    assert done.returncode != 0 and f"refused {run_dir}:" in refusal
     assert not (run_dir / "env").exists() and not (elsewhere / "env").exists()
     put = _run(supervision._put_private(inventory, str(run_dir), "supervision.json", b"{}"))
-    assert put.returncode != 0 and b"refusing the run directory" in put.stderr
+    assert put.returncode != 0 and f"refused {run_dir}".encode() in put.stderr
     assert list(elsewhere.iterdir()) == []
     # ours, as write_env made it, is used (twice: a retried launch)
     os.rename(tmp_path / "outputs", tmp_path / "old")

@@ -14,6 +14,9 @@ import socket
 import subprocess
 
 import pytest
+# urllib3 (under the Docker SDK) creates an IPv6 socket once, at import, to learn whether the host has IPv6:
+# imported here, before any guard, so a unit test that is the first to import it does not count as opening one
+import urllib3.util.connection  # noqa: F401
 
 WHERE = "tests/unit/ starts no process and opens no socket"
 FIX = "move the test to tests/local/ (processes, loopback sockets) or tests/rehearsal/ (sshd, Docker, root)"

@@ -438,10 +438,11 @@ def test_every_node_program_lives_in_node():
 
 def test_the_node_programs_are_the_ones_shipped_to_the_nodes():
     marked = sorted(name for name, m in modules().items() if _is_node_program(m))
-    assert marked == ["clusterctl.node.allreduce_bench", "clusterctl.node.engine", "clusterctl.node.heal_policy",
-                      "clusterctl.node.layout", "clusterctl.node.node_agent", "clusterctl.node.node_healing",
+    assert marked == ["clusterctl.node.allreduce_bench", "clusterctl.node.engine", "clusterctl.node.follow_files",
+                      "clusterctl.node.heal_policy",
+                      "clusterctl.node.layout", "clusterctl.node.node_agent", "clusterctl.node.node_archive", "clusterctl.node.node_healing",
                       "clusterctl.node.node_health", "clusterctl.node.node_metrics", "clusterctl.node.node_mpi_gate",
-                      "clusterctl.node.node_stragglers", "clusterctl.node.safe_files",
+                      "clusterctl.node.node_stragglers", "clusterctl.node.run_files", "clusterctl.node.safe_files",
                       "clusterctl.node.straggler_verdict"]
 
 

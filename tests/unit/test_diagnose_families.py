@@ -62,7 +62,8 @@ def test_a_sigkill_with_no_record_of_an_oom_kill_is_a_signal_kill_at_lower_confi
 
 def test_the_same_sigkill_with_the_kernels_oom_record_is_oom_killed_and_no_signal_kill():
     findings = diagnose_text(SIGKILL_ONLY + "\n" + KERNEL_RECORD)
-    assert findings[0].cause == "oom_killed" and findings[0].confidence >= 0.89
+    # issue 51: confidences are calibrated (0.88 at most); the record makes it surer than the bare SIGKILL
+    assert findings[0].cause == "oom_killed" and findings[0].confidence > diagnose_text(SIGKILL_ONLY)[0].confidence
     assert "killed_by_signal" not in [f.cause for f in findings]
 
 

@@ -1,0 +1,68 @@
+"""Rules for how ranks, hosts and GPUs fit together: causes the first rule table lacked (issue 51).
+
+- collective_mismatch: ranks out of step on their collectives (TORCH_DISTRIBUTED_DEBUG=DETAIL's
+  fingerprint check, the flight recorder's mismatch report, NCCL's invalid usage on a mismatch);
+- duplicate_host: two nodes NCCL takes for one host (the same hostname or host hash);
+- p2p_unsupported: GPUs without peer-to-peer access (ACS/IOMMU, consumer GPUs, VMs);
+- gpu_arch_unsupported: a torch/NCCL/extension build without code for the GPU's architecture.
+
+Same form as rules.py (see its docstring); families.py adds their shape-level evidence.
+"""
+from __future__ import annotations
+
+from clusterctl.diagnose import fixes as F
+from clusterctl.diagnose.signals import Rule, S
+
+TOPOLOGY_RULES = (
+    Rule("collective_mismatch",
+         "`Detected mismatch between collectives on ranks`, the flight recorder's mismatch report",
+         F.COLLECTIVE_MISMATCH, (
+             S(r"Detected mismatch between collectives on ranks|Collectives differ in the following aspects", .95),
+             S(r"is running (?:inconsistent )?collective: CollectiveFingerPrint\(\S*OpType=(?P<op>\w+)", .93),
+             S(r"(?:COLLECTIVE_(?:TYPE|STATE|DTYPE)|SIZE_OR_SYNTAX)_MISMATCH|Not all ranks joining collective", .9),
+             # shapes that must agree on every rank (Accelerate's debug mode, DeepSpeed/Horovod checks)
+             S(r"(?:shape|size|dtype)s? mismatch\w*.{0,80}(?:across|between) (?:devices|ranks|processes)"
+               r"|must be (?:the same|identical|valid) (?:on|across) all (?:ranks|processes|devices)", .8),
+             S(r"\bcollectives? (?:\w+ )?mismatch|mismatch(?:ed)? (?:in )?collectives?\b|collective sequence number"
+               r"|SeqNum mismatch|ranks? (?:are|is) out of (?:sync|step)", .75,
+               unless=r"local size \d+ remote size"),  # NCCL's IB transport: a size truncation (version_mismatch)
+             S(r"\bdesync\b|Desync debug", .55),
+             # Horovod's stall inspector: the same class in another framework's words
+             S(r"different ranks are trying to submit different tensors|only (?:a )?subset of ranks is submitting", .8),
+         )),
+    Rule("duplicate_host", "two nodes with one hostname / NCCL host hash (cloned machines, one container hostname)",
+         F.DUPLICATE_HOST, (
+             S(r"(?:same|duplicate|identical) (?:host ?name|host hash|hostHash|host id)", .85),
+             S(r"\bNCCL_HOSTID\b", .5),
+             S(r"hostHash|host hash", .35),
+         )),
+    Rule("p2p_unsupported", "`peer access is not supported between these two devices`, ACS/IOMMU blocking P2P",
+         F.P2P_UNSUPPORTED, (
+             S(r"peer access is not supported between these two devices?|cudaErrorPeerAccessUnsupported"
+               r"|CUDA_ERROR_PEER_ACCESS_UNSUPPORTED", .93),
+             S(r"(?:P2P|peer[- ]to[- ]peer|peer access)\W+(?:is )?(?:not supported|not available|disabled|unsupported"
+               r"|fails?|failed)", .7),
+             S(r"\b(?:ACS|IOMMU)\b.{0,60}(?:P2P|peer|enabled|NCCL)|(?:P2P|peer).{0,60}\b(?:ACS|IOMMU)\b", .7),
+             S(r"Two or more GPUs with Peer-to-Peer access capability are required", .85),
+             S(r"peer mapping resources exhausted|cudaErrorPeerAccessNotEnabled", .6),
+             # the tools' own probes: CUDA's p2pBandwidthLatencyTest, TensorRT-LLM/vLLM's canAccessPeer checks
+             S(r"CANNOT Access Peer|peer access Device \d+ is not available|cudaDeviceCanAccessPeer failed"
+               r"|Can't enable (?:peer )?access between", .75),
+             # lspci's view of a PCIe switch that redirects peer traffic (ACS on: SrcValid+ ... ReqRedir+)
+             S(r"ACSCtl:\s*SrcValid\+.*ReqRedir\+", .7),
+         )),
+    Rule("gpu_arch_unsupported",
+         "`no kernel image is available for execution on the device`, `sm_120 is not compatible with the current "
+         "PyTorch installation`",
+         F.GPU_ARCH_UNSUPPORTED, (
+             S(r"no kernel image is available for execution|CUDA_ERROR_NO_BINARY_FOR_GPU"
+               r"|cudaErrorNoKernelImageForDevice", .93),
+             S(r"(?:CUDA capability|with CUDA capability) (?P<arch>sm_\d+) is not compatible with the current "
+               r"PyTorch", .96),
+             S(r"not compatible with the current PyTorch installation|current PyTorch install supports CUDA "
+               r"capabilities", .9),
+             S(r"Unsupported gpu architecture '?(?P<arch>compute_\d+\w*)|nvcc fatal\s*:\s*Unsupported gpu", .88),
+             S(r"(?:arch(?:itecture)?|compute capability|sm_\d+) (?:\S+ )?(?:is )?not supported"
+               r"|unsupported (?:GPU|CUDA) arch", .6),
+         )),
+)

@@ -1,0 +1,53 @@
+"""The controller's one way into a run's files on a node (issue 47): the argv of a `run_files.py`
+operation (node/run_files.py: poll, stop's note, logs, top, the supervisor's state, ...), run as
+`python3 -I -S -c <program>`: the program's text travels in the command itself (never a file the job or
+another user could have changed), the layer (node/safe_files.py) and the streaming part
+(node/follow_files.py) loaded as modules from that same text. `-I -S`: no environment variable, user
+site or working directory of the node changes what runs, and no `site` import (the poll's start costs
+a third less). On the host through the bind mount when the outputs are one (as root: sudo), else in the
+job's container with the job's python.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Optional
+
+from clusterctl.models import Command, Inventory
+from clusterctl.node import inline_program
+from clusterctl.plan.container import host_path, in_container
+
+STREAMING = frozenset({"follow", "logs", "probe", "tail"})  # the operations that import follow_files
+BELOW_OUTPUTS = 3  # logs/<run id>/<host> (or .files): opened without following a link; above it is job.outputs
+
+
+@functools.lru_cache(maxsize=2)
+def program_text(streaming: bool = True) -> str:
+    """run_files.py with the layer (node/__init__.py `inline_program`); without `streaming`,
+    follow_files.py stays behind (a poll compiles a third less)."""
+    return inline_program(("safe_files", "follow_files") if streaming else ("safe_files",), "run_files")
+
+
+def split_run_path(path: str, below: int = BELOW_OUTPUTS) -> tuple[str, str]:
+    """(job.outputs, `logs/<run id>/<host>`): the trusted base and the part opened without following links."""
+    parts = path.rstrip("/").split("/")
+    below = max(1, min(below, len(parts) - 1))
+    return "/".join(parts[:-below]) or "/", "/".join(parts[-below:])
+
+
+def argv(python: str, operation: str, path: str, *args: str) -> tuple[str, ...]:
+    base, rel = split_run_path(path)
+    return (python, "-I", "-S", "-c", program_text(operation in STREAMING), operation, base, rel, *args)
+
+
+def command(inventory: Inventory, path: str, operation: str, *args: str, timeout: Optional[float] = 60,
+            stdin: Optional[bytes] = None, stdin_open: bool = False, in_container_only: bool = False) -> Command:
+    """`operation` on the run path `path` (a node's run dir, or the run's .files), where its files are:
+    on the host through the bind mount (the host's python3, as root), else in the container (the job's
+    python). `in_container_only`: where the job's own user writes (the env, shipped files), never the host's root."""
+    on_host = None if in_container_only else host_path(inventory, path)
+    if on_host is not None:
+        found = argv("python3", operation, on_host, *args)
+    else:
+        found = in_container(inventory, argv(inventory.job.python, operation, path, *args),
+                             interactive=stdin is not None or stdin_open)
+    return Command(found, timeout=timeout, stdin=stdin, stdin_open=stdin_open, privileged=on_host is not None)
