@@ -1,5 +1,6 @@
 """docs/benchmarks.png: cold fan-out wall time vs node count, one line per tool; with --distribute,
-docs/distribute.png: image distribution, a cold `up` vs node count (issue 22); with --scale,
+docs/distribute.png: image distribution, a cold `up` vs node count (issue 22); with --cpu,
+docs/cpu_account.png: CPU per node per minute by process kind (issue 52); with --scale,
 docs/scale.png: the journey's steps vs Docker node count, wall time and controller CPU per node (issue 21).
 
     bench/.venv/bin/python bench/plot.py [--distribute | --scale] [bench/results.json] [docs/benchmarks.png]
@@ -130,9 +131,37 @@ def plot_scale(results: dict, out: Path) -> Path:
     return out
 
 
+def plot_cpu(results: dict, out: Path) -> Path:
+    """docs/cpu_account.png (issue 52): clusterctl's node-side CPU per node per minute by process kind, in
+    steady state and over the whole run, beside the job's own, for each measured run (bench/cpu_account.py)."""
+    runs = {k: r for k, r in (results.get("cpu_account") or {}).items() if r.get("rc") == 0}
+    order = sorted(runs, key=lambda k: (k != "local", int(k) if k.isdigit() else 0))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), dpi=120, sharey=True)
+    for ax, part, title in ((axes[0], "steady_per_node_minute", "steady state"),
+                            (axes[1], "whole_per_node_minute", "whole run")):
+        kinds = sorted({k for r in runs.values() for k in r.get(part, {})})
+        bottom = [0.0] * len(order)
+        for index, kind in enumerate(kinds):
+            values = [runs[k].get(part, {}).get(kind, 0.0) for k in order]
+            ax.bar(order, values, bottom=bottom, label=kind, color=plt.cm.tab20(index % 20),
+                   hatch="//" if kind == "job" else None)
+            bottom = [b + v for b, v in zip(bottom, values)]
+        ax.set_title(title)
+        ax.set_xlabel("run (local, or rehearsal nodes)")
+        ax.grid(True, axis="y", alpha=0.3)
+    axes[0].set_ylabel("CPU s per node per minute")
+    axes[1].legend(fontsize=7, ncol=2)
+    fig.suptitle("Every CPU second of a run by process kind (the job hatched; 60 = one core)")
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out)
+    return out
+
+
 if __name__ == "__main__":
     args = sys.argv[1:]
-    draws = {"--distribute": (plot_distribute, "distribute.png"), "--scale": (plot_scale, "scale.png")}
+    draws = {"--distribute": (plot_distribute, "distribute.png"), "--scale": (plot_scale, "scale.png"),
+             "--cpu": (plot_cpu, "cpu_account.png")}
     draw, default = draws.get(args[0], (plot, "benchmarks.png")) if args else (plot, "benchmarks.png")
     args = args[1:] if args[:1] and args[0] in draws else args
     source = Path(args[0]) if args else ROOT / "bench" / "results.json"

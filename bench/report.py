@@ -6,6 +6,7 @@ import subprocess
 import sys
 from typing import Optional
 
+import cpu_report
 import launch_report
 from common import BENCH, REPO, VENV, summary
 
@@ -415,6 +416,7 @@ def render(results: dict) -> str:
         "up": up_tables(results),
         "launch": launch_table(results),
         "launch_vs_hand": launch_report.table(results),
+        "cpu_account": cpu_report.table(results),
         "collect": collect_tables(results),
         "heal": heal_table(results.get("heal")),
         "heal_replicas": heal_replicas_table(results.get("heal_replicas")),
@@ -443,6 +445,9 @@ def publish(results: dict) -> int:
     if python.exists() and len(results.get("scale_docker") or {}) > 1:
         subprocess.run([str(python), str(BENCH / "plot.py"), "--scale", str(BENCH / "results.json"),
                         str(SCALE_PLOT)], check=False)
+    if python.exists() and results.get("cpu_account"):
+        subprocess.run([str(python), str(BENCH / "plot.py"), "--cpu", str(BENCH / "results.json"),
+                        str(REPO / "docs" / "cpu_account.png")], check=False)
     if results.get("launch_vs_hand"):
         plotter = sys.executable if _has_matplotlib(sys.executable) else str(python)
         subprocess.run([plotter, str(BENCH / "launch_report.py"), str(BENCH / "results.json"),

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 from common import WORK, fresh_dir, log  # noqa: E402
 
-SECTIONS = ("help", "fanout", "playbook", "up", "launch", "launch_vs_hand", "collect", "heal", "distribute", "scale")
+SECTIONS = ("help", "fanout", "playbook", "up", "launch", "launch_vs_hand", "cpu_account", "collect", "heal", "distribute", "scale")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -106,6 +106,13 @@ def main(argv=None) -> int:
             for n in (2,) if args.quick else (2, 8):
                 results.setdefault("launch_vs_hand", {}).setdefault("after", {})[str(n)] = phase(
                     f"launch_vs_hand {n}", lambda: dict(launch_vs_hand.measure_at(n, 3), measured=time.strftime("%Y-%m-%d %H:%M")))
+        if "cpu_account" in args.only:  # every CPU second of a run, by process kind: local, 2 and 8 nodes (issue 52)
+            import cpu_account
+
+            for label, measure in [("local", cpu_account.local)] + [
+                    (str(n), lambda n=n: cpu_account.rehearsal(n)) for n in ((2,) if args.quick else (2, 8))]:
+                results.setdefault("cpu_account", {})[label] = phase(
+                    f"cpu_account {label}", lambda: dict(measure(), measured=time.strftime("%Y-%m-%d %H:%M")))
         if "distribute" in args.only:  # its own Docker sandboxes, 4 to 32 nodes (issue 22)
             import distribute
 

@@ -68,7 +68,7 @@ def run_job(session, backend, inventory, request: RunRequest, live: LiveOptions 
         return result
     summary, record, outcome = result
     phases.reach("returned")  # written again: the phases (and on Slurm whether scancel emptied the queue) are known now
-    record["phases"] = phases.to_json()
+    record["phases"], record["phases_cpu"] = phases.to_json(), phases.cpu_json()
     RunStore(session.state).write(RunRecord.from_json(record))
     session.renderer.run_summary(record)
     return _ended(summary, record, outcome)
@@ -185,6 +185,7 @@ def _watch(session, backend, runner, summary: dict, place: dict, request: RunReq
     if health_note:
         session.renderer.message(health_note, "yellow")
     record_stragglers(session, runner.inventory, run_id, record["stragglers"])
+    runner.phases.reach("recorded")
     if crash is not None:
         raise crash
     return summary, record, outcome
@@ -193,6 +194,7 @@ def _watch(session, backend, runner, summary: dict, place: dict, request: RunReq
 def _ended(summary: dict, record: dict, outcome) -> Outcome:
     document = {"ok": outcome.exit_code == 0, **summary, "exit_code": outcome.exit_code,
                 "duration_s": record["duration_s"], "nodes": record["nodes"], "phases": record.get("phases", {}),
+                "phases_cpu": record.get("phases_cpu", {}),
                 "stragglers": record.get("stragglers", [])}
     if outcome.first_failure:
         document["first_failure"] = outcome.first_failure

@@ -101,6 +101,8 @@ class RunDocument(Document):
                                                          default_factory=dict)
     phases: dict[str, float] = doc("seconds since the process started when each phase was reached",
                                    default_factory=dict)
+    phases_cpu: dict[str, float] = doc("CPU seconds (user + system) this process and its reaped children had "
+                                       "spent when each phase was reached", default_factory=dict)
     plan: Union[dict[str, NodeCommand], str, None] = doc("--plan: per node what would start (Slurm: the batch "
                                                          "script)", default=None)
     detached: bool = False
@@ -130,6 +132,7 @@ class RunRecord:
     commands: dict[str, NodeCommand] = doc("per host: what started there", default_factory=dict)
     topology: list[PlannedNode] = field(default_factory=list)
     phases: dict[str, float] = field(default_factory=dict)
+    phases_cpu: dict[str, float] = doc("as the run document's", default_factory=dict)
     supervisor: Optional[Supervisor] = doc("a detached run's supervisor", default=None)
     inventory_source: Optional[InventorySourceEntry] = None
 

@@ -96,6 +96,7 @@ class RunRecord:
     stragglers: list = ABSENT
     attempts: list = ABSENT
     phases: dict = ABSENT
+    phases_cpu: dict = ABSENT
     supervisor: Optional[dict] = ABSENT
     more: Mapping[str, Any] = field(default_factory=dict)
 

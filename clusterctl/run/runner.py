@@ -163,6 +163,7 @@ class JobRunner:
                           lambda name, _result: self._followed_to_end(name, follows[name]), self.connections)
         try:
             outcome = self._watch(hung_up)
+            self.phases.reach("watch_ended")
             if outcome.detached:  # the streams end with the connections: nobody reads them any more
                 outcome.duration = time.monotonic() - started
                 return outcome
@@ -177,9 +178,20 @@ class JobRunner:
             raise RunnerCrashed(JobOutcome(1, interrupted=False, duration=time.monotonic() - started), exc) from exc
         finally:
             self.stragglers.kept.forget(self.connections)  # the py-spy the nodes kept (watch/pyspy_kept.py)
-        streams.wait(3.0)
+        self._end_streams(streams)
         outcome.duration = time.monotonic() - started
         return outcome
+
+    def _end_streams(self, streams: Streams, said_after_s: float = 1.0, wait_s: float = 3.0) -> None:
+        """Wait up to `wait_s` for every node's output stream (they end a moment after agent.exit); one
+        that takes more than `said_after_s` is named in the live log: the run's return waits for it."""
+        if not streams.wait(said_after_s):
+            pending = sorted(set(self.nodes) - set(streams.results))
+            shown = ", ".join(pending[:8]) + (f" and {len(pending) - 8} more" if len(pending) > 8 else "")
+            self.on_event(Event("note", text=f"end of run: waiting up to {wait_s - said_after_s:g}s more for the "
+                                             f"output stream of {len(pending)} node(s): {shown}"))
+            streams.wait(wait_s - said_after_s)
+        self.phases.reach("streams_ended")
 
     def _launch(self) -> dict[str, HostResult]:
         def action(transport, host: Host) -> HostResult:

@@ -28,6 +28,9 @@ from clusterctl.models import Host, Inventory
 FIRST_SAMPLES, SAMPLES = 5, 15
 INTERVAL_S, FIRST_ROUND_AFTER_S = INTERVAL_S, FIRST_AFTER_S  # the pace the detached keepers sample at too
 PROGRESS_KEPT = 30  # progress lines kept for the step time (the latest)
+# After a round in which every rank read was still importing (a `_find_and_load` frame), the next one waits this
+# long: no rank can wait for another yet, and each sample costs the node ~35 ms of CPU per rank (issue 52).
+IMPORTING_PAUSE_S = 5.0
 
 
 class StragglerWatch:
@@ -96,9 +99,10 @@ class StragglerWatch:
             return
         nodes = node_stacks(self._round.results)
         self._round = None
-        self._next_at = time.monotonic()
+        samples = merged_samples(nodes)
+        self._next_at = time.monotonic() + (IMPORTING_PAUSE_S if all_importing(samples) else 0.0)
         self._give_up_without_pyspy([n.problem for n in nodes.values() if not n.asks])
-        self.window.extend(merged_samples(nodes))
+        self.window.extend(samples)
         self._judge()
 
     def _judge(self) -> None:
@@ -138,3 +142,9 @@ class StragglerWatch:
     def found(self) -> list[dict]:
         """Every rank named during the run, the one still late last (for run.json and `run --json`)."""
         return [dict(item) for item in self.history]
+
+
+def all_importing(samples) -> bool:
+    """Every rank read in a round was importing (its main thread inside importlib's `_find_and_load`)."""
+    ranks = [rank for sample in samples for rank in sample if rank.frames]
+    return bool(ranks) and all(any(f.function == "_find_and_load" for f in rank.frames) for rank in ranks)

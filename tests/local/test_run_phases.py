@@ -1,6 +1,6 @@
 """`run --json` and the run record say when each phase of the run was reached (issue 40): the
 facts, the launch, the first rank, the last rank's last line, the last torchrun's exit, the return,
-in seconds since the command started, in that order."""
+in seconds since the command started, in that order; and the controller's CPU seconds at each."""
 from __future__ import annotations
 
 import contextlib
@@ -53,3 +53,6 @@ checks: {{ib: off}}
     assert list(phases.values()) == sorted(phases.values()), phases
     record = json.loads((tmp_path / "state" / "runs" / document["run_id"] / "run.json").read_text())
     assert record["phases"] == phases
+    cpu = document["phases_cpu"]  # the controller's CPU seconds so far at each phase: only ever more
+    assert list(cpu) == list(NAMES) and list(cpu.values()) == sorted(cpu.values()) and cpu["probe"] > 0, cpu
+    assert record["phases_cpu"] == cpu

@@ -24,3 +24,15 @@ def test_a_phase_reached_again_keeps_its_first_time_and_again_keeps_the_latest()
     phases.reach("first_rank")
     phases.again("last_rank_done")
     assert phases.to_json()["first_rank"] == first and phases.to_json()["last_rank_done"] >= last
+
+
+def test_each_phase_carries_the_cpu_spent_so_far_which_only_grows_in_the_order_the_phases_were_reached():
+    phases = Phases(started=0.0)
+    phases.reach("probe")
+    sum(i * i for i in range(200_000))  # some CPU between two phases
+    phases.reach("launch")
+    cpu = phases.cpu_json()
+    assert list(cpu) == ["probe", "launch"] == list(phases.to_json())
+    assert 0 < cpu["probe"] <= cpu["launch"]
+    phases.reach("probe")
+    assert phases.cpu_json()["probe"] == cpu["probe"]  # reach keeps the first

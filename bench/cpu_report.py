@@ -1,0 +1,101 @@
+"""docs/benchmarks.md's account of every CPU second of a run (bench/cpu_account.py, issue 52): the
+node-side kinds per node per minute, the controller's CPU per phase, and the end of a run."""
+from __future__ import annotations
+
+from launch_report import _f
+
+# the kinds in the order a reader meets them; a kind measured and not named here follows, by name
+ORDER = ("job", "wrapper", "metrics sampler", "follow", "poll", "straggler py-spy", "keeper", "sshd", "sshd:poll",
+         "sshd:follow", "sshd:wrapper", "shim", "engine")
+PHASES = ("probe", "launch", "first_rank", "last_rank_done", "torchrun_exits", "watch_ended", "streams_ended",
+          "recorded", "returned")
+
+
+def _runs(results: dict) -> list[tuple[str, dict]]:
+    runs = results.get("cpu_account") or {}
+    order = sorted(runs, key=lambda k: (k != "local", int(k) if k.isdigit() else 0))
+    return [(k, runs[k]) for k in order if runs[k].get("rc") == 0]
+
+
+def _label(key: str) -> str:
+    return "local" if key == "local" else f"{key} nodes"
+
+
+def _node_side(kind: str) -> bool:
+    """clusterctl's, on a node: neither the job nor the controller (reported apart)."""
+    return kind != "job" and not kind.startswith("controller")
+
+
+def kinds_table(results: dict) -> str:
+    runs = _runs(results)
+    if not runs:
+        return "_(not measured yet: `python3 bench/cpu_account.py --nodes 2,8 --local`)_"
+    kinds = {k for _, r in runs for part in ("steady_per_node_minute", "whole_per_node_minute", "launch_per_node")
+             for k in r.get(part, {})}
+    kinds = [k for k in ORDER if k in kinds] + sorted(kinds - set(ORDER))
+    head = ["process kind"] + [f"{_label(k)}: {what}" for k, _ in runs
+                               for what in ("steady", "whole run", "launch (s)")]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for kind in kinds:
+        cells = [kind]
+        for _, r in runs:
+            cells += [_f(r.get("steady_per_node_minute", {}).get(kind), 3),
+                      _f(r.get("whole_per_node_minute", {}).get(kind), 3),
+                      _f(r.get("launch_per_node", {}).get(kind), 2)]
+        rows.append("| " + " | ".join(cells) + " |")
+    ours = []
+    for key, r in runs:
+        steady = r.get("steady_per_node_minute", {})
+        mine = sum(v for k, v in steady.items() if _node_side(k))
+        straggler = sum(v for k, v in steady.items() if k.split(":")[-1] == "stacks")
+        launch = r.get("launch_per_node", {})
+        share = (sum(v for k, v in launch.items() if _node_side(k)) / launch["job"] * 100) if launch.get("job") else None
+        ours.append(f"{_label(key)}: {mine:.3f} CPU s/min per node in steady state ({mine / 60 * 100:.2f}% of a core; "
+                    f"the straggler watch's py-spy rounds {straggler:.3f} of it, beside their share of `sshd`), "
+                    f"{_f(share, 1)}% of the job's CPU during launch (over {r.get('launch_s')} s); the controller "
+                    f"{_f(steady.get('controller'), 3)} CPU s/min in steady state; "
+                    f"steady window {r.get('steady_s')} s, run {r.get('wall', 0):.1f} s wall, measured {r.get('measured')}")
+    return "\n".join(rows) + "\n\nclusterctl's node side (every kind but `job` and `controller`), per node:\n\n" + \
+        "\n".join(f"- {line}" for line in ours)
+
+
+def controller_table(results: dict) -> str:
+    runs = [(k, r) for k, r in _runs(results) if r.get("phases_cpu")]
+    if not runs:
+        return ""
+    head = ["phase (reached)"] + [f"{_label(k)}: wall s / CPU s" for k, _ in runs]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name in PHASES:
+        cells = [name]
+        for _, r in runs:
+            wall, cpu = r["phases"], r["phases_cpu"]
+            if name not in wall:
+                cells.append("-")
+                continue
+            before = [p for p in PHASES[:PHASES.index(name)] if p in wall]
+            dw = wall[name] - (wall[before[-1]] if before else 0)
+            dc = cpu.get(name, 0) - (cpu.get(before[-1], 0) if before else 0)
+            cells.append(f"+{dw:.2f} / +{dc:.2f}")
+        rows.append("| " + " | ".join(cells) + " |")
+    rows.append("| whole command (getrusage of the child) | " + " | ".join(
+        f"{r['wall']:.2f} / {r.get('controller_cpu', 0):.2f}" for _, r in runs) + " |")
+    return "\n".join(rows)
+
+
+def end_table(results: dict) -> str:
+    runs = [(k, r) for k, r in _runs(results) if r.get("end_of_run")]
+    if not runs:
+        return ""
+    names = ("torchrun_exits", "watch_ended", "streams_ended", "recorded", "returned")
+    head = ["from the last torchrun's exit to"] + [_label(k) for k, _ in runs]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name in names:
+        rows.append(f"| {name} | " + " | ".join(_f(r["end_of_run"].get(name), 3) for _, r in runs) + " |")
+    rows.append("| the process's exit (wall) | " + " | ".join(
+        _f(r["wall"] - r["end_of_run"]["last_torchrun_exit"], 3) for _, r in runs) + " |")
+    return "\n".join(rows)
+
+
+def table(results: dict) -> str:
+    parts = [kinds_table(results), controller_table(results), end_table(results)]
+    return "\n\n".join(p for p in parts if p)
