@@ -1,0 +1,95 @@
+#!/bin/bash
+# Issue 49 on a lent 2-GPU machine: the public PyTorch DDP tutorial's multinode.py, UNCHANGED (pytorch/examples,
+# distributed/ddp-tutorial-series; not in this repository: carried in .gl/ddp-tutorial/), on NCCL under
+# `clusterctl run` with two `connection: local` hosts, one GPU each. Three cases: left alone (nobody named),
+# rank 1 held 60% of the time FROM OUTSIDE (SIGSTOP/SIGCONT duty cycle, tests/fixtures/noisy.py: named as the
+# straggler?; each of these two ends by `--timeout 100`), rank 1 frozen for good (SIGSTOP: the run ends naming g1 rank 1 and its state?).
+# Usage, from the repository root, OUT set, wheels in .whl/:  bash docs/gpu-validation/watch49/run.sh
+set -u
+PY=${PY:-python3}
+OUT=${OUT:?set OUT to an output folder}
+R=$(pwd)
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1 COLUMNS=200
+$PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl >/dev/null 2>&1
+export PYTHONPATH=$R:/tmp/site PATH=/tmp/site/bin:$PATH
+W=/tmp/watch49; rm -rf "$W"; mkdir -p "$W"; echo go > "$W/prompt.txt"
+NOLS='NCCL_NVLS_ENABLE: "0", TORCH_SYMM_MEM_DISABLE_MULTICAST: "1", NVSHMEM_DISABLE_NVLS: "1"'
+JOB=$R/.gl/ddp-tutorial/multinode.py G0="gpus: [0]" G1="gpus: [1]" ENV=$NOLS
+if [ "$(nvidia-smi -L | wc -l)" -lt 2 ]; then
+  # one GPU: NCCL refuses two ranks on one device, so both hosts share it over gloo (issue 49's own allowance:
+  # `gpus: none` plus CUDA_VISIBLE_DEVICES); the one line changed is the backend the script picks
+  sed 's/backend = torch.distributed.get_default_backend_for_device(device)/backend = "gloo"/' "$JOB" > "$W/multinode.py"
+  cp "$R/.gl/ddp-tutorial/datautils.py" "$W/"; JOB=$W/multinode.py G0="gpus: none" G1="gpus: none"
+  ENV="$NOLS, CUDA_VISIBLE_DEVICES: \"0\""
+fi
+inventory() {  # $1 name, $2 epochs
+  cat > "$W/$1.yaml" <<YAML
+name: $1
+hosts:
+  - {name: g0, connection: local, $G0, slots: 1}
+  - {name: g1, connection: local, $G1, slots: 1}
+rendezvous: {port: 29720}
+job:
+  command: [$JOB]
+  args: ["$2", "1000000"]
+  nproc_per_node: 1
+  python: $PY
+  outputs: $W/outputs-$1
+  env: {$ENV}
+checks: {ib: off, shm_min: 64m, disk_min: 1g}
+YAML
+}
+case_run() {  # $1 name, $2 epochs, $3 what to do from outside (none|slow|freeze), $4 stall timeout
+  inventory "$1" "$2"
+  $PY - "$1" "$3" "$W" "$4" <<'PYEOF'
+import json, os, subprocess, sys, threading, time
+sys.path.insert(0, "tests")
+from fixtures.noisy import DutyCycle, find_rank, freeze, thaw
+name, what, w, stall = sys.argv[1:]
+t0 = time.time()
+proc = subprocess.Popen([sys.executable, "-m", "clusterctl", "run", "-i", f"{w}/{name}.yaml", "--json",
+                         "--stall-timeout", stall, "--timeout", "100", f"{w}/prompt.txt"],
+                        stdout=subprocess.PIPE, stderr=open(f"{os.environ['OUT']}/{name}.stderr.txt", "w"), text=True)
+marker = [f"CLUSTERCTL_CLUSTER={name}"]
+held = {}
+def outside():
+    pid = None
+    while pid is None and proc.poll() is None:
+        pid = find_rank(marker, 1); time.sleep(0.5)
+    if pid is None:
+        return
+    held["pid"], held["up"] = pid, time.time() - t0
+    time.sleep(15)  # past NCCL's setup, into the epochs
+    held["at"] = time.time() - t0
+    if what == "slow":
+        cycle = DutyCycle(pid, 0.6)
+        while proc.poll() is None:
+            time.sleep(0.5)
+        cycle.stop()
+    elif what == "freeze":
+        freeze(pid)
+if what != "none":
+    threading.Thread(target=outside, daemon=True).start()
+out, _ = proc.communicate(timeout=420)
+if "pid" in held:
+    thaw(held["pid"])
+t1 = time.time() - t0
+doc = json.loads(out) if out.strip() else {}
+f = doc.get("first_failure") or {}
+hang = next((d for d in f.get("diagnosis") or [] if d.get("cause") == "rank_hang"), {})
+print(json.dumps({"case": name, "outside": what, "rank1_up_s": round(held.get("up", -1), 1),
+                  "outside_from_s": round(held.get("at", -1), 1), "returned_s": round(t1, 1),
+                  "exit_code": doc.get("exit_code"), "ok": doc.get("ok"),
+                  "stragglers": doc.get("stragglers"), "first_failure": {k: f.get(k) for k in ("host", "rank", "cause")},
+                  "rank_hang": hang.get("evidence")}, indent=1))
+json.dump(doc, open(f"{os.environ['OUT']}/{name}.json", "w"), indent=1)
+PYEOF
+}
+{
+  echo "=== machine"; nvidia-smi -L; $PY -c 'import torch; print(torch.__version__, torch.version.cuda, torch.cuda.nccl.version())'
+  py-spy --version
+  case_run quiet 100000 none 60
+  case_run slowed 100000 slow 0
+  case_run frozen 100000 freeze 20
+  echo "=== left over"; ps -eo pid,stat,cmd | grep -E 'multinode|torch.distributed' | grep -v grep || echo none
+} 2>&1 | tee "$OUT/session.log"
