@@ -194,18 +194,22 @@ def test_a_tree_a_thousand_levels_deep_is_reported_not_walked(monkeypatch, tmp_p
     run = tmp_path / "outputs" / "logs" / "r1" / "h1"
     run.mkdir(parents=True)
     (run / "agent.log").write_text("torchrun\n")
-    deep = run
+    made = [run]
     for _ in range(1000):
-        deep = deep / "d"
-        deep.mkdir()
+        made.append(made[-1] / "d")
+        made[-1].mkdir()
     out, err = io.BytesIO(), io.StringIO()
-    monkeypatch.setattr(sys, "stdin", io.StringIO("{}"))
-    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(out))
-    monkeypatch.setattr(sys, "stderr", err)
-    node_archive.main(["node_archive", str(tmp_path / "outputs"), "", "none", "logs/r1/h1"])
-    sys.stdout.flush()
-    report = fetch.parse_report(err.getvalue())
-    monkeypatch.undo()
+    try:
+        monkeypatch.setattr(sys, "stdin", io.StringIO("{}"))
+        monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(out))
+        monkeypatch.setattr(sys, "stderr", err)
+        node_archive.main(["node_archive", str(tmp_path / "outputs"), "", "none", "logs/r1/h1"])
+        sys.stdout.flush()
+        report = fetch.parse_report(err.getvalue())
+        monkeypatch.undo()
+    finally:
+        for level in reversed(made[1:]):  # bottom up: pytest's own recursive cleanup of old tmp dirs overflows
+            level.rmdir()                 # Python's stack on a tree this deep (a RecursionError at a later session's end)
     assert report.done and [s.path for s in report.sent] == ["logs/r1/h1/agent.log"]
     assert len(report.skipped) == 1 and "nested deeper than 64 levels" in report.skipped[0][1]
 
