@@ -25,6 +25,10 @@ from clusterctl_helpers import FIXTURE_JOBS, environ_of, processes_with, wait_un
 
 from unit.test_logs_stop import _ended, _record, _write
 
+# a `logs --follow` on a node: node/run_files.py's `logs` operation, its argv element (the program's text,
+# sent on the command line, names every operation: matching a word of it would find any run_files process)
+LOGS_FOLLOWER = "\0logs\0"
+
 
 def test_the_logs_command_reads_the_chosen_files_and_follows_with_stdin_open(tmp_path):
     from clusterctl.inventory.load import load_inventory
@@ -250,13 +254,13 @@ def test_a_run_going_on_shows_its_logs_and_stop_from_another_process_ends_it_and
         assert json.loads(out)["runs"][0]["run_id"] == run_id and json.loads(out)["runs"][0]["state"] == "running"
 
         interrupted = _clusterctl(tmp_path, "logs", "--follow", json_output=False)
-        wait_until(lambda: processes_with("clusterctl-logs"), 20, what="a follower")
+        wait_until(lambda: processes_with(LOGS_FOLLOWER), 20, what="a follower")
         time.sleep(1)
         interrupted.send_signal(signal.SIGINT)
         assert interrupted.wait(timeout=20) == 130
-        assert wait_until(lambda: not processes_with("clusterctl-logs"), 5, what="no follower left after Ctrl-C")
+        assert wait_until(lambda: not processes_with(LOGS_FOLLOWER), 5, what="no follower left after Ctrl-C")
         follow = _clusterctl(tmp_path, "logs", run_id, "--follow", "--rank", "0", json_output=False)
-        wait_until(lambda: processes_with("clusterctl-logs"), 20, what="a follower")
+        wait_until(lambda: processes_with(LOGS_FOLLOWER), 20, what="a follower")
 
         started = time.monotonic()
         stop = _clusterctl(tmp_path, "stop")  # the last run

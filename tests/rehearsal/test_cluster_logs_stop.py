@@ -214,7 +214,7 @@ def test_a_hang_up_detaches_an_attached_run_a_killed_attach_changes_nothing_and_
         assert _job_processes("stall.py") == ranks, "the ranks still run after the hang-up"
 
         attach = cli.popen("attach", run_id, json_output=False)
-        wait_until(lambda: processes_with("clusterctl-logs"), 30, what="attach follows the nodes")
+        wait_until(lambda: processes_with("\0follow\0") or processes_with("\0logs\0"), 30, what="attach follows the nodes")
         attach.kill()
         attach.wait()
         time.sleep(3)
