@@ -115,13 +115,25 @@ def read_file(path: Path, host: str) -> tuple[list[Sample], int]:
 
 def metrics_files(bundle: Path, host: str, run_id: str) -> list[Path]:
     """Every metrics.jsonl of `host` in a collected bundle: beside its logs, in its run dir (and those
-    of earlier attempts, set aside as `<host>.attempt-N`: collect/gather.py's layout)."""
+    of earlier attempts, set aside as `<host>.attempt-N`: collect/gather.py's layout). The host name comes
+    from the bundle's run.json, which a crafted bundle chooses: a name that is no plain file name (`../x`)
+    finds nothing, and only regular files inside the bundle (no link) are read."""
+    if not host or host in (".", "..") or "/" in host or "\0" in host:
+        return []
     found = sorted((bundle / host).rglob(FILE_NAME)) if (bundle / host).is_dir() else []
     shared = bundle / layout.bundle_shared_run_logs(run_id)
     if shared.is_dir():
         found += sorted(p for p in shared.glob(f"{host}*/{FILE_NAME}")
                         if p.parent.name == host or p.parent.name.startswith(f"{host}.attempt-"))
-    return found
+    return [p for p in found if _inside(p, bundle)]
+
+
+def _inside(path: Path, bundle: Path) -> bool:
+    try:
+        path.resolve().relative_to(bundle.resolve())
+    except (OSError, ValueError):
+        return False
+    return not path.is_symlink() and path.is_file()
 
 
 def node_metrics(bundle: Optional[Path], hosts: Iterable[str], run_id: str) -> list[NodeMetrics]:

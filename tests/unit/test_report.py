@@ -167,3 +167,15 @@ def test_a_link_is_made_only_to_a_regular_file_inside_the_bundle(bundle, tmp_pat
     assert bundle_href(bundle / "node1" / "logs" / "link.log", bundle, bundle) is None
     assert bundle_href(bundle / "node1" / "logs", bundle, bundle) is None
     assert bundle_href(bundle / "node1" / "logs" / "node1-agent.log", bundle, bundle) == "./node1/logs/node1-agent.log"
+
+
+def test_a_crafted_bundle_host_name_reads_no_metrics_outside_the_bundle(tmp_path):
+    """run.json names the hosts, and a crafted bundle chooses them: `../outside` or a linked metrics file
+    must not make the report read a file outside the bundle (issue 47)."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "metrics.jsonl").write_text('{"t": 1, "gpus": []}\n')
+    bundle = tmp_path / "bundle"
+    (bundle / "node1").mkdir(parents=True)
+    (bundle / "node1" / "metrics.jsonl").symlink_to(outside / "metrics.jsonl")
+    assert node_metrics(bundle, ["../outside", "node1", "/", ".."], "r1") == []
