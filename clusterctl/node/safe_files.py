@@ -127,21 +127,16 @@ class Dir:
         if create:
             os.makedirs(base, mode=0o755, exist_ok=True)
         fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        opened = cls(fd, base)
-        try:
-            for part in _parts(rel):
-                child = opened._child(part, create=create, private=private)
-                opened.close()
-                opened = child
-        except BaseException:
-            opened.close()
-            raise
-        return opened
+        return cls(fd, base)._descend(rel, create=create, private=private)
 
     def sub(self, rel: str | os.PathLike | tuple[str, ...], *, create: bool = False,
             private: bool = False) -> Dir:
         """A directory below this one, opened the same way as `open`'s `rel`; this one stays open."""
-        opened = Dir(os.dup(self.fd), self.path)
+        return Dir(os.dup(self.fd), self.path)._descend(rel, create=create, private=private)
+
+    def _descend(self, rel: str | os.PathLike | tuple[str, ...], *, create: bool, private: bool) -> Dir:
+        """The directory `rel` below this one; this Dir is handed over (closed, or returned when `rel` is empty)."""
+        opened = self
         try:
             for part in _parts(rel):
                 child = opened._child(part, create=create, private=private)
