@@ -179,6 +179,7 @@ the supervisor and the gate, carried as text in front of the relay's own program
 | supervisor (`node_agent.py supervise`, rendezvous port + 1, a detached run's life) | signed `POST` beats, sequence growing | anyone connects; only HMAC(run key) bodies act | 5 s per request | 16 / 256 |
 | mpirun gate (`node_mpi_gate.py gate`, rendezvous port + 3, until mpirun's agent came) | the first `orted` command proven with the run's MPI secret | the master's address only (others closed before a byte) | 10 s per handshake | 8 / 8 |
 | image relay (`registry/relay.py`, rendezvous port + 2, one transfer) | the first receiver proving the transfer's key | anyone connects; only the key holder is sent a byte | 5 s per handshake | 8 / 32 |
+| checkpoint replicas (`node/checkpoint_replica.py`, rendezvous port + 4, each keeper of a run with `job.checkpoint.replicas`) | one signed request a connection (`put` of the sender's own step, `get` for a restore), nonce taken once, fresh within 10 min, files checked against the signed manifest | anyone connects; only HMAC(run key) requests of the run's own hosts act | 5 s for the signed request line | 4 / 16 |
 
 Tests: tests/local/test_listeners.py (16 connections sending one byte every 4 s from the keeper's own
 address against a real supervisor and keeper: the run stays running; the gate past 12 idle and 4

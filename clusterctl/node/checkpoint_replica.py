@@ -33,10 +33,12 @@ import time
 if __package__:  # imported by the controller
     from clusterctl.node import checkpoint_wire as wire
     from clusterctl.node import heal_policy
+    from clusterctl.node.listener import Slots
     from clusterctl.node.safe_files import Dir, Refused
 else:  # beside node_agent.py in a node's run dir
     import checkpoint_wire as wire
     import heal_policy
+    from listener import Slots
     from safe_files import Dir, Refused
 
 RUNS_ON_NODES = True
@@ -63,7 +65,12 @@ class Replicator:
         self.lock, self.stopping = threading.Lock(), threading.Event()
         self.sent, self.tried, self.manifests = {}, {}, {}
         self.events, self.seq, self.noted = [], 0, set()
-        self.open, self.restored, self.server, self.restoring = {}, {}, None, None
+        self.restored, self.server, self.restoring = {}, None, None
+        # the one listener discipline of every node port (node/listener.py): a newcomer is never refused for
+        # want of a slot (the oldest unproven connection of its address goes), so a crowd of idle or slow
+        # connections cannot keep a peer's copy out; a request not signed within PROVE_S is shut down
+        self.slots = Slots(wire.PROVE_S, wire.SLOTS_PER_ADDRESS, wire.SLOTS,
+                           refuse=lambda peer, what: self.note_once("refused", f"a connection from {peer}: {what}"))
         self.nonces = {}  # the requests taken within FRESH_S
 
     # -- life
@@ -76,6 +83,7 @@ class Replicator:
 
     def stop(self):
         self.stopping.set()
+        self.slots.close()
         if self.server is not None:
             self.server.close()
 
@@ -230,14 +238,7 @@ class Replicator:
                 conn, peer = self.server.accept()
             except OSError:
                 return
-            with self.lock:
-                full = self.open.get(peer[0], 0) >= wire.SLOTS_PER_ADDRESS or sum(self.open.values()) >= wire.SLOTS
-                if not full:
-                    self.open[peer[0]] = self.open.get(peer[0], 0) + 1
-            if full:
-                conn.close()
-                self.note_once("refused", f"connections from {peer[0]} over the slots: closed")
-                continue
+            self.slots.admit(conn, peer[0])
             threading.Thread(target=self._handle, args=(conn, peer[0]), daemon=True).start()
 
     def _handle(self, conn, peer):
@@ -247,6 +248,7 @@ class Replicator:
             if ask is None or ask.get("run") != self.run_id or abs(time.time() - float(ask.get("at") or 0)) > FRESH_S:
                 raise wire.Failed("refused", f"a request from {peer} not signed with this run's key, or stale")
             self._once(str(ask.get("nonce")), peer)
+            self.slots.proven(conn)  # signed by a node of this run: its transfer may take longer than PROVE_S
             owner, step = ask.get("owner"), ask.get("step")
             if owner not in self.known or not heal_policy.checkpoint_name_ok(step):
                 raise wire.Failed("refused", f"a request from {peer} for {str(owner)[:40]}/{str(step)[:40]}")
@@ -263,11 +265,8 @@ class Replicator:
         except (OSError, Refused, ValueError) as error:
             self.event("refused", f"a request from {peer}: {error}")
         finally:
+            self.slots.done(conn)
             conn.close()
-            with self.lock:
-                self.open[peer] -= 1
-                if not self.open[peer]:
-                    del self.open[peer]
 
     def _once(self, nonce, peer):
         """A signed request is taken once (a recorded one sent again within FRESH_S is refused)."""

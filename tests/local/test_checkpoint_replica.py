@@ -163,3 +163,51 @@ def test_a_linked_checkpoint_dir_and_a_step_that_never_completes_are_said_and_no
     _save(tmp / "n2" / "ckpt", 1, (1,), complete=False)
     _save(tmp / "n2" / "ckpt", 2, (1,))
     wait_until(lambda: any(e["kind"] == "incomplete" and e["step"] == "step-1" for e in n2.summary()["events"]), 30)
+
+
+def test_a_crowd_of_idle_connections_from_a_peers_own_address_does_not_keep_its_copy_out(nodes):
+    """The replica receiver is a node port like the supervisor's (issue 47, node/listener.py): a crowd from
+    n1's own address, holding idle connections and reopening each one dropped, never refuses n1's signed copy."""
+    import threading
+
+    node, tmp = nodes
+    n2 = node("n2")
+    crowd, done = [None] * 8, threading.Event()
+
+    def hold():
+        while not done.is_set():
+            for i, conn in enumerate(crowd):
+                if conn is None:
+                    conn = socket.socket()
+                    conn.bind((HOSTS["n1"], 0))
+                    try:
+                        conn.connect((HOSTS["n2"], n2.port))
+                    except OSError:
+                        conn.close()
+                        continue
+                    conn.setblocking(False)
+                    crowd[i] = conn
+                try:
+                    if conn.recv(1) == b"":  # dropped by the receiver: come back at once
+                        conn.close()
+                        crowd[i] = None
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    conn.close()
+                    crowd[i] = None
+            done.wait(0.02)
+
+    holder = threading.Thread(target=hold, daemon=True)
+    holder.start()
+    try:
+        wait_until(lambda: len([c for c in crowd if c is not None]) >= 8, 10, what="the crowd connected")
+        n1 = node("n1")
+        _save(tmp / "n1" / "ckpt", 1, (0,))
+        wait_until(lambda: "step-1" in _held(tmp, "n2", "n1"), 30, what="n1's step copied past the crowd")
+    finally:
+        done.set()
+        holder.join(5)
+        for conn in crowd:
+            if conn is not None:
+                conn.close()
