@@ -118,8 +118,7 @@ def plannable(db_path: Path, inventory: Inventory, include_quarantined: bool = F
     except ClusterctlError as error:  # a damaged or newer record stops no run: said, and left as it is
         return Plannable(inventory, {}, f"the health record could not be read ({error.args[0] if error.args else error})")
     if not quarantined or include_quarantined:
-        return Plannable(_suspects_last(db_path, inventory), {},
-                         included=quarantined if include_quarantined else {})
+        return Plannable(inventory, {}, included=quarantined if include_quarantined else {})
     kept = [h.name for h in inventory.hosts if h.name not in quarantined]
     wanted = inventory.job.healing.nodes or 1
     if len(kept) < wanted:
@@ -129,25 +128,7 @@ def plannable(db_path: Path, inventory: Inventory, include_quarantined: bool = F
                          f"{wanted}; quarantined {named}", where=", ".join(quarantined),
                          fix=f"repair it, then `clusterctl health check {first}` and `clusterctl health release "
                              f"{first}`; or --include-quarantined if you know better")
-    return Plannable(_suspects_last(db_path, _without(inventory, kept)), quarantined)
-
-
-def _suspects_last(db_path: Path, inventory: Inventory) -> Inventory:
-    """Where the run leaves spares (job.nodes below the hosts), the suspect hosts go last: the run and each
-    relaunch take healthy ones first (issue 48); without spares the order, and the master, stay."""
-    from clusterctl.health.record import HealthRecord
-    from clusterctl.health.rules import SUSPECT
-
-    if not inventory.job.healing.nodes or inventory.job.healing.nodes >= len(inventory.hosts):
-        return inventory
-    try:
-        with HealthRecord.open(db_path, inventory.name, inventory.health) as record:
-            suspect = {n.host for n in record.states([h.name for h in inventory.hosts]) if n.state == SUSPECT}
-    except ClusterctlError:
-        return inventory
-    if not suspect:
-        return inventory
-    return replace(inventory, hosts=tuple(sorted(inventory.hosts, key=lambda h: h.name in suspect)))
+    return Plannable(_without(inventory, kept), quarantined)
 
 
 def states_of(db_path: Path, inventory: Inventory) -> dict[str, str]:

@@ -182,16 +182,3 @@ def test_the_gpus_a_preflight_reports_are_kept_by_uuid_and_a_containers_partial_
         n1, n2 = record.state("n1"), record.state("n2")
     assert [(g.key, g.index) for g in n1.gpus] == [("uuid:GPU-aaaa", 0), ("uuid:GPU-bbbb", 1)]
     assert n2.gpus == ()  # no UUID reported: not keyed by the preflight (the watch keys it by serial or index)
-
-
-def test_where_spares_exist_suspect_nodes_are_chosen_last_and_without_spares_the_order_stays(tmp_path):
-    """Issue 48: a run (and each relaunch) takes healthy hosts first; a suspect one is a spare of last resort."""
-    from dataclasses import replace
-
-    from clusterctl.models import HealingSpec
-
-    db = tmp_path / "health.db"
-    record_events(db, FLEET, [Event("n1", "node_lost", "run", run_id="r1")])
-    spares = replace(FLEET, job=replace(FLEET.job, healing=HealingSpec(nodes=2)))
-    assert [h.name for h in plannable(db, spares).inventory.hosts] == ["n2", "n3", "n1"]
-    assert [h.name for h in plannable(db, FLEET).inventory.hosts] == ["n1", "n2", "n3"]  # no spares: as written
