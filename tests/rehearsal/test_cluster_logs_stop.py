@@ -296,3 +296,68 @@ def _peak_rss_mb(pid: int) -> float:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return 0.0
+
+
+# From inside a node's network namespace: `count` connections to (address, port), each sending one byte every
+# `every` seconds and reopened at once when the listener drops it, for `seconds`; prints how many it opened.
+_TRICKLE = r'''
+import socket, sys, time
+address, port, count, every, seconds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
+opened, alive, end = 0, [], time.monotonic() + seconds
+while time.monotonic() < end:
+    kept = []
+    for sock in alive:
+        try:
+            sock.sendall(b"P")
+            kept.append(sock)
+        except OSError:
+            sock.close()
+    alive = kept
+    while len(alive) < count:
+        sock = socket.socket()
+        try:
+            sock.connect((address, port))
+        except OSError:
+            sock.close()
+            break
+        opened += 1
+        alive.append(sock)
+    time.sleep(every)
+print(opened)
+'''
+
+
+def test_slow_byte_connections_from_a_keepers_own_node_neither_lock_it_out_nor_fail_a_detached_run(
+        sandbox, cluster, tmp_path, reliability):
+    """Issue 47 (M1), on the rehearsal cluster: 16 connections from node2's own address (its network
+    namespace, where its keeper beats from), each trickling a byte every 4 s and reopened when dropped, held
+    the 16 slots of that address under the old per-read timeout: node2's keeper was refused and the run failed
+    once lost_after passed. One listener discipline (node/listener.py) keeps it heard."""
+    import json
+    import subprocess
+    import sys
+
+    row = reliability("on the rehearsal cluster, the slow-byte lockout: 16 connections from node2's own address, a "
+                      "byte every 4 s each, reopened when dropped, against a detached run's supervisor on node1",
+                      "node2's keeper is still heard; the run stays running past job.lost_after", section="Hostile input")
+    cli, where = cluster
+    inventory = _failing_job(sandbox, tmp_path / "slow.yaml", after=600, lost_after=LOST_AFTER)
+    code, doc = cli.json("run", "-i", str(inventory), "--detach", str(where / "prompt.txt"))
+    run_id = doc.get("run_id")
+    try:
+        assert code == 0 and doc["state"] == "running", doc
+        record = json.loads((cli.state_dir / "runs" / run_id / "run.json").read_text())
+        address, port = record["supervisor"]["address"], int(record["supervisor"]["port"])
+        seconds = 3 * LOST_AFTER
+        trickle = subprocess.run(["ip", "netns", "exec", sandbox.node("node2").netns, sys.executable, "-c", _TRICKLE,
+                                  address, str(port), "16", "4", str(seconds)],
+                                 capture_output=True, text=True, timeout=seconds + 60)
+        assert trickle.returncode == 0, trickle.stderr[-2000:]
+        code, doc = cli.json("status", "-i", str(inventory))
+        entry = next(r for r in doc["runs"] if r["run_id"] == run_id)
+        assert entry["state"] == "running", entry
+        row.observe(f"{trickle.stdout.strip()} slow connections opened from node2's namespace in {seconds} s "
+                    f"(job.lost_after {LOST_AFTER} s); `status`: running")
+    finally:
+        if run_id:
+            cli.json("stop", run_id)
