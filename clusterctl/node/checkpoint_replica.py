@@ -58,7 +58,8 @@ class Replicator:
         self.root, self.marker = spec["dir"], spec["complete"]
         self.replicas, self.keep = int(spec.get("replicas") or 0), int(spec.get("keep") or wire.KEEP)
         self.rate = int(spec.get("bandwidth") or 0) or wire.link_rate()
-        self.key, self.run_id, self.host = config["key"], config["run_id"], config["host"]
+        # replica_key: the same on every node of the run (checkpoint_wire.replica_key); "key" is each keeper's own
+        self.key, self.run_id, self.host = config.get("replica_key") or config["key"], config["run_id"], config["host"]
         self.addresses, self.known = dict(heal["addresses"]), set(heal["addresses"])
         self.port = int(config["port"]) - 1 + wire.PORT_OFFSET  # config's port: the supervisor's, rendezvous + 1
         self.active = list(heal["active"])

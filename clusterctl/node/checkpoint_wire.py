@@ -208,6 +208,14 @@ def manifest_of(where, marker=None):
     return files
 
 
+def replica_key(secret):
+    """The key every node of a run signs its replica requests and answers with: HMAC(the run's secret,
+    "checkpoint replicas"). Not a keeper's own key (those differ per node: issue 47), so one node's copy
+    verifies on another; a job that reads its node's config can sign replica requests as any node of its
+    run (the receiver still takes only manifests it can check, into its private replica directory)."""
+    return hmac.new(secret.encode(), b"checkpoint replicas", hashlib.sha256).hexdigest()
+
+
 def request(address, port, key, document, timeout=PROVE_S):
     """A connection to a peer with the signed request sent."""
     conn = socket.create_connection((address, port), timeout=timeout)
