@@ -279,3 +279,25 @@ def cluster_with_jobs(sb, tmp_path_factory, jobs_dir: str, *jobs: str):
     finally:
         cli.json("down", "-i", str(sb.inventory_path))  # the next module starts from no container
         shutil.rmtree(shipped, ignore_errors=True)
+
+
+LEASES_SETTLE_S = 45  # a lease lapses 22 s (max(lost_after, 15) + 7) after its run's last beat
+
+
+def wait_for_leases_to_lapse(sandbox) -> None:
+    """At most LEASES_SETTLE_S, until no run holds a GPU lease on the sandbox's nodes."""
+    import time
+
+    from clusterctl.node import leases
+
+    outputs = sandbox.shared_outputs
+    hosts = [p.name for p in (outputs / leases.LEASES).iterdir()] if (outputs / leases.LEASES).is_dir() else []
+    deadline = time.monotonic() + LEASES_SETTLE_S
+    while time.monotonic() < deadline:
+        try:
+            held = [lease for host in hosts for lease in leases.listing(str(outputs), host)["leases"] if lease["alive"]]
+        except (OSError, ValueError, leases.Refused):
+            return  # a lease directory this test broke on purpose says so in its own assertions
+        if not held:
+            return
+        time.sleep(1)

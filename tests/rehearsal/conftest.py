@@ -5,7 +5,7 @@ Only one session may hold the rehearsal cluster on a machine: its addresses and 
 from __future__ import annotations
 
 import pytest
-from clusterctl_helpers import sandbox_skip_reason
+from clusterctl_helpers import sandbox_skip_reason, wait_for_leases_to_lapse
 
 
 def pytest_collection_modifyitems(config, items):
@@ -29,32 +29,14 @@ def sandbox():
         down(handle.state_dir)
 
 
-LEASES_SETTLE_S = 45  # a lease lapses 22 s (max(lost_after, 15) + 7) after its run's last beat
-
-
 @pytest.fixture(autouse=True)
 def leases_settled(request):
     """After a test on the session's cluster, wait until no run holds a GPU lease on its nodes (node/leases.py):
     one test's detached run, ended a moment ago or cut off with its keeper, would otherwise hold the next
     test's nodes (a run without --wait is refused, naming the holder) until its lease lapses."""
     yield
-    if "sandbox" not in request.fixturenames:
-        return
-    import time
-
-    from clusterctl.node import leases
-
-    outputs = request.getfixturevalue("sandbox").shared_outputs
-    hosts = [p.name for p in (outputs / leases.LEASES).iterdir()] if (outputs / leases.LEASES).is_dir() else []
-    deadline = time.monotonic() + LEASES_SETTLE_S
-    while time.monotonic() < deadline:
-        try:
-            held = [lease for host in hosts for lease in leases.listing(str(outputs), host)["leases"] if lease["alive"]]
-        except (OSError, ValueError, leases.Refused):
-            return  # a lease directory this test broke on purpose says so in its own assertions
-        if not held:
-            return
-        time.sleep(1)
+    if "sandbox" in request.fixturenames:
+        wait_for_leases_to_lapse(request.getfixturevalue("sandbox"))
 
 
 class _Impersonations:
