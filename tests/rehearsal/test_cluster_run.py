@@ -168,8 +168,9 @@ def test_ctrl_c_stops_every_rank_and_a_second_run_meanwhile_is_refused(sandbox, 
         assert code == 2 and "already in progress" in doc["error"], doc
         other = Cli(tmp_path / "another-controller")
         code, doc = other.json("run", "-i", str(sandbox.inventory_path), str(prompt_file))  # another machine's state
-        assert code == 2 and doc["error"].startswith("a run is already in progress"), doc
-        assert "this cluster already run on node1" in doc["error"]
+        # another controller sees the run on the nodes themselves: the GPU leases name the holder (issue 48)
+        assert code == 2 and doc["error"].startswith("GPUs held: "), doc
+        assert f"by run {run_id} (" in doc["error"] and f"clusterctl stop {run_id}" in doc["fix"], doc
 
         proc.send_signal(signal.SIGINT)
         code, doc, stderr = Cli.finish(proc, timeout=60)
