@@ -4,7 +4,8 @@
 # `clusterctl run` with two `connection: local` hosts, one GPU each. Three cases: left alone (nobody named),
 # rank 1 held 60% of the time FROM OUTSIDE (SIGSTOP/SIGCONT duty cycle, tests/fixtures/noisy.py: named as the
 # straggler?; each of these two ends by `--timeout 100`), rank 1 frozen for good (SIGSTOP: the run ends naming g1 rank 1 and its state?).
-# Usage, from the repository root, OUT set, wheels in .whl/:  bash docs/gpu-validation/watch49/run.sh
+# LOOP=trainer runs the same three cases on a plain Hugging Face Trainer loop (docs/gpu-validation/hf-trainer/).
+# Usage, from the repository root, OUT set, wheels in .whl/:  [LOOP=trainer] bash docs/gpu-validation/watch49/run.sh
 set -u
 PY=${PY:-python3}
 OUT=${OUT:?set OUT to an output folder}
@@ -12,17 +13,23 @@ R=$(pwd)
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1 COLUMNS=200
 $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl >/dev/null 2>&1
 export PYTHONPATH=$R:/tmp/site PATH=/tmp/site/bin:$PATH
-W=/tmp/watch49; rm -rf "$W"; mkdir -p "$W"; echo go > "$W/prompt.txt"
+LOOP=${LOOP:-ddp}
+W=/tmp/watch49-$LOOP; rm -rf "$W"; mkdir -p "$W"; echo go > "$W/prompt.txt"
 NOLS='NCCL_NVLS_ENABLE: "0", TORCH_SYMM_MEM_DISABLE_MULTICAST: "1", NVSHMEM_DISABLE_NVLS: "1"'
-JOB=$R/.gl/ddp-tutorial/multinode.py G0="gpus: [0]" G1="gpus: [1]" ENV=$NOLS
-if [ "$(nvidia-smi -L | wc -l)" -lt 2 ]; then
+JOB=$R/.gl/ddp-tutorial/multinode.py G0="gpus: [0]" G1="gpus: [1]" ENV=$NOLS BACKEND=nccl SETTLE=15
+[ "$LOOP" = trainer ] && JOB=$R/docs/gpu-validation/hf-trainer/trainer_job.py SETTLE=30  # transformers imports slowly
+if [ "$(nvidia-smi -L | wc -l)" -lt 2 ] && [ "$LOOP" = trainer ]; then
+  G0="gpus: none" G1="gpus: none" ENV="$NOLS, CUDA_VISIBLE_DEVICES: \"0\"" BACKEND=gloo  # the Trainer's own ddp_backend
+elif [ "$(nvidia-smi -L | wc -l)" -lt 2 ]; then
   # one GPU: NCCL refuses two ranks on one device, so both hosts share it over gloo (issue 49's own allowance:
   # `gpus: none` plus CUDA_VISIBLE_DEVICES); the one line changed is the backend the script picks
   sed 's/backend = torch.distributed.get_default_backend_for_device(device)/backend = "gloo"/' "$JOB" > "$W/multinode.py"
   cp "$R/.gl/ddp-tutorial/datautils.py" "$W/"; JOB=$W/multinode.py G0="gpus: none" G1="gpus: none"
   ENV="$NOLS, CUDA_VISIBLE_DEVICES: \"0\""
 fi
-inventory() {  # $1 name, $2 epochs
+inventory() {  # $1 name, $2 epochs (steps for the Trainer)
+  local args="\"$2\", \"1000000\""
+  [ "$LOOP" = trainer ] && args="--backend, $BACKEND, --steps, \"$2\", --out, $W/trainer-$1"
   cat > "$W/$1.yaml" <<YAML
 name: $1
 hosts:
@@ -31,7 +38,7 @@ hosts:
 rendezvous: {port: 29720}
 job:
   command: [$JOB]
-  args: ["$2", "1000000"]
+  args: [$args]
   nproc_per_node: 1
   python: $PY
   outputs: $W/outputs-$1
@@ -41,11 +48,11 @@ YAML
 }
 case_run() {  # $1 name, $2 epochs, $3 what to do from outside (none|slow|freeze), $4 stall timeout
   inventory "$1" "$2"
-  $PY - "$1" "$3" "$W" "$4" <<'PYEOF'
+  $PY - "$1" "$3" "$W" "$4" "$SETTLE" <<'PYEOF'
 import json, os, subprocess, sys, threading, time
 sys.path.insert(0, "tests")
 from fixtures.noisy import DutyCycle, find_rank, freeze, thaw
-name, what, w, stall = sys.argv[1:]
+name, what, w, stall, settle = sys.argv[1:]
 t0 = time.time()
 proc = subprocess.Popen([sys.executable, "-m", "clusterctl", "run", "-i", f"{w}/{name}.yaml", "--json",
                          "--stall-timeout", stall, "--timeout", "100", f"{w}/prompt.txt"],
@@ -59,7 +66,7 @@ def outside():
     if pid is None:
         return
     held["pid"], held["up"] = pid, time.time() - t0
-    time.sleep(15)  # past NCCL's setup, into the epochs
+    time.sleep(float(settle))  # past NCCL's setup (and the Trainer's imports), into the steps
     held["at"] = time.time() - t0
     if what == "slow":
         cycle = DutyCycle(pid, 0.6)
@@ -91,5 +98,5 @@ PYEOF
   case_run quiet 100000 none 60
   case_run slowed 100000 slow 0
   case_run frozen 100000 freeze 20
-  echo "=== left over"; ps -eo pid,stat,cmd | grep -E 'multinode|torch.distributed' | grep -v grep || echo none
+  echo "=== left over"; ps -eo pid,stat,cmd | grep -E 'multinode|trainer_job|torch.distributed' | grep -v grep || echo none
 } 2>&1 | tee "$OUT/session.log"
