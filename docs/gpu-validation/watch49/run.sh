@@ -95,8 +95,9 @@ PYEOF
 {
   echo "=== machine"; nvidia-smi -L; $PY -c 'import torch; print(torch.__version__, torch.version.cuda, torch.cuda.nccl.version())'
   py-spy --version
-  case_run quiet 100000 none 60
-  case_run slowed 100000 slow 0
-  case_run frozen 100000 freeze 20
+  CASES=${CASES:-quiet slowed frozen}  # e.g. CASES=quiet for the untouched run only
+  [[ " $CASES " == *" quiet "* ]] && case_run quiet 100000 none 60
+  [[ " $CASES " == *" slowed "* ]] && case_run slowed 100000 slow 0
+  [[ " $CASES " == *" frozen "* ]] && case_run frozen 100000 freeze 20
   echo "=== left over"; ps -eo pid,stat,cmd | grep -E 'multinode|trainer_job|torch.distributed' | grep -v grep || echo none
 } 2>&1 | tee "$OUT/session.log"
