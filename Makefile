@@ -60,7 +60,7 @@ PYTEST := PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q
 test: deps $(STAMP)
 	CLUSTERCTL_HYPOTHESIS=full $(PYTEST) -m "not heavy" tests/unit
 	CLUSTERCTL_HYPOTHESIS=full $(PYTEST) -m "not heavy" tests/local
-	CLUSTERCTL_HYPOTHESIS=full $(PYTEST) -m "not heavy" --durations=25 tests/rehearsal
+	CLUSTERCTL_HYPOTHESIS=full $(PYTEST) -m "not heavy" --durations=80 tests/rehearsal
 
 test-unit: $(BASE)
 	$(PYTEST) tests/unit
@@ -69,7 +69,7 @@ test-local: $(STAMP)
 	$(PYTEST) -m "not heavy" tests/local
 
 test-rehearsal: deps $(STAMP)
-	$(PYTEST) -m "not heavy" --durations=25 tests/rehearsal
+	$(PYTEST) -m "not heavy" --durations=80 tests/rehearsal
 
 test-heavy: deps $(STAMP)
 	$(PYTEST) -m heavy

@@ -106,6 +106,7 @@ def test_stop_during_a_detached_relaunch_leaves_nothing_running(sandbox, cli, pr
     assert wait_until(lambda: not _left_over(run_id), 40, interval=1, what="no process of the run (keepers too)")
 
 
+@pytest.mark.heavy  # the master giving way is test_cluster_heal.py's (attached); the engine is the same
 def test_the_master_rank_killed_in_a_detached_run_gives_way_to_the_first_survivor_the_supervisor_stays(
         sandbox, cli, prompt, tmp_path):
     name = "detached-master-killed"

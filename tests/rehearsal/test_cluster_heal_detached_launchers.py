@@ -14,7 +14,8 @@ from clusterctl_helpers import cluster_with_jobs, wait_until
 from rehearsal.test_cluster_heal_detached import _detach, _ended
 from rehearsal.test_cluster_heal_launchers import JOBS_DIR, LAUNCHERS, STEPS, _inventory, _left_over
 
-pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
+# heavy: test_cluster_heal_launchers.py relaunches each launcher attached, test_cluster_heal_detached.py a detached run
+pytestmark = [pytest.mark.sandbox, pytest.mark.slow, pytest.mark.heavy]
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,9 @@ import pytest
 
 from clusterctl_helpers import CONTAINER_OUTPUTS, Cli, cluster_with_jobs, processes_with, variant, wait_until
 
-pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
+# heavy since round five: test_cluster_real_loops.py names a slowed rank and a quiet run of a plain DDP loop on the
+# same cluster (attached), tests/local/test_stragglers_detached.py the detached verdict; these keep the timings
+pytestmark = [pytest.mark.sandbox, pytest.mark.slow, pytest.mark.heavy]
 
 JOBS_DIR = "straggler-jobs"
 
@@ -67,7 +69,6 @@ def test_a_rank_0_35_s_slower_per_step_is_named_with_its_host_within_30_s(sandbo
     assert code == 0 and all(h["stdout"] == "" for h in left["hosts"].values()), left
 
 
-@pytest.mark.heavy
 def test_the_same_job_with_every_rank_alike_names_nobody_and_its_step_time_is_measured_with_and_without_the_watch(
         sandbox, cluster, tmp_path):
     cli, where = cluster
