@@ -55,6 +55,25 @@ OTHER_ALIASES = (
      r"(?:gpu[-_ ]|cuda[-_ ])?arch", "gpu_arch_unsupported"),
     (r"(?:sigbus|bus[-_ ]error)[-_ ].*shm|shm[-_ ].*(?:sigbus|bus[-_ ]error|full|too[-_ ]small|space)"
      r"|shared[-_ ]memory[-_ ].*(?:full|too[-_ ]small|exhausted)", "shm_too_small"),
+    # added after batch 3's first score, before batches 4-6 were frozen or read (batches 1-3 keep their first
+    # scores): the two new causes, and names met in batches 1-3 whose meaning is a vocabulary cause's
+    (r"ssh|passwordless|publickey|host[-_ ]?key", "ssh_failed"),
+    (r"driver.*(?:library|lib|module|kernel|nvml).*mismatch|nvml.*mismatch"
+     r"|(?:kernel[-_ ]module|nvidia[-_ ](?:module|library))[-_ ](?:version[-_ ])?mismatch|unattended[-_ ]upgrade|driver[-_ ]upgrade.*(?:reboot|mismatch)",
+     "driver_library_mismatch"),
+    (r"(?:graph|topo(?:logy)?)[-_ ](?:xml[-_ ])?file|nccl[-_ ](?:graph|topo)|wrong[-_ ]vm[-_ ]size", "nccl_topo_file"),
+    # an InfiniBand/RoCE link or fabric fault or setting (retransmits exceeded, MTU, a fabric the nodes are not on)
+    (r"rdma|roce|infiniband|(?:^|[-_ ])ib(?:$|[-_ ])|ibverbs|retransmit|retry[-_ ](?:count[-_ ])?exceeded|mtu",
+     "ib_config"),
+    # containers on Docker's bridge network: ranks advertise addresses the other nodes cannot reach
+    (r"docker[-_ ]?(?:bridge|network)|bridge[-_ ]network|network[-_ ]isolation|container[-_ ]network",
+     "nic_mismatch"),
+    # the launch started another number or layout of processes than the job declares (Slurm tasks vs devices,
+    # a lone `python` for num_processes=N, no srun)
+    (r"slurm.*(?:ntasks|srun|tasks?[-_ ]per|layout)|ntasks|without[-_ ]srun"
+     r"|(?:world[-_ ]size|num[-_ ]?processes|process[-_ ]count|task[-_ ]count).*mismatch", "launcher_args"),
+    # ranks given different amounts of data run different numbers of collectives: a desync
+    (r"uneven[-_ ](?:data|inputs?|batch|dataset|length)", "collective_mismatch"),
 )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Optional
 
 from clusterctl.diagnose.logformat import LogLine
 from clusterctl.diagnose.reader import MAX_LINE
@@ -204,6 +205,9 @@ class Placement:
     shared: tuple
     clashes: tuple = ()  # (host, interface, addresses, line): one hostname, two addresses on one interface
     networked: bool = True  # the log shows any network at all (addresses, sockets, IB, interfaces)
+    # the launch's own roll-call (Lightning's `GLOBAL_RANK: r, MEMBER: m/N`): (world size, ranks seen, a rank
+    # seen twice or None, line); None without one
+    roll_call: Optional[tuple] = None
 
     @property
     def single_host(self) -> bool:
@@ -216,6 +220,7 @@ _COMM = re.compile(r"\brank (\d{1,5}) nranks \d+ cudaDev (\d{1,3})")
 _OWN_ADDRESS = re.compile(r"Using (?:interface )?(?:\[\d+\])?([\w.-]+):(\d{1,3}(?:\.\d{1,3}){3})<")
 _NETWORK = re.compile(r"NET/|socket|connect|\bIB\b|ibv_|\b\d{1,3}(?:\.\d{1,3}){3}\b|\b(?:eth|ens|enp|bond|ib)\d",
                       re.IGNORECASE)
+_MEMBER = re.compile(r"GLOBAL_RANK: (\d{1,5}), MEMBER: \d{1,5}/(\d{1,5})")
 _TESTS_RANK = re.compile(r"Rank\s+(\d{1,5})\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+([\w.-]+)\s+device\s+(\d{1,3})")
 
 
@@ -234,9 +239,16 @@ def rank_placement(lines: list[LogLine]) -> Placement:
                 shared.append((host, device, min(rank, other), max(rank, other), line))
         ranks[rank] = device
 
+    members: dict = {}
+    twice, world, last = None, 0, None
     for line in lines:
         raw = line.raw[:MAX_LINE]
         networked = networked or bool(_NETWORK.search(raw))
+        member = _MEMBER.search(raw) if "MEMBER" in raw else None
+        if member:
+            rank, world, last = int(member.group(1)), int(member.group(2)), line
+            members[rank] = members.get(rank, 0) + 1
+            twice = rank if twice is None and members[rank] > 1 else twice
         if "[" not in raw and "Rank" not in raw:
             continue
         tests = _TESTS_RANK.search(raw)
@@ -260,4 +272,5 @@ def rank_placement(lines: list[LogLine]) -> Placement:
             place(host, int(comm.group(1)), int(comm.group(2)), line)
     clashes = tuple((host, iface, tuple(sorted(ips)), list(ips.values())[-1])
                     for (host, iface), ips in sorted(addresses.items()) if len(ips) > 1)
-    return Placement(hosts, tuple(shared), clashes, networked)
+    roll_call = (world, len(members), twice, last) if members else None
+    return Placement(hosts, tuple(shared), clashes, networked, roll_call)

@@ -256,7 +256,8 @@ class _Anchor:
 def placement_supports(placement, records: list) -> list[Support]:
     """What the ranks' placement adds: a GPU claimed by two ranks a node apart (their numbers differ by
     at least the host's device count) is two machines with one identity (duplicate_host), otherwise
-    one GPU given twice (duplicate_gpu); a system error on a run confined to one host is its shared memory, not the
+    one GPU given twice (duplicate_gpu); a launch whose roll-call shows a rank started twice or fewer ranks than
+    its world size started the wrong number of processes (launcher_args: Slurm tasks vs devices, no srun); a system error on a run confined to one host is its shared memory, not the
     network."""
     out: list[Support] = []
     if placement.shared:
@@ -267,6 +268,12 @@ def placement_supports(placement, records: list) -> list[Support]:
         table = (("duplicate_host", .6), ("duplicate_gpu", .3)) if many else \
             (("duplicate_gpu", .45), ("duplicate_host", .3))
         out += _each(table, "placement:shared-gpu", _Anchor(line))
+    if placement.roll_call:  # the launch started each rank twice, or fewer ranks than the world size it declares
+        world, seen, twice, line = placement.roll_call
+        if twice is not None:
+            out += _each((("launcher_args", .6),), "placement:rank-started-twice", _Anchor(line))
+        elif seen < world:
+            out += _each((("launcher_args", .45),), "placement:ranks-missing", _Anchor(line))
     if placement.clashes:  # one hostname, two addresses on one interface: two machines
         out += _each((("duplicate_host", .65),), "placement:address-clash", _Anchor(placement.clashes[0][3]))
     if placement.single_host or not placement.networked:

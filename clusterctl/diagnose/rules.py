@@ -28,6 +28,7 @@ from clusterctl.diagnose.textmatch import (CASCADE_PATTERNS, CONTEXT_PATTERNS, P
                                            UNKNOWN_FIX, compiled, render_fix, required_literals, template_values)
 from clusterctl.diagnose import fixes as F
 from clusterctl.diagnose.signals import Rule, S, Signal
+from clusterctl.diagnose.rules_setup import SETUP_RULES
 from clusterctl.diagnose.rules_topology import TOPOLOGY_RULES
 
 __all__ = ["Signal", "Rule", "RULES", "CAUSES", "RULE_OF", "UNKNOWN_FIX", "CASCADE_PATTERNS", "PEER_LOST_PATTERNS",
@@ -167,7 +168,6 @@ RULES: tuple[Rule, ...] = (
              S(r"requirement error: unsatisfied condition: cuda\s*>="
                r"|please update your driver to a newer version", .96),
              S(r"forward compatibility was attempted on non supported HW|CUDA_ERROR_COMPAT_NOT_SUPPORTED", .85),
-             S(r"Driver/library version mismatch", .6),
          )),
     Rule("fabricmanager", "`CUDA error: system not yet initialized` (802) on NVSwitch systems, fabric manager down",
          F.FABRICMANAGER, (
@@ -246,8 +246,8 @@ RULES: tuple[Rule, ...] = (
              S(r"PermissionError: \[Errno 13\]"
                r"|\[Errno 13\] Permission denied", .85, unless_log=r"SemLock|shm_open|/dev/shm"),
              S(r"permission denied while trying to connect to the Docker daemon socket", .95),
-             S(r"Permission denied \(publickey", .9),
-             S(r"open\([^)]*\): Permission denied|: Permission denied\b", .6, unless=r"shm_open|/dev/shm"),
+             S(r"open\([^)]*\): Permission denied|: Permission denied\b", .6,
+               unless=r"shm_open|/dev/shm|Permission denied \(|please try again"),  # ssh's own (ssh_failed)
              S(r"RuntimeError: Permission denied|Operation not permitted|\bEACCES\b", .45),
          )),
     Rule("launcher_args",
@@ -406,6 +406,6 @@ RULES: tuple[Rule, ...] = (
              S(r"(?:exitcode|exit code|return code|exit status)\s*[:=]?\s*(?:-11|139)\b|\bcode 139\b", .85),
          )),
     Rule("node_unreachable", "a node stops answering mid-run (no log of its own)", F.NODE_UNREACHABLE, ()),
-) + TOPOLOGY_RULES
+) + TOPOLOGY_RULES + SETUP_RULES
 RULE_OF = {rule.cause: rule for rule in RULES}
 CAUSES = tuple(rule.cause for rule in RULES) + ("unknown",)

@@ -1,0 +1,88 @@
+"""Causes and classes added after batches 1-3's first scores (issue 51): a launcher's failed SSH session, an
+NVIDIA kernel module of another version than its libraries, NCCL topology files for another machine, a launch
+that started ranks twice or too few. Fixtures are real public
+logs (corpus entries with their `# source:`, or lines quoted from the named public thread)."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from clusterctl.diagnose import corpus, diagnose_text
+from clusterctl.diagnose.rules import RULE_OF
+from clusterctl.node import heal_policy
+
+REPO = Path(__file__).resolve().parents[2]
+ENTRIES = {entry.path: entry for entry in corpus.load()}
+SPEC = importlib.util.spec_from_file_location("score_batch", REPO / "bench" / "score_batch.py")
+score_batch = importlib.util.module_from_spec(SPEC)
+SPEC.loader.exec_module(score_batch)
+
+# https://github.com/NVIDIA/nccl/issues/1240 (batch 3): an Azure image's NCCL_GRAPH_FILE for another VM size
+TOPO_FILE_LOG = """\
+Spotllm:73025:73112 [0] NCCL INFO comm 0x2012b5e0 rank 0 nranks 1 cudaDev 0 nvmlDev 0 busId 100000 commId 0x151ada46fe52b960 - Init START
+Spotllm:73025:73112 [0] NCCL INFO NCCL_TOPO_FILE set by environment to /opt/microsoft/ncv4/topo.xml
+Spotllm:73025:73112 [0] NCCL INFO Setting affinity for GPU 0 to ffffff
+Spotllm:73025:73112 [0] NCCL INFO NCCL_GRAPH_FILE set by environment to /opt/microsoft/ncv4/graph.xml
+
+Spotllm:73025:73112 [0] graph/search.cc:719 NCCL WARN XML Import Channel : dev 1 not found.
+Spotllm:73025:73112 [0] NCCL INFO graph/search.cc:749 -> 2
+"""
+
+
+@pytest.mark.parametrize("path, cause", [
+    ("ssh_failed/b2-deepspeed-4907.log", "ssh_failed"),  # DeepSpeed's ssh check exits 255
+    ("ssh_failed/b3-hpcac-apac-1.log", "ssh_failed"),  # ... and its `not reachable via ssh` error
+    ("ssh_failed/deepspeedai-DeepSpeed-5709.log", "ssh_failed"),  # pdsh: Permission denied (publickey,password)
+    ("driver_library_mismatch/b2-shine-cluster-30.log", "driver_library_mismatch"),
+    ("driver_library_mismatch/yahoo-TensorFlowOnSpark-108.log", "driver_library_mismatch"),
+    ("launcher_args/b1-lightning-4389.log", "launcher_args"),  # every GLOBAL_RANK started twice (Slurm tasks)
+    ("launcher_args/b3-lightning-8707.log", "launcher_args"),  # ranks 0-3 of MEMBER n/8 only (no srun)
+])
+def test_a_class_added_after_the_first_scores_is_named_first(path, cause):
+    findings = diagnose_text(ENTRIES[path].text)
+    assert findings[0].cause == cause, [(f.cause, f.evidence) for f in findings]
+
+
+def test_ssh_refusals_are_not_a_file_permission_and_name_the_unreachable_node():
+    findings = diagnose_text(ENTRIES["ssh_failed/b3-hpcac-apac-1.log"].text)
+    assert findings[0].cause == "ssh_failed" and "gadi-gpu-v100-0011" in findings[0].fix
+    assert diagnose_text(ENTRIES["ssh_failed/deepspeedai-DeepSpeed-5709.log"].text)[0].cause == "ssh_failed"
+
+
+def test_a_topology_file_for_another_machine_is_named_with_the_file():
+    finding = diagnose_text(TOPO_FILE_LOG)[0]
+    assert finding.cause == "nccl_topo_file" and "/opt/microsoft/ncv4/" in finding.fix
+
+
+def test_the_new_causes_have_a_fix_and_a_heal_class():
+    for cause in ("ssh_failed", "driver_library_mismatch", "nccl_topo_file"):
+        assert len(RULE_OF[cause].fix) > 60 and heal_policy.TABLE[cause] == "node"
+
+
+def test_a_normal_roll_call_is_no_launch_error():
+    lines = "\n".join(f"initializing ddp: GLOBAL_RANK: {r}, MEMBER: {r + 1}/4" for r in range(4))
+    causes = [f.cause for f in diagnose_text(lines + "\nRuntimeError: CUDA out of memory. Tried to allocate 2 GiB")]
+    assert causes[0] == "cuda_oom" and "launcher_args" not in causes
+
+
+@pytest.mark.parametrize("label, cause", [
+    ("other:passwordless_ssh_missing", "ssh_failed"),
+    ("other:driver_library_mismatch_after_unattended_upgrade", "driver_library_mismatch"),
+    ("other:nccl_graph_file_for_wrong_vm_size", "nccl_topo_file"),
+    ("other:rdma_retransmit_exceeded_link_fault", "ib_config"),
+    ("other:ib_mtu_mismatch_between_nodes", "ib_config"),
+    ("other:docker_bridge_network_isolation", "nic_mismatch"),
+    ("other:slurm_ntasks_per_node_mismatch_duplicate_ranks", "launcher_args"),
+    ("other:slurm_job_launched_without_srun", "launcher_args"),
+    ("other:uneven_data_length_across_ranks", "collective_mismatch"),
+    # names whose meaning is no vocabulary cause stay misses
+    ("other:jax_slurm_local_rank_used_as_device_id_with_per_task_gpus",
+     "other:jax_slurm_local_rank_used_as_device_id_with_per_task_gpus"),
+    ("other:nccl_release_bug_fixed_by_upgrade", "other:nccl_release_bug_fixed_by_upgrade"),
+    ("other:mpi4py_imported_after_torch_breaks_mpich_init", "other:mpi4py_imported_after_torch_breaks_mpich_init"),
+    ("other:library_mismatch_in_image", "other:library_mismatch_in_image"),
+])
+def test_the_aliases_written_before_batches_4_to_6(label, cause):
+    assert score_batch.label_of(label) == cause
