@@ -208,6 +208,8 @@ class Placement:
     # the launch's own roll-call (Lightning's `GLOBAL_RANK: r, MEMBER: m/N`): (world size, ranks seen, a rank
     # seen twice or None, line); None without one
     roll_call: Optional[tuple] = None
+    nccl_hosts: tuple = ()  # the hosts NCCL's own line prefixes name
+    stalled: Optional[LogLine] = None  # the log's last line, when it is an NCCL INFO line (it stopped in NCCL)
 
     @property
     def single_host(self) -> bool:
@@ -220,6 +222,7 @@ _COMM = re.compile(r"\brank (\d{1,5}) nranks \d+ cudaDev (\d{1,3})")
 _OWN_ADDRESS = re.compile(r"Using (?:interface )?(?:\[\d+\])?([\w.-]+):(\d{1,3}(?:\.\d{1,3}){3})<")
 _NETWORK = re.compile(r"NET/|socket|connect|\bIB\b|ibv_|\b\d{1,3}(?:\.\d{1,3}){3}\b|\b(?:eth|ens|enp|bond|ib)\d",
                       re.IGNORECASE)
+_NCCL_INFO = re.compile(r"^\S+:\d+:\d+ \[\d+\] NCCL INFO ")
 _MEMBER = re.compile(r"GLOBAL_RANK: (\d{1,5}), MEMBER: \d{1,5}/(\d{1,5})")
 _TESTS_RANK = re.compile(r"Rank\s+(\d{1,5})\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+([\w.-]+)\s+device\s+(\d{1,3})")
 
@@ -240,6 +243,7 @@ def rank_placement(lines: list[LogLine]) -> Placement:
         ranks[rank] = device
 
     members: dict = {}
+    nccl_hosts: set = set()
     twice, world, last = None, 0, None
     for line in lines:
         raw = line.raw[:MAX_LINE]
@@ -259,6 +263,7 @@ def rank_placement(lines: list[LogLine]) -> Placement:
         if not prefix:
             continue
         host = prefix.group(1)
+        nccl_hosts.add(host)
         own = _OWN_ADDRESS.search(raw)
         if own:
             seen = addresses.setdefault((host, own.group(1)), {})
@@ -273,4 +278,6 @@ def rank_placement(lines: list[LogLine]) -> Placement:
     clashes = tuple((host, iface, tuple(sorted(ips)), list(ips.values())[-1])
                     for (host, iface), ips in sorted(addresses.items()) if len(ips) > 1)
     roll_call = (world, len(members), twice, last) if members else None
-    return Placement(hosts, tuple(shared), clashes, networked, roll_call)
+    tail = next((line for line in reversed(lines) if line.raw.strip()), None)
+    stalled = tail if tail is not None and _NCCL_INFO.search(tail.raw[:MAX_LINE]) else None
+    return Placement(hosts, tuple(shared), clashes, networked, roll_call, tuple(sorted(nccl_hosts)), stalled)

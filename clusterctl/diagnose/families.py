@@ -274,6 +274,13 @@ def placement_supports(placement, records: list) -> list[Support]:
             out += _each((("launcher_args", .6),), "placement:rank-started-twice", _Anchor(line))
         elif seen < world:
             out += _each((("launcher_args", .45),), "placement:ranks-missing", _Anchor(line))
+    if placement.stalled is not None and len(placement.nccl_hosts) == 1 and not placement.shared \
+            and not _failed(records):
+        # one host's ranks stopped inside NCCL's setup with no error and no GPU claimed twice: the peer-to-peer hang
+        # (ACS/IOMMU redirecting P2P traffic), above a listed virtual interface, which one host does not route
+        # through; a hang in any case
+        out += _each((("p2p_unsupported", .6), ("rank_hang", .3)), "placement:one-host-stalled-in-nccl",
+                     _Anchor(placement.stalled))
     if placement.clashes:  # one hostname, two addresses on one interface: two machines
         out += _each((("duplicate_host", .65),), "placement:address-clash", _Anchor(placement.clashes[0][3]))
     if placement.single_host or not placement.networked:
@@ -282,3 +289,9 @@ def placement_supports(placement, records: list) -> list[Support]:
                 out += _each((("shm_too_small", .4),), "placement:single-host-system-error", record)
                 break
     return out
+
+
+def _failed(records: list) -> bool:
+    """Any record of a failure: an exception, an exit status, a CUDA or OS error, an NCCL error class."""
+    return any(isinstance(r, (ev.PyException, ev.ExitStatus, ev.CudaError, ev.OsErrno, ev.UndefinedSymbol))
+               or (isinstance(r, ev.NcclMessage) and (r.error_class or r.level in ("ERROR", ""))) for r in records)

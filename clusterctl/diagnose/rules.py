@@ -343,6 +343,8 @@ RULES: tuple[Rule, ...] = (
          F.IB_CONFIG, (
              S(r"NET/IBP? ?: ?Got completion (?:from peer \S+ )?with (?:error |status=)(?P<status>\d+)", .93),
              S(r"[Tt]ransport retry count(?:er)? exceeded", .9),
+             # an RDMA completion with an error status in other libraries' words (HCCL's RoCE CQE, verbs' enums)
+             S(r"\berror[ _]cqe\b|\bCQE\b.{0,40}\berror|IBV_WC_(?!SUCCESS)[A-Z_]+_ERR", .8),
              S(r"(?:Call to )?ibv_\w+ failed|NET/IB : (?:\S+ )?(?:Got async event|async fatal event)", .85),
              S(r"NET/IB : Unable to open device", .6),
              # NCCL looked for an HCA and found none: the container lacks /dev/infiniband, or no IB stack

@@ -86,3 +86,20 @@ def test_a_normal_roll_call_is_no_launch_error():
 ])
 def test_the_aliases_written_before_batches_4_to_6(label, cause):
     assert score_batch.label_of(label) == cause
+
+
+@pytest.mark.parametrize("path", ["p2p_unsupported/b1-ml-engineering-issue1.log",
+                                  "p2p_unsupported/b3-pytorch-73790.log"])
+def test_one_host_stopping_inside_nccls_setup_without_an_error_is_the_peer_to_peer_hang(path):
+    # both threads: IOMMU off in the BIOS (or NCCL_P2P_DISABLE=1) ended the hang
+    causes = [f.cause for f in diagnose_text(ENTRIES[path].text)]
+    assert causes[0] == "p2p_unsupported" and "rank_hang" in causes
+
+
+def test_a_stop_inside_nccl_with_an_error_or_on_two_hosts_is_no_peer_to_peer_hang():
+    one_host = ENTRIES["p2p_unsupported/b1-ml-engineering-issue1.log"].text
+    failed = one_host + "\nRuntimeError: CUDA error: an illegal memory access was encountered\n" + \
+        "DeepWhite:21288:21288 [0] NCCL INFO NET/IB : No device found.\n"
+    assert diagnose_text(failed)[0].cause != "p2p_unsupported"
+    two_hosts = one_host + "\nOtherBox:1:1 [0] NCCL INFO Bootstrap : Using enp1s0:192.168.50.22<0>\n"
+    assert "p2p_unsupported" not in [f.cause for f in diagnose_text(two_hosts)]
