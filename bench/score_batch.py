@@ -287,7 +287,10 @@ and 2 froze 35-45 minutes early, so batch 2 was scored with batch 1's code uncha
   machine); a launch's roll-call (`GLOBAL_RANK: r, MEMBER: m/N`) with a rank started twice or fewer ranks than N
   is `launcher_args`; one host's ranks stopping inside NCCL's setup with no error anywhere is the peer-to-peer
   hang (`p2p_unsupported`, `rank_hang` next); an RDMA completion error in another library's words (HCCL's
-  `error CQE`, `IBV_WC_*_ERR`) is `ib_config`. The batch-1-3 logs whose `other:` labels now map joined the
+  `error CQE`, `IBV_WC_*_ERR`) is `ib_config`; probing the vocabulary with common messages in other programs'
+  words: a program's `name: ` (nvidia-container-cli, nvidia-smi) is no longer peeled off as a pdsh host, any
+  launcher's `X: not found` is `launcher_missing`, CUDA's `busy or unavailable` is `duplicate_gpu`, torch's lazy-init
+  `device < num_gpus` assert is `gpu_ordinal`. The batch-1-3 logs whose `other:` labels now map joined the
   training side (with three public logs for the new causes). `unknown` first was examined: on batches 1-3 it
   comes only where no family has any evidence (a Ray Tune summary table, a traceback cut before its error, an
   Ascend device's stream timeout); the nearest known case would have been right for 2 of those 18, so `unknown`

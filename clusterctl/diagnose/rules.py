@@ -136,9 +136,14 @@ RULES: tuple[Rule, ...] = (
              S(r"invalid device ordinal|cudaErrorInvalidDevice\b|CUDA_ERROR_INVALID_DEVICE", .96),
              # a traceback cut off inside torch.cuda.set_device: the ordinal is the usual failure there
              S(r"torch\.cuda\.set_device\(", .3),
+             # torch's lazy-init assert on a device index beyond the GPUs it sees
+             S(r"device >= 0 && device < num_gpus INTERNAL ASSERT FAILED", .9),
          )),
     Rule("duplicate_gpu", "`Duplicate GPU detected : rank 1 and rank 0 both on CUDA device`",
          F.DUPLICATE_GPU, (
+             # a GPU another process holds (exclusive-process compute mode): a stale rank or two ranks on one GPU
+             S(r"CUDA-capable device\(s\) is/are busy or unavailable|cudaErrorDevicesUnavailable"
+               r"|CUDA_ERROR_DEVICE_UNAVAILABLE", .75),
              S(r"Duplicate GPU detected : rank (?P<rank>\d+) and rank (?P<other>\d+) both on CUDA device (?P<bus>\w+"
                r")", .97),
              S(r"Duplicate GPU detected", .95),
@@ -270,6 +275,8 @@ RULES: tuple[Rule, ...] = (
          F.LAUNCHER_MISSING, (
              S(r"\b(?:mpirun|orted) is not installed", .93),
              S(r"\b(?:orted|orterun|prted|mpirun|mpiexec)(?:\.openmpi)?: (?:command )?not found", .9),
+             # any launcher's program missing from PATH, in bash's or sh's words
+             S(r"\b(?:torchrun|deepspeed|accelerate|horovodrun|pdsh|srun|ray): (?:command )?not found", .85),
              S(r"A daemon \(pid \d+\) died unexpectedly with status 127", .7),
          )),
     Rule("sighup_session_closed",

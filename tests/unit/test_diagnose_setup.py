@@ -103,3 +103,25 @@ def test_a_stop_inside_nccl_with_an_error_or_on_two_hosts_is_no_peer_to_peer_han
     assert diagnose_text(failed)[0].cause != "p2p_unsupported"
     two_hosts = one_host + "\nOtherBox:1:1 [0] NCCL INFO Bootstrap : Using enp1s0:192.168.50.22<0>\n"
     assert "p2p_unsupported" not in [f.cause for f in diagnose_text(two_hosts)]
+
+
+@pytest.mark.parametrize("text, cause", [
+    # https://github.com/NVIDIA/nvidia-container-toolkit/issues/1269: a program's own "name: " is no pdsh host prefix
+    ("nvidia-container-cli: initialization error: nvml error: driver not loaded", "docker_no_gpu_runtime"),
+    # https://github.com/hiyouga/LlamaFactory/issues/5216: any launcher missing from PATH, in sh's words
+    ("08/20/2024 19:04:44 - INFO - llamafactory.cli - Initializing distributed tasks at: 10.188.240.13:2951\n"
+     "/bin/sh: 1: torchrun: not found", "launcher_missing"),
+    # https://github.com/pytorch/pytorch/issues/100691: a GPU another process holds (exclusive-process mode)
+    ("RuntimeError: CUDA error: CUDA-capable device(s) is/are busy or unavailable\nCUDA kernel errors might be "
+     "asynchronously reported at some other API call, so the stacktrace below might be incorrect.", "duplicate_gpu"),
+])
+def test_message_classes_in_other_programs_words(text, cause):
+    assert diagnose_text(text)[0].cause == cause
+
+
+def test_a_dashed_host_prefix_is_still_a_host():
+    from clusterctl.diagnose.logformat import parse_lines
+    lines, _ = parse_lines("gpu-node-1: RuntimeError: CUDA error: out of memory\n"
+                           "nvidia-container-cli: initialization error: nvml error: driver not loaded\n")
+    assert [line.host for line in lines] == ["gpu-node-1", None]
+    assert lines[1].text.startswith("nvidia-container-cli: ")
