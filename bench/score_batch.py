@@ -290,7 +290,9 @@ and 2 froze 35-45 minutes early, so batch 2 was scored with batch 1's code uncha
   `error CQE`, `IBV_WC_*_ERR`) is `ib_config`; probing the vocabulary with common messages in other programs'
   words: a program's `name: ` (nvidia-container-cli, nvidia-smi) is no longer peeled off as a pdsh host, any
   launcher's `X: not found` is `launcher_missing`, CUDA's `busy or unavailable` is `duplicate_gpu`, torch's lazy-init
-  `device < num_gpus` assert is `gpu_ordinal`. The batch-1-3 logs whose `other:` labels now map joined the
+  `device < num_gpus` assert is `gpu_ordinal`, XLA's `RESOURCE_EXHAUSTED: Out of memory` `cuda_oom`, python-fire's
+  `Could not consume arg` `launcher_args`, CUDA's 803 (display/CUDA driver mismatch) `driver_library_mismatch` with
+  `driver_too_old` next. The batch-1-3 logs whose `other:` labels now map joined the
   training side (with three public logs for the new causes). `unknown` first was examined: on batches 1-3 it
   comes only where no family has any evidence (a Ray Tune summary table, a traceback cut before its error, an
   Ascend device's stream timeout); the nearest known case would have been right for 2 of those 18, so `unknown`

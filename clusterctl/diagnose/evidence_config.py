@@ -68,7 +68,10 @@ _DIVISIBLE = re.compile(r"(?:must|should|has to) be (?:evenly )?divisible|not (?
                         r"evenly|divisible by|% ?\w+ ?== ?0", re.IGNORECASE)
 _USAGE = re.compile(r"(?:^|\s)(?P<prog>[\w.\-/]{1,80}): error: (?P<what>unrecognized arguments|the following arguments "
                     r"are required|argument [-\w]+: (?:invalid|expected)|ambiguous option|unknown option)"
-                    r"|environment variable \w+ expected, but not set", re.IGNORECASE)
+                    r"|environment variable \w+ expected, but not set"
+                    # python-fire's and click's words for an argument the program does not take
+                    r"|(?P<other>Could not consume arg: -|No such option: -|Got unexpected extra argument)",
+                    re.IGNORECASE)
 
 _SUBJECTS = (
     ("fabricmanager", r"fabric ?manager|NVSwitch"),
@@ -146,11 +149,13 @@ def platform_hints(line: LogLine, lowered: str) -> list[PlatformHint]:
 def usage_errors(line: LogLine, lowered: str) -> list[UsageError]:
     if "divi" in lowered and _DIVISIBLE.search(line.text[:MAX_LINE]):
         return [UsageError(line, "", "divisibility")]
-    if "error:" not in lowered and "expected, but not set" not in lowered:
+    if "error:" not in lowered and "expected, but not set" not in lowered and "could not consume arg" not in lowered:
         return []
     match = _USAGE.search(line.text[:MAX_LINE])
     if not match:
         return []
+    if match.group("other"):
+        return [UsageError(line, "", "unrecognized")]
     if match.group("what") is None:
         return [UsageError(line, "", "env_missing")]
     what = match.group("what").lower()

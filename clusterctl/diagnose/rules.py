@@ -94,6 +94,9 @@ RULES: tuple[Rule, ...] = (
                r"|out of memory on device", .9),
              S(r"Tried to allocate [\d.]+ [GMK]iB", .85),
              S(r"CUDA error: out of memory|Cuda failure 'out of memory'", .93),
+             # XLA's (JAX, TF, torch-xla) accelerator allocator in its own words
+             S(r"RESOURCE_EXHAUSTED: Out of memory (?:while trying to allocate|allocating)"
+               r"|XlaRuntimeError: RESOURCE_EXHAUSTED: .{0,40}\bmemory", .88),
              S(r"GPU \d+ has a total capac\w* of", .8),
          )),
     Rule("shm_too_small",

@@ -37,6 +37,11 @@ SETUP_RULES = (
              S(r"Driver/library version mismatch", .95),
              S(r"API mismatch: the NVIDIA kernel module has version (?P<module>[\d.]+)", .95),
              S(r"NVML library version: (?P<library>[\d.]+)", .5, requires=r"version mismatch"),
+             # CUDA 803, cudaErrorSystemDriverMismatch: "a mismatch between the versions of the display driver and
+             # the CUDA driver" (CUDA's own words): libcuda and the loaded kernel module disagree (the same upgrade,
+             # or a cuda-compat package the driver does not take); driver_too_old stays the runner-up
+             S(r"unsupported display driver / cuda driver combination|cudaErrorSystemDriverMismatch"
+               r"|CUDA_ERROR_SYSTEM_DRIVER_MISMATCH", .6),
          )),
     Rule("nccl_topo_file",
          "`NCCL WARN XML Import Channel : dev 1 not found` with NCCL_TOPO_FILE / NCCL_GRAPH_FILE set",

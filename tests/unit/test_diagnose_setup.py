@@ -125,3 +125,23 @@ def test_a_dashed_host_prefix_is_still_a_host():
                            "nvidia-container-cli: initialization error: nvml error: driver not loaded\n")
     assert [line.host for line in lines] == ["gpu-node-1", None]
     assert lines[1].text.startswith("nvidia-container-cli: ")
+
+
+@pytest.mark.parametrize("text, cause", [
+    # https://github.com/google-deepmind/alphafold/issues/1023: XLA's accelerator allocator (JAX)
+    ("jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 7406166528 "
+     "bytes.", "cuda_oom"),
+    # https://github.com/AILab-CVC/GPT4Tools/issues/18 (its title): python-fire refusing the launcher's --local_rank
+    ("Could not consume arg: --local_rank", "launcher_args"),
+])
+def test_other_frameworks_words_for_a_known_family(text, cause):
+    assert diagnose_text(text)[0].cause == cause
+
+
+def test_cuda_803_reads_as_a_module_library_mismatch_first_and_an_old_driver_next():
+    # https://github.com/CompVis/stable-diffusion/issues/439 (CUDA: a display driver / CUDA driver version mismatch)
+    text = ("RuntimeError: Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions before calling "
+            "NumCudaDevices() that might have already set an error? Error 803: system has unsupported display driver "
+            "/ cuda driver combination")
+    causes = [f.cause for f in diagnose_text(text)]
+    assert causes[:2] == ["driver_library_mismatch", "driver_too_old"]
