@@ -292,7 +292,10 @@ and 2 froze 35-45 minutes early, so batch 2 was scored with batch 1's code uncha
   launcher's `X: not found` is `launcher_missing`, CUDA's `busy or unavailable` is `duplicate_gpu`, torch's lazy-init
   `device < num_gpus` assert is `gpu_ordinal`, XLA's `RESOURCE_EXHAUSTED: Out of memory` `cuda_oom`, python-fire's
   `Could not consume arg` `launcher_args`, CUDA's 803 (display/CUDA driver mismatch) `driver_library_mismatch` with
-  `driver_too_old` next. The batch-1-3 logs whose `other:` labels now map joined the
+  `driver_too_old` next; rules_words.py holds such other programs' words for known causes (Open MPI's refused
+  TCP connection: `nccl_socket_error`; DeepSpeed's batch arithmetic over the world size: `config_divisibility`;
+  DDP's cross-rank model check: `collective_mismatch`; vLLM/Ray placement short of GPUs:
+  `insufficient_resources`; NCCL's `Failed to CUDA calloc`: `cuda_oom`). The batch-1-3 logs whose `other:` labels now map joined the
   training side (with three public logs for the new causes). `unknown` first was examined: on batches 1-3 it
   comes only where no family has any evidence (a Ray Tune summary table, a traceback cut before its error, an
   Ascend device's stream timeout); the nearest known case would have been right for 2 of those 18, so `unknown`

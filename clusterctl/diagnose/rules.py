@@ -24,12 +24,15 @@ not one log's wording; tests/test_diagnose*.py and docs/diagnosis.md measure tha
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from clusterctl.diagnose.textmatch import (CASCADE_PATTERNS, CONTEXT_PATTERNS, PEER_LOST_PATTERNS, SUSPICIOUS,
                                            UNKNOWN_FIX, compiled, render_fix, required_literals, template_values)
 from clusterctl.diagnose import fixes as F
 from clusterctl.diagnose.signals import Rule, S, Signal
 from clusterctl.diagnose.rules_setup import SETUP_RULES
 from clusterctl.diagnose.rules_topology import TOPOLOGY_RULES
+from clusterctl.diagnose.rules_words import OTHER_WORDS
 
 __all__ = ["Signal", "Rule", "RULES", "CAUSES", "RULE_OF", "UNKNOWN_FIX", "CASCADE_PATTERNS", "PEER_LOST_PATTERNS",
            "SUSPICIOUS", "CONTEXT_PATTERNS", "render_fix", "template_values", "required_literals"]
@@ -94,9 +97,6 @@ RULES: tuple[Rule, ...] = (
                r"|out of memory on device", .9),
              S(r"Tried to allocate [\d.]+ [GMK]iB", .85),
              S(r"CUDA error: out of memory|Cuda failure 'out of memory'", .93),
-             # XLA's (JAX, TF, torch-xla) accelerator allocator in its own words
-             S(r"RESOURCE_EXHAUSTED: Out of memory (?:while trying to allocate|allocating)"
-               r"|XlaRuntimeError: RESOURCE_EXHAUSTED: .{0,40}\bmemory", .88),
              S(r"GPU \d+ has a total capac\w* of", .8),
          )),
     Rule("shm_too_small",
@@ -139,14 +139,9 @@ RULES: tuple[Rule, ...] = (
              S(r"invalid device ordinal|cudaErrorInvalidDevice\b|CUDA_ERROR_INVALID_DEVICE", .96),
              # a traceback cut off inside torch.cuda.set_device: the ordinal is the usual failure there
              S(r"torch\.cuda\.set_device\(", .3),
-             # torch's lazy-init assert on a device index beyond the GPUs it sees
-             S(r"device >= 0 && device < num_gpus INTERNAL ASSERT FAILED", .9),
          )),
     Rule("duplicate_gpu", "`Duplicate GPU detected : rank 1 and rank 0 both on CUDA device`",
          F.DUPLICATE_GPU, (
-             # a GPU another process holds (exclusive-process compute mode): a stale rank or two ranks on one GPU
-             S(r"CUDA-capable device\(s\) is/are busy or unavailable|cudaErrorDevicesUnavailable"
-               r"|CUDA_ERROR_DEVICE_UNAVAILABLE", .75),
              S(r"Duplicate GPU detected : rank (?P<rank>\d+) and rank (?P<other>\d+) both on CUDA device (?P<bus>\w+"
                r")", .97),
              S(r"Duplicate GPU detected", .95),
@@ -278,8 +273,6 @@ RULES: tuple[Rule, ...] = (
          F.LAUNCHER_MISSING, (
              S(r"\b(?:mpirun|orted) is not installed", .93),
              S(r"\b(?:orted|orterun|prted|mpirun|mpiexec)(?:\.openmpi)?: (?:command )?not found", .9),
-             # any launcher's program missing from PATH, in bash's or sh's words
-             S(r"\b(?:torchrun|deepspeed|accelerate|horovodrun|pdsh|srun|ray): (?:command )?not found", .85),
              S(r"A daemon \(pid \d+\) died unexpectedly with status 127", .7),
          )),
     Rule("sighup_session_closed",
@@ -419,5 +412,6 @@ RULES: tuple[Rule, ...] = (
          )),
     Rule("node_unreachable", "a node stops answering mid-run (no log of its own)", F.NODE_UNREACHABLE, ()),
 ) + TOPOLOGY_RULES + SETUP_RULES
+RULES = tuple(replace(rule, signals=rule.signals + OTHER_WORDS.get(rule.cause, ())) for rule in RULES)
 RULE_OF = {rule.cause: rule for rule in RULES}
 CAUSES = tuple(rule.cause for rule in RULES) + ("unknown",)

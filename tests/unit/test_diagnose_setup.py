@@ -145,3 +145,27 @@ def test_cuda_803_reads_as_a_module_library_mismatch_first_and_an_old_driver_nex
             "/ cuda driver combination")
     causes = [f.cause for f in diagnose_text(text)]
     assert causes[:2] == ["driver_library_mismatch", "driver_too_old"]
+
+
+@pytest.mark.parametrize("text, cause", [
+    # https://github.com/open-mpi/ompi/issues/12103: Open MPI's TCP transport refused between the nodes
+    ("------------------------------------------------------------\nA process or daemon was unable to complete a TCP "
+     "connection\nto another process:\n  Local host:    3eed81735a60\n  Remote host:   0cdbe1810ec3\nThis is usually "
+     "caused by a firewall on the remote host. Please\ncheck that any firewall (e.g., iptables) has been disabled and\n"
+     "try again.\n------------------------------------------------------------\n"
+     "--------------------------------------------------------------------------\n"
+     "ORTE was unable to reliably start one or more daemons.", "nccl_socket_error"),
+    # https://github.com/deepspeedai/DeepSpeed/issues/6914: DeepSpeed's batch arithmetic over the world size
+    ("[rank0]: AssertionError: Check batch related parameters. train_batch_size is not equal to micro_batch_per_gpu "
+     "* gradient_acc_step * world_size 8 != 2 * 1 * 1", "config_divisibility"),
+    # https://github.com/NJU-PCALab/STAR/issues/44: DDP's cross-rank check of the model's parameters
+    ("RuntimeError: DDP expects same model across all ranks, but Rank 3 has 2247 params, while rank 0 has "
+     "inconsistent 0 params.", "collective_mismatch"),
+    # https://github.com/VITA-MLLM/VITA/issues/42: vLLM's Ray placement group has fewer GPUs than asked for
+    ("ValueError: The number of required GPUs exceeds the total number of available GPUs in the placement group.",
+     "insufficient_resources"),
+    # NCCL's allocator (src/include/alloc.h: WARN("Failed to CUDA calloc %ld bytes", ...)), and its async form
+    ("ncclUnhandledCudaError: Failed to CUDA calloc async 2432 bytes", "cuda_oom"),
+])
+def test_launchers_and_libraries_words_for_a_known_family(text, cause):
+    assert diagnose_text(text)[0].cause == cause
