@@ -57,13 +57,15 @@ OTHER_ALIASES = (
      r"|shared[-_ ]memory[-_ ].*(?:full|too[-_ ]small|exhausted)", "shm_too_small"),
     # added after batch 3's first score, before batches 4-6 were frozen or read (batches 1-3 keep their first
     # scores): the two new causes, and names met in batches 1-3 whose meaning is a vocabulary cause's
+    (r"sighup|hangup|(?:ssh|terminal|tty)[-_ ]session[-_ ](?:closed|ended|exit)|nohup", "sighup_session_closed"),
     (r"ssh|passwordless|publickey|host[-_ ]?key", "ssh_failed"),
     (r"driver.*(?:library|lib|module|kernel|nvml).*mismatch|nvml.*mismatch"
      r"|(?:kernel[-_ ]module|nvidia[-_ ](?:module|library))[-_ ](?:version[-_ ])?mismatch|unattended[-_ ]upgrade|driver[-_ ]upgrade.*(?:reboot|mismatch)",
      "driver_library_mismatch"),
     (r"(?:graph|topo(?:logy)?)[-_ ](?:xml[-_ ])?file|nccl[-_ ](?:graph|topo)|wrong[-_ ]vm[-_ ]size", "nccl_topo_file"),
     # an InfiniBand/RoCE link or fabric fault or setting (retransmits exceeded, MTU, a fabric the nodes are not on)
-    (r"rdma|roce|infiniband|(?:^|[-_ ])ib(?:$|[-_ ])|ibverbs|retransmit|retry[-_ ](?:count[-_ ])?exceeded|mtu",
+    (r"rdma|(?:^|[-_ ])roce(?:v2)?(?:$|[-_ ])|infiniband|(?:^|[-_ ])ib(?:$|[-_ ])|ibverbs|retransmit"
+     r"|retry[-_ ](?:count[-_ ])?exceeded|(?:^|[-_ ])mtu(?:$|[-_ ])",
      "ib_config"),
     # containers on Docker's bridge network: ranks advertise addresses the other nodes cannot reach
     (r"docker[-_ ]?(?:bridge|network)|bridge[-_ ]network|network[-_ ]isolation|container[-_ ]network",
@@ -74,6 +76,20 @@ OTHER_ALIASES = (
      r"|(?:world[-_ ]size|num[-_ ]?processes|process[-_ ]count|task[-_ ]count).*mismatch", "launcher_args"),
     # ranks given different amounts of data run different numbers of collectives: a desync
     (r"uneven[-_ ](?:data|inputs?|batch|dataset|length)", "collective_mismatch"),
+    # a vocabulary cause named in other words (its fix is the vocabulary's): the InfiniBand stack's own settings
+    (r"memlock|locked[-_ ]memory|gid[-_ ]index|(?:^|[-_ ])hca(?:$|[-_ ])", "ib_config"),
+    # a collective timeout shorter than the work one rank does meanwhile
+    (r"timeout[-_ ]too[-_ ](?:short|low|small)|(?:exceeds?|longer[-_ ]than)[-_ ](?:the[-_ ])?(?:nccl[-_ ]|collective[-_ ]"
+     r"|watchdog[-_ ]|process[-_ ]group[-_ ]|hccl[-_ ])?timeout", "nccl_timeout_slow_rank"),
+    # a hostname that resolves to loopback, or NCCL/Gloo on the wrong interface
+    (r"(?:hostname|etc[-_ ]hosts).*(?:loopback|127)|(?:wrong|bad|incorrect|mismatched)[-_ ](?:network[-_ ])?"
+     r"(?:interface|nic|iface)|socket[-_ ]ifname", "nic_mismatch"),
+    # the same NCCL/torch/image differing across the nodes
+    (r"versions?[-_ ](?:differ\w*|mismatch|skew)[-_ ](?:across|between|on)[-_ ](?:\w+[-_ ])?(?:nodes|hosts|ranks|machines)"
+     r"|(?:different|mismatched)[-_ ](?:\w+[-_ ]){0,2}versions?[-_ ](?:across|between|on)[-_ ]", "version_mismatch"),
+    # a port an earlier or other process still holds; else stale processes holding the GPUs
+    (r"port[-_ ](?:\w+[-_ ])?(?:in[-_ ]use|occupied|taken|conflict|clash)", "port_in_use"),
+    (r"(?:stale|zombie|leftover|orphan\w*)[-_ ](?:\w+[-_ ])?(?:process|rank|worker|job)", "duplicate_gpu"),
 )
 
 
@@ -257,7 +273,11 @@ batches 4-6 only: ssh / passwordless / publickey / host key -> `ssh_failed`, a d
 module version mismatch or an unattended upgrade -> `driver_library_mismatch`, an NCCL graph/topology file or a
 wrong VM size -> `nccl_topo_file`, RDMA/RoCE/InfiniBand/retransmits/MTU -> `ib_config`, Docker's bridge network
 or network isolation -> `nic_mismatch`, Slurm ntasks/srun/task layout or a process-count mismatch ->
-`launcher_args`, uneven data across ranks -> `collective_mismatch`); any other `other:` label is a miss. Scoring is as `clusterctl
+`launcher_args`, uneven data across ranks -> `collective_mismatch`, and vocabulary causes named in other words:
+SIGHUP / a closed session -> `sighup_session_closed`, memlock / GID index / HCA -> `ib_config`, a timeout too short
+or work longer than it -> `nccl_timeout_slow_rank`, a hostname on loopback or the wrong interface ->
+`nic_mismatch`, versions differing across nodes -> `version_mismatch`, a port in use -> `port_in_use`, stale
+processes -> `duplicate_gpu`); any other `other:` label is a miss. Scoring is as `clusterctl
 diagnose` does it: the rules and the evidence families, then the nearest known corpus cases as runner-ups."""
 
 

@@ -77,12 +77,21 @@ def test_a_normal_roll_call_is_no_launch_error():
     ("other:slurm_ntasks_per_node_mismatch_duplicate_ranks", "launcher_args"),
     ("other:slurm_job_launched_without_srun", "launcher_args"),
     ("other:uneven_data_length_across_ranks", "collective_mismatch"),
+    ("other:ssh_session_closed_sighup", "sighup_session_closed"),
+    ("other:rank0_preprocessing_exceeds_nccl_timeout", "nccl_timeout_slow_rank"),
+    ("other:hostname_resolves_to_127_0_1_1", "nic_mismatch"),
+    ("other:torch_versions_differ_across_nodes", "version_mismatch"),
+    ("other:master_port_in_use", "port_in_use"),
+    ("other:stale_processes_holding_gpu", "duplicate_gpu"),  # "processes" holds "roce": words, not letters
+    ("other:roce_gid_index_wrong", "ib_config"),
     # names whose meaning is no vocabulary cause stay misses
     ("other:jax_slurm_local_rank_used_as_device_id_with_per_task_gpus",
      "other:jax_slurm_local_rank_used_as_device_id_with_per_task_gpus"),
     ("other:nccl_release_bug_fixed_by_upgrade", "other:nccl_release_bug_fixed_by_upgrade"),
     ("other:mpi4py_imported_after_torch_breaks_mpich_init", "other:mpi4py_imported_after_torch_breaks_mpich_init"),
     ("other:library_mismatch_in_image", "other:library_mismatch_in_image"),
+    ("other:firewall_blocks_ports", "other:firewall_blocks_ports"),
+    ("other:nccl_too_new_for_framework", "other:nccl_too_new_for_framework"),
 ])
 def test_the_aliases_written_before_batches_4_to_6(label, cause):
     assert score_batch.label_of(label) == cause
