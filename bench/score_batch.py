@@ -60,7 +60,8 @@ OTHER_ALIASES = (
     (r"sighup|hangup|(?:ssh|terminal|tty)[-_ ]session[-_ ](?:closed|ended|exit)|nohup", "sighup_session_closed"),
     (r"ssh|passwordless|publickey|host[-_ ]?key", "ssh_failed"),
     (r"driver.*(?:library|lib|module|kernel|nvml).*mismatch|nvml.*mismatch"
-     r"|(?:kernel[-_ ]module|nvidia[-_ ](?:module|library))[-_ ](?:version[-_ ])?mismatch|unattended[-_ ]upgrade|driver[-_ ]upgrade.*(?:reboot|mismatch)",
+     r"|(?:kernel[-_ ]module|nvidia[-_ ](?:module|library))[-_ ](?:version[-_ ])?mismatch|unattended[-_ ]upgrade"
+     r"|driver[-_ ]upgrade.*(?:reboot|mismatch)",
      "driver_library_mismatch"),
     (r"(?:graph|topo(?:logy)?)[-_ ](?:xml[-_ ])?file|nccl[-_ ](?:graph|topo)|wrong[-_ ]vm[-_ ]size", "nccl_topo_file"),
     # an InfiniBand/RoCE link or fabric fault or setting (retransmits exceeded, MTU, a fabric the nodes are not on)
@@ -201,7 +202,8 @@ def markdown(name: str, record: dict) -> str:
 
 def section() -> str:
     """docs/diagnosis.md's first-scores section, from bench/first_scores/*.json (in scoring order)."""
-    records = sorted((json.loads(p.read_text()) for p in SCORES.glob("*.json")), key=lambda r: r["scored_at"])
+    records = sorted((json.loads(p.read_text()) for p in SCORES.glob("*.json")),
+                     key=lambda r: (r["scored_at"], r["name"]))
     intro = (FIRST_SCORES_INTRO + "\n\n" + headline(records) + "\n\n" + CHANGES + "\n")
     return (SECTION + "\n\n" + intro + "\n" + calibration(records) + "\n"
             + "\n".join(markdown(r["name"], r) for r in records))
@@ -236,8 +238,8 @@ def calibration(records: list) -> str:
                 "share among the ranked answers) is mapped through `matching.CALIBRATION`, monotone knots fitted "
                 "on the raw cases above (raw < 0.5 prints at most 0.08, 0.5-0.7 prints 0.08-0.7, 0.7 and up "
                 "0.7-0.88: the 0.95-1.0 bucket was right no more often than 0.7-0.95). The knots were fitted on the "
-                "same cases the table shows, so this table cannot show that they hold: the next frozen batch's first "
-                "score, in the calibrated table, is their test.", ""]
+                "same cases the table shows, so that table cannot show that they hold; the calibrated table, from "
+                "batches scored after the knots were fixed, is their test.", ""]
     return "\n".join(out) + "\n" if out else ""
 
 
