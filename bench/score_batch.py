@@ -332,7 +332,29 @@ and 2 froze 35-45 minutes early, so batch 2 was scored with batch 1's code uncha
   Ascend device's stream timeout); the nearest known case would have been right for 2 of those 18, so `unknown`
   stays first there.
 
+- After batches 4-6 (scored once at e31aa17; their misses then read, classes only): where no cause has any
+  evidence, the nearest known case's cause leads at its low confidence and `unknown` follows with the quoted lines
+  (the nearest case was right for 8 of 34 such logs over batches 1-6, `unknown` never; an exception that nothing
+  explains still leads as `unknown` over weak or consequential evidence); HCCL's consistency checks in its own
+  words (CANN versions inconsistent: `version_mismatch`; collective arguments inconsistent / ParameterConflict:
+  `collective_mismatch`; IFNAME not found: `nic_mismatch`; a device's own port taken: `duplicate_gpu`); a
+  library refusing to run without P2P (`doesn't support ... P2P`): `p2p_unsupported`; a store connect whose stated
+  reason is an unresolvable name or an invalid address: `hostname_unresolvable`, not `rdzv_unreachable`; NCCL on a
+  link-local address (fe80::%iface, 169.254/16): `nic_mismatch`; pdsh running a Python path a node lacks:
+  `launcher_missing`; a checkpoint for another model-parallel size than the world: `config_divisibility`;
+  NCCL's NVLS multicast bind failing is `fabricmanager`, never a port (`failed to bind` memory is no errno 98);
+  NCCL rings built differently across ranks: `version_mismatch`; NCCL's sysfs topology detection failing on a
+  PCI path: `nccl_too_old`. Batches 4-6's logs with a vocabulary label then joined the corpus's training side
+  (with batches 1-3's whose `other:` labels the aliases now map, and three causes reaching three entries).
+  A test-split entry (NVIDIA/nccl#975, labelled `nccl_socket_error`, a connect to an IPoIB link-local address)
+  now names `nic_mismatch` first, `nccl_socket_error` second: the link-local class was written from batches 4-6,
+  and it is left as it is rather than tuned to a test entry.
+
 The same batches re-scored after those changes (NOT first scores: the changes were made after reading them):
+batch 4 37/42 top-1 (88.1 %), 39/42 top-3; batch 5 33/42 (78.6 %), 35/42; batch 6 32/42 (76.2 %), 33/42; unknown
+first 2, 1 and 0 (each log's own thread left out of the nearest cases; batches 4-6 are in the corpus now, so the
+other logs of a batch can be its nearest cases). Batches 1-3 re-scored at the same code: 90/122 top-1, 95/122 top-3.
+Earlier re-scores of batches 1-3, after batch 3's changes:
 batch 1 27/40 top-1 (67.5 %), batch 2 25/40 (62.5 %), batch 3 24/42 (57.1 %). Most remaining misses are labels
 outside the vocabulary (`other:...` names no alias maps: 8, 10 and 11 of the batches' logs at their first scoring) and logs whose quoted lines do not carry
 the cause the thread established later (a silent hang, a Ray Tune summary table, a traceback cut before its

@@ -101,7 +101,7 @@ ERRNO_FAMILIES = {
 }
 NCCL_NET_ERRNOS = (111, 113, 101, 110)
 TOPOLOGY_SEARCH = re.compile(r"find (?:reverse )?path|ncclTopo\w+|topology (?:search|detection) failed"
-                             r"|Could not find (?:a )?path", re.IGNORECASE)
+                             r"|Could not find (?:a )?path|Could not find real path of /sys/(?:class/pci_bus|devices)", re.IGNORECASE)
 NCCL_LINE = re.compile(r"nccl|socket\.(?:h|cc)|net_socket|\bWARN\b", re.IGNORECASE)
 SHM_WORDS = re.compile(r"/dev/shm|\bshm_|shared memory|SemLock|multiprocessing", re.IGNORECASE)
 USAGE_KINDS = {"unrecognized": (("launcher_args", .65),), "required": (("launcher_args", .6),),

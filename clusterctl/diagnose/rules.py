@@ -56,6 +56,9 @@ RAY_POSSIBLE_CAUSES = r"potential root causes|due to SIGSEGV or other unexpected
 SEMLOCK = r"_multiprocessing\.SemLock|SemLock\("
 GLIBC_TOO_OLD = r"version `?(?P<symbol>(?:GLIBC|GLIBCXX|CXXABI)_[\d.]+)'? not found"
 NOT_SHM = r"/dev/shm|\bshm|NCCL|fallocate|torch_\d+|shared memory"
+NAME_UNRESOLVED = r"gai error|Name or service not known|Temporary failure in name resolution|nodename nor servname"
+# a link-local address (IPv6 fe80::, IPv4 169.254/16) routes nowhere beyond its own link
+LINK_LOCAL = r"fe80::[0-9a-f:]*%[\w.-]+|\b169\.254\.\d{1,3}\.\d{1,3}\b"
 PRIVILEGED_PORT = r"(?:master[-_]port|MASTER_PORT)[= ]+(?:\$RANDOM\b|[0-9]{1,3}\b)"
 
 RULES: tuple[Rule, ...] = (
@@ -302,9 +305,11 @@ RULES: tuple[Rule, ...] = (
          F.RDZV, (
              S(r"client socket has timed out after \S+ while trying to connect to \(?(?P<addr>[^,\s)]+)(?:, "
                r"|:)(?P<port>\d+)", .9),
+             # ...unless the reason it gives is a name that does not resolve or an invalid address (hostname's)
              S(r"client socket has failed to connect to (?:any network address of )?\(?\[?(?P<addr>[^\]\s,)]+)", .82,
-               unless=r"system error: 100\d\d"),
-             S(r"RendezvousConnectionError|connection to the C10d store has failed|RendezvousTimeoutError", .85),
+               unless=rf"system error: 100\d\d|errno: 22 - Invalid argument|{NAME_UNRESOLVED}"),
+             S(r"RendezvousConnectionError|connection to the C10d store has failed|RendezvousTimeoutError", .85,
+               unless=NAME_UNRESOLVED),
              S(r"connect\(\) timed out|DistStoreError: .*(?:Timed out|timeout)|Socket Timeout", .6),
              S(r"Timed out initializing process group in store based barrier", .5),
              S(r"No route to host|Network is unreachable", .45, unless=r"NCCL|socket\.c"),
@@ -330,10 +335,10 @@ RULES: tuple[Rule, ...] = (
          "`No route to host`",
          F.NCCL_SOCKET, (
              S(r"socket(?:Start|Poll)?Connect: Connect to \S+ (?:failed|returned)|NET/Socket : Connect to", .85,
-               unless=r"127\.0\.[01]\.1"),
+               unless=rf"127\.0\.[01]\.1|{LINK_LOCAL}"),
              S(r"(?:NCCL )?WARN (?:Net : )?Connect to \S+ failed : (?:No route|Connection refused"
                r"|Connection timed out)", .85,
-               unless=r"127\.0\.[01]\.1"),
+               unless=rf"127\.0\.[01]\.1|{LINK_LOCAL}"),
              S(r"Call to connect (?:failed|returned) ?:? ?(?:Connection refused|Connection timed out|No route)", .8),
              S(r"Software caused connection abort", .6),
              S(r"unhandled system error|ncclSystemError", .25),
