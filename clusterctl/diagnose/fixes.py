@@ -139,6 +139,10 @@ SSH_FAILED = ("the launcher could not open a password-less SSH session to[ {targ
 NCCL_TOPO_FILE = ("NCCL_TOPO_FILE / NCCL_GRAPH_FILE[ ({topo_file})] describe another machine than this node (a cloud "
                   "image's topology file for another VM size, or one copied from other hardware): unset them in "
                   "job.env/container.env so NCCL detects the topology, or point them at the file for this VM size")
+NET_PLUGIN_INCOMPATIBLE = ("NCCL's network plugin and the fabric library under it do not fit the NCCL in container.image "
+                           "(AWS: aws-ofi-nccl with a libfabric from an EFA installer older than 1.29 and NCCL 2.19+): "
+                           "use the EFA installer's libfabric and plugin made for the image's NCCL, or set "
+                           "FI_EFA_SET_CUDA_SYNC_MEMOPS=0 in job.env; keep one image on every node")
 DRIVER_LIBRARY_MISMATCH = ("the NVIDIA kernel module loaded on[ {host|this node}] is not the version of the driver's "
                            "user libraries[ ({library})]: the driver was upgraded (often by unattended-upgrades) "
                            "while the old module stayed loaded; reboot the node (or unload and reload the nvidia "
@@ -189,6 +193,7 @@ BRIEF = {
     "p2p_unsupported": "NCCL_P2P_DISABLE=1, or ACS off / iommu=pt on the node",
     "gpu_arch_unsupported": "an image whose torch/CUDA/NCCL support the GPU's arch; rebuild extensions for it",
     "nccl_topo_file": "unset NCCL_TOPO_FILE / NCCL_GRAPH_FILE, or the file for this machine's VM size",
+    "net_plugin_incompatible": "the fabric's plugin/libfabric made for the image's NCCL (EFA >= 1.29), one image",
     "ssh_failed": "password-less SSH to every node (`clusterctl run` opens its own sessions from the inventory)",
     "driver_library_mismatch": "reboot the node (or reload the nvidia modules) after a driver upgrade; hold the packages",
 }

@@ -6,7 +6,10 @@
   libraries (`Failed to initialize NVML: Driver/library version mismatch`): the driver was upgraded
   under a running system (often by unattended-upgrades) and the node was not rebooted;
 - nccl_topo_file: NCCL_TOPO_FILE / NCCL_GRAPH_FILE describe another machine than this one (a cloud image's
-  file for another VM size): NCCL's XML import finds devices that are not there.
+  file for another VM size): NCCL's XML import finds devices that are not there;
+- net_plugin_incompatible (after batch 6's first score): NCCL's network plugin and the fabric library under it
+  do not fit the NCCL in use (aws-ofi-nccl with an EFA installer's libfabric older than NCCL 2.19 needs): its
+  memory registration fails with an invalid argument.
 
 Same form as rules.py (see its docstring); families.py adds their shape-level evidence.
 """
@@ -49,5 +52,13 @@ SETUP_RULES = (
              S(r"XML Import Channel\s*:\s*dev \d+ not found", .85),
              S(r"NCCL_(?:TOPO|GRAPH)_FILE set by environment to (?P<topo_file>\S+)", .3),
              S(r"(?:NCCL_TOPO_FILE|NCCL_GRAPH_FILE|topo\.xml|graph\.xml).{0,80}(?:No such file|not found|failed)", .6),
+         )),
+    Rule("net_plugin_incompatible",
+         "`NET/OFI Unable to register memory ... Invalid argument`, libfabric's `unable to set memops for cuda ptr`",
+         F.NET_PLUGIN_INCOMPATIBLE, (
+             S(r"NET/OFI Unable to register memory .{0,80}Invalid argument", .85),
+             S(r"unable to set memops for cuda ptr|cuda_set_sync_memops\(\)\S*<warn>", .8),
+             S(r"Unable to register MR: Invalid argument", .7),
+             S(r"NET/OFI .{0,80}(?:failed|Unable to|Couldn't)", .45),
          )),
 )

@@ -78,6 +78,10 @@ OTHER_WORDS = {
         # Accelerate's check of consumer GPUs, and the like: no P2P between these GPUs
         S(r"(?:doesn't|does not|do not|don't|cannot|can't) support\b.{0,60}\b(?:P2P|peer[- ]to[- ]peer)\b", .85),
     ),
+    "ib_config": (
+        # the fabric plugin's memory registration out of locked memory (the container's memlock limit)
+        S(r"(?:NET/OFI Unable to register memory|Unable to register MR).{0,80}Cannot allocate memory", .75),
+    ),
     "nccl_socket_error": (
         # Open MPI's TCP transport refused between the nodes (its own hint: a firewall)
         S(r"unable to complete a TCP connection\s*(?:to another process)?", .75),

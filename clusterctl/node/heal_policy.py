@@ -51,7 +51,7 @@ TABLE = {
     "platform_backend_unsupported": "job", "hostname_unresolvable": "job", "image_pull_failed": "job",
     "insufficient_resources": "job", "shm_permission": "job",
     "sighup_session_closed": "job", "collective_mismatch": "job", "duplicate_host": "job",
-    "gpu_arch_unsupported": "job",
+    "gpu_arch_unsupported": "job", "net_plugin_incompatible": "job",
 }
 
 # (cause, pattern) in order: the first that matches a failed node's log tail names its cause, where no

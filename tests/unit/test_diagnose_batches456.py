@@ -39,6 +39,10 @@ ENTRIES = {entry.path: entry for entry in corpus.load()}
     "version_mismatch/b5-gitcode-21ee89b4.log",
     # NCCL's sysfs topology detection failing on a PCI path: an NCCL too old for the machine
     "nccl_too_old/b6-marian-dev-998.log",
+    # the fabric plugin (aws-ofi-nccl) and its libfabric do not fit NCCL: registration fails, invalid argument
+    "net_plugin_incompatible/b6-aws-ofi-nccl-584.log",
+    "net_plugin_incompatible/b6-awsome-distributed-ai-278.log",
+    "net_plugin_incompatible/awslabs-awsome-distributed-ai-203.log",
 ])
 def test_a_batch_4_to_6_class_is_named_first(path):
     findings = diagnose_text(ENTRIES[path].text)
@@ -68,3 +72,23 @@ def test_other_words_has_one_entry_per_cause():
     keys = [k.value for node in ast.walk(tree) if isinstance(node, ast.Dict) for k in node.keys
             if isinstance(k, ast.Constant)]
     assert len(keys) == len(set(keys))
+
+
+def test_the_fabric_plugin_out_of_locked_memory_is_the_fabric_setup():
+    # https://github.com/NVIDIA/nccl/issues/563: the same registration, but out of memory (the memlock limit)
+    text = ("10.0.87.143: 10.0.87.143: ip-10-0-87-143:149:298 [5] register_mr_buffers:465 NCCL WARN NET/OFI Unable to "
+            "register memory (type = 1) for device 0. RC: 12, Error: Cannot allocate memory")
+    assert diagnose_text(text)[0].cause == "ib_config"
+
+
+def test_the_new_cause_has_a_fix_a_heal_class_and_an_alias():
+    import importlib.util
+    from clusterctl.diagnose.rules import RULE_OF
+    from clusterctl.node import heal_policy
+    spec = importlib.util.spec_from_file_location("score_batch", Path(__file__).resolve().parents[2] / "bench"
+                                                  / "score_batch.py")
+    score_batch = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(score_batch)
+    assert len(RULE_OF["net_plugin_incompatible"].fix) > 60 and heal_policy.TABLE["net_plugin_incompatible"] == "job"
+    assert score_batch.label_of("other:nccl_libfabric_incompat") == "net_plugin_incompatible"
+    assert score_batch.label_of("other:efa_installer_too_old") == "net_plugin_incompatible"
