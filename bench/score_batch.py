@@ -226,15 +226,17 @@ def calibration(records: list) -> str:
             continue
         out += [f"**Calibration, {title} confidences** (the first finding's confidence vs its observed top-1 "
                 f"accuracy, {len(rows)} first-scored cases):", "",
-                "| confidence | cases | right | observed |" + (" printed now (calibrated) |" if mapped else ""),
-                "|---|---|---|---|" + ("---|" if mapped else "")]
+                "| confidence | cases | right | observed |" + (" printed now (calibrated) |" if mapped else
+                                                             " mean printed |"),
+                "|---|---|---|---|---|"]
         for low, high in BUCKETS:
             inside = [r for r in rows if low <= r["confidence"] < high]
             if inside:
                 right = sum(r["top1"] for r in inside)
                 now = sum(calibrated(r["confidence"]) for r in inside) / len(inside)
+                printed = sum(r["confidence"] for r in inside) / len(inside)
                 out.append(f"| {low:.2f}-{min(high, 1.0):.2f} | {len(inside)} | {right} | "
-                           f"{100 * right / len(inside):.0f} % |" + (f" {now:.2f} |" if mapped else ""))
+                           f"{100 * right / len(inside):.0f} % |" + (f" {now:.2f} |" if mapped else f" {printed:.2f} |"))
         out.append("")
     if raw:
         out += ["How confidence is computed since these scores (issue 51): the raw value (evidence strength times its "
