@@ -65,7 +65,8 @@ OTHER_WORDS = {
         # the socket interface named in the environment does not exist here (HCCL's words)
         S(r"set ifname to \[[^\]]*\] by \w+, but not found|SOCKET_IFNAME\S*.{0,60}not found in the environment", .9),
         # NCCL using or connecting to a link-local address: an interface that routes nowhere beyond its link
-        S(rf"(?:Using (?:\[0\])?[\w.-]+:|Connect to )(?:{LINK_LOCAL})", .8),
+        S(rf"Using (?:\[0\])?[\w.-]+:(?:{LINK_LOCAL})", .8),
+        S(rf"Connect to (?:{LINK_LOCAL})", .8),
     ),
     "port_in_use": (
         S(r"listen on ip\[[^\]]+\] and specific port\[\d+\] fail|port is being used by other process", .6),
