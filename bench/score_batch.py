@@ -55,6 +55,45 @@ OTHER_ALIASES = (
      r"(?:gpu[-_ ]|cuda[-_ ])?arch", "gpu_arch_unsupported"),
     (r"(?:sigbus|bus[-_ ]error)[-_ ].*shm|shm[-_ ].*(?:sigbus|bus[-_ ]error|full|too[-_ ]small|space)"
      r"|shared[-_ ]memory[-_ ].*(?:full|too[-_ ]small|exhausted)", "shm_too_small"),
+    # added after batch 3's first score, before batches 4-6 were frozen or read (batches 1-3 keep their first
+    # scores): the two new causes, and names met in batches 1-3 whose meaning is a vocabulary cause's
+    (r"sighup|hangup|(?:ssh|terminal|tty)[-_ ]session[-_ ](?:closed|ended|exit)|nohup", "sighup_session_closed"),
+    (r"ssh|passwordless|publickey|host[-_ ]?key", "ssh_failed"),
+    (r"driver.*(?:library|lib|module|kernel|nvml).*mismatch|nvml.*mismatch"
+     r"|(?:kernel[-_ ]module|nvidia[-_ ](?:module|library))[-_ ](?:version[-_ ])?mismatch|unattended[-_ ]upgrade"
+     r"|driver[-_ ]upgrade.*(?:reboot|mismatch)",
+     "driver_library_mismatch"),
+    (r"(?:graph|topo(?:logy)?)[-_ ](?:xml[-_ ])?file|nccl[-_ ](?:graph|topo)|wrong[-_ ]vm[-_ ]size", "nccl_topo_file"),
+    # an InfiniBand/RoCE link or fabric fault or setting (retransmits exceeded, MTU, a fabric the nodes are not on)
+    (r"rdma|(?:^|[-_ ])roce(?:v2)?(?:$|[-_ ])|infiniband|(?:^|[-_ ])ib(?:$|[-_ ])|ibverbs|retransmit"
+     r"|retry[-_ ](?:count[-_ ])?exceeded|(?:^|[-_ ])mtu(?:$|[-_ ])",
+     "ib_config"),
+    # containers on Docker's bridge network: ranks advertise addresses the other nodes cannot reach
+    (r"docker[-_ ]?(?:bridge|network)|bridge[-_ ]network|network[-_ ]isolation|container[-_ ]network",
+     "nic_mismatch"),
+    # the launch started another number or layout of processes than the job declares (Slurm tasks vs devices,
+    # a lone `python` for num_processes=N, no srun)
+    (r"slurm.*(?:ntasks|srun|tasks?[-_ ]per|layout)|ntasks|without[-_ ]srun"
+     r"|(?:world[-_ ]size|num[-_ ]?processes|process[-_ ]count|task[-_ ]count).*mismatch", "launcher_args"),
+    # ranks given different amounts of data run different numbers of collectives: a desync
+    (r"uneven[-_ ](?:data|inputs?|batch|dataset|length)", "collective_mismatch"),
+    # added after batches 4-6's first scores (for later batches): NCCL's network plugin / libfabric / EFA
+    (r"libfabric|(?:^|[-_ ])efa(?:$|[-_ ])|(?:^|[-_ ])ofi(?:$|[-_ ])|net[-_ ]plugin|nccl[-_ ]plugin",
+     "net_plugin_incompatible"),
+    # a vocabulary cause named in other words (its fix is the vocabulary's): the InfiniBand stack's own settings
+    (r"memlock|locked[-_ ]memory|gid[-_ ]index|(?:^|[-_ ])hca(?:$|[-_ ])", "ib_config"),
+    # a collective timeout shorter than the work one rank does meanwhile
+    (r"timeout[-_ ]too[-_ ](?:short|low|small)|(?:exceeds?|longer[-_ ]than)[-_ ](?:the[-_ ])?(?:nccl[-_ ]|collective[-_ ]"
+     r"|watchdog[-_ ]|process[-_ ]group[-_ ]|hccl[-_ ])?timeout", "nccl_timeout_slow_rank"),
+    # a hostname that resolves to loopback, or NCCL/Gloo on the wrong interface
+    (r"(?:hostname|etc[-_ ]hosts).*(?:loopback|127)|(?:wrong|bad|incorrect|mismatched)[-_ ](?:network[-_ ])?"
+     r"(?:interface|nic|iface)|socket[-_ ]ifname", "nic_mismatch"),
+    # the same NCCL/torch/image differing across the nodes
+    (r"versions?[-_ ](?:differ\w*|mismatch|skew)[-_ ](?:across|between|on)[-_ ](?:\w+[-_ ])?(?:nodes|hosts|ranks|machines)"
+     r"|(?:different|mismatched)[-_ ](?:\w+[-_ ]){0,2}versions?[-_ ](?:across|between|on)[-_ ]", "version_mismatch"),
+    # a port an earlier or other process still holds; else stale processes holding the GPUs
+    (r"port[-_ ](?:\w+[-_ ])?(?:in[-_ ]use|occupied|taken|conflict|clash)", "port_in_use"),
+    (r"(?:stale|zombie|leftover|orphan\w*)[-_ ](?:\w+[-_ ])?(?:process|rank|worker|job)", "duplicate_gpu"),
 )
 
 
@@ -166,7 +205,8 @@ def markdown(name: str, record: dict) -> str:
 
 def section() -> str:
     """docs/diagnosis.md's first-scores section, from bench/first_scores/*.json (in scoring order)."""
-    records = sorted((json.loads(p.read_text()) for p in SCORES.glob("*.json")), key=lambda r: r["scored_at"])
+    records = sorted((json.loads(p.read_text()) for p in SCORES.glob("*.json")),
+                     key=lambda r: (r["scored_at"], r["name"]))
     intro = (FIRST_SCORES_INTRO + "\n\n" + headline(records) + "\n\n" + CHANGES + "\n")
     return (SECTION + "\n\n" + intro + "\n" + calibration(records) + "\n"
             + "\n".join(markdown(r["name"], r) for r in records))
@@ -186,24 +226,32 @@ def calibration(records: list) -> str:
             continue
         out += [f"**Calibration, {title} confidences** (the first finding's confidence vs its observed top-1 "
                 f"accuracy, {len(rows)} first-scored cases):", "",
-                "| confidence | cases | right | observed |" + (" printed now (calibrated) |" if mapped else ""),
-                "|---|---|---|---|" + ("---|" if mapped else "")]
+                "| confidence | cases | right | observed |" + (" printed now (calibrated) |" if mapped else
+                                                             " mean printed |"),
+                "|---|---|---|---|---|"]
         for low, high in BUCKETS:
             inside = [r for r in rows if low <= r["confidence"] < high]
             if inside:
                 right = sum(r["top1"] for r in inside)
                 now = sum(calibrated(r["confidence"]) for r in inside) / len(inside)
+                printed = sum(r["confidence"] for r in inside) / len(inside)
                 out.append(f"| {low:.2f}-{min(high, 1.0):.2f} | {len(inside)} | {right} | "
-                           f"{100 * right / len(inside):.0f} % |" + (f" {now:.2f} |" if mapped else ""))
+                           f"{100 * right / len(inside):.0f} % |" + (f" {now:.2f} |" if mapped else f" {printed:.2f} |"))
         out.append("")
     if raw:
         out += ["How confidence is computed since these scores (issue 51): the raw value (evidence strength times its "
                 "share among the ranked answers) is mapped through `matching.CALIBRATION`, monotone knots fitted "
                 "on the raw cases above (raw < 0.5 prints at most 0.08, 0.5-0.7 prints 0.08-0.7, 0.7 and up "
                 "0.7-0.88: the 0.95-1.0 bucket was right no more often than 0.7-0.95). The knots were fitted on the "
-                "same cases the table shows, so this table cannot show that they hold: the next frozen batch's first "
-                "score, in the calibrated table, is their test.", ""]
+                "same cases the table shows, so that table cannot show that they hold; the calibrated table, from "
+                "batches scored after the knots were fixed, is their test.", ""]
     return "\n".join(out) + "\n" if out else ""
+
+
+def goals(records: list) -> str:
+    met = [r["name"] for r in records if r["figures"]["top1_pct"] >= 90 and r["figures"]["top3_pct"] >= 97
+           and r["figures"]["unknown_first_pct"] <= 3]
+    return f"met on {', '.join(met)}" if met else "not met on any batch"
 
 
 def headline(records: list) -> str:
@@ -215,7 +263,7 @@ def headline(records: list) -> str:
     return (f"**Headline (mean of the first scores of the last {len(last)} batches: "
             f"{', '.join(r['name'] for r in last)}): top-1 {mean('top1_pct')} %, top-3 {mean('top3_pct')} %, "
             f"unknown first {mean('unknown_first_pct')} %.** Against issue 51's goals (top-1 >= 90 %, top-3 >= "
-            "97 %, unknown first <= 3 % on each batch): not met on any batch. For reading only (the headline "
+            f"97 %, unknown first <= 3 % on each batch): {goals(last)}. For reading only (the headline "
             "counts them as misses): on the logs whose label is in the vocabulary, top-1 "
             + ", ".join(f"{f['top1']}/{f['n']}" for f in inside) + ", top-3 "
             + ", ".join(f"{f['top3']}/{f['n']}" for f in inside) + ".")
@@ -232,8 +280,18 @@ three batches. Labels `other:<name>` count as a vocabulary cause only through `O
 bench/score_batch.py (collective mismatch/desync -> `collective_mismatch`; same hostname/host hash ->
 `duplicate_host`; peer-to-peer/ACS/IOMMU -> `p2p_unsupported`; GPU arch/compute capability unsupported, no
 kernel image -> `gpu_arch_unsupported`; added after batch 2's first score and before batch 3 froze, for
-batch 3 only: the same GPU-arch words in either order, and SIGBUS / full /dev/shm -> `shm_too_small`); any
-other `other:` label is a miss. Scoring is as `clusterctl
+batch 3 only: the same GPU-arch words in either order, and SIGBUS / full /dev/shm -> `shm_too_small`; added
+after batch 3's first score and committed before batches 4-6 were scored or any of their files opened (they froze
+at 08:40-08:44 UTC, while this work went on from batches 1-3 alone; nothing of theirs was read), for
+batches 4-6 only: ssh / passwordless / publickey / host key -> `ssh_failed`, a driver/library, NVML or kernel
+module version mismatch or an unattended upgrade -> `driver_library_mismatch`, an NCCL graph/topology file or a
+wrong VM size -> `nccl_topo_file`, RDMA/RoCE/InfiniBand/retransmits/MTU -> `ib_config`, Docker's bridge network
+or network isolation -> `nic_mismatch`, Slurm ntasks/srun/task layout or a process-count mismatch ->
+`launcher_args`, uneven data across ranks -> `collective_mismatch`, and vocabulary causes named in other words:
+SIGHUP / a closed session -> `sighup_session_closed`, memlock / GID index / HCA -> `ib_config`, a timeout too short
+or work longer than it -> `nccl_timeout_slow_rank`, a hostname on loopback or the wrong interface ->
+`nic_mismatch`, versions differing across nodes -> `version_mismatch`, a port in use -> `port_in_use`, stale
+processes -> `duplicate_gpu`); any other `other:` label is a miss. Scoring is as `clusterctl
 diagnose` does it: the rules and the evidence families, then the nearest known corpus cases as runner-ups."""
 
 
@@ -255,8 +313,57 @@ and 2 froze 35-45 minutes early, so batch 2 was scored with batch 1's code uncha
   in it is shared memory; a launcher's missing or short host list (DeepSpeed's `Unable to find hostfile`,
   mpirun's `not enough slots`) is `launcher_args`; calibrated confidence (below). The batch logs with a vocabulary label then joined the
   corpus's training side.
+- After batch 3, before batches 4-6 were scored or read (from batches 1-3's misses and probes of common messages
+  in other programs' words, classes only; the last commits came after 4-6 froze at 08:40-08:44 UTC, none prompted
+  by them): three causes the `other:`
+  labels asked for, each with its fix, heal class (node) and alias: `ssh_failed` (a launcher's password-less SSH
+  session refused: `Permission denied (publickey)`, pdsh's `ssh exited with exit code 255`, DeepSpeed's ssh check),
+  `driver_library_mismatch` (`Driver/library version mismatch`, `API mismatch` of the kernel module; was a weak
+  `driver_too_old` signal), `nccl_topo_file` (NCCL's XML import failing on a topology/graph file set for another
+  machine); a launch's roll-call (`GLOBAL_RANK: r, MEMBER: m/N`) with a rank started twice or fewer ranks than N
+  is `launcher_args`; one host's ranks stopping inside NCCL's setup with no error anywhere is the peer-to-peer
+  hang (`p2p_unsupported`, `rank_hang` next); an RDMA completion error in another library's words (HCCL's
+  `error CQE`, `IBV_WC_*_ERR`) is `ib_config`; probing the vocabulary with common messages in other programs'
+  words: a program's `name: ` (nvidia-container-cli, nvidia-smi) is no longer peeled off as a pdsh host, any
+  launcher's `X: not found` is `launcher_missing`, CUDA's `busy or unavailable` is `duplicate_gpu`, torch's lazy-init
+  `device < num_gpus` assert is `gpu_ordinal`, XLA's `RESOURCE_EXHAUSTED: Out of memory` `cuda_oom`, python-fire's
+  `Could not consume arg` `launcher_args`, CUDA's 803 (display/CUDA driver mismatch) `driver_library_mismatch` with
+  `driver_too_old` next; rules_words.py holds such other programs' words for known causes (Open MPI's refused
+  TCP connection: `nccl_socket_error`; DeepSpeed's batch arithmetic over the world size: `config_divisibility`;
+  DDP's cross-rank model check: `collective_mismatch`; vLLM/Ray placement short of GPUs:
+  `insufficient_resources`; NCCL's `Failed to CUDA calloc`: `cuda_oom`). The batch-1-3 logs whose `other:` labels now map joined the
+  training side (with three public logs for the new causes). `unknown` first was examined: on batches 1-3 it
+  comes only where no family has any evidence (a Ray Tune summary table, a traceback cut before its error, an
+  Ascend device's stream timeout); the nearest known case would have been right for 2 of those 18, so `unknown`
+  stays first there.
+
+- After batches 4-6 (scored once at e31aa17; their misses then read, classes only): where no cause has any
+  evidence, the nearest known case's cause leads at its low confidence and `unknown` follows with the quoted lines
+  (the nearest case was right for 8 of 34 such logs over batches 1-6, `unknown` never; an exception that nothing
+  explains still leads as `unknown` over weak or consequential evidence); HCCL's consistency checks in its own
+  words (CANN versions inconsistent: `version_mismatch`; collective arguments inconsistent / ParameterConflict:
+  `collective_mismatch`; IFNAME not found: `nic_mismatch`; a device's own port taken: `duplicate_gpu`); a
+  library refusing to run without P2P (`doesn't support ... P2P`): `p2p_unsupported`; a store connect whose stated
+  reason is an unresolvable name or an invalid address: `hostname_unresolvable`, not `rdzv_unreachable`; NCCL on a
+  link-local address (fe80::%iface, 169.254/16): `nic_mismatch`; pdsh running a Python path a node lacks:
+  `launcher_missing`; a checkpoint for another model-parallel size than the world: `config_divisibility`;
+  NCCL's NVLS multicast bind failing is `fabricmanager`, never a port (`failed to bind` memory is no errno 98);
+  NCCL rings built differently across ranks: `version_mismatch`; NCCL's sysfs topology detection failing on a
+  PCI path: `nccl_too_old`. One new cause, from batch 6's two `other:nccl_libfabric_incompat` logs and a third
+  public one: `net_plugin_incompatible` (NCCL's network plugin and its libfabric/EFA not fitting the NCCL in use:
+  `NET/OFI Unable to register memory ... Invalid argument`; out of memory instead is the memlock limit,
+  `ib_config`), heal class job, alias libfabric / EFA / OFI / net plugin (for later batches). Batches 4-6's logs
+  with a vocabulary label then joined the corpus's training side
+  (with batches 1-3's whose `other:` labels the aliases now map, and three causes reaching three entries).
+  A test-split entry (NVIDIA/nccl#975, labelled `nccl_socket_error`, a connect to an IPoIB link-local address)
+  now names `nic_mismatch` first, `nccl_socket_error` second: the link-local class was written from batches 4-6,
+  and it is left as it is rather than tuned to a test entry.
 
 The same batches re-scored after those changes (NOT first scores: the changes were made after reading them):
+batch 4 37/42 top-1 (88.1 %), 39/42 top-3; batch 5 33/42 (78.6 %), 35/42; batch 6 34/42 (81.0 %), 35/42 (its two
+libfabric logs now count through the new cause's alias); unknown first 2, 1 and 0 (each log's own thread left out
+of the nearest cases; batches 4-6 are in the corpus now, so the other logs of a batch can be its nearest cases). Batches 1-3 re-scored at the same code: 90/122 top-1, 95/122 top-3.
+Earlier re-scores of batches 1-3, after batch 3's changes:
 batch 1 27/40 top-1 (67.5 %), batch 2 25/40 (62.5 %), batch 3 24/42 (57.1 %). Most remaining misses are labels
 outside the vocabulary (`other:...` names no alias maps: 8, 10 and 11 of the batches' logs at their first scoring) and logs whose quoted lines do not carry
 the cause the thread established later (a silent hang, a Ray Tune summary table, a traceback cut before its

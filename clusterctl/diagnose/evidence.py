@@ -304,7 +304,12 @@ def os_errnos(line: LogLine, lowered: str) -> list[OsErrno]:
         return [OsErrno(line, int(value))]
     if name:
         return [OsErrno(line, ERRNO_NAMES[name.upper()])]
+    if message.lower() == "failed to bind" and _NOT_A_PORT.search(line.text[:MAX_LINE]):
+        return []  # NCCL binding NVLS multicast memory, not a socket to a port
     return [OsErrno(line, ERRNO_MESSAGES[message.lower()])]
+
+
+_NOT_A_PORT = re.compile(r"failed to bind \S*\s*(?:NVLink|NVLS|multicast|memory|buffer)", re.IGNORECASE)
 
 
 # --------------------------------------------------------------------------- undefined symbols

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Optional
 
 from clusterctl.diagnose.logformat import LogLine
 from clusterctl.diagnose.reader import MAX_LINE
@@ -67,7 +68,10 @@ _DIVISIBLE = re.compile(r"(?:must|should|has to) be (?:evenly )?divisible|not (?
                         r"evenly|divisible by|% ?\w+ ?== ?0", re.IGNORECASE)
 _USAGE = re.compile(r"(?:^|\s)(?P<prog>[\w.\-/]{1,80}): error: (?P<what>unrecognized arguments|the following arguments "
                     r"are required|argument [-\w]+: (?:invalid|expected)|ambiguous option|unknown option)"
-                    r"|environment variable \w+ expected, but not set", re.IGNORECASE)
+                    r"|environment variable \w+ expected, but not set"
+                    # python-fire's and click's words for an argument the program does not take
+                    r"|(?P<other>Could not consume arg: -|No such option: -|Got unexpected extra argument)",
+                    re.IGNORECASE)
 
 _SUBJECTS = (
     ("fabricmanager", r"fabric ?manager|NVSwitch"),
@@ -145,11 +149,13 @@ def platform_hints(line: LogLine, lowered: str) -> list[PlatformHint]:
 def usage_errors(line: LogLine, lowered: str) -> list[UsageError]:
     if "divi" in lowered and _DIVISIBLE.search(line.text[:MAX_LINE]):
         return [UsageError(line, "", "divisibility")]
-    if "error:" not in lowered and "expected, but not set" not in lowered:
+    if "error:" not in lowered and "expected, but not set" not in lowered and "could not consume arg" not in lowered:
         return []
     match = _USAGE.search(line.text[:MAX_LINE])
     if not match:
         return []
+    if match.group("other"):
+        return [UsageError(line, "", "unrecognized")]
     if match.group("what") is None:
         return [UsageError(line, "", "env_missing")]
     what = match.group("what").lower()
@@ -204,6 +210,11 @@ class Placement:
     shared: tuple
     clashes: tuple = ()  # (host, interface, addresses, line): one hostname, two addresses on one interface
     networked: bool = True  # the log shows any network at all (addresses, sockets, IB, interfaces)
+    # the launch's own roll-call (Lightning's `GLOBAL_RANK: r, MEMBER: m/N`): (world size, ranks seen, a rank
+    # seen twice or None, line); None without one
+    roll_call: Optional[tuple] = None
+    nccl_hosts: tuple = ()  # the hosts NCCL's own line prefixes name
+    stalled: Optional[LogLine] = None  # the log's last line, when it is an NCCL INFO line (it stopped in NCCL)
 
     @property
     def single_host(self) -> bool:
@@ -216,6 +227,8 @@ _COMM = re.compile(r"\brank (\d{1,5}) nranks \d+ cudaDev (\d{1,3})")
 _OWN_ADDRESS = re.compile(r"Using (?:interface )?(?:\[\d+\])?([\w.-]+):(\d{1,3}(?:\.\d{1,3}){3})<")
 _NETWORK = re.compile(r"NET/|socket|connect|\bIB\b|ibv_|\b\d{1,3}(?:\.\d{1,3}){3}\b|\b(?:eth|ens|enp|bond|ib)\d",
                       re.IGNORECASE)
+_NCCL_INFO = re.compile(r"^\S+:\d+:\d+ \[\d+\] NCCL INFO ")
+_MEMBER = re.compile(r"GLOBAL_RANK: (\d{1,5}), MEMBER: \d{1,5}/(\d{1,5})")
 _TESTS_RANK = re.compile(r"Rank\s+(\d{1,5})\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+([\w.-]+)\s+device\s+(\d{1,3})")
 
 
@@ -234,9 +247,17 @@ def rank_placement(lines: list[LogLine]) -> Placement:
                 shared.append((host, device, min(rank, other), max(rank, other), line))
         ranks[rank] = device
 
+    members: dict = {}
+    nccl_hosts: set = set()
+    twice, world, last = None, 0, None
     for line in lines:
         raw = line.raw[:MAX_LINE]
         networked = networked or bool(_NETWORK.search(raw))
+        member = _MEMBER.search(raw) if "MEMBER" in raw else None
+        if member:
+            rank, world, last = int(member.group(1)), int(member.group(2)), line
+            members[rank] = members.get(rank, 0) + 1
+            twice = rank if twice is None and members[rank] > 1 else twice
         if "[" not in raw and "Rank" not in raw:
             continue
         tests = _TESTS_RANK.search(raw)
@@ -247,6 +268,7 @@ def rank_placement(lines: list[LogLine]) -> Placement:
         if not prefix:
             continue
         host = prefix.group(1)
+        nccl_hosts.add(host)
         own = _OWN_ADDRESS.search(raw)
         if own:
             seen = addresses.setdefault((host, own.group(1)), {})
@@ -260,4 +282,7 @@ def rank_placement(lines: list[LogLine]) -> Placement:
             place(host, int(comm.group(1)), int(comm.group(2)), line)
     clashes = tuple((host, iface, tuple(sorted(ips)), list(ips.values())[-1])
                     for (host, iface), ips in sorted(addresses.items()) if len(ips) > 1)
-    return Placement(hosts, tuple(shared), clashes, networked)
+    roll_call = (world, len(members), twice, last) if members else None
+    tail = next((line for line in reversed(lines) if line.raw.strip()), None)
+    stalled = tail if tail is not None and _NCCL_INFO.search(tail.raw[:MAX_LINE]) else None
+    return Placement(hosts, tuple(shared), clashes, networked, roll_call, tuple(sorted(nccl_hosts)), stalled)

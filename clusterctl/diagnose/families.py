@@ -101,7 +101,7 @@ ERRNO_FAMILIES = {
 }
 NCCL_NET_ERRNOS = (111, 113, 101, 110)
 TOPOLOGY_SEARCH = re.compile(r"find (?:reverse )?path|ncclTopo\w+|topology (?:search|detection) failed"
-                             r"|Could not find (?:a )?path", re.IGNORECASE)
+                             r"|Could not find (?:a )?path|Could not find real path of /sys/(?:class/pci_bus|devices)", re.IGNORECASE)
 NCCL_LINE = re.compile(r"nccl|socket\.(?:h|cc)|net_socket|\bWARN\b", re.IGNORECASE)
 SHM_WORDS = re.compile(r"/dev/shm|\bshm_|shared memory|SemLock|multiprocessing", re.IGNORECASE)
 USAGE_KINDS = {"unrecognized": (("launcher_args", .65),), "required": (("launcher_args", .6),),
@@ -256,7 +256,8 @@ class _Anchor:
 def placement_supports(placement, records: list) -> list[Support]:
     """What the ranks' placement adds: a GPU claimed by two ranks a node apart (their numbers differ by
     at least the host's device count) is two machines with one identity (duplicate_host), otherwise
-    one GPU given twice (duplicate_gpu); a system error on a run confined to one host is its shared memory, not the
+    one GPU given twice (duplicate_gpu); a launch whose roll-call shows a rank started twice or fewer ranks than
+    its world size started the wrong number of processes (launcher_args: Slurm tasks vs devices, no srun); a system error on a run confined to one host is its shared memory, not the
     network."""
     out: list[Support] = []
     if placement.shared:
@@ -267,6 +268,19 @@ def placement_supports(placement, records: list) -> list[Support]:
         table = (("duplicate_host", .6), ("duplicate_gpu", .3)) if many else \
             (("duplicate_gpu", .45), ("duplicate_host", .3))
         out += _each(table, "placement:shared-gpu", _Anchor(line))
+    if placement.roll_call:  # the launch started each rank twice, or fewer ranks than the world size it declares
+        world, seen, twice, line = placement.roll_call
+        if twice is not None:
+            out += _each((("launcher_args", .6),), "placement:rank-started-twice", _Anchor(line))
+        elif seen < world:
+            out += _each((("launcher_args", .45),), "placement:ranks-missing", _Anchor(line))
+    if placement.stalled is not None and len(placement.nccl_hosts) == 1 and not placement.shared \
+            and not _failed(records):
+        # one host's ranks stopped inside NCCL's setup with no error and no GPU claimed twice: the peer-to-peer hang
+        # (ACS/IOMMU redirecting P2P traffic), above a listed virtual interface, which one host does not route
+        # through; a hang in any case
+        out += _each((("p2p_unsupported", .6), ("rank_hang", .3)), "placement:one-host-stalled-in-nccl",
+                     _Anchor(placement.stalled))
     if placement.clashes:  # one hostname, two addresses on one interface: two machines
         out += _each((("duplicate_host", .65),), "placement:address-clash", _Anchor(placement.clashes[0][3]))
     if placement.single_host or not placement.networked:
@@ -275,3 +289,9 @@ def placement_supports(placement, records: list) -> list[Support]:
                 out += _each((("shm_too_small", .4),), "placement:single-host-system-error", record)
                 break
     return out
+
+
+def _failed(records: list) -> bool:
+    """Any record of a failure: an exception, an exit status, a CUDA or OS error, an NCCL error class."""
+    return any(isinstance(r, (ev.PyException, ev.ExitStatus, ev.CudaError, ev.OsErrno, ev.UndefinedSymbol))
+               or (isinstance(r, ev.NcclMessage) and (r.error_class or r.level in ("ERROR", ""))) for r in records)

@@ -131,6 +131,23 @@ GPU_ARCH_UNSUPPORTED = ("a library in container.image was built without code for
                         "(a torch/NCCL/extension older than the GPU, or TORCH_CUDA_ARCH_LIST without it): use an "
                         "image whose torch and CUDA support the GPU (e.g. CUDA 12.8+ for Blackwell), rebuild "
                         "extensions with the arch in TORCH_CUDA_ARCH_LIST")
+SSH_FAILED = ("the launcher could not open a password-less SSH session to[ {target|a node}] (no key in its "
+              "~/.ssh/authorized_keys for the launching user, an unknown or changed host key, or sshd not "
+              "listening): launch with `clusterctl run`, which opens its own SSH sessions from the inventory "
+              "(hosts[].user, the key clusterctl is given); by hand, `ssh-copy-id` to every node (the launching "
+              "node itself included) and accept each host key once")
+NCCL_TOPO_FILE = ("NCCL_TOPO_FILE / NCCL_GRAPH_FILE[ ({topo_file})] describe another machine than this node (a cloud "
+                  "image's topology file for another VM size, or one copied from other hardware): unset them in "
+                  "job.env/container.env so NCCL detects the topology, or point them at the file for this VM size")
+NET_PLUGIN_INCOMPATIBLE = ("NCCL's network plugin and the fabric library under it do not fit the NCCL in container.image "
+                           "(AWS: aws-ofi-nccl with a libfabric from an EFA installer older than 1.29 and NCCL 2.19+): "
+                           "use the EFA installer's libfabric and plugin made for the image's NCCL, or set "
+                           "FI_EFA_SET_CUDA_SYNC_MEMOPS=0 in job.env; keep one image on every node")
+DRIVER_LIBRARY_MISMATCH = ("the NVIDIA kernel module loaded on[ {host|this node}] is not the version of the driver's "
+                           "user libraries[ ({library})]: the driver was upgraded (often by unattended-upgrades) "
+                           "while the old module stayed loaded; reboot the node (or unload and reload the nvidia "
+                           "modules once no process uses a GPU), then `apt-mark hold` the driver packages so it "
+                           "does not happen under a running job")
 
 # One line per cause for the README's diagnosis table (python -m clusterctl.diagnose.table).
 BRIEF = {
@@ -175,4 +192,8 @@ BRIEF = {
     "duplicate_host": "a unique hostname per node, or NCCL_HOSTID per node in `hosts[].env`",
     "p2p_unsupported": "NCCL_P2P_DISABLE=1, or ACS off / iommu=pt on the node",
     "gpu_arch_unsupported": "an image whose torch/CUDA/NCCL support the GPU's arch; rebuild extensions for it",
+    "nccl_topo_file": "unset NCCL_TOPO_FILE / NCCL_GRAPH_FILE, or the file for this machine's VM size",
+    "net_plugin_incompatible": "the fabric's plugin/libfabric made for the image's NCCL (EFA >= 1.29), one image",
+    "ssh_failed": "password-less SSH to every node (`clusterctl run` opens its own sessions from the inventory)",
+    "driver_library_mismatch": "reboot the node (or reload the nvidia modules) after a driver upgrade; hold the packages",
 }

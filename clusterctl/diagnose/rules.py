@@ -24,11 +24,15 @@ not one log's wording; tests/test_diagnose*.py and docs/diagnosis.md measure tha
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from clusterctl.diagnose.textmatch import (CASCADE_PATTERNS, CONTEXT_PATTERNS, PEER_LOST_PATTERNS, SUSPICIOUS,
                                            UNKNOWN_FIX, compiled, render_fix, required_literals, template_values)
 from clusterctl.diagnose import fixes as F
 from clusterctl.diagnose.signals import Rule, S, Signal
+from clusterctl.diagnose.rules_setup import SETUP_RULES
 from clusterctl.diagnose.rules_topology import TOPOLOGY_RULES
+from clusterctl.diagnose.rules_words import OTHER_WORDS
 
 __all__ = ["Signal", "Rule", "RULES", "CAUSES", "RULE_OF", "UNKNOWN_FIX", "CASCADE_PATTERNS", "PEER_LOST_PATTERNS",
            "SUSPICIOUS", "CONTEXT_PATTERNS", "render_fix", "template_values", "required_literals"]
@@ -52,6 +56,9 @@ RAY_POSSIBLE_CAUSES = r"potential root causes|due to SIGSEGV or other unexpected
 SEMLOCK = r"_multiprocessing\.SemLock|SemLock\("
 GLIBC_TOO_OLD = r"version `?(?P<symbol>(?:GLIBC|GLIBCXX|CXXABI)_[\d.]+)'? not found"
 NOT_SHM = r"/dev/shm|\bshm|NCCL|fallocate|torch_\d+|shared memory"
+NAME_UNRESOLVED = r"gai error|Name or service not known|Temporary failure in name resolution|nodename nor servname"
+# a link-local address (IPv6 fe80::, IPv4 169.254/16) routes nowhere beyond its own link
+LINK_LOCAL = r"fe80::[0-9a-f:]*%[\w.-]+|\b169\.254\.\d{1,3}\.\d{1,3}\b"
 PRIVILEGED_PORT = r"(?:master[-_]port|MASTER_PORT)[= ]+(?:\$RANDOM\b|[0-9]{1,3}\b)"
 
 RULES: tuple[Rule, ...] = (
@@ -167,7 +174,6 @@ RULES: tuple[Rule, ...] = (
              S(r"requirement error: unsatisfied condition: cuda\s*>="
                r"|please update your driver to a newer version", .96),
              S(r"forward compatibility was attempted on non supported HW|CUDA_ERROR_COMPAT_NOT_SUPPORTED", .85),
-             S(r"Driver/library version mismatch", .6),
          )),
     Rule("fabricmanager", "`CUDA error: system not yet initialized` (802) on NVSwitch systems, fabric manager down",
          F.FABRICMANAGER, (
@@ -246,8 +252,8 @@ RULES: tuple[Rule, ...] = (
              S(r"PermissionError: \[Errno 13\]"
                r"|\[Errno 13\] Permission denied", .85, unless_log=r"SemLock|shm_open|/dev/shm"),
              S(r"permission denied while trying to connect to the Docker daemon socket", .95),
-             S(r"Permission denied \(publickey", .9),
-             S(r"open\([^)]*\): Permission denied|: Permission denied\b", .6, unless=r"shm_open|/dev/shm"),
+             S(r"open\([^)]*\): Permission denied|: Permission denied\b", .6,
+               unless=r"shm_open|/dev/shm|Permission denied \(|please try again"),  # ssh's own (ssh_failed)
              S(r"RuntimeError: Permission denied|Operation not permitted|\bEACCES\b", .45),
          )),
     Rule("launcher_args",
@@ -299,9 +305,11 @@ RULES: tuple[Rule, ...] = (
          F.RDZV, (
              S(r"client socket has timed out after \S+ while trying to connect to \(?(?P<addr>[^,\s)]+)(?:, "
                r"|:)(?P<port>\d+)", .9),
+             # ...unless the reason it gives is a name that does not resolve or an invalid address (hostname's)
              S(r"client socket has failed to connect to (?:any network address of )?\(?\[?(?P<addr>[^\]\s,)]+)", .82,
-               unless=r"system error: 100\d\d"),
-             S(r"RendezvousConnectionError|connection to the C10d store has failed|RendezvousTimeoutError", .85),
+               unless=rf"system error: 100\d\d|errno: 22 - Invalid argument|{NAME_UNRESOLVED}"),
+             S(r"RendezvousConnectionError|connection to the C10d store has failed|RendezvousTimeoutError", .85,
+               unless=NAME_UNRESOLVED),
              S(r"connect\(\) timed out|DistStoreError: .*(?:Timed out|timeout)|Socket Timeout", .6),
              S(r"Timed out initializing process group in store based barrier", .5),
              S(r"No route to host|Network is unreachable", .45, unless=r"NCCL|socket\.c"),
@@ -327,10 +335,10 @@ RULES: tuple[Rule, ...] = (
          "`No route to host`",
          F.NCCL_SOCKET, (
              S(r"socket(?:Start|Poll)?Connect: Connect to \S+ (?:failed|returned)|NET/Socket : Connect to", .85,
-               unless=r"127\.0\.[01]\.1"),
+               unless=rf"127\.0\.[01]\.1|{LINK_LOCAL}"),
              S(r"(?:NCCL )?WARN (?:Net : )?Connect to \S+ failed : (?:No route|Connection refused"
                r"|Connection timed out)", .85,
-               unless=r"127\.0\.[01]\.1"),
+               unless=rf"127\.0\.[01]\.1|{LINK_LOCAL}"),
              S(r"Call to connect (?:failed|returned) ?:? ?(?:Connection refused|Connection timed out|No route)", .8),
              S(r"Software caused connection abort", .6),
              S(r"unhandled system error|ncclSystemError", .25),
@@ -343,6 +351,8 @@ RULES: tuple[Rule, ...] = (
          F.IB_CONFIG, (
              S(r"NET/IBP? ?: ?Got completion (?:from peer \S+ )?with (?:error |status=)(?P<status>\d+)", .93),
              S(r"[Tt]ransport retry count(?:er)? exceeded", .9),
+             # an RDMA completion with an error status in other libraries' words (HCCL's RoCE CQE, verbs' enums)
+             S(r"\berror[ _]cqe\b|\bCQE\b.{0,40}\berror|IBV_WC_(?!SUCCESS)[A-Z_]+_ERR", .8),
              S(r"(?:Call to )?ibv_\w+ failed|NET/IB : (?:\S+ )?(?:Got async event|async fatal event)", .85),
              S(r"NET/IB : Unable to open device", .6),
              # NCCL looked for an HCA and found none: the container lacks /dev/infiniband, or no IB stack
@@ -406,6 +416,7 @@ RULES: tuple[Rule, ...] = (
              S(r"(?:exitcode|exit code|return code|exit status)\s*[:=]?\s*(?:-11|139)\b|\bcode 139\b", .85),
          )),
     Rule("node_unreachable", "a node stops answering mid-run (no log of its own)", F.NODE_UNREACHABLE, ()),
-) + TOPOLOGY_RULES
+) + TOPOLOGY_RULES + SETUP_RULES
+RULES = tuple(replace(rule, signals=rule.signals + OTHER_WORDS.get(rule.cause, ())) for rule in RULES)
 RULE_OF = {rule.cause: rule for rule in RULES}
 CAUSES = tuple(rule.cause for rule in RULES) + ("unknown",)

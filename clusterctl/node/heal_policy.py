@@ -39,6 +39,7 @@ TABLE = {
     "ib_config": "node", "nic_mismatch": "node", "disk_full": "node", "oom_killed": "node",
     "killed_by_signal": "node", "container_lost_gpu": "node", "docker_no_gpu_runtime": "node",
     "driver_too_old": "node", "shm_too_small": "node", "p2p_unsupported": "node",
+    "ssh_failed": "node", "driver_library_mismatch": "node", "nccl_topo_file": "node",
     # nobody to blame: relaunch on the same nodes
     "rdzv_unreachable": "transient", "nccl_timeout_slow_rank": "transient", "rank_hang": "transient",
     "nccl_socket_error": "transient", "port_in_use": "transient",
@@ -50,7 +51,7 @@ TABLE = {
     "platform_backend_unsupported": "job", "hostname_unresolvable": "job", "image_pull_failed": "job",
     "insufficient_resources": "job", "shm_permission": "job",
     "sighup_session_closed": "job", "collective_mismatch": "job", "duplicate_host": "job",
-    "gpu_arch_unsupported": "job",
+    "gpu_arch_unsupported": "job", "net_plugin_incompatible": "job",
 }
 
 # (cause, pattern) in order: the first that matches a failed node's log tail names its cause, where no

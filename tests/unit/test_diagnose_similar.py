@@ -33,7 +33,7 @@ def test_text_unlike_any_failure_has_no_similar_case():
     assert similar_cases("") == []
 
 
-def test_causes_of_resembling_cases_follow_the_rules_findings_as_runner_ups_never_the_lead():
+def test_causes_of_resembling_cases_follow_the_rules_findings_and_lead_only_a_lone_unknown():
     from clusterctl.diagnose.engine import TOP, with_similar_causes
     from clusterctl.diagnose.similar import Similar
     from clusterctl.models import Finding
@@ -44,9 +44,11 @@ def test_causes_of_resembling_cases_follow_the_rules_findings_as_runner_ups_neve
              Similar("https://github.com/a/b/issues/2", "nic_mismatch", "again", 0.55),
              Similar("https://github.com/a/b/issues/3", "rdzv_unreachable", "open the port", 0.4),
              Similar("https://github.com/a/b/issues/4", "port_in_use", "free the port", 0.3)]
-    out = with_similar_causes([lead], cases)
-    assert [f.cause for f in out] == ["unknown", "nic_mismatch", "rdzv_unreachable"] and len(out) == TOP
-    assert out[0] is lead and all((f.host, f.rank) == ("node2", 3) for f in out)
-    assert "issues/1" in out[1].evidence and out[1].fix == "set NCCL_SOCKET_IFNAME" and out[1].confidence < 0.61
+    out = with_similar_causes([lead], cases)  # no cause had evidence: the nearest case leads, `unknown` next
+    assert [f.cause for f in out] == ["nic_mismatch", "unknown", "rdzv_unreachable"] and len(out) == TOP
+    assert out[1] is lead and all((f.host, f.rank) == ("node2", 3) for f in out)
+    assert "issues/1" in out[0].evidence and out[0].fix == "set NCCL_SOCKET_IFNAME" and out[0].confidence < 0.61
+    weak = Finding("shm_too_small", "e", "f", confidence=0.1)
+    assert [f.cause for f in with_similar_causes([weak, lead], cases)] == ["shm_too_small", "unknown", "nic_mismatch"]
     full = [lead, Finding("oom_killed", "e", "f"), Finding("segfault", "e", "f")]
     assert with_similar_causes(full, cases) == full and with_similar_causes([], cases) == []

@@ -1,0 +1,64 @@
+"""Rules for a node's setup that the first rule tables lacked (issue 51, met in batches 1-3's `other:` labels).
+
+- ssh_failed: the launcher could not open a password-less SSH session to a node (DeepSpeed's/pdsh's
+  ssh check, mpirun's rsh agent, `Permission denied (publickey)`, `Host key verification failed`);
+- driver_library_mismatch: the NVIDIA kernel module loaded is not the version of the driver's user
+  libraries (`Failed to initialize NVML: Driver/library version mismatch`): the driver was upgraded
+  under a running system (often by unattended-upgrades) and the node was not rebooted;
+- nccl_topo_file: NCCL_TOPO_FILE / NCCL_GRAPH_FILE describe another machine than this one (a cloud image's
+  file for another VM size): NCCL's XML import finds devices that are not there;
+- net_plugin_incompatible (after batch 6's first score): NCCL's network plugin and the fabric library under it
+  do not fit the NCCL in use (aws-ofi-nccl with an EFA installer's libfabric older than NCCL 2.19 needs): its
+  memory registration fails with an invalid argument.
+
+Same form as rules.py (see its docstring); families.py adds their shape-level evidence.
+"""
+from __future__ import annotations
+
+from clusterctl.diagnose import fixes as F
+from clusterctl.diagnose.signals import Rule, S
+
+SETUP_RULES = (
+    Rule("ssh_failed", "`Permission denied (publickey)`, `ssh exited with exit code 255`, `not reachable via ssh`",
+         F.SSH_FAILED, (
+             S(r"Permission denied \((?:publickey|password|gssapi|keyboard)[\w,-]*\)", .9),
+             S(r"Host key verification failed|REMOTE HOST IDENTIFICATION HAS CHANGED", .9),
+             S(r"host=(?P<target>\S+) was not reachable via ssh|setup passwordless ssh|passwordless ssh", .9),
+             # DeepSpeed's own check before pdsh: `ssh -o PasswordAuthentication=no HOST hostname` exits 255
+             S(r"ssh (?:-\S+ )*?-o PasswordAuthentication=no (?:-\S+ \S+ )*?(?P<target>[\w.-]+) hostname\W+returned "
+               r"non-zero exit status 255", .88),
+             S(r"(?:pdsh@\S+: )?(?P<target>[\w.-]+): ssh exited with exit code 255", .85),
+             S(r"ssh: connect to host (?P<target>\S+) port \d+: (?:Connection refused|Connection timed out"
+               r"|No route to host)|kex_exchange_identification", .75),
+             # Open MPI's rsh agent: its daemons never started on the remote nodes (ssh is the usual reason)
+             S(r"ORTE was unable to reliably start one or more daemons|PRTE has lost communication with a remote "
+               r"daemon", .45),
+         )),
+    Rule("driver_library_mismatch",
+         "`Failed to initialize NVML: Driver/library version mismatch`, `NVRM: API mismatch` (after a driver upgrade)",
+         F.DRIVER_LIBRARY_MISMATCH, (
+             S(r"Driver/library version mismatch", .95),
+             S(r"API mismatch: the NVIDIA kernel module has version (?P<module>[\d.]+)", .95),
+             S(r"NVML library version: (?P<library>[\d.]+)", .5, requires=r"version mismatch"),
+             # CUDA 803, cudaErrorSystemDriverMismatch: "a mismatch between the versions of the display driver and
+             # the CUDA driver" (CUDA's own words): libcuda and the loaded kernel module disagree (the same upgrade,
+             # or a cuda-compat package the driver does not take); driver_too_old stays the runner-up
+             S(r"unsupported display driver / cuda driver combination|cudaErrorSystemDriverMismatch"
+               r"|CUDA_ERROR_SYSTEM_DRIVER_MISMATCH", .6),
+         )),
+    Rule("nccl_topo_file",
+         "`NCCL WARN XML Import Channel : dev 1 not found` with NCCL_TOPO_FILE / NCCL_GRAPH_FILE set",
+         F.NCCL_TOPO_FILE, (
+             S(r"XML Import Channel\s*:\s*dev \d+ not found", .85),
+             S(r"NCCL_(?:TOPO|GRAPH)_FILE set by environment to (?P<topo_file>\S+)", .3),
+             S(r"(?:NCCL_TOPO_FILE|NCCL_GRAPH_FILE|topo\.xml|graph\.xml).{0,80}(?:No such file|not found|failed)", .6),
+         )),
+    Rule("net_plugin_incompatible",
+         "`NET/OFI Unable to register memory ... Invalid argument`, libfabric's `unable to set memops for cuda ptr`",
+         F.NET_PLUGIN_INCOMPATIBLE, (
+             S(r"NET/OFI Unable to register memory .{0,80}Invalid argument", .85),
+             S(r"unable to set memops for cuda ptr|cuda_set_sync_memops\(\)\S*<warn>", .8),
+             S(r"Unable to register MR: Invalid argument", .7),
+             S(r"NET/OFI .{0,80}(?:failed|Unable to|Couldn't)", .45),
+         )),
+)

@@ -1,0 +1,90 @@
+"""Known causes in other programs' words: the same message families as rules.py's rows, as Open MPI, Ray,
+vLLM, DeepSpeed, DDP, XLA, NCCL's allocator and the shells print them (issue 51: the first scores missed
+logs whose wording no rule expected). rules.py adds each cause's signals here to its own row.
+
+Same form as rules.py (see its docstring). Every signal names a class of message, with a public source in
+tests/unit/test_diagnose_setup.py.
+"""
+from __future__ import annotations
+
+from clusterctl.diagnose.signals import S
+
+LAUNCHERS = r"torchrun|deepspeed|accelerate|horovodrun|pdsh|srun|ray|mpirun|mpiexec"
+
+LINK_LOCAL = r"fe80::[0-9a-f:]*%[\w.-]+|\b169\.254\.\d{1,3}\.\d{1,3}\b"
+
+OTHER_WORDS = {
+    "cuda_oom": (
+        # XLA's (JAX, TF, torch-xla) accelerator allocator; NCCL's own allocations
+        S(r"RESOURCE_EXHAUSTED: Out of memory (?:while trying to allocate|allocating)"
+          r"|XlaRuntimeError: RESOURCE_EXHAUSTED: .{0,40}\bmemory", .88),
+        S(r"Failed to CUDA (?:calloc|malloc|host alloc)(?: async)? \d+ bytes", .8),
+    ),
+    "duplicate_gpu": (
+        # a GPU another process holds (exclusive-process compute mode): a stale rank or two ranks on one GPU
+        S(r"CUDA-capable device\(s\) is/are busy or unavailable|cudaErrorDevicesUnavailable"
+          r"|CUDA_ERROR_DEVICE_UNAVAILABLE", .75),
+        # HCCL: the device's own NIC port (socket type 0) taken: two processes on one device
+        S(r"socket type\[0\], listen on ip\[[^\]]+\] and specific port\[\d+\] fail", .75),
+    ),
+    "gpu_ordinal": (
+        # torch's lazy-init assert on a device index beyond the GPUs it sees
+        S(r"device >= 0 && device < num_gpus INTERNAL ASSERT FAILED", .9),
+    ),
+    "launcher_missing": (
+        # any launcher's program missing from PATH, in bash's or sh's words
+        S(rf"\b(?:{LAUNCHERS}): (?:command )?not found", .85),
+        # pdsh/ssh running the launching node's interpreter path on a node that lacks it
+        S(r"bash: (?:line \d+: )?/\S*/(?:python[\d.]*|torchrun|deepspeed|accelerate|mpirun): No such file or directory",
+          .75),
+    ),
+    "insufficient_resources": (
+        # Ray's and vLLM's placement: the cluster has fewer free GPUs than the job asks for
+        S(r"number of required GPUs exceeds the total number of available GPUs"
+          r"|resource request cannot be scheduled right now|cannot be scheduled right now\. It requires \{", .8),
+    ),
+    "config_divisibility": (
+        # DeepSpeed's batch check: the global batch must be micro batch x accumulation x world size
+        S(r"train_batch_size is not equal to micro_batch_per_gpu \* gradient_acc_step \* world_size", .8),
+        # a checkpoint sharded for another model-parallel size than the ranks started
+        S(r"checkpoint for MP=\d+ but world size is \d+", .85),
+    ),
+    "collective_mismatch": (
+        # HCCL's comparison of the two ends' collective (op, count, tag)
+        S(r"arguments for collective communication are inconsistent between ranks|\[ParameterConflict\]", .85),
+        # DDP's check that every rank built the same model (params or their shapes differ across ranks)
+        S(r"DDP expects same model across all ranks|appears not to match (?:sizes|strides) of the same param in "
+          r"process \d+", .75),
+    ),
+    "version_mismatch": (
+        # HCCL's version check between the two ends of a link; NCCL's rings that ranks built differently
+        S(r"versions? (?:are|is) inconsistent|local_version \[?\S+?\]?,? remote_version", .85),
+        S(r"ring \d+ does not (?:loop back to start|contain rank)", .7),
+    ),
+    "nic_mismatch": (
+        # the socket interface named in the environment does not exist here (HCCL's words)
+        S(r"set ifname to \[[^\]]*\] by \w+, but not found|SOCKET_IFNAME\S*.{0,60}not found in the environment", .9),
+        # NCCL using or connecting to a link-local address: an interface that routes nowhere beyond its link
+        S(rf"Using (?:\[0\])?[\w.-]+:(?:{LINK_LOCAL})", .8),
+        S(rf"Connect to (?:{LINK_LOCAL})", .8),
+    ),
+    "port_in_use": (
+        S(r"listen on ip\[[^\]]+\] and specific port\[\d+\] fail|port is being used by other process", .6),
+    ),
+    "fabricmanager": (
+        # NCCL's NVLink SHARP multicast failing, in its own words
+        S(r"error in the Fabric Manager or NVSwitches|NVLink SHARP \(NVLS\) Multicast", .85),
+    ),
+    "p2p_unsupported": (
+        # Accelerate's check of consumer GPUs, and the like: no P2P between these GPUs
+        S(r"(?:doesn't|does not|do not|don't|cannot|can't) support\b.{0,60}\b(?:P2P|peer[- ]to[- ]peer)\b", .85),
+    ),
+    "ib_config": (
+        # the fabric plugin's memory registration out of locked memory (the container's memlock limit)
+        S(r"(?:NET/OFI Unable to register memory|Unable to register MR).{0,80}Cannot allocate memory", .75),
+    ),
+    "nccl_socket_error": (
+        # Open MPI's TCP transport refused between the nodes (its own hint: a firewall)
+        S(r"unable to complete a TCP connection\s*(?:to another process)?", .75),
+    ),
+}
