@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import sys
 import threading
@@ -134,7 +135,7 @@ def test_a_plain_loop_with_a_rank_frozen_from_outside_names_its_host_rank_and_st
     finding = _finding(document)
     assert (finding["host"], finding["rank"]) == ("local", 1), failure
     assert "rank 1 on local is stopped (state T" in finding["evidence"], finding
-    assert "while every rank read (2) waits in" in finding["evidence"], finding
+    assert re.search(r"\bwaits? in ", finding["evidence"]), finding  # the others' frames: one group or several
 
 
 @pytest.mark.slow

@@ -1,6 +1,7 @@
 """The watch on a loop as users write it, on the rehearsal cluster (issue 49): 3 nodes x 2 gloo ranks in
 containers running tests/fixtures/jobs/ddp_plain.py (a model, DDP, an optimizer, loss.backward(); no
-torch.distributed call of its own: every wait is in C++ under loss.backward()). One rank is slowed or
+torch.distributed call of its own: every wait is in C++ under loss.backward()); the same with FSDP2's
+fully_shard and with DeepSpeed ZeRO-2 (ds_plain.py) are `heavy` (the wait is in hooks, in the engine). One rank is slowed or
 frozen FROM OUTSIDE the job (tests/fixtures/noisy.py, from this machine, whose process table holds the
 containers' ranks): held 60% of every 0.1 s, it is named as the straggler with its host; stopped for
 good, the run ends with the hang named on its host and rank, quoting its process state; left alone,
@@ -22,11 +23,17 @@ from fixtures.noisy import DutyCycle, find_rank, freeze, thaw
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
 
 JOBS_DIR = "loop-jobs"
+# the loops: (job, its arguments); DDP runs in `make test`, the others in `make test-heavy`
+LOOPS = {"ddp": ("ddp_plain.py", ["--kind", "ddp"]), "fsdp2": ("ddp_plain.py", ["--kind", "fsdp2"]),
+         "deepspeed": ("ds_plain.py", [])}
+KINDS = [pytest.param(kind, marks=[] if kind == "ddp" else [pytest.mark.heavy]) for kind in LOOPS]
 
 
-def _job(sb, path: Path, *args: str) -> tuple[Path, list[str]]:
+def _job(sb, path: Path, *args: str, kind: str = "ddp") -> tuple[Path, list[str]]:
+    job, loop_args = LOOPS[kind]
+
     def change(doc):
-        doc["job"].update(command=[f"{CONTAINER_OUTPUTS}/{JOBS_DIR}/ddp_plain.py"], args=list(args), nproc_per_node=2)
+        doc["job"].update(command=[f"{CONTAINER_OUTPUTS}/{JOBS_DIR}/{job}"], args=[*loop_args, *args], nproc_per_node=2)
 
     path = variant(sb, path, change)
     return path, [f"CLUSTERCTL_CLUSTER={yaml.safe_load(path.read_text())['name']}", "CLUSTERCTL_HOST=node2"]
@@ -34,7 +41,7 @@ def _job(sb, path: Path, *args: str) -> tuple[Path, list[str]]:
 
 @pytest.fixture(scope="module")
 def cluster(sandbox, tmp_path_factory):
-    yield from cluster_with_jobs(sandbox, tmp_path_factory, JOBS_DIR, "ddp_plain.py")
+    yield from cluster_with_jobs(sandbox, tmp_path_factory, JOBS_DIR, "ddp_plain.py", "ds_plain.py")
 
 
 def _outside(action, marker: list[str], rank: int, hold: dict) -> threading.Thread:
@@ -62,9 +69,10 @@ def _freeze(pid: int, hold: dict) -> None:
     hold["since"] = time.time()
 
 
-def test_a_plain_ddp_rank_slowed_from_outside_is_named_with_its_host(sandbox, cluster, tmp_path):
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_plain_loops_rank_slowed_from_outside_is_named_with_its_host(sandbox, cluster, tmp_path, kind):
     cli, where = cluster
-    inventory, marker = _job(sandbox, tmp_path / "slow.yaml", "--steps", "200")
+    inventory, marker = _job(sandbox, tmp_path / "slow.yaml", "--steps", "200", kind=kind)
     hold: dict = {}
     helper = _outside(_slow, marker, 3, hold)
     code, doc, err = Cli.finish(cli.popen("run", "-i", str(inventory), "--stall-timeout", "0", str(where / "prompt.txt")),
@@ -76,9 +84,11 @@ def test_a_plain_ddp_rank_slowed_from_outside_is_named_with_its_host(sandbox, cl
     print(f"\nnamed {named[0]['since'] - hold['since']:.1f}s after the slowdown: {named[0]}")
 
 
-def test_a_plain_ddp_rank_frozen_from_outside_is_the_hang_named_with_host_rank_and_state(sandbox, cluster, tmp_path):
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_plain_loops_rank_frozen_from_outside_is_the_hang_named_with_host_rank_and_state(sandbox, cluster, tmp_path,
+                                                                                            kind):
     cli, where = cluster
-    inventory, marker = _job(sandbox, tmp_path / "frozen.yaml", "--steps", "100000")
+    inventory, marker = _job(sandbox, tmp_path / "frozen.yaml", "--steps", "100000", kind=kind)
     hold: dict = {}
     helper = _outside(_freeze, marker, 3, hold)
     try:
@@ -101,9 +111,10 @@ def test_a_plain_ddp_rank_frozen_from_outside_is_the_hang_named_with_host_rank_a
     print(f"\nthe run ended {ended - hold['since']:.1f}s after the freeze (stall timeout 20 s): {finding['evidence']}")
 
 
-def test_a_plain_ddp_loop_left_alone_names_nobody(sandbox, cluster, tmp_path):
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_plain_loop_left_alone_names_nobody(sandbox, cluster, tmp_path, kind):
     cli, where = cluster
-    inventory, _ = _job(sandbox, tmp_path / "healthy.yaml", "--steps", "200")
+    inventory, _ = _job(sandbox, tmp_path / "healthy.yaml", "--steps", "200", kind=kind)
     code, doc, err = Cli.finish(cli.popen("run", "-i", str(inventory), "--stall-timeout", "0", str(where / "prompt.txt")),
                                 timeout=600)
     assert code == 0 and doc["stragglers"] == [] and "[straggler]" not in err, (doc, err[-6000:])
