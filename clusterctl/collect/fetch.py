@@ -19,12 +19,11 @@ from clusterctl.models import MASK, Command, Inventory, looks_secret
 from clusterctl.plan.container import host_path
 from clusterctl.collect.unpack import (  # noqa: F401  (callers use them as fetch.*)
     StreamMask, UnsafeArchive, _identity, extract, extract_stream, mask_values, safe_member_path)
-from clusterctl.node import inline_program
+from clusterctl.node import inline_argv
 from clusterctl.transport import batch_command, split_batch
 
 MANIFEST = "manifest.json"
 
-_ARCHIVER = inline_program(("safe_files",), "node_archive", argv0=True)  # the walk through the no-follow layer
 
 _KERNEL_EVENTS = ("(dmesg -T 2>/dev/null || journalctl -k --no-pager -n 5000 2>/dev/null)"
                   " | grep -iE 'oom|killed process|out of memory|nvrm|xid|segfault' | tail -n 200")
@@ -58,8 +57,8 @@ def archive_command(base: str, roots: list[str], in_container: Optional[str], py
     """One node-side step: the files under `roots` (and, with a pattern, any outside logs/ whose path
     holds it) that are not in `known` as they are now, as a tar stream; the report on stderr. On the
     host, the host's python3; in the container, the job's python."""
-    program = ("python3" if in_container is None else python, "-I", "-S", "-c", _ARCHIVER, base, run_id_pattern,
-               "gzip" if compress else "none", *roots)
+    program = inline_argv("python3" if in_container is None else python, ("safe_files",), "node_archive",  # no-follow
+                          base, run_id_pattern, "gzip" if compress else "none", *roots, argv0=True)
     command = _wrap(program, in_container, timeout=3600, interactive=True)
     return Command(command.argv, timeout=command.timeout, stdin=json.dumps(known).encode(),
                    privileged=command.privileged, max_output=REPORT_CAP)
