@@ -246,10 +246,12 @@ def request(address, port, key, document, timeout=PROVE_S, source=None):
     try:
         conn = socket.create_connection((address, port), timeout=timeout,
                                         source_address=(source, 0) if source else None)
-    except OSError as error:
-        if not source or error.errno != errno.EADDRNOTAVAIL:
+    except (ConnectionError, socket.timeout):
+        raise
+    except OSError:  # the bind: an address this machine lacks (NAT), or a name: from wherever the route says
+        if not source:
             raise
-        conn = socket.create_connection((address, port), timeout=timeout)  # NAT: not this machine's address
+        conn = socket.create_connection((address, port), timeout=timeout)
     conn.sendall(frame(key, document))
     return conn
 
