@@ -62,6 +62,9 @@ NOTES = """\
 | 16 connections trickling a byte every 4 s from a keeper's own address held every slot of that address (5 s per read, not per request): the keeper was refused and the detached run failed after 15 s; two idle connections from the master's address made mpirun's agent exit 255 (the gate took one handshake at a time); 4 handshakes per address let a local user make a peer image transfer fall back to the registry (issue 47) | one listener discipline for the supervisor, the gate and the relay (`node/listener.py`): a deadline per request, slots per address over unproven connections, a newcomer dropping the oldest (never refused), handshakes side by side |
 | The transport held a command's whole output: 40k symlinks with long targets made a 1 GB collect report and 3.3 GB of controller memory; a sparse 1 GiB metrics.jsonl cost 2 GB per `top` refresh per node (issue 47) | `Command.max_output` per stream (32 MiB by default), the rest dropped and named (host, command, bytes); `top` reads files' last 64 KiB |
 | A detached job could forge health samples in the supervisor's file or sign beats with the run's key; the hosts came from that file, so nodes not even in the run were quarantined (issue 47) | per-keeper keys (HMAC(run secret, host)); the run's hosts from the controller's record; job-side evidence (source `job`) alone makes a node suspect, never quarantined |
+| Checkpoint replicas signed with one key every node of the run held (HMAC(secret, "checkpoint replicas")): a node's job could put a step as any other node on a third (issue 47) | a key per pair of nodes (`checkpoint_wire.pair_key`), each node's config holding its own pairs' only; a request is checked with the key of the sender it names, and refused from another run host's address |
+| collect of a run whose report passed the 64 MiB the controller reads (40k links with long targets) failed every time: the report's end was dropped with the rest (issue 47) | the node bounds its report (`node_archive.Report`): 1000 links, skips, renames of each kind listed, the rest counted; before the files' lines pass 48 MiB the archive stops whole, collect keeps what came and says to collect again for the rest |
+| GPU leases ran their node program over stdin, a second runner beside the inline one (issue 47) | one runner for every node program of one command, `node.inline_argv` (`python -I -S -c TEXT`): run_files, leases, collect's archiver, the image relay; a test finds any other |
 | Slack-shaped notifications escaped `& < >` before masking (a secret holding one went out unmasked); a detached healing run's failed-attempt evidence reached run.json and the report unmasked; a crafted bundle's host name gave the report a working `javascript:` link (issue 47) | one masking of the final text of everything written out, over every form one or two encodings give a secret (`ground/masking.py`); report links only percent-encoded relative paths to files inside the bundle |
 """
 
@@ -113,9 +116,11 @@ and only a regular file reopened through `/proc/self/fd` (the same inode, whatev
 reads bounded (16 MiB unless the caller says less, `tail` reads from the end); a write is a fresh exclusive
 temp file renamed over the name (a link there is replaced, never followed); trees deeper than 64 levels are
 reported, not walked. The controller reaches it through one entry point, `node/run_files.py OP BASE REL`,
-sent as `python3 -I -S -c <program>` (plan/node_files.py: the program's text is in the command, never a file
+run as `python3 -I -S -c <program>` by `node.inline_argv`, the one way every node program of one command
+runs (the GPU leases, collect's archiver and the image relay too; tests/unit/test_node_programs.py fails on a
+program sent any other way, on stdin or as ad hoc `-c` text; the program's text is in the command, never a file
 the job or another user could change; `-I -S`: no environment variable, user site or working directory of
-the node changes what runs): the attached run's poll and lease renewal, `stop`'s mark and its wait, `logs`
+the node changes what runs). plan/node_files.py builds its commands for the attached run's poll and lease renewal, `stop`'s mark and its wait, `logs`
 and the live log (node/follow_files.py: tail's stream, byte for byte, without `tail -F`), the failure log
 tail, `top` and `metrics`, the supervisor's state, the flight-recorder dumps, the relaunch's set-aside,
 nccl-test's result, the env, the shipped files and the supervisor's key. The node programs (the keeper and
@@ -176,10 +181,22 @@ the supervisor and the gate, carried as text in front of the relay's own program
 
 | listener | admits | from whom | deadline | unproven slots (per address / all) |
 |---|---|---|---|---|
-| supervisor (`node_agent.py supervise`, rendezvous port + 1, a detached run's life) | signed `POST` beats, sequence growing | anyone connects; only HMAC(run key) bodies act | 5 s per request | 16 / 256 |
+| supervisor (`node_agent.py supervise`, rendezvous port + 1, a detached run's life) | signed `POST` beats, sequence growing | anyone connects; only a body signed with the keeper key of the host it names (`X-Clusterctl-Host`, a host of the run) acts, for that host only | 5 s per request | 16 / 256 |
 | mpirun gate (`node_mpi_gate.py gate`, rendezvous port + 3, until mpirun's agent came) | the first `orted` command proven with the run's MPI secret | the master's address only (others closed before a byte) | 10 s per handshake | 8 / 8 |
 | image relay (`registry/relay.py`, rendezvous port + 2, one transfer) | the first receiver proving the transfer's key | anyone connects; only the key holder is sent a byte | 5 s per handshake | 8 / 32 |
-| checkpoint replicas (`node/checkpoint_replica.py`, rendezvous port + 4, each keeper of a run with `job.checkpoint.replicas`) | one signed request a connection (`put` of the sender's own step, `get` for a restore), nonce taken once, fresh within 10 min, files checked against the signed manifest | anyone connects; only HMAC(run key) requests of the run's own hosts act | 5 s for the signed request line | 4 / 16 |
+| checkpoint replicas (`node/checkpoint_replica.py`, rendezvous port + 4, each keeper of a run with `job.checkpoint.replicas`) | one signed request a connection (`put` of the sender's own step, `get` for a restore), nonce taken once, fresh within 10 min, files checked against the signed manifest | anyone connects; only a request signed with the key of its pair (the run host it names as sender, and this node) acts, never from another run host's address; nothing unproven is answered | 5 s for the signed request line | 4 / 16 |
+
+Who holds which key (a job reads its own node's run dir, so it holds what its node holds):
+
+| key | what it is | held by | lets its holder |
+|---|---|---|---|
+| the run's secret | 32 random bytes a run | the controller; the master's `supervision.json` (`supervisor_key`) | derive every key below: the master's job can beat as any host of its run (never another: the host list is the controller's) |
+| a keeper's key | HMAC(secret, "keeper " + host) | that node's `supervision.json` | beat for that host only |
+| a replica pair key | HMAC(secret, "checkpoint replicas", both hosts sorted) | the two nodes' `supervision.json` (`replica_keys`: a node's pairs only) | copy steps between those two nodes only |
+| a relay transfer key | 32 random bytes a transfer | the two ends' SSH stdin, for that transfer | send or receive that image once |
+
+On a `job.outputs` shared by the nodes, a job (root in its container) reads every node's run dir, and so
+every key of its run: it still speaks for no host outside the run, and its evidence stays job-side.
 
 Tests: tests/local/test_listeners.py (16 connections sending one byte every 4 s from the keeper's own
 address against a real supervisor and keeper: the run stays running; the gate past 12 idle and 4
@@ -255,7 +272,13 @@ node is opened through a symlink, and hard links to files of another owner are s
   file's end read only its end on the node (`top`, `metrics`: `tail -c 65536`). Tests:
   tests/local/test_output_caps.py (a `connection: local` command printing 2 GiB through `clusterctl exec
   --json`: the controller's peak RSS under 600 MB, the document naming host, command and bytes dropped;
-  a sparse 1 GiB metrics.jsonl under `top`'s probe: under 70 KB read).
+  a sparse 1 GiB metrics.jsonl under `top`'s probe: under 70 KB read). collect's report is bounded where
+  it is made (`node/node_archive.Report`, 48 MiB, under the 64 MiB read of it): links, skips and renames
+  listed up to 1000 of each kind and 8 MiB, the rest counted (`not_listed` in the host's `--json` entry);
+  a target or reason cut at 1 KiB; before the files' lines would pass the bound, no more is archived: the
+  stream ends whole, collect keeps and records what came, fails naming the rest, and the next collect
+  sends only that. Tests: tests/local/test_collect_report_bound.py (40k links with 4 KB targets: a report
+  of under 9 MB, 39000 counted; a bound reached: three collects in a row get every file once).
 - **The job is not the fleet's witness** (M3): a detached run's supervisor document and its keepers'
   beats are the job's side (the job can write the run dir, and read its node's key). Each keeper signs
   with its own key, `node_agent.keeper_key` = HMAC(run secret, host): the secret is in the master's
@@ -268,7 +291,15 @@ node is opened through a symlink, and hard links to files of another owner are s
   (a check, the controller's own watch). Tests: tests/unit/test_health_detached.py (forged samples and
   lost nodes naming hosts outside the run: no event for them; the run's own host suspect; quarantined
   once the watch sees it too), tests/local/test_supervision.py (a beat signed with another node's key,
-  or naming another host: refused).
+  or naming another host: refused), and on the rehearsal cluster
+  tests/rehearsal/test_hostile_run_dir.py::test_a_detached_jobs_forged_health_samples_and_beats_reach_no_host_outside_its_run
+  (a real detached job writes Xid 79 samples into supervisor.json for its node and for node3, outside its
+  run, and beats with its keys for node3 and, from the master's job, for node2 of its run: the beats for
+  node3 are refused before their body, node3's record is untouched, node1 and node2 are suspect only, the
+  next plan leaves no one out). Checkpoint replicas sign with a key per pair of nodes
+  (`checkpoint_wire.pair_key`), so a node's job cannot put a step as another node on a third; tests:
+  tests/local/test_checkpoint_replica.py (a step signed with n3's own keys claiming n1, and n1's key used
+  from n3's address: refused, nothing held).
 - **Masking after every encoding**: `ground/masking.py`, one `Masker` over every form one or two of
   clusterctl's encodings give a secret (as is, JSON, JSON in ASCII, with `\\/`, Go's JSON, Slack's
   `& < >` escape, HTML, inside shell single quotes), applied to the final text of what leaves the

@@ -19,12 +19,11 @@ from clusterctl.models import MASK, Command, Inventory, looks_secret
 from clusterctl.plan.container import host_path
 from clusterctl.collect.unpack import (  # noqa: F401  (callers use them as fetch.*)
     StreamMask, UnsafeArchive, _identity, extract, extract_stream, mask_values, safe_member_path)
-from clusterctl.node import inline_program
+from clusterctl.node import inline_argv
 from clusterctl.transport import batch_command, split_batch
 
 MANIFEST = "manifest.json"
 
-_ARCHIVER = inline_program(("safe_files",), "node_archive", argv0=True)  # the walk through the no-follow layer
 
 _KERNEL_EVENTS = ("(dmesg -T 2>/dev/null || journalctl -k --no-pager -n 5000 2>/dev/null)"
                   " | grep -iE 'oom|killed process|out of memory|nvrm|xid|segfault' | tail -n 200")
@@ -46,11 +45,13 @@ class ArchiveReport:
     links: tuple = ()  # (path, target)
     skipped: tuple = ()  # (path, why)
     renamed: tuple = ()  # (original name, safe name)
+    more: tuple = ()  # (kind, count): links, skips, renames past the node's NOTED_MAX, counted not listed
+    cut: str = ""  # why the node stopped archiving before the end (its report's bound): the next collect goes on
     done: bool = False
     errors: str = ""  # what else it printed (a traceback, "python3: not found")
 
 
-REPORT_CAP = 64 << 20  # the node's report on stderr, at most (a line a file: 40k links with long targets made 1 GB)
+REPORT_CAP = 64 << 20  # what is read of the node's report on stderr: it bounds itself under this (node_archive.REPORT_MAX)
 
 
 def archive_command(base: str, roots: list[str], in_container: Optional[str], python: str, run_id_pattern: str,
@@ -58,8 +59,8 @@ def archive_command(base: str, roots: list[str], in_container: Optional[str], py
     """One node-side step: the files under `roots` (and, with a pattern, any outside logs/ whose path
     holds it) that are not in `known` as they are now, as a tar stream; the report on stderr. On the
     host, the host's python3; in the container, the job's python."""
-    program = ("python3" if in_container is None else python, "-I", "-S", "-c", _ARCHIVER, base, run_id_pattern,
-               "gzip" if compress else "none", *roots)
+    program = inline_argv("python3" if in_container is None else python, ("safe_files",), "node_archive",  # no-follow
+                          base, run_id_pattern, "gzip" if compress else "none", *roots, argv0=True)
     command = _wrap(program, in_container, timeout=3600, interactive=True)
     return Command(command.argv, timeout=command.timeout, stdin=json.dumps(known).encode(),
                    privileged=command.privileged, max_output=REPORT_CAP)
@@ -68,8 +69,8 @@ def archive_command(base: str, roots: list[str], in_container: Optional[str], py
 def parse_report(stderr: str) -> ArchiveReport:
     from clusterctl.node.node_archive import DONE
 
-    found: dict = {"sent": [], "links": [], "skipped": [], "renamed": []}
-    other, done = [], False
+    found: dict = {"sent": [], "links": [], "skipped": [], "renamed": [], "more": []}
+    other, done, cut = [], False, ""
     for line in stderr.splitlines():
         if line == DONE:
             done = True
@@ -85,27 +86,35 @@ def parse_report(stderr: str) -> ArchiveReport:
             found["skipped"].append((entry["skipped"], entry["why"]))
         elif _has(entry, renamed=str, to=str):
             found["renamed"].append((entry["renamed"], entry["to"]))
+        elif isinstance(entry.get("more"), dict):
+            found["more"] += [(str(kind)[:20], count) for kind, count in entry["more"].items()
+                              if isinstance(count, int) and not isinstance(count, bool) and count > 0]
+        elif _has(entry, cut=int, why=str):
+            cut = entry["why"][:300]
         else:
             other.append(line)
-    return ArchiveReport(**{k: tuple(v) for k, v in found.items()}, done=done, errors="\n".join(other)[-300:])
+    return ArchiveReport(**{k: tuple(v) for k, v in found.items()}, cut=cut, done=done, errors="\n".join(other)[-300:])
 
 
 def archive_summary(report: ArchiveReport) -> str:
     """The node's line of the collect-logs table: what was sent, and every file not sent as it is."""
     parts = [f"{len(report.sent)} new or changed file(s)"]
-    for what, pairs, arrow in (("symlink(s) not followed", report.links, " -> "),
-                               ("file(s) renamed to a safe name", report.renamed, " -> "),
-                               ("file(s) skipped", report.skipped, ": ")):
+    more = dict(report.more)
+    for kind, what, pairs, arrow in (("link", "symlink(s) not followed", report.links, " -> "),
+                                     ("renamed", "file(s) renamed to a safe name", report.renamed, " -> "),
+                                     ("skipped", "file(s) skipped", report.skipped, ": ")):
         if pairs:  # renamed and skipped names as repr: they may hold a newline or bytes that are not UTF-8
             shown = (f"{a}{arrow}{b}" if pairs is report.links else f"{a!r}{arrow}{b}" for a, b in pairs[:5])
-            parts.append(f"{len(pairs)} {what}: " + ", ".join(shown))
+            parts.append(f"{len(pairs) + more.get(kind, 0)} {what}: " + ", ".join(shown)
+                         + (f" ({more[kind]} more not listed)" if more.get(kind) else ""))
     return "; ".join(parts)
 
 
 def archive_details(report: ArchiveReport) -> dict:
     return {"links_not_followed": [f"{path} -> {target}" for path, target in report.links],
             "renamed": [{"name": name, "as": safe} for name, safe in report.renamed],
-            "skipped": [{"name": name, "why": why} for name, why in report.skipped]}
+            "skipped": [{"name": name, "why": why} for name, why in report.skipped],
+            **({"not_listed": dict(report.more)} if report.more else {})}
 
 
 def _json_object(line: str) -> Optional[dict]:

@@ -229,6 +229,10 @@ def _collect_host(transport, host, inventory, run_id, dest, manifest, secrets, f
         known[sent.path] = [sent.size, sent.mtime]
     if refused:
         return HostResult(host.name, HostStatus.FAILED, "; ".join(refused[:5]), data={"files": len(written)})
+    if report.cut:  # what came is kept (and known): the next collect sends only the rest
+        return HostResult(host.name, HostStatus.FAILED, f"{len(report.sent)} file(s) collected, not all: {report.cut}; "
+                          "run `clusterctl collect-logs` again for the rest (it sends only what it lacks)",
+                          data={"files": len(report.sent), "bytes": done[0], **fetch.archive_details(report)})
     arrange.arrange_logs(host_dir, run_id, host.name, first_rank)
     if shared and fetch_outputs:
         arrange.move_shared_outputs(host_dir, dest)

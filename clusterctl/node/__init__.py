@@ -23,11 +23,15 @@ samples its node's ranks with py-spy and the supervisor's engine judges). `layou
 run, on a node and in a collected bundle. `listener.py`: the one discipline of every port clusterctl
 opens on a node (the supervisor, the mpirun gate, the image relay, which carries its text): a deadline
 per request, slots per address that a newcomer never lacks, handshakes side by side. `leases.py`: the
-GPU leases a node holds for every operator's runs (issue 48), sent over stdin with safe_files.py and
-layout.py by `up`, `run` and `status`, and shipped beside the keeper, which releases its run's leases as
-the run ends."""
+GPU leases a node holds for every operator's runs (issue 48), run by `up`, `run` and `status` and shipped
+beside the keeper, which releases its run's leases as the run ends.
+
+A node program the controller runs for one command (run_files.py, leases.py, node_archive.py,
+node_relay.py) goes one way, `inline_argv`: `python -I -S -c TEXT`, the text holding the program and the
+files it imports, made modules of their names (`inline_program`)."""
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -43,6 +47,10 @@ def source(name: str) -> bytes:
     return program(name).read_bytes()
 
 
+INLINE = ("-I", "-S", "-c")  # no environment variable, user site or working directory of the node changes what runs
+
+
+@functools.lru_cache(maxsize=16)
 def inline_program(names: tuple, main: str, argv0: bool = False) -> str:
     """One `python -c` text that runs node program `main` with the files `names` beside it (each made the
     module of its name, in that order: each imports only those before it), its `main(argv)` called with
@@ -56,3 +64,11 @@ def inline_program(names: tuple, main: str, argv0: bool = False) -> str:
             "    sys.modules[name] = module\n"
             "    exec(compile(text, name + '.py', 'exec'), module.__dict__)\n"
             + loads + f"sys.exit(sys.modules[{main!r}].main(sys.argv{'' if argv0 else '[1:]'}))\n")
+
+
+def inline_argv(python: str, names: tuple, main: str, *args: str, argv0: bool = False) -> tuple:
+    """The one way the controller runs a node program for the length of one command (run_files, leases,
+    collect's archiver, the image relay): `python -I -S -c <inline_program> ARGS`. Not over stdin (which
+    stays the program's own: a relay's key, an upload) and never from a file on the node
+    (tests/unit/test_node_programs.py finds every other way in the code and fails on it)."""
+    return (python, *INLINE, inline_program(tuple(names), main, argv0), *args)

@@ -58,8 +58,9 @@ class Replicator:
         self.root, self.marker = spec["dir"], spec["complete"]
         self.replicas, self.keep = int(spec.get("replicas") or 0), int(spec.get("keep") or wire.KEEP)
         self.rate = int(spec.get("bandwidth") or 0) or wire.link_rate()
-        # replica_key: the same on every node of the run (checkpoint_wire.replica_key); "key" is each keeper's own
-        self.key, self.run_id, self.host = config.get("replica_key") or config["key"], config["run_id"], config["host"]
+        # this node's key with each host of the run (checkpoint_wire.pair_key): a request is checked with the
+        # key of the host it names as its sender, so a node (or its job) signs as itself and no other
+        self.keys, self.run_id, self.host = dict(config.get("replica_keys") or {}), config["run_id"], config["host"]
         self.addresses, self.known = dict(heal["addresses"]), set(heal["addresses"])
         self.port = int(config["port"]) - 1 + wire.PORT_OFFSET  # config's port: the supervisor's, rendezvous + 1
         self.active = list(heal["active"])
@@ -202,19 +203,28 @@ class Replicator:
                 self.manifests = {step: wire.manifest_of(where)}  # the newest step's only
             files = self.manifests[step]
             total = sum(size for _, size, _ in files)
-            conn = wire.request(self.addresses[peer], self.port, self.key, self._ask("put", self.host, step, files=files))
+            key = self._key(peer)
+            conn = wire.request(self.addresses[peer], self.port, key, self._ask("put", self.host, step, files=files),
+                                source=self.addresses.get(self.host))
             try:
-                first, _ = wire.answer(conn, self.key, time.monotonic() + wire.IDLE_S)
+                first, _ = wire.answer(conn, key, time.monotonic() + wire.IDLE_S)
                 if not first.get("ok"):
                     raise wire.Failed(first.get("kind") or "refused", first.get("says") or "refused")
                 if first.get("send"):
                     wire.send_files(conn, where, files, self.rate)
-                    final, _ = wire.answer(conn, self.key, time.monotonic() + wire.IDLE_S)
+                    final, _ = wire.answer(conn, key, time.monotonic() + wire.IDLE_S)
                     if not final.get("ok"):
                         raise wire.Failed(final.get("kind") or "refused", final.get("says") or "refused")
                     self.say(f"checkpoint replica: {step} ({total} bytes) copied to {peer}")
             finally:
                 conn.close()
+
+    def _key(self, host):
+        """This node's key with `host`, or Failed: a host the controller gave no key for is no peer."""
+        key = self.keys.get(host)
+        if not key:
+            raise wire.Failed("refused", f"no replica key for {str(host)[:40]} in this node's config")
+        return key
 
     def _ask(self, op, owner, step, **more):
         return {"op": op, "run": self.run_id, "from": self.host, "owner": owner, "step": step,
@@ -243,31 +253,47 @@ class Replicator:
             threading.Thread(target=self._handle, args=(conn, peer[0]), daemon=True).start()
 
     def _handle(self, conn, peer):
+        key = None
         try:
             line, rest = wire.read_line(conn, time.monotonic() + wire.PROVE_S)
-            ask = wire.unframe(self.key, line)
+            sender = wire.sender(line)
+            key = self.keys.get(sender) if sender in self.known else None
+            ask = wire.unframe(key, line) if key else None
             if ask is None or ask.get("run") != self.run_id or abs(time.time() - float(ask.get("at") or 0)) > FRESH_S:
-                raise wire.Failed("refused", f"a request from {peer} not signed with this run's key, or stale")
+                key = None  # nothing proven: no answer is signed for it
+                raise wire.Failed("refused", f"a request from {peer} not signed with its sender's key "
+                                             f"({str(sender)[:40]}), or stale")
+            self._from_its_address(sender, peer)
             self._once(str(ask.get("nonce")), peer)
             self.slots.proven(conn)  # signed by a node of this run: its transfer may take longer than PROVE_S
             owner, step = ask.get("owner"), ask.get("step")
             if owner not in self.known or not heal_policy.checkpoint_name_ok(step):
                 raise wire.Failed("refused", f"a request from {peer} for {str(owner)[:40]}/{str(step)[:40]}")
             if ask.get("op") == "put" and ask.get("from") == owner:
-                self._take(conn, ask, rest)
+                self._take(conn, key, ask, rest)
             elif ask.get("op") == "get":
-                self._give(conn, owner, step)
+                self._give(conn, key, owner, step)
             else:  # a node sends its own steps only
                 raise wire.Failed("refused", f"a request from {peer}: {str(ask.get('op'))[:20]} of {owner}'s {step} "
                                              f"by {str(ask.get('from'))[:40]}")
         except wire.Failed as failed:
             self.event(failed.kind, failed.says)
-            self._reply(conn, {"ok": False, "kind": failed.kind, "says": failed.says})
+            self._reply(conn, key, {"ok": False, "kind": failed.kind, "says": failed.says})
         except (OSError, Refused, ValueError) as error:
             self.event("refused", f"a request from {peer}: {error}")
         finally:
             self.slots.done(conn)
             conn.close()
+
+    def _from_its_address(self, sender, peer):
+        """A request signed by `sender` that comes from another host's address of this run is refused: the
+        key was taken from `sender`'s node (its job) to a third. An address no host of the run has (NAT,
+        a node with several) proves nothing either way: the key alone decides."""
+        own = self.addresses.get(sender)
+        others = [h for h, address in self.addresses.items() if h != sender and wire.same_address(address, peer)]
+        if others and not wire.same_address(own, peer):
+            raise wire.Failed("refused", f"a request signed by {sender} came from {peer}, the address of "
+                                         f"{', '.join(sorted(others))[:80]}")
 
     def _once(self, nonce, peer):
         """A signed request is taken once (a recorded one sent again within FRESH_S is refused)."""
@@ -278,13 +304,15 @@ class Replicator:
                 raise wire.Failed("refused", f"a request from {peer} replayed, or without its nonce")
             self.nonces[nonce] = now
 
-    def _reply(self, conn, document):
+    def _reply(self, conn, key, document):
+        if not key:  # an unproven request: whatever it claims, nothing is signed for it
+            return
         try:
-            conn.sendall(wire.frame(self.key, document))
+            conn.sendall(wire.frame(key, document))
         except OSError:
             pass
 
-    def _take(self, conn, ask, rest):
+    def _take(self, conn, key, ask, rest):
         owner, step = ask["owner"], ask["step"]
         files, total = wire.manifest_ok(ask.get("files"))
         if not self.root_ok():
@@ -293,7 +321,7 @@ class Replicator:
             if step in self._held(mine):
                 with mine.sub(step) as held:
                     if json.loads(held.read(wire.MANIFEST)) == [list(f) for f in files]:
-                        return self._reply(conn, {"ok": True, "send": False})
+                        return self._reply(conn, key, {"ok": True, "send": False})
             free = os.statvfs(mine.fd)
             free = free.f_bavail * free.f_frsize
             if total + wire.RESERVE > free:
@@ -301,7 +329,7 @@ class Replicator:
                                                f"{total >> 20} MiB: not taken, the older replica is kept")
             temp = f".incoming-{step}-{os.getpid()}-{threading.get_ident()}"
             with mine.make_private(temp) as into:
-                self._reply(conn, {"ok": True, "send": True})
+                self._reply(conn, key, {"ok": True, "send": True})
                 try:
                     deadline = time.monotonic() + 60 + total / wire.MIN_RATE
                     wire.receive_files(wire.Stream(conn, rest, deadline), into, files)
@@ -314,7 +342,7 @@ class Replicator:
             mine.rename(temp, step)
             for old in self._held(mine)[:-self.keep]:
                 mine.remove_tree(old)
-        self._reply(conn, {"ok": True})
+        self._reply(conn, key, {"ok": True})
 
     def _held(self, mine):
         """The complete replicas in the Dir `mine` (one owner's), oldest first: those with a manifest."""
@@ -326,7 +354,7 @@ class Replicator:
                         held.append(entry.name)
         return sorted(held, key=heal_policy.natural)
 
-    def _give(self, conn, owner, step):
+    def _give(self, conn, key, owner, step):
         if owner == self.host:
             if step not in self.own_steps():
                 raise wire.Failed("incomplete", f"{self.host} holds no complete {step} of its own")
@@ -342,7 +370,7 @@ class Replicator:
                 raise wire.Failed("size_mismatch", f"{self.host}'s replica of {owner}'s {step}: {changed[0]} is "
                                                    f"{sizes.get(changed[0])} bytes, its manifest says otherwise: refused")
         with where:
-            self._reply(conn, {"ok": True, "files": files})
+            self._reply(conn, key, {"ok": True, "files": files})
             wire.send_files(conn, where, [tuple(f) for f in files], 0)
 
     # -- restoring, before the next attempt's ranks start
@@ -377,9 +405,11 @@ class Replicator:
             if host not in self.known:
                 continue
             try:
-                conn = wire.request(self.addresses[host], self.port, self.key, self._ask("get", owner, step))
+                key = self._key(host)
+                conn = wire.request(self.addresses[host], self.port, key, self._ask("get", owner, step),
+                                    source=self.addresses.get(self.host))
                 try:
-                    first, rest = wire.answer(conn, self.key, time.monotonic() + 120)
+                    first, rest = wire.answer(conn, key, time.monotonic() + 120)
                     if not first.get("ok"):
                         raise wire.Failed(first.get("kind") or "refused", f"{host}: {first.get('says')}")
                     files, total = wire.manifest_ok(first.get("files"))

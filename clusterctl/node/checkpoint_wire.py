@@ -2,9 +2,9 @@
 request and answer lines, the bounded reads of a request, manifests (name, size, SHA-256) and files
 streamed against them, and the default bandwidth.
 
-TCP, one request per connection: a line "<hmac-sha256 hex> <json>\\n" signed with the run's key (the
-per-run secret of supervision.json that the supervisor and keepers sign with), answered by a line of
-the same shape. Nothing is believed before its signature is checked; the bytes that follow are checked
+TCP, one request per connection: a line "<hmac-sha256 hex> <json>\\n" signed with the key of the pair
+of nodes (pair_key: the sender named in the JSON's "from" and the receiver), answered by a line of the
+same shape under the same key. Nothing is believed before its signature is checked; the bytes that follow are checked
 against the signed manifest: written as .<name>.part, renamed only once size and SHA-256 matched
 (files matching the completion marker last), removed on any mismatch. A request line must arrive whole
 within PROVE_S of the accept (a deadline per request, not per read), at most HEADER_MAX bytes; each
@@ -208,17 +208,50 @@ def manifest_of(where, marker=None):
     return files
 
 
-def replica_key(secret):
-    """The key every node of a run signs its replica requests and answers with: HMAC(the run's secret,
-    "checkpoint replicas"). Not a keeper's own key (those differ per node: issue 47), so one node's copy
-    verifies on another; a job that reads its node's config can sign replica requests as any node of its
-    run (the receiver still takes only manifests it can check, into its private replica directory)."""
-    return hmac.new(secret.encode(), b"checkpoint replicas", hashlib.sha256).hexdigest()
+def pair_key(secret, one, other):
+    """The key two nodes of a run sign their replica requests and answers with: HMAC(the run's secret,
+    "checkpoint replicas" and both hosts' names, sorted). A node's config holds the keys of its own pairs
+    only (pair_keys), never the secret: a job that reads its node's config signs as that node and no
+    other, so it cannot forge another node's copy to a third (issue 47). One key per sender, derived from
+    the secret, would not do: the receiver needs every sender's key to check it, and so would its job."""
+    a, b = sorted((one, other))
+    return hmac.new(secret.encode(), f"checkpoint replicas\n{a}\n{b}".encode(), hashlib.sha256).hexdigest()
 
 
-def request(address, port, key, document, timeout=PROVE_S):
-    """A connection to a peer with the signed request sent."""
-    conn = socket.create_connection((address, port), timeout=timeout)
+def pair_keys(secret, host, hosts):
+    """{peer: pair_key} for `host` and each of `hosts` (itself included: a restore may ask its own listener)."""
+    return {peer: pair_key(secret, host, peer) for peer in hosts}
+
+
+def sender(line):
+    """The host a request line says it comes from (its JSON's "from"), before anything is believed: which
+    pair key to check it with. None when the line names none."""
+    _, _, body = line.rstrip(b"\n").partition(b" ")
+    try:
+        named = json.loads(body).get("from")
+    except (ValueError, RecursionError, AttributeError):
+        return None
+    return named if isinstance(named, str) else None
+
+
+def same_address(one, other):
+    """Two addresses as the kernel gives them (an IPv4 peer of an IPv6 socket comes as ::ffff:a.b.c.d)."""
+    strip = lambda a: a[7:] if isinstance(a, str) and a.startswith("::ffff:") else a  # noqa: E731
+    return strip(one) == strip(other)
+
+
+def request(address, port, key, document, timeout=PROVE_S, source=None):
+    """A connection to a peer with the signed request sent, from `source` (this node's own address on the
+    job network, so the receiver can check it) where this machine has it, else wherever the route says."""
+    try:
+        conn = socket.create_connection((address, port), timeout=timeout,
+                                        source_address=(source, 0) if source else None)
+    except (ConnectionError, socket.timeout):
+        raise
+    except OSError:  # the bind: an address this machine lacks (NAT), or a name: from wherever the route says
+        if not source:
+            raise
+        conn = socket.create_connection((address, port), timeout=timeout)
     conn.sendall(frame(key, document))
     return conn
 
@@ -227,7 +260,7 @@ def answer(conn, key, deadline):
     line, rest = read_line(conn, deadline)
     found = unframe(key, line)
     if found is None:
-        raise Failed("refused", "an answer that is not signed with the run's key")
+        raise Failed("refused", "an answer that is not signed with this pair of nodes' key")
     return found, rest
 
 

@@ -1,10 +1,14 @@
 """collect-logs on the node: find what changed and archive it in one step, following no symlink.
 
-Runs on the node (standard library only, Python 3.8+), as `python3 -c SOURCE BASE PATTERN
+Runs on the node (standard library only, Python 3.8+), as `python3 -I -S -c SOURCE BASE PATTERN
 gzip|none ROOT...`, with what the controller already has on stdin (JSON: {path: [size, mtime]}).
 Writes a tar stream of the regular files under each ROOT (relative to BASE) whose size or mtime
 changed, and, with PATTERN, of every file outside `logs/` whose path holds it; on stderr one
-JSON line per file sent, link not followed, file skipped or renamed, then DONE.
+JSON line per file sent, link not followed, file skipped or renamed, then DONE. The report is bounded
+(REPORT_MAX bytes, under what the controller reads of it): the links, skips and renames past NOTED_MAX of
+each kind are counted, not listed ({"more": {kind: count}}); a field is cut at FIELD_MAX characters; and
+once the files sent would pass the bound, no more is archived ({"cut": files sent, "why": ...}): the
+stream stays whole, and the next collect sends what this one did not (its stdin says what it has).
 
 Why one program and not `find` then `tar`: between a listing and a second command that opens
 the listed paths, a job can swap a directory for a symlink (the archive then follows it, as
@@ -32,10 +36,62 @@ RUNS_ON_NODES = True
 DONE = "clusterctl-archive-done"
 PRIVATE = ("env", "lease", "supervision.json", "mpi.key")  # the job's secrets, the run's keys (supervisor, mpirun gate)
 ENTRIES_LIMIT = 1_000_000  # names read from one directory
+REPORT_MAX = 48 << 20  # the report's bytes (the controller reads 64 MiB of it: collect/fetch.REPORT_CAP)
+NOTED_MAX = 1000  # links not followed, files skipped, files renamed: listed up to this many of each kind,
+NOTES_MAX = 8 << 20  # and this many bytes of them all (the rest of REPORT_MAX is the files')
+FIELD_MAX = 1024  # characters of a link's target or of a reason
+LINE_MAX = 64 << 10  # a line at most: a name of PATH_MAX bytes, each JSON-escaped as \\uXXXX, fits
+
+
+class Full(Exception):
+    """The report reached REPORT_MAX: nothing more is archived."""
+
+
+class Report:
+    """The report on stderr, bounded (see the module's docstring)."""
+
+    def __init__(self):
+        self.size, self.sent, self.noted, self.more, self.notes = 0, 0, {}, {}, 0
+
+    def _line(self, entry):
+        line = json.dumps(entry) + "\n"
+        self.size += len(line)
+        sys.stderr.write(line)
+        return len(line)
+
+    def room(self):
+        """Room for one more file's line; Full once there is none."""
+        if self.size + LINE_MAX > REPORT_MAX:
+            raise Full()
+
+    def file(self, **entry):
+        self.sent += 1
+        self._line(entry)
+
+    def note(self, kind, **entry):
+        """A link not followed, a file skipped or renamed: listed while NOTED_MAX of its kind allow, else counted."""
+        if self.noted.get(kind, 0) >= NOTED_MAX or self.notes + LINE_MAX > NOTES_MAX:
+            self.more[kind] = self.more.get(kind, 0) + 1
+            return
+        self.noted[kind] = self.noted.get(kind, 0) + 1
+        self.notes += self._line({k: v[:FIELD_MAX] if isinstance(v, str) and k in ("target", "why") else v
+                                  for k, v in entry.items()})
+
+    def end(self, cut=False):
+        if self.more:
+            self._line({"more": self.more})
+        if cut:
+            self._line({"cut": self.sent, "why": "the report of this collect reached %d MiB after %d file(s): the "
+                                                 "rest is left for the next collect" % (REPORT_MAX >> 20, self.sent)})
+        sys.stderr.write(DONE + "\n")
+
+
+REPORT = Report()  # main() starts a fresh one
 
 
 def report(**entry):
-    sys.stderr.write(json.dumps(entry) + "\n")
+    kind = next(iter(entry))
+    REPORT.file(**entry) if kind == "sent" else REPORT.note(kind, **entry)
 
 
 def safe_name(name):
@@ -102,6 +158,7 @@ class Archive:
             name_sent = safe_name(path)
             if self.known.get(name_sent) == [st.st_size, st.st_mtime]:
                 return
+            REPORT.room()
             if name_sent != path:
                 if name_sent in self.sent:
                     report(skipped=path, why="its safe name %s is taken" % name_sent)
@@ -142,6 +199,8 @@ def _readlink(name, dir_fd):
 
 
 def main(argv):
+    global REPORT
+    REPORT = Report()
     base, pattern, compress, roots = argv[1], argv[2], argv[3] == "gzip", argv[4:]
     known = json.load(sys.stdin)
     archive = Archive(sys.stdout.buffer, known if isinstance(known, dict) else {}, compress)
@@ -149,6 +208,18 @@ def main(argv):
         base_dir = Dir.open(base)  # BASE is the inventory's: trusted
     except FileNotFoundError:  # no run ever wrote there: nothing to send
         roots, pattern, base_dir = [], "", None
+    try:
+        _walk_all(archive, base_dir, roots, pattern)
+        cut = False
+    except Full:
+        cut = True
+    archive.tar.close()
+    sys.stdout.flush()
+    REPORT.end(cut)
+    return 0
+
+
+def _walk_all(archive, base_dir, roots, pattern):
     for root in roots:
         try:
             below = base_dir.sub(root)
@@ -163,10 +234,6 @@ def main(argv):
             return pattern in path and path.split("/", 1)[0] != "logs"
 
         archive.walk(base_dir, "", os.fstat(base_dir.fd).st_uid, wanted, private=False, prune="logs")
-    archive.tar.close()
-    sys.stdout.flush()
-    sys.stderr.write(DONE + "\n")
-    return 0
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """The controller's side of the GPU leases on the nodes (node/leases.py, issue 48): the commands that
 run it on a node, what they answer as values, and the words that name a holder.
 
-The node program goes over stdin with the two files it imports (safe_files.py, layout.py), loaded as
-modules beside it: nothing is left on the node but the lease directory, and `up`/`status` need no run
+The node program runs the one way every node program does for one command (node `inline_argv`:
+`python -I -S -c TEXT`, with the two files it imports, layout.py and safe_files.py, loaded as modules
+beside it): nothing is left on the node but the lease directory, and `up`/`status` need no run
 directory. It runs where the job's outputs are: on the host through the bind mount (as the poll does,
 privileged: root in the container wrote the run dirs), else in the container.
 """
@@ -17,22 +18,9 @@ from dataclasses import dataclass
 from typing import Optional
 
 from clusterctl.models import Command, Host, Inventory
-from clusterctl.node import source
+from clusterctl.node import inline_argv
 from clusterctl.plan.container import host_path, in_container
 from clusterctl.plan.wrapper import LEASE_S
-
-_PRELUDE = '''import sys, types
-def _load(name, text):
-    module = types.ModuleType(name)
-    module.__file__ = name + ".py"
-    sys.modules[name] = module
-    exec(compile(text, name + ".py", "exec"), module.__dict__)
-    return module
-_load("layout", %r)
-_load("safe_files", %r)
-sys.exit(_load("leases", %r).main(["leases.py"] + sys.argv[1:]))
-'''
-
 
 def operator() -> str:
     """Who runs this clusterctl, as leases name it: user@controller host (`CLUSTERCTL_OPERATOR` overrides:
@@ -57,22 +45,20 @@ def keys_for(gpu_ids, nproc: int) -> list[str]:
     return key_names(list(gpu_ids or ()), nproc)
 
 
-def script() -> bytes:
-    return (_PRELUDE % (source("layout.py").decode(), source("safe_files.py").decode(),
-                        source("leases.py").decode())).encode()
-
-
 def lease_command(inventory: Inventory, host: Host, op: str, timeout: float = 30, **args) -> Command:
     """node/leases.py `op` on `host`, with the job's outputs as that side sees them."""
     outputs = inventory.job.outputs
     on_host = host_path(inventory, outputs)
+
+    def leases_argv(python: str, where: str) -> tuple:
+        return inline_argv(python, ("layout", "safe_files"), "leases", op,
+                           json.dumps({"outputs": where, "host": host.name, **args}), argv0=True)
+
     if on_host is not None:
-        python = "python3" if inventory.uses_container else inventory.job.python
-        argv: tuple = (python, "-", op, json.dumps({"outputs": on_host, "host": host.name, **args}))
+        argv = leases_argv("python3" if inventory.uses_container else inventory.job.python, on_host)
     else:
-        argv = in_container(inventory, (inventory.job.python, "-", op,
-                                        json.dumps({"outputs": outputs, "host": host.name, **args})), interactive=True)
-    return Command(argv, stdin=script(), timeout=timeout, privileged=on_host is not None)
+        argv = in_container(inventory, leases_argv(inventory.job.python, outputs))
+    return Command(argv, timeout=timeout, privileged=on_host is not None)
 
 
 @dataclass(frozen=True)

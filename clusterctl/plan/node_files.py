@@ -1,6 +1,6 @@
 """The controller's one way into a run's files on a node (issue 47): the argv of a `run_files.py`
-operation (node/run_files.py: poll, stop's note, logs, top, the supervisor's state, ...), run as
-`python3 -I -S -c <program>`: the program's text travels in the command itself (never a file the job or
+operation (node/run_files.py: poll, stop's note, logs, top, the supervisor's state, ...), run the one way
+every node program of one command runs (node `inline_argv`), `python3 -I -S -c <program>`: the program's text travels in the command itself (never a file the job or
 another user could have changed), the layer (node/safe_files.py) and the streaming part
 (node/follow_files.py) loaded as modules from that same text. `-I -S`: no environment variable, user
 site or working directory of the node changes what runs, and no `site` import (the poll's start costs
@@ -9,22 +9,20 @@ job's container with the job's python.
 """
 from __future__ import annotations
 
-import functools
 from typing import Optional
 
 from clusterctl.models import Command, Inventory
-from clusterctl.node import inline_program
+from clusterctl.node import inline_argv
 from clusterctl.plan.container import host_path, in_container
 
 STREAMING = frozenset({"follow", "logs", "probe", "tail"})  # the operations that import follow_files
 BELOW_OUTPUTS = 3  # logs/<run id>/<host> (or .files): opened without following a link; above it is job.outputs
 
 
-@functools.lru_cache(maxsize=2)
-def program_text(streaming: bool = True) -> str:
-    """run_files.py with the layer (node/__init__.py `inline_program`); without `streaming`,
-    follow_files.py stays behind (a poll compiles a third less)."""
-    return inline_program(("safe_files", "follow_files") if streaming else ("safe_files",), "run_files")
+def _beside(streaming: bool) -> tuple:
+    """The files run_files.py imports: the layer, and for streaming operations follow_files.py (a poll
+    without it compiles a third less)."""
+    return ("safe_files", "follow_files") if streaming else ("safe_files",)
 
 
 def split_run_path(path: str, below: int = BELOW_OUTPUTS) -> tuple[str, str]:
@@ -36,7 +34,7 @@ def split_run_path(path: str, below: int = BELOW_OUTPUTS) -> tuple[str, str]:
 
 def argv(python: str, operation: str, path: str, *args: str) -> tuple[str, ...]:
     base, rel = split_run_path(path)
-    return (python, "-I", "-S", "-c", program_text(operation in STREAMING), operation, base, rel, *args)
+    return inline_argv(python, _beside(operation in STREAMING), "run_files", operation, base, rel, *args)
 
 
 def command(inventory: Inventory, path: str, operation: str, *args: str, timeout: Optional[float] = 60,

@@ -1,14 +1,14 @@
 """The relay: what moves an image between two nodes, and the commands that run it there.
 
-A transfer is `docker save IMAGE` on the sender piped into a TCP server (RELAY, a Python program of
-the standard library run by the node's python3, bound to the sender's address on the job network),
+A transfer is `docker save IMAGE` on the sender piped into a TCP server (RELAY: node/node_relay.py with
+listener.py beside it, run as every node program of one command is, `python3 -I -S -c TEXT`; bound to
+the sender's address on the job network),
 and on the receiver the relay's client piped through the check (loadcheck.CHECK) into `docker load`
 (`pipe`: loading while passing every byte on to the next node of a chain). Both ends of every
 transfer hold its key (32 random bytes, on their SSH sessions' stdin, never on a command line) and
 prove it to each other over fresh nonces (HMAC-SHA256, compared in constant time) before any image
 byte flows. The server takes the first client that proves the key within ACCEPT_S under the one
-listener discipline of every node port (node/listener.py, whose text the relay carries in front of
-its own): up to 32 unproven connections side by side (8 per address), 5 s each for the whole
+listener discipline of every node port (node/listener.py): up to 32 unproven connections side by side (8 per address), 5 s each for the whole
 handshake, a newcomer dropping the oldest, so neither idle nor trickling connections hold up or
 keep out the receiver; a peer silent for 30 s mid-stream ends the transfer. Every relay also ends the moment its SSH
 session does (it watches the session's stdin, which clusterctl holds open).
@@ -25,233 +25,12 @@ import json
 import secrets
 
 from clusterctl.models import Command
-from clusterctl.node import source
+from clusterctl.node import inline_program
 from clusterctl.registry.loadcheck import CHECK, check_args, save_reference
 
 ACCEPT_S = 60
 
-# The relay's own part; it runs after node/listener.py's text (RELAY below), the discipline every node port keeps
-_RELAY = r'''
-import hashlib, hmac, os, socket, sys, threading, time
-role, address, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
-HELLO = b"clusterctl-relay/2\n"
-HANDSHAKE_S, IDLE_S, PENDING, PER_ADDRESS = 5.0, 30.0, 32, 8
-
-
-def session_keys(fd):
-    # the transfer's keys (hex, one line) come first on the SSH session's stdin: never on the command
-    # line or in the environment, which `ps` and /proc show every local user
-    line = b""
-    while not line.endswith(b"\n"):
-        part = os.read(fd, 1)
-        if not part or len(line) > 1024:
-            sys.exit("clusterctl-relay: no transfer key on the session's stdin")
-        line += part
-    try:
-        return [bytes.fromhex(key) for key in line.decode().split()]
-    except ValueError:
-        sys.exit("clusterctl-relay: the transfer key is not hex")
-
-
-def orphaned(fd):
-    # fd: the SSH session's stdin, kept open by clusterctl (stdin_open) while it waits for this
-    # transfer: its end (Ctrl-C, a killed clusterctl, a lost connection) ends this relay at once,
-    # not after the accept/connect timeouts; the pipes around it then end docker save/load
-    try:
-        while os.read(fd, 65536):
-            pass
-    except OSError:
-        pass
-    os._exit(3)
-
-
-watch = int(os.environ.get("CLUSTERCTL_RELAY_WATCH") or sys.exit("clusterctl-relay: run by clusterctl only"))
-keys = session_keys(watch)
-threading.Thread(target=orphaned, args=(watch,), daemon=True).start()
-total, chunk = 0, 1 << 20
-
-
-def listen(address, port):
-    server = socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET)
-    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    server.bind((address, port))
-    server.listen(64)
-    server.settimeout(0.2)
-    return server
-
-
-def read_exactly(conn, size):
-    got = b""
-    while len(got) < size:
-        part = conn.recv(size - len(got))
-        if not part:
-            raise ConnectionError("closed before the handshake ended")
-        got += part
-    return got
-
-
-def mac(key, side, nonces):
-    return hmac.new(key, side + nonces, hashlib.sha256).digest()
-
-
-def prove_sender(conn, key):
-    # both ends prove the transfer's key over fresh nonces of both, before any image byte: the
-    # receiver's nonce, then ours with our proof, then the receiver's proof (each side's own label,
-    # so neither proof can be played back as the other)
-    conn.settimeout(HANDSHAKE_S)
-    hello = read_exactly(conn, len(HELLO) + 32)
-    if hello[:len(HELLO)] != HELLO:
-        raise ConnectionError("not a relay")
-    nonces = hello[len(HELLO):] + os.urandom(32)
-    conn.sendall(nonces[32:] + mac(key, b"sender", nonces))
-    if not hmac.compare_digest(read_exactly(conn, 32), mac(key, b"receiver", nonces)):
-        raise ConnectionError("wrong key")
-    conn.settimeout(IDLE_S)  # a receiver that stops reading this long: the send fails, named
-
-
-def prove_receiver(conn, key, where):
-    conn.settimeout(HANDSHAKE_S)
-    mine = os.urandom(32)
-    conn.sendall(HELLO + mine)
-    answer = read_exactly(conn, 64)
-    nonces = mine + answer[:32]
-    if not hmac.compare_digest(answer[32:], mac(key, b"sender", nonces)):
-        sys.exit("clusterctl-relay: %s did not prove the transfer's key (not the sending node's relay): "
-                 "nothing received" % where)
-    conn.sendall(mac(key, b"receiver", nonces))
-    conn.settimeout(IDLE_S)  # a stream silent this long: its sender is gone (a node cut off)
-
-
-def accept(server, key, timeout):
-    # the first connection that proves the key (listener.py's first_proven, whose text precedes this
-    # one: each handshake on its own thread within HANDSHAKE_S of its accept, a newcomer dropping the
-    # oldest unproven one); raises socket.timeout when none does in time
-    won = first_proven(server, lambda conn: prove_sender(conn, key), timeout, Slots(HANDSHAKE_S, PER_ADDRESS, PENDING))
-    if won is None:
-        raise socket.timeout()
-    return won[0]
-
-
-def connect(address, port, key, timeout):
-    # the sender, once it proves the key; a refused or dropped connection is tried again until `timeout`
-    deadline, where = time.monotonic() + timeout, "%s:%d" % (address, port)
-    while True:
-        try:
-            conn = socket.create_connection((address, port), timeout=5)
-            prove_receiver(conn, key, where)
-            return conn
-        except OSError:
-            if time.monotonic() > deadline:
-                sys.exit("clusterctl-relay: cannot reach %s" % where)
-            time.sleep(0.2)
-
-
-class Counted:
-    def __init__(self, conn):
-        self.conn, self.total = conn, 0
-
-    def write(self, data):
-        self.conn.sendall(data)
-        self.total += len(data)
-        return len(data)
-
-
-def copy(read, write):
-    copied = 0
-    while True:
-        data = read(chunk)
-        if not data:
-            return copied
-        write(data)
-        copied += len(data)
-
-
-def without_layers(stream, sink, skip):
-    # `docker save`'s tar minus the layers in `skip` (hex digests of uncompressed layer tars, the
-    # image's diff IDs): `docker load` reads a layer's file only where the engine lacks that layer.
-    # OCI layout (Docker 25+): blobs/sha256/<digest>, named by it. Classic layout: <v1 id>/layer.tar,
-    # named by an ID that is not the digest: spooled while hashed, then sent or dropped.
-    import tarfile, tempfile
-    out = tarfile.open(fileobj=sink, mode="w|", format=tarfile.PAX_FORMAT)
-    dropped = 0
-    for member in stream:
-        if not member.isfile():
-            out.addfile(member)
-            continue
-        data = stream.extractfile(member)
-        if member.name.startswith("blobs/sha256/") and member.name[13:] in skip:
-            dropped += 1
-            continue
-        if member.name.endswith("/layer.tar"):
-            spool, digest = tempfile.SpooledTemporaryFile(64 << 20), hashlib.sha256()
-            copy(data.read, lambda part: (digest.update(part), spool.write(part)))
-            if digest.hexdigest() in skip:
-                dropped += 1
-                continue
-            spool.seek(0)
-            data = spool
-        out.addfile(member, data)
-    out.close()
-    return dropped
-
-
-def send(conn, skip):
-    source, sink = sys.stdin.buffer, Counted(conn)
-    if skip:
-        import tarfile
-        print("skipped %d" % without_layers(tarfile.open(fileobj=source, mode="r|"), sink, skip))
-    else:
-        copy(source.read, sink.write)
-    conn.shutdown(socket.SHUT_WR)
-    conn.close()
-    return sink.total
-
-
-def receive(conn, downstream):
-    # every byte from upstream into stdout (docker load, through the check), and on to `downstream`
-    received, out = 0, sys.stdout.buffer
-    while True:
-        data = conn.recv(chunk)
-        if not data:
-            break
-        out.write(data)
-        received += len(data)
-        if downstream is not None:
-            try:
-                downstream.sendall(data)
-            except OSError:  # the next node went away or stopped reading: this one still loads the image
-                sys.stderr.write("clusterctl-relay: the downstream node went away\n")
-                downstream = None
-    out.flush()
-    if downstream is not None:
-        downstream.shutdown(socket.SHUT_WR)
-        downstream.close()
-    return received
-
-
-try:
-    if role == "send":
-        try:
-            conn = accept(listen(address, port), keys[0], float(sys.argv[4]))
-        except socket.timeout:
-            sys.exit("clusterctl-relay: no receiver came (none proved the transfer's key)")
-        total = send(conn, set(filter(None, sys.argv[5].split(","))) if len(sys.argv) > 5 else set())
-        print("sent %d" % total)
-    else:
-        # a chain's node listens first (the next node connects as it starts), then takes its upstream,
-        # then the next node (a dead one must not hold the chain long): no byte is lost
-        server = listen(sys.argv[5], int(sys.argv[6])) if role == "pipe" else None
-        conn, downstream = connect(address, port, keys[0], float(sys.argv[4])), None
-        if server is not None:
-            try:
-                downstream = accept(server, keys[1], 15.0)
-            except socket.timeout:
-                sys.stderr.write("clusterctl-relay: no downstream node came; loading here only\n")
-        sys.stderr.write("received %d\n" % receive(conn, downstream))
-except OSError as exc:  # a peer gone or silent for IDLE_S: one line, the check and docker load see a cut stream
-    sys.exit("clusterctl-relay: %s" % (exc.strerror or str(exc) or exc.__class__.__name__))
-'''
-RELAY = source("listener.py").decode() + _RELAY  # one program on the node, shipped as `python3 -c` text
+RELAY = inline_program(("listener",), "node_relay", argv0=True)  # the `python3 -I -S -c` text
 
 # The transfer's keys never go on a command line: each relay reads them from the first line of its
 # SSH session's stdin (Command.stdin), then watches that stdin for the session's end (RELAY).
@@ -259,10 +38,10 @@ RELAY = source("listener.py").decode() + _RELAY  # one program on the node, ship
 # $6: the layers not to send (comma-separated hex diff IDs; empty: all)
 _WATCH = 'exec 3<&0; export CLUSTERCTL_RELAY_WATCH=3; '  # the relay reads its key from, and watches, fd 3
 _SEND = (_WATCH + '{ docker save "$1" 3<&- </dev/null || echo "clusterctl: docker save failed" >&2; } | '
-         'python3 -c "$2" send "$3" "$4" "$5" "$6"')
+         'python3 -I -S -c "$2" send "$3" "$4" "$5" "$6"')
 # $1 relay code, $2 sender address, $3 port, $4 connect timeout, $5 the check (loadcheck.CHECK), $6-$9 its
 # arguments (the expected image ID and names); docker load's own output names the image
-_RECEIVE = (_WATCH + 'python3 -c "$1" recv "$2" "$3" "$4" </dev/null | python3 -c "$5" "$6" "$7" "$8" "$9" 3<&- | '
+_RECEIVE = (_WATCH + 'python3 -I -S -c "$1" recv "$2" "$3" "$4" </dev/null | python3 -c "$5" "$6" "$7" "$8" "$9" 3<&- | '
             'docker load -q 3<&-')
 # $1 image: its ID, or nothing
 _IMAGE_ID = 'docker image inspect -f "{{.Id}}" "$1" 2>/dev/null || true'
@@ -342,7 +121,7 @@ def receive_command(address: str, port: int, key: str, image: str, expected_id: 
 
 # $1 relay code, upstream $2 address $3 port, $4 timeout, downstream $5 own address $6 port, $7 the check,
 # $8-$11 its arguments
-_PIPE = (_WATCH + 'python3 -c "$1" pipe "$2" "$3" "$4" "$5" "$6" </dev/null | '
+_PIPE = (_WATCH + 'python3 -I -S -c "$1" pipe "$2" "$3" "$4" "$5" "$6" </dev/null | '
          'python3 -c "$7" "$8" "$9" "${10}" "${11}" 3<&- | docker load -q 3<&-')
 
 

@@ -127,7 +127,7 @@ def establish(inventory: Inventory, run_id: str, master: str, address: str, port
     run's shipped `files` (the launcher's own node programs: mpirun's gate) for the attempt they join.
     `stragglers`: each keeper samples its node's ranks with py-spy (node/node_stragglers.py; the binary the
     attached watch ships, gzipped, once per node) and the supervisor names the rank the others wait for."""
-    from clusterctl.node.checkpoint_wire import replica_key
+    from clusterctl.node.checkpoint_wire import pair_keys
     from clusterctl.node.node_agent import CONFIG, keeper_key
     from clusterctl.plan.shipping import put_file_command
     from clusterctl.node.layout import files_dir, node_run_dir
@@ -151,11 +151,13 @@ def establish(inventory: Inventory, run_id: str, master: str, address: str, port
     watch = [(name, data) for name, data in (("node_stragglers.py", _STRAGGLERS.read_bytes()), ("py-spy.gz", packed))
              if stragglers and data]
 
+    replicas = bool(heal and ((heal.rules.get("checkpoint") or {}).get("replicas")))
+
     def action(transport, host: Host) -> HostResult:
         run_dir = run_dirs[host.name]
         marker = process.marker_env(inventory.name, host.name, run_id)
-        own = {"key": keeper_key(key, host.name), "replica_key": replica_key(key),
-               **({"supervisor_key": key} if host.name == master else {})}
+        own = {"key": keeper_key(key, host.name), **({"supervisor_key": key} if host.name == master else {}),
+               **({"replica_keys": pair_keys(key, host.name, run_dirs)} if replicas else {})}
         config = json.dumps({**base, **own, "host": host.name, **({"heal": heal.config_for(host.name)} if heal else {})})
         spare = [agent.write_env_command(inventory, run_dir, ()),
                  *(put_file_command(inventory, files_dir(inventory.job.outputs, run_id), name, data)

@@ -17,6 +17,7 @@ from clusterctl.node import checkpoint_copies, checkpoint_replica, checkpoint_wi
 from clusterctl_helpers import wait_until
 
 HOSTS = {"n1": "127.0.0.1", "n2": "127.0.0.2", "n3": "127.0.0.3"}
+SECRET = "s" * 64  # the run's secret: the controller's; each node's config holds its pair keys only
 
 
 def _free_port() -> int:
@@ -33,7 +34,8 @@ def nodes(tmp_path):
     def node(host, active=("n1", "n2"), replicas=1, keep=2):
         run_dir = tmp_path / host / "run"
         run_dir.mkdir(parents=True, mode=0o700)
-        config = {"key": "k" * 64, "run_id": "RUN1", "host": host, "port": port - wire.PORT_OFFSET + 1,
+        config = {"replica_keys": wire.pair_keys(SECRET, host, HOSTS), "run_id": "RUN1", "host": host,
+                  "port": port - wire.PORT_OFFSET + 1,
                   "heal": {"addresses": HOSTS, "active": list(active),
                            "checkpoint": {"dir": str(tmp_path / host / "ckpt"), "complete": "COMPLETE",
                                           "replicas": replicas, "keep": keep}}}
@@ -136,14 +138,15 @@ def test_an_unsigned_request_and_a_copy_cut_midway_write_nothing(nodes):
     files = [["shard-0.pt", 10_000, "0" * 64]]
     ask = {"op": "put", "run": "RUN1", "from": "n1", "owner": "n1", "step": "step-5", "files": files,
            "at": __import__("time").time(), "nonce": "ab" * 12}
-    with socket.create_connection((HOSTS["n2"], n2.port)) as conn:
-        conn.sendall(wire.frame(n2.key, ask))
-        first = wire.unframe(n2.key, conn.recv(4096))
+    key = wire.pair_key(SECRET, "n1", "n2")
+    with socket.create_connection((HOSTS["n2"], n2.port), source_address=(HOSTS["n1"], 0)) as conn:
+        conn.sendall(wire.frame(key, ask))
+        first = wire.unframe(key, conn.recv(4096))
         assert first["send"] is True
         conn.sendall(b"z" * 100)  # then the sender's node is cut
-    with socket.create_connection((HOSTS["n2"], n2.port)) as conn:  # the same request recorded and sent again
-        conn.sendall(wire.frame(n2.key, ask))
-        again = wire.unframe(n2.key, conn.recv(4096))
+    with socket.create_connection((HOSTS["n2"], n2.port), source_address=(HOSTS["n1"], 0)) as conn:  # sent again
+        conn.sendall(wire.frame(key, ask))
+        again = wire.unframe(key, conn.recv(4096))
         assert again["ok"] is False and "replayed" in again["says"]
     wait_until(lambda: "lost_mid_copy" in {e["kind"] for e in n2.summary()["events"]}, 30)
     assert "refused" in {e["kind"] for e in n2.summary()["events"]}
@@ -211,3 +214,30 @@ def test_a_crowd_of_idle_connections_from_a_peers_own_address_does_not_keep_its_
         for conn in crowd:
             if conn is not None:
                 conn.close()
+
+
+def test_a_node_cannot_forge_another_nodes_copy_with_its_own_keys_nor_from_its_own_address(nodes):
+    """Issue 47: the replicas' keys are per pair of nodes (checkpoint_wire.pair_key), so n3 (its job reads its
+    config: its keys with n1 and n2) cannot put a step as n1 on n2; n1's key with n2, taken to n3, is refused
+    from n3's address; the run's secret is in no node's config."""
+    node, tmp = nodes
+    n2 = node("n2")
+    assert "s" * 64 not in json.dumps(n2.keys) and set(n2.keys) == set(HOSTS)
+    files = [["shard-0.pt", 4, "0" * 64]]
+
+    def put(key, source, **more):
+        ask = {"op": "put", "run": "RUN1", "from": "n1", "owner": "n1", "step": "step-7", "files": files,
+               "at": __import__("time").time(), "nonce": os.urandom(12).hex(), **more}
+        with socket.create_connection((HOSTS["n2"], n2.port), source_address=(source, 0)) as conn:
+            conn.sendall(wire.frame(key, ask))
+            conn.settimeout(10)
+            return conn.recv(4096)
+
+    n3_keys = wire.pair_keys("s" * 64, "n3", HOSTS)
+    assert put(n3_keys["n2"], HOSTS["n3"]) == b""  # signed with n3's key, claiming n1: unproven, no answer at all
+    stolen = wire.pair_key("s" * 64, "n1", "n2")
+    answered = wire.unframe(stolen, put(stolen, HOSTS["n3"]))
+    assert answered["ok"] is False and "the address of n3" in answered["says"], answered
+    wait_until(lambda: sum(e["kind"] == "refused" for e in n2.summary()["events"]) >= 2, 30)
+    assert _held(tmp, "n2", "n1") == []
+    assert wire.unframe(stolen, put(stolen, HOSTS["n1"]))["send"] is True  # the real n1, from its own address

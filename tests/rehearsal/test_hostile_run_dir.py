@@ -3,7 +3,13 @@ the job turns the files of its node's run dir into links to a root-only 0600 fil
 path: root on the host reads the run dir through the bind mount) and one into a FIFO
 (tests/fixtures/jobs/hostile_links.py). During an attached run and a detached one, and through every
 follow-up command (status, logs, top, metrics, stacks, stop, collect-logs, a relaunch after a failure),
-the victim is left untouched (bytes, mode, mtime) and unread (its secret in no output, no bundle)."""
+the victim is left untouched (bytes, mode, mtime) and unread (its secret in no output, no bundle).
+
+And a detached run's job that forges health evidence (issue 47, M3; tests/fixtures/jobs/forge_health.py): Xid 79
+samples written into the supervisor's supervisor.json for its own node and for a node outside the run, beats
+signed with the run's keys naming that outside node (and, from the master's job, which holds the run's
+secret, a host of the run): the outside node's record stays untouched, the run's own hosts are at most
+suspect (job-side evidence alone), and the next plan leaves no one out."""
 from __future__ import annotations
 
 import json
@@ -24,7 +30,7 @@ JOBS_DIR = "hostile-jobs"
 
 @pytest.fixture(scope="module")
 def cluster(sandbox, tmp_path_factory):
-    yield from cluster_with_jobs(sandbox, tmp_path_factory, JOBS_DIR, "hostile_links.py")
+    yield from cluster_with_jobs(sandbox, tmp_path_factory, JOBS_DIR, "hostile_links.py", "forge_health.py")
 
 
 @pytest.fixture
@@ -156,3 +162,59 @@ def test_a_detached_run_its_relaunch_after_a_failure_and_the_follow_ups_leave_th
     relaunched = document["run_id"]
     aside = sandbox.shared_outputs / "logs" / relaunched / "node1.attempt-1"
     assert aside.is_dir() and not aside.is_symlink() and (aside / "lease").is_symlink(), document
+
+
+def _health(cli, inventory) -> dict:
+    code, doc = cli.json("health", "-i", str(inventory))
+    assert code == 0, doc
+    return {n["host"]: n for n in doc["nodes"]}
+
+
+def test_a_detached_jobs_forged_health_samples_and_beats_reach_no_host_outside_its_run(sandbox, cluster, tmp_path):
+    cli, where = cluster
+    jobs = sandbox.shared_outputs / JOBS_DIR
+
+    def change(doc):
+        doc["hosts"] = [h for h in doc["hosts"] if h["name"] in ("node1", "node2")]  # node3: not in the run
+        doc["job"].update(command=[f"{CONTAINER_OUTPUTS}/{JOBS_DIR}/forge_health.py"], nproc_per_node=1,
+                          args=["--outputs", CONTAINER_OUTPUTS, "--report", f"{CONTAINER_OUTPUTS}/{JOBS_DIR}",
+                                "--outside", "node3", "--victim", "node2", "--seconds", "120"])
+        doc["job"].pop("world_size_divides", None)
+
+    inventory, fleet = variant(sandbox, tmp_path / "forger.yaml", change), variant(sandbox, tmp_path / "fleet.yaml")
+    before = _health(cli, fleet)
+    code, doc = cli.json("run", "-i", str(inventory), "--detach", "--stall-timeout", "0", str(where / "prompt.txt"))
+    assert code == 0 and doc.get("detached"), doc
+    run_id = doc["run_id"]
+    try:
+        planned = json.loads((cli.state_dir / "runs" / run_id / "run.json").read_text())
+        assert [n["host"] for n in planned["topology"]] == ["node1", "node2"], planned["topology"]
+        said = {host: wait_until(lambda h=host: (lambda p: json.loads(p.read_text()) if p.is_file() else None)(
+            jobs / f"forged-{run_id}-{h}.json"), 120, interval=0.5, what=f"the forger on {host}")
+            for host in ("node1", "node2")}
+        # refused before a byte of the body: node3 is no host of this run, whoever signs; node2's key is node2's
+        assert said["node1"] == {"node3 with node1's key": 403, "node3 with the secret": 403,
+                                 "node2 with the secret": 200}, said
+        assert said["node2"] == {"node3 with node2's key": 403, "node1 with node2's key": 403}, said
+
+        def seen():  # `status` reads the supervisor's document back (the job's rewrite of it, or the real one)
+            cli.json("status", "-i", str(inventory))
+            nodes = _health(cli, fleet)
+            found = {h: " ".join(e["evidence"] for e in nodes[h]["events"] if e.get("run_id") == run_id)
+                     for h in ("node1", "node2")}
+            return nodes if "PCI:0000:aa" in found["node1"] and "PCI:0000:bb" in found["node2"] else None
+
+        nodes = wait_until(seen, 60, interval=1, what="the forged samples read back by `status`")
+    finally:
+        code, stopped = cli.json("stop", run_id)
+    assert nodes["node3"]["state"] == before["node3"]["state"] == "healthy", nodes["node3"]
+    assert nodes["node3"]["events"] == before["node3"]["events"], nodes["node3"]  # untouched: no event at all
+    for host in ("node1", "node2"):
+        mine = [e for e in nodes[host]["events"] if e.get("run_id") == run_id]
+        assert nodes[host]["state"] == "suspect" and {e["source"] for e in mine} == {"job"}, nodes[host]
+        assert "reported by the job's side only" in nodes[host]["reason"], nodes[host]
+    code, plan = cli.json("run", "-i", str(fleet), "--plan", str(where / "prompt.txt"))  # the next run: no one left out
+    assert code == 0 and [n["host"] for n in plan["topology"]] == ["node1", "node2", "node3"], plan
+    for host in ("node1", "node2"):
+        code, released = cli.json("health", "-i", str(fleet), "release", host, "--force")
+        assert code == 0, released

@@ -48,3 +48,15 @@ def test_the_newest_step_complete_for_every_owner_is_chosen_and_a_refused_one_pa
     assert checkpoint_copies.choose(holdings, ["a", "b"], ["c"]) == (None, {})  # a's copy of step-8 is gone with it
     assert checkpoint_copies.choose(holdings, ["a", "b"], ["a", "c"], refused={"step-10"})[0] == "step-9"
     assert checkpoint_copies.choose({"a": {"own": ["step-1\nX=1"]}}, ["a"], ["a"]) == (None, {})
+
+
+@given(st.binary(max_size=400))
+def test_the_sender_a_line_names_is_a_string_or_none_never_a_crash(line):
+    assert wire.sender(line) is None or isinstance(wire.sender(line), str)
+
+
+def test_pair_keys_are_one_per_pair_and_differ_between_pairs_and_runs():
+    assert wire.pair_key("s", "a", "b") == wire.pair_key("s", "b", "a") != wire.pair_key("s", "a", "c")
+    assert wire.pair_key("s", "a", "b") != wire.pair_key("t", "a", "b")
+    assert wire.sender(wire.frame("k", {"from": "n1", "op": "put"})) == "n1"
+    assert wire.same_address("::ffff:10.0.0.1", "10.0.0.1") and not wire.same_address("10.0.0.2", "10.0.0.1")

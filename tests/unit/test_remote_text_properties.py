@@ -221,12 +221,15 @@ def test_members_whose_names_clash_or_hold_a_nul_are_refused_not_fatal(tmp_path)
 @FAST
 @given(stdout=REMOTE_TEXT, listing=REMOTE_TEXT)
 @example(stdout="", listing=HUGE_LINE)
+@example(stdout="", listing='{"more": {"link": 5, "x": true, "y": -1}}\n{"cut": 3, "why": "bound"}\n{"more": []}')
 def test_the_survey_and_the_archive_report_of_any_output_parse_without_raising(stdout, listing):
     fetch.parse_survey(stdout)
     fetch.parse_survey(f"{BATCH_MARK}clusterctl-run-dirs\n{stdout}\n")
     report = fetch.parse_report(listing)
     assert all(isinstance(f.size, int) and f.size >= 0 and isinstance(f.mtime, float) for f in report.sent)
+    assert all(isinstance(count, int) and count > 0 for _, count in report.more) and len(report.cut) <= 300
     fetch.archive_summary(report)
+    fetch.archive_details(report)
     fetch.mask_env_listing(listing)
 
 
