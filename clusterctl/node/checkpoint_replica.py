@@ -333,7 +333,10 @@ class Replicator:
             where = Dir.open(self.root, (step,))
             files = wire.manifest_of(where)
         else:
-            where = Dir.open(self.root, (REPLICAS, self.run_id, owner, step), private=True)
+            try:
+                where = Dir.open(self.root, (REPLICAS, self.run_id, owner, step), private=True)
+            except (OSError, Refused) as error:  # said to the asker, who tries another host
+                raise wire.Failed("incomplete", f"{self.host} holds no replica of {owner}'s {step}: {error}")
             files = json.loads(where.read(wire.MANIFEST))
             sizes = {e.name: e.size for e in where.entries() if e.kind == "file"}
             changed = [name for name, size, _ in files if sizes.get(name) != size]
@@ -349,7 +352,7 @@ class Replicator:
     def restore(self, attempt, step, sources):
         """Complete `dir/<step>` here from `sources` ({owner: [hosts holding its files]}); the result
         (ok, says, bytes, seconds) is kept for the keeper's reports under `restored`."""
-        started, moved, says = time.monotonic(), 0, None
+        started, moved, says, kind = time.monotonic(), 0, None, None
         try:
             if not heal_policy.checkpoint_name_ok(step):
                 raise wire.Failed("refused", f"{step[:80]!r} is not a checkpoint's name")
@@ -363,9 +366,9 @@ class Replicator:
                     marker = None if number == len(owners) - 1 else self.marker  # the marker comes with the last
                     moved += self._fetch(owner, step, sources[owner], into, have, marker)
         except (wire.Failed, OSError, Refused) as failed:
-            says = getattr(failed, "says", None) or str(failed)
-            self.event(getattr(failed, "kind", "refused"), f"restoring {step}: {says}", step=step)
-        result = {"attempt": attempt, "step": step, "ok": says is None, "says": says, "bytes": moved,
+            says, kind = getattr(failed, "says", None) or str(failed), getattr(failed, "kind", "refused")
+            self.event(kind, f"restoring {step}: {says}", step=step)
+        result = {"attempt": attempt, "step": step, "ok": says is None, "says": says, "kind": kind, "bytes": moved,
                   "s": round(time.monotonic() - started, 2)}
         with self.lock:
             self.restored = result

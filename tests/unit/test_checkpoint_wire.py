@@ -48,3 +48,22 @@ def test_the_newest_step_complete_for_every_owner_is_chosen_and_a_refused_one_pa
     assert checkpoint_copies.choose(holdings, ["a", "b"], ["c"]) == (None, {})  # a's copy of step-8 is gone with it
     assert checkpoint_copies.choose(holdings, ["a", "b"], ["a", "c"], refused={"step-10"})[0] == "step-9"
     assert checkpoint_copies.choose({"a": {"own": ["step-1\nX=1"]}}, ["a"], ["a"]) == (None, {})
+
+
+@given(st.text(alphabet=st.sampled_from("own held step-1 node2 \n\t$=;./\x00é"), max_size=300))
+def test_what_a_node_lists_of_its_checkpoints_is_read_as_plain_names_or_passed_over(text):
+    """heal/replicas.parse_holdings: the `checkpoints` operation's output is remote text (an attached run's
+    restore order and CLUSTERCTL_CHECKPOINT come from it): only plain names survive, nothing raises."""
+    from clusterctl.heal.replicas import parse_holdings
+    from clusterctl.node.heal_policy import checkpoint_name_ok
+
+    found = parse_holdings(text)
+    names = found["own"] + list(found["held"]) + [s for steps in found["held"].values() for s in steps]
+    assert all(checkpoint_name_ok(n) for n in names)
+
+
+def test_the_listing_of_a_node_is_read_back_as_a_keepers_report():
+    from clusterctl.heal.replicas import parse_holdings
+
+    text = "own step-1\nown step-10\nheld node2 step-9\nheld node2 step-10\nheld node3 bad name\nown step-11\nX=1\n"
+    assert parse_holdings(text) == {"own": ["step-1", "step-10", "step-11"], "held": {"node2": ["step-9", "step-10"]}}
