@@ -240,8 +240,6 @@ def test_an_attached_attempts_wrapper_restores_before_its_ranks_start_and_refuse
     """The copier an attached run's wrapper hosts (node/node_replica.py): attempt 2 on n1 and the spare n3
     after n2 was lost; each restores the union of step-2 (n2's shard from its replica on n1) before its
     ranks start, and keeps copying while they run. A step no survivor holds: no rank starts, exit 1, said."""
-    from clusterctl.heal import replicas
-
     node, tmp = nodes
     n1, n2 = node("n1"), node("n2")
     for step in (1, 2):
