@@ -111,7 +111,7 @@ def measure_gib(sandbox, state: Path, runs: int = 3, pad_mb: int = 1024, steps: 
     """Issue 50's goal, measured: a node lost -> training resumed on the spare from its replica, with a
     `pad_mb` MiB checkpoint per node (tests/fixtures/jobs/sharded.py `--pad_mb`, one gloo rank a node, each
     node keeping 2 steps, `replicas: 1`), a detached run (the engine's own split in attempts[].timings),
-    node2 (the last rank) cut once step 4 is done; `runs` runs, each phase's median. `resumed_s`: from the
+    node2 (the last rank) cut once step 5 is done; `runs` runs, each phase's median. `resumed_s`: from the
     cut to attempt 2's first step done (the job's own clock); `lost_steps`: the steps done before the cut
     and run again."""
     each = [_one_gib(sandbox, state, number, pad_mb, steps, step_s) for number in range(runs)]
@@ -138,7 +138,7 @@ def _one_gib(sandbox, state: Path, number: int, pad_mb: int, steps: int, step_s:
                 now = json.loads(progress.read_text())
             except (OSError, ValueError):
                 now = {}
-            if cut is None and now.get("attempt") == 1 and now.get("step", 0) >= 4:
+            if cut is None and now.get("attempt") == 1 and now.get("step", 0) >= 5:
                 cut, cut_step = time.time(), now["step"]
                 sandbox.cut_network("node2")
             if cut is not None and resumed is None and now.get("attempt") == 2:
@@ -169,7 +169,7 @@ def _forget(sandbox, doc: dict, ckpt: str) -> None:
                        capture_output=True)
 
 
-def measure_replica_cost(sandbox, state: Path, steps: int = 300, pad_mb: int = 64, every: int = 10) -> dict:
+def measure_replica_cost(sandbox, state: Path, steps: int = 500, pad_mb: int = 64, every: int = 50) -> dict:
     """What a node's checkpoint replicas cost the rehearsal DDP loop (tests/fixtures/jobs/ddp_plain.py, one
     gloo rank a node, 2 nodes, attached): the same run with a `pad_mb` MiB checkpoint every `every` steps,
     `replicas: 0` then `1`; the loop's step time (its save apart) and the bytes the copiers moved."""
