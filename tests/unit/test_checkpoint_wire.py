@@ -67,3 +67,25 @@ def test_the_listing_of_a_node_is_read_back_as_a_keepers_report():
 
     text = "own step-1\nown step-10\nheld node2 step-9\nheld node2 step-10\nheld node3 bad name\nown step-11\nX=1\n"
     assert parse_holdings(text) == {"own": ["step-1", "step-10", "step-11"], "held": {"node2": ["step-9", "step-10"]}}
+
+
+def test_an_attached_attempts_replica_config_is_what_the_keepers_replicator_reads(tmp_path):
+    """heal/replicas.configs: one key for every host of the attempt, the hosts in use in the plan's order, a
+    lost host of the attempt before still known by its address (its replicas are served under its name)."""
+    import json
+    from types import SimpleNamespace
+
+    from clusterctl.heal.replicas import configs
+    from clusterctl.node.checkpoint_replica import Replicator
+
+    spec = SimpleNamespace(dir="/ckpt", complete="COMPLETE", replicas=1, keep=2, bandwidth=None)
+    inventory = SimpleNamespace(job=SimpleNamespace(healing=SimpleNamespace(checkpoint=spec, enabled=True)))
+    topology = SimpleNamespace(port=29500, nodes=[SimpleNamespace(host=SimpleNamespace(name=n), local_addr=a)
+                                                  for n, a in (("node1", "10.0.0.1"), ("node3", "10.0.0.3"))])
+    order = {"step": "step-7", "sources": {"node1": ["node1"], "node2": ["node1"]}}
+    made = {h: json.loads(b) for h, b in configs(inventory, topology, "R1", 2, order,
+                                                   {"node1": "10.0.0.1", "node2": "10.0.0.2"}).items()}
+    assert sorted(made) == ["node1", "node3"] and made["node1"]["key"] == made["node3"]["key"]
+    replica = Replicator(str(tmp_path), made["node3"])
+    assert replica.port == 29500 + wire.PORT_OFFSET and replica.known == {"node1", "node2", "node3"}
+    assert replica.peers() == ["node1"] and made["node3"]["restore"] == order and made["node3"]["attempt"] == 2
