@@ -107,10 +107,10 @@ def measure_replicas(sandbox, state: Path, every_s: float = 60.0, steps: int = 9
             "measured": time.strftime("%Y-%m-%d %H:%M")}
 
 
-def measure_gib(sandbox, state: Path, runs: int = 3, pad_mb: int = 1024, steps: int = 10, step_s: float = 2.0) -> dict:
+def measure_gib(sandbox, state: Path, runs: int = 3, pad_mb: int = 1024, steps: int = 8, step_s: float = 5.0) -> dict:
     """Issue 50's goal, measured: a node lost -> training resumed on the spare from its replica, with a
     `pad_mb` MiB checkpoint per node (tests/fixtures/jobs/sharded.py `--pad_mb`, one gloo rank a node, each
-    node keeping 2 steps, `replicas: 1`), a detached run (the engine's own split in attempts[].timings),
+    node keeping 3 steps: a copy slower than the steps a node keeps never completes, `replicas: 1`), a detached run (the engine's own split in attempts[].timings),
     node2 (the last rank) cut once step 5 is done; `runs` runs, each phase's median. `resumed_s`: from the
     cut to attempt 2's first step done (the job's own clock); `lost_steps`: the steps done before the cut
     and run again."""
@@ -127,8 +127,8 @@ def _one_gib(sandbox, state: Path, number: int, pad_mb: int, steps: int, step_s:
     from clusterctl.state import State
 
     ckpt = f"/tmp/clusterctl-bench-gib-{number}"
-    jobs, doc, inventory, run_id = _sharded_detached(sandbox, state, "heal-bench-gib", ckpt, steps, step_s, restarts=1,
-                                                     more=("--pad_mb", str(pad_mb), "--keep", "2"))
+    jobs, doc, inventory, run_id = _sharded_detached(sandbox, state, "heal-bench-gib", ckpt, steps, step_s, restarts=2,
+                                                     more=("--pad_mb", str(pad_mb), "--keep", "3"))
     progress, cut, cut_step, resumed, record = jobs / "out" / "progress.json", None, None, None, {}
     deadline = time.time() + 600
     try:
