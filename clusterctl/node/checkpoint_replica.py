@@ -49,6 +49,7 @@ POLL_S = 0.25  # a new complete step is seen within this (a scan is a few syscal
 RETRY_S = 5.0  # after a failed copy to a peer
 FRESH_S = 600.0  # a request signed longer ago (by the sender's clock) is refused
 OWN_REPORTED = 20  # the newest own steps a report names (a beat's body is bounded)
+UNFINISHED_S = 5.0  # a step dir without its marker this long is said (a job pruning one removes the marker first)
 
 
 class Replicator:
@@ -67,6 +68,7 @@ class Replicator:
         self.sent, self.tried, self.manifests = {}, {}, {}
         self.events, self.seq, self.noted = [], 0, set()
         self.restored, self.server, self.restoring = {}, None, None
+        self.unfinished = {}  # a step dir without its marker, older than a complete one: when first seen
         # the one listener discipline of every node port (node/listener.py): a newcomer is never refused for
         # want of a slot (the oldest unproven connection of its address goes), so a crowd of idle or slow
         # connections cannot keep a peer's copy out; a request not signed within PROVE_S is shut down
@@ -131,10 +133,14 @@ class Replicator:
             newest = heal_policy.natural(steps[-1])
             with Dir.open(self.root) as root:
                 kept = [e.name for e in root.entries() if e.kind == "dir"]
+            now, seen = time.monotonic(), {}
             for name in kept:
                 if heal_policy.checkpoint_name_ok(name) and name not in steps and heal_policy.natural(name) < newest:
-                    self.note_once("incomplete", f"{self.root}/{name} never completed (no {self.marker}): never "
-                                                 "copied, never resumed from", step=name)
+                    seen[name] = self.unfinished.get(name, now)
+                    if now - seen[name] >= UNFINISHED_S:  # not a step the job is pruning (its marker gone first)
+                        self.note_once("incomplete", f"{self.root}/{name} never completed (no {self.marker}): never "
+                                                     "copied, never resumed from", step=name)
+            self.unfinished = seen
         return steps
 
     def root_ok(self):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -166,6 +167,13 @@ def test_a_linked_checkpoint_dir_and_a_step_that_never_completes_are_said_and_no
     _save(tmp / "n2" / "ckpt", 1, (1,), complete=False)
     _save(tmp / "n2" / "ckpt", 2, (1,))
     wait_until(lambda: any(e["kind"] == "incomplete" and e["step"] == "step-1" for e in n2.summary()["events"]), 30)
+    # a step the job prunes (its marker gone first, as rmtree may take it) is no step that never completed
+    _save(tmp / "n2" / "ckpt", 3, (1,))
+    (tmp / "n2" / "ckpt" / "step-2" / "COMPLETE").unlink()
+    shutil.rmtree(tmp / "n2" / "ckpt" / "step-2")
+    # the sender's scans went past it: step-3 was offered to n1 (whose linked dir refuses it)
+    wait_until(lambda: any(e["step"] == "step-3" for e in n2.summary()["events"]), 30, what="step-3 offered")
+    assert not any(e["kind"] == "incomplete" and e["step"] == "step-2" for e in n2.summary()["events"])
 
 
 def test_a_crowd_of_idle_connections_from_a_peers_own_address_does_not_keep_its_copy_out(nodes):
