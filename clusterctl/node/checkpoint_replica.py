@@ -49,7 +49,7 @@ POLL_S = 0.25  # a new complete step is seen within this (a scan is a few syscal
 RETRY_S = 5.0  # after a failed copy to a peer
 FRESH_S = 600.0  # a request signed longer ago (by the sender's clock) is refused
 OWN_REPORTED = 20  # the newest own steps a report names (a beat's body is bounded)
-UNFINISHED_S = 5.0  # a step dir without its marker this long is said (a job pruning one removes the marker first)
+UNFINISHED_S = 2.0  # a step dir without its marker this long is said (a job pruning one removes the marker first)
 
 
 class Replicator:
