@@ -405,6 +405,39 @@ def heal_replicas_table(heal) -> str:
     return "\n".join(rows)
 
 
+def heal_gib_table(heal) -> str:
+    """bench/heal.py measure_gib: each run's split of a relaunch with a 1 GiB checkpoint per node, and the medians."""
+    if not heal:
+        return "_not measured yet: `make bench BENCH_ARGS=--only=heal_gib`_"
+    keys = ("detection_s", "stop_s", "replan_s", "backoff_s", "transfer_s", "launch_s", "first_step_s", "resumed_s",
+            "lost_steps")
+    rows = ["| run | cut at | resumed from | " + " | ".join(k.removesuffix("_s") + (" (s)" if k.endswith("_s") else "")
+                                                       for k in keys) + " |", "|---|---|---|" + "---|" * len(keys)]
+    for number, run in enumerate(heal.get("runs") or [], 1):
+        step = (run.get("resumed_from") or "-").rsplit("/", 1)[-1]
+        rows.append(f"| {number} | step {run.get('cut_at_step')} | {step} | "
+                    + " | ".join(str(run.get(k, "-")) for k in keys) + " |")
+    median = heal.get("median") or {}
+    rows.append("| **median** | | | " + " | ".join(f"**{median[k]}**" if k in median else "-" for k in keys) + " |")
+    rows.append(f"\n{heal.get('pad_mb')} MiB a shard, one shard a node ({heal.get('measured')})")
+    return "\n".join(rows)
+
+
+def replica_cost_table(cost) -> str:
+    """bench/heal.py measure_replica_cost: the DDP loop's step with and without replicas, bytes moved per step."""
+    if not cost:
+        return "_not measured yet: `make bench BENCH_ARGS=--only=heal_gib`_"
+    rows = ["| replicas | run | step median (s) | step mean (s) | save median (s) | bytes moved per step |",
+            "|---|---|---|---|---|---|"]
+    for replicas in ("0", "1"):
+        for number, run in enumerate(cost.get(replicas) or [], 1):
+            rows.append(f"| {replicas} | {number} | {run['step_median_s']} | {run['step_mean_s']} | "
+                        f"{run['save_median_s']} | {run['bytes_per_step']} |")
+    rows.append(f"\n{cost.get('steps')} steps, a {cost.get('pad_mb')} MiB checkpoint every {cost.get('every')} steps "
+                f"({cost.get('measured')})")
+    return "\n".join(rows)
+
+
 def render(results: dict) -> str:
     text = TEMPLATE.read_text()
     values = {
@@ -420,6 +453,8 @@ def render(results: dict) -> str:
         "collect": collect_tables(results),
         "heal": heal_table(results.get("heal")),
         "heal_replicas": heal_replicas_table(results.get("heal_replicas")),
+        "heal_gib": heal_gib_table(results.get("heal_gib")),
+        "replica_cost": replica_cost_table(results.get("replica_cost")),
         "distribute": distribute_table(results),
         "scale": scale_table(results),
         "phases": phases_table(results),

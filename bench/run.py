@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 from common import WORK, fresh_dir, log  # noqa: E402
 
-SECTIONS = ("help", "fanout", "playbook", "up", "launch", "launch_vs_hand", "cpu_account", "collect", "heal", "distribute", "scale")
+SECTIONS = ("help", "fanout", "playbook", "up", "launch", "launch_vs_hand", "cpu_account", "collect", "heal", "heal_gib", "distribute", "scale")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -98,7 +98,7 @@ def main(argv=None) -> int:
             results["help"] = phase("help", lambda: fanout.measure_help(max(args.reps, 10)))
         if "fanout" in args.only or "playbook" in args.only:
             _without_docker(args, results, phase, up, bin_dir)
-        if {"up", "launch", "collect", "heal"} & set(args.only):
+        if {"up", "launch", "collect", "heal", "heal_gib"} & set(args.only):
             _with_docker(args, results, phase, up, down)
         if "launch_vs_hand" in args.only:  # `clusterctl run` beside torchrun typed by hand, 2 and 8 nodes (issue 40)
             import launch_vs_hand
@@ -181,11 +181,14 @@ def _with_docker(args, results, phase, up, down) -> None:
             log("collect: no successful run to collect; skipped")
         else:
             results["collect"] = phase("collect", lambda: collect.measure(sandbox, state, run_id, max(5, args.reps)))
-    if "heal" in args.only:  # a node cut mid-run, relaunched on a spare (issue 35)
+    if {"heal", "heal_gib"} & set(args.only):
         import heal
-
+    if "heal" in args.only:  # a node cut mid-run, relaunched on a spare (issue 35)
         results["heal"] = phase("heal", lambda: heal.measure(sandbox, state))
         results["heal_replicas"] = phase("heal replicas", lambda: heal.measure_replicas(sandbox, state))
+    if "heal_gib" in args.only:  # issue 50's goals: a 1 GiB checkpoint per node; what the copies cost a step
+        results["heal_gib"] = phase("heal 1 GiB", lambda: heal.measure_gib(sandbox, state))
+        results["replica_cost"] = phase("replica cost", lambda: heal.measure_replica_cost(sandbox, state))
     if "launch" in args.only and not args.quick:  # the issue's 8 nodes, on a sandbox of their own
         phase("sandbox down (4)", down)
         results.setdefault("launch_by_nodes", {})["8"] = phase("launch 8", lambda: dict(

@@ -74,6 +74,8 @@ class Plan:
     launches_for: tuple = field(default=(), repr=False, compare=False)
     files: Mapping[str, bytes] = field(default_factory=dict, repr=False, compare=False)
     checkpoint: Optional[str] = None
+    # an attached relaunch with job.checkpoint.replicas: {"step", "sources"} every host restores first (heal/replicas.py)
+    restore: Optional[Mapping] = field(default=None, compare=False)
 
     def commands(self) -> dict:
         return json.loads(self.commands_json)

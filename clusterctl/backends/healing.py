@@ -77,9 +77,6 @@ def _run_healing(session, backend, inventory, request: RunRequest, live, plan_on
     run_id = session.state.new_run_id()
     if request.detach and healing.enabled:
         return _detached(session, backend, inventory, request, live, fleet, run_id)
-    if healing.checkpoint is not None and healing.checkpoint.replicas:  # the keepers copy them: docs/healing.md
-        session.renderer.message("job.checkpoint.replicas: the checkpoints are copied between nodes in a detached run "
-                                 "(run --detach); this attached run resumes from the new master's own disk", "yellow")
     with holding(session, inventory, run_id):
         return _attempts(session, backend, inventory, request, live, fleet, run_id)
 

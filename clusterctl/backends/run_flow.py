@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import hashlib
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 from clusterctl.backends.base import Plan, RunRequest, recorded_hosts
+from clusterctl.heal import replicas
 from clusterctl.heal.hooks import (StopRequested, earlier_attempts, held_or_taken, latest_checkpoint,
                                                stop_requested)
 from clusterctl.errors import StateError, UsageError
@@ -91,9 +92,19 @@ def _plan(session, backend, inventory, connections, request: RunRequest, run_id:
         return relaunch_of
     topology = (relaunch_of.topology if relaunch_of is not None and relaunch_of.topology is not None
                 else backend.layout(inventory, request, facts))
-    checkpoint = None if plan_only else latest_checkpoint(inventory, connections, topology, session.renderer)
-    return backend.plan(inventory, request, run_id, facts, attempt=relaunch_of.attempt if relaunch_of else 1,
-                        checkpoint=checkpoint, topology=topology)
+    attempt = relaunch_of.attempt if relaunch_of else 1
+    restore = None
+    if plan_only:
+        checkpoint = None
+    elif replicas.wanted(inventory, request.detach) and attempt > 1:  # issue 50: the copies of the last attempt
+        last = [n for n in RunStore(session.state).read_or_new(run_id).get("topology") or [] if n.get("host")]
+        restore = replicas.restore_order(inventory, connections, topology, run_id, [n["host"] for n in last],
+                                         session.renderer)
+        checkpoint = f"{inventory.job.healing.checkpoint.dir.rstrip('/')}/{restore['step']}" if restore else None
+    else:
+        checkpoint = latest_checkpoint(inventory, connections, topology, session.renderer)
+    planned = backend.plan(inventory, request, run_id, facts, attempt=attempt, checkpoint=checkpoint, topology=topology)
+    return replace(planned, restore=restore)
 
 
 def _launch(session, backend, inventory, connections, plan: Plan, request: RunRequest, live_options: LiveOptions,
@@ -120,6 +131,9 @@ def _launch(session, backend, inventory, connections, plan: Plan, request: RunRe
     runner.health_watch = _health_watch(session, inventory, connections, runner, live.on_event)
     runner.phases = phases if phases is not None else runner.phases
     runner.heal = request.heal_on_cluster  # a detached run that heals itself (backends/healing.py)
+    if replicas.wanted(inventory, request.detach):  # issue 50: each attempt's wrapper hosts the copier
+        last = {n.get("host"): n.get("local_addr") for n in RunStore(session.state).read_or_new(run_id).get("topology") or []}
+        runner.replicas = replicas.configs(inventory, topology, run_id, plan.attempt, plan.restore, last)
     runner.stragglers.enabled = runner.stragglers.enabled and request.straggler_watch
     busy = backend.busy(inventory, connections, busy)
     if busy:

@@ -8,4 +8,5 @@ keepers launch with node/node_healing.py).
 with its tokens, the spares, the rules) and what its record learns back (its attempts, the hosts left
 out, as the fleet's health record's events); `hooks.py`: what the one run flow and `clusterctl stop`
 need of a run between attempts (a stop asked for, the run lock held across attempts, the latest
-complete checkpoint, the attempts so far)."""
+complete checkpoint, the attempts so far); `replicas.py`: an attached run's checkpoint replicas (issue 50:
+each attempt's replica.json for the copier its wrappers host, the restore order of a relaunch)."""

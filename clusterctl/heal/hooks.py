@@ -61,23 +61,17 @@ def latest_checkpoint(inventory, connections, topology, renderer) -> Optional[st
 def checkpoint_on(inventory, connections, master, renderer) -> Optional[str]:
     """The newest complete checkpoint under `job.checkpoint.dir` as the host `master` sees it."""
     from clusterctl.executor import for_each_host, run_commands
-    from clusterctl.plan.container import host_path, on_host_or_in_container
-    from clusterctl.ground.healing import latest_checkpoint_command
-    from clusterctl.models import Command
-    from clusterctl.node.heal_policy import checkpoint_name_ok
+    from clusterctl.heal.replicas import parse_holdings
+    from clusterctl.plan.node_files import checkpoints_command
 
     spec = inventory.job.healing.checkpoint
     if spec is None:
         return None
-    argv = on_host_or_in_container(inventory, spec.dir, lambda d: latest_checkpoint_command(d, spec.complete))
-    command = Command(argv, timeout=30, privileged=host_path(inventory, spec.dir) is not None)
+    command = checkpoints_command(inventory, spec.dir)
     result = for_each_host([master], lambda transport, host: run_commands(transport, host, [command]),
                            connections)[master.name]
-    name = result.stdout.strip().splitlines()[-1] if result.succeeded and result.stdout.strip() else None
-    if name and not checkpoint_name_ok(name):  # the command passes plain names only: anything else is refused here too
-        renderer.message(f"checkpoint: {name[:80]!r} under {spec.dir} on {master.name} is not a plain name; "
-                         "starting without one", "red")
-        name = None
+    own = parse_holdings(result.stdout)["own"] if result.succeeded else []  # plain names only (the node's rules)
+    name = own[-1] if own else None
     if not result.succeeded:
         renderer.message(f"checkpoint: could not list {spec.dir} on {master.name} ({result.detail}); "
                          "starting without one", "yellow")

@@ -1,16 +1,15 @@
 """Checkpoints that outlive their node with no shared filesystem (issue 50, `job.checkpoint.replicas: N`).
 
-Each node's keeper (node_agent.py `keep`, which runs for a detached run's life and for an attached run
-once it is handed over) runs a `Replicator`:
+Each node's keeper (node_agent.py `keep`, for a detached run's life) or, in an attached run, the copier
+its ranks' wrapper starts (node_replica.py) runs a `Replicator`:
 - a sender thread that copies every newly COMPLETE step of `job.checkpoint` (a directory under `dir`
   holding a file matching `complete`, by heal_policy.complete_steps' rules: never a link, a foreign
   directory or an odd name) to the N hosts in use after its own (a ring), node to node over the job
   network, at most `bandwidth` bytes/s, at a low priority: never in a step's way. Only the newest
   complete step is sent (a node that fell behind skips the ones between);
 - a listener (checkpoint_wire's bounded reads, SLOTS connections, SLOTS_PER_ADDRESS of one address)
-  that takes its peers' steps into DIR/.clusterctl-replicas/<run id>/<owner>/<step> (on the node's
-  checkpoint disk; a private temp directory renamed
-  into place once every file matched its signed manifest), keeps `keep` steps of each owner (the older
+  that takes its peers' steps into DIR/.clusterctl-replicas/<run id>/<owner>/<step> (on the node's checkpoint
+  disk; a private temp directory renamed into place once every file matched its signed manifest), keeps `keep` steps of each owner (the older
   ones pruned, as the job prunes its own), refuses a step its disk cannot hold before a byte flows
   (the older replica kept), and serves any step it holds (its own or a replica) to a restoring peer;
 - `restore`: on a relaunch, before any rank starts, the step the engine chose (checkpoint_copies.choose)
@@ -49,6 +48,7 @@ POLL_S = 0.25  # a new complete step is seen within this (a scan is a few syscal
 RETRY_S = 5.0  # after a failed copy to a peer
 FRESH_S = 600.0  # a request signed longer ago (by the sender's clock) is refused
 OWN_REPORTED = 20  # the newest own steps a report names (a beat's body is bounded)
+UNFINISHED_S = 2.0  # a step dir without its marker this long is said (a job pruning one removes the marker first)
 
 
 class Replicator:
@@ -68,9 +68,9 @@ class Replicator:
         self.sent, self.tried, self.manifests = {}, {}, {}
         self.events, self.seq, self.noted = [], 0, set()
         self.restored, self.server, self.restoring = {}, None, None
-        # the one listener discipline of every node port (node/listener.py): a newcomer is never refused for
-        # want of a slot (the oldest unproven connection of its address goes), so a crowd of idle or slow
-        # connections cannot keep a peer's copy out; a request not signed within PROVE_S is shut down
+        self.unfinished = {}  # a step dir without its marker, older than a complete one: when first seen
+        # node/listener.py's discipline: a newcomer is never refused for want of a slot (the oldest unproven one of
+        # its address goes), so no crowd keeps a peer's copy out; a request unsigned within PROVE_S is shut down
         self.slots = Slots(wire.PROVE_S, wire.SLOTS_PER_ADDRESS, wire.SLOTS,
                            refuse=lambda peer, what: self.note_once("refused", f"a connection from {peer}: {what}"))
         self.nonces = {}  # the requests taken within FRESH_S
@@ -132,10 +132,14 @@ class Replicator:
             newest = heal_policy.natural(steps[-1])
             with Dir.open(self.root) as root:
                 kept = [e.name for e in root.entries() if e.kind == "dir"]
+            now, seen = time.monotonic(), {}
             for name in kept:
                 if heal_policy.checkpoint_name_ok(name) and name not in steps and heal_policy.natural(name) < newest:
-                    self.note_once("incomplete", f"{self.root}/{name} never completed (no {self.marker}): never "
-                                                 "copied, never resumed from", step=name)
+                    seen[name] = self.unfinished.get(name, now)  # a step the job prunes loses its marker first
+                    if now - seen[name] >= UNFINISHED_S:
+                        self.note_once("incomplete", f"{self.root}/{name} never completed (no {self.marker}): never "
+                                                     "copied, never resumed from", step=name)
+            self.unfinished = seen
         return steps
 
     def root_ok(self):
@@ -361,7 +365,10 @@ class Replicator:
             where = Dir.open(self.root, (step,))
             files = wire.manifest_of(where)
         else:
-            where = Dir.open(self.root, (REPLICAS, self.run_id, owner, step), private=True)
+            try:
+                where = Dir.open(self.root, (REPLICAS, self.run_id, owner, step), private=True)
+            except (OSError, Refused) as error:  # said to the asker, who tries another host
+                raise wire.Failed("incomplete", f"{self.host} holds no replica of {owner}'s {step}: {error}")
             files = json.loads(where.read(wire.MANIFEST))
             sizes = {e.name: e.size for e in where.entries() if e.kind == "file"}
             changed = [name for name, size, _ in files if sizes.get(name) != size]
@@ -377,7 +384,7 @@ class Replicator:
     def restore(self, attempt, step, sources):
         """Complete `dir/<step>` here from `sources` ({owner: [hosts holding its files]}); the result
         (ok, says, bytes, seconds) is kept for the keeper's reports under `restored`."""
-        started, moved, says = time.monotonic(), 0, None
+        started, moved, says, kind = time.monotonic(), 0, None, None
         try:
             if not heal_policy.checkpoint_name_ok(step):
                 raise wire.Failed("refused", f"{step[:80]!r} is not a checkpoint's name")
@@ -391,9 +398,9 @@ class Replicator:
                     marker = None if number == len(owners) - 1 else self.marker  # the marker comes with the last
                     moved += self._fetch(owner, step, sources[owner], into, have, marker)
         except (wire.Failed, OSError, Refused) as failed:
-            says = getattr(failed, "says", None) or str(failed)
-            self.event(getattr(failed, "kind", "refused"), f"restoring {step}: {says}", step=step)
-        result = {"attempt": attempt, "step": step, "ok": says is None, "says": says, "bytes": moved,
+            says, kind = getattr(failed, "says", None) or str(failed), getattr(failed, "kind", "refused")
+            self.event(kind, f"restoring {step}: {says}", step=step)
+        result = {"attempt": attempt, "step": step, "ok": says is None, "says": says, "kind": kind, "bytes": moved,
                   "s": round(time.monotonic() - started, 2)}
         with self.lock:
             self.restored = result

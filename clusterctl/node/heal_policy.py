@@ -317,7 +317,7 @@ def _marked(where, name, complete):
 
 def latest_checkpoint(spec, refused=None):
     """The newest complete checkpoint under spec["dir"] (complete_steps), as
-    ground/healing.latest_checkpoint_command finds it; None without one."""
+    the controller finds it (node/run_files.py `checkpoints`, heal/hooks.checkpoint_on); None without one."""
     if not spec:
         return None
     steps = complete_steps(spec["dir"], spec["complete"], refused)

@@ -23,8 +23,10 @@ replaced printed, so the controller's parsers read it unchanged:
   write-env                  own the node's run dir (made 0700 or proven ours), its env from stdin
   put NAME                   stdin into the run's shipped files, REL being `logs/<run id>/.files`
   put-private NAME           stdin into a 0600 file of the node's run dir, proven ours
+  checkpoints COMPLETE [RUN] BASE/REL a checkpoint dir: "own STEP" per complete step, "held OWNER STEP" per
+                             replica of run RUN (issue 50; heal_policy.py travels with this one)
 Only safe_files.py travels with every operation; follow_files.py (the streaming, `top`'s probe and
-`tail`) only with those that import it (plan/node_files.py: each poll starts as little as it can).
+`tail`) and heal_policy.py (`checkpoints`) only with those that import them (plan/node_files.py: each poll starts as little as it can).
 Refused paths print `clusterctl: refused PATH: WHY; FIX` on stderr and exit 4.
 """
 from __future__ import annotations
@@ -40,6 +42,7 @@ else:  # on the node: the files sent with it
 RUNS_ON_NODES = True
 
 REFUSED_EXIT = 4
+REPLICAS, MANIFEST = ".clusterctl-replicas", ".manifest.json"  # as node/checkpoint_replica.py writes them
 def _streaming():
     """follow_files, imported only by the operations that stream (a poll starts without it)."""
     import importlib
@@ -277,6 +280,39 @@ def put_private(base: str, rel: str, name: str) -> None:
         own.write(name, sys.stdin.buffer.read(), 0o600)
 
 
+def checkpoints(base: str, rel: str, complete: str, run_id: str = "") -> None:
+    """BASE/REL a checkpoint dir (`job.checkpoint.dir`, the operator's own setting: BASE trusted as
+    job.outputs is): "own STEP" for each complete step, oldest first (heal_policy.complete_steps: the
+    node side's own rules), then with RUN_ID "held OWNER STEP" for each complete replica of that run
+    this node holds (checkpoint_replica.py's layout: the manifest is written last, once all was checked)."""
+    import importlib
+
+    policy = importlib.import_module("clusterctl.node.heal_policy" if __package__ else "heal_policy")
+    root = "/".join(p for p in (base.rstrip("/"), *_split(rel)) if p) or "/"
+    lines = [f"own {step}\n" for step in policy.complete_steps(root, complete)]
+    try:
+        replicas = Dir.open(root, (REPLICAS, run_id)) if run_id else None
+    except (FileNotFoundError, NotADirectoryError):
+        replicas = None
+    if replicas is not None:
+        with replicas:
+            lines += [f"held {owner} {step}\n" for owner, step in _held(replicas, policy.checkpoint_name_ok)]
+    _out("".join(lines))
+
+
+def _held(replicas: Dir, name_ok) -> list:
+    found = []
+    for owner in replicas.entries():
+        if owner.kind == "dir" and name_ok(owner.name):
+            with replicas.sub(owner.name) as held:
+                for step in held.entries():
+                    if step.kind == "dir" and name_ok(step.name):
+                        with held.sub(step.name) as copy:
+                            if copy.is_file(MANIFEST):
+                                found.append((owner.name, step.name))
+    return found
+
+
 def follow(*args: str) -> None:
     _streaming().follow(*args)
 
@@ -287,7 +323,7 @@ def logs(*args: str) -> None:
 
 OPERATIONS = {"poll": poll, "mark-stopped": mark_stopped, "await-exit": await_exit, "tail": tail, "read": read, "state": state,
               "dumps": dumps, "probe": probe, "set-aside": set_aside, "write-env": write_env, "put": put,
-              "put-private": put_private, "follow": follow, "logs": logs}
+              "put-private": put_private, "follow": follow, "logs": logs, "checkpoints": checkpoints}
 
 
 def main(argv: list[str]) -> int:

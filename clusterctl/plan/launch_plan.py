@@ -18,6 +18,7 @@ from clusterctl.plan.topology import NodePlan, Topology
 from clusterctl.plan.torchrun import MAX_ARG_BYTES, job_argv, placeholder_values, torchrun_env
 from clusterctl.models import MASK, Command, Host, Inventory, looks_secret
 from clusterctl.plan.marker import marker_env
+from clusterctl.node import program
 from clusterctl.node.layout import files_dir, node_run_dir
 from clusterctl.plan import metrics_sampler as sampling
 from clusterctl.transport import remote_argv
@@ -106,13 +107,28 @@ def template(inventory: Inventory, fleet: Topology, node: NodePlan, run_id: str,
 
 def shipped_files(inventory: Inventory, files: Optional[Mapping[str, bytes]] = None) -> dict[str, bytes]:
     """{name: bytes} written into the run's files dir on every node before the launcher starts: the
-    metrics sampler (issue 41), the mpi gate (issue 38), and `files` (a rank-side script job.command
+    metrics sampler (issue 41), the mpi gate (issue 38), the checkpoint copier (issue 50), and `files` (a rank-side script job.command
     points at)."""
-    shipped = {**sampling.shipped(inventory), **launchers.shipped(inventory), **(files or {})}
+    shipped = {**sampling.shipped(inventory), **launchers.shipped(inventory), **replica_programs(inventory),
+               **(files or {})}
     for name in shipped:
         if not _FILE_NAME_RE.fullmatch(name):
             raise ValueError(f"not a plain file name: {name!r}")
     return shipped
+
+
+# what node/node_replica.py imports beside it: the copier of an attached run's checkpoint replicas (issue 50)
+REPLICA_PROGRAMS = ("node_replica.py", "checkpoint_replica.py", "checkpoint_wire.py", "heal_policy.py", "listener.py",
+                    "safe_files.py")
+
+
+def replica_programs(inventory: Inventory) -> dict[str, bytes]:
+    """{name: bytes} of the copier where `job.checkpoint.replicas` is set (the wrapper starts it where the
+    controller also wrote the host's replica.json: an attached run), else {}."""
+    spec = inventory.job.healing.checkpoint
+    if spec is None or not spec.replicas or not inventory.job.healing.enabled:
+        return {}
+    return {name: program(name).read_bytes() for name in REPLICA_PROGRAMS}
 
 
 def commands_of(inventory: Inventory, run_id: str, launches: Iterable, files: Mapping[str, bytes]) -> dict[str, dict]:

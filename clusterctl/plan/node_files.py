@@ -19,10 +19,10 @@ STREAMING = frozenset({"follow", "logs", "probe", "tail"})  # the operations tha
 BELOW_OUTPUTS = 3  # logs/<run id>/<host> (or .files): opened without following a link; above it is job.outputs
 
 
-def _beside(streaming: bool) -> tuple:
-    """The files run_files.py imports: the layer, and for streaming operations follow_files.py (a poll
-    without it compiles a third less)."""
-    return ("safe_files", "follow_files") if streaming else ("safe_files",)
+def _beside(streaming: bool, healing: bool = False) -> tuple:
+    """The files run_files.py imports: the layer, for streaming operations follow_files.py (a poll
+    without it compiles a third less), for `checkpoints` heal_policy.py."""
+    return ("safe_files", *(("follow_files",) if streaming else ()), *(("heal_policy",) if healing else ()))
 
 
 def split_run_path(path: str, below: int = BELOW_OUTPUTS) -> tuple[str, str]:
@@ -49,3 +49,19 @@ def command(inventory: Inventory, path: str, operation: str, *args: str, timeout
         found = in_container(inventory, argv(inventory.job.python, operation, path, *args),
                              interactive=stdin is not None or stdin_open)
     return Command(found, timeout=timeout, stdin=stdin, stdin_open=stdin_open, privileged=on_host is not None)
+
+
+def checkpoints_command(inventory: Inventory, directory: str, run_id: str = "") -> Command:
+    """The `checkpoints` operation on `job.checkpoint.dir` (`directory`, where the container sees it): its
+    complete steps as the nodes' own rules find them (heal_policy.complete_steps, through the layer), and
+    with `run_id` the replicas of that run it holds (issue 50); read back by heal/replicas.parse_holdings.
+    On the host through the bind mount where the dir is one (as root), else in the container."""
+    complete = inventory.job.healing.checkpoint.complete
+    on_host = host_path(inventory, directory)
+
+    def operation(python: str, where: str) -> tuple[str, ...]:
+        return inline_argv(python, _beside(False, healing=True), "run_files", "checkpoints", where, "", complete, run_id)
+
+    found = operation("python3", on_host) if on_host is not None else in_container(inventory, operation(inventory.job.python,
+                                                                                                        directory))
+    return Command(found, timeout=30, privileged=on_host is not None)

@@ -20,6 +20,9 @@ How a node runs its part of a job (all files in the node's run dir,
   each second); the output stream is one Python process that reads the files four times a second
   (node/follow_files.py: no fork; it was `tail -F`, which followed the job's links); the controller
   renews the lease with each poll, every 4 s (16 ms of CPU each: the no-follow layer, issue 47).
+- An attached run's checkpoint replicas (node/node_replica.py, issue 50: where the controller wrote
+  `replica.json`) start before the ranks: the restore a relaunch ordered first (`replica.ready` says
+  "ok" or why not, and then no rank starts: exit 1), then the copies for the attempt's life.
 - The metrics sampler (node/node_metrics.py, issue 41) runs beside torchrun for the whole run: the
   wrapper starts it (when shipped, `job.metrics_every` > 0) and ends it as torchrun ends.
 - The lease: the controller renews `lease` with each poll (watch/pace.py). If it goes silent for
@@ -45,6 +48,15 @@ mkdir -p "$dir" || exit 1
 exec </dev/null >>"$dir/agent.log" 2>&1
 if [ -n "$workdir" ] && ! cd "$workdir"; then echo 127 > "$dir/agent.exit"; exit 1; fi
 touch "$dir/lease"
+r=; copier=$(dirname "$dir")/FILES_DIR/node_replica.py  # issue 50: an attached run's checkpoint replicas
+if [ -e "$dir/replica.json" ] && [ -e "$copier" ]; then
+  rm -f "$dir/replica.ready"; "$py" "$copier" "$dir" $$ >>"$dir/replica.log" 2>&1 & r=$!
+  while [ ! -e "$dir/replica.ready" ] && kill -0 "$r" 2>/dev/null; do sleep 0.1; done
+  if [ "$(head -c 3 "$dir/replica.ready" 2>/dev/null)" != ok ]; then
+    echo "clusterctl: no rank started: $(head -c 2000 "$dir/replica.ready" 2>/dev/null || echo 'the checkpoint copier ended')"
+    kill "$r" 2>/dev/null; echo 1 > "$dir/agent.exit.tmp" && mv -f "$dir/agent.exit.tmp" "$dir/agent.exit"; exit 1
+  fi
+fi
 ( while IFS= read -r kv; do export "$kv"; done < "$dir/env"; exec setsid "$@" ) &
 pid=$!
 echo "$pid" > "$dir/agent.pid"
@@ -71,7 +83,7 @@ alive() { s=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -c1); [ -n "$s" ]
   done
 ) & watch=$!
 wait "$pid"; code=$?
-kill "$watch" $m 2>/dev/null
+kill "$watch" $m $r 2>/dev/null
 echo "$code" > "$dir/agent.exit.tmp" && mv -f "$dir/agent.exit.tmp" "$dir/agent.exit"
 '''.replace("FILES_DIR", FILES)
 

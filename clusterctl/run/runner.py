@@ -119,6 +119,7 @@ class JobRunner:
         self.stacks_dir = stacks_dir
         self.supervised: Optional[supervision.Supervised] = None
         self.heal = None  # heal/detached.DetachedHealing: a detached run that heals itself (issue 35)
+        self.replicas: dict[str, bytes] = {}  # each host's replica.json: an attached run's copier (heal/replicas.py)
         self._wake = threading.Event()  # set when a node's output stream ends: its torchrun ended
         self.health_watch = None  # watch/health_watch.PassiveWatch, set by the run flow (issue 36)
         self.phases = phases.Phases()  # the run flow hands its own in (run/phases.py)
@@ -199,6 +200,8 @@ class JobRunner:
             where = files_dir(self.inventory.job.outputs, self.run_id)
             commands = [agent.write_env_command(self.inventory, node.run_dir, node.env),
                         *(put_file_command(self.inventory, where, name, data) for name, data in self.files.items()),
+                        *([supervision.put_private(self.inventory, node.run_dir, "replica.json", self.replicas[host.name])]
+                          if host.name in self.replicas else []),
                         agent.start_command(self.inventory, node.run_dir, node.torchrun)]
             return run_commands(transport, host, commands)
 

@@ -75,7 +75,7 @@ def supervisor_of(record: dict) -> Optional[Supervised]:
         return None
 
 
-def _put_private(inventory: Inventory, run_dir: str, name: str, data: bytes) -> Command:
+def put_private(inventory: Inventory, run_dir: str, name: str, data: bytes) -> Command:
     """stdin into a file only its owner reads (the key), in the node's run dir proven ours (node/run_files.py)."""
     return node_files.command(inventory, run_dir, "put-private", name, stdin=data, in_container_only=True)
 
@@ -163,12 +163,12 @@ def establish(inventory: Inventory, run_id: str, master: str, address: str, port
                  *(put_file_command(inventory, files_dir(inventory.job.outputs, run_id), name, data)
                    for name, data in (files or {}).items())] if host.name in spares else []
         commands = [*spare,
-                    _put_private(inventory, run_dir, "node_agent.py", script),
-                    _put_private(inventory, run_dir, "node_health.py", health_script),
-                    *(_put_private(inventory, run_dir, path.name, path.read_bytes()) for path in BESIDE_AGENT),
-                    *([_put_private(inventory, run_dir, "node_healing.py", _HEALING.read_bytes())] if heal else []),
-                    *(_put_private(inventory, run_dir, name, data) for name, data in watch),
-                    _put_private(inventory, run_dir, CONFIG, config.encode())]
+                    put_private(inventory, run_dir, "node_agent.py", script),
+                    put_private(inventory, run_dir, "node_health.py", health_script),
+                    *(put_private(inventory, run_dir, path.name, path.read_bytes()) for path in BESIDE_AGENT),
+                    *([put_private(inventory, run_dir, "node_healing.py", _HEALING.read_bytes())] if heal else []),
+                    *(put_private(inventory, run_dir, name, data) for name, data in watch),
+                    put_private(inventory, run_dir, CONFIG, config.encode())]
         if host.name == master:
             commands.append(_start(inventory, run_dir, "supervise", marker))
         commands.append(_start(inventory, run_dir, "keep", marker))

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -40,6 +43,7 @@ def nodes(tmp_path):
                            "checkpoint": {"dir": str(tmp_path / host / "ckpt"), "complete": "COMPLETE",
                                           "replicas": replicas, "keep": keep}}}
         made[host] = checkpoint_replica.Replicator(str(run_dir), config, say=lambda line: None).start()
+        made[host]._config = config  # an attempt's replica.json is the same shape (test of the wrapper's copier)
         return made[host]
 
     yield node, tmp_path
@@ -166,6 +170,13 @@ def test_a_linked_checkpoint_dir_and_a_step_that_never_completes_are_said_and_no
     _save(tmp / "n2" / "ckpt", 1, (1,), complete=False)
     _save(tmp / "n2" / "ckpt", 2, (1,))
     wait_until(lambda: any(e["kind"] == "incomplete" and e["step"] == "step-1" for e in n2.summary()["events"]), 30)
+    # a step the job prunes (its marker gone first, as rmtree may take it) is no step that never completed
+    _save(tmp / "n2" / "ckpt", 3, (1,))
+    (tmp / "n2" / "ckpt" / "step-2" / "COMPLETE").unlink()
+    shutil.rmtree(tmp / "n2" / "ckpt" / "step-2")
+    # the sender's scans went past it: step-3 was offered to n1 (whose linked dir refuses it)
+    wait_until(lambda: any(e["step"] == "step-3" for e in n2.summary()["events"]), 30, what="step-3 offered")
+    assert not any(e["kind"] == "incomplete" and e["step"] == "step-2" for e in n2.summary()["events"])
 
 
 def test_a_crowd_of_idle_connections_from_a_peers_own_address_does_not_keep_its_copy_out(nodes):
@@ -241,3 +252,62 @@ def test_a_node_cannot_forge_another_nodes_copy_with_its_own_keys_nor_from_its_o
     wait_until(lambda: sum(e["kind"] == "refused" for e in n2.summary()["events"]) >= 2, 30)
     assert _held(tmp, "n2", "n1") == []
     assert wire.unframe(stolen, put(stolen, HOSTS["n1"]))["send"] is True  # the real n1, from its own address
+def _wrapper(tmp: Path, host: str, config: dict, job: str) -> subprocess.Popen:
+    """The ranks' wrapper of an attached attempt on `host` (plan/wrapper.py, run as a node runs it), with the
+    copier shipped in the run's files dir and `config` as its replica.json; `job` the ranks' shell command."""
+    from clusterctl.plan import wrapper
+    from clusterctl.plan.launch_plan import REPLICA_PROGRAMS
+    from clusterctl.node import program
+
+    files = tmp / "logs" / ".files"
+    files.mkdir(parents=True, exist_ok=True)
+    for name in REPLICA_PROGRAMS:
+        (files / name).write_bytes(program(name).read_bytes())
+    run_dir = tmp / "logs" / host
+    run_dir.mkdir(mode=0o700)
+    (run_dir / "env").write_text(f"CKPT={config['heal']['checkpoint']['dir']}\n")
+    (run_dir / "replica.json").write_text(json.dumps(config))
+    os.chmod(run_dir / "replica.json", 0o600)
+    return subprocess.Popen(["sh", "-c", wrapper.WRAPPER, "clusterctl-wrapper", str(run_dir), "15", "", sys.executable,
+                             "", "", "sh", "-c", job])
+
+
+def test_an_attached_attempts_wrapper_restores_before_its_ranks_start_and_refuses_to_start_them_without(nodes):
+    """The copier an attached run's wrapper hosts (node/node_replica.py): attempt 2 on n1 and the spare n3
+    after n2 was lost; each restores the union of step-2 (n2's shard from its replica on n1) before its
+    ranks start, and keeps copying while they run. A step no survivor holds: no rank starts, exit 1, said."""
+    node, tmp = nodes
+    n1, n2 = node("n1"), node("n2")
+    for step in (1, 2):
+        _save(tmp / "n1" / "ckpt", step, (0,))
+        _save(tmp / "n2" / "ckpt", step, (1,))
+    wait_until(lambda: "step-2" in _held(tmp, "n1", "n2"), 30, what="n2's step-2 on n1")
+    n1.stop(), n2.stop()
+    from local.test_healing import _listing  # what the controller reads of each host (the `checkpoints` operation)
+
+    held = {"n1": _listing(tmp / "n1" / "ckpt", run_id="RUN1"), "n3": {"own": [], "held": {}}}
+    assert held["n1"]["own"] == ["step-1", "step-2"] and held["n1"]["held"]["n2"][-1] == "step-2"
+    step, sources = checkpoint_copies.choose(held, ["n1", "n2"], ["n1", "n3"])
+    order = {"step": step, "sources": sources}
+    configs, port = {}, _free_port() - wire.PORT_OFFSET + 1  # a port of its own: n1's stopped one may linger
+    for host in ("n1", "n3"):
+        config = {**json.loads(json.dumps(n1.__dict__["_config"])), "port": port}
+        config["heal"]["checkpoint"]["dir"] = str(tmp / host / "ckpt")
+        configs[host] = {**config, "host": host, "attempt": 2, "restore": order,
+                         "heal": {**config["heal"], "active": ["n1", "n3"]}}
+    # as ranks do, each waits for its peer (a rendezvous): a survivor's copier serves until the spare restored
+    job = f'ls "$CKPT/step-2" > "$CKPT/../seen"; while [ ! -e {tmp}/n1/seen ] || [ ! -e {tmp}/n3/seen ]; do sleep 0.1; done'
+    ran = [_wrapper(tmp / "attempt-2", host, configs[host], job) for host in ("n1", "n3")]
+    assert [p.wait(60) for p in ran] == [0, 0]
+    for host in ("n1", "n3"):
+        assert (tmp / host / "seen").read_text().split() == ["COMPLETE", "shard-0.pt", "shard-1.pt"], host
+        assert (tmp / "attempt-2" / "logs" / host / "agent.exit").read_text().strip() == "0"
+    assert ((tmp / "n3" / "ckpt" / "step-2" / "shard-1.pt").read_bytes()
+            == (tmp / "n2" / "ckpt" / "step-2" / "shard-1.pt").read_bytes())
+    lost = {**configs["n3"], "restore": {"step": "step-9", "sources": {"n2": ["n3"]}}}  # held nowhere
+    failed = _wrapper(tmp / "attempt-3", "n3", lost, 'touch "$CKPT/../ran"')
+    assert failed.wait(60) == 1 and not (tmp / "n3" / "ran").exists()
+    run_dir = tmp / "attempt-3" / "logs" / "n3"
+    assert (run_dir / "agent.exit").read_text().strip() == "1"
+    assert "no rank started: the restore of step-9 failed: n3: n3 holds no replica of n2's step-9" in (
+        run_dir / "agent.log").read_text()

@@ -370,7 +370,7 @@ def test_a_run_directory_made_first_by_someone_else_is_refused_and_nothing_is_wr
     refusal = done.stderr.decode()
     assert done.returncode != 0 and f"refused {run_dir}:" in refusal
     assert not (run_dir / "env").exists() and not (elsewhere / "env").exists()
-    put = _run(supervision._put_private(inventory, str(run_dir), "supervision.json", b"{}"))
+    put = _run(supervision.put_private(inventory, str(run_dir), "supervision.json", b"{}"))
     assert put.returncode != 0 and f"refused {run_dir}".encode() in put.stderr
     assert list(elsewhere.iterdir()) == []
     # ours, as write_env made it, is used (twice: a retried launch)

@@ -4,7 +4,8 @@
 /tmp/clusterctl-ckpt-<name> INSIDE its node's container (each node's own disk: the containers share
 only /workspace/output, where the job writes its progress and result), and knows nothing of replicas.
 `job.checkpoint.replicas: 1` copies each node's new complete step to the next node; on a relaunch the
-spare receives the lost node's shards from their replica. The result must be exact (every rank's state
+spare receives the lost node's shards from their replica, in a detached run (the keepers copy) and in an
+attached one (each attempt's wrapper hosts the copier). The result must be exact (every rank's state
 and the sum), resumed past step 0. A no-progress loop ends after two attempts."""
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterctl_helpers import CONTAINER_OUTPUTS, cluster_with_jobs, variant, wait_until
+from clusterctl_helpers import CONTAINER_OUTPUTS, Cli, cluster_with_jobs, variant, wait_until
 
 from rehearsal.test_cluster_heal import _left_over
 from rehearsal.test_cluster_heal_detached import _detach, _ended, prompt  # noqa: F401  (prompt: a fixture)
@@ -64,16 +65,17 @@ def _expected(world: int) -> tuple:
 
 
 def _logs(sb, run_id: str) -> str:
-    """The supervisor's and the keepers' logs of the run (what an assertion below shows when it fails)."""
+    """The supervisor's, the keepers' and the copiers' logs of the run (what an assertion below shows when it fails)."""
     found = []
     for path in sorted((sb.shared_outputs / "logs" / run_id).glob("node*/*.log")):
-        if path.name in ("supervise.log", "keep.log"):
+        if path.name in ("supervise.log", "keep.log", "replica.log", "agent.log"):
             found.append(f"--- {path.parent.name}/{path.name}\n{path.read_text()[-3000:]}")
     return "\n".join(found)
 
 
 def _exact(sb, name: str, run: dict) -> dict:
-    assert run["state"] == "succeeded" and run["exit_code"] == 0, json.dumps(run)[-4000:]
+    # a detached run's record ends "succeeded" (its supervisor's word), an attached one's "ended" with its exit code
+    assert run["state"] in ("succeeded", "ended") and run["exit_code"] == 0, json.dumps(run)[-4000:]
     done = _out(sb, name, "done.json")
     assert done["resumed_from"], json.dumps(run.get("attempts"))[-3000:] + "\n" + _logs(sb, run["run_id"])
     ws, total = _expected(done["world"])
@@ -83,25 +85,43 @@ def _exact(sb, name: str, run: dict) -> dict:
     return done
 
 
-def test_the_node_of_the_last_rank_cut_off_its_shard_comes_back_from_its_replica(sandbox, cli, prompt, tmp_path):
-    name = "replica-last-rank"
+@pytest.mark.parametrize("mode", ["detached", pytest.param("attached", marks=pytest.mark.heavy)])
+def test_the_node_of_the_last_rank_cut_off_its_shard_comes_back_from_its_replica(sandbox, cli, prompt, tmp_path, mode):
+    """Detached: the keepers copy and the engine orders the restore. Attached (never handed over): each
+    attempt's wrapper hosts the same copier (node/node_replica.py) and the controller orders the restore
+    (heal/replicas.py): the same Replicator either way."""
+    name = f"replica-last-rank-{mode}"
     inventory = _inventory(sandbox, tmp_path / "inv.yaml", name)
-    run_id = _detach(cli, inventory, prompt)
+    proc = cli.popen("run", "-i", str(inventory), str(prompt)) if mode == "attached" else None
+    run_id = _detach(cli, inventory, prompt) if proc is None else None
     try:
         wait_until(lambda: (_out(sandbox, name, "progress.json") or {}).get("step", 0) >= 6, 180, interval=0.3,
                    what="step 6")
         cut = time.time()
         sandbox.cut_network("node2")
-        run = wait_until(lambda: _ended(cli, inventory, run_id), 300, interval=3, what="the run's end")
+        if proc is None:
+            run = wait_until(lambda: _ended(cli, inventory, run_id), 300, interval=3, what="the run's end")
+        else:
+            code, doc, stderr = Cli.finish(proc, timeout=300)
+            run_id = doc["run_id"]
+            run = json.loads((cli.state_dir / "runs" / run_id / "run.json").read_text())
+            assert code == 0, stderr[-3000:] + _logs(sandbox, run_id)
     finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
         sandbox.restore_network("node2")
     done = _exact(sandbox, name, run)
     first, second = run["attempts"]
     assert first["excluded"] == [{"host": "node2", "cause": "node_unreachable"}] and first["progress"] is True
     assert second["hosts"] == ["node1", "node3"] and second["resumed_from"] == done["resumed_from"]
-    assert second["timings"]["transfer_s"] is not None
-    print(f"\nreplicas, last rank's node cut: resumed from {done['resumed_from']}, attempt 2 started "
-          f"{second['started'] - cut:.1f} s after the cut; timings {second['timings']}")
+    if mode == "detached":
+        assert second["timings"]["transfer_s"] is not None
+    else:  # the spare had nothing: the lost node's shard came from its replica on node1 (its copier's log)
+        log = (sandbox.shared_outputs / "logs" / run_id / "node3" / "replica.log").read_text()
+        assert f"restored {done['resumed_from'].rsplit('/', 1)[-1]}" in log, log[-2000:]
+    print(f"\nreplicas ({mode}), last rank's node cut: resumed from {done['resumed_from']}, attempt 2 started "
+          f"{second['started'] - cut:.1f} s after the cut; timings {second.get('timings')}")
     assert wait_until(lambda: not _left_over(run_id), 60, interval=1, what="no process of the run")
 
 

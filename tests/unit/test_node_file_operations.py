@@ -78,7 +78,6 @@ SENT_ALLOWED = {
     "watch/health_watch.py:_KERNEL_SINCE": "the kernel log",
     "watch/kernel_log.py:_OOM_SINCE": "the kernel log",
     "watch/sampler.py:_SCRIPT": "the stack sampler's private temp dir (mktemp -d) and py-spy's kept copy",
-    "ground/healing.py:script": "the checkpoint listing: the `ckpt` change moves it onto the layer (run_files)",
 }
 
 

@@ -18,6 +18,8 @@ READS_ALLOWED = {
     "run/supervision.py:*": "the agent, its health watch, healer and straggler watch: shipped into the node's "
                             "0700 run dir and started from there for the run's life (they outlive any command)",
     "plan/metrics_sampler.py:*": "the metrics sampler: shipped into the run dir, started by the wrapper as the job's peer",
+    "plan/launch_plan.py:replica_programs": "an attached run's checkpoint copier (node_replica.py and what it imports): "
+                                             "shipped into the run's files dir, started by the wrapper beside the ranks",
     "plan/launcher_mpirun.py:*": "mpirun's gate and what it imports: shipped beside it for the job's launch",
     "backends/nccl_test.py:*": "the nccl-test benchmark: shipped as the job's own rank program",
     "registry/relay.py:RELAY": "the relay's inline text (node_relay.py with listener.py): it runs inside a shell "
