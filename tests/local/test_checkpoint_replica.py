@@ -294,6 +294,7 @@ def test_an_attached_attempts_wrapper_restores_before_its_ranks_start_and_refuse
         config = {**json.loads(json.dumps(n1.__dict__["_config"])), "port": port}
         config["heal"]["checkpoint"]["dir"] = str(tmp / host / "ckpt")
         configs[host] = {**config, "host": host, "attempt": 2, "restore": order,
+                         "replica_keys": wire.pair_keys(SECRET, host, HOSTS),
                          "heal": {**config["heal"], "active": ["n1", "n3"]}}
     # as ranks do, each waits for its peer (a rendezvous): a survivor's copier serves until the spare restored
     job = f'ls "$CKPT/step-2" > "$CKPT/../seen"; while [ ! -e {tmp}/n1/seen ] || [ ! -e {tmp}/n3/seen ]; do sleep 0.1; done'
