@@ -136,9 +136,18 @@ def main_state(pid):
     return state if len(state) == 1 and state.isalpha() else ""
 
 
-def waits(text, state=""):
-    """From py-spy's `dump --json` and the main thread's state read as it started: None (unreadable), else
-    whether the main thread waits for the others (straggler_verdict.frames_wait)."""
+def ran(pid):
+    """How long the main thread has run and how often it was scheduled (/proc's schedstat), "" unknown: the
+    same text later means it has not run since, so its Python stack cannot have moved."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/schedstat") as f:
+            return f.read(256).strip()
+    except OSError:
+        return ""
+
+
+def main_frames(text):
+    """The main thread's [(function, where)] from py-spy's `dump --json`, innermost first; None unreadable."""
     try:
         threads = json.loads(text)
     except (ValueError, RecursionError):
@@ -148,6 +157,13 @@ def waits(text, state=""):
     main = next((t for t in threads if t.get("thread_name") == "MainThread"), threads[0] if threads else None)
     frames = [(f.get("name"), f.get("filename") or f.get("short_filename") or "")
               for f in (main or {}).get("frames", ()) if isinstance(f, dict) and isinstance(f.get("name"), str)]
+    return frames or None
+
+
+def waits(text, state=""):
+    """From py-spy's `dump --json` and the main thread's state read as it started: None (unreadable), else
+    whether the main thread waits for the others (straggler_verdict.frames_wait)."""
+    frames = main_frames(text)
     return verdict.frames_wait(frames, state) if frames else None
 
 
@@ -160,6 +176,7 @@ class Sampler:
         self.samples = deque(maxlen=KEPT)
         self.problem, self.spy, self.error = "", None, ""
         self.lock, self.children, self.closed = threading.Lock(), [], threading.Event()
+        self.dumped = {}  # pid -> (its schedstat before its last good dump, that dump's main-thread frames)
         threading.Thread(target=self._loop, daemon=True).start()
 
     def summary(self):
@@ -195,27 +212,36 @@ class Sampler:
         started = []
         if self.closed.is_set():
             return []
+        self.dumped = {pid: seen for pid, seen in self.dumped.items() if pid in ranks}
+        runs = {pid: ran(pid) for pid in ranks}  # before the state: unchanged later, not run since
         states = {pid: main_state(pid) for pid in ranks}  # every rank's at about one moment, before py-spy
+        out = []
         for pid, rank in ranks.items():
+            before = self.dumped.get(pid)
+            if runs[pid] and before and before[0] == runs[pid]:  # not run since its last dump: that stack, no py-spy
+                out.append([rank, int(verdict.frames_wait(before[1], states[pid]))])
+                continue
             try:
                 child = subprocess.Popen([self.spy, "dump", "--json", "--nonblocking", "--pid", str(pid)],
                                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             except OSError:
                 continue
-            started.append((rank, states[pid], child))
+            started.append((pid, rank, states[pid], child))
         with self.lock:
-            self.children = [c for _r, _s, c in started]
-        out, deadline = [], time.monotonic() + TIMEOUT_S
-        for rank, state, child in started:
+            self.children = [c for _p, _r, _s, c in started]
+        deadline = time.monotonic() + TIMEOUT_S
+        for pid, rank, state, child in started:
             try:
                 text, error = child.communicate(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 child.kill()
                 child.communicate()
                 continue
-            wait = waits(text.decode("utf-8", "replace"), state) if child.returncode == 0 and len(text) <= MAX_OUTPUT else None
-            if wait is not None:
-                out.append([rank, int(wait)])
+            frames = main_frames(text.decode("utf-8", "replace")) \
+                if child.returncode == 0 and len(text) <= MAX_OUTPUT else None
+            if frames is not None:
+                self.dumped[pid] = (runs[pid], frames)
+                out.append([rank, int(verdict.frames_wait(frames, state))])
             elif error.strip():
                 self.error = error.decode("utf-8", "replace").strip().splitlines()[-1][:200]
         with self.lock:
