@@ -118,19 +118,18 @@ for e in $(grep -lzxF "CLUSTERCTL_CLUSTER=$cluster" /proc/[0-9]*/environ 2>/dev/
 done
 [ -s "$dir/ranks" ] || { echo "$M problem no rank of run $run runs here"; exit 0; }
 to=""; command -v timeout >/dev/null 2>&1 && to="timeout -s KILL $SPY_TIMEOUT"
-one() {
-  p=$1 rk=$2 lr=$3 n=$4
-  # read with the shell's own `read` (no process started: a sample costs a node py-spy's dump at most).
-  # The straggler rounds ($nb) first read how long the main thread has run (schedstat): unchanged since its
-  # last good dump, it has not run since, so its stack is that dump's and py-spy is not started again
+look() {
+  # rank $p read with the shell's own `read` (no process started: a sample costs a node py-spy's dumps at
+  # most). The straggler rounds ($nb) first read how long its main thread has run (schedstat): unchanged
+  # since its last good dump, it has not run since, so its stack is that dump's and py-spy is not started
   ran=""; [ -n "$nb" ] && { read -r ran < "/proc/$p/task/$p/schedstat"; } 2>/dev/null
-  # the main thread's state first, at the same moment for every rank: asleep (S) inside torch is a wait
   l=""; { read -r l < "/proc/$p/task/$p/stat"; } 2>/dev/null; set -f; set -- ${l##*) }; set +f
   st=${1:--} ticks=$(( ${12:-0} + ${13:-0} ))
   wc=""; { read -r wc < "/proc/$p/task/$p/wchan"; } 2>/dev/null
   case $wc in 0|*[!A-Za-z0-9_.]*) wc="";; esac
   seen=""; [ -n "$ran" ] && { read -r seen < "$dir/ran.$p"; } 2>/dev/null
-  if [ -n "$ran" ] && [ "$ran" = "$seen" ]; then echo "$M rank $n $p $rk $lr $ticks 0 $st ${wc:--} same"; return 0; fi
+}
+one() {  # dump rank $p (in the background): the state, ticks, wchan and schedstat `look` read just before
   case "$nb$st" in
     # a blocking py-spy would wait forever to attach to a stopped or D-state process: the state is the answer
     T|t|D|Z|X) out="Error: not read: the process is in state $st"; code=125;;
@@ -140,18 +139,24 @@ one() {
        [ "$code" = 137 ] && [ -n "$to" ] && out="Error: py-spy did not answer within $SPY_TIMEOUT s (killed)";;
   esac
   [ -n "$ran" ] && [ "$code" = 0 ] && echo "$ran" > "$dir/ran.$p"
-  echo "$M rank $n $p $rk $lr $ticks $code $st ${wc:--}"
+  echo "$M rank $i $p $rank $lrank $ticks $code $st ${wc:--}"
   printf '%s\n' "$out"
   [ -n "$nb" ] && return 0  # the straggler rounds judge no socket: the roll call of a hang reads them
   inodes=$(ls -l "/proc/$p/fd" 2>/dev/null | sed -n 's/.*socket:\[\([0-9]*\)\]$/\1/p' | tr '\n' ' ')
-  echo "$M sockets $n $p"
+  echo "$M sockets $i $p"
   [ -n "$inodes" ] && awk -v want=" $inodes " 'FNR > 1 && index(want, " " $10 " ")' "/proc/$p/net/tcp" "/proc/$p/net/tcp6" 2>/dev/null
 }
 i=1
 while :; do
-  while read -r p rank lrank; do one "$p" "$rank" "$lrank" "$i" > "$dir/s$i.$p" 2>&1 & done < "$dir/ranks"
+  # every rank's state first, at about one moment (asleep (S) inside torch is a wait), then the dumps at once
+  dumped=""
+  while read -r p rank lrank; do
+    look
+    if [ -n "$ran" ] && [ "$ran" = "$seen" ]; then echo "$M rank $i $p $rank $lrank $ticks 0 $st ${wc:--} same"
+    else one > "$dir/s$i.$p" 2>&1 & dumped=1; fi
+  done < "$dir/ranks"
   wait
-  cat "$dir"/s$i.* 2>/dev/null
+  [ -n "$dumped" ] && cat "$dir"/s$i.* 2>/dev/null
   [ "$i" -ge "$samples" ] && break
   i=$((i + 1)); sleep "$interval"
 done
