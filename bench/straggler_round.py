@@ -4,7 +4,8 @@ against RANKS Python processes that carry a run's marker and a RANK (a busy loop
 0.1 s: each sample finds some ranks running, some asleep; `--asleep`: ranks in one long sleep, a job
 holding between steps). The CPU is the script's and everything it starts
 (getrusage of the children), over SAMPLES samples INTERVAL_S apart; the py-spy is the wheel's, kept in a
-directory of the round's own (as a run's later rounds run it). No ssh, no container: the script alone.
+directory of the round's own (as a run's later rounds run it), with what the node keeps there between rounds
+and the dumps the controller holds. No ssh, no container: the script alone.
 
     python bench/straggler_round.py [--ranks 2] [--samples 15] [--interval 1] [--rounds 2]
 
@@ -54,19 +55,22 @@ def main() -> None:
     inventory = argparse.Namespace(name="bench-round")  # the script on the host: only the inventory's name is read
     run_id = f"round-{os.getpid()}"
     marker = {"CLUSTERCTL_CLUSTER": "bench-round", "CLUSTERCTL_HOST": "local", "CLUSTERCTL_RUN_ID": run_id}
-    ranks = [subprocess.Popen([sys.executable, "-c", ASLEEP if args.asleep else RANK], env={**os.environ, **marker, "RANK": str(r)})
+    ranks = [subprocess.Popen([sys.executable, "-c", ASLEEP if args.asleep else RANK], env={**os.environ, **marker, "RANK": str(r),
+                                                                                          "LOCAL_WORLD_SIZE": str(args.ranks)})
              for r in range(args.ranks)]
     keep = f"clusterctl-bench-round.{os.getpid()}"
-    results = []
+    results, dumps = [], {}
     try:
         time.sleep(1.0)
         for index in range(args.rounds + 1):  # the first round ships py-spy and keeps it: not counted
+            extra = {"known": dumps} if "known" in sampler.sample_command.__code__.co_varnames else {}
             command = sampler.sample_command(inventory, "local", run_id, args.samples, args.interval, nonblocking=True,
-                                             keep=keep, ship=index == 0)
+                                             keep=keep, ship=index == 0, **extra)
             before, started = children_cpu(), time.monotonic()
             done = subprocess.run(list(command.argv), input=command.stdin, capture_output=True, timeout=command.timeout)
             cpu, wall = children_cpu() - before, time.monotonic() - started
-            node = sampler.parse_node_output(done.stdout.decode(errors="replace"), "local")
+            node = sampler.parse_node_output(done.stdout.decode(errors="replace"), "local", *([dumps] if extra else []))
+            dumps = getattr(node, "dumps", {})  # what the controller holds for the next round (watch/pyspy_kept.py)
             read = sum(1 for sample in node.samples for rank in sample if rank.frames)
             if index:
                 results.append({"cpu_s": round(cpu, 4), "wall_s": round(wall, 2), "samples": len(node.samples),

@@ -23,10 +23,10 @@ ASLEEP = "import time\ndef waiting_here():\n    time.sleep(120)\nwaiting_here()"
 BUSY = "import time\ndef busy_here():\n    while True:\n        sum(range(1000))\nbusy_here()"
 
 
-def _round(tmp: Path, run: str, samples: int, nonblocking: bool = True, ship: bool = True) -> str:
+def _round(tmp: Path, run: str, samples: int, nonblocking: bool = True, ship: bool = True, known=()) -> str:
     inventory = Inventory("cost-test", (Host("n1", "127.0.0.1"),))
     command = sampler.sample_command(inventory, "n1", run, samples, 0.2, nonblocking=nonblocking,
-                                     keep=process.kept_pyspy_name("cost-test", run), ship=ship)
+                                     keep=process.kept_pyspy_name("cost-test", run), ship=ship, known=known)
     done = subprocess.run(command.argv, input=command.stdin or b"", capture_output=True, timeout=60,
                           env={**os.environ, "TMPDIR": str(tmp)})
     return done.stdout.decode(errors="replace")
@@ -38,7 +38,7 @@ def ranks():
     run = f"r-{uuid.uuid4().hex[:8]}"
     procs = [subprocess.Popen([sys.executable, "-c", code],
                               env={**os.environ, **dict(process.marker_env("cost-test", "n1", run)), "RANK": str(r),
-                                   "LOCAL_RANK": str(r)}) for r, code in enumerate((ASLEEP, BUSY))]
+                                   "LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": "2"}) for r, code in enumerate((ASLEEP, BUSY))]
     time.sleep(0.7)
     yield run
     for proc in procs:
@@ -80,3 +80,27 @@ def test_a_kept_py_spy_is_hashed_once_then_known_by_its_inode_and_times(tmp_path
     kept.write_bytes(b"#!/bin/sh\necho py-spy 0.4\n")
     again = sampler.parse_node_output(_round(tmp_path, ranks, 1, ship=False), "n1")
     assert again.asks and "changed on the node" in again.problem and not kept.exists()
+
+
+def _heads(stdout: str) -> list[list[str]]:
+    return [line.split()[2:] for line in stdout.splitlines() if line.startswith(sampler.MARK + "rank ")]
+
+
+def test_later_rounds_reuse_the_ranks_found_and_the_dumps_the_controller_holds(tmp_path, ranks):
+    first = _round(tmp_path, ranks, 2)
+    kept = tmp_path / process.kept_pyspy_name("cost-test", ranks)
+    listed = (kept / "ranks").read_text().split("\n")
+    assert len([line for line in listed if line]) == 2  # both ranks of LOCAL_WORLD_SIZE 2 found: kept
+    node = sampler.parse_node_output(first, "n1")
+    asleep = node.samples[0][0].pid
+    assert set(node.dumps) == {asleep, node.samples[0][1].pid}
+    second = _round(tmp_path, ranks, 2, ship=False, known=[asleep])
+    heads = _heads(second)
+    assert [h[-1] for h in heads if h[1] == str(asleep)] == ["same", "same"]  # not dumped this round at all
+    assert all(h[-1] != "same" for h in heads if h[1] != str(asleep))
+    again = sampler.parse_node_output(second, "n1", {asleep: node.dumps[asleep]})
+    assert all("waiting_here" in [f.function for f in s[0].frames] for s in again.samples)
+    unknown = _round(tmp_path, ranks, 1, ship=False)  # the controller holds no dump: the node dumps it again
+    assert all(h[-1] != "same" for h in _heads(unknown))
+    (kept / "ranks").write_text(f"{asleep} 0 0 1\n")  # a rank that started again (another start time): looked for anew
+    assert len(sampler.parse_node_output(_round(tmp_path, ranks, 1, ship=False), "n1").samples[0]) == 2
