@@ -8,8 +8,10 @@ start), in a thread of its own so that a py-spy that hangs never holds a beat ba
 run on this node (the processes that carry the keeper's own marker and a RANK, as watch/sampler.py's
 script finds them: a rank's child with the same RANK and a launcher's shell are passed over), each read
 at once with `py-spy dump --json --nonblocking` (the ranks are not paused), TIMEOUT_S at most and
-MAX_OUTPUT bytes. Each sample is [tick, [[rank, waits], ...]] (tick: the whole second of the node's
-clock, so the supervisor puts the nodes' samples of one moment side by side; waits: the main thread in
+MAX_OUTPUT bytes; a rank whose main thread has not run since its last good dump (/proc's schedstat
+unchanged: its stack cannot have moved) is judged on that dump with its state read now, and no py-spy
+starts for it (issue 52: a dump is ~15 ms of the node's CPU). Each sample is [tick, [[rank, waits],
+...]] (tick: the whole second of the node's clock, so the supervisor puts the nodes' samples of one moment side by side; waits: the main thread in
 a collective or asleep inside a library, straggler_verdict.frames_wait, its state read from /proc just
 before py-spy starts); the latest KEPT go in every beat, the supervisor keeps
 each tick once (engine.py, straggler_verdict.Watch). Without a py-spy that runs, the keeper says so

@@ -15,9 +15,18 @@ How (one `sh` script per node, run on the host, as root through `sudo -n` where 
 - From the host, the ranks in a container are ordinary host PIDs: py-spy reads them through
   /proc/PID/root and process_vm_readv, so the container needs no SYS_PTRACE. Only where the host
   cannot look (a non-root user without sudo) does clusterctl run the same script in the container.
-- Each sample runs py-spy on every rank at once, and reads each rank's main-thread CPU time (a hot
-  loop can sit on one line in every sample: its CPU time tells it from a wait) and TCP sockets
-  (/proc/PID/fd socket inodes joined with /proc/PID/net/tcp{,6}: its network namespace's table).
+- Each sample reads every rank's main-thread state, wchan and CPU time with the shell's own `read`
+  (no process started; a hot loop can sit on one line in every sample: its CPU time tells it from a
+  wait), then runs py-spy on the ranks at once. The roll call of a hang also reads each rank's TCP
+  sockets (/proc/PID/fd socket inodes joined with /proc/PID/net/tcp{,6}: its network namespace's table).
+- The straggler watch's rounds (`--nonblocking`) cost a node as little as they can (issue 52): no socket
+  table (the straggler verdict reads none); a rank whose main thread has not run since its last good
+  dump (/proc's schedstat unchanged) cannot have moved, so the node says `same` and starts no py-spy
+  (the controller reads that dump: this round's, or an earlier round's it holds, KeptPySpy.dumps);
+  and the run's kept directory on the node keeps what the next round needs: the ranks found (all of
+  LOCAL_WORLD_SIZE, checked by their start times, else looked for again), the schedstat of each
+  dump, and what the kept py-spy looked like once its digest was checked (inode, size, times: any
+  change to the file is hashed again).
 """
 from __future__ import annotations
 

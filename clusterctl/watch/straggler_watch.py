@@ -1,9 +1,11 @@
 """The straggler watch of `run`: every rank sampled all along, the rank the others wait for named live.
 
 Rounds of SAMPLES py-spy samples, INTERVAL_S apart, of every rank on every node (watch/sampler.py: one
-round trip per node per round, `dump --nonblocking`, so no rank is paused), run in the background
-while the controller polls; each finished round is added to the window that watch/stragglers.py
-judges, and the next round starts at the next poll. The step time comes from the ranks' progress
+round trip per node per round, `dump --nonblocking`, so no rank is paused; a rank not run since its last
+dump is not dumped again), run in the background while the controller polls; once the window is full
+and a round singled nobody out, rounds of STEADY_SAMPLES samples STEADY_INTERVAL_S apart (issue 52: the
+node's CPU). Each finished round is added to the window that watch/stragglers.py judges, and the next
+round starts at the next poll. The step time comes from the ranks' progress
 lines in the live log (the lowest rank that prints one). One `[straggler]` line when a rank is
 named, one when it keeps pace again; `found()` is every rank named during the run, for the record.
 While the stall watch takes its own stacks (it pauses the ranks), no round starts.
