@@ -29,9 +29,9 @@ from clusterctl.models import Host, Inventory
 # holds enough samples to name a rank soon after the start, then longer ones.
 FIRST_SAMPLES, SAMPLES = 5, 15
 # Once the window is full and the latest round singled nobody out (and nobody is named), the run is steady: rounds
-# of STEADY_SAMPLES, STEADY_INTERVAL_S apart (as long as a round at 1 s), a quarter of the dumps (issue 52: a busy
+# of STEADY_SAMPLES, STEADY_INTERVAL_S apart (as long as a round at 1 s), a fifth of the dumps (issue 52: a busy
 # rank's dump is ~15 ms of its node's CPU). The first round that singles a rank out brings back 1 s.
-STEADY_SAMPLES, STEADY_INTERVAL_S = 4, 4.0
+STEADY_SAMPLES, STEADY_INTERVAL_S = 4, 5.0
 INTERVAL_S, FIRST_ROUND_AFTER_S = INTERVAL_S, FIRST_AFTER_S  # the pace the detached keepers sample at too
 PROGRESS_KEPT = 30  # progress lines kept for the step time (the latest)
 # After a round in which every rank read was still importing (a `_find_and_load` frame), the next one waits this

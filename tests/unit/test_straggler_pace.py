@@ -71,7 +71,7 @@ def test_the_pace_is_steady_only_once_the_window_is_full_and_the_last_round_quie
     watch.window.extend([ALIKE] * stragglers.WINDOW)
     watch._quiet = True
     assert watch._pace() == (STEADY_SAMPLES, STEADY_INTERVAL_S)
-    assert STEADY_SAMPLES * STEADY_INTERVAL_S <= SAMPLES + 1  # a steady round reacts as soon as a round at 1 s
+    assert (STEADY_SAMPLES - 1) * STEADY_INTERVAL_S <= SAMPLES  # a steady round lasts no longer than one at 1 s
 
 
 def test_a_round_that_singles_a_rank_out_or_a_named_rank_brings_back_1_s():
