@@ -59,6 +59,30 @@ def kinds_table(results: dict) -> str:
         "\n".join(f"- {line}" for line in ours)
 
 
+def _steady_node_side(run: dict) -> tuple[float, float]:
+    """(clusterctl's node side, the straggler rounds' part) in steady state, CPU s per node per minute."""
+    steady = run.get("steady_per_node_minute", {})
+    return (sum(v for k, v in steady.items() if _node_side(k)),
+            sum(v for k, v in steady.items() if k.split(":")[-1] == "stacks"))
+
+
+def before_after_table(results: dict) -> str:
+    """The node side in steady state before the straggler watch's cuts (`cpu_account_before`, kept when they
+    were measured) and now, per size measured both times."""
+    before = (results.get("cpu_account_before") or {}).get("runs") or {}
+    runs = [(k, r) for k, r in _runs(results) if k in before and r.get("measured") != before[k].get("measured")]
+    if not runs:
+        return ""
+    rows = ["| steady state, per node | before: node side CPU s/min (% of a core) | before: straggler rounds | "
+            "now: node side CPU s/min (% of a core) | now: straggler rounds |", "|---|---|---|---|---|"]
+    for key, r in runs:
+        (was, was_stacks), (now, now_stacks) = _steady_node_side(before[key]), _steady_node_side(r)
+        rows.append(f"| {_label(key)} | {was:.3f} ({was / 60 * 100:.2f}%) | {was_stacks:.3f} | "
+                    f"{now:.3f} ({now / 60 * 100:.2f}%) | {now_stacks:.3f} |")
+    return "\n".join(rows) + (f"\n\nbefore: {results['cpu_account_before'].get('commit', '')}, measured "
+                              + ", ".join(f"{_label(k)} {before[k].get('measured')}" for k, _ in runs))
+
+
 def controller_table(results: dict) -> str:
     runs = [(k, r) for k, r in _runs(results) if r.get("phases_cpu")]
     if not runs:
@@ -97,5 +121,5 @@ def end_table(results: dict) -> str:
 
 
 def table(results: dict) -> str:
-    parts = [kinds_table(results), controller_table(results), end_table(results)]
+    parts = [kinds_table(results), before_after_table(results), controller_table(results), end_table(results)]
     return "\n\n".join(p for p in parts if p)

@@ -137,9 +137,10 @@ def plot_cpu(results: dict, out: Path) -> Path:
     runs = {k: r for k, r in (results.get("cpu_account") or {}).items() if r.get("rc") == 0}
     order = sorted(runs, key=lambda k: (k != "local", int(k) if k.isdigit() else 0))
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), dpi=120, sharey=True)
-    for ax, part, title in ((axes[0], "steady_per_node_minute", "steady state"),
-                            (axes[1], "whole_per_node_minute", "whole run")):
-        kinds = sorted({k for r in runs.values() for k in r.get(part, {})})
+    parts = ((axes[0], "steady_per_node_minute", "steady state"), (axes[1], "whole_per_node_minute", "whole run"))
+    # one colour per kind in both panels (the legend is the right panel's)
+    kinds = sorted({k for _ax, part, _t in parts for r in runs.values() for k in r.get(part, {})})
+    for ax, part, title in parts:
         bottom = [0.0] * len(order)
         for index, kind in enumerate(kinds):
             values = [runs[k].get(part, {}).get(kind, 0.0) for k in order]

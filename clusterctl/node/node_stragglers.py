@@ -8,8 +8,10 @@ start), in a thread of its own so that a py-spy that hangs never holds a beat ba
 run on this node (the processes that carry the keeper's own marker and a RANK, as watch/sampler.py's
 script finds them: a rank's child with the same RANK and a launcher's shell are passed over), each read
 at once with `py-spy dump --json --nonblocking` (the ranks are not paused), TIMEOUT_S at most and
-MAX_OUTPUT bytes. Each sample is [tick, [[rank, waits], ...]] (tick: the whole second of the node's
-clock, so the supervisor puts the nodes' samples of one moment side by side; waits: the main thread in
+MAX_OUTPUT bytes; a rank whose main thread has not run since its last good dump (/proc's schedstat
+unchanged: its stack cannot have moved) is judged on that dump with its state read now, and no py-spy
+starts for it (issue 52: a dump is ~15 ms of the node's CPU). Each sample is [tick, [[rank, waits],
+...]] (tick: the whole second of the node's clock, so the supervisor puts the nodes' samples of one moment side by side; waits: the main thread in
 a collective or asleep inside a library, straggler_verdict.frames_wait, its state read from /proc just
 before py-spy starts); the latest KEPT go in every beat, the supervisor keeps
 each tick once (engine.py, straggler_verdict.Watch). Without a py-spy that runs, the keeper says so
@@ -136,9 +138,18 @@ def main_state(pid):
     return state if len(state) == 1 and state.isalpha() else ""
 
 
-def waits(text, state=""):
-    """From py-spy's `dump --json` and the main thread's state read as it started: None (unreadable), else
-    whether the main thread waits for the others (straggler_verdict.frames_wait)."""
+def ran(pid):
+    """How long the main thread has run and how often it was scheduled (/proc's schedstat), "" unknown: the
+    same text later means it has not run since, so its Python stack cannot have moved."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/schedstat") as f:
+            return f.read(256).strip()
+    except OSError:
+        return ""
+
+
+def main_frames(text):
+    """The main thread's [(function, where)] from py-spy's `dump --json`, innermost first; None unreadable."""
     try:
         threads = json.loads(text)
     except (ValueError, RecursionError):
@@ -148,6 +159,13 @@ def waits(text, state=""):
     main = next((t for t in threads if t.get("thread_name") == "MainThread"), threads[0] if threads else None)
     frames = [(f.get("name"), f.get("filename") or f.get("short_filename") or "")
               for f in (main or {}).get("frames", ()) if isinstance(f, dict) and isinstance(f.get("name"), str)]
+    return frames or None
+
+
+def waits(text, state=""):
+    """From py-spy's `dump --json` and the main thread's state read as it started: None (unreadable), else
+    whether the main thread waits for the others (straggler_verdict.frames_wait)."""
+    frames = main_frames(text)
     return verdict.frames_wait(frames, state) if frames else None
 
 
@@ -160,6 +178,7 @@ class Sampler:
         self.samples = deque(maxlen=KEPT)
         self.problem, self.spy, self.error = "", None, ""
         self.lock, self.children, self.closed = threading.Lock(), [], threading.Event()
+        self.dumped = {}  # pid -> (its schedstat before its last good dump, that dump's main-thread frames)
         threading.Thread(target=self._loop, daemon=True).start()
 
     def summary(self):
@@ -195,27 +214,36 @@ class Sampler:
         started = []
         if self.closed.is_set():
             return []
+        self.dumped = {pid: seen for pid, seen in self.dumped.items() if pid in ranks}
+        runs = {pid: ran(pid) for pid in ranks}  # before the state: unchanged later, not run since
         states = {pid: main_state(pid) for pid in ranks}  # every rank's at about one moment, before py-spy
+        out = []
         for pid, rank in ranks.items():
+            before = self.dumped.get(pid)
+            if runs[pid] and before and before[0] == runs[pid]:  # not run since its last dump: that stack, no py-spy
+                out.append([rank, int(verdict.frames_wait(before[1], states[pid]))])
+                continue
             try:
                 child = subprocess.Popen([self.spy, "dump", "--json", "--nonblocking", "--pid", str(pid)],
                                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             except OSError:
                 continue
-            started.append((rank, states[pid], child))
+            started.append((pid, rank, states[pid], child))
         with self.lock:
-            self.children = [c for _r, _s, c in started]
-        out, deadline = [], time.monotonic() + TIMEOUT_S
-        for rank, state, child in started:
+            self.children = [c for _p, _r, _s, c in started]
+        deadline = time.monotonic() + TIMEOUT_S
+        for pid, rank, state, child in started:
             try:
                 text, error = child.communicate(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 child.kill()
                 child.communicate()
                 continue
-            wait = waits(text.decode("utf-8", "replace"), state) if child.returncode == 0 and len(text) <= MAX_OUTPUT else None
-            if wait is not None:
-                out.append([rank, int(wait)])
+            frames = main_frames(text.decode("utf-8", "replace")) \
+                if child.returncode == 0 and len(text) <= MAX_OUTPUT else None
+            if frames is not None:
+                self.dumped[pid] = (runs[pid], frames)
+                out.append([rank, int(verdict.frames_wait(frames, state))])
             elif error.strip():
                 self.error = error.decode("utf-8", "replace").strip().splitlines()[-1][:200]
         with self.lock:

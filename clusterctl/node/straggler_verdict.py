@@ -14,9 +14,13 @@ readable rank in one sample: where it is (host, rank) and whether it waits. Over
 - the share of samples the others spend waiting, w, is the part of each step they lose to it, and it
   works (1 - w_self) / (1 - w) times as long as the median rank.
 A healthy job has no rank singled out more than at random: the named rank must be singled out in at
-least MIN_SHARE of the samples, MIN_SAMPLES times, DOMINANCE times as often as the next rank, and more
-lopsidedly than chance gives ranks that are alike (CHANCE: in a world of 2, 5 of 5 singled-out samples
-happen to one of two alike ranks 1 time in 16, and did, twice, on one H200: docs/gpu-validation.md).
+least MIN_SHARE of the samples, MIN_SAMPLES times, and DOMINANCE times as often as the next rank, and
+more often than chance would: in a healthy job the rank that comes last to a collective is any rank,
+so each singled-out sample falls on each of the k ranks with probability 1/k; the named rank's count
+must be one that chance gives any of the k ranks with probability at most ALPHA (a binomial tail,
+times k for picking the highest). With two ranks the fixed thresholds alone were thin: an untouched
+2-rank run on an H200 had rank 1 named at 5 of 20 samples to at most 1 (docs/gpu-validation/watch49),
+which chance gives either rank with probability >= 0.06.
 """
 import math
 import re
@@ -33,9 +37,9 @@ MIN_SAMPLES = 5  # samples that single the rank out, at least
 MIN_SHARE = 0.10  # of the window's samples: on 4 x H100 a rank 20% slower (on its CPU side) was singled out in
 # 5 of 34 samples (14.7%), the healthy ranks in 0 of 37-39 (docs/gpu-validation.md, issue 37)
 DOMINANCE = 3.0  # times as often as any other rank
+ALPHA = 0.01  # chance of the named rank's lead among ranks alike, at most
 RECOVERED_SHARE = MIN_SHARE / 2  # below this, over the latest RECENT samples, a named rank keeps pace again
 RECENT = 20
-CHANCE = 0.01  # the most that chance may explain: P(any of n alike ranks is singled out that often)
 STALLED_SHARE = 0.95  # the others wait in (nearly) every sample: not a slow rank but a stopped one
 
 # torch.distributed's own files: a rank whose main thread passes through one waits in a collective (or the store)
@@ -101,13 +105,13 @@ def tally(samples):
     return {key: Tally(key[0], key[1], *row) for key, row in counts.items()}
 
 
-def by_chance(top, total, ranks):
-    """How likely ranks that are alike give one of them `top` or more of the `total` singled-out samples
-    (each sample singles out one rank, each as likely: a binomial tail, times the ranks that could be it)."""
+def chance(top, total, ranks):
+    """How likely ranks alike give some one of `ranks` ranks at least `top` of `total` singled-out samples:
+    k x P(Binomial(total, 1/k) >= top), at most 1."""
     if ranks < 2 or total <= 0:
         return 1.0
     p = 1.0 / ranks
-    tail = sum(math.comb(total, k) * p ** k * (1 - p) ** (total - k) for k in range(top, total + 1))
+    tail = sum(math.comb(total, i) * p ** i * (1.0 - p) ** (total - i) for i in range(max(0, top), total + 1))
     return min(1.0, ranks * tail)
 
 
@@ -120,8 +124,8 @@ def judge(samples):
     top, runner_up = ranked[0], ranked[1]
     if top.singled_out < max(MIN_SAMPLES, MIN_SHARE * len(window)) or top.singled_out < DOMINANCE * runner_up.singled_out:
         return None
-    if by_chance(top.singled_out, sum(t.singled_out for t in ranked), len(ranked)) > CHANCE:
-        return None
+    if chance(top.singled_out, sum(t.singled_out for t in ranked), len(ranked)) > ALPHA:
+        return None  # a lead that ranks alike give by chance (two ranks: one is always last)
     others = [wait_share(t) for t in ranked[1:] if t.read]
     lag_share = statistics.median(others) if others else 0.0
     if lag_share >= STALLED_SHARE:

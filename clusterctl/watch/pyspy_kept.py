@@ -40,6 +40,7 @@ class KeptPySpy:
         self._held: dict[str, str] = {}  # host -> the digest it said it keeps
         self._shipped: dict[str, Host] = {}  # every host shipped to: `forget` asks these
         self._closed = False  # the run ended: nothing more is kept
+        self._dumps: dict[str, dict[int, str]] = {}  # host -> pid -> its rank's last good dump (a straggler round's)
         self._lock = threading.Lock()
 
     @property
@@ -67,12 +68,24 @@ class KeptPySpy:
         if late:
             transport.run(forget_command(self.name))
 
+    def dumps(self, host: str) -> dict[int, str]:
+        """The last good py-spy dump of each rank of `host` (by pid): a later round's node says `same` for a rank
+        not run since, and the stack is read from here (watch/sampler.py)."""
+        with self._lock:
+            return dict(self._dumps.get(host, {}))
+
+    def dumped(self, host: str, dumps: dict[int, str]) -> None:
+        with self._lock:
+            if not self._closed:
+                self._dumps[host] = dict(dumps)
+
     def forget(self, connections: Connections) -> dict[str, HostResult]:
         """Remove the kept binary from every node it was shipped to (the run's end)."""
         with self._lock:
             hosts = list(self._shipped.values())
             self._shipped.clear()
             self._held.clear()
+            self._dumps.clear()
             self._closed = True
         if not hosts:
             return {}

@@ -15,9 +15,18 @@ How (one `sh` script per node, run on the host, as root through `sudo -n` where 
 - From the host, the ranks in a container are ordinary host PIDs: py-spy reads them through
   /proc/PID/root and process_vm_readv, so the container needs no SYS_PTRACE. Only where the host
   cannot look (a non-root user without sudo) does clusterctl run the same script in the container.
-- Each sample runs py-spy on every rank at once, and reads each rank's main-thread CPU time (a hot
-  loop can sit on one line in every sample: its CPU time tells it from a wait) and TCP sockets
-  (/proc/PID/fd socket inodes joined with /proc/PID/net/tcp{,6}: its network namespace's table).
+- Each sample reads every rank's main-thread state, wchan and CPU time with the shell's own `read`
+  (no process started; a hot loop can sit on one line in every sample: its CPU time tells it from a
+  wait), then runs py-spy on the ranks at once. The roll call of a hang also reads each rank's TCP
+  sockets (/proc/PID/fd socket inodes joined with /proc/PID/net/tcp{,6}: its network namespace's table).
+- The straggler watch's rounds (`--nonblocking`) cost a node as little as they can (issue 52): no socket
+  table (the straggler verdict reads none); a rank whose main thread has not run since its last good
+  dump (/proc's schedstat unchanged) cannot have moved, so the node says `same` and starts no py-spy
+  (the controller reads that dump: this round's, or an earlier round's it holds, KeptPySpy.dumps);
+  and the run's kept directory on the node keeps what the next round needs: the ranks found (all of
+  LOCAL_WORLD_SIZE, checked by their start times, else looked for again), the schedstat of each
+  dump, and what the kept py-spy looked like once its digest was checked (inode, size, times: any
+  change to the file is hashed again).
 """
 from __future__ import annotations
 
@@ -27,8 +36,8 @@ import os
 import platform
 import re
 import threading
-from dataclasses import dataclass
-from typing import Optional
+from dataclasses import dataclass, field
+from typing import Iterable, Optional
 
 from clusterctl.executor import Connections, for_each_host
 from clusterctl.plan.container import in_container
@@ -46,7 +55,7 @@ SPY_TIMEOUT_S = 10  # one py-spy dump: one that hangs (a rank stuck in the kerne
 # "": nothing kept), $9 the binary's sha256, $10 `kept` (no stdin: run the kept binary once its digest
 # matches, else say so and ask for it: `ship`) or `ship`. stdin: the gzipped py-spy binary, or nothing.
 _SCRIPT = r'''
-cluster=$1 host=$2 run=$3 samples=$4 interval=$5 arch=$6 nb=$7 keep=$8 sha=$9 mode=${10} M='@@@clusterctl-stacks'
+cluster=$1 host=$2 run=$3 samples=$4 interval=$5 arch=$6 nb=$7 keep=$8 sha=$9 mode=${10} known=" ${11} " M='@@@clusterctl-stacks'
 SPY_TIMEOUT=@SPY_TIMEOUT@
 dir=$(mktemp -d "${TMPDIR:-/tmp}/clusterctl-stacks.XXXXXX" 2>/dev/null) || dir=$(mktemp -d /var/tmp/clusterctl-stacks.XXXXXX) \
   || { cat >/dev/null; echo "$M problem cannot create a temporary directory"; exit 0; }
@@ -59,12 +68,20 @@ spy=""
 # the kept binary: only in a directory of ours (not a link) and only with the expected digest
 sum_of() { sha256sum < "$1" 2>/dev/null | cut -d' ' -f1; }
 ours() { [ -d "$1" ] && [ ! -L "$1" ] && [ -O "$1" ]; }
+# the kept file as the kernel describes it (device, inode, size, mtime, ctime: any write or chmod changes the
+# ctime): recorded once its digest was checked, it spares later rounds hashing 8 MB (~40 ms of CPU each)
+looks() { stat -c '%d %i %s %Y %Z' "$1" 2>/dev/null; }
+checked() { [ -n "$2" ] && [ -f "$1.seen" ] && [ ! -L "$1.seen" ] && [ "$(cat "$1.seen" 2>/dev/null)" = "$2" ]; }
 if [ "$mode" = kept ] && [ -n "$keep" ]; then
   for base in "${TMPDIR:-/tmp}" /var/tmp /dev/shm "$HOME"; do
     f="$base/$keep/py-spy.$sha"
     ours "$base/$keep" && { [ -e "$f" ] || [ -L "$f" ]; } || continue
-    if [ -f "$f" ] && [ ! -L "$f" ] && [ -O "$f" ] && [ "$(sum_of "$f")" = "$sha" ]; then spy=$f; break; fi
-    rm -f "$f" 2>/dev/null
+    if [ -f "$f" ] && [ ! -L "$f" ] && [ -O "$f" ]; then
+      now=$(looks "$f")
+      checked "$f" "$now" && { spy=$f; break; }
+      [ "$(sum_of "$f")" = "$sha" ] && { [ -n "$now" ] && echo "$now" > "$f.seen"; spy=$f; break; }
+    fi
+    rm -f "$f" "$f.seen" 2>/dev/null
     echo "$M problem the kept py-spy $f changed on the node (its sha256 is not $sha): not run; clusterctl ships it again"
     echo "$M ship"; exit 0
   done
@@ -96,44 +113,80 @@ cat >/dev/null 2>&1
 if [ -z "$spy" ] && spy=$(command -v py-spy 2>/dev/null); then echo "$M tool node $spy $("$spy" --version 2>&1 | head -n 1)"; fi
 [ -n "$spy" ] || { echo "$M problem no py-spy: the shipped binary does not run here ($(uname -m)) and none is on PATH"; exit 0; }
 shell() { case $(readlink "/proc/$1/exe" 2>/dev/null) in */sh|*/dash|*/bash|*/busybox) return 0;; esac; return 1; }
-for e in $(grep -lzxF "CLUSTERCTL_CLUSTER=$cluster" /proc/[0-9]*/environ 2>/dev/null \
-    | xargs -r grep -lzxF "CLUSTERCTL_HOST=$host" 2>/dev/null | xargs -r grep -lzxF "CLUSTERCTL_RUN_ID=$run" 2>/dev/null); do
-  p=${e#/proc/}; p=${p%/environ}
-  rank=$(tr '\0' '\n' < "$e" 2>/dev/null | sed -n 's/^RANK=\([0-9][0-9]*\)$/\1/p')
-  [ -n "$rank" ] || continue
-  shell "$p" && continue  # a launcher's shell around the rank (job.launcher none, deepspeed): the rank is its child
-  ppid=$(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null | cut -d' ' -f2)
-  prank=$(tr '\0' '\n' < "/proc/$ppid/environ" 2>/dev/null | sed -n 's/^RANK=\([0-9][0-9]*\)$/\1/p')
-  [ "$prank" = "$rank" ] && ! shell "$ppid" && continue
-  lrank=$(tr '\0' '\n' < "$e" 2>/dev/null | sed -n 's/^LOCAL_RANK=\([0-9][0-9]*\)$/\1/p')
-  echo "$p $rank ${lrank:--}" >> "$dir/ranks"
-done
-[ -s "$dir/ranks" ] || { echo "$M problem no rank of run $run runs here"; exit 0; }
+# what a straggler round keeps for the next ones: beside the kept py-spy (the run's own 0700 directory), else this round's
+state=$dir; [ -n "$nb" ] && [ -n "$keep" ] && case $spy in */"$keep"/py-spy.*) state=${spy%/*};; esac
+# the ranks found by an earlier round, all of them (as many as their LOCAL_WORLD_SIZE) and all still running (the
+# same start time): no process's environment read again
+ranks=$state/ranks
+if [ "$state" != "$dir" ] && [ -s "$ranks" ]; then
+  while read -r p rank lrank start; do
+    l=""; { read -r l < "/proc/$p/stat"; } 2>/dev/null; set -f; set -- ${l##*) }; set +f
+    [ "${20:-}" = "$start" ] || { : > "$ranks"; break; }
+  done < "$ranks"
+fi
+if [ ! -s "$ranks" ]; then
+  ranks=$dir/ranks lws=""
+  for e in $(grep -lzxF "CLUSTERCTL_CLUSTER=$cluster" /proc/[0-9]*/environ 2>/dev/null \
+      | xargs -r grep -lzxF "CLUSTERCTL_HOST=$host" 2>/dev/null | xargs -r grep -lzxF "CLUSTERCTL_RUN_ID=$run" 2>/dev/null); do
+    p=${e#/proc/}; p=${p%/environ}
+    rank="" lrank=""
+    set -f; set -- $(tr '\0' '\n' < "$e" 2>/dev/null | sed -n 's/^RANK=\([0-9][0-9]*\)$/r=\1/p
+      s/^LOCAL_RANK=\([0-9][0-9]*\)$/l=\1/p; s/^LOCAL_WORLD_SIZE=\([0-9][0-9]*\)$/w=\1/p'); set +f
+    for kv; do case $kv in r=*) rank=${kv#r=};; l=*) lrank=${kv#l=};; w=*) lws=${kv#w=};; esac; done
+    [ -n "$rank" ] || continue
+    shell "$p" && continue  # a launcher's shell around the rank (job.launcher none, deepspeed): the rank is its child
+    l=""; { read -r l < "/proc/$p/stat"; } 2>/dev/null; set -f; set -- ${l##*) }; set +f
+    ppid=${2:-} start=${20:-0}
+    prank=$(tr '\0' '\n' < "/proc/$ppid/environ" 2>/dev/null | sed -n 's/^RANK=\([0-9][0-9]*\)$/\1/p')
+    [ "$prank" = "$rank" ] && ! shell "$ppid" && continue
+    echo "$p $rank ${lrank:--} $start" >> "$ranks"
+  done
+  found=0; [ -s "$ranks" ] && while read -r _line; do found=$((found + 1)); done < "$ranks"
+  [ "$state" != "$dir" ] && [ -n "$lws" ] && [ "$found" = "$lws" ] && cp "$ranks" "$state/ranks" 2>/dev/null
+fi
+[ -s "$ranks" ] || { echo "$M problem no rank of run $run runs here"; exit 0; }
 to=""; command -v timeout >/dev/null 2>&1 && to="timeout -s KILL $SPY_TIMEOUT"
-one() {
-  # the main thread's state first, at the same moment for every rank: asleep (S) inside torch is a wait
-  st=$(sed 's/.*) //' "/proc/$1/task/$1/stat" 2>/dev/null | cut -d' ' -f1); st=${st:--}
-  wc=$(tr -cd 'A-Za-z0-9_.' < "/proc/$1/task/$1/wchan" 2>/dev/null); [ "$wc" = 0 ] && wc=""
+look() {
+  # rank $p read with the shell's own `read` (no process started: a sample costs a node py-spy's dumps at
+  # most). The straggler rounds ($nb) first read how long its main thread has run (schedstat): unchanged
+  # since its last good dump, it has not run since, so its stack is that dump's and py-spy is not started
+  ran=""; [ -n "$nb" ] && { read -r ran < "/proc/$p/task/$p/schedstat"; } 2>/dev/null
+  l=""; { read -r l < "/proc/$p/task/$p/stat"; } 2>/dev/null; set -f; set -- ${l##*) }; set +f
+  st=${1:--} ticks=$(( ${12:-0} + ${13:-0} ))
+  wc=""; { read -r wc < "/proc/$p/task/$p/wchan"; } 2>/dev/null
+  case $wc in 0|*[!A-Za-z0-9_.]*) wc="";; esac
+  seen=""; [ -n "$ran" ] && { read -r seen < "$state/ran.$p"; } 2>/dev/null
+  # its dump of an earlier round is the controller's where it says so ($known); a later sample has this round's
+  [ "$i" = 1 ] && case $known in *" $p "*) ;; *) seen="";; esac
+}
+one() {  # dump rank $p (in the background): the state, ticks, wchan and schedstat `look` read just before
   case "$nb$st" in
     # a blocking py-spy would wait forever to attach to a stopped or D-state process: the state is the answer
     T|t|D|Z|X) out="Error: not read: the process is in state $st"; code=125;;
-    *) out=$($to "$spy" dump --json $nb --pid "$1" 2>&1); code=$?
+    *) out=$($to "$spy" dump --json $nb --pid "$p" 2>&1); code=$?
        # an older py-spy on the node without --json: its text form
-       [ "$code" != 0 ] && case "$out" in *--json*) out=$($to "$spy" dump --full-filenames --pid "$1" 2>&1); code=$?;; esac
+       [ "$code" != 0 ] && case "$out" in *--json*) out=$($to "$spy" dump --full-filenames --pid "$p" 2>&1); code=$?;; esac
        [ "$code" = 137 ] && [ -n "$to" ] && out="Error: py-spy did not answer within $SPY_TIMEOUT s (killed)";;
   esac
-  ticks=$(sed 's/.*) //' "/proc/$1/task/$1/stat" 2>/dev/null | cut -d' ' -f12,13 | tr ' ' '+')
-  echo "$M rank $4 $1 $2 $3 $(( ${ticks:-0} )) $code $st ${wc:--}"
+  if [ "$code" = 0 ]; then [ -n "$ran" ] && echo "$ran" > "$state/ran.$p"; else : > "$state/ran.$p"; fi
+  echo "$M rank $i $p $rank $lrank $ticks $code $st ${wc:--}"
   printf '%s\n' "$out"
-  inodes=$(ls -l "/proc/$1/fd" 2>/dev/null | sed -n 's/.*socket:\[\([0-9]*\)\]$/\1/p' | tr '\n' ' ')
-  echo "$M sockets $4 $1"
-  [ -n "$inodes" ] && awk -v want=" $inodes " 'FNR > 1 && index(want, " " $10 " ")' "/proc/$1/net/tcp" "/proc/$1/net/tcp6" 2>/dev/null
+  [ -n "$nb" ] && return 0  # the straggler rounds judge no socket: the roll call of a hang reads them
+  inodes=$(ls -l "/proc/$p/fd" 2>/dev/null | sed -n 's/.*socket:\[\([0-9]*\)\]$/\1/p' | tr '\n' ' ')
+  echo "$M sockets $i $p"
+  [ -n "$inodes" ] && awk -v want=" $inodes " 'FNR > 1 && index(want, " " $10 " ")' "/proc/$p/net/tcp" "/proc/$p/net/tcp6" 2>/dev/null
 }
 i=1
 while :; do
-  while read -r p rank lrank; do one "$p" "$rank" "$lrank" "$i" > "$dir/s$i.$p" 2>&1 & done < "$dir/ranks"
+  # every rank's state first, at about one moment (asleep (S) inside torch is a wait), then the dumps at once
+  dumped=""
+  while read -r p rank lrank _start; do
+    look
+    if [ -n "$ran" ] && [ "$ran" = "$seen" ]; then echo "$M rank $i $p $rank $lrank $ticks 0 $st ${wc:--} same"
+    else one > "$dir/s$i.$p" 2>&1 & dumped=1; fi
+  done < "$ranks"
   wait
-  cat "$dir"/s$i.* 2>/dev/null
+  [ -n "$dumped" ] && cat "$dir"/s$i.* 2>/dev/null
   [ "$i" -ge "$samples" ] && break
   i=$((i + 1)); sleep "$interval"
 done
@@ -185,16 +238,18 @@ def payload() -> tuple[bytes, str, str]:
 
 
 def sample_command(inventory: Inventory, host: str, run_id: str, samples: int = 2, interval_s: float = 3.0,
-                   inside: bool = False, nonblocking: bool = False, keep: str = "", ship: bool = True) -> Command:
+                   inside: bool = False, nonblocking: bool = False, keep: str = "", ship: bool = True,
+                   known: Iterable[int] = ()) -> Command:
     """The script for one node, on the host (as root where sudo allows) or, with `inside`, in the container.
     `keep`: the kept directory's name (watch/pyspy_kept.py): the node keeps the binary shipped, and with
-    `ship` false runs the one it keeps (only its sha256 goes, no stdin)."""
+    `ship` false runs the one it keeps (only its sha256 goes, no stdin). `known`: the pids whose last good dump
+    the controller holds (KeptPySpy.dumps): not run since, the node says `same` for them from the first sample."""
     data, arch, sha = payload()
     keep = keep if sha and not inside else ""
     ship = ship or not keep
     argv = ("sh", "-c", _SCRIPT, "clusterctl-stacks", inventory.name, host, run_id, str(max(1, samples)),
             f"{max(0.0, interval_s):g}", arch, "--nonblocking" if nonblocking else "", keep, sha if keep else "",
-            "ship" if ship else "kept")
+            "ship" if ship else "kept", " ".join(str(int(pid)) for pid in sorted(known)) if keep else "")
     if inside:
         argv = in_container(inventory, argv, interactive=True)
     timeout = 60 + max(0.0, interval_s) * max(0, samples - 1)
@@ -212,6 +267,7 @@ class NodeStacks:
     uid: Optional[int] = None
     kept: str = ""  # the sha256 of the py-spy the node keeps for the run's later rounds
     asks: bool = False  # its kept py-spy was gone or changed: the next round ships it again
+    dumps: dict = field(default_factory=dict, compare=False, repr=False)  # pid -> its last good dump's text
 
     @property
     def ranks(self) -> tuple[int, ...]:
@@ -219,12 +275,13 @@ class NodeStacks:
 
 
 _RANK_RE = re.compile(r"rank (\d{1,6}) (\d{1,10}) (\d{1,9}) (\d{1,9}|-) (\d{1,20}) (\d{1,3})"
-                      r"(?: ([A-Za-z]|-) ([A-Za-z0-9_.]{1,64}|-))?$")
+                      r"(?: ([A-Za-z]|-) ([A-Za-z0-9_.]{1,64}|-)( same)?)?$")
 _SOCKETS_RE = re.compile(r"sockets (\d{1,6}) (\d{1,10})$")
 
 
-def parse_node_output(stdout: str, host: str) -> NodeStacks:
-    """The script's output -> NodeStacks. Lines it does not understand are ignored; never raises."""
+def parse_node_output(stdout: str, host: str, earlier: Optional[dict] = None) -> NodeStacks:
+    """The script's output -> NodeStacks (`earlier`: pid -> the last good dump of an earlier round, for the
+    ranks the node says are the `same`). Lines it does not understand are ignored; never raises."""
     sections: list[tuple[str, list[str]]] = []
     for line in stdout.splitlines():
         if line.startswith(MARK):
@@ -233,6 +290,7 @@ def parse_node_output(stdout: str, host: str) -> NodeStacks:
             sections[-1][1].append(line)
     values: dict[str, str] = {}
     ranks: dict[tuple[int, int], dict] = {}
+    dumped: dict[int, str] = dict(earlier or {})  # each pid's last good dump: a `same` rank has not run since
     for head, body in sections:
         word = head.split(" ", 1)[0]
         if word in ("uid", "clk_tck", "tool", "problem", "kept", "ship"):
@@ -240,9 +298,13 @@ def parse_node_output(stdout: str, host: str) -> NodeStacks:
             continue
         rank, sockets = _RANK_RE.match(head), _SOCKETS_RE.match(head)
         if rank:
-            sample, pid = int(rank.group(1)), int(rank.group(2))
+            sample, pid, code, text = int(rank.group(1)), int(rank.group(2)), int(rank.group(6)), "\n".join(body)
+            if rank.group(9):
+                code, text = (0, dumped[pid]) if pid in dumped else (1, "Error: not read again and no earlier dump")
+            elif code == 0:
+                dumped[pid] = text
             ranks[(sample, pid)] = {"rank": int(rank.group(3)), "local": rank.group(4), "ticks": int(rank.group(5)),
-                                    "code": int(rank.group(6)), "text": "\n".join(body), "sockets": (),
+                                    "code": code, "text": text, "sockets": (),
                                     "state": (rank.group(7) or "").strip("-"), "wchan": (rank.group(8) or "").strip("-")}
         elif sockets and (int(sockets.group(1)), int(sockets.group(2))) in ranks:
             ranks[(int(sockets.group(1)), int(sockets.group(2)))]["sockets"] = parse_tcp_table("\n".join(body))
@@ -263,8 +325,10 @@ def parse_node_output(stdout: str, host: str) -> NodeStacks:
     if not samples and not problem:
         problem = "the node's stack script printed nothing understood" + (f": {stdout.strip()[-200:]!r}" if stdout.strip() else "")
     kept = values.get("kept", "")
+    pids = {pid for _sample, pid in ranks}
     return NodeStacks(host, samples, values.get("tool", ""), problem, _int(values.get("uid")),
-                      kept if re.fullmatch(r"[0-9a-f]{64}", kept) else "", "ship" in values)
+                      kept if re.fullmatch(r"[0-9a-f]{64}", kept) else "", "ship" in values,
+                      {pid: text for pid, text in dumped.items() if pid in pids})
 
 
 def _int(text: Optional[str]) -> Optional[int]:
@@ -279,11 +343,15 @@ def sample_action(inventory: Inventory, run_id: str, samples: int = 2, interval_
     def action(transport, host: Host) -> HostResult:
         sha = payload()[2]
         ship = ship_now(kept, host, sha)
+        earlier = kept.dumps(host.name) if kept is not None and nonblocking else {}
         result = transport.run(sample_command(inventory, host.name, run_id, samples, interval_s, nonblocking=nonblocking,
-                                              keep=kept.name if kept and not kept.closed else "", ship=ship))
-        node = parse_node_output(result.stdout, host.name)
+                                              keep=kept.name if kept and not kept.closed else "", ship=ship,
+                                              known=earlier))
+        node = parse_node_output(result.stdout, host.name, earlier)
         if kept is not None:
             kept.heard(transport, host.name, node.kept if ship else sha if node.tool.startswith("kept") else "", node.asks)
+            if nonblocking:
+                kept.dumped(host.name, node.dumps)
         if not node.samples and node.uid not in (None, 0) and inventory.uses_container:
             # a user without sudo cannot see the ranks (root in the container): ask in the container
             result = transport.run(sample_command(inventory, host.name, run_id, samples, interval_s, inside=True,

@@ -1,9 +1,11 @@
 """The straggler watch of `run`: every rank sampled all along, the rank the others wait for named live.
 
 Rounds of SAMPLES py-spy samples, INTERVAL_S apart, of every rank on every node (watch/sampler.py: one
-round trip per node per round, `dump --nonblocking`, so no rank is paused), run in the background
-while the controller polls; each finished round is added to the window that watch/stragglers.py
-judges, and the next round starts at the next poll. The step time comes from the ranks' progress
+round trip per node per round, `dump --nonblocking`, so no rank is paused; a rank not run since its last
+dump is not dumped again), run in the background while the controller polls; once the window is full
+and a round singled nobody out, rounds of STEADY_SAMPLES samples STEADY_INTERVAL_S apart (issue 52: the
+node's CPU). Each finished round is added to the window that watch/stragglers.py judges, and the next
+round starts at the next poll. The step time comes from the ranks' progress
 lines in the live log (the lowest rank that prints one). One `[straggler]` line when a rank is
 named, one when it keeps pace again; `found()` is every rank named during the run, for the record.
 While the stall watch takes its own stacks (it pauses the ranks), no round starts.
@@ -26,6 +28,10 @@ from clusterctl.models import Host, Inventory
 # Per round, a round trip per node (py-spy, ~3 MB, shipped in a node's first round only): short rounds until the window
 # holds enough samples to name a rank soon after the start, then longer ones.
 FIRST_SAMPLES, SAMPLES = 5, 15
+# Once the window is full and the latest round singled nobody out (and nobody is named), the run is steady: rounds
+# of STEADY_SAMPLES, STEADY_INTERVAL_S apart (as long as a round at 1 s), a fifth of the dumps (issue 52: a busy
+# rank's dump is ~15 ms of its node's CPU). The first round that singles a rank out brings back 1 s.
+STEADY_SAMPLES, STEADY_INTERVAL_S = 4, 5.0
 INTERVAL_S, FIRST_ROUND_AFTER_S = INTERVAL_S, FIRST_AFTER_S  # the pace the detached keepers sample at too
 PROGRESS_KEPT = 30  # progress lines kept for the step time (the latest)
 # After a round in which every rank read was still importing (a `_find_and_load` frame), the next one waits this
@@ -51,6 +57,7 @@ class StragglerWatch:
         self._progress_rank: Optional[int] = None
         self._rates: deque = deque(maxlen=PROGRESS_KEPT)
         self._lock = threading.Lock()  # heard() runs in the log streams' threads
+        self._quiet = False  # the latest round singled nobody out
 
     @classmethod
     def of_topology(cls, inventory: Inventory, topology, run_id: str, connections: Connections,
@@ -91,8 +98,8 @@ class StragglerWatch:
             return
         if self._round is None:
             if hosts and not paused and time.monotonic() >= self._next_at:
-                count = self.samples[0] if len(self.window) < stragglers.WINDOW // 2 else self.samples[1]
-                self._round = Background(hosts, sample_action(self.inventory, self.run_id, count, self.interval_s,
+                count, interval = self._pace()
+                self._round = Background(hosts, sample_action(self.inventory, self.run_id, count, interval,
                                                               nonblocking=True, kept=self.kept), self.connections)
             return
         if not self._round.wait(0):
@@ -101,9 +108,19 @@ class StragglerWatch:
         self._round = None
         samples = merged_samples(nodes)
         self._next_at = time.monotonic() + (IMPORTING_PAUSE_S if all_importing(samples) else 0.0)
+        self._quiet = quiet(samples)
         self._give_up_without_pyspy([n.problem for n in nodes.values() if not n.asks])
         self.window.extend(samples)
         self._judge()
+
+    def _pace(self) -> tuple[int, float]:
+        """(samples, seconds apart) of the next round: short rounds while the window fills, steady ones once
+        it is full and quiet."""
+        if len(self.window) < stragglers.WINDOW // 2:
+            return self.samples[0], self.interval_s
+        if self._quiet and self.named is None and len(self.window) >= stragglers.WINDOW:
+            return STEADY_SAMPLES, max(self.interval_s, STEADY_INTERVAL_S)
+        return self.samples[1], self.interval_s
 
     def _judge(self) -> None:
         samples = list(self.window)
@@ -142,6 +159,11 @@ class StragglerWatch:
     def found(self) -> list[dict]:
         """Every rank named during the run, the one still late last (for run.json and `run --json`)."""
         return [dict(item) for item in self.history]
+
+
+def quiet(samples) -> bool:
+    """A round read and no rank in it singled out (working while every other rank waited)."""
+    return bool(samples) and not any(t.singled_out for t in stragglers.tally(samples).values())
 
 
 def all_importing(samples) -> bool:

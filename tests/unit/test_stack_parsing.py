@@ -145,8 +145,8 @@ def test_any_text_parses_as_py_spy_output_or_tcp_table_without_an_exception(text
 def test_the_stack_script_runs_as_root_on_the_host_and_in_the_container_only_when_asked():
     inventory = Inventory("c", (Host("n1", "10.0.0.1"),), container=ContainerSpec(image="img", name="job"))
     on_host = sample_command(inventory, "n1", "r1", 2, 3.0)
-    assert on_host.privileged and on_host.argv[:2] == ("sh", "-c") and on_host.argv[-10:-5] == ("c", "n1", "r1", "2", "3")
-    assert on_host.argv[-4] == "" and sample_command(inventory, "n1", "r1", nonblocking=True).argv[-4] == "--nonblocking"
+    assert on_host.privileged and on_host.argv[:2] == ("sh", "-c") and on_host.argv[-11:-6] == ("c", "n1", "r1", "2", "3")
+    assert on_host.argv[-5] == "" and sample_command(inventory, "n1", "r1", nonblocking=True).argv[-5] == "--nonblocking"
     inside = sample_command(inventory, "n1", "r1", 1, 0.0, inside=True)
     assert inside.argv[:4] == ("docker", "exec", "-i", "job") and not inside.privileged
     assert on_host.timeout > inside.timeout  # the interval between samples is waited for
