@@ -80,7 +80,10 @@ def _run_healing(session, backend, inventory, request: RunRequest, live, plan_on
     if healing.checkpoint is not None and healing.checkpoint.replicas:  # the keepers copy them: docs/healing.md
         session.renderer.message("job.checkpoint.replicas: the checkpoints are copied between nodes in a detached run "
                                  "(run --detach); this attached run resumes from the new master's own disk", "yellow")
-    with holding(session, inventory, run_id):
+    from clusterctl.run.leases import holding as holding_leases
+
+    # the run lock and the nodes' GPU leases held across the attempts (run/leases.py: survivors keep theirs)
+    with holding(session, inventory, run_id), holding_leases(run_id):
         return _attempts(session, backend, inventory, request, live, fleet, run_id)
 
 
@@ -163,6 +166,7 @@ def _attempts(session, backend, inventory, request: RunRequest, live, fleet: Fle
         attempts[-1]["excluded"] = fleet.excluded[left_out:]
         _remember_excluded(session, inventory, run_id, attempts[-1]["excluded"])
         if verdict is None:
+            _release_leases(run_id)
             if reason:
                 session.renderer.message(f"not relaunched: {reason}", "red")
             return _finished(session, run_id, attempts, outcome, reason)
@@ -226,7 +230,11 @@ def _backoff(session, run_id: str, attempts: list, attempt: int) -> bool:
     ended = _read(session, run_id).get("state")
     _record(session, run_id, attempts, {"state": "running", "relaunching": True})
     pause = heal_policy.backoff_of(attempt)
-    stopped = wait_until(lambda: stop_requested(session, run_id), pause, interval_s=0.2)
+    from clusterctl.run.leases import held_for
+
+    held = held_for(run_id)  # no attempt renews the nodes' leases meanwhile: the loop does
+    stopped = wait_until(lambda: (held.renew() if held else None, stop_requested(session, run_id))[1], pause,
+                         interval_s=0.2)
     if not stopped:  # ended again: the stop that Backend.relaunch makes finds nothing to stop
         _record(session, run_id, attempts, {"state": ended, "relaunching": False})
     return not stopped
@@ -243,6 +251,7 @@ def _finished(session, run_id: str, attempts: list, outcome: Outcome, reason: Op
 def _ended_between(session, run_id: str, attempts: list, interrupted: bool) -> Outcome:
     """Ctrl-C or `clusterctl stop` while no attempt ran: the run ends stopped, nothing launched."""
     how = "interrupted" if interrupted else "stopped"
+    _release_leases(run_id)
     session.renderer.message(f"run {run_id} {how} between two attempts: nothing more is launched", "yellow")
     _record(session, run_id, attempts, {"state": "stopped", "stopped": True, "interrupted": interrupted,
                                         "relaunching": False})
@@ -250,6 +259,15 @@ def _ended_between(session, run_id: str, attempts: list, interrupted: bool) -> O
     planned = {key: record.get(key) for key in ("world_size", "nproc_per_node", "master") if key in record}
     return Outcome({"ok": False, "run_id": run_id, **planned, "exit_code": 130 if interrupted else 1, "stopped": True,
                     "attempts": attempts}, interrupted=interrupted)
+
+
+def _release_leases(run_id: str) -> None:
+    """The leases the loop held across attempts, released before the run's last record (run/leases.py)."""
+    from clusterctl.run.leases import held_for
+
+    held = held_for(run_id)
+    if held is not None:
+        held.release()
 
 
 def _record(session, run_id: str, attempts: list, changes: dict) -> None:
