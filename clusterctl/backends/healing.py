@@ -68,12 +68,10 @@ def _run_healing(session, backend, inventory, request: RunRequest, live, plan_on
     healing, live = inventory.job.healing, live or LiveOptions()
     if not healing.enabled and healing.nodes is None:
         return run_job(session, backend, inventory, request, live, plan_only=plan_only)
-    if plan_only:
-        inventory = session.plannable(inventory)
-        return run_job(session, backend, on_hosts(inventory, _fleet(inventory, healing.nodes)), request, live,
-                       plan_only=True)
     inventory = session.plannable(inventory)  # quarantined hosts out before the fleet: spares take their place
-    fleet = _fleet(inventory, healing.nodes)
+    fleet = _fleet(inventory, healing.nodes, _suspects(session, inventory, healing.nodes))
+    if plan_only:
+        return run_job(session, backend, on_hosts(inventory, fleet), request, live, plan_only=True)
     run_id = session.state.new_run_id()
     if request.detach and healing.enabled:
         return _detached(session, backend, inventory, request, live, fleet, run_id)
@@ -107,14 +105,28 @@ def _detached(session, backend, inventory, request: RunRequest, live, fleet: Fle
                    relaunch_of=Plan(backend.name, inventory.name, run_id, 0, 0, 0, attempt=1))
 
 
-def _fleet(inventory, nodes: Optional[int]) -> Fleet:
-    """The first `nodes` hosts (the rendezvous master first, as the planner orders them); the rest are spares."""
+def _fleet(inventory, nodes: Optional[int], suspect: frozenset = frozenset()) -> Fleet:
+    """`nodes` hosts take part, the rest are spares. Which: the rendezvous master (first, as the planner
+    orders them), then healthy hosts before `suspect` ones (issue 48: a suspect host is taken only when
+    needed); those taking part stay in the inventory's order, so the master and every rank's place are as
+    written. The spares: healthy ones first, so a relaunch takes those first too."""
     hosts = list(inventory.hosts)
     master = inventory.rendezvous.master
     if master:
         hosts.sort(key=lambda h: h.name != master)
     count = nodes or len(hosts)
-    return Fleet(hosts[:count], hosts[count:], granted=not hosts)
+    ranked = hosts[:1] + sorted(hosts[1:], key=lambda h: h.name in suspect)  # stable: the inventory's order
+    chosen = {h.name for h in ranked[:count]}
+    return Fleet([h for h in hosts if h.name in chosen], ranked[count:], granted=not hosts)
+
+
+def _suspects(session, inventory, nodes: Optional[int]) -> frozenset:
+    """The suspect hosts in the fleet's health record, where the run leaves spares (else: none matter)."""
+    from clusterctl.health.fleet import suspect_hosts
+
+    if not nodes or nodes >= len(inventory.hosts):
+        return frozenset()
+    return suspect_hosts(session.state.health_db, inventory)
 
 
 def on_hosts(inventory, fleet: Fleet, addresses: Optional[dict] = None):
