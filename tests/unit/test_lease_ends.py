@@ -273,3 +273,26 @@ def test_a_controller_takes_back_the_lease_of_its_own_run_that_ended_while_its_n
     said = []
     run_leases.take(inventory, None, "NEXT", {"n3": ["gpu0"]}, say=said.append, ended=lambda run_id: run_id == "LOST")
     assert nodes.holders("n3") == ["NEXT"] and "released gpu0 of run LOST" in said[0]
+
+
+def test_a_spare_joining_a_detached_run_takes_its_leases_first_and_a_held_one_is_left_out(tmp_path):
+    from clusterctl.node import heal_policy, node_healing
+    from clusterctl.run import supervision
+
+    run_dir = _run_dir(tmp_path, "A", "n3")
+    config = {"run_id": "A", "host": "n3", "heal": {"gpus": {"n3": [0, 1]}, "nproc": {"n3": 2},
+                                                     "lease": {"operator": "alice@ctl", "window_s": 22.0}}}
+    assert node_healing.take_leases(str(run_dir), config) is None
+    assert [x["key"] for x in leases.listing(str(tmp_path), "n3")["leases"]] == ["gpu0", "gpu1"]
+    assert node_healing.take_leases(str(run_dir), config) is None  # a survivor renews its own
+    leases.release(str(tmp_path), "n3", "A")
+    leases.take(str(tmp_path), "n3", "B", "bob@ctl", ["gpu1"], 22.0)
+    order = {"attempt": 2, "values": {}}
+    assert node_healing.launch(str(run_dir), {**config, "heal": {**config["heal"], "token": "t"}}, order) is False
+    report = node_agent.node_report(str(run_dir))
+    assert report["exit_code"] == 1 and node_healing.attempt_of(str(run_dir)) == 2
+    assert "gpu1 by run B (bob@ctl)" in report["tail"]
+    failure = {"host": "n3", "exit_code": 1, "at": 1.0, "lost": False, "tail": report["tail"]}
+    assert heal_policy.verdict([failure]) == ("node", "gpu_leases_held", "n3")  # left out: the next spare joins
+    # every program shipped beside the keeper stays in the run dir when an attempt is set aside
+    assert {path.name for path in supervision.BESIDE_AGENT} <= set(node_healing.DAEMON_FILES)
