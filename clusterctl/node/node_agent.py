@@ -396,19 +396,28 @@ def _keep(run_dir, config, interval, healing, health, watch, replica=None):
 
 
 RELEASED_TRIES = 3
-RANKS_GONE_WAIT_S = 30.0  # the wrapper's lease ran out with this keeper's: it ends the ranks (TERM, 5 s, KILL)
+RANKS_GONE_WAIT_S = 15.0  # the wrapper's lease ran out with this keeper's: it ends the ranks (TERM, 5 s, KILL)
 
 
 def _release_once_ranks_gone(run_dir, config, interval):
     """Cut off from the supervisor: once this node's ranks are gone (agent.exit: the wrapper stopped them,
-    its lease run out), the run's GPU leases here go too, not a lost-node window later."""
+    its lease run out; or no launcher ever started here: no agent.pid), the run's GPU leases here go too,
+    not a lost-node window later."""
     deadline = time.monotonic() + RANKS_GONE_WAIT_S
-    while node_report(run_dir)["exit_code"] is None:
+    while _launched(run_dir) and node_report(run_dir)["exit_code"] is None:
         if time.monotonic() > deadline:
             print("the run's ranks did not end here; its GPU leases are left to lapse", flush=True)
             return
         time.sleep(interval)
     _release_leases(run_dir, config)
+
+
+def _launched(run_dir):
+    try:
+        with Dir.open(run_dir) as d:
+            return d.entry("agent.pid") is not None
+    except (OSError, Refused):
+        return True  # unreadable: never taken for "nothing ran here"
 
 
 def _release_leases(run_dir, config):

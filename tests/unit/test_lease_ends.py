@@ -130,7 +130,8 @@ def test_a_keeper_cut_off_from_its_supervisor_releases_once_its_ranks_are_gone(t
     node_agent._release_once_ranks_gone(str(run_dir), _config("n1"), 0)
     assert leases.listing(str(tmp_path), "n1")["leases"] == []
     leases.take(str(tmp_path), "n1", "B", "alice@ctl", ["gpu0"], 22.0)
-    (tmp_path / "logs" / "B" / "n1").mkdir(parents=True)  # ranks still there: the lease stays
+    (tmp_path / "logs" / "B" / "n1").mkdir(parents=True)
+    (tmp_path / "logs" / "B" / "n1" / "agent.pid").write_text("1\n")  # launched, not ended: the lease stays
     monkeypatch.setattr(node_agent, "RANKS_GONE_WAIT_S", 0.0)
     node_agent._release_once_ranks_gone(str(tmp_path / "logs" / "B" / "n1"), {**_config("n1"), "run_id": "B"}, 0)
     assert [x["run_id"] for x in leases.listing(str(tmp_path), "n1")["leases"]] == ["B"]
