@@ -182,6 +182,7 @@ def _attempts(session, backend, inventory, request: RunRequest, live, fleet: Fle
             if reason:
                 session.renderer.message(f"not relaunched: {reason}", "red")
             return _finished(session, run_id, attempts, outcome, reason)
+        _release_leases(run_id, [e["host"] for e in attempts[-1]["excluded"]])  # the rest are kept for the next
         session.renderer.message(f"attempt {plan.attempt}: {verdict}; relaunching on {', '.join(fleet.names())} "
                                  f"(attempt {plan.attempt + 1} of at most {healing.restarts + 1})", "yellow")
         relaunching(session, run_id, verdict, outcome.document.get("first_failure"), plan.attempt)
@@ -273,13 +274,14 @@ def _ended_between(session, run_id: str, attempts: list, interrupted: bool) -> O
                     "attempts": attempts}, interrupted=interrupted)
 
 
-def _release_leases(run_id: str) -> None:
-    """The leases the loop held across attempts, released before the run's last record (run/leases.py)."""
+def _release_leases(run_id: str, hosts: Optional[list] = None) -> None:
+    """The leases the loop holds across attempts (run/leases.py): those of `hosts` left out as the attempt
+    that left them out ends, all of them before the run's last record."""
     from clusterctl.run.leases import held_for
 
     held = held_for(run_id)
     if held is not None:
-        held.release()
+        held.release(hosts)
 
 
 def _record(session, run_id: str, attempts: list, changes: dict) -> None:
