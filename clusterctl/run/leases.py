@@ -44,9 +44,10 @@ class Leases:
 
     def release(self, hosts: Optional[list[str]] = None) -> dict[str, leasing.Answer]:
         names = [h for h in (self.keys if hosts is None else hosts) if h in self.keys]
-        for name in names:
+        answers = release(self.inventory, self.connections, names, self.run_id) if names else {}
+        for name in names:  # after: a release cut short (a second Ctrl-C) is made again by the caller's finally
             del self.keys[name]
-        return release(self.inventory, self.connections, names, self.run_id) if names else {}
+        return answers
 
     def hold(self, inventory, connections, keys: dict[str, list[str]], wait: bool = False,
              say: Callable[[str], None] = lambda text: None, ended: Callable[[str], bool] = lambda run_id: False
