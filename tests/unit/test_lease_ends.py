@@ -297,3 +297,20 @@ def test_a_spare_joining_a_detached_run_takes_its_leases_first_and_a_held_one_is
     assert heal_policy.verdict([failure]) == ("node", "gpu_leases_held", "n3")  # left out: the next spare joins
     # every program shipped beside the keeper stays in the run dir when an attempt is set aside
     assert {path.name for path in supervision.BESIDE_AGENT} <= set(node_healing.DAEMON_FILES)
+
+
+def test_a_run_counts_as_ended_only_where_this_controllers_own_record_says_so(tmp_path):
+    from clusterctl.ground.records import RunStore
+    from clusterctl.run.leases import ended_in
+    from clusterctl.state import State
+
+    state = State(tmp_path / "state")
+    store = RunStore(state)
+    for record in ({"run_id": "E", "cluster": "c", "state": "ended", "exit_code": 1},
+                   {"run_id": "S", "cluster": "c", "state": "stopped", "stopped": True},
+                   {"run_id": "D", "cluster": "c", "state": "running", "detached": True}):
+        path = store.path(record["run_id"])  # the parts of a record that say its state (the rest is not read)
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps(record))
+    ended = ended_in(state)
+    assert ended("E") and ended("S") and not ended("D") and not ended("NEVER-SEEN-HERE")
