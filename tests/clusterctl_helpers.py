@@ -281,6 +281,15 @@ def cluster_with_jobs(sb, tmp_path_factory, jobs_dir: str, *jobs: str):
         shutil.rmtree(shipped, ignore_errors=True)
 
 
+def steady_health() -> dict:
+    """Health rules under which the faults a test provokes on purpose (a node cut off, a rank killed) make
+    nobody suspect or quarantined: the fleet record remembers them, but each test of a module plans the
+    same hosts (suspect hosts are chosen last where spares exist, issue 48; tests/rehearsal/test_cluster_health.py
+    covers the rules themselves)."""
+    return {"rules": {kind: {"suspect_after": "never", "quarantine_after": "never"}
+                      for kind in ("heal_excluded", "node_lost", "run_blamed", "straggler")}}
+
+
 LEASES_SETTLE_S = 45  # a lease lapses 22 s (max(lost_after, 15) + 7) after its run's last beat
 
 

@@ -68,16 +68,17 @@ def _run_healing(session, backend, inventory, request: RunRequest, live, plan_on
     healing, live = inventory.job.healing, live or LiveOptions()
     if not healing.enabled and healing.nodes is None:
         return run_job(session, backend, inventory, request, live, plan_only=plan_only)
-    if plan_only:
-        inventory = session.plannable(inventory)
-        return run_job(session, backend, on_hosts(inventory, _fleet(inventory, healing.nodes)), request, live,
-                       plan_only=True)
     inventory = session.plannable(inventory)  # quarantined hosts out before the fleet: spares take their place
-    fleet = _fleet(inventory, healing.nodes)
+    fleet = _fleet(inventory, healing.nodes, _suspects(session, inventory, healing.nodes))
+    if plan_only:
+        return run_job(session, backend, on_hosts(inventory, fleet), request, live, plan_only=True)
     run_id = session.state.new_run_id()
     if request.detach and healing.enabled:
         return _detached(session, backend, inventory, request, live, fleet, run_id)
-    with holding(session, inventory, run_id):
+    from clusterctl.run.leases import holding as holding_leases
+
+    # the run lock and the nodes' GPU leases held across the attempts (run/leases.py: survivors keep theirs)
+    with holding(session, inventory, run_id), holding_leases(run_id):
         return _attempts(session, backend, inventory, request, live, fleet, run_id)
 
 
@@ -101,14 +102,28 @@ def _detached(session, backend, inventory, request: RunRequest, live, fleet: Fle
                    relaunch_of=Plan(backend.name, inventory.name, run_id, 0, 0, 0, attempt=1))
 
 
-def _fleet(inventory, nodes: Optional[int]) -> Fleet:
-    """The first `nodes` hosts (the rendezvous master first, as the planner orders them); the rest are spares."""
+def _fleet(inventory, nodes: Optional[int], suspect: frozenset = frozenset()) -> Fleet:
+    """`nodes` hosts take part, the rest are spares. Which: the rendezvous master (first, as the planner
+    orders them), then healthy hosts before `suspect` ones (issue 48: a suspect host is taken only when
+    needed); those taking part stay in the inventory's order, so the master and every rank's place are as
+    written. The spares: healthy ones first, so a relaunch takes those first too."""
     hosts = list(inventory.hosts)
     master = inventory.rendezvous.master
     if master:
         hosts.sort(key=lambda h: h.name != master)
     count = nodes or len(hosts)
-    return Fleet(hosts[:count], hosts[count:], granted=not hosts)
+    ranked = hosts[:1] + sorted(hosts[1:], key=lambda h: h.name in suspect)  # stable: the inventory's order
+    chosen = {h.name for h in ranked[:count]}
+    return Fleet([h for h in hosts if h.name in chosen], ranked[count:], granted=not hosts)
+
+
+def _suspects(session, inventory, nodes: Optional[int]) -> frozenset:
+    """The suspect hosts in the fleet's health record, where the run leaves spares (else: none matter)."""
+    from clusterctl.health.fleet import suspect_hosts
+
+    if not nodes or nodes >= len(inventory.hosts):
+        return frozenset()
+    return suspect_hosts(session.state.health_db, inventory)
 
 
 def on_hosts(inventory, fleet: Fleet, addresses: Optional[dict] = None):
@@ -160,9 +175,11 @@ def _attempts(session, backend, inventory, request: RunRequest, live, fleet: Fle
         attempts[-1]["excluded"] = fleet.excluded[left_out:]
         _remember_excluded(session, inventory, run_id, attempts[-1]["excluded"])
         if verdict is None:
+            _release_leases(run_id)
             if reason:
                 session.renderer.message(f"not relaunched: {reason}", "red")
             return _finished(session, run_id, attempts, outcome, reason)
+        _release_leases(run_id, [e["host"] for e in attempts[-1]["excluded"]])  # the rest are kept for the next
         session.renderer.message(f"attempt {plan.attempt}: {verdict}; relaunching on {', '.join(fleet.names())} "
                                  f"(attempt {plan.attempt + 1} of at most {healing.restarts + 1})", "yellow")
         relaunching(session, run_id, verdict, outcome.document.get("first_failure"), plan.attempt)
@@ -223,7 +240,11 @@ def _backoff(session, run_id: str, attempts: list, attempt: int) -> bool:
     ended = _read(session, run_id).get("state")
     _record(session, run_id, attempts, {"state": "running", "relaunching": True})
     pause = heal_policy.backoff_of(attempt)
-    stopped = wait_until(lambda: stop_requested(session, run_id), pause, interval_s=0.2)
+    from clusterctl.run.leases import held_for
+
+    held = held_for(run_id)  # no attempt renews the nodes' leases meanwhile: the loop does
+    stopped = wait_until(lambda: (held.renew() if held else None, stop_requested(session, run_id))[1], pause,
+                         interval_s=0.2)
     if not stopped:  # ended again: the stop that Backend.relaunch makes finds nothing to stop
         _record(session, run_id, attempts, {"state": ended, "relaunching": False})
     return not stopped
@@ -240,6 +261,7 @@ def _finished(session, run_id: str, attempts: list, outcome: Outcome, reason: Op
 def _ended_between(session, run_id: str, attempts: list, interrupted: bool) -> Outcome:
     """Ctrl-C or `clusterctl stop` while no attempt ran: the run ends stopped, nothing launched."""
     how = "interrupted" if interrupted else "stopped"
+    _release_leases(run_id)
     session.renderer.message(f"run {run_id} {how} between two attempts: nothing more is launched", "yellow")
     _record(session, run_id, attempts, {"state": "stopped", "stopped": True, "interrupted": interrupted,
                                         "relaunching": False})
@@ -247,6 +269,16 @@ def _ended_between(session, run_id: str, attempts: list, interrupted: bool) -> O
     planned = {key: record.get(key) for key in ("world_size", "nproc_per_node", "master") if key in record}
     return Outcome({"ok": False, "run_id": run_id, **planned, "exit_code": 130 if interrupted else 1, "stopped": True,
                     "attempts": attempts}, interrupted=interrupted)
+
+
+def _release_leases(run_id: str, hosts: Optional[list] = None) -> None:
+    """The leases the loop holds across attempts (run/leases.py): those of `hosts` left out as the attempt
+    that left them out ends, all of them before the run's last record."""
+    from clusterctl.run.leases import held_for
+
+    held = held_for(run_id)
+    if held is not None:
+        held.release(hosts)
 
 
 def _record(session, run_id: str, attempts: list, changes: dict) -> None:

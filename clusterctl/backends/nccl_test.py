@@ -95,7 +95,7 @@ def _one_test(app, options, inventory, facts, sizes, label: str = "") -> dict:
         app.renderer.message(f"plan: {note}", "yellow")
     started = time.time()
     held = leases.take(bench, app.connections, run_id, leases.wanted(topology),  # its GPUs as a run's (issue 48)
-                       say=lambda text: app.renderer.message(text, "yellow"))
+                       say=lambda text: app.renderer.message(text, "yellow"), ended=leases.ended_in(app.state))
     try:
         outcome = runner.run()
     finally:

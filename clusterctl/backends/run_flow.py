@@ -60,11 +60,11 @@ def run_job(session, backend, inventory, request: RunRequest, live: LiveOptions 
         kept = False
         try:
             result = _launch(session, backend, inventory, connections, plan, request, live, plan_only,
-                             facts_from, busy, scheduled, phases)
+                             facts_from, busy, scheduled, phases, leases)
             kept = isinstance(result, Outcome) and bool(result.document.get("detached"))
         finally:
             if leases is not None and not kept:  # a detached run's leases live on with its keepers' beats
-                leases.release()
+                leases.release()  # released already as the run ended (_watch): this is for a run never launched
     if isinstance(result, Outcome):
         return result
     summary, record, outcome = result
@@ -77,11 +77,17 @@ def run_job(session, backend, inventory, request: RunRequest, live: LiveOptions 
 
 def _take_leases(session, inventory, connections, plan: Plan, request: RunRequest):
     """The run's GPU leases on every node before any rank starts (run/leases.py): refused naming the
-    holder, or with `run --wait` queued for them."""
+    holder, or with `run --wait` queued for them. An attempt of a run that heals itself (attached): the
+    loop holds them across attempts, this attempt's hosts `hold` theirs (None: nothing to release here)."""
     from clusterctl.run import leases
 
+    say, ended = (lambda text: session.renderer.message(text, "yellow")), leases.ended_in(session.state)
+    held = leases.held_for(plan.run_id)
+    if held is not None:
+        held.hold(inventory, connections, leases.wanted(plan.topology), request.wait, say, ended)
+        return None
     return leases.take(inventory, connections, plan.run_id, leases.wanted(plan.topology), wait=request.wait,
-                       say=lambda text: session.renderer.message(text, "yellow"))
+                       say=say, ended=ended)
 
 
 def _plan(session, backend, inventory, connections, request: RunRequest, run_id: str, facts,
@@ -108,7 +114,7 @@ def _plan(session, backend, inventory, connections, request: RunRequest, run_id:
 
 
 def _launch(session, backend, inventory, connections, plan: Plan, request: RunRequest, live_options: LiveOptions,
-            plan_only: bool, facts_from: dict, busy, scheduled, phases=None) -> Outcome:
+            plan_only: bool, facts_from: dict, busy, scheduled, phases=None, leases=None) -> Outcome:
     from clusterctl.watch.livelog import LiveLog, LiveLogEvents
     from clusterctl.run.runner import JobRunner
 
@@ -147,7 +153,7 @@ def _launch(session, backend, inventory, connections, plan: Plan, request: RunRe
              **earlier_attempts(session, run_id, plan.attempt)}
     if stop_requested(session, run_id):  # `clusterctl stop` while a run that heals itself relaunched
         raise StopRequested(run_id)
-    return _watch(session, backend, runner, summary, place, request, live)
+    return _watch(session, backend, runner, summary, place, request, live, leases)
 
 
 def _health_watch(session, inventory, connections, runner, on_event):
@@ -161,7 +167,7 @@ def _health_watch(session, inventory, connections, runner, on_event):
     return PassiveWatch(connections, runner.started_at, record, on_event, runner.run_id)
 
 
-def _watch(session, backend, runner, summary: dict, place: dict, request: RunRequest, live) -> Outcome:
+def _watch(session, backend, runner, summary: dict, place: dict, request: RunRequest, live, leases=None) -> Outcome:
     from clusterctl.run.runner import RunnerCrashed
 
     run_id, started, inventory_given = summary["run_id"], time.time(), str(session.inventory_path())
@@ -182,6 +188,8 @@ def _watch(session, backend, runner, summary: dict, place: dict, request: RunReq
         outcome, crash = crashed.outcome, crashed.cause
     finally:
         live.close()  # the last progress states and counts of repeats, before the summary
+    if leases is not None and not outcome.detached:  # part of the end: released before the record says ended
+        leases.release()
     if outcome.detached:
         return _detached(session, runner, summary, started, request.prompt, place)
     record = {**summary, "prompt_sha256": sha256(request.prompt), "commands": runner.commands(),

@@ -91,9 +91,11 @@ def _stop_on_nodes(app, inventory, hosts: list, run_id: str, record: dict, state
 
     results = {**marked, **for_each_host([h for h in hosts if marked[h.name].succeeded], end, app.connections)}
     results = {h.name: results[h.name] for h in hosts}
-    if not job_id:  # its GPU leases (issue 48) go now, not a lease window later; Slurm's nodes hold none
-        from clusterctl.run.leases import release
+    from clusterctl.run.leases import held_for, release
 
+    # its GPU leases (issue 48) go now, not a lease window later; Slurm's nodes hold none, and a relaunch's
+    # own stop keeps those its healing loop holds across attempts (backends/healing.py)
+    if not job_id and held_for(run_id) is None:
         release(inventory, app.connections, [h.name for h in hosts if results[h.name].succeeded], run_id)
     final = _record_stopped(app, run_id, record, note)
     if job_id and state is RunState.UNKNOWN:  # a Slurm run whose controller is gone: nobody else gives the allocation back

@@ -18,7 +18,7 @@ import secrets
 from dataclasses import dataclass, replace
 from typing import Mapping, Optional
 
-from clusterctl.plan import wrapper as agent
+from clusterctl.plan import leasing, wrapper as agent
 from clusterctl.node.heal_policy import BACKOFF_S, TABLE
 from clusterctl.plan.launcher import shaped
 from clusterctl.plan.launch_plan import template
@@ -66,7 +66,9 @@ def plan_healing(inventory: Inventory, active: list, spares: list, facts: Mappin
                             "bandwidth": healing.checkpoint.bandwidth} if healing.checkpoint else None,
              "wrapper": agent.WRAPPER, "workdir": inventory.job.workdir or "",
              "sampler_args": list(sampler_args(inventory)),  # the wrapper's metrics sampler (agent.start_command)
-             "marker_names": [name for name, _ in marker_env("", "", "")]}
+             "marker_names": [name for name, _ in marker_env("", "", "")],
+             # a spare joining takes its GPU leases before it launches (node_healing.launch, issue 48)
+             "lease": {"operator": leasing.operator(), "window_s": leasing.window_s(inventory)}}
     return DetachedHealing(rules, templates, tuple(spares))
 
 

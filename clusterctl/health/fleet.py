@@ -140,6 +140,21 @@ def states_of(db_path: Path, inventory: Inventory) -> dict[str, str]:
     return {h.name: found[h.name] for h in inventory.hosts if h.name in found}
 
 
+def suspect_hosts(db_path: Path, inventory: Inventory) -> frozenset:
+    """The inventory's hosts the record calls suspect (issue 48: chosen last where spares exist); none
+    without a record or where it cannot be read (a damaged record stops no run)."""
+    from clusterctl.health.record import HealthRecord
+    from clusterctl.health.rules import SUSPECT
+
+    if not Path(db_path).exists():
+        return frozenset()
+    try:
+        with HealthRecord.open(db_path, inventory.name, inventory.health) as record:
+            return frozenset(n.host for n in record.states([h.name for h in inventory.hosts]) if n.state == SUSPECT)
+    except ClusterctlError:
+        return frozenset()
+
+
 def quarantined_nodes(db_path: Path, inventory: Inventory) -> dict[str, str]:
     """{host: reason} of every host of this cluster the record calls quarantined, listed in the
     inventory or not (a Slurm allocation's nodes); {} without a record or where it cannot be read."""

@@ -43,8 +43,13 @@ class Attempt:
         self.lock = threading.Lock()
         self.started = now()
         self.nodes = {h: {"seen": None, "seq": -1, "exit_code": None, "stopped": False, "ranks": 0,
-                          "silent_s": None, "lost": False, "ended_at": None, "tail": "", "health": None}
+                          "silent_s": None, "lost": False, "ended_at": None, "tail": "", "health": None,
+                          "released": False}
                       for h in config["hosts"]}
+        # detached (node_agent.supervisor_of), the run's end waits for each node's word that its GPU leases
+        # went (node_agent._keep): a final state never precedes a lease still held. Attached, the controller
+        # releases them itself; an Engine's attempts leave it to the Engine (leases are kept across attempts)
+        self.awaits_release = False
         self.stall_timeout_s = float(config.get("stall_timeout_s") or 0)
         self.timeout_s = float(config.get("timeout_s") or 0)  # `run --timeout`: the run is stopped past it
         self.timed_out, self.hung = False, False
@@ -65,6 +70,7 @@ class Attempt:
             if node is None or not isinstance(message.get("seq"), int) or message["seq"] <= node["seq"]:
                 return None
             node["seq"], node["seen"] = message["seq"], self.now()
+            node["released"] = node["released"] or bool(message.get("released"))
             node["ranks"] = int(message.get("ranks") or 0)
             silent = message.get("silent_s")
             node["silent_s"] = float(silent) if isinstance(silent, (int, float)) else None
@@ -115,7 +121,8 @@ class Attempt:
                 self.stragglers.judge(now)
             if self.state == "running":
                 return False
-            pending = [n for n in self.nodes.values() if n["exit_code"] is None and not n["lost"]]
+            pending = [n for n in self.nodes.values() if not n["lost"]
+                       and (n["exit_code"] is None or (self.awaits_release and not n["released"]))]
             return not pending or now - self.ended > DRAIN_S
 
     def _silence(self, now):
@@ -171,12 +178,12 @@ class Engine:
         self.started = now()
         self.active, self.spares = list(self.heal["active"]), list(self.heal["spares"])
         self.attempt, self.attempts, self.excluded = 1, [], []
-        self.inner = self.make(self._config(), run_dir, now)
+        self.inner = self._attempt()
         # -> stopping (the failed attempt's ranks end) -> backoff -> (restoring: replicas) -> running | over
         self.phase = "running"
         self.relaunch_at, self.over_at, self.reason, self.final_state = None, None, None, None
         self.last_seq, self.seen = {h: -1 for h in config["hosts"]}, {h: None for h in config["hosts"]}
-        self.told_end, self.orders = set(), {}
+        self.released, self.orders = set(), {}  # hosts whose keepers said their GPU leases went
         self.checkpoint, self.heal_refused = None, None
         # job.checkpoint.replicas: the keepers' copies, the restore before a relaunch (issue 50)
         self.copies = checkpoint_copies.Copies(self.heal.get("checkpoint"))
@@ -192,6 +199,9 @@ class Engine:
     def stop_reason(self):
         return self.reason
 
+    def _attempt(self):
+        return self.make(self._config(), self.run_dir, self.now)
+
     def _config(self):
         config = {**self.config, "hosts": list(self.active)}
         if config.get("timeout_s"):  # `run --timeout` counts from the first attempt's start
@@ -205,6 +215,8 @@ class Engine:
             if host not in self.last_seq or not isinstance(seq, int) or seq <= self.last_seq[host]:
                 return None
             self.last_seq[host], self.seen[host] = seq, self.now()
+            if message.get("released"):
+                self.released.add(host)
             for event in self.copies.heard_from(host, message.get("checkpoints")):
                 print(f"checkpoint replica on {event['host']}: {event['kind']}: {event['says']}", flush=True)
             if message.get("stopped") and self.phase != "over":  # `clusterctl stop` marked this node
@@ -221,8 +233,6 @@ class Engine:
         idle = message.get("exit_code") is None and not message.get("ranks") and host not in self.orders
         answer["ack"] = bool(answer.get("ack")) and over
         answer["end"] = over and (answer["ack"] or idle or host not in self.inner.nodes)
-        if answer["ack"] or answer["end"]:
-            self.told_end.add(host)
         order = self.orders.get(host)
         if order and not over and int(message.get("attempt") or 1) < order["attempt"]:
             answer["launch"] = order
@@ -252,7 +262,7 @@ class Engine:
 
     def _may_end(self, drained):
         alive = [h for h in self.last_seq if h not in {e["host"] for e in self.excluded}]
-        return drained and (all(h in self.told_end for h in alive) or self.now() - self.over_at > END_WAIT_S)
+        return drained and (all(h in self.released for h in alive) or self.now() - self.over_at > END_WAIT_S)
 
     def _over(self, state, reason):
         self.phase, self.final_state, self.reason, self.over_at = "over", state, reason, self.now()
@@ -360,7 +370,7 @@ class Engine:
         self.orders = {h: {"attempt": self.attempt, "values": heal_policy.launch_values(
             token, self.active, h, heal["addresses"], heal["nproc"], self.attempt, self.checkpoint, heal.get("gpus"))}
             for h in self.active}
-        self.inner = self.make(self._config(), self.run_dir, self.now)
+        self.inner = self._attempt()
         self.phase = "running"
 
     def document(self, final=False):

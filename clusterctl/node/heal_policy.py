@@ -40,6 +40,7 @@ TABLE = {
     "killed_by_signal": "node", "container_lost_gpu": "node", "docker_no_gpu_runtime": "node",
     "driver_too_old": "node", "shm_too_small": "node", "p2p_unsupported": "node",
     "ssh_failed": "node", "driver_library_mismatch": "node", "nccl_topo_file": "node",
+    "gpu_leases_held": "node",  # a spare whose GPUs another run holds (node_healing.launch): the next one joins
     # nobody to blame: relaunch on the same nodes
     "rdzv_unreachable": "transient", "nccl_timeout_slow_rank": "transient", "rank_hang": "transient",
     "nccl_socket_error": "transient", "port_in_use": "transient",
@@ -70,6 +71,7 @@ CAUSES = (
     ("nccl_timeout_slow_rank", r"Watchdog caught collective operation timeout|collective operation timeout"
                                r"|Timed out waiting \d+ ?ms for (?:send|recv) operation to complete"),
     ("launcher_args", r"error: unrecognized arguments|error: the following arguments are required"),
+    ("gpu_leases_held", r"^clusterctl: GPU leases held on this node"),  # node_healing.LEASES_HELD, said by us
 )
 
 

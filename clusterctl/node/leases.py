@@ -8,7 +8,8 @@ layer. In it:
   gpu<N> | slot<N>           one lease: JSON {run_id, operator, since, host, key, window_s, renewed_by}
   ticket.<stamp>.<run id>    a waiter (`run --wait`): JSON {run_id, operator, keys}; stamp = ns on the
                              clock of the waiter's first node, so a waiter is ordered the same everywhere
-  ended.<run id>             who ended a live run by force (`up --force`, `down --force`)
+  ended.<run id>             who ended a live run by force (`up --force`, `down --force`); the newest
+                             ENDED_KEEP of them, none older than ENDED_KEEP_S (pruned where they are written)
   forced.log                 one line per forced cleanup
 Every change happens under an exclusive flock of the directory's own descriptor: a take is all of a
 node's keys or none.
@@ -19,6 +20,10 @@ keeper already renew every few seconds: nothing new renews it), was written with
 run's lost-node window). A controller killed, a keeper killed -9: the run's lease file goes quiet and
 the GPUs are free `window_s` later. A lease file that is not a lease (garbage) is judged by its mtime
 alone and named as such. A ticket lives while its waiter rewrites it (every poll).
+
+A lease outlives its run only where nobody could release it (the node cut off, its controller killed).
+Then `take` may be told (`reap`) that its own operator's run ended by that controller's own record:
+those leases go at once where this node proves the run's ranks gone (its run dir's `agent.exit`).
 
 Run as `leases.py OP JSON` (the controller sends it with safe_files.py and layout.py: plan/leasing.py);
 it prints one JSON document. Stdlib only.
@@ -41,6 +46,7 @@ RUNS_ON_NODES = True
 
 LEASES = ".clusterctl-leases"  # under job.outputs
 TICKET, ENDED, FORCED_LOG = "ticket.", "ended.", "forced.log"
+ENDED_KEEP, ENDED_KEEP_S = 200, 30 * 86400  # forced-end records: enough for `status` to name who, bounded
 FILE_LIMIT = 64 * 1024  # a lease is a few hundred bytes: more is not a lease
 RENEWED_BY = "the run's lease file (its controller's poll; detached, its keepers)"
 
@@ -74,6 +80,17 @@ def _run_beat(outputs, run_id, host):
     except (OSError, Refused):
         return None
     return found.mtime if found is not None and found.kind == "file" else None
+
+
+def _ranks_gone(outputs, run_id, host):
+    """Whether the run's launcher ended on this node: its run dir holds `agent.exit` (plan/wrapper.py
+    writes it once torchrun, or the job itself, ended: every rank of the run here is gone)."""
+    try:
+        with Dir.open(outputs, (layout.LOGS, run_id, host)) as run_dir:
+            found = run_dir.entry(layout.AGENT_EXIT)
+    except (OSError, Refused):
+        return False
+    return found is not None and found.kind == "file"
 
 
 def read_lease(where, outputs, host, entry, now):
@@ -141,19 +158,26 @@ class _Locked:
         self.where.close()  # closing the descriptor drops the lock
 
 
-def take(outputs, host, run_id, operator, keys, window_s, stamp=None, now=None):
+def take(outputs, host, run_id, operator, keys, window_s, stamp=None, now=None, reap=()):
     """All of `keys` for `run_id`, or none: {"taken", "held" (the live leases of others in the way),
     "ahead" (waiters queued before this one on overlapping keys), "notes"}. `stamp`: this run's ticket
-    (a `--wait`), whose place in the queue it must have; without one, any waiter on these keys is ahead."""
+    (a `--wait`), whose place in the queue it must have; without one, any waiter on these keys is ahead.
+    `reap`: runs of this `operator` that its controller's record says ended: their leases are released
+    where this node proves their ranks gone (a node cut off while they ended: nobody could release them)."""
     with _Locked(outputs, host) as where:
         now = time.time() if now is None else now
         seen = snapshot(where, outputs, host, now)
         notes, held = [], []
         mine = {lease["key"]: lease for lease in seen["leases"] if lease["run_id"] == run_id}
+        reaped = {r for r in set(reap) - {run_id} if _ranks_gone(outputs, r, host)}
         for lease in seen["leases"]:
             if lease["key"] not in keys or lease["run_id"] == run_id:
                 continue
-            if lease["alive"]:
+            if lease["alive"] and lease["run_id"] in reaped and lease.get("operator") == operator:
+                where.remove(lease["key"])
+                notes.append(f"{host}: released {lease['key']} of run {lease['run_id']}: it ended (this controller's "
+                             f"record) and its ranks are gone from this node")
+            elif lease["alive"]:
                 held.append(lease)
             elif lease.get("garbage"):
                 notes.append(f"{host}: replaced the unreadable lease file {lease['key']} ({lease['garbage']}), "
@@ -172,6 +196,7 @@ def take(outputs, host, run_id, operator, keys, window_s, stamp=None, now=None):
         for ticket in seen["tickets"]:
             if ticket["run_id"] == run_id:
                 where.remove(f"{TICKET}{ticket['stamp']}.{run_id}")
+        prune_ended(where, now)
         return {"taken": list(keys), "held": [], "ahead": [], "notes": notes}
 
 
@@ -236,9 +261,28 @@ def forced(outputs, host, operator, how, run_ids, now=None):
         where.append(FORCED_LOG, json.dumps({"at": now, "by": operator, "how": how, "runs": list(run_ids)}) + "\n")
         for run_id in run_ids:
             where.write(ENDED + run_id, json.dumps({"run_id": run_id, "by": operator, "at": now, "how": how}))
+        prune_ended(where, now)
     for run_id in run_ids:
         release(outputs, host, run_id)
     return {"logged": list(run_ids)}
+
+
+def prune_ended(where, now, keep=ENDED_KEEP, keep_s=ENDED_KEEP_S):
+    """The forced-end records past `keep_s` old, and all but the newest `keep`, removed (they are written
+    by every forced cleanup and read by `status`, which names who ended a run: a bounded history)."""
+    records = sorted((e for e in where.entries(limit=10_000) if e.name.startswith(ENDED) and e.kind == "file"),
+                     key=lambda e: e.mtime, reverse=True)
+    pruned = [e.name for i, e in enumerate(records) if i >= keep or now - e.mtime > keep_s]
+    for name in pruned:
+        where.remove(name)
+    return pruned
+
+
+def take_run_dir(run_dir, run_id, host, operator, keys, window_s):
+    """A keeper's take for its own node (a detached run's relaunch onto it: a spare joining), the lease
+    directory found from the run dir (`<outputs>/logs/<run id>/<host>`)."""
+    outputs = run_dir.rstrip("/").rsplit("/", 3)[0]
+    return take(outputs, host, run_id, operator, keys, window_s)
 
 
 def listing(outputs, host, now=None):

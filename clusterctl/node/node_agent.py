@@ -92,7 +92,11 @@ def supervisor_of(config, run_dir):
         from clusterctl.node import engine
     else:  # beside this file in the run dir
         import engine
-    return engine.Engine(config, run_dir) if config.get("heal") else engine.Attempt(config, run_dir)
+    if config.get("heal"):
+        return engine.Engine(config, run_dir)
+    attempt = engine.Attempt(config, run_dir)
+    attempt.awaits_release = True  # its end is final once every node's leases went (_keep says so)
+    return attempt
 
 
 def body_length(header):
@@ -343,11 +347,13 @@ def _keep(run_dir, config, interval, healing, health, watch, replica=None):
     key, host, lease_s = config["key"], config["host"], config["lease_s"]
     url = f"http://{config['address']}:{config['port']}/beat"
     seq, last_answer = int(time.time() * 1000), time.monotonic()
+    released = 0  # beats sent since this node's leases went: the supervisor's end waits for that word
     while True:
         report = {**node_report(run_dir), **({"attempt": healing.attempt_of(run_dir)} if healing else {})}
         report.update(health.take(final=report["exit_code"] is not None) if health else {})
         report.update({"stragglers": watch.summary()} if watch and report["exit_code"] is None else {})
         report.update({"checkpoints": replica.summary()} if replica else {})
+        report.update({"released": True} if released else {})
         seq += 1
         body = json.dumps({"host": host, "seq": seq, **report}).encode()
         request = urllib.request.Request(url, data=body, headers={MAC_HEADER: sign(key, body), HOST_HEADER: host,
@@ -361,7 +367,11 @@ def _keep(run_dir, config, interval, healing, health, watch, replica=None):
         except (OSError, ValueError):
             pass
         now = time.monotonic()
-        if isinstance(answer, dict) and answer.get("seq") == seq:
+        if released:
+            if (isinstance(answer, dict) and answer.get("seq") == seq) or released >= RELEASED_TRIES:
+                return 0  # heard (or the supervisor ended meanwhile: its end did not wait for this node)
+            released += 1
+        elif isinstance(answer, dict) and answer.get("seq") == seq:
             last_answer = now
             _renew(run_dir)
             health.delivered(report.get("health")) if health else None
@@ -371,14 +381,43 @@ def _keep(run_dir, config, interval, healing, health, watch, replica=None):
             if healing and isinstance(answer.get("launch"), dict):
                 healing.launch(run_dir, config, answer["launch"])
             if (report["exit_code"] is not None and answer.get("ack")) or answer.get("end"):
+                # the run's end on this node: its GPU leases go first, then the supervisor hears so, and
+                # only then is the run's end final (what `status` and the next `run` see)
                 _release_leases(run_dir, config)
-                return 0
+                released = 1
+                continue
         elif now - last_answer > lease_s:
             # the supervisor is gone: the wrapper's lease runs out and it stops the ranks itself
             print(f"no answer from the supervisor at {config['address']}:{config['port']} for "
                   f"{now - last_answer:.0f}s; leaving the lease to run out", flush=True)
+            _release_once_ranks_gone(run_dir, config, interval)
             return 1
         time.sleep(interval)
+
+
+RELEASED_TRIES = 3
+RANKS_GONE_WAIT_S = 15.0  # the wrapper's lease ran out with this keeper's: it ends the ranks (TERM, 5 s, KILL)
+
+
+def _release_once_ranks_gone(run_dir, config, interval):
+    """Cut off from the supervisor: once this node's ranks are gone (agent.exit: the wrapper stopped them,
+    its lease run out; or no launcher ever started here: no agent.pid), the run's GPU leases here go too,
+    not a lost-node window later."""
+    deadline = time.monotonic() + RANKS_GONE_WAIT_S
+    while _launched(run_dir) and node_report(run_dir)["exit_code"] is None:
+        if time.monotonic() > deadline:
+            print("the run's ranks did not end here; its GPU leases are left to lapse", flush=True)
+            return
+        time.sleep(interval)
+    _release_leases(run_dir, config)
+
+
+def _launched(run_dir):
+    try:
+        with Dir.open(run_dir) as d:
+            return d.entry("agent.pid") is not None
+    except (OSError, Refused):
+        return True  # unreadable: never taken for "nothing ran here"
 
 
 def _release_leases(run_dir, config):

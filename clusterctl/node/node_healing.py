@@ -15,18 +15,22 @@ import os
 import subprocess
 
 if __package__:  # imported by the controller
+    from clusterctl.node import leases
     from clusterctl.node.heal_policy import substitute
     from clusterctl.node.safe_files import Dir, Refused
 else:  # beside node_agent.py in a node's run dir (node_agent's _beside put it on sys.path)
+    import leases
     from heal_policy import substitute
     from safe_files import Dir, Refused
 
 RUNS_ON_NODES = True
+LEASES_HELD = "clusterctl: GPU leases held on this node"  # heal_policy.CAUSES reads it: gpu_leases_held
 ATTEMPT_FILE = "attempt"  # the attempt a node's run dir holds (absent: 1, launched by the controller)
 # what stays in the run dir when an attempt is set aside: the supervisor's and keeper's own files
 DAEMON_FILES = ("node_agent.py", "node_healing.py", "engine.py", "heal_policy.py", "node_health.py",
                 "supervision.json", "supervisor.json", "supervisor.json.tmp", "supervise.log", "keep.log",
-                "checkpoint_replica.py", "checkpoint_wire.py", "checkpoint_copies.py", "safe_files.py")
+                "checkpoint_replica.py", "checkpoint_wire.py", "checkpoint_copies.py", "safe_files.py", "leases.py",
+                "layout.py", "listener.py", "straggler_verdict.py", "node_stragglers.py")
 
 
 # ---- the keeper's side: launch the next attempt on this node
@@ -58,6 +62,25 @@ def set_aside(run_dir, attempt):
                 os.rename(name, name, src_dir_fd=own.fd, dst_dir_fd=made.fd)
 
 
+def take_leases(run_dir, config):
+    """This node's GPU leases for the run (its GPUs, else its rank slots), taken before it launches: a
+    spare joining takes its own, a survivor renews what it holds. None when taken; else who holds them."""
+    heal, host = config["heal"], config["host"]
+    lease = heal.get("lease")
+    if not lease:
+        return None
+    keys = leases.key_names((heal.get("gpus") or {}).get(host) or [], (heal.get("nproc") or {}).get(host) or 1)
+    try:
+        answer = leases.take_run_dir(run_dir, config["run_id"], host, lease["operator"], keys, lease["window_s"])
+    except (OSError, ValueError, Refused) as error:
+        return f"the lease directory cannot be used ({error})"
+    if answer["taken"]:
+        return None
+    holders = sorted({f"{h.get('key')} by run {h.get('run_id')} ({h.get('operator')})" for h in answer["held"]})
+    waiters = sorted({f"run {t.get('run_id')} queued first" for t in answer["ahead"]})
+    return "; ".join(holders + waiters)
+
+
 def launch(run_dir, config, order):
     """Start attempt order["attempt"] on this node: set the last one aside, write its env, start the
     wrapper (without the run's marker: only the launcher carries it, see plan/wrapper.py), with its
@@ -69,6 +92,14 @@ def launch(run_dir, config, order):
     if attempt <= attempt_of(run_dir) or stopped:
         return False
     set_aside(run_dir, attempt_of(run_dir))
+    held = take_leases(run_dir, config)
+    if held:  # this node's attempt ends at once, failed, saying why: the engine leaves it out
+        with Dir.open(run_dir) as d:
+            d.write(ATTEMPT_FILE, f"{attempt}\n")
+            d.write("agent.log", f"{LEASES_HELD}: {held}\n")
+            d.write("agent.exit", "1\n")
+        print(f"attempt {attempt} not launched: {held}", flush=True)
+        return False
     values = order["values"]
     master = values.get(f"@{heal['token']}.node_rank@") == "0"
     launch = heal.get("template_master") if master and heal.get("template_master") else heal["template"]

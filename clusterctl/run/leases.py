@@ -6,12 +6,22 @@ Waiting: a ticket on each node, stamped with the clock of the waiter's first nod
 id, so that every node orders two waiters the same way (a total order: no two waiters each wait for the
 other); the ticket is rewritten each poll (a waiter killed -9 leaves a ticket that lapses) and removed
 on Ctrl-C. The position printed is the longest queue ahead of this run on any of its nodes.
+
+Releasing is part of a run's end: the attached run flow releases before its record says ended (a next
+run started as `run` returns is never refused by it), a run that heals itself holds its leases across
+attempts (`holding`: survivors keep theirs, a joining spare takes its own, the loop renews them while it
+waits) and releases them before it returns. A lease nobody could release (the node was cut off) is
+taken back by the controller whose own record says that run ended, once the node proves its ranks gone
+(node/leases.py `reap`).
 """
 from __future__ import annotations
 
+import contextvars
 import math
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 from clusterctl.errors import StateError
 from clusterctl.executor import for_each_host, ticks
@@ -19,19 +29,83 @@ from clusterctl.models import HostResult, HostStatus
 from clusterctl.plan import leasing
 
 POLL_S = 2.0
+RENEW_S = 5.0  # between two attempts the loop renews its leases this often (a lease lives window_s, >= 22 s)
 
 
 @dataclass
 class Leases:
-    """The leases a run holds (host -> keys), to release as it ends."""
+    """The leases a run holds (host -> keys), to release as it ends (once: a second release is a no-op)."""
 
     inventory: object
     connections: object
     run_id: str
     keys: dict[str, list[str]] = field(default_factory=dict)
+    renewed: float = 0.0
 
-    def release(self) -> dict[str, leasing.Answer]:
-        return release(self.inventory, self.connections, list(self.keys), self.run_id)
+    def release(self, hosts: Optional[list[str]] = None) -> dict[str, leasing.Answer]:
+        names = [h for h in (self.keys if hosts is None else hosts) if h in self.keys]
+        answers = release(self.inventory, self.connections, names, self.run_id) if names else {}
+        for name in names:  # after: a release cut short (a second Ctrl-C) is made again by the caller's finally
+            del self.keys[name]
+        return answers
+
+    def hold(self, inventory, connections, keys: dict[str, list[str]], wait: bool = False,
+             say: Callable[[str], None] = lambda text: None, ended: Callable[[str], bool] = lambda run_id: False
+             ) -> None:
+        """Exactly `keys` held for the next attempt: a host left out releases its leases, a spare joining
+        takes its own (refused naming the holder, or queued with `wait`), a survivor keeps what it holds
+        (renewed: never released and taken again, so no other run slips in between)."""
+        gone = [h for h in self.keys if self.keys[h] != keys.get(h)]
+        self.release(gone)
+        self.inventory, self.connections = inventory, connections
+        self.renew(force=True)
+        joining = {h: k for h, k in keys.items() if h not in self.keys}
+        if joining:
+            self.keys.update(take(inventory, connections, self.run_id, joining, wait, say, ended).keys)
+
+    def renew(self, force: bool = False) -> None:
+        """The held leases written again (a take of one's own keys): alive while no attempt runs."""
+        if self.keys and (force or time.monotonic() - self.renewed >= RENEW_S):
+            _on_nodes(self.inventory, self.connections, list(self.keys), "take", lambda name: {"keys": self.keys[name]},
+                      run_id=self.run_id, operator=leasing.operator(), window_s=leasing.window_s(self.inventory))
+            self.renewed = time.monotonic()
+
+
+HELD: contextvars.ContextVar[Optional[Leases]] = contextvars.ContextVar("clusterctl_held_leases", default=None)
+
+
+@contextmanager
+def holding(run_id: str) -> Iterator[Leases]:
+    """The leases of `run_id` held across its attempts (backends/healing.py): each attempt's run flow
+    `hold`s what its plan needs instead of taking and releasing; released as the loop ends, however."""
+    held = Leases(None, None, run_id)
+    token = HELD.set(held)
+    try:
+        yield held
+    finally:
+        HELD.reset(token)
+        held.release()
+
+
+def held_for(run_id: str) -> Optional[Leases]:
+    """The leases a healing loop holds for `run_id` in this context, or None."""
+    held = HELD.get()
+    return held if held is not None and held.run_id == run_id else None
+
+
+def ended_in(state) -> Callable[[str], bool]:
+    """Whether this controller's own record says the run ended (neither running nor unknown)."""
+    from clusterctl.ground.records import RunStore, state_of
+    from clusterctl.ground.run_record import RunState
+
+    def ended(run_id: str) -> bool:
+        try:
+            record = RunStore(state).read(run_id)
+        except (OSError, ValueError):
+            return False
+        return state_of(record, run_id, state.lock_holder) not in (RunState.RUNNING, RunState.UNKNOWN)
+
+    return ended
 
 
 def release(inventory, connections, hosts: list[str], run_id: str) -> dict[str, leasing.Answer]:
@@ -61,11 +135,13 @@ def wanted(topology) -> dict[str, list[str]]:
 
 
 def take(inventory, connections, run_id: str, keys: dict[str, list[str]], wait: bool = False,
-         say: Callable[[str], None] = lambda text: None) -> Leases:
-    """Every node's `keys` for `run_id`; StateError naming the holders unless `wait`."""
+         say: Callable[[str], None] = lambda text: None, ended: Callable[[str], bool] = lambda run_id: False) -> Leases:
+    """Every node's `keys` for `run_id`; StateError naming the holders unless `wait`. `ended(run id)`: this
+    controller's record says that run ended: its leases that no one could release are taken back where the
+    node proves its ranks gone (ended_in)."""
     window, me = leasing.window_s(inventory), leasing.operator()
     common = {"run_id": run_id, "operator": me, "window_s": window}
-    stamp = None
+    stamp, reap = None, []
     try:
         if wait:
             stamp = _queue(inventory, connections, keys, common, None)
@@ -73,9 +149,11 @@ def take(inventory, connections, run_id: str, keys: dict[str, list[str]], wait: 
         for turn, _left in enumerate(ticks(math.inf, POLL_S)):
             if turn:
                 _queue(inventory, connections, keys, common, stamp)  # renews the tickets
-            answers = _on_nodes(inventory, connections, list(keys), "take", lambda name: {"keys": keys[name]},
-                                **common, **({"stamp": stamp} if stamp is not None else {}))
-            _raise_failed(answers)
+            answers = _ask_take(inventory, connections, keys, common, stamp, reap)
+            ours = _ours_ended([a.document for a in answers.values()], me, ended) - set(reap)
+            if ours:  # a lost run of ours holds some: asked again at once, to take them back where they may
+                reap += sorted(ours)
+                answers = _ask_take(inventory, connections, keys, common, stamp, reap)
             for answer in answers.values():
                 for note in answer.document.get("notes") or ():
                     say(note)
@@ -99,6 +177,19 @@ def take(inventory, connections, run_id: str, keys: dict[str, list[str]], wait: 
         if wait:  # Ctrl-C (even while joining), a refusal, a node gone: leave the queue
             _on_nodes(inventory, connections, list(keys), "release", run_id=run_id)
         raise
+
+
+def _ask_take(inventory, connections, keys, common, stamp, reap) -> dict[str, leasing.Answer]:
+    answers = _on_nodes(inventory, connections, list(keys), "take", lambda name: {"keys": keys[name]},
+                        **common, **({"stamp": stamp} if stamp is not None else {}), reap=list(reap))
+    _raise_failed(answers)
+    return answers
+
+
+def _ours_ended(documents: list[dict], me: str, ended: Callable[[str], bool]) -> set[str]:
+    """The holders in the way that this operator started and whose record here says they ended."""
+    return {lease["run_id"] for d in documents for lease in d.get("held") or ()
+            if lease.get("run_id") and lease.get("operator") == me and ended(lease["run_id"])}
 
 
 def _queue(inventory, connections, keys, common, stamp) -> int:

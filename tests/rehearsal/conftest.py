@@ -30,13 +30,23 @@ def sandbox():
 
 
 @pytest.fixture(autouse=True)
-def leases_settled(request):
-    """After a test on the session's cluster, wait until no run holds a GPU lease on its nodes (node/leases.py):
-    one test's detached run, ended a moment ago or cut off with its keeper, would otherwise hold the next
-    test's nodes (a run without --wait is refused, naming the holder) until its lease lapses."""
-    yield
-    if "sandbox" in request.fixturenames:
-        wait_for_leases_to_lapse(request.getfixturevalue("sandbox"))
+def leases_of_cut_off_nodes(request):
+    """After a test that cut a node off, wait until no run holds a GPU lease on the cluster's nodes
+    (node/leases.py): a run whose node was cut off as it ended leaves that node's leases to lapse (nobody
+    could release them). Every other run releases its leases as it ends (before `run` returns, before
+    `status` says ended): no wait after those, so a lease that outlives its run fails the next test."""
+    if "sandbox" not in request.fixturenames:
+        yield
+        return
+    sandbox, cut = request.getfixturevalue("sandbox"), []
+    cut_network = sandbox.cut_network
+    sandbox.cut_network = lambda name: (cut.append(name), cut_network(name))[-1]
+    try:
+        yield
+    finally:
+        del sandbox.cut_network
+    if cut:
+        wait_for_leases_to_lapse(sandbox)
 
 
 class _Impersonations:

@@ -4,7 +4,9 @@ own and the same inventory, over real SSH (node2 as the sudo user) and the nodes
 
 alice's detached run survives bob's `up` and `down` (its container too), each naming it; bob's `run` is
 refused naming alice's run; bob's `status` shows it; bob's `run --wait` starts once alice's run ends. A
-controller killed -9 (an attached run's): its leases lapse within the window and a waiting run starts."""
+controller killed -9 (an attached run's): its leases lapse within the window and a waiting run starts.
+A run's leases end with it: the other operator's next run, started the moment a run returns (attached) or
+`status` says it ended (detached), is never refused."""
 from __future__ import annotations
 
 import os
@@ -33,10 +35,10 @@ def _run(cli: Cli, *args: str, timeout: float = 180) -> tuple[int, dict, str]:
     return Cli.finish(cli.popen(*args), timeout=timeout)
 
 
-def _sleeping(sb, path: Path) -> Path:
+def _sleeping(sb, path: Path, seconds: int = 600) -> Path:
     def change(doc):
         doc["hosts"] = [h for h in doc["hosts"] if h["name"] in ("node1", "node2")]
-        doc["job"].update(launcher="none", command=["sleep", "600"], args=[], nproc_per_node=1, lost_after=5)
+        doc["job"].update(launcher="none", command=["sleep", str(seconds)], args=[], nproc_per_node=1, lost_after=5)
         doc["job"].pop("world_size_divides", None)
 
     return variant(sb, path, change)
@@ -129,3 +131,18 @@ def test_a_killed_controllers_leases_lapse_and_a_waiting_run_starts(fleet):
             if proc is not None and proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+def test_the_next_run_right_after_a_run_returns_or_is_said_ended_is_never_refused(fleet, sandbox, tmp_path):
+    alice, bob, _inventory, prompt = fleet
+    short = str(_sleeping(sandbox, tmp_path / "short.yaml", seconds=1))
+    for who in (alice, bob, alice):  # each the moment the last returned: its leases went before it did
+        code, doc, err = _run(who, "run", "-i", short, prompt)
+        assert code == 0, (doc.get("error"), err[-3000:])
+    code, started, err = _run(alice, "run", "-i", short, "--detach", prompt)
+    assert code == 0, err[-3000:]
+    ended = lambda: [r for r in _run(alice, "status", "-i", short)[1]["runs"]  # noqa: E731
+                     if r["run_id"] == started["run_id"] and r["state"] != "running"]
+    assert wait_until(ended, 60, interval=0.5, what="alice's detached run said ended")[0]["state"] == "succeeded"
+    code, doc, err = _run(bob, "run", "-i", short, prompt)  # at once: its keepers released before its end was final
+    assert code == 0, (doc.get("error"), err[-3000:])

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterctl_helpers import CONTAINER_OUTPUTS, cluster_with_jobs, processes_with, variant, wait_until
+from clusterctl_helpers import CONTAINER_OUTPUTS, cluster_with_jobs, processes_with, steady_health, variant, wait_until
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
 
@@ -44,7 +44,7 @@ def _inventory(sb, path: Path, name: str, launcher: str) -> Path:
                                 "--kill_at", "3", "--kill_rank", "1"],
                           checkpoint={"dir": f"{where}/ckpt", "complete": "COMPLETE"})
         # node2 is blamed in every case: remembered in the fleet record, quarantined never (as test_cluster_heal.py)
-        doc["health"] = {"rules": {kind: {"quarantine_after": "never"} for kind in ("heal_excluded", "node_lost")}}
+        doc["health"] = steady_health()
 
     return variant(sb, path, change)
 

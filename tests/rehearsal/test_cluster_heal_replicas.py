@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterctl_helpers import CONTAINER_OUTPUTS, Cli, cluster_with_jobs, variant, wait_until
+from clusterctl_helpers import CONTAINER_OUTPUTS, Cli, cluster_with_jobs, steady_health, variant, wait_until
 
 from rehearsal.test_cluster_heal import _left_over
 from rehearsal.test_cluster_heal_detached import _detach, _ended, prompt  # noqa: F401  (prompt: a fixture)
@@ -41,7 +41,7 @@ def _inventory(sb, path: Path, name: str, *args: str, restarts=2, **job) -> Path
                           restarts=restarts, lost_after=6,
                           checkpoint={"dir": f"/tmp/clusterctl-ckpt-{name}", "complete": "COMPLETE", "replicas": 1},
                           **job)
-        doc["health"] = {"rules": {kind: {"quarantine_after": "never"} for kind in ("heal_excluded", "node_lost")}}
+        doc["health"] = steady_health()
 
     return variant(sb, path, change)
 

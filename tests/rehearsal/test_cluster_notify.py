@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterctl_helpers import CONTAINER_OUTPUTS, cluster_with_jobs, variant, wait_until
+from clusterctl_helpers import CONTAINER_OUTPUTS, cluster_with_jobs, steady_health, variant, wait_until
 from loopback_receiver import Receiver
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
@@ -143,7 +143,7 @@ def _healing_job(sb, path: Path, url: str) -> Path:
                           restarts=2, checkpoint={"dir": f"{where}/ckpt", "complete": "COMPLETE"},
                           args=["--steps", "12", "--ckpt", f"{where}/ckpt", "--out", f"{where}/out",
                                 "--kill_at", "4", "--kill_rank", "1"])
-        doc["health"] = {"rules": {kind: {"quarantine_after": "never"} for kind in ("heal_excluded", "node_lost")}}
+        doc["health"] = steady_health()
         doc["notify"] = {"webhook": url, "format": "slack", "on": ["relaunch", "failure", "end"]}
 
     return variant(sb, path, change)

@@ -179,7 +179,18 @@ def test_ctrl_c_stops_every_rank_and_a_second_run_meanwhile_is_refused(sandbox, 
             proc.kill()
             proc.wait()
     assert code == 130 and doc["exit_code"] == 130 and doc["run_id"] == run_id, (doc, stderr[-2000:])
+    assert not _leases_of(sandbox, run_id)  # released before `run` returned (issue 48): the next run is not refused
     assert wait_until(lambda: not _left_over(run_id), 10, what="no process of the run") is True
+
+
+def _leases_of(sandbox, run_id: str) -> list:
+    """The GPU leases `run_id` holds on the nodes, as node/leases.py lists them (the outputs are shared)."""
+    from clusterctl.node import leases
+
+    where = sandbox.shared_outputs / leases.LEASES
+    hosts = [p.name for p in where.iterdir()] if where.is_dir() else []
+    return [lease for host in hosts for lease in leases.listing(str(sandbox.shared_outputs), host)["leases"]
+            if lease["run_id"] == run_id]
 
 
 def test_a_tqdm_style_job_on_2_nodes_x_2_ranks_shows_at_most_40_progress_lines_and_each_ranks_final_state(

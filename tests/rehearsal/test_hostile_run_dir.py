@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterctl_helpers import CONTAINER_OUTPUTS, Cli, cluster_with_jobs, variant, wait_until
+from clusterctl_helpers import CONTAINER_OUTPUTS, Cli, cluster_with_jobs, steady_health, variant, wait_until
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
 
@@ -61,7 +61,7 @@ def _inventory(sb, path: Path, victim, seconds: float, exit_code: int = 0, **job
                           args=["--victim", str(victim[0]), "--outputs", CONTAINER_OUTPUTS, "--seconds", str(seconds),
                                 "--exit", str(exit_code)], **job)
         doc["job"].pop("world_size_divides", None)
-        doc["health"] = {"rules": {kind: {"quarantine_after": "never"} for kind in ("heal_excluded", "node_lost")}}
+        doc["health"] = steady_health()
 
     return variant(sb, path, change)
 

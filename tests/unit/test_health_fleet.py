@@ -182,3 +182,28 @@ def test_the_gpus_a_preflight_reports_are_kept_by_uuid_and_a_containers_partial_
         n1, n2 = record.state("n1"), record.state("n2")
     assert [(g.key, g.index) for g in n1.gpus] == [("uuid:GPU-aaaa", 0), ("uuid:GPU-bbbb", 1)]
     assert n2.gpus == ()  # no UUID reported: not keyed by the preflight (the watch keys it by serial or index)
+
+
+def test_where_spares_exist_suspect_hosts_are_chosen_last_and_the_chosen_keep_the_inventorys_order(tmp_path):
+    """Issue 48: which hosts take part is health-aware (suspect ones only when needed); their order, and so
+    the master, stay as written (reordering the hosts once moved the master and broke the rendezvous)."""
+    from dataclasses import replace
+
+    from clusterctl.backends.healing import _fleet
+    from clusterctl.health.fleet import suspect_hosts
+
+    db = tmp_path / "health.db"
+    assert suspect_hosts(db, FLEET) == frozenset()  # no record: none
+    record_events(db, FLEET, [Event("n2", "node_lost", "run", run_id="r1")])
+    suspect = suspect_hosts(db, FLEET)
+    assert suspect == {"n2"}
+    four = replace(FLEET, hosts=(*FLEET.hosts, Host(name="n4", address="10.0.0.4")))
+    fleet = _fleet(four, 2, suspect)
+    assert [h.name for h in fleet.active] == ["n1", "n3"] and [h.name for h in fleet.spares] == ["n4", "n2"]
+    fleet = _fleet(four, 3, suspect)  # needed: taken, in its place
+    assert [h.name for h in fleet.active] == ["n1", "n3", "n4"] and [h.name for h in fleet.spares] == ["n2"]
+    assert [h.name for h in _fleet(four, 4, suspect).active] == ["n1", "n2", "n3", "n4"]
+    fleet = _fleet(four, 2, frozenset({"n1"}))  # the master stays the master
+    assert [h.name for h in fleet.active] == ["n1", "n2"]
+    named = replace(four, rendezvous=replace(four.rendezvous, master="n3"))
+    assert [h.name for h in _fleet(named, 2, frozenset({"n1"})).active] == ["n3", "n2"]
