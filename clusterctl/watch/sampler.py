@@ -116,8 +116,10 @@ shell() { case $(readlink "/proc/$1/exe" 2>/dev/null) in */sh|*/dash|*/bash|*/bu
 # what a straggler round keeps for the next ones: beside the kept py-spy (the run's own 0700 directory), else this round's
 state=$dir; [ -n "$nb" ] && [ -n "$keep" ] && case $spy in */"$keep"/py-spy.*) state=${spy%/*};; esac
 # the ranks found by an earlier round, all of them (as many as their LOCAL_WORLD_SIZE) and all still running (the
-# same start time): no process's environment read again
-ranks=$state/ranks
+# same start time): no process's environment read again. One file per host: hosts that share a machine (several
+# `connection: local` hosts, rehearsal nodes) share its /tmp and so the kept directory
+kept_ranks=$state/ranks.${host##*/}
+ranks=$kept_ranks
 if [ "$state" != "$dir" ] && [ -s "$ranks" ]; then
   while read -r p rank lrank start; do
     l=""; { read -r l < "/proc/$p/stat"; } 2>/dev/null; set -f; set -- ${l##*) }; set +f
@@ -142,7 +144,7 @@ if [ ! -s "$ranks" ]; then
     echo "$p $rank ${lrank:--} $start" >> "$ranks"
   done
   found=0; [ -s "$ranks" ] && while read -r _line; do found=$((found + 1)); done < "$ranks"
-  [ "$state" != "$dir" ] && [ -n "$lws" ] && [ "$found" = "$lws" ] && cp "$ranks" "$state/ranks" 2>/dev/null
+  [ "$state" != "$dir" ] && [ -n "$lws" ] && [ "$found" = "$lws" ] && cp "$ranks" "$kept_ranks" 2>/dev/null
 fi
 [ -s "$ranks" ] || { echo "$M problem no rank of run $run runs here"; exit 0; }
 to=""; command -v timeout >/dev/null 2>&1 && to="timeout -s KILL $SPY_TIMEOUT"

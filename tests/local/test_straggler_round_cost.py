@@ -23,9 +23,10 @@ ASLEEP = "import time\ndef waiting_here():\n    time.sleep(120)\nwaiting_here()"
 BUSY = "import time\ndef busy_here():\n    while True:\n        sum(range(1000))\nbusy_here()"
 
 
-def _round(tmp: Path, run: str, samples: int, nonblocking: bool = True, ship: bool = True, known=()) -> str:
-    inventory = Inventory("cost-test", (Host("n1", "127.0.0.1"),))
-    command = sampler.sample_command(inventory, "n1", run, samples, 0.2, nonblocking=nonblocking,
+def _round(tmp: Path, run: str, samples: int, nonblocking: bool = True, ship: bool = True, known=(),
+           host: str = "n1") -> str:
+    inventory = Inventory("cost-test", (Host("n1", "127.0.0.1"), Host("n2", "127.0.0.1")))
+    command = sampler.sample_command(inventory, host, run, samples, 0.2, nonblocking=nonblocking,
                                      keep=process.kept_pyspy_name("cost-test", run), ship=ship, known=known)
     done = subprocess.run(command.argv, input=command.stdin or b"", capture_output=True, timeout=60,
                           env={**os.environ, "TMPDIR": str(tmp)})
@@ -89,7 +90,7 @@ def _heads(stdout: str) -> list[list[str]]:
 def test_later_rounds_reuse_the_ranks_found_and_the_dumps_the_controller_holds(tmp_path, ranks):
     first = _round(tmp_path, ranks, 2)
     kept = tmp_path / process.kept_pyspy_name("cost-test", ranks)
-    listed = (kept / "ranks").read_text().split("\n")
+    listed = (kept / "ranks.n1").read_text().split("\n")
     assert len([line for line in listed if line]) == 2  # both ranks of LOCAL_WORLD_SIZE 2 found: kept
     node = sampler.parse_node_output(first, "n1")
     asleep = node.samples[0][0].pid
@@ -102,5 +103,15 @@ def test_later_rounds_reuse_the_ranks_found_and_the_dumps_the_controller_holds(t
     assert all("waiting_here" in [f.function for f in s[0].frames] for s in again.samples)
     unknown = _round(tmp_path, ranks, 1, ship=False)  # the controller holds no dump: the node dumps it again
     assert all(h[-1] != "same" for h in _heads(unknown))
-    (kept / "ranks").write_text(f"{asleep} 0 0 1\n")  # a rank that started again (another start time): looked for anew
+    (kept / "ranks.n1").write_text(f"{asleep} 0 0 1\n")  # a rank that started again (another start time): looked for anew
     assert len(sampler.parse_node_output(_round(tmp_path, ranks, 1, ship=False), "n1").samples[0]) == 2
+
+
+def test_hosts_that_share_a_machine_keep_their_own_ranks(tmp_path, ranks):
+    """Two `connection: local` hosts (or rehearsal nodes) share the machine's /tmp, so the kept directory: the
+    ranks host n1 found are never taken for host n2's (a GPU check sampled g0's rank as g1's and named nobody)."""
+    _round(tmp_path, ranks, 1)
+    kept = tmp_path / process.kept_pyspy_name("cost-test", ranks)
+    assert (kept / "ranks.n1").exists()
+    other = sampler.parse_node_output(_round(tmp_path, ranks, 1, ship=False, host="n2"), "n2")
+    assert not other.samples and "no rank of run" in (other.problem or ""), other
