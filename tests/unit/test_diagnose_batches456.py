@@ -92,3 +92,14 @@ def test_the_new_cause_has_a_fix_a_heal_class_and_an_alias():
     assert len(RULE_OF["net_plugin_incompatible"].fix) > 60 and heal_policy.TABLE["net_plugin_incompatible"] == "job"
     assert score_batch.label_of("other:nccl_libfabric_incompat") == "net_plugin_incompatible"
     assert score_batch.label_of("other:efa_installer_too_old") == "net_plugin_incompatible"
+
+
+def test_a_jobs_own_exception_that_no_rule_explains_keeps_the_lead_over_a_resembling_case():
+    """The rehearsal's Slurm job raises `RuntimeError: injected failure on rank 3` (tests/fixtures/jobs/faults.py):
+    the lone `unknown` quoting it stays first; the nearest known cases follow as runner-ups."""
+    from clusterctl.diagnose import diagnose_text
+
+    log = ('Traceback (most recent call last):\n  File "/workspace/output/test-jobs/faults.py", line 33, in main\n'
+           '    raise RuntimeError(f"injected failure on rank {rank}")\nRuntimeError: injected failure on rank 3\n')
+    findings = diagnose_text(log)
+    assert findings[0].cause == "unknown" and "injected failure on rank 3" in findings[0].evidence

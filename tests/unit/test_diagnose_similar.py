@@ -38,7 +38,7 @@ def test_causes_of_resembling_cases_follow_the_rules_findings_and_lead_only_a_lo
     from clusterctl.diagnose.similar import Similar
     from clusterctl.models import Finding
 
-    lead = Finding(cause="unknown", evidence="RuntimeError: x", fix="start from the quoted lines", host="node2", rank=3,
+    lead = Finding(cause="unknown", evidence="Killed", fix="start from the quoted lines", host="node2", rank=3,
                    confidence=0.3)
     cases = [Similar("https://github.com/a/b/issues/1", "nic_mismatch", "set NCCL_SOCKET_IFNAME", 0.61),
              Similar("https://github.com/a/b/issues/2", "nic_mismatch", "again", 0.55),
@@ -46,6 +46,8 @@ def test_causes_of_resembling_cases_follow_the_rules_findings_and_lead_only_a_lo
              Similar("https://github.com/a/b/issues/4", "port_in_use", "free the port", 0.3)]
     out = with_similar_causes([lead], cases)  # no cause had evidence: the nearest case leads, `unknown` next
     assert [f.cause for f in out] == ["nic_mismatch", "unknown", "rdzv_unreachable"] and len(out) == TOP
+    raised = Finding(cause="unknown", evidence="RuntimeError: x", fix="start from the quoted lines", host="node2", rank=3)
+    assert with_similar_causes([raised], cases)[0] is raised  # the job's own exception keeps the lead
     assert out[1] is lead and all((f.host, f.rank) == ("node2", 3) for f in out)
     assert "issues/1" in out[0].evidence and out[0].fix == "set NCCL_SOCKET_IFNAME" and out[0].confidence < 0.61
     weak = Finding("shm_too_small", "e", "f", confidence=0.1)
