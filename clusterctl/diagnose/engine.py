@@ -6,13 +6,12 @@ directory is rundir.py, which uses the matching and is used here: the three in o
 """
 from __future__ import annotations
 
-import re
-
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 from clusterctl.diagnose import reader, rundir
+from clusterctl.diagnose.evidence import exception_named
 from clusterctl.diagnose.matching import (ALWAYS_TRIED, CAP, CONSEQUENCE_FACTOR, EVIDENCE_MAX,  # noqa: F401
                                           INDEXED_SIGNALS, KEYWORDS, PEER_LOST_FACTOR, ROOT_RANK_FACTOR, STRONG,
                                           TOP, WEAK, WRAPPER_EXCEPTIONS, Candidate, Event, Scan, context_from_text,
@@ -41,10 +40,6 @@ def diagnose(path: Path, record: Optional[dict] = None, k: int = 3) -> Diagnosis
 
 
 SIMILAR_FACTOR = 0.5  # a cause known only from a resembling case: half its similarity as confidence
-# a lone `unknown` that quotes an exception the job raised (`RuntimeError: ...`, not torch's own such as the
-# launcher's `torch.distributed.elastic...SignalException`) keeps the lead: the job's own error says more than a
-# case that merely resembles the log (a plain job fault read `killed_by_signal` at similarity 0.37)
-JOB_EXCEPTION = re.compile(r"(?!torch\.)[A-Za-z_][\w.]*(Error|Exception)\b: ")
 
 
 def with_similar_causes(findings: list[Finding], similar: list) -> list[Finding]:
@@ -66,9 +61,17 @@ def with_similar_causes(findings: list[Finding], similar: list) -> list[Finding]
         out.append(Finding(cause=case.cause, host=lead.host, rank=lead.rank, fix=case.fix,
                            evidence=f"resembles a known case ({case.source}, similarity {case.score:.2f})",
                            confidence=round(min(CAP, case.score) * SIMILAR_FACTOR, 2)))
-    if len(findings) == 1 and lead.cause == "unknown" and len(out) > 1 and not JOB_EXCEPTION.match(lead.evidence):
+    if len(findings) == 1 and lead.cause == "unknown" and len(out) > 1 and not _jobs_own_exception(lead):
         out[0], out[1] = out[1], out[0]
     return out
+
+
+def _jobs_own_exception(lead: Finding) -> bool:
+    """A lone `unknown` quoting an exception the job raised (`RuntimeError: ...`; not torch's own, such as the
+    launcher's `torch.distributed.elastic...SignalException`) keeps the lead: the job's own error says more
+    than a case that merely resembles the log (a plain job fault read `killed_by_signal` at similarity 0.37)."""
+    named = exception_named(lead.evidence.split(" | ", 1)[0])
+    return named is not None and not named.startswith("torch.")
 
 
 

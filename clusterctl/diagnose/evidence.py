@@ -270,6 +270,13 @@ def frame_module(path: str) -> str:
     return path[:-3].replace("/", ".") if path.endswith(".py") else path.replace("/", ".")
 
 
+def exception_named(text: str) -> Optional[str]:
+    """The qualified name of the Python exception `text` states (`torch.distributed...SignalException`,
+    `RuntimeError`), or None (a warning is none)."""
+    match = _EXCEPTION.search(text[:MAX_LINE].strip())
+    return None if not match or match.group("type").endswith("Warning") else match.group("qualified")
+
+
 def py_exception(line: LogLine, last_frame: str) -> list[PyException]:
     match = _EXCEPTION.search(line.text[:MAX_LINE].strip())
     if not match or match.group("type").endswith("Warning"):
