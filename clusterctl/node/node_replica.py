@@ -1,8 +1,8 @@
 """The checkpoint replicas of one attempt of an attached run (issue 50, `job.checkpoint.replicas: N`).
 
 Started by the ranks' wrapper (plan/wrapper.py) as `python node_replica.py DIR WRAPPER_PID`, before the
-ranks, when the controller wrote DIR/replica.json (0600: the run's checkpoint spec, its keys with each host (one per pair), the
-hosts of this attempt and their job-network addresses, and for a relaunch the restore order
+ranks, when the controller wrote DIR/replica.json (0600: the run's checkpoint spec, its keys with each host
+(one per pair), the hosts of this attempt and their job-network addresses, and for a relaunch the restore order
 {"step", "sources"} the controller chose with checkpoint_copies.choose over what every host holds).
 It hosts the same Replicator a detached run's keeper hosts (checkpoint_replica.py: the sender, the
 listener, the restore): first the restore (tried again for PEERS_S while a source's copier is not
