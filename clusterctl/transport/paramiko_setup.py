@@ -30,6 +30,13 @@ CHANNEL_WINDOW = 4 << 20
 CHANNEL_MAX_PACKET = 1 << 15  # paramiko's default; OpenSSH reads a session's output 32 KiB at a time anyway
 
 
+# paramiko asks for new keys itself after 512 MiB either way, and that rekey races its own window
+# adjustments: a busy controller reading a large output then failed with "Key-exchange timed out
+# waiting for key negotiation" (paramiko#822, seen on a 1 GiB output in CI). sshd rekeys on its own
+# schedule (RekeyLimit: by default after 4 Gi cipher blocks), a path without that race.
+PEER_LED_REKEY = 1 << 62
+
+
 _paramiko_module = None
 
 
@@ -112,6 +119,9 @@ def _new_transport(sock, disabled_algorithms=None, host_key_order=(), **_ignored
     transport = _transport_class()(sock, disabled_algorithms=disabled_algorithms,
                                    default_window_size=CHANNEL_WINDOW, default_max_packet_size=CHANNEL_MAX_PACKET)
     transport.clusterctl_host_key_order = tuple(host_key_order)
+    # Private touch: the thresholds are Packetizer class attributes with no public setter; set on
+    # this transport's packetizer only (tests/unit/test_library_canaries.py fails if they go).
+    transport.packetizer.REKEY_BYTES = transport.packetizer.REKEY_PACKETS = PEER_LED_REKEY
     options = transport.get_security_options()
     offered = tuple(options.ciphers)
     options.ciphers = tuple(c for c in PREFERRED_CIPHERS if c in offered) + tuple(c for c in offered if c not in PREFERRED_CIPHERS)

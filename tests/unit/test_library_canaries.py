@@ -45,6 +45,13 @@ def test_channels_still_take_the_chunk_buffers():
     assert pipe.read(4) == b"abcd" and pipe.read(10) == b"ef"
 
 
+def test_paramiko_still_reads_its_rekey_thresholds_from_the_packetizer():
+    # paramiko_setup._new_transport: packetizer.REKEY_BYTES/REKEY_PACKETS, left to the peer
+    source = inspect.getsource(paramiko.packet.Packetizer)
+    assert isinstance(paramiko.packet.Packetizer.REKEY_BYTES, int) and isinstance(paramiko.packet.Packetizer.REKEY_PACKETS, int)
+    assert "self.REKEY_BYTES" in source and "self.REKEY_PACKETS" in source
+
+
 def test_paramiko_still_logs_why_sshd_refused_a_channel():
     # paramiko_setup._open_failures: the reason is read from this log line
     assert "open FAILED: {}: {}" in inspect.getsource(paramiko.transport.Transport)
