@@ -77,7 +77,22 @@ def _add(tar: tarfile.TarFile, name: str, kind: bytes, mode: int, data: bytes = 
     tar.addfile(info, io.BytesIO(data) if kind == tarfile.REGTYPE else None)
 
 
-def base_layer() -> Layer:
+def host_alternatives(root: Path = Path("/etc/alternatives")) -> dict[str, str]:
+    """The host's Debian alternatives (name -> absolute target), sorted. The image borrows the host's /usr,
+    whose `c++`, `cc`, `awk`... are links through /etc/alternatives: without these, a job compiling an
+    extension at run time (DeepSpeed's CPU ops, torch.utils.cpp_extension) found `c++` dangling, as no
+    real Debian or Ubuntu image would."""
+    try:
+        entries = sorted(os.scandir(root), key=lambda entry: entry.name)
+    except OSError:
+        return {}
+    return {entry.name: os.readlink(entry.path) for entry in entries
+            if entry.is_symlink() and os.readlink(entry.path).startswith("/")}
+
+
+def base_layer(alternatives: Mapping[str, str] | None = None) -> Layer:
+    alternatives = host_alternatives() if alternatives is None else alternatives
+
     def build(tar):
         for name, mode in _DIRS.items():
             _add(tar, name, tarfile.DIRTYPE, mode)
@@ -85,6 +100,10 @@ def base_layer() -> Layer:
             _add(tar, name, tarfile.SYMTYPE, 0o777, target=target)
         for name, text in _FILES.items():
             _add(tar, name, tarfile.REGTYPE, 0o644, text.encode())
+        if alternatives:
+            _add(tar, "etc/alternatives", tarfile.DIRTYPE, 0o755)
+        for name, target in sorted(alternatives.items()):
+            _add(tar, f"etc/alternatives/{name}", tarfile.SYMTYPE, 0o777, target=target)
     return _layer(build)
 
 

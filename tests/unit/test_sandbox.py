@@ -19,6 +19,23 @@ def test_layers_are_deterministic_so_repushing_is_a_no_op():
     assert sandbox_image.files_layer({"/a/b": b"x"}).digest == sandbox_image.files_layer({"a/b": b"x"}).digest
 
 
+def test_the_base_image_carries_the_hosts_alternatives_so_borrowed_usr_links_resolve(tmp_path):
+    import gzip
+    import io
+    import os
+    import tarfile
+
+    os.symlink("/usr/bin/g++", tmp_path / "c++")
+    os.symlink("relative", tmp_path / "odd")  # only absolute targets: what update-alternatives writes
+    (tmp_path / "README").write_text("not a link")
+    assert sandbox_image.host_alternatives(tmp_path) == {"c++": "/usr/bin/g++"}
+    assert sandbox_image.host_alternatives(tmp_path / "absent") == {}
+    layer = sandbox_image.base_layer({"c++": "/usr/bin/g++"})
+    with tarfile.open(fileobj=io.BytesIO(gzip.decompress(layer.blob))) as tar:
+        link = tar.getmember("etc/alternatives/c++")
+    assert link.issym() and link.linkname == "/usr/bin/g++"
+
+
 def test_image_files_cannot_escape_the_root():
     with pytest.raises(SandboxError):
         sandbox_image.files_layer({"../etc/passwd": b"x"})
