@@ -177,7 +177,7 @@ def test_restarts_0_fails_fast_exactly_as_before(sandbox, cli, prompt, tmp_path)
     assert code == 1 and doc["first_failure"]["host"] == "node2" and "attempts" not in doc
 
 
-@pytest.mark.parametrize("how", ["ctrl-c", "stop"])
+@pytest.mark.parametrize("how", [pytest.param("ctrl-c", marks=pytest.mark.heavy), "stop"])  # one stop path by default
 def test_ctrl_c_or_stop_between_two_attempts_leaves_nothing_running(sandbox, cli, prompt, tmp_path, how):
     name = f"between-{how}"
     inventory = _inventory(sandbox, tmp_path / "inv.yaml", name, "--raise_at", "2", "--every_attempt", nodes=None,

@@ -92,6 +92,7 @@ def test_a_python_exception_on_every_rank_of_a_detached_run_is_not_retried(sandb
     assert wait_until(lambda: not _left_over(run_id), 60, interval=1, what="no process of the run")
 
 
+@pytest.mark.heavy  # `stop` between attempts is test_cluster_heal.py's; the detached keeper's own stop is test_cluster_logs_stop
 def test_stop_during_a_detached_relaunch_leaves_nothing_running(sandbox, cli, prompt, tmp_path):
     inventory = _inventory(sandbox, tmp_path / "inv.yaml", "detached-stop", "--raise_at", "2", "--every_attempt",
                            restarts=3, heal={"unknown": "transient"})

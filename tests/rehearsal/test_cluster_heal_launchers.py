@@ -18,10 +18,14 @@ pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
 
 JOBS_DIR = "heal-launcher-jobs"
 STEPS = 8
+# `make test` relaunches through `none` (the engine's own ranks); mpirun's and DeepSpeed's launchers go through
+# the same relaunch with their own argv (tests/unit cover the argv): `make test-heavy` runs them end to end.
 LAUNCHERS = [
-    pytest.param("mpirun", marks=pytest.mark.skipif(shutil.which("mpirun") is None, reason="no openmpi-bin here")),
-    pytest.param("deepspeed", marks=pytest.mark.skipif(not __import__("importlib").util.find_spec("deepspeed"),
-                                                       reason="no deepspeed in this venv")),
+    pytest.param("mpirun", marks=[pytest.mark.heavy, pytest.mark.skipif(shutil.which("mpirun") is None,
+                                                                        reason="no openmpi-bin here")]),
+    pytest.param("deepspeed", marks=[pytest.mark.heavy,
+                                     pytest.mark.skipif(not __import__("importlib").util.find_spec("deepspeed"),
+                                                        reason="no deepspeed in this venv")]),
     "none",
 ]
 

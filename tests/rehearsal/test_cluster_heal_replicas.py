@@ -125,6 +125,7 @@ def test_the_node_of_the_last_rank_cut_off_its_shard_comes_back_from_its_replica
     assert wait_until(lambda: not _left_over(run_id), 60, interval=1, what="no process of the run")
 
 
+@pytest.mark.heavy  # the restore from a replica is the [detached] test above's; here rank 0's node and its disk
 def test_the_node_of_rank_0_lost_with_its_disk_its_shard_comes_back_from_its_replica(sandbox, cli, prompt, tmp_path):
     """Rank 0 removes its node's checkpoint dir and SIGKILLs itself: node1 is left out (the detached run's
     supervisor stays on it: docs/healing.md), node2 becomes rank 0 and loads shard-0 from its replica."""

@@ -31,6 +31,7 @@ def test_nccl_test_sweeps_three_nodes_over_gloo_with_exact_sums(sandbox, cli):
     assert max(size["size"] for size in doc["sizes"]) == 1 << 20
 
 
+@pytest.mark.heavy  # the pairs' verdict on measured bandwidths is tests/unit's; here a real tc-shaped link (40 s)
 def test_pairs_name_the_node_behind_a_slow_link(sandbox, cli):
     fabric = sandbox.node("node3").fabric_ifname  # the ranks' traffic goes over the fabric network
     slow = ["tc", "qdisc", "add", "dev", fabric, "root", "tbf", "rate", "40mbit", "burst", "32kbit", "latency", "50ms"]

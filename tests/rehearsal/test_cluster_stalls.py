@@ -61,6 +61,7 @@ def test_a_rank_sleeping_in_load_shard_is_named_with_its_host_within_45_s_and_no
     assert diagnosed["root_cause"] == "rank_hang" and diagnosed["findings"][0]["host"] == "node2"
 
 
+@pytest.mark.heavy  # tests/local/test_stall_detection.py holds the same negative on a local host; here 33 s
 def test_a_job_silent_but_computing_for_twice_the_stall_timeout_is_not_stopped(sandbox, cluster, tmp_path):
     cli, where = cluster
     inventory = _stall_job(sandbox, tmp_path / "compute.yaml", "--mode", "compute", "--seconds", "20")
