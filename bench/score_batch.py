@@ -94,6 +94,9 @@ OTHER_ALIASES = (
     # a port an earlier or other process still holds; else stale processes holding the GPUs
     (r"port[-_ ](?:\w+[-_ ])?(?:in[-_ ]use|occupied|taken|conflict|clash)", "port_in_use"),
     (r"(?:stale|zombie|leftover|orphan\w*)[-_ ](?:\w+[-_ ])?(?:process|rank|worker|job)", "duplicate_gpu"),
+    # added after batch 7's first score (for later batches): a number format the GPU's architecture lacks
+    (r"(?:bf16|bfloat16|fp8)[-_ ](?:\w+[-_ ])?(?:unsupported|not[-_ ]supported)|(?:unsupported|no)[-_ ](?:bf16|bfloat16|fp8)",
+     "gpu_arch_unsupported"),
 )
 
 

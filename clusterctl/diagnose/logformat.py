@@ -70,8 +70,17 @@ class RootCause:
         return self.fields.get("host") or None
 
 
-def strip_ansi(text: str) -> str:
-    return ANSI.sub("", text).replace("\r\n", "\n").replace("\r", "\n")
+# Logs pasted into forums, blogs and Q&A sites come back typeset: curly quotes and apostrophes ("doesn’t"),
+# en/em dashes for "--", no-break spaces. Programs print the ASCII forms, which is what every signature reads.
+_TYPESET = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201a": "'", "\u201b": "'", "\u2032": "'",
+                          "\u201c": '"', "\u201d": '"', "\u201e": '"', "\u2033": '"',
+                          "\u2013": "-", "\u2014": "--", "\u2212": "-", "\u00a0": " ", "\u202f": " ",
+                          "\u3000": " ", "\uff1a": ": ", "\uff08": "(", "\uff09": ")", "\uff0c": ", "})
+
+
+def plain_text(text: str) -> str:
+    """`text` as the program printed it: no terminal escapes, one newline convention, ASCII punctuation."""
+    return ANSI.sub("", text).replace("\r\n", "\n").replace("\r", "\n").translate(_TYPESET)
 
 
 def parse_timestamp(line: str, year: int = 1900) -> tuple[Optional[float], str]:
@@ -125,7 +134,7 @@ def parse_lines(text: str, host: Optional[str] = None, rank: Optional[int] = Non
     roots: list[RootCause] = []
     block: Optional[RootCause] = None
     last_ts: Optional[float] = None
-    for number, raw in enumerate(strip_ansi(text).split("\n"), 1):
+    for number, raw in enumerate(plain_text(text).split("\n"), 1):
         if not raw.strip() or SOURCE_COMMENT.match(raw):
             continue
         body, found = strip_prefixes(raw.strip(), year)

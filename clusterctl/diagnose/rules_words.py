@@ -38,12 +38,35 @@ OTHER_WORDS = {
         S(r"bash: (?:line \d+: )?/\S*/(?:python[\d.]*|torchrun|deepspeed|accelerate|mpirun): No such file or directory",
           .75),
     ),
+    "launcher_args": (
+        # the job compares the world it was built for with the ranks the launch started (an engine, a checkpoint)
+        S(r"world[ _]size \(?\d+\)? ?(?:!=|does not match|doesn't match|is not equal to|mismatch).{0,40}"
+          r"world[ _]size", .75),
+    ),
+    "gpu_arch_unsupported": (
+        # a number format the GPU's architecture lacks (bf16 before Ampere, fp8 before Hopper/Ada)
+        S(r"(?:doesn't|does not|don't|do not) support (?:bf16|bfloat16|fp8)\b"
+          r"|(?:bf16|bfloat16|fp8|FP8)\b.{0,60}(?:requires?|needs?|only (?:be )?supported on|is only available on)"
+          r".{0,40}(?:Ampere|Hopper|Ada|A100|H100|compute capability|sm_?\d+)", .8),
+    ),
+    "nccl_topo_file": (
+        # NCCL reading a topology XML that lacks what this machine's needs (xml.h's attribute lookups)
+        S(r"graph/xml\.\w+:\d+ NCCL WARN Attribute \S+ of node \S+ not found", .75),
+    ),
+    "net_plugin_incompatible": (
+        # NCCL's network plugin present but failing to load against the libraries around it
+        S(r"NET/Plugin\s*:\s*(?:[\w.-]*libnccl-net[\w.-]*\.so\s*:|Plugin load returned \d+ *:|Failed to load)"
+          r".{0,200}(?:version `?[\w.]+'? not found|undefined symbol|wrong ELF class)", .75),
+    ),
     "insufficient_resources": (
         # Ray's and vLLM's placement: the cluster has fewer free GPUs than the job asks for
         S(r"number of required GPUs exceeds the total number of available GPUs"
           r"|resource request cannot be scheduled right now|cannot be scheduled right now\. It requires \{", .8),
     ),
     "config_divisibility": (
+        # a size divided by a parallel degree that must come out whole, in any framework's words
+        S(r"must be (?:a )?whole number|is not (?:a )?whole number|(?:must|should) be an? (?:integer |exact )?multiple of"
+          r"|is not an? (?:integer |exact )?multiple of", .8),
         # DeepSpeed's batch check: the global batch must be micro batch x accumulation x world size
         S(r"train_batch_size is not equal to micro_batch_per_gpu \* gradient_acc_step \* world_size", .8),
         # a checkpoint sharded for another model-parallel size than the ranks started
@@ -67,6 +90,8 @@ OTHER_WORDS = {
         # NCCL using or connecting to a link-local address: an interface that routes nowhere beyond its link
         S(rf"Using (?:\[0\])?[\w.-]+:(?:{LINK_LOCAL})", .8),
         S(rf"Connect to (?:{LINK_LOCAL})", .8),
+        # gloo's full mesh of its ranks not connecting: on a multi-NIC node the address it chose (GLOO_SOCKET_IFNAME)
+        S(r"Gloo connectFullMesh failed", .6),
     ),
     "port_in_use": (
         S(r"listen on ip\[[^\]]+\] and specific port\[\d+\] fail|port is being used by other process", .6),

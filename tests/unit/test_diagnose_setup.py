@@ -178,3 +178,36 @@ def test_cuda_803_reads_as_a_module_library_mismatch_first_and_an_old_driver_nex
 ])
 def test_launchers_and_libraries_words_for_a_known_family(text, cause):
     assert diagnose_text(text)[0].cause == cause
+
+
+@pytest.mark.parametrize("text, cause", [
+    # https://github.com/EleutherAI/gpt-neox/issues/757: a parallel degree that does not divide the GPUs
+    ("AssertionError: NeoXArgs.calculate_derived() (global_num_gpus / pp_size) / mp_size [(4 / 4) / 2] must be a "
+     "whole number", "config_divisibility"),
+    # https://github.com/NVIDIA/TensorRT-LLM/issues/108: an engine built for 2 ranks started as 1
+    ("AssertionError: Engine world size (2) != Runtime world size (1)", "launcher_args"),
+    # https://huggingface.co/internlm/internlm-xcomposer2-vl-7b/discussions/9: bf16 asked of a V100
+    ("Your setup doesn't support bf16/gpu. You need torch>=1.10, using Ampere GPU with cuda>=11.0",
+     "gpu_arch_unsupported"),
+    # https://github.com/aws/aws-ofi-nccl/issues/785: a static topology XML lacking this machine's attributes
+    ("2a8874e7d1e6:2196:2275 [1] graph/xml.h:101 NCCL WARN Attribute arch of node cpu not found\n"
+     "2a8874e7d1e6:2196:2275 [1] NCCL INFO graph/topo.cc:493 -> 3", "nccl_topo_file"),
+    # https://github.com/NVIDIA-NeMo/Megatron-Bridge/issues/2824: the OFI plugin loading another libibverbs
+    ("NCCL INFO NET/Plugin: libnccl-net-ofi.so: /opt/rdma-core/build/lib/libibverbs.so.1: version "
+     "`IBVERBS_PRIVATE_34' not found (required by /usr/lib/x86_64-linux-gnu/libefa.so.1)\n"
+     "NCCL INFO NET/Plugin: Could not find: ofi", "net_plugin_incompatible"),
+    # https://www.hiascend.com/document/caselibrary/detail/ptacase_0041: gloo on the wrong NIC of a multi-NIC host
+    ("[E ProcessGroupGloo.cpp:138] Gloo connectFullMesh failed with [...] no error\n"
+     "RuntimeError: Gloo connectFullMesh failed with [...] no error", "nic_mismatch"),
+])
+def test_classes_from_batch_7s_misses_in_any_programs_words(text, cause):
+    assert diagnose_text(text)[0].cause == cause
+
+
+def test_a_log_pasted_through_a_blog_reads_as_the_program_printed_it():
+    # https://blog.csdn.net/huang1024rui/article/details/127900544: the page typeset the apostrophe
+    assert diagnose_text("RuntimeError: Distributed package doesn\u2019t have NCCL built in")[0].cause == \
+        "platform_backend_unsupported"
+    # the same for quotes and a full-width colon (CJK pages)
+    assert diagnose_text("RuntimeError\uff1a Distributed package doesn\u2019t have NCCL built in")[0].cause == \
+        "platform_backend_unsupported"
