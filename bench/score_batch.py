@@ -362,6 +362,25 @@ and 2 froze 35-45 minutes early, so batch 2 was scored with batch 1's code uncha
   now names `nic_mismatch` first, `nccl_socket_error` second: the link-local class was written from batches 4-6,
   and it is left as it is rather than tuned to a test entry.
 
+- After batch 7 (frozen 12:12 UTC on 2026-11-29 by a blind collector, scored once at 6bdfeb6; batch 8 was frozen
+  at 12:15 and not opened until its own score, made after these changes at 5eeeb3d): logs pasted through a web page
+  read as the program printed them (curly quotes and apostrophes, full-width CJK punctuation, no-break spaces:
+  `doesn’t have NCCL built in` had matched nothing); a size that "must be a whole number" is
+  `config_divisibility`; a world size compared with another world size (an engine built for N ranks, started on M)
+  is `launcher_args`; bf16/fp8 that the GPU's architecture lacks is `gpu_arch_unsupported` (alias bf16/fp8
+  unsupported, for later batches); NCCL's XML reader missing an attribute (`graph/xml.h ... Attribute X of node Y
+  not found`) is `nccl_topo_file`; NCCL's net plugin failing to load against the libraries beside it (`version ...
+  not found`, `undefined symbol`) is `net_plugin_incompatible`; gloo's full mesh not connecting is `nic_mismatch`.
+- After batch 8 (scored once at 5eeeb3d): the net plugin's `dlerror=` form of the same load failure; a framework
+  that cannot load the collective library itself (`Unable to load NCCL library`) is `import_error`; a framework
+  refusing to start without its launcher (`without using 'mpirun'`) is `launcher_args`; Lightning's `You requested
+  GPUs: [...] But your machine only has: [...]` is `gpu_ordinal`. Batches 7 and 8's logs with a vocabulary label
+  joined the corpus's training side (not their two `nccl_topo_file` logs: a cause enters the corpus with three).
+  Sources, stated plainly: batch 7 has 17 of 42 cases from outside GitHub trackers (forums, Q&A, CSDN, vendor
+  knowledge bases), batch 8 only 3 of 42 (its collector found few forum pages with both a log and an established
+  cause in the stored pages), so over batches 6-8 the share is under the third issue 51 asks for; batch 8 also
+  holds 11 one- or two-line logs and about half `confirmed: likely`.
+
 The same batches re-scored after those changes (NOT first scores: the changes were made after reading them):
 batch 4 37/42 top-1 (88.1 %), 39/42 top-3; batch 5 33/42 (78.6 %), 35/42; batch 6 34/42 (81.0 %), 35/42 (its two
 libfabric logs now count through the new cause's alias); unknown first 2, 1 and 0 (each log's own thread left out

@@ -30,6 +30,13 @@ OTHER_WORDS = {
     "gpu_ordinal": (
         # torch's lazy-init assert on a device index beyond the GPUs it sees
         S(r"device >= 0 && device < num_gpus INTERNAL ASSERT FAILED", .9),
+        # a trainer asked for more GPUs than the machine (or its allocation) shows, in Lightning's words
+        S(r"You requested (?:GPUs|gpus|devices|accelerators)\s*:?\s*\[[\d, ]+\]|But your machine only has\s*:?\s*\[", .85),
+    ),
+    "import_error": (
+        # a framework that cannot load the collective library itself (not installed beside it)
+        S(r"Unable to load (?:the )?(?:NCCL|RCCL|HCCL) library|(?:Failed to|Could not|Cannot) load (?:the )?lib(?:nccl|rccl)"
+          r"(?:\.so[\d.]*)?\b", .75),
     ),
     "launcher_missing": (
         # any launcher's program missing from PATH, in bash's or sh's words
@@ -39,6 +46,9 @@ OTHER_WORDS = {
           .75),
     ),
     "launcher_args": (
+        # a framework refusing to start without the launcher that sets its environment (MindSpore, Horovod, ...)
+        S(r"(?:without using|Please use|must be (?:launched|started|run) (?:with|by|through)) '?(?:mpirun|mpiexec|torchrun"
+          r"|srun|horovodrun|deepspeed|accelerate launch)\b'?", .75),
         # the job compares the world it was built for with the ranks the launch started (an engine, a checkpoint)
         S(r"world[ _]size \(?\d+\)? ?(?:!=|does not match|doesn't match|is not equal to|mismatch).{0,40}"
           r"world[ _]size", .75),
@@ -55,7 +65,7 @@ OTHER_WORDS = {
     ),
     "net_plugin_incompatible": (
         # NCCL's network plugin present but failing to load against the libraries around it
-        S(r"NET/Plugin\s*:\s*(?:[\w.-]*libnccl-net[\w.-]*\.so\s*:|Plugin load returned \d+ *:|Failed to load)"
+        S(r"NET/Plugin\s*:\s*(?:[\w.-]*libnccl-net[\w.-]*\.so\s*:|Plugin load returned \d+ *:|Failed to load|dlerror\s*=)"
           r".{0,200}(?:version `?[\w.]+'? not found|undefined symbol|wrong ELF class)", .75),
     ),
     "insufficient_resources": (

@@ -211,3 +211,23 @@ def test_a_log_pasted_through_a_blog_reads_as_the_program_printed_it():
     # the same for quotes and a full-width colon (CJK pages)
     assert diagnose_text("RuntimeError\uff1a Distributed package doesn\u2019t have NCCL built in")[0].cause == \
         "platform_backend_unsupported"
+
+
+@pytest.mark.parametrize("text, cause", [
+    # https://github.com/awslabs/awsome-distributed-ai/issues/292: the net plugin against another libfabric
+    ("[0] NCCL INFO NET/Plugin : dlerror=/opt/amazon/efa/lib/libfabric.so.1: version `FABRIC_1.7' not found "
+     "(required by /fsx/lib/libnccl-net.so) No plugin found (libnccl-net.so), using internal implementation",
+     "net_plugin_incompatible"),
+    # https://github.com/jax-ml/jax/issues/18391: XLA without an NCCL library to load
+    ("external/xla/xla/service/gpu/nccl_utils.cc:133: NCCL operation ncclGetUniqueId(&id) failed: Unable to load NCCL "
+     "library. Multi-GPU collectives will not work.;", "import_error"),
+    # https://github.com/mindspore-lab/mindcv/issues/480: started without the launcher that sets its environment
+    ("RuntimeError: Role name '' is invalid. Maybe you are trying to call 'mindspore.communication.init()' without "
+     "using 'mpirun', which will make MindSpore load several environment variables and check their validation.",
+     "launcher_args"),
+    # https://github.com/Lightning-AI/pytorch-lightning/issues/6169: more GPUs asked than the allocation shows
+    ("pytorch_lightning.utilities.exceptions.MisconfigurationException: \n                You requested GPUs: [0, 1]\n"
+     "                But your machine only has: [0]\n", "gpu_ordinal"),
+])
+def test_classes_from_batch_8s_misses_in_any_programs_words(text, cause):
+    assert diagnose_text(text)[0].cause == cause
