@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pickle
 import re
 import sys
 import time
@@ -173,10 +174,13 @@ def account(samples: list, start: float, end: float) -> dict:
     seen: dict = {}  # key -> (first (own, reaped), last (own, reaped), ppid, where)
     last_at: dict = {}  # key -> the index of the last sample it was in
     for index, (_t, table, where) in enumerate(inside):
-        for key, (ppid, own, reaped, _argv) in table.items():
+        for key, (ppid, own, reaped, argv) in table.items():
             if key in where:
                 begin = seen[key][0] if key in seen else ((own, reaped) if key in first else (0, 0))
-                seen[key] = (begin, (own, reaped), ppid, where[key])
+                # an exiting process's cmdline reads empty (its memory is gone): it keeps the kind it had,
+                # else it would take its parent's and carry its whole life there (torchrun's to `wrapper`)
+                kind = seen[key][3] if key in seen and not any(argv) else where[key]
+                seen[key] = (begin, (own, reaped), ppid, kind)
                 last_at[key] = index
     spent: dict = {}
     for key, (begin, now, _ppid, (node, kind)) in seen.items():
@@ -229,6 +233,29 @@ def _end_of_run(outputs: Path, run_id: str, phases: dict, started: float) -> dic
                ("torchrun_exits", "watch_ended", "streams_ended", "recorded", "returned") if name in phases}}
 
 
+def accounted(samples: list, windows: dict) -> dict:
+    """The account over each window: the whole run and steady state per node per minute, the launch in
+    CPU seconds per node."""
+    whole = account(samples, *windows["whole"])
+    out = {"whole": whole, "whole_per_node_minute": per_node_minute(whole, windows["whole"][1] - windows["whole"][0])}
+    if "steady" in windows:
+        start, end = windows["steady"]
+        out.update(steady_per_node_minute=per_node_minute(account(samples, start, end), end - start),
+                   steady_s=round(end - start, 1))
+    if "launch" in windows:
+        start, end = windows["launch"]
+        out.update(launch_per_node=per_node_minute(account(samples, start, end), 60.0), launch_s=round(end - start, 1))
+    return out
+
+
+def reaccount(label: str) -> dict:
+    """The account of a kept run done again (the accounting changed since): samples kept before their
+    windows were (a run of before 2026-11-29 12:30) give the whole run alone."""
+    kept = pickle.loads((WORK / f"cpu-account-samples-{label}.pkl").read_bytes())
+    started, ended, samples = kept[:3]
+    return accounted(samples, kept[3] if len(kept) > 3 else {"whole": (started, ended)})
+
+
 def one_run(inventory: Path, env: dict, roots: Roots, outputs: Path) -> dict:
     env = dict(env, PYTHONPATH=str(REPO))  # this checkout's clusterctl, ahead of an editable install elsewhere
     started = time.time()
@@ -236,28 +263,22 @@ def one_run(inventory: Path, env: dict, roots: Roots, outputs: Path) -> dict:
         sample = timed(clusterctl_argv("run", "-i", inventory, REPO / "examples" / "prompt.txt", "--json"),
                        env=env, timeout=600)
     ended = time.time()
-    if os.environ.get("CPU_ACCOUNT_KEEP"):  # the raw samples, to check the accounting by hand
-        import pickle
-        Path(os.environ["CPU_ACCOUNT_KEEP"]).write_bytes(pickle.dumps((started, ended, sampler.samples)))
     document = json.loads(sample.pop("_stdout", b"").decode() or "{}")
     run_id, phases = document.get("run_id", ""), document.get("phases", {})
-    ranks = []
-    for path in (outputs / "bench-ranks" / run_id).glob("rank*.json"):
-        ranks.append(json.loads(path.read_text()))
-    whole = account(sampler.samples, started, ended)
-    result = {"rc": sample["rc"], "wall": sample["wall"], "controller_cpu": round(sample["user"] + sample["sys"], 2),
-              "phases": phases, "phases_cpu": document.get("phases_cpu", {}), "whole": whole,
-              "whole_per_node_minute": per_node_minute(whole, ended - started),
-              "end_of_run": _end_of_run(outputs, run_id, phases, started), "ranks": len(ranks)}
+    ranks = [json.loads(path.read_text()) for path in (outputs / "bench-ranks" / run_id).glob("rank*.json")]
+    windows = {"whole": (started, ended)}
     if ranks:  # steady state: from 3 s after the last rank's first collective to 2 s before the first end
-        window = (max(r["t_first_collective"] for r in ranks) + 3, min(r["t_end"] for r in ranks) - 2)
-        if window[1] - window[0] > 3:
-            steady = account(sampler.samples, *window)
-            result["steady_per_node_minute"] = per_node_minute(steady, window[1] - window[0])
-            result["steady_s"] = round(window[1] - window[0], 1)
-        launch = (started, max(r["t_first_collective"] for r in ranks))
-        result["launch_per_node"] = per_node_minute(account(sampler.samples, *launch), 60.0)  # CPU s per node
-        result["launch_s"] = round(launch[1] - launch[0], 1)
+        steady = (max(r["t_first_collective"] for r in ranks) + 3, min(r["t_end"] for r in ranks) - 2)
+        if steady[1] - steady[0] > 3:
+            windows["steady"] = steady
+        windows["launch"] = (started, max(r["t_first_collective"] for r in ranks))
+    label = "local" if roots.sandbox is None else str(len(roots.sandbox.nodes))
+    keep = Path(os.environ.get("CPU_ACCOUNT_KEEP") or WORK / f"cpu-account-samples-{label}.pkl")
+    keep.write_bytes(pickle.dumps((started, ended, sampler.samples, windows)))  # to redo the account (--reaccount)
+    result = {"rc": sample["rc"], "wall": sample["wall"], "controller_cpu": round(sample["user"] + sample["sys"], 2),
+              "phases": phases, "phases_cpu": document.get("phases_cpu", {}),
+              "end_of_run": _end_of_run(outputs, run_id, phases, started), "ranks": len(ranks),
+              **accounted(sampler.samples, windows)}
     if sample["rc"]:
         result["err"] = sample.get("err", "")[-400:]
         (WORK / "cpu-account-failed.json").write_text(json.dumps(document, indent=1))  # why, in full
@@ -297,7 +318,15 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description="clusterctl's CPU during a run, by process kind and node")
     parser.add_argument("--nodes", default="2,8", help="rehearsal sizes ('' for none)")
     parser.add_argument("--local", action="store_true", help="a `connection: local` run too")
+    parser.add_argument("--reaccount", default="", help="redo the account of kept runs (labels: local,2,8)")
     args = parser.parse_args(argv)
+    if args.reaccount:
+        results = load()
+        for label in args.reaccount.split(","):
+            results["cpu_account"][label].update(reaccount(label))
+            log(f"cpu account {label} redone: {json.dumps(results['cpu_account'][label]['whole_per_node_minute'])}")
+        save(results)
+        return 0
     sizes = [int(x) for x in args.nodes.split(",") if x]
     for label, measure in ([("local", local)] if args.local else []) + [(str(n), lambda n=n: rehearsal(n)) for n in sizes]:
         result = dict(measure(), measured=time.strftime("%Y-%m-%d %H:%M"))

@@ -48,8 +48,7 @@ def kinds_table(results: dict) -> str:
         steady = r.get("steady_per_node_minute", {})
         mine = sum(v for k, v in steady.items() if _node_side(k))
         straggler = sum(v for k, v in steady.items() if k.split(":")[-1] == "stacks")
-        launch = r.get("launch_per_node", {})
-        share = (sum(v for k, v in launch.items() if _node_side(k)) / launch["job"] * 100) if launch.get("job") else None
+        share = _launch_share(r)
         ours.append(f"{_label(key)}: {mine:.3f} CPU s/min per node in steady state ({mine / 60 * 100:.2f}% of a core; "
                     f"the straggler watch's py-spy rounds {straggler:.3f} of it, beside their share of `sshd`), "
                     f"{_f(share, 1)}% of the job's CPU during launch (over {r.get('launch_s')} s); the controller "
@@ -66,21 +65,37 @@ def _steady_node_side(run: dict) -> tuple[float, float]:
             sum(v for k, v in steady.items() if k.split(":")[-1] == "stacks"))
 
 
+def _launch_share(run: dict):
+    """clusterctl's node side during launch as a % of the job's CPU then, or None where not kept."""
+    launch = run.get("launch_per_node", {})
+    return sum(v for k, v in launch.items() if _node_side(k)) / launch["job"] * 100 if launch.get("job") else None
+
+
+# earlier accounts kept in bench/results.json, oldest first: {"commit": what ran, "runs": {size: run}}
+HISTORY = ("cpu_account_before", "cpu_account_after_cuts")
+
+
 def before_after_table(results: dict) -> str:
-    """The node side in steady state before the straggler watch's cuts (`cpu_account_before`, kept when they
-    were measured) and now, per size measured both times."""
-    before = (results.get("cpu_account_before") or {}).get("runs") or {}
-    runs = [(k, r) for k, r in _runs(results) if k in before and r.get("measured") != before[k].get("measured")]
-    if not runs:
-        return ""
-    rows = ["| steady state, per node | before: node side CPU s/min (% of a core) | before: straggler rounds | "
-            "now: node side CPU s/min (% of a core) | now: straggler rounds |", "|---|---|---|---|---|"]
-    for key, r in runs:
-        (was, was_stacks), (now, now_stacks) = _steady_node_side(before[key]), _steady_node_side(r)
-        rows.append(f"| {_label(key)} | {was:.3f} ({was / 60 * 100:.2f}%) | {was_stacks:.3f} | "
-                    f"{now:.3f} ({now / 60 * 100:.2f}%) | {now_stacks:.3f} |")
-    return "\n".join(rows) + (f"\n\nbefore: {results['cpu_account_before'].get('commit', '')}, measured "
-                              + ", ".join(f"{_label(k)} {before[k].get('measured')}" for k, _ in runs))
+    """The node side in steady state at each kept account (before the straggler watch's cuts, just after
+    them) and now, per size measured at least twice: the total, the straggler rounds, `sshd` (the session
+    process of the node's one connection), the engine and shim, and the share of the job's CPU in launch."""
+    snapshots = [(results[key].get("commit", key), results[key].get("runs") or {}) for key in HISTORY
+                 if results.get(key)] + [("now", dict(_runs(results)))]
+    sizes = [k for k, _ in _runs(results)]
+    rows = ["| steady state, per node | measured | node side CPU s/min (% of a core) | straggler rounds | `sshd` | "
+            "engine + shim | the rest | launch: node side / job CPU |", "|---|---|---|---|---|---|---|---|"]
+    for key in sizes:
+        seen = [(label, runs[key]) for label, runs in snapshots if key in runs]
+        if len({r.get("measured") for _, r in seen}) < 2:
+            continue
+        for label, r in seen:
+            total, stacks = _steady_node_side(r)
+            steady = r.get("steady_per_node_minute", {})
+            sshd, engine = steady.get("sshd", 0.0), steady.get("engine", 0.0) + steady.get("shim", 0.0)
+            rows.append(f"| {_label(key)}, {label} | {r.get('measured')} | {total:.3f} ({total / 60 * 100:.2f}%) | "
+                        f"{stacks:.3f} | {sshd:.3f} | {engine:.3f} | {total - stacks - sshd - engine:.3f} | "
+                        f"{_f(_launch_share(r), 1)}{'%' if _launch_share(r) is not None else ''} |")
+    return "\n".join(rows) if len(rows) > 2 else ""
 
 
 def controller_table(results: dict) -> str:
