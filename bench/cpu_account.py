@@ -6,6 +6,7 @@ One `clusterctl run --json` of examples/allreduce.py (2 ranks per node, holding 
 barrier) while a thread reads /proc every SAMPLE_S: on the rehearsal every node's processes (its sshd,
 its Docker Engine, its container) live in this machine's /proc; a `connection: local` run's are its
 own children. Each process gets a kind from its own argv or, failing that, its parent's:
+- a node program run inline (`python -I -S -c PROGRAM OP ...`) is OP (`poll`, `follow`, `top`, ...);
 - an argv element `clusterctl-NAME` (the name clusterctl gives each `sh -c` it starts: `wrapper` and
   its lease watcher, `follow` the live-log stream, `poll`, `pyspy-forget`, ...) is NAME;
 - `node_metrics.py` the metrics sampler, `py-spy`/`node_stragglers.py` the straggler rounds,
@@ -28,6 +29,7 @@ import json
 import os
 import pickle
 import re
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -72,7 +74,22 @@ def snapshot() -> dict:
 _NAMED = re.compile(r"(?:^|[\s'\"])clusterctl-([a-z][a-z-]*)(?=$|[\s'\"])")  # an argv element, or a word of a `sh -c` string
 
 
+INLINE = ["-I", "-S", "-c"]  # a node program run inline (clusterctl/node inline_argv): python -I -S -c PROGRAM OP ...
+
+
 def kind_of_argv(argv: list[str]):
+    for index in range(len(argv) - 4):  # its operation (`poll`, `follow`, ...): the program's text names others
+        if argv[index:index + 3] == INLINE:
+            return argv[index + 4]
+    for arg in argv:  # the same inside a `sh -c` string (`become`'s `case ... sudo -n -- python3 -I -S -c ...`)
+        if " -I -S -c " in arg:
+            try:
+                words = shlex.split(arg)
+            except ValueError:
+                continue
+            found = kind_of_argv(words) if words != [arg] else None
+            if found is not None:
+                return found
     for arg in argv:
         named = _NAMED.search(arg)
         if named and named.group(1) != "sandbox":  # the rehearsal's own directories (its roots' argv)
@@ -109,6 +126,17 @@ class Roots:
             if argv and "containerd-shim" in argv[0] and any(f"/{node.name}/" in a for a in argv):
                 return node.name, "shim"
         return None
+
+
+class Kept:
+    """The roots of kept samples as they were classified: each tree's top and the nodes' own processes."""
+    KINDS = ("engine", "shim", "controller")  # a node's sshd is its tree's top
+
+    def __init__(self, tops: dict):
+        self.tops = tops
+
+    def root(self, pid: int, _argv: list[str]):
+        return self.tops.get(pid)
 
 
 def _pid(path):
@@ -233,11 +261,12 @@ def _end_of_run(outputs: Path, run_id: str, phases: dict, started: float) -> dic
                ("torchrun_exits", "watch_ended", "streams_ended", "recorded", "returned") if name in phases}}
 
 
-def accounted(samples: list, windows: dict) -> dict:
+def accounted(samples: list, windows: dict, phases: dict) -> dict:
     """The account over each window: the whole run and steady state per node per minute, the launch in
-    CPU seconds per node."""
-    whole = account(samples, *windows["whole"])
-    out = {"whole": whole, "whole_per_node_minute": per_node_minute(whole, windows["whole"][1] - windows["whole"][0])}
+    CPU seconds per node, and the run's stretches between its phases (`by_phase`, CPU s per node)."""
+    started, ended = windows["whole"]
+    whole = account(samples, started, ended)
+    out = {"whole": whole, "whole_per_node_minute": per_node_minute(whole, ended - started)}
     if "steady" in windows:
         start, end = windows["steady"]
         out.update(steady_per_node_minute=per_node_minute(account(samples, start, end), end - start),
@@ -245,15 +274,32 @@ def accounted(samples: list, windows: dict) -> dict:
     if "launch" in windows:
         start, end = windows["launch"]
         out.update(launch_per_node=per_node_minute(account(samples, start, end), 60.0), launch_s=round(end - start, 1))
+    stretches = [("probe and launch", started, started + phases.get("launch", 0)),
+                 ("ranks start, import torch, init", started + phases.get("launch", 0), windows.get("launch", (0, 0))[1]),
+                 ("ranks run", windows.get("launch", (0, 0))[1], started + phases.get("last_rank_done", 0)),
+                 ("end of the run", started + phases.get("last_rank_done", 0), ended)]
+    if {"launch", "last_rank_done"} <= set(phases) and "launch" in windows:
+        out["by_phase"] = {name: {"s": round(end - start, 1), "per_node": per_node_minute(account(samples, start, end), 60.0)}
+                           for name, start, end in stretches if end - start > 2 * SAMPLE_S}
     return out
 
 
-def reaccount(label: str) -> dict:
-    """The account of a kept run done again (the accounting changed since): samples kept before their
-    windows were (a run of before 2026-11-29 12:30) give the whole run alone."""
+def reaccount(label: str, result: dict) -> dict:
+    """The account of a kept run done again (the accounting changed since). Samples kept before their
+    windows were (before 2026-11-29 12:30) take them from the result (launch_s, steady_s: 0.1 s rounded)."""
     kept = pickle.loads((WORK / f"cpu-account-samples-{label}.pkl").read_bytes())
     started, ended, samples = kept[:3]
-    return accounted(samples, kept[3] if len(kept) > 3 else {"whole": (started, ended)})
+    for _t, table, where in samples:  # the kinds as kind_of_argv gives them now, under the roots found then
+        classified = {key[0] for key in where}
+        where.update(classify(table, Kept({key[0]: at for key, at in where.items()
+                                           if table[key][0] not in classified or at[1] in Kept.KINDS})))
+    windows = kept[3] if len(kept) > 3 else {"whole": (started, ended)}
+    if len(kept) == 3 and "launch_s" in result:
+        collective = started + result["launch_s"]
+        windows["launch"] = (started, collective)
+        if "steady_s" in result:
+            windows["steady"] = (collective + 3, collective + 3 + result["steady_s"])
+    return accounted(samples, windows, result.get("phases", {}))
 
 
 def one_run(inventory: Path, env: dict, roots: Roots, outputs: Path) -> dict:
@@ -278,7 +324,7 @@ def one_run(inventory: Path, env: dict, roots: Roots, outputs: Path) -> dict:
     result = {"rc": sample["rc"], "wall": sample["wall"], "controller_cpu": round(sample["user"] + sample["sys"], 2),
               "phases": phases, "phases_cpu": document.get("phases_cpu", {}),
               "end_of_run": _end_of_run(outputs, run_id, phases, started), "ranks": len(ranks),
-              **accounted(sampler.samples, windows)}
+              **accounted(sampler.samples, windows, phases)}
     if sample["rc"]:
         result["err"] = sample.get("err", "")[-400:]
         (WORK / "cpu-account-failed.json").write_text(json.dumps(document, indent=1))  # why, in full
@@ -323,7 +369,7 @@ def main(argv=None) -> int:
     if args.reaccount:
         results = load()
         for label in args.reaccount.split(","):
-            results["cpu_account"][label].update(reaccount(label))
+            results["cpu_account"][label].update(reaccount(label, results["cpu_account"][label]))
             log(f"cpu account {label} redone: {json.dumps(results['cpu_account'][label]['whole_per_node_minute'])}")
         save(results)
         return 0

@@ -5,8 +5,9 @@ from __future__ import annotations
 from launch_report import _f
 
 # the kinds in the order a reader meets them; a kind measured and not named here follows, by name
-ORDER = ("job", "wrapper", "metrics sampler", "follow", "poll", "straggler py-spy", "keeper", "sshd", "sshd:poll",
-         "sshd:follow", "sshd:wrapper", "shim", "engine")
+ORDER = ("job", "wrapper", "metrics sampler", "follow", "poll", "stacks", "straggler py-spy", "keeper", "sshd",
+         "sshd:poll", "sshd:follow", "sshd:stacks", "sshd:wrapper", "shim", "engine")
+STRETCHES = ("probe and launch", "ranks start, import torch, init", "ranks run", "end of the run")
 PHASES = ("probe", "launch", "first_rank", "last_rank_done", "torchrun_exits", "watch_ended", "streams_ended",
           "recorded", "returned")
 
@@ -98,6 +99,28 @@ def before_after_table(results: dict) -> str:
     return "\n".join(rows) if len(rows) > 2 else ""
 
 
+def stretch_table(results: dict) -> str:
+    """Each run's stretches between its phases (bench/cpu_account.py `by_phase`): the job's CPU and
+    clusterctl's node side per node, as a share of the job's and of a core, and its largest kinds."""
+    runs = [(k, r) for k, r in _runs(results) if r.get("by_phase")]
+    if not runs:
+        return ""
+    rows = ["| run | stretch | wall s | job CPU s per node | node side CPU s per node | of the job's CPU | "
+            "% of a core | the node side's largest kinds (CPU s per node) |", "|---|---|---|---|---|---|---|---|"]
+    for key, r in runs:
+        for name in STRETCHES:
+            part = r["by_phase"].get(name)
+            if part is None:
+                continue
+            per_node = part["per_node"]
+            ours = {k: v for k, v in per_node.items() if _node_side(k)}
+            mine, job = sum(ours.values()), per_node.get("job", 0.0)
+            largest = ", ".join(f"{k} {v:.2f}" for k, v in sorted(ours.items(), key=lambda kv: -kv[1])[:3] if v >= 0.005)
+            rows.append(f"| {_label(key)} | {name} | {part['s']:.1f} | {job:.2f} | {mine:.2f} | "
+                        f"{f'{mine / job * 100:.0f}%' if job >= 0.5 else '-'} | {mine / part['s'] * 100:.2f}% | {largest} |")
+    return "\n".join(rows)
+
+
 def controller_table(results: dict) -> str:
     runs = [(k, r) for k, r in _runs(results) if r.get("phases_cpu")]
     if not runs:
@@ -136,5 +159,6 @@ def end_table(results: dict) -> str:
 
 
 def table(results: dict) -> str:
-    parts = [kinds_table(results), before_after_table(results), controller_table(results), end_table(results)]
+    parts = [kinds_table(results), before_after_table(results), stretch_table(results), controller_table(results),
+             end_table(results)]
     return "\n\n".join(p for p in parts if p)

@@ -22,30 +22,41 @@ def _blocks(results: dict) -> dict:
     return {int(n): block for n, block in chosen.items()}
 
 
+def _series(results: dict) -> list[tuple[int, str, str, dict]]:
+    """(nodes, way, its label, block) of every way measured: issue 40's (`after`, with the tree from
+    before it) first, then each later measurement (any other label) with its date."""
+    labels = results.get("launch_vs_hand") or {}
+    out = []
+    for n, block in _blocks(results).items():
+        out += [(n, way, label, block) for way, label in WAYS if block.get(way)]
+    for name, blocks in labels.items():
+        if name == "after" or not labels.get("after"):
+            continue
+        for n, block in blocks.items():
+            out += [(int(n), way, f"{label}, {block.get('measured')}", block) for way, label in WAYS if block.get(way)]
+    return sorted(out, key=lambda row: row[0])
+
+
 def _f(x: Optional[float], digits: int = 2) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
 
 def table(results: dict) -> str:
-    blocks = _blocks(results)
-    if not blocks:
+    series = _series(results)
+    if not series:
         return "_not measured yet: `python3 bench/launch_vs_hand.py --nodes 2,8`_"
     rows = ["| nodes | way | first rank starts after, s | returns after, s | first rank / by hand | returns / by hand "
             "| goal | node-side CPU per node, % of a core | runs |", "|---|---|---|---|---|---|---|---|---|"]
-    for n, block in sorted(blocks.items()):
-        hand = block.get("hand") or {}
-        for way, label in WAYS:
-            ours = block.get(way)
-            if not ours:
-                continue
-            ratio = (block.get("ratio") or {}).get(way) or {}
-            goal = GOALS.get(n)
-            rows.append(f"| {n} | {label} | {_f(ours.get('first_rank'))} | {_f(ours.get('returned'))} | "
-                        f"{_f(ratio.get('first_rank')) + 'x' if ratio else ''} | "
-                        f"{_f(ratio.get('returned')) + 'x' if ratio else ''} | "
-                        f"{f'<= {goal[0]}x, <= {goal[1]}x' if goal and way == 'clusterctl' else ''} | "
-                        f"{cpu_cell(block, way)} | {ours.get('runs', '-')} |")
-    return "\n".join(rows) + "\n\n" + phases_table(blocks) + "\n\n" + cpu_table(blocks)
+    for n, way, label, block in series:
+        ours = block[way]
+        ratio = (block.get("ratio") or {}).get(way) or {}
+        goal = GOALS.get(n)
+        rows.append(f"| {n} | {label} | {_f(ours.get('first_rank'))} | {_f(ours.get('returned'))} | "
+                    f"{_f(ratio.get('first_rank')) + 'x' if ratio else ''} | "
+                    f"{_f(ratio.get('returned')) + 'x' if ratio else ''} | "
+                    f"{f'<= {goal[0]}x, <= {goal[1]}x' if goal and way == 'clusterctl' else ''} | "
+                    f"{cpu_cell(block, way)} | {ours.get('runs', '-')} |")
+    return "\n".join(rows) + "\n\n" + phases_table(series) + "\n\n" + cpu_table(series)
 
 
 def node_cpu(block: dict, way: str) -> Optional[dict]:
@@ -69,25 +80,26 @@ def cpu_cell(block: dict, way: str) -> str:
     return f"{extra / 60 * 100:.2f}"
 
 
-def phases_table(blocks: dict) -> str:
-    rows = ["| nodes | probe | launch | first_rank | last_rank_done | torchrun_exits | returned |",
-            "|---|---|---|---|---|---|---|"]
-    for n, block in sorted(blocks.items()):
+def phases_table(series: list) -> str:
+    rows = ["| nodes | run | probe | launch | first_rank | last_rank_done | torchrun_exits | returned |",
+            "|---|---|---|---|---|---|---|---|"]
+    for n, way, label, block in series:
+        if way != "clusterctl":
+            continue
         phases = (block.get("clusterctl") or {}).get("phases") or {}
-        rows.append(f"| {n} | " + " | ".join(_f(phases.get(k)) for k in
-                                           ("probe", "launch", "first_rank", "last_rank_done", "torchrun_exits",
-                                            "returned")) + " |")
+        rows.append(f"| {n} | {label} | " + " | ".join(_f(phases.get(k)) for k in
+                                                      ("probe", "launch", "first_rank", "last_rank_done",
+                                                       "torchrun_exits", "returned")) + " |")
     return "`clusterctl run --json`'s `phases` (medians, seconds since the command started):\n\n" + "\n".join(rows)
 
 
-def cpu_table(blocks: dict) -> str:
+def cpu_table(series: list) -> str:
     rows = ["| nodes | way | sshd tree | node's engine (dockerd, containerd, shim) | wrapper | torchrun itself |",
             "|---|---|---|---|---|---|"]
-    for n, block in sorted(blocks.items()):
-        for way, label in WAYS:
-            cpu = node_cpu(block, way)
-            if cpu:
-                rows.append(f"| {n} | {label} | " + " | ".join(_f(cpu[p], 3) for p in PARTS) + " |")
+    for n, way, label, block in series:
+        cpu = node_cpu(block, way)
+        if cpu:
+            rows.append(f"| {n} | {label} | " + " | ".join(_f(cpu[p], 3) for p in PARTS) + " |")
     return ("Node-side CPU seconds per minute while the ranks hold 20 s after the barrier (median node; "
             "bench/nodecpu.py says how each is read):\n\n" + "\n".join(rows))
 
@@ -98,12 +110,15 @@ def plot(results: dict, out: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    blocks = _blocks(results)
-    sizes = sorted(blocks)
+    series = _series(results)
+    sizes = sorted({n for n, *_rest in series})
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.2), dpi=120)
     for ax, key, title in ((axes[0], "first_rank", "first rank starts after"), (axes[1], "returned", "command returns after")):
-        for way, label in WAYS:
-            points = [(n, blocks[n][way][key]) for n in sizes if (blocks[n].get(way) or {}).get(key) is not None]
+        for label in dict.fromkeys(label.split(", 20")[0] + (", now" if ", 20" in label else "")
+                                   for _n, _way, label, _b in series):
+            points = [(n, block[way][key]) for n, way, full, block in series
+                      if (full.split(", 20")[0] + (", now" if ", 20" in full else "")) == label
+                      and block[way].get(key) is not None]
             if points:
                 ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label.replace("`", ""))
         ax.set_title(title)

@@ -233,9 +233,9 @@ def main(argv=None) -> int:
     parser.add_argument("--before", type=Path, default=None,
                         help="a directory holding clusterctl/ from before (git archive BASE clusterctl | tar -x -C DIR)")
     args = parser.parse_args(argv)
-    results = load()
     for n in (int(x) for x in args.nodes.split(",")):
         result = dict(measure_at(n, args.reps, args.before), measured=time.strftime("%Y-%m-%d %H:%M"), label=args.label)
+        results = load()  # read again: another measurement may have saved meanwhile
         results.setdefault("launch_vs_hand", {}).setdefault(args.label or "latest", {})[str(n)] = result
         save(results)
     return 0
