@@ -201,6 +201,7 @@ def account(samples: list, start: float, end: float) -> dict:
     first, last = inside[0][1], inside[-1][1]
     seen: dict = {}  # key -> (first (own, reaped), last (own, reaped), ppid, where)
     last_at: dict = {}  # key -> the index of the last sample it was in
+    reaped_at: dict = {}  # key -> {index: its reaped children's ticks at that sample}
     for index, (_t, table, where) in enumerate(inside):
         for key, (ppid, own, reaped, argv) in table.items():
             if key in where:
@@ -210,6 +211,7 @@ def account(samples: list, start: float, end: float) -> dict:
                 kind = seen[key][3] if key in seen and not any(argv) else where[key]
                 seen[key] = (begin, (own, reaped), ppid, kind)
                 last_at[key] = index
+                reaped_at.setdefault(key, {})[index] = reaped
     spent: dict = {}
     for key, (begin, now, _ppid, (node, kind)) in seen.items():
         ticks = sum(now) - sum(begin)
@@ -227,12 +229,28 @@ def account(samples: list, start: float, end: float) -> dict:
         late = [c for c in children.get(key, ()) if c not in last and last_at[c] >= last_at[key]]
         return sum(seen[key][1]) + (sum(final(c, depth + 1) for c in late) if depth < 32 else 0)
 
+    ended: dict = {}  # parent -> its children that ended in the window
     for key in seen:  # an ended child's total moved into its parent's
         if key not in last:  # (where the parent was read after the child's end: its figure holds it)
             parent = by_pid.get(seen[key][2])
             if parent is not None and last_at[parent] > last_at[key]:
                 node, kind = seen[parent][3]
                 spent[node][kind] -= final(key)
+                ended.setdefault(parent, []).append(key)
+    for parent, kids in ended.items():  # what children spent after their last reading (a round's last
+        node, kind = seen[parent][3]    # dumps, ranks' teardown) is theirs: the parent's reaped growth
+        readings = sorted(reaped_at[parent].items())  # beyond their readings, where they ended
+        for (i, before), (j, after) in zip(readings, readings[1:]):
+            group = [k for k in kids if i <= last_at[k] < j]
+            tail = after - before - sum(final(k) for k in group)
+            if not group or tail <= 0:
+                continue
+            weights = [final(k) + 1 for k in group]  # shared by size (a short exec unseen in the same
+            for k, weight in zip(group, weights):  # interval goes with them: it cannot be told apart)
+                share = tail * weight / sum(weights)
+                spent[node][kind] -= share
+                spent[seen[k][3][0]].setdefault(seen[k][3][1], 0)
+                spent[seen[k][3][0]][seen[k][3][1]] += share
     return {node: {kind: round(max(0, t) / TICK, 2) for kind, t in sorted(kinds.items())} for node, kinds in spent.items()}
 
 

@@ -73,7 +73,7 @@ def _launch_share(run: dict):
 
 
 # earlier accounts kept in bench/results.json, oldest first: {"commit": what ran, "runs": {size: run}}
-HISTORY = ("cpu_account_before", "cpu_account_after_cuts")
+HISTORY = ("cpu_account_before", "cpu_account_after_cuts", "cpu_account_now1")
 
 
 def before_after_table(results: dict) -> str:
