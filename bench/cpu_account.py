@@ -193,8 +193,9 @@ class Sampler(launch_vs_hand.Sampler):
                 return
 
 
-def account(samples: list, start: float, end: float) -> dict:
-    """{node: {kind: CPU seconds}} spent between the samples nearest `start` and `end`."""
+def account(samples: list, start: float, end: float, tails: bool = True) -> dict:
+    """{node: {kind: CPU seconds}} spent between the samples nearest `start` and `end`; `tails=False`:
+    what an ended child spent after its last reading stays its parent's (the rule before 2026-11-29 12:30)."""
     inside = [s for s in samples if start - SAMPLE_S <= s[0] <= end + SAMPLE_S]
     if len(inside) < 2:
         return {}
@@ -237,9 +238,11 @@ def account(samples: list, start: float, end: float) -> dict:
                 node, kind = seen[parent][3]
                 spent[node][kind] -= final(key)
                 ended.setdefault(parent, []).append(key)
-    for parent, kids in ended.items():  # what children spent after their last reading (a round's last
-        node, kind = seen[parent][3]    # dumps, ranks' teardown) is theirs: the parent's reaped growth
-        readings = sorted(reaped_at[parent].items())  # beyond their readings, where they ended
+    # what children spent after their last reading (a round's last dumps, ranks' teardown) is theirs:
+    # the parent's reaped growth beyond their readings, over the interval in which they ended
+    for parent, kids in (ended.items() if tails else ()):
+        node, kind = seen[parent][3]
+        readings = sorted(reaped_at[parent].items())
         for (i, before), (j, after) in zip(readings, readings[1:]):
             group = [k for k in kids if i <= last_at[k] < j]
             tail = after - before - sum(final(k) for k in group)
@@ -288,7 +291,8 @@ def accounted(samples: list, windows: dict, phases: dict) -> dict:
     if "steady" in windows:
         start, end = windows["steady"]
         out.update(steady_per_node_minute=per_node_minute(account(samples, start, end), end - start),
-                   steady_s=round(end - start, 1))
+                   steady_s=round(end - start, 1),  # and as the earlier runs were accounted, to compare
+                   steady_parent_tails=per_node_minute(account(samples, start, end, tails=False), end - start))
     if "launch" in windows:
         start, end = windows["launch"]
         out.update(launch_per_node=per_node_minute(account(samples, start, end), 60.0), launch_s=round(end - start, 1))

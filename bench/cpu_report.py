@@ -86,10 +86,12 @@ def before_after_table(results: dict) -> str:
     rows = ["| steady state, per node | measured | node side CPU s/min (% of a core) | straggler rounds | `sshd` | "
             "engine + shim | the rest | launch: node side / job CPU |", "|---|---|---|---|---|---|---|---|"]
     for key in sizes:
-        seen = [(label, runs[key]) for label, runs in snapshots if key in runs]
+        seen = list({runs[key].get("measured"): (label, runs[key]) for label, runs in reversed(snapshots)
+                     if key in runs}.values())[::-1]  # a run kept twice (as `now` too): its first label
         if len({r.get("measured") for _, r in seen}) < 2:
             continue
-        for label, r in seen:
+        for label, r in seen:  # as the earlier runs were accounted: an ended child's tail with its parent
+            r = dict(r, steady_per_node_minute=r.get("steady_parent_tails") or r.get("steady_per_node_minute", {}))
             total, stacks = _steady_node_side(r)
             steady = r.get("steady_per_node_minute", {})
             sshd, engine = steady.get("sshd", 0.0), steady.get("engine", 0.0) + steady.get("shim", 0.0)
