@@ -230,6 +230,19 @@ def account(samples: list, start: float, end: float, tails: bool = True) -> dict
         late = [c for c in children.get(key, ()) if c not in last and last_at[c] >= last_at[key]]
         return sum(seen[key][1]) + (sum(final(c, depth + 1) for c in late) if depth < 32 else 0)
 
+    def heirs(key, depth=0) -> list:
+        """`key` and the children that ended with it (read last no earlier), theirs too: (key, weight)."""
+        late = [c for c in children.get(key, ()) if c not in last and last_at[c] >= last_at[key]]
+        return [(key, sum(seen[key][1]) + 1)] + [h for c in late for h in (heirs(c, depth + 1) if depth < 32 else ())]
+
+    def settle(group: list, tail: float) -> None:
+        """`tail` ticks to the processes of `group` and those that ended with them, by size (a short exec
+        unseen in the same interval goes with them: it cannot be told apart)."""
+        parts = [h for k in group for h in heirs(k)]
+        for key, weight in parts:
+            node, kind = seen[key][3]
+            spent[node][kind] = spent[node].get(kind, 0) + tail * weight / sum(w for _, w in parts)
+
     ended: dict = {}  # parent -> its children that ended in the window
     for key in seen:  # an ended child's total moved into its parent's
         if key not in last:  # (where the parent was read after the child's end: its figure holds it)
@@ -248,12 +261,8 @@ def account(samples: list, start: float, end: float, tails: bool = True) -> dict
             tail = after - before - sum(final(k) for k in group)
             if not group or tail <= 0:
                 continue
-            weights = [final(k) + 1 for k in group]  # shared by size (a short exec unseen in the same
-            for k, weight in zip(group, weights):  # interval goes with them: it cannot be told apart)
-                share = tail * weight / sum(weights)
-                spent[node][kind] -= share
-                spent[seen[k][3][0]].setdefault(seen[k][3][1], 0)
-                spent[seen[k][3][0]][seen[k][3][1]] += share
+            spent[node][kind] -= tail
+            settle(group, tail)
     return {node: {kind: round(max(0, t) / TICK, 2) for kind, t in sorted(kinds.items())} for node, kinds in spent.items()}
 
 
