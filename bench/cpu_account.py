@@ -302,6 +302,9 @@ def accounted(samples: list, windows: dict, phases: dict) -> dict:
         out.update(steady_per_node_minute=per_node_minute(account(samples, start, end), end - start),
                    steady_s=round(end - start, 1),  # and as the earlier runs were accounted, to compare
                    steady_parent_tails=per_node_minute(account(samples, start, end, tails=False), end - start))
+    if "late" in windows:
+        start, end = windows["late"]
+        out.update(late_per_node_minute=per_node_minute(account(samples, start, end), end - start))
     if "launch" in windows:
         start, end = windows["launch"]
         out.update(launch_per_node=per_node_minute(account(samples, start, end), 60.0), launch_s=round(end - start, 1))
@@ -348,6 +351,8 @@ def one_run(inventory: Path, env: dict, roots: Roots, outputs: Path) -> dict:
         steady = (max(r["t_first_collective"] for r in ranks) + 3, min(r["t_end"] for r in ranks) - 2)
         if steady[1] - steady[0] > 3:
             windows["steady"] = steady
+        if steady[1] - steady[0] > 60:  # a long hold: its last 30 s, the straggler watch at its steady pace
+            windows["late"] = (steady[1] - 30, steady[1])
         windows["launch"] = (started, max(r["t_first_collective"] for r in ranks))
     label = "local" if roots.sandbox is None else str(len(roots.sandbox.nodes))
     keep = Path(os.environ.get("CPU_ACCOUNT_KEEP") or WORK / f"cpu-account-samples-{label}.pkl")
@@ -362,7 +367,7 @@ def one_run(inventory: Path, env: dict, roots: Roots, outputs: Path) -> dict:
     return result
 
 
-def rehearsal(n: int) -> dict:
+def rehearsal(n: int, hold_s: float = HOLD_S) -> dict:
     from clusterctl.sandbox import down, up
 
     sandbox = up(n, docker=True)
@@ -372,19 +377,19 @@ def rehearsal(n: int) -> dict:
         converged = timed(clusterctl_argv("up", sandbox.inventory_path), env=env, timeout=900)
         if converged["rc"] != 0:
             raise RuntimeError(f"`clusterctl up` on {n} nodes failed: {converged.get('err', '')[-300:]}")
-        inventory = bench_inventory(sandbox, HOLD_S)
+        inventory = bench_inventory(sandbox, hold_s)
         return one_run(inventory, env, Roots(sandbox, inventory=str(inventory)), Path(sandbox.shared_outputs))
     finally:
         down(sandbox.state_dir)
 
 
-def local() -> dict:
+def local(hold_s: float = HOLD_S) -> dict:
     outputs = fresh_dir(WORK / "cpu-account-local")
     inventory = WORK / "cpu-account-local.yml"
     inventory.write_text(yaml.safe_dump({
         "name": f"cpu-account-{os.getpid()}", "hosts": [{"name": "local", "connection": "local"}],
         "rendezvous": {"port": 29631}, "checks": {"ib": "off"},
-        "job": {"command": [str(REPO / JOB)], "args": [str(outputs / "bench-ranks" / "{run_id}"), str(HOLD_S)],
+        "job": {"command": [str(REPO / JOB)], "args": [str(outputs / "bench-ranks" / "{run_id}"), str(hold_s)],
                 "nproc_per_node": 2, "outputs": str(outputs)}}, sort_keys=False))
     env = clusterctl_env(fresh_dir(WORK / "cpu-account-local-state"))
     env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
@@ -395,6 +400,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description="clusterctl's CPU during a run, by process kind and node")
     parser.add_argument("--nodes", default="2,8", help="rehearsal sizes ('' for none)")
     parser.add_argument("--local", action="store_true", help="a `connection: local` run too")
+    parser.add_argument("--hold", type=float, default=HOLD_S,
+                        help="seconds the ranks hold after their barrier (the straggler watch takes its steady pace "
+                             "once its window holds 40 samples: ~45 s into the run)")
     parser.add_argument("--reaccount", default="", help="redo the account of kept runs (labels: local,2,8)")
     args = parser.parse_args(argv)
     if args.reaccount:
@@ -405,8 +413,10 @@ def main(argv=None) -> int:
         save(results)
         return 0
     sizes = [int(x) for x in args.nodes.split(",") if x]
-    for label, measure in ([("local", local)] if args.local else []) + [(str(n), lambda n=n: rehearsal(n)) for n in sizes]:
-        result = dict(measure(), measured=time.strftime("%Y-%m-%d %H:%M"))
+    runs = ([("local", lambda: local(args.hold))] if args.local else []) + \
+        [(str(n), lambda n=n: rehearsal(n, args.hold)) for n in sizes]
+    for label, measure in runs:
+        result = dict(measure(), measured=time.strftime("%Y-%m-%d %H:%M"), hold_s=args.hold)
         log(f"cpu account {label}: {json.dumps({k: v for k, v in result.items() if k != 'whole'})}")
         results = load()  # read again: another measurement may have saved meanwhile
         results.setdefault("cpu_account", {})[label] = result

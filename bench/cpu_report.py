@@ -54,9 +54,20 @@ def kinds_table(results: dict) -> str:
                     f"the straggler watch's py-spy rounds {straggler:.3f} of it, beside their share of `sshd`), "
                     f"{_f(share, 1)}% of the job's CPU during launch (over {r.get('launch_s')} s); the controller "
                     f"{_f(steady.get('controller'), 3)} CPU s/min in steady state; "
-                    f"steady window {r.get('steady_s')} s, run {r.get('wall', 0):.1f} s wall, measured {r.get('measured')}")
+                    f"steady window {r.get('steady_s')} s, run {r.get('wall', 0):.1f} s wall, measured {r.get('measured')}"
+                    + (f"; ranks holding {r['hold_s']:g} s" if r.get("hold_s") else "") + _late(r))
     return "\n".join(rows) + "\n\nclusterctl's node side (every kind but `job` and `controller`), per node:\n\n" + \
         "\n".join(f"- {line}" for line in ours)
+
+
+def _late(run: dict) -> str:
+    """The last 30 s of a long hold: the straggler watch at its steady pace."""
+    late = run.get("late_per_node_minute")
+    if not late:
+        return ""
+    mine = sum(v for k, v in late.items() if _node_side(k))
+    largest = ", ".join(f"{k} {v:.3f}" for k, v in sorted(late.items(), key=lambda kv: -kv[1]) if _node_side(k))
+    return f"; its last 30 s {mine:.3f} CPU s/min per node ({mine / 60 * 100:.2f}% of a core: {largest})"
 
 
 def _steady_node_side(run: dict) -> tuple[float, float]:
