@@ -144,8 +144,8 @@ def plot_cpu(results: dict, out: Path) -> Path:
         bottom = [0.0] * len(order)
         for index, kind in enumerate(kinds):
             values = [runs[k].get(part, {}).get(kind, 0.0) for k in order]
-            ax.bar(order, values, bottom=bottom, label=kind, color=plt.cm.tab20(index % 20),
-                   hatch="//" if kind == "job" else None)
+            colour = plt.cm.tab20(index) if index < 20 else plt.cm.tab20b(index % 20)  # 20+ kinds: none shared
+            ax.bar(order, values, bottom=bottom, label=kind, color=colour, hatch="//" if kind == "job" else None)
             bottom = [b + v for b, v in zip(bottom, values)]
         ax.set_title(title)
         ax.set_xlabel("run (local, or rehearsal nodes)")
