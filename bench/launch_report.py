@@ -29,7 +29,8 @@ def _series(results: dict) -> list[tuple[int, str, str, dict]]:
     out = []
     for n, block in _blocks(results).items():
         out += [(n, way, label, block) for way, label in WAYS if block.get(way)]
-    for name, blocks in labels.items():
+    by_date = sorted(labels.items(), key=lambda kv: min(str(b.get("measured", "")) for b in kv[1].values()))
+    for name, blocks in by_date:
         if name == "after" or not labels.get("after"):
             continue
         for n, block in blocks.items():
