@@ -97,6 +97,9 @@ OTHER_ALIASES = (
     # added after batch 7's first score (for later batches): a number format the GPU's architecture lacks
     (r"(?:bf16|bfloat16|fp8)[-_ ](?:\w+[-_ ])?(?:unsupported|not[-_ ]supported)|(?:unsupported|no)[-_ ](?:bf16|bfloat16|fp8)",
      "gpu_arch_unsupported"),
+    # added with the cause extension_build_failed (round five), before batch 9 was frozen or read
+    (r"(?:extension|jit|ninja|ops?|kernel|cuda)[-_ ](?:\w+[-_ ])?(?:build|compil\w*)[-_ ]?(?:fail\w*|error)?"
+     r"|(?:build|compil\w*)[-_ ](?:fail\w*[-_ ])?(?:extension|ops?|kernel)|nvcc|cuda[-_ ]home|ninja", "extension_build_failed"),
 )
 
 
