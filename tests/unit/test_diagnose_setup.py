@@ -246,3 +246,17 @@ def test_an_extension_that_fails_to_compile_at_run_time_is_named_with_it_not_as_
     first = diagnose_text(text)[0]
     assert first.cause == "extension_build_failed" and f"({extension})" in first.fix
     assert heal_policy.TABLE["extension_build_failed"] == "job"
+
+
+@pytest.mark.parametrize("text, cause", [
+    # https://github.com/lzx1413/PytorchSSD/issues/50: DataParallel over more device ids than GPUs (torch's old check)
+    ("    raise AssertionError(\"Invalid device id\")\nAssertionError: Invalid device id", "gpu_ordinal"),
+    # https://github.com/GoogleCloudPlatform/cluster-toolkit/blob/main/docs/slurm-troubleshooting.md: the cloud refusing nodes
+    ("srun: error: Job allocation 2 has been revoked\nresume.py ERROR: ... \"Quota 'C2_CPUS' exceeded. Limit: 300.0 in "
+     "region europe-west4.\"", "insufficient_resources"),
+    # https://docs.olcf.ornl.gov/systems/crusher_quick_start_guide.html: ROCm without a code object for the device's mode
+    ("\"hipErrorNoBinaryForGpu: Unable to find code object for all current devices!\"\nsrun: error: crusher129: task 0: "
+     "Aborted", "gpu_arch_unsupported"),
+])
+def test_classes_from_batch_9s_misses_in_any_programs_words(text, cause):
+    assert diagnose_text(text)[0].cause == cause
