@@ -17,6 +17,9 @@ NUMPY  ?= numpy>=1.26
 # venv). Beside torch, in one pip command, so that its `torch>=2.0` never replaces the pinned torch; an
 # sdist that builds no ops (they are compiled at first use, and the launcher uses none).
 DEEPSPEED ?= deepspeed==0.19.8
+# the watch's tests on a Hugging Face Trainer loop (tests/fixtures/jobs/hf_trainer.py; `make test-heavy`): the
+# Trainer and Accelerate, in the same pip command for the same reason
+TRAINER ?= transformers==5.24.0 accelerate==1.15.0
 
 .PHONY: demo demo-clean test test-unit test-local test-rehearsal test-heavy deps venv bench diagnose-report clean
 
@@ -29,7 +32,7 @@ $(BASE): pyproject.toml
 
 # what the ranks of the other tiers import
 $(STAMP): $(BASE)
-	$(PY) -m pip install -q "$(TORCH)" "$(NUMPY)" "$(DEEPSPEED)"
+	$(PY) -m pip install -q "$(TORCH)" "$(NUMPY)" "$(DEEPSPEED)" $(TRAINER)
 	touch $(STAMP)
 
 venv: $(STAMP)

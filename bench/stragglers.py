@@ -13,10 +13,12 @@ On this machine, `clusterctl run` of tests/fixtures/jobs/ddp_plain.py (DDP or FS
   run's end, and the host/rank of its first failure.
 - healthy: 120 s untouched: the ranks named (none expected); its mean step time with the watch and with
   `--no-straggler-watch`.
-- cost: the node's sampling script (watch/sampler.py, the straggler watch's non-blocking round) run on the
-  healthy job's 3 ranks for 20 samples 1 s apart: its CPU seconds (py-spy included) per wall second, i.e.
-  the share of one core it takes on the node.
-Prints one JSON document (and writes it to --out).
+- cost: the run's straggler watch (watch/straggler_watch.py as `run` drives it: its pace, window filling at
+  1 s then steady rounds of 4 samples 5 s apart, its kept py-spy) run for 150 s against a healthy job's 3
+  ranks: its node scripts' CPU seconds (py-spy included) per wall second, i.e. the share of one core it
+  takes on the node, overall and in the steady rounds.
+Each result says when it began and the range of the 1-minute load average while it ran.
+Prints one JSON document (and writes it to --out, keeping the results there of other kinds or parts).
 """
 from __future__ import annotations
 
@@ -72,7 +74,7 @@ checks: {{ib: off}}
     proc = subprocess.Popen([sys.executable, "-m", "clusterctl", "run", "--json", "-i", str(where / "inventory.yaml"),
                              *options, str(where / "prompt.txt")], cwd=where, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    hold: dict = {}
+    hold: dict = {"where": where}
 
     def helper():
         deadline = time.monotonic() + 300
@@ -139,34 +141,94 @@ def healthy(kind: str, watch: bool, seconds: int = 120) -> dict:
             "mean_step_s": steps[-1] if steps else None}
 
 
-def cost(kind: str, samples: int = 20) -> dict:
-    """The node script's CPU per wall second over `samples` non-blocking samples of a running healthy loop."""
-    from clusterctl.watch import sampler
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def cost(kind: str, seconds: int = 150) -> dict:
+    """What the straggler watch costs the node on a healthy loop: the run's own watch (StragglerWatch: its
+    pace, its kept py-spy, its reuse of a dump of a rank not run since) driven here at the run's poll (1 s)
+    against the job's ranks (the run itself has `--no-straggler-watch`), so that its node scripts and their
+    py-spy are this process's children: their CPU seconds per wall second, the share of one core it takes on
+    the node, over the whole time and in the steady rounds (issue 52). No progress lines reach this watch
+    (no step time): it judges the pace from the samples alone, as it does in a run before the first one."""
+    from clusterctl.executor import Connections
+    from clusterctl.inventory.load import load_inventory
+    from clusterctl.transport import connect
+    from clusterctl.watch.straggler_watch import STEADY_SAMPLES, StragglerWatch
 
     result: dict = {}
 
     def outside(pid, hold):
         time.sleep(8)
-        env = dict(os.environ)
-        for key in ("CLUSTERCTL_CLUSTER", "CLUSTERCTL_HOST", "CLUSTERCTL_RUN_ID"):
-            env[key] = next((line.split("=", 1)[1] for line in open(f"/proc/{pid}/environ", "rb").read()
-                             .decode(errors="replace").split("\0") if line.startswith(key + "=")), "")
-        data, arch, _sha = sampler.payload()
-        argv = ["sh", "-c", sampler._SCRIPT, "bench", env["CLUSTERCTL_CLUSTER"], env["CLUSTERCTL_HOST"],
-                env["CLUSTERCTL_RUN_ID"], str(samples), "1", arch, "--nonblocking", "", "", "ship"]
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        started = time.monotonic()
-        out = subprocess.run(argv, input=data, capture_output=True, timeout=300).stdout.decode()
-        wall = time.monotonic() - started
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-        node = sampler.parse_node_output(out, env["CLUSTERCTL_HOST"])
-        result.update({"samples": len(node.samples), "ranks_read": sum(1 for s in node.samples for r in s if r.frames),
-                       "wall_s": round(wall, 2), "cpu_s": round(cpu, 3), "core_share": round(cpu / wall, 4),
-                       "per_rank_sample_ms": round(1000 * cpu / max(1, sum(len(s) for s in node.samples)), 1)})
+        env = dict(item.split("=", 1) for item in open(f"/proc/{pid}/environ", "rb").read()
+                   .decode(errors="replace").split("\0") if "=" in item)
+        inventory = load_inventory(hold["where"] / "inventory.yaml")
+        connections = Connections(connect)
+        watch = StragglerWatch(inventory, env["CLUSTERCTL_RUN_ID"], connections, on_event=lambda event: None)
+        rounds: list = []
+        current = None
+        started, before, mine = time.monotonic(), children_cpu(), resource.getrusage(resource.RUSAGE_SELF)
+        while time.monotonic() - started < seconds and os.path.exists(f"/proc/{pid}"):
+            pace = watch._pace()
+            watch.check(inventory.hosts)
+            if watch._round is None and current is not None:  # a round ended and was judged: what it cost
+                cpu0, t0 = current.pop("cpu0"), current.pop("t0")
+                rounds.append({**current, "cpu_s": round(children_cpu() - cpu0, 3), "wall_s": round(time.monotonic() - t0, 2)})
+                current = None
+            if watch._round is not None and current is None:
+                current = {"samples": pace[0], "interval_s": pace[1], "cpu0": children_cpu(), "t0": time.monotonic()}
+            time.sleep(1.0)
+        wall, cpu, after = time.monotonic() - started, children_cpu() - before, resource.getrusage(resource.RUSAGE_SELF)
+        watch.kept.forget(connections)
 
-    _run(kind, ["--stall-timeout", "0", "--timeout", "45", "--no-straggler-watch"], outside)
+        def share(chosen):
+            return round(sum(r["cpu_s"] for r in chosen) / sum(r["wall_s"] for r in chosen), 4) if chosen else None
+
+        result.update({"seconds": round(wall, 1), "node_cpu_s": round(cpu, 3), "core_share": round(cpu / wall, 4),
+                       "core_share_after_first_round": share(rounds[1:]),  # the first ships and unpacks py-spy
+                       "core_share_steady": share([r for r in rounds if r["samples"] == STEADY_SAMPLES]),
+                       "controller_cpu_s": round(after.ru_utime + after.ru_stime - mine.ru_utime - mine.ru_stime, 3),
+                       "named": [[s["host"], s["rank"]] for s in watch.found()], "rounds": rounds})
+
+    _run(kind, ["--stall-timeout", "0", "--timeout", str(seconds + 50), "--no-straggler-watch"], outside)
     return {"kind": kind, **result}
+
+
+def measured(part, *args) -> dict:
+    """`part(*args)` with when it began and the range of the 1-minute load average while it ran (this
+    machine is shared: the load says how far a number is from a quiet node's)."""
+    loads, done = [os.getloadavg()[0]], threading.Event()
+
+    def watch_load():
+        while not done.wait(5):
+            loads.append(os.getloadavg()[0])
+
+    began = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    thread = threading.Thread(target=watch_load, daemon=True)
+    thread.start()
+    try:
+        result = part(*args)
+    finally:
+        done.set()
+    return {**result, "at": began, "load_1min": [min(loads), max(loads)]}
+
+
+def merged(path: Path, report: dict, kinds: list[str], parts: list[str]) -> dict:
+    """The earlier results in `path` with this run's in place of those it measured again (the same part and
+    kind): one file holds every kind, measured at different times."""
+    try:
+        earlier = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return report
+    for part in ("slowed", "frozen", "healthy", "cost"):
+        again = part in parts
+        kept = [e for e in earlier.get(part, []) if not (again and e.get("kind") in kinds)]
+        report[part] = kept + report[part]
+    report["started"] = earlier.get("started", report["started"])
+    report["updated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return report
 
 
 def main() -> None:
@@ -174,25 +236,25 @@ def main() -> None:
     parser.add_argument("--kinds", default="ddp")
     parser.add_argument("--shares", default="0.23,0.44")
     parser.add_argument("--parts", default="slowed,frozen,healthy,cost")
-    parser.add_argument("--out", default="")
+    parser.add_argument("--out", default="", help="the JSON file: results of other kinds or parts already there are kept")
     args = parser.parse_args()
     kinds, parts = args.kinds.split(","), args.parts.split(",")
     report: dict = {"machine": f"{os.cpu_count()} CPUs", "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                     "slowed": [], "frozen": [], "healthy": [], "cost": []}
     for kind in kinds:
         if "slowed" in parts:
-            report["slowed"] += [slowed(kind, float(share)) for share in args.shares.split(",")]
+            report["slowed"] += [measured(slowed, kind, float(share)) for share in args.shares.split(",")]
         if "frozen" in parts:
-            report["frozen"].append(frozen(kind))
+            report["frozen"].append(measured(frozen, kind))
         if "healthy" in parts:
-            report["healthy"] += [healthy(kind, True), healthy(kind, False)]
+            report["healthy"] += [measured(healthy, kind, True), measured(healthy, kind, False)]
         if "cost" in parts:
-            report["cost"].append(cost(kind))
+            report["cost"].append(measured(cost, kind))
         print(json.dumps(report, indent=1), file=sys.stderr, flush=True)
-    text = json.dumps(report, indent=1)
     if args.out:
-        Path(args.out).write_text(text)
-    print(text)
+        report = merged(Path(args.out), report, kinds, parts)
+        Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+    print(json.dumps(report, indent=1))
 
 
 if __name__ == "__main__":

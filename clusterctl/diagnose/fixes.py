@@ -143,6 +143,12 @@ NET_PLUGIN_INCOMPATIBLE = ("NCCL's network plugin and the fabric library under i
                            "(AWS: aws-ofi-nccl with a libfabric from an EFA installer older than 1.29 and NCCL 2.19+): "
                            "use the EFA installer's libfabric and plugin made for the image's NCCL, or set "
                            "FI_EFA_SET_CUDA_SYNC_MEMOPS=0 in job.env; keep one image on every node")
+EXTENSION_BUILD_FAILED = ("a C++/CUDA extension[ ({extension})] failed to compile at run time[ on {host}] (DeepSpeed's "
+                          "ops and other libraries' kernels build on first use): container.image lacks a working "
+                          "toolchain for it (c++ and ninja, an nvcc of torch's CUDA version with CUDA_HOME set, the "
+                          "CUDA and Python headers); prebuild the ops into the image (e.g. DS_BUILD_OPS=1 pip install "
+                          "deepspeed, or the library's prebuilt wheel) or install that toolchain, and keep one image "
+                          "on every node; the first compiler error above the traceback names what is missing")
 DRIVER_LIBRARY_MISMATCH = ("the NVIDIA kernel module loaded on[ {host|this node}] is not the version of the driver's "
                            "user libraries[ ({library})]: the driver was upgraded (often by unattended-upgrades) "
                            "while the old module stayed loaded; reboot the node (or unload and reload the nvidia "
@@ -194,6 +200,7 @@ BRIEF = {
     "gpu_arch_unsupported": "an image whose torch/CUDA/NCCL support the GPU's arch; rebuild extensions for it",
     "nccl_topo_file": "unset NCCL_TOPO_FILE / NCCL_GRAPH_FILE, or the file for this machine's VM size",
     "net_plugin_incompatible": "the fabric's plugin/libfabric made for the image's NCCL (EFA >= 1.29), one image",
+    "extension_build_failed": "prebuild the ops into the image (DS_BUILD_OPS=1) or give it c++/ninja/nvcc + CUDA_HOME",
     "ssh_failed": "password-less SSH to every node (`clusterctl run` opens its own sessions from the inventory)",
     "driver_library_mismatch": "reboot the node (or reload the nvidia modules) after a driver upgrade; hold the packages",
 }

@@ -9,7 +9,10 @@
   file for another VM size): NCCL's XML import finds devices that are not there;
 - net_plugin_incompatible (after batch 6's first score): NCCL's network plugin and the fabric library under it
   do not fit the NCCL in use (aws-ofi-nccl with an EFA installer's libfabric older than NCCL 2.19 needs): its
-  memory registration fails with an invalid argument.
+  memory registration fails with an invalid argument;
+- extension_build_failed (round five, met on the rehearsal: DeepSpeed's CPU ops in an image whose `c++` did not
+  resolve): a C++/CUDA extension compiled on first use (DeepSpeed's fused_adam/cpu_adam, torch.utils.cpp_extension)
+  fails to build: a missing compiler, nvcc, CUDA_HOME or header in the image.
 
 Same form as rules.py (see its docstring); families.py adds their shape-level evidence.
 """
@@ -60,5 +63,16 @@ SETUP_RULES = (
              S(r"unable to set memops for cuda ptr|cuda_set_sync_memops\(\)\S*<warn>", .8),
              S(r"Unable to register MR: Invalid argument", .7),
              S(r"NET/OFI .{0,80}(?:failed|Unable to|Couldn't)", .45),
+         )),
+    Rule("extension_build_failed",
+         "`RuntimeError: Error building extension 'fused_adam'`, `ninja: build stopped: subcommand failed`",
+         F.EXTENSION_BUILD_FAILED, (
+             S(r"Error building extension '(?P<extension>[\w.-]+)'", .9),
+             S(r"Ninja is required to load C\+\+ extensions", .9),
+             S(r"Command '\['ninja', '-v'\]' returned non-zero exit status", .75),
+             S(r"ninja: build stopped: subcommand failed", .6),
+             S(r"unsupported GNU version! gcc versions later than \d+ are not supported", .75),
+             # a compiler's missing header (cc1plus/nvcc/gcc: the program's name may be read as a pdsh host prefix)
+             S(r"fatal error: [\w./-]+\.(?:h|hpp|cuh): No such file or directory", .55),
          )),
 )

@@ -30,6 +30,8 @@ OTHER_WORDS = {
     "gpu_ordinal": (
         # torch's lazy-init assert on a device index beyond the GPUs it sees
         S(r"device >= 0 && device < num_gpus INTERNAL ASSERT FAILED", .9),
+        # torch's older check of a device index (get_device_properties; DataParallel's device_ids)
+        S(r"AssertionError: Invalid device id\b", .85),
         # a trainer asked for more GPUs than the machine (or its allocation) shows, in Lightning's words
         S(r"You requested (?:GPUs|gpus|devices|accelerators)\s*:?\s*\[[\d, ]+\]|But your machine only has\s*:?\s*\[", .85),
     ),
@@ -54,6 +56,8 @@ OTHER_WORDS = {
           r"world[ _]size", .75),
     ),
     "gpu_arch_unsupported": (
+        # ROCm's "no kernel image": no code object for the device's arch or its XNACK/SRAMECC mode
+        S(r"hipErrorNoBinaryForGpu|Unable to find code object for all current devices", .9),
         # a number format the GPU's architecture lacks (bf16 before Ampere, fp8 before Hopper/Ada)
         S(r"(?:doesn't|does not|don't|do not) support (?:bf16|bfloat16|fp8)\b"
           r"|(?:bf16|bfloat16|fp8|FP8)\b.{0,60}(?:requires?|needs?|only (?:be )?supported on|is only available on)"
@@ -69,6 +73,9 @@ OTHER_WORDS = {
           r".{0,200}(?:version `?[\w.]+'? not found|undefined symbol|wrong ELF class)", .75),
     ),
     "insufficient_resources": (
+        # a cloud's quota or capacity refusing the nodes (a Slurm/Kubernetes autoscaler's resume log, the CLI)
+        S(r"Quota '?[\w./-]+'? exceeded|'reason': 'quotaExceeded'|InsufficientInstanceCapacity"
+          r"|ZONE_RESOURCE_POOL_EXHAUSTED|QuotaExceeded|exceeded quota", .8),
         # Ray's and vLLM's placement: the cluster has fewer free GPUs than the job asks for
         S(r"number of required GPUs exceeds the total number of available GPUs"
           r"|resource request cannot be scheduled right now|cannot be scheduled right now\. It requires \{", .8),

@@ -1,6 +1,6 @@
 """The watch on loops as users write them (issue 49), for real on this machine: torchrun's gloo ranks of
 tests/fixtures/jobs/ddp_plain.py (a model, DDP or FSDP2's fully_shard, an optimizer, loss.backward(),
-no torch.distributed call of its own) and DeepSpeed ZeRO-2 (tests/fixtures/jobs/ds_plain.py) under
+no torch.distributed call of its own) and DeepSpeed ZeRO-2 (tests/fixtures/jobs/ds_plain.py) and a Hugging Face Trainer loop (tests/fixtures/jobs/hf_trainer.py) under
 `clusterctl run` with a `connection: local` host, one rank slowed or frozen FROM OUTSIDE the job
 (tests/fixtures/noisy.py: SIGSTOP/SIGCONT duty cycles, SIGSTOP for good). The waits are in C++ under
 loss.backward() or in the engine: the verdict sees them by the ranks' kernel state (asleep in a
@@ -93,13 +93,13 @@ def _frozen(rank: int, after_s: float, hold: dict):
 # the loops: (job, its arguments); DeepSpeed's CPU accelerator builds its shm op on the first run (~2 min, kept in
 # ~/.cache/torch_extensions)
 LOOPS = {"ddp": ("ddp_plain.py", ["--kind", "ddp"]), "fsdp2": ("ddp_plain.py", ["--kind", "fsdp2"]),
-         "deepspeed": ("ds_plain.py", [])}
+         "deepspeed": ("ds_plain.py", []), "trainer": ("hf_trainer.py", [])}
 
 
 def _loop(tmp_path: Path, kind: str, steps: int, name: str) -> Path:
     """The inventory of LOOPS[kind] for `steps` steps (DeepSpeed's tests skipped where it is not installed)."""
-    if kind == "deepspeed":
-        pytest.importorskip("deepspeed")
+    if kind in ("deepspeed", "trainer"):
+        pytest.importorskip({"deepspeed": "deepspeed", "trainer": "transformers"}[kind])
     job, args = LOOPS[kind]
     return _inventory(tmp_path, job, [*args, "--steps", str(steps)], f"{name}-{kind}")[0]
 

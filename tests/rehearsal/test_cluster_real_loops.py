@@ -1,7 +1,8 @@
 """The watch on a loop as users write it, on the rehearsal cluster (issue 49): 3 nodes x 2 gloo ranks in
 containers running tests/fixtures/jobs/ddp_plain.py (a model, DDP, an optimizer, loss.backward(); no
 torch.distributed call of its own: every wait is in C++ under loss.backward()); the same with FSDP2's
-fully_shard (the wait is in its hooks) and DeepSpeed ZeRO-2 (ds_plain.py: inside the engine's step) is `heavy`
+fully_shard (the wait is in its hooks), DeepSpeed ZeRO-2 (ds_plain.py: inside the engine's step) and a Hugging
+Face Trainer loop (hf_trainer.py: inside Accelerate's backward) are `heavy`
 (DeepSpeed's CPU accelerator compiles its shm_comm op at its first start in each container: minutes on 2 cores;
 that build needs `c++`, which resolves through /etc/alternatives, now in the rehearsal image). One rank is slowed or
 frozen FROM OUTSIDE the job (tests/fixtures/noisy.py, from this machine, whose process table holds the
@@ -27,7 +28,7 @@ pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
 JOBS_DIR = "loop-jobs"
 # the loops: (job, its arguments); DDP runs in `make test`, the others in `make test-heavy`
 LOOPS = {"ddp": ("ddp_plain.py", ["--kind", "ddp"]), "fsdp2": ("ddp_plain.py", ["--kind", "fsdp2"]),
-         "deepspeed": ("ds_plain.py", [])}
+         "deepspeed": ("ds_plain.py", []), "trainer": ("hf_trainer.py", [])}
 KINDS = [pytest.param(kind, marks=[] if kind == "ddp" else [pytest.mark.heavy]) for kind in LOOPS]
 
 
@@ -43,7 +44,7 @@ def _job(sb, path: Path, *args: str, kind: str = "ddp") -> tuple[Path, list[str]
 
 @pytest.fixture(scope="module")
 def cluster(sandbox, tmp_path_factory):
-    yield from cluster_with_jobs(sandbox, tmp_path_factory, JOBS_DIR, "ddp_plain.py", "ds_plain.py")
+    yield from cluster_with_jobs(sandbox, tmp_path_factory, JOBS_DIR, "ddp_plain.py", "ds_plain.py", "hf_trainer.py")
 
 
 def _outside(action, marker: list[str], rank: int, hold: dict) -> threading.Thread:

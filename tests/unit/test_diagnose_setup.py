@@ -231,3 +231,32 @@ def test_a_log_pasted_through_a_blog_reads_as_the_program_printed_it():
 ])
 def test_classes_from_batch_8s_misses_in_any_programs_words(text, cause):
     assert diagnose_text(text)[0].cause == cause
+
+
+@pytest.mark.parametrize("text, extension", [
+    # the rehearsal's own (2026-11-29): DeepSpeed's CPU accelerator compiling its shm op where `c++` did not resolve
+    ("RuntimeError: Error building extension 'deepspeed_shm_comm': [1/3] c++ -MMD -MF shm_interface.o.d "
+     "-DTORCH_EXTENSION_NAME=deepspeed_shm_comm\nsubprocess.CalledProcessError: Command '['ninja', '-v']' returned "
+     "non-zero exit status 127.", "deepspeed_shm_comm"),
+    # https://github.com/databrickslabs/dolly/issues/156 (corpus: extension_build_failed/dolly-156.log)
+    ("RuntimeError: Error building extension 'fused_adam'\n[2023-05-11 20:12:52,931] [INFO] "
+     "[launch.py:318:sigkill_handler] Killing subprocess 62415", "fused_adam"),
+])
+def test_an_extension_that_fails_to_compile_at_run_time_is_named_with_it_not_as_a_missing_launcher(text, extension):
+    first = diagnose_text(text)[0]
+    assert first.cause == "extension_build_failed" and f"({extension})" in first.fix
+    assert heal_policy.TABLE["extension_build_failed"] == "job"
+
+
+@pytest.mark.parametrize("text, cause", [
+    # https://github.com/lzx1413/PytorchSSD/issues/50: DataParallel over more device ids than GPUs (torch's old check)
+    ("    raise AssertionError(\"Invalid device id\")\nAssertionError: Invalid device id", "gpu_ordinal"),
+    # https://github.com/GoogleCloudPlatform/cluster-toolkit/blob/main/docs/slurm-troubleshooting.md: the cloud refusing nodes
+    ("srun: error: Job allocation 2 has been revoked\nresume.py ERROR: ... \"Quota 'C2_CPUS' exceeded. Limit: 300.0 in "
+     "region europe-west4.\"", "insufficient_resources"),
+    # https://docs.olcf.ornl.gov/systems/crusher_quick_start_guide.html: ROCm without a code object for the device's mode
+    ("\"hipErrorNoBinaryForGpu: Unable to find code object for all current devices!\"\nsrun: error: crusher129: task 0: "
+     "Aborted", "gpu_arch_unsupported"),
+])
+def test_classes_from_batch_9s_misses_in_any_programs_words(text, cause):
+    assert diagnose_text(text)[0].cause == cause
