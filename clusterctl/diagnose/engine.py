@@ -74,7 +74,6 @@ def _jobs_own_exception(lead: Finding) -> bool:
     return named is not None and not named.startswith("torch.")
 
 
-
 def diagnose_path(path: Path, record: Optional[dict] = None) -> list[Finding]:
     """Findings for a log file or a collected run directory, most likely root cause first.
     A run directory whose run record (or agent.exit files) says every node exited 0 has none."""

@@ -273,13 +273,19 @@ def frame_module(path: str) -> str:
 def exception_named(text: str) -> Optional[str]:
     """The qualified name of the Python exception `text` states (`torch.distributed...SignalException`,
     `RuntimeError`), or None (a warning is none)."""
+    match = _exception_match(text)
+    return match.group("qualified") if match else None
+
+
+def _exception_match(text: str):
+    """The match of a Python exception line (`Type: message`), None for none or a warning."""
     match = _EXCEPTION.search(text[:MAX_LINE].strip())
-    return None if not match or match.group("type").endswith("Warning") else match.group("qualified")
+    return None if not match or match.group("type").endswith("Warning") else match
 
 
 def py_exception(line: LogLine, last_frame: str) -> list[PyException]:
-    match = _EXCEPTION.search(line.text[:MAX_LINE].strip())
-    if not match or match.group("type").endswith("Warning"):
+    match = _exception_match(line.text)
+    if not match:
         return []
     return [PyException(line, match.group("type"), match.group("qualified"), (match.group("message") or "")[:400],
                         last_frame)]

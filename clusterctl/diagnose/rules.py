@@ -142,6 +142,8 @@ RULES: tuple[Rule, ...] = (
              S(r"invalid device ordinal|cudaErrorInvalidDevice\b|CUDA_ERROR_INVALID_DEVICE", .96),
              # a traceback cut off inside torch.cuda.set_device: the ordinal is the usual failure there
              S(r"torch\.cuda\.set_device\(", .3),
+             # torch's older check of a device index (get_device_properties; DataParallel's device_ids)
+             S(r"AssertionError: Invalid device id\b", .85),
          )),
     Rule("duplicate_gpu", "`Duplicate GPU detected : rank 1 and rank 0 both on CUDA device`",
          F.DUPLICATE_GPU, (
@@ -329,6 +331,8 @@ RULES: tuple[Rule, ...] = (
              S(r"Using \[\d+\][\w.-]+:[\d.]+<\d+> \[\d+\](?:veth|docker|virbr)\w*:", .7),
              S(r"Socket creation failed : Address family not supported", .7),
              S(r"NCCL_SOCKET_IFNAME[:=]\s*=", .5),
+             # gloo's full mesh of its ranks not connecting: on a multi-NIC node the address it chose (GLOO_SOCKET_IFNAME)
+             S(r"Gloo connectFullMesh failed", .6),
          )),
     Rule("nccl_socket_error",
          "NCCL `unhandled system error` with socket evidence: `socketStartConnect: Connect to ... failed`, "
@@ -372,6 +376,8 @@ RULES: tuple[Rule, ...] = (
              S(r"(?:ulysses|ring|sequence[ _]parallel)\w* ?\w* ?(?:should|must) (?:be equal to"
                r"|equal) the world size", .96),
              S(r"assert \w+ % \w+ == 0|numerator % denominator", .5),
+             S(r"must be (?:a )?whole number|is not (?:a )?whole number|(?:must|should) be an? (?:integer |exact )?"
+               r"multiple of|is not an? (?:integer |exact )?multiple of", .8),
          )),
     Rule("nccl_too_old", "`undefined symbol: ncclCommRegister` (an older libnccl shadows torch's)",
          F.NCCL_TOO_OLD, (

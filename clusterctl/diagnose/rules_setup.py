@@ -55,6 +55,8 @@ SETUP_RULES = (
              S(r"XML Import Channel\s*:\s*dev \d+ not found", .85),
              S(r"NCCL_(?:TOPO|GRAPH)_FILE set by environment to (?P<topo_file>\S+)", .3),
              S(r"(?:NCCL_TOPO_FILE|NCCL_GRAPH_FILE|topo\.xml|graph\.xml).{0,80}(?:No such file|not found|failed)", .6),
+             # NCCL reading a topology XML that lacks what this machine has (xml.h's attribute lookups)
+             S(r"graph/xml\.\w+:\d+ NCCL WARN Attribute \S+ of node \S+ not found", .75),
          )),
     Rule("net_plugin_incompatible",
          "`NET/OFI Unable to register memory ... Invalid argument`, libfabric's `unable to set memops for cuda ptr`",
@@ -63,6 +65,9 @@ SETUP_RULES = (
              S(r"unable to set memops for cuda ptr|cuda_set_sync_memops\(\)\S*<warn>", .8),
              S(r"Unable to register MR: Invalid argument", .7),
              S(r"NET/OFI .{0,80}(?:failed|Unable to|Couldn't)", .45),
+             # the plugin present but failing to load against the libraries around it
+             S(r"NET/Plugin\s*:\s*(?:[\w.-]*libnccl-net[\w.-]*\.so\s*:|Plugin load returned \d+ *:|Failed to load"
+               r"|dlerror\s*=).{0,200}(?:version `?[\w.]+'? not found|undefined symbol|wrong ELF class)", .75),
          )),
     Rule("extension_build_failed",
          "`RuntimeError: Error building extension 'fused_adam'`, `ninja: build stopped: subcommand failed`",

@@ -30,8 +30,6 @@ OTHER_WORDS = {
     "gpu_ordinal": (
         # torch's lazy-init assert on a device index beyond the GPUs it sees
         S(r"device >= 0 && device < num_gpus INTERNAL ASSERT FAILED", .9),
-        # torch's older check of a device index (get_device_properties; DataParallel's device_ids)
-        S(r"AssertionError: Invalid device id\b", .85),
         # a trainer asked for more GPUs than the machine (or its allocation) shows, in Lightning's words
         S(r"You requested (?:GPUs|gpus|devices|accelerators)\s*:?\s*\[[\d, ]+\]|But your machine only has\s*:?\s*\[", .85),
     ),
@@ -63,15 +61,6 @@ OTHER_WORDS = {
           r"|(?:bf16|bfloat16|fp8|FP8)\b.{0,60}(?:requires?|needs?|only (?:be )?supported on|is only available on)"
           r".{0,40}(?:Ampere|Hopper|Ada|A100|H100|compute capability|sm_?\d+)", .8),
     ),
-    "nccl_topo_file": (
-        # NCCL reading a topology XML that lacks what this machine's needs (xml.h's attribute lookups)
-        S(r"graph/xml\.\w+:\d+ NCCL WARN Attribute \S+ of node \S+ not found", .75),
-    ),
-    "net_plugin_incompatible": (
-        # NCCL's network plugin present but failing to load against the libraries around it
-        S(r"NET/Plugin\s*:\s*(?:[\w.-]*libnccl-net[\w.-]*\.so\s*:|Plugin load returned \d+ *:|Failed to load|dlerror\s*=)"
-          r".{0,200}(?:version `?[\w.]+'? not found|undefined symbol|wrong ELF class)", .75),
-    ),
     "insufficient_resources": (
         # a cloud's quota or capacity refusing the nodes (a Slurm/Kubernetes autoscaler's resume log, the CLI)
         S(r"Quota '?[\w./-]+'? exceeded|'reason': 'quotaExceeded'|InsufficientInstanceCapacity"
@@ -81,9 +70,6 @@ OTHER_WORDS = {
           r"|resource request cannot be scheduled right now|cannot be scheduled right now\. It requires \{", .8),
     ),
     "config_divisibility": (
-        # a size divided by a parallel degree that must come out whole, in any framework's words
-        S(r"must be (?:a )?whole number|is not (?:a )?whole number|(?:must|should) be an? (?:integer |exact )?multiple of"
-          r"|is not an? (?:integer |exact )?multiple of", .8),
         # DeepSpeed's batch check: the global batch must be micro batch x accumulation x world size
         S(r"train_batch_size is not equal to micro_batch_per_gpu \* gradient_acc_step \* world_size", .8),
         # a checkpoint sharded for another model-parallel size than the ranks started
@@ -107,8 +93,6 @@ OTHER_WORDS = {
         # NCCL using or connecting to a link-local address: an interface that routes nowhere beyond its link
         S(rf"Using (?:\[0\])?[\w.-]+:(?:{LINK_LOCAL})", .8),
         S(rf"Connect to (?:{LINK_LOCAL})", .8),
-        # gloo's full mesh of its ranks not connecting: on a multi-NIC node the address it chose (GLOO_SOCKET_IFNAME)
-        S(r"Gloo connectFullMesh failed", .6),
     ),
     "port_in_use": (
         S(r"listen on ip\[[^\]]+\] and specific port\[\d+\] fail|port is being used by other process", .6),

@@ -83,11 +83,10 @@ def host_alternatives(root: Path = Path("/etc/alternatives")) -> dict[str, str]:
     extension at run time (DeepSpeed's CPU ops, torch.utils.cpp_extension) found `c++` dangling, as no
     real Debian or Ubuntu image would."""
     try:
-        entries = sorted(os.scandir(root), key=lambda entry: entry.name)
+        links = {entry.name: os.readlink(entry.path) for entry in os.scandir(root) if entry.is_symlink()}
     except OSError:
         return {}
-    return {entry.name: os.readlink(entry.path) for entry in entries
-            if entry.is_symlink() and os.readlink(entry.path).startswith("/")}
+    return {name: links[name] for name in sorted(links) if links[name].startswith("/")}
 
 
 def base_layer(alternatives: Mapping[str, str] | None = None) -> Layer:
