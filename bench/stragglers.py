@@ -58,7 +58,7 @@ def _run(kind: str, options: list[str], outside=None) -> tuple[dict, str, dict]:
     cluster = f"bench-{kind}-{os.getpid()}-{int(time.time())}"
     (where / "inventory.yaml").write_text(f"""name: {cluster}
 hosts:
-  - {{name: local, connection: local}}
+  - {{name: local, connection: local, gpus: none}}  # a CPU loop, also on a GPU machine
 rendezvous: {{port: {_port()}}}
 job:
   command: [{JOBS / job}]
@@ -66,6 +66,7 @@ job:
   nproc_per_node: 3
   python: {sys.executable}
   outputs: {where / 'outputs'}
+  env: {{CUDA_VISIBLE_DEVICES: ""}}  # FSDP2's default mesh takes a visible GPU
 checks: {{ib: off}}
 """)
     (where / "prompt.txt").write_text("a cat\n")
@@ -93,7 +94,24 @@ checks: {{ib: off}}
     if "pid" in hold:
         thaw(hold["pid"])
     hold["ended"] = time.time()
-    return (json.loads(out) if out.strip() else {}), err, hold
+    try:
+        doc = json.loads(out) if out.strip() else {}
+    except ValueError:
+        doc = {}
+    if not doc or "pid" not in hold:  # the run itself failed, or rank 2 never came up: say why, never "not named"
+        hold["failed"] = f"exit {proc.returncode}; rank {RANK} {'up' if 'pid' in hold else 'never up'}; " + \
+            " | ".join(err.strip().splitlines()[-6:])[-800:]
+    return doc, err, hold
+
+
+def _ended(doc: dict) -> dict:
+    """How the run ended: a slowed or healthy run ends at --timeout; any other end is the job's own failure,
+    and a result with no straggler named means nothing then."""
+    failure = doc.get("first_failure") or {}
+    finding = (failure.get("diagnosis") or [{}])[0]
+    return {"exit_code": doc.get("exit_code"), "duration_s": doc.get("duration_s"),
+            "first_failure": failure and f"{failure.get('host')} r{failure.get('rank')} {finding.get('cause')}: "
+                                         f"{(finding.get('evidence') or finding.get('summary') or '')[:240]}"}
 
 
 def slowed(kind: str, share: float) -> dict:
@@ -112,7 +130,8 @@ def slowed(kind: str, share: float) -> dict:
             "named": [(s["host"], s["rank"]) for s in named],
             "right": bool(first and (first["host"], first["rank"]) == ("local", RANK)),
             "named_after_s": round(first["since"] - hold["since"], 1) if first and "since" in hold else None,
-            "evidence": first["evidence"] if first else None, "ratio": first["ratio"] if first else None}
+            "evidence": first["evidence"] if first else None, "ratio": first["ratio"] if first else None,
+            **_ended(doc), **({"failed": hold["failed"]} if "failed" in hold else {})}
 
 
 def frozen(kind: str, stall_s: int = 20) -> dict:
@@ -127,7 +146,7 @@ def frozen(kind: str, stall_s: int = 20) -> dict:
     return {"kind": kind, "stall_timeout_s": stall_s, "named": [failure.get("host"), failure.get("rank")],
             "right": (failure.get("host"), failure.get("rank")) == ("local", RANK),
             "ended_after_s": round(hold["ended"] - hold["since"], 1) if "since" in hold else None,
-            "evidence": finding.get("evidence", "")[:300]}
+            "evidence": finding.get("evidence", "")[:300], **_ended(doc), **({"failed": hold["failed"]} if "failed" in hold else {})}
 
 
 _STEP = re.compile(r"\(([0-9.]+)s/step\)")
@@ -135,10 +154,11 @@ _STEP = re.compile(r"\(([0-9.]+)s/step\)")
 
 def healthy(kind: str, watch: bool, seconds: int = 120) -> dict:
     options = ["--stall-timeout", "0", "--timeout", str(seconds)] + ([] if watch else ["--no-straggler-watch"])
-    doc, err, _hold = _run(kind, options, None)
+    doc, err, hold = _run(kind, options, None)
     steps = [float(x) for x in _STEP.findall(err)]
     return {"kind": kind, "watch": watch, "named": [(s["host"], s["rank"]) for s in doc.get("stragglers") or []],
-            "mean_step_s": steps[-1] if steps else None}
+            "mean_step_s": steps[-1] if steps else None, **_ended(doc),
+            **({"failed": hold["failed"]} if "failed" in hold and not doc else {})}
 
 
 def children_cpu() -> float:

@@ -59,6 +59,11 @@ CUDA_WAITS = (("synchronize", "torch/cuda/__init__.py"), ("synchronize", "torch/
 LIBRARY_PARTS = ("/site-packages/", "/dist-packages/", "<frozen ")
 STDLIB_RE = re.compile(r"/lib/python3\.\d+/")
 ASLEEP = "S"
+# Stopped (SIGSTOP, job control, a tracer): whatever its frames say, a stopped rank waits for nobody, the others
+# wait for it. FSDP2 over gloo spends most of each step inside torch.distributed, so a rank held from outside is
+# mostly stopped inside a collective: read by its frames alone it "waited" like the ranks waiting for it, and a
+# rank held 23% of the time (+30% step time) was never named (docs/benchmarks.md 6b, on a quiet 16-core node)
+STOPPED = ("T", "t")
 
 Reading = namedtuple("Reading", "host rank waiting")  # one readable rank in one sample
 Tally = namedtuple("Tally", "host rank read waiting singled_out")
@@ -83,7 +88,9 @@ def in_library(where):
 def frames_wait(frames, state=""):
     """Waiting for the others, from a main thread's frames [(function, where)], innermost first, and its
     kernel state (a letter of /proc's `State:`, "" unknown): in torch.distributed, in a CUDA sync, or
-    asleep (S) inside a library."""
+    asleep (S) inside a library; never when stopped (STOPPED)."""
+    if state in STOPPED:
+        return False
     if any(in_collective(where) for _f, where in frames) or bool(frames) and is_cuda_wait(*frames[0]):
         return True
     return state == ASLEEP and bool(frames) and in_library(frames[0][1])

@@ -57,8 +57,10 @@ class Straggler:
 
 def waits(rank: RankStack) -> bool:
     """Waiting for the others: inside torch.distributed, (NCCL) in the CUDA sync behind a collective, or
-    asleep inside a library (a plain DDP loop's reducer under loss.backward(): node/straggler_verdict.py)."""
-    return rank.in_collective or rank.in_cuda_wait or rank.asleep_in_library
+    asleep inside a library (a plain DDP loop's reducer under loss.backward()); never while stopped. The
+    nodes' rule (node/straggler_verdict.py frames_wait) on RankStack's frames, whose short py-spy names
+    count as a library's too (Frame.in_library)."""
+    return rank.state not in verdict.STOPPED and (rank.in_collective or rank.in_cuda_wait or rank.asleep_in_library)
 
 
 def readings(samples: Iterable[Sequence[RankStack]]) -> list[list[Reading]]:

@@ -100,6 +100,10 @@ def test_asleep_in_the_jobs_own_code_is_work_and_awake_in_a_library_is_work():
     assert not stragglers.waits(rank(0, BACKWARD, "R"))  # computing the backward
     assert stragglers.waits(rank(0, BACKWARD, "S")) and stragglers.waits(rank(0, ALL_REDUCE, "R"))
     assert not stragglers.waits(rank(0, BACKWARD, "T"))  # held from outside: the one the others wait for
+    # stopped inside a collective (FSDP2 over gloo talks most of each step): still the one the others wait for
+    assert not stragglers.waits(rank(0, ALL_REDUCE, "T")) and not stragglers.waits(rank(0, ALL_REDUCE, "t"))
+    frames = [(f.function, f.path) for f in ALL_REDUCE]
+    assert verdict.frames_wait(frames, "R") and not verdict.frames_wait(frames, "T")
 
 
 def test_the_keeper_reads_the_main_threads_state_and_says_nothing_of_a_process_gone():
