@@ -142,6 +142,7 @@ def test_the_node_of_rank_0_lost_with_its_disk_its_shard_comes_back_from_its_rep
     assert wait_until(lambda: not _left_over(run_id), 60, interval=1, what="no process of the run")
 
 
+@pytest.mark.heavy  # the rule: tests/unit/test_node_healing.py and test_heal_progress.py in `make test`
 def test_a_loop_without_progress_ends_after_two_attempts(sandbox, cli, prompt, tmp_path):
     name = "replica-loop"
     # the failure comes 8 s into step 1, once the run is the cluster's (a first attempt that fails before the

@@ -114,6 +114,7 @@ def test_a_plain_loops_rank_frozen_from_outside_is_the_hang_named_with_host_rank
     print(f"\nthe run ended {ended - hold['since']:.1f}s after the freeze (stall timeout 20 s): {finding['evidence']}")
 
 
+@pytest.mark.heavy  # every kind: tests/local/test_watch_real_loops.py's quiet DDP loop runs in `make test`
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_plain_loop_left_alone_names_nobody(sandbox, cluster, tmp_path, kind):
     cli, where = cluster

@@ -69,6 +69,7 @@ def test_a_job_silent_but_computing_for_twice_the_stall_timeout_is_not_stopped(s
     assert code == 0 and doc["ok"] is True and "first_failure" not in doc, doc
 
 
+@pytest.mark.heavy  # the mechanism: tests/local/test_stall_detection.py's twin runs in `make test`
 def test_ctrl_c_while_the_stacks_are_taken_stops_every_rank(sandbox, cluster, tmp_path):
     cli, where = cluster
     inventory = _stall_job(sandbox, tmp_path / "int.yaml", "--mode", "hang", "--rank", "4", "--seconds", "600")
