@@ -322,6 +322,49 @@ def test_a_hang_on_slurm_is_stopped_and_the_rank_elsewhere_named(slurm_sandbox, 
     assert wait_until(lambda: not left_over(run["run_id"]), 15, what="no process of the run") is True
 
 
+@pytest.mark.heavy  # ~1 min: the straggler watch's mechanism runs in make test over SSH (test_cluster_real_loops)
+def test_a_plain_ddp_loops_rank_slowed_from_outside_on_slurm_is_named_with_its_host(slurm_sandbox, cli, prompt_file,
+                                                                                  tmp_path):
+    """Issue 49 on Slurm: the straggler watch samples the allocation's ranks through srun as it does over SSH.
+    tests/fixtures/jobs/ddp_plain.py (a plain DDP loop, no torch.distributed call of its own), 2 nodes x 2
+    ranks; rank 3 (node2) held 60% of every 0.1 s from this machine, whose process table holds every node's
+    ranks: named as the straggler with its host, the run otherwise ok."""
+    import threading
+
+    from fixtures.noisy import DutyCycle, find_rank
+
+    jobs = slurm_sandbox.shared_outputs / "slurm-loop-jobs"
+    jobs.mkdir(exist_ok=True)
+    shutil.copy(FIXTURE_JOBS / "ddp_plain.py", jobs / "ddp_plain.py")
+    inventory = slurm_inventory(slurm_sandbox, tmp_path / "slow.yaml")
+    doc = yaml.safe_load(inventory.read_text())
+    doc["job"].update(command=[str(jobs / "ddp_plain.py")], args=["--kind", "ddp", "--steps", "200"], nproc_per_node=2)
+    doc["job"].pop("world_size_divides", None)
+    inventory.write_text(yaml.safe_dump(doc, sort_keys=False, width=200))
+    hold: dict = {}
+
+    def slow():
+        pid = wait_until(lambda: find_rank([f"CLUSTERCTL_CLUSTER={doc['name']}", "CLUSTERCTL_HOST=node2"], 3), 180,
+                         interval=1.0, what="rank 3 on node2")
+        cycle, hold["since"] = DutyCycle(pid, 0.6), time.time()
+        while os.path.exists(f"/proc/{pid}"):
+            time.sleep(0.5)
+        cycle.stop()
+
+    helper = threading.Thread(target=slow, daemon=True)
+    helper.start()
+    try:
+        code, run = cli.json("run", "-i", str(inventory), "--stall-timeout", "0", str(prompt_file))
+    finally:
+        shutil.rmtree(jobs, ignore_errors=True)
+    helper.join(10)
+    assert code == 0 and run["ok"] is True, run
+    named = run["stragglers"]
+    assert [(s["host"], s["rank"]) for s in named][:1] == [("node2", 3)], named
+    print(f"\non Slurm, named {named[0]['since'] - hold['since']:.1f}s after the slowdown: {named[0]}")
+    assert queue() == ""
+
+
 def test_a_rank_exiting_with_its_own_error_on_slurm_is_named_with_its_global_rank(slurm_sandbox, cli, prompt_file,
                                                                                   tmp_path):
     """Issue 39: rank 3 (node2, local rank 1) exits with code 3 while the others wait at a barrier and
