@@ -326,6 +326,9 @@ RULES: tuple[Rule, ...] = (
              S(r"Connect to 127\.0\.[01]\.1<\d+> failed|connect \[127\.0\.[01]\.1\]:\d+", .85),
              # gloo's own "no such interface" (GLOO_SOCKET_IFNAME or the hostname names nothing on this node)
              S(r"gloo/transport/tcp/device\.cc:\d+\] (?:ifa|rp) != nullptr", .9),
+             # NCCL's connect failing with ENETUNREACH: this node has no route to the address the peer published
+             # (an interface the nodes do not share), not a peer that refused or timed out
+             S(r"Connect to \S+ failed ?: ?Network is unreachable", .75),
              S(r"(?:Bootstrap|NET/Socket) : Using (?:\[\d+\])?(?P<iface>docker\d*|lo|virbr\d*|veth\w*"
                r"|br-\w+)[:\s]", .6),
              S(r"Using \[\d+\][\w.-]+:[\d.]+<\d+> \[\d+\](?:veth|docker|virbr)\w*:", .7),
@@ -383,6 +386,10 @@ RULES: tuple[Rule, ...] = (
          F.NCCL_TOO_OLD, (
              S(r"undefined(?:\s|%20)+symbol:?(?:\s|%20)*(?P<symbol>nccl\w+)", .96),
              S(r"NCCL version (?P<version>[\d.]+) is too old|requires NCCL (?:version )?>?=? ?(?P<need>[\d.]+)", .85),
+             # an NCCL 1.x in use (nccl-tests' banner, NCCL's own), or a data type the loaded NCCL does not know:
+             # the caller was built against newer NCCL headers than the library it runs with
+             S(r"compiled with NCCL (?P<version>1\.\d+)|NCCL version (?P<old>1\.\d+[\d.]*)\b", .8),
+             S(r"nccl\w+ failed: invalid data type|\bncclInvalidType\b", .75),
          )),
     Rule("version_mismatch", "NCCL `Message truncated : received N bytes instead of M`, NCCL/torch differ across nodes",
          F.VERSION_MISMATCH, (

@@ -26,6 +26,9 @@ SETUP_RULES = (
          F.SSH_FAILED, (
              S(r"Permission denied \((?:publickey|password|gssapi|keyboard)[\w,-]*\)", .9),
              S(r"Host key verification failed|REMOTE HOST IDENTIFICATION HAS CHANGED", .9),
+             # an SSH client library's (paramiko: Fabric, ColossalAI's and other launchers') login refused or key unusable
+             S(r"No authentication methods available|not a valid (?:RSA|DSA|EC|OPENSSH) private key file"
+               r"|paramiko\.ssh_exception\.\w+|AuthenticationException: Authentication failed", .8),
              S(r"host=(?P<target>\S+) was not reachable via ssh|setup passwordless ssh|passwordless ssh", .9),
              # DeepSpeed's own check before pdsh: `ssh -o PasswordAuthentication=no HOST hostname` exits 255
              S(r"ssh (?:-\S+ )*?-o PasswordAuthentication=no (?:-\S+ \S+ )*?(?P<target>[\w.-]+) hostname\W+returned "
@@ -68,11 +71,15 @@ SETUP_RULES = (
              # the plugin present but failing to load against the libraries around it
              S(r"NET/Plugin\s*:\s*(?:[\w.-]*libnccl-net[\w.-]*\.so\s*:|Plugin load returned \d+ *:|Failed to load"
                r"|dlerror\s*=).{0,200}(?:version `?[\w.]+'? not found|undefined symbol|wrong ELF class)", .75),
+             # NCCL_NET names a network no loaded plugin provides (the plugin was not found or not loaded)
+             S(r"NCCL WARN Error: network (?P<net>[\w ./-]+?) not found", .8),
          )),
     Rule("extension_build_failed",
          "`RuntimeError: Error building extension 'fused_adam'`, `ninja: build stopped: subcommand failed`",
          F.EXTENSION_BUILD_FAILED, (
              S(r"Error building extension '(?P<extension>[\w.-]+)'", .9),
+             # the JIT build's output missing from torch's extension cache: the build failed or was left half done
+             S(r"torch_extensions/\S+/(?P<extension>[\w.-]+)\.so: cannot open shared object file", .8),
              S(r"Ninja is required to load C\+\+ extensions", .9),
              S(r"Command '\['ninja', '-v'\]' returned non-zero exit status", .75),
              S(r"ninja: build stopped: subcommand failed", .6),

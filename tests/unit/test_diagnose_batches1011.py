@@ -1,0 +1,79 @@
+"""Message classes met in the misses of batches 10 and 11 (issue 51; first scores in docs/diagnosis.md): each case
+is a class of message in some program's words, with the public page its excerpt comes from. The logs themselves
+joined the corpus's training side; these keep the class, not the thread."""
+from __future__ import annotations
+
+import pytest
+
+from clusterctl.diagnose import diagnose_text
+
+
+@pytest.mark.parametrize("text, cause", [
+    # https://github.com/hpcaitech/ColossalAI/issues/3066: an SSH client library (paramiko) with no usable key
+    ("Error: failed to run torchrun --nproc_per_node=4 --nnodes=2 --node_rank=1 on gpu-1648, is localhost: False, "
+     "exception: No authentication methods available", "ssh_failed"),
+    # https://github.com/hpcaitech/ColossalAI/issues/5213: the same library refusing the key file's format
+    ("Error: failed to run torchrun --nproc_per_node=2 --nnodes=2 --node_rank=1 pretrain.py on 192.168.1.12, "
+     "is localhost: False, exception: not a valid RSA private key file", "ssh_failed"),
+    # https://github.com/jax-ml/jax/issues/35905: JAX's coordination service out of reach (a firewalled port)
+    ("DEADLINE_EXCEEDED: Deadline Exceeded\nRPC: /tensorflow.CoordinationService/RegisterTask", "rdzv_unreachable"),
+    # https://github.com/ray-project/ray/issues/12153: a Ray worker node unable to reach the head's redis
+    ("W1119 08:22:22.445783 1513663 1513663 redis_context.cc:303] Failed to connect to Redis, retrying.\n"
+     "F1119 08:22:23.602082 1513663 1513663 redis_context.cc:298] Could not establish connection to redis "
+     "161.97.xx.xxx:12662 (context.err = 1)", "rdzv_unreachable"),
+    # https://github.com/hurryingauto3/navsim-ijepa-planning-agent (notes/summaries/MULTINODE_FIX_APPLIED.md):
+    # the scheduler's tasks per node against the framework's devices
+    ("ValueError: You set `devices=4` in Lightning, but the number of tasks per node \nconfigured in SLURM "
+     "`--ntasks-per-node=1` does not match. HINT: Set `devices=1`.", "launcher_args"),
+    # https://github.com/NVIDIA-NeMo/Speech/issues/14829: srun unable to start the step (its --mpi plugin)
+    ("srun: StepId=<id>.0 aborted before step completely launched.\nsrun: error: task 0 launch failed: Unspecified "
+     "error", "launcher_args"),
+    # https://github.com/deepspeedai/DeepSpeed/issues/2612: the runner left with an empty master address
+    ("[2022-12-15 21:00:19,543] [INFO] [runner.py:417:main] Using IP address of  for node ddp-0.ddp.ml-dev.svc\n"
+     "[INFO] [runner.py:508:main] cmd = pdsh -S -f 1024 -w ddp-0,ddp-1 cd /app; python -u -m deepspeed.launcher.launch "
+     "--world_info=eyJ9 --node_rank=%n --master_addr= --master_port=29500 train.py", "launcher_args"),
+    # https://github.com/kubeflow/mpi-operator/issues/501: the launch chain's exec agent absent (dash's form)
+    ("/etc/mpi/kubexec.sh: 11: /opt/kube/kubectl: not found\ncommand terminated with exit code 1", "launcher_missing"),
+    # https://github.com/horovod/horovod/blob/master/docs/troubleshooting.rst: MPI's compiler wrapper not on PATH
+    ("    error: mpicxx -show failed, is mpicxx in $PATH?\n\n    Traceback (most recent call last):\n"
+     "    OSError: [Errno 2] No such file or directory", "launcher_missing"),
+    # https://github.com/NVIDIA/nccl-tests/issues/5: a program built against NCCL 1.x
+    ("# NCCL Tests compiled with NCCL 1.0\n#   Rank  0 on     node03 device  0 [0x00] Tesla P100-PCIE-16GB\n"
+     "NCCL failure all_reduce.cu:95 'unhandled cuda error'", "nccl_too_old"),
+    # https://github.com/horovod/horovod/blob/master/docs/troubleshooting.rst: a data type the linked NCCL lacks
+    ("UnknownError (see above for traceback): ncclAllReduce failed: invalid data type", "nccl_too_old"),
+    # https://docs.cscs.ch/software/communication/nccl/: NCCL_NET names a network no loaded plugin provides
+    ("nid006352: Test NCCL failure common.cu:958 'invalid usage (run with NCCL_DEBUG=WARN for details)\n"
+     "nid006352:34157:34217 [1] net.cc:626 NCCL WARN Error: network AWS Libfabric not found.",
+     "net_plugin_incompatible"),
+    # https://blog.gitcode.com/d08c140514542d97e00603db51e0afa7.html: a JIT-built op missing from torch's cache
+    ("ImportError: /root/.cache/torch_extensions/py38_cu118/fused_adam/fused_adam.so: cannot open shared object "
+     "file: No such file or directory", "extension_build_failed"),
+    # https://docs.alcf.anl.gov/polaris/data-science/frameworks/deepspeed/: a global batch below the GPU count
+    ("x3202c0s31b0n0: AssertionError: Micro batch size per gpu: 0 has to be greater than 0", "config_divisibility"),
+    # https://gitee.com/mindspore/docs (faq/distributed_configure.md): NCCL with no route to the peer's address
+    ("include/socket.h:403 NCCL WARN Connect to XXX failed: Network is unreachable", "nic_mismatch"),
+    # the same page: UCX (Open MPI's pml) unable to reach a peer over the interfaces the hosts have
+    ("pml_ucx.c:175 Error: Failed to receive UCX worker address: Not found (-13)\n"
+     "pml_ucx.c:452 Error: Failed to resolve UCX endpoint for rank X", "nic_mismatch"),
+    # https://github.com/hiyouga/LlamaFactory/issues/3839: the device still held by the previous run's process
+    ("RuntimeError: [ERROR] HCCL error in: torch_npu/csrc/distributed/ProcessGroupHCCL.cpp:64\n"
+     "EJ0001: 2024-05-21-11:57:54.167.645 Failed to initialize the HCCP process. Reason: Maybe the last training "
+     "process is running.\n        Solution: Wait for 10s after killing the last training process and try again.",
+     "duplicate_gpu"),
+])
+def test_classes_from_batches_10_and_11s_misses_are_named_first(text, cause):
+    assert diagnose_text(text)[0].cause == cause, [f.cause for f in diagnose_text(text)]
+
+
+@pytest.mark.parametrize("text, cause", [
+    # an ibverbs call failing with ENETUNREACH is the fabric's (tests: NVIDIA/nccl-tests#185 in the corpus)
+    ("dgxh100-3:225140:225355 [0] misc/ibvwrap.cc:187 NCCL WARN Call to ibv_modify_qp failed with error Network is "
+     "unreachable", "ib_config"),
+    # a peer that refused is a socket error, not an interface the nodes do not share
+    ("node1:1:1 [0] NCCL WARN Connect to 10.0.0.2<43210> failed : Connection refused", "nccl_socket_error"),
+    # a task that srun started and that then exited is no launch failure
+    ("srun: error: nid001234: task 0: Exited with exit code 1", "unknown"),
+])
+def test_the_new_signals_stay_off_their_neighbours_lines(text, cause):
+    assert diagnose_text(text)[0].cause == cause, [f.cause for f in diagnose_text(text)]
