@@ -156,7 +156,8 @@ RULES: tuple[Rule, ...] = (
          F.DOCKER_NO_GPU_RUNTIME, (
              S(r'could not select device driver "[^"]*" with capabilities: \[\[gpu\]\]', .97),
              S(r"(?:unknown or invalid runtime name|Unknown runtime specified):? ?nvidia", .97),
-             S(r"nvidia-container-cli: (?:initialization error|mount error|detection error)", .9),
+             S(r"nvidia-container-cli: (?:initialization error|mount error|detection error)", .9,
+               unless=r"stat failed: /dev/nvidia"),
              S(r"libnvidia-ml\.so\.1: cannot open shared object file|load library failed: libnvidia-ml", .85),
              S(r"nvidia-container-runtime(?:-hook)?\S*: (?:no such file|not found|executable file not found)", .85),
              # the process sees no GPU at all: a container started without the NVIDIA runtime / --gpus

@@ -13,6 +13,11 @@
 - extension_build_failed (round five, met on the rehearsal: DeepSpeed's CPU ops in an image whose `c++` did not
   resolve): a C++/CUDA extension compiled on first use (DeepSpeed's fused_adam/cpu_adam, torch.utils.cpp_extension)
   fails to build: a missing compiler, nvcc, CUDA_HOME or header in the image.
+- container_start_failed (after batch 11's first score: 7 `other:` labels over batches 9-11 name it): an HPC
+  container runtime (enroot/pyxis, Apptainer, runc and its OCI hooks) cannot create the container on a node: a
+  hook failing (the NVIDIA hook on a missing /dev/nvidia* node), a requeued job's leftover container directory,
+  a mount an unprivileged install cannot do. Weak on the runtime's generic line, so a specific cause before it
+  (a full disk, a permission, a driver too old, no GPU runtime) leads.
 
 Same form as rules.py (see its docstring); families.py adds their shape-level evidence.
 """
@@ -73,6 +78,18 @@ SETUP_RULES = (
                r"|dlerror\s*=).{0,200}(?:version `?[\w.]+'? not found|undefined symbol|wrong ELF class)", .75),
              # NCCL_NET names a network no loaded plugin provides (the plugin was not found or not loaded)
              S(r"NCCL WARN Error: network (?P<net>[\w ./-]+?) not found", .8),
+         )),
+    Rule("container_start_failed",
+         "`pyxis: couldn't start container` after `/etc/enroot/hooks.d/... exited with return code 1`, Apptainer's "
+         "`FATAL: container creation failed`",
+         F.CONTAINER_START_FAILED, (
+             # the runtime's own failure, weak: a more specific cause (a disk, a permission, a driver, the GPU
+             # runtime) usually shows in the lines before it and leads
+             S(r"pyxis: (?:couldn't start container|container start failed)|FATAL:\s+container creation failed"
+               r"|error running hook(?: #\d+)?: exit status|hooks\.d/\S+ exited with return code \d+", .5),
+             # ...its specific forms: the NVIDIA hook finding a driver device node missing, a leftover container
+             S(r"nvidia-container-cli: mount error: stat failed: (?P<device>/dev/nvidia[\w-]*)", .88),
+             S(r"pyxis: ERROR File already exists: \S*pyxis_", .8),
          )),
     Rule("extension_build_failed",
          "`RuntimeError: Error building extension 'fused_adam'`, `ninja: build stopped: subcommand failed`",

@@ -77,3 +77,38 @@ def test_classes_from_batches_10_and_11s_misses_are_named_first(text, cause):
 ])
 def test_the_new_signals_stay_off_their_neighbours_lines(text, cause):
     assert diagnose_text(text)[0].cause == cause, [f.cause for f in diagnose_text(text)]
+
+
+@pytest.mark.parametrize("text", [
+    # https://github.com/NVIDIA/pyxis/wiki/Pyxis---Enroot-Error-Reference: the NVIDIA hook on a missing device node
+    "error: pyxis:     nvidia-container-cli: mount error: stat failed: /dev/nvidia-modeset: no such file or directory\n"
+    "error: pyxis:     [ERROR] /etc/enroot/hooks.d/98-nvidia.sh exited with return code 1",
+    # https://docs.cscs.ch/software/container-engine/known-issue/: a hook the image's libc cannot run
+    "0: slurmstepd: error: pyxis:     [ERROR] Failed to refresh the dynamic linker cache\n"
+    "0: slurmstepd: error: pyxis:     [ERROR] /etc/enroot/hooks.d/87-slurm.sh exited with return code 1\n"
+    "0: slurmstepd: error: pyxis: couldn't start container",
+    # https://docs.coreweave.com/support/sunk/articles/why-does-pyxis-report-file-already-exists-after-preemption
+    "pyxis: ERROR File already exists: /opt/sunk/tmp/enroot-data/user-[UID]/pyxis_[JOB-ID].[STEP]\n"
+    "pyxis: couldn't start container\nspank: required plugin spank_pyxis.so: task_init failed with rc=-1",
+    # https://docs.determined.ai/latest/setup-cluster/slurm/slurm-known-issues.html: an unprivileged Apptainer install
+    "FATAL: container creation failed: mount /var/tmp->/var/tmp error: while mounting /var/tmp: could not mount "
+    "/var/tmp: operation not supported",
+    # https://blog.gitcode.com/e30099b3430485d1cf7000d393004a49.html: an OCI hook (the toolkit's CDI symlinks) failing
+    "OCI runtime create failed: runc create failed: unable to start container process: error during container init: "
+    "error running hook #1: error running hook: exit status 1",
+])
+def test_a_container_runtime_that_cannot_create_the_container_is_container_start_failed(text):
+    assert diagnose_text(text)[0].cause == "container_start_failed", [f.cause for f in diagnose_text(text)]
+
+
+@pytest.mark.parametrize("text, cause", [
+    # https://github.com/NVIDIA/pyxis/issues/110 (a batch-11 log): the hook failing because the GPU runtime is absent
+    ("slurmstepd: error: pyxis:     [ERROR] Command not found: nvidia-container-cli, see "
+     "https://github.com/NVIDIA/libnvidia-container\n"
+     "slurmstepd: error: pyxis:     [ERROR] /etc/enroot/hooks.d/98-nvidia.sh exited with return code 1\n"
+     "slurmstepd: error: pyxis: couldn't start container", "docker_no_gpu_runtime"),
+    # https://github.com/NVIDIA/enroot/issues/39 (a batch-11 log): a hook failing on a full disk
+    ("sed: couldn't close stdout: No space left on device\n[ERROR] /etc/enroot/hooks.d/10-shadow.sh exited with return code 4", "disk_full"),
+])
+def test_a_specific_cause_before_the_runtimes_generic_failure_leads(text, cause):
+    assert diagnose_text(text)[0].cause == cause, [f.cause for f in diagnose_text(text)]
