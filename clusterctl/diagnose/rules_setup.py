@@ -62,6 +62,9 @@ SETUP_RULES = (
          F.NCCL_TOPO_FILE, (
              S(r"XML Import Channel\s*:\s*dev \d+ not found", .85),
              S(r"NCCL_(?:TOPO|GRAPH)_FILE set by environment to (?P<topo_file>\S+)", .3),
+             # ...and NCCL failing with a system or internal error while it is set (the file is read at init)
+             S(r"NCCL_(?:TOPO|GRAPH)_FILE set by environment to (?P<topo_file>\S+)", .6,
+               requires=r"unhandled system error|ncclSystemError|internal error|ncclInternalError"),
              S(r"(?:NCCL_TOPO_FILE|NCCL_GRAPH_FILE|topo\.xml|graph\.xml).{0,80}(?:No such file|not found|failed)", .6),
              # NCCL reading a topology XML that lacks what this machine has (xml.h's attribute lookups)
              S(r"graph/xml\.\w+:\d+ NCCL WARN Attribute \S+ of node \S+ not found", .75),

@@ -112,3 +112,18 @@ def test_a_container_runtime_that_cannot_create_the_container_is_container_start
 ])
 def test_a_specific_cause_before_the_runtimes_generic_failure_leads(text, cause):
     assert diagnose_text(text)[0].cause == cause, [f.cause for f in diagnose_text(text)]
+
+
+@pytest.mark.parametrize("text, cause", [
+    # https://github.com/ROCm/rccl/issues/1129: RCCL's init check for an IOMMU not in pass-through mode
+    ("deep-visionscaper3:38629:38629 [0] /long_pathname_so_that_rpms_can_package_the_debug_info/src/extlibs/rccl/build/"
+     "hipify/src/init.cc:132 NCCL WARN Missing \"iommu=pt\" from kernel comm", "p2p_unsupported"),
+    # https://github.com/NVIDIA/nccl/issues/1101: a system error at init while the image's topology file is set
+    ("RuntimeError: NCCL Error 2: unhandled system error\n"
+     "cs-project:2748:2852 [1] NCCL INFO NET/IB : Using [0]mlx5_an0:1/RoCE [RO]; OOB eth0:10.0.0.6<0>\n"
+     "cs-project:2748:2852 [1] NCCL INFO Using network IB\n"
+     "cs-project:2748:2852 [1] NCCL INFO NCCL_TOPO_FILE set by environment to /opt/microsoft/ncv4/topo.xml",
+     "nccl_topo_file"),
+])
+def test_a_setting_named_at_init_leads_when_the_init_fails(text, cause):
+    assert diagnose_text(text)[0].cause == cause, [f.cause for f in diagnose_text(text)]
