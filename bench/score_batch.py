@@ -424,8 +424,10 @@ and 2 froze 35-45 minutes early, so batch 2 was scored with batch 1's code uncha
   cause before it leads (on the 730 earlier entries it is only ever a runner-up, on 8).
   Then two classes of a setting NCCL names at init: RCCL's `Missing "iommu=pt"` is `p2p_unsupported`; an NCCL
   system or internal error while NCCL_TOPO_FILE/NCCL_GRAPH_FILE is set by the environment makes the file the lead
-  suspect (`nccl_topo_file`). Re-scored after these changes (NOT first scores; each log's own thread left out of
-  the nearest cases): batch 10 34/42 top-1 (81.0 %), 37/42 top-3 (88.1 %), unknown first 2; batch 11 36/43
+  suspect (`nccl_topo_file`); a segfault in a log where NCCL reported a failure of its own (a `NCCL WARN ...
+  failed`/`Cuda failure` line) is what followed that failure, weighed as a consequence (NVLS setup failing, then
+  a crash in ncclGroupEnd: `fabricmanager`). Re-scored after these changes (NOT first scores; each log's own thread left out of
+  the nearest cases): batch 10 35/42 top-1 (83.3 %), 37/42 top-3 (88.1 %), unknown first 2; batch 11 36/43
   (83.7 %), 36/43 (83.7 %), unknown first 1, of which 4 count only through the new cause's alias (without it
   32/43). The earlier batches re-scored against main's code before these changes: batches 1, 2 and 4-7 the same top-1 (29, 29, 37, 33, 34, 37),
   batch 8 27/42 top-1 and one top-3 fewer (30/42: LlamaFactory#5587's nearest case changed), batch 9 34/50 (one
@@ -436,7 +438,7 @@ and 2 froze 35-45 minutes early, so batch 2 was scored with batch 1's code uncha
   PaddleCloud pod list, a Huawei run whose ranks drift an epoch apart, a Megatron JIT build interrupted with ^C, a
   MindSpore device id out of range because two hosts share a HOSTNAME, vLLM's bare `unhandled system error` for a
   missing IPC_LOCK); near causes read as the log says (EADDRINUSE from a nested torchrun, an exit -9 without an OOM
-  record, a segfault after NVLS failed, an IB hang read as peer-to-peer).
+  record, an IB hang read as peer-to-peer).
 
 The same batches re-scored after those changes (NOT first scores: the changes were made after reading them):
 batch 4 37/42 top-1 (88.1 %), 39/42 top-3; batch 5 33/42 (78.6 %), 35/42; batch 6 34/42 (81.0 %), 35/42 (its two

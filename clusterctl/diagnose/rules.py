@@ -53,6 +53,8 @@ RAY_WORKER_DIED = (r"Worker unexpectedly exits with a connection error code \d+"
                    r"|A worker died or was killed while executing a task by an unexpected system error")
 RAY_POSSIBLE_CAUSES = r"potential root causes|due to SIGSEGV or other unexpected errors"
 # Python multiprocessing's semaphores live in /dev/shm: ENOSPC while creating one is a full /dev/shm.
+# NCCL's own report of a failed CUDA call or transport setup (a WARN line) anywhere in the log
+NCCL_FAILED = r"NCCL WARN (?:Cuda failure|Call to \w+ failed|\w+ failed|.{0,40}\bfailed\b)"
 SEMLOCK = r"_multiprocessing\.SemLock|SemLock\("
 GLIBC_TOO_OLD = r"version `?(?P<symbol>(?:GLIBC|GLIBCXX|CXXABI)_[\d.]+)'? not found"
 NOT_SHM = r"/dev/shm|\bshm|NCCL|fallocate|torch_\d+|shared memory"
@@ -426,7 +428,11 @@ RULES: tuple[Rule, ...] = (
          )),
     Rule("segfault", "`Segmentation fault`, exitcode -11 / 139, `Signal 11 (SIGSEGV)`",
          F.SEGFAULT, (
-             S(r"Segmentation fault|SIGSEGV|signal 11\b|Signal 11 \(SIGSEGV\)", .88, unless=RAY_POSSIBLE_CAUSES),
+             S(r"Segmentation fault|SIGSEGV|signal 11\b|Signal 11 \(SIGSEGV\)", .88, unless=RAY_POSSIBLE_CAUSES,
+               unless_log=NCCL_FAILED),
+             # ...after NCCL reported a failure of its own, the crash is what followed it (teardown of a failed comm)
+             S(r"Segmentation fault|SIGSEGV|signal 11\b|Signal 11 \(SIGSEGV\)", .5, unless=RAY_POSSIBLE_CAUSES,
+               requires=NCCL_FAILED, consequence=True),
              S(r"(?:exitcode|exit code|return code|exit status)\s*[:=]?\s*(?:-11|139)\b|\bcode 139\b", .85),
          )),
     Rule("node_unreachable", "a node stops answering mid-run (no log of its own)", F.NODE_UNREACHABLE, ()),

@@ -127,3 +127,15 @@ def test_a_specific_cause_before_the_runtimes_generic_failure_leads(text, cause)
 ])
 def test_a_setting_named_at_init_leads_when_the_init_fails(text, cause):
     assert diagnose_text(text)[0].cause == cause, [f.cause for f in diagnose_text(text)]
+
+
+@pytest.mark.parametrize("text, cause", [
+    # https://github.com/NVIDIA/nccl/issues/1562: NVLS setup failing, then a crash in ncclGroupEnd
+    ("gpu46:78367:78492 [0] transport/nvls.cc:244 NCCL WARN Cuda failure 1 'invalid argument'\n"
+     "==== backtrace (tid:  57187) ====\n   1 0x000000000007e6d1 ncclGroupEnd()  ???:0\n"
+     "   Fatal Python error: Segmentation fault", "fabricmanager"),
+    # a crash with no failure NCCL reported first stays a segfault
+    ("NCCL INFO Using network IB\nFatal Python error: Segmentation fault", "segfault"),
+])
+def test_a_crash_after_nccls_own_failure_follows_that_failure(text, cause):
+    assert diagnose_text(text)[0].cause == cause, [f.cause for f in diagnose_text(text)]
