@@ -62,7 +62,9 @@ OTHER_WORDS = {
         S(r"tasks? per node\b.{0,60}(?:does not match|doesn't match|mismatch)|ntasks-per-node\S*.{0,20}"
           r"(?:does not match|doesn't match)", .8),
         # srun could not start the step's tasks at all (its MPI plugin type, --mpi=pmix where pmi2 works)
-        S(r"srun: error: task \d+ launch failed|aborted before step completely launched", .55),
+        # (a container plugin that failed to start the step's container owns it: container_start_failed)
+        S(r"srun: error: task \d+ launch failed|aborted before step completely launched", .55,
+          unless_log=r"spank|pyxis|enroot|container start failed|container creation failed"),
         # a launcher handed an empty master address (a hostfile it could not parse, an unset variable)
         S(r"--master_addr=(?:\s|$)|Using IP address of\s{2,}for node", .7),
     ),

@@ -72,6 +72,12 @@ def test_classes_from_batches_10_and_11s_misses_are_named_first(text, cause):
      "unreachable", "ib_config"),
     # a peer that refused is a socket error, not an interface the nodes do not share
     ("node1:1:1 [0] NCCL WARN Connect to 10.0.0.2<43210> failed : Connection refused", "nccl_socket_error"),
+    # srun's launch failure after pyxis could not start the container is the container's
+    # (https://docs.cscs.ch/software/container-engine/known-issue/, with srun's own line after it)
+    ("0: slurmstepd: error: pyxis:     [ERROR] /etc/enroot/hooks.d/87-slurm.sh exited with return code 1\n"
+     "0: slurmstepd: error: pyxis: couldn't start container\n"
+     "0: slurmstepd: error: spank: required plugin spank_pyxis.so: task_init() failed with rc=-1\n"
+     "srun: error: task 0 launch failed: Unspecified error", "container_start_failed"),
     # a task that srun started and that then exited is no launch failure
     ("srun: error: nid001234: task 0: Exited with exit code 1", "unknown"),
 ])
