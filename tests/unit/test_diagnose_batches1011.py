@@ -8,7 +8,8 @@ import pytest
 from clusterctl.diagnose import diagnose_text
 
 
-@pytest.mark.parametrize("text, cause", [
+# classes from batches 10 and 11's misses, each named first
+MISSED_CLASSES = [
     # https://github.com/hpcaitech/ColossalAI/issues/3066: an SSH client library (paramiko) with no usable key
     ("Error: failed to run torchrun --nproc_per_node=4 --nnodes=2 --node_rank=1 on gpu-1648, is localhost: False, "
      "exception: No authentication methods available", "ssh_failed"),
@@ -61,12 +62,11 @@ from clusterctl.diagnose import diagnose_text
      "EJ0001: 2024-05-21-11:57:54.167.645 Failed to initialize the HCCP process. Reason: Maybe the last training "
      "process is running.\n        Solution: Wait for 10s after killing the last training process and try again.",
      "duplicate_gpu"),
-])
-def test_classes_from_batches_10_and_11s_misses_are_named_first(text, cause):
-    assert diagnose_text(text)[0].cause == cause, [f.cause for f in diagnose_text(text)]
+]
 
 
-@pytest.mark.parametrize("text, cause", [
+# the new signals stay off their neighbours' lines
+NEIGHBOURS = [
     # an ibverbs call failing with ENETUNREACH is the fabric's (tests: NVIDIA/nccl-tests#185 in the corpus)
     ("dgxh100-3:225140:225355 [0] misc/ibvwrap.cc:187 NCCL WARN Call to ibv_modify_qp failed with error Network is "
      "unreachable", "ib_config"),
@@ -80,9 +80,7 @@ def test_classes_from_batches_10_and_11s_misses_are_named_first(text, cause):
      "srun: error: task 0 launch failed: Unspecified error", "container_start_failed"),
     # a task that srun started and that then exited is no launch failure
     ("srun: error: nid001234: task 0: Exited with exit code 1", "unknown"),
-])
-def test_the_new_signals_stay_off_their_neighbours_lines(text, cause):
-    assert diagnose_text(text)[0].cause == cause, [f.cause for f in diagnose_text(text)]
+]
 
 
 @pytest.mark.parametrize("text", [
@@ -107,7 +105,8 @@ def test_a_container_runtime_that_cannot_create_the_container_is_container_start
     assert diagnose_text(text)[0].cause == "container_start_failed", [f.cause for f in diagnose_text(text)]
 
 
-@pytest.mark.parametrize("text, cause", [
+# a specific cause before the container runtime's generic failure leads
+SPECIFIC_FIRST = [
     # https://github.com/NVIDIA/pyxis/issues/110 (a batch-11 log): the hook failing because the GPU runtime is absent
     ("slurmstepd: error: pyxis:     [ERROR] Command not found: nvidia-container-cli, see "
      "https://github.com/NVIDIA/libnvidia-container\n"
@@ -115,12 +114,11 @@ def test_a_container_runtime_that_cannot_create_the_container_is_container_start
      "slurmstepd: error: pyxis: couldn't start container", "docker_no_gpu_runtime"),
     # https://github.com/NVIDIA/enroot/issues/39 (a batch-11 log): a hook failing on a full disk
     ("sed: couldn't close stdout: No space left on device\n[ERROR] /etc/enroot/hooks.d/10-shadow.sh exited with return code 4", "disk_full"),
-])
-def test_a_specific_cause_before_the_runtimes_generic_failure_leads(text, cause):
-    assert diagnose_text(text)[0].cause == cause, [f.cause for f in diagnose_text(text)]
+]
 
 
-@pytest.mark.parametrize("text, cause", [
+# a setting NCCL names at init leads when the init fails
+INIT_SETTINGS = [
     # https://github.com/ROCm/rccl/issues/1129: RCCL's init check for an IOMMU not in pass-through mode
     ("deep-visionscaper3:38629:38629 [0] /long_pathname_so_that_rpms_can_package_the_debug_info/src/extlibs/rccl/build/"
      "hipify/src/init.cc:132 NCCL WARN Missing \"iommu=pt\" from kernel comm", "p2p_unsupported"),
@@ -130,18 +128,20 @@ def test_a_specific_cause_before_the_runtimes_generic_failure_leads(text, cause)
      "cs-project:2748:2852 [1] NCCL INFO Using network IB\n"
      "cs-project:2748:2852 [1] NCCL INFO NCCL_TOPO_FILE set by environment to /opt/microsoft/ncv4/topo.xml",
      "nccl_topo_file"),
-])
-def test_a_setting_named_at_init_leads_when_the_init_fails(text, cause):
-    assert diagnose_text(text)[0].cause == cause, [f.cause for f in diagnose_text(text)]
+]
 
 
-@pytest.mark.parametrize("text, cause", [
+# a crash after NCCL's own reported failure follows that failure
+CRASHES = [
     # https://github.com/NVIDIA/nccl/issues/1562: NVLS setup failing, then a crash in ncclGroupEnd
     ("gpu46:78367:78492 [0] transport/nvls.cc:244 NCCL WARN Cuda failure 1 'invalid argument'\n"
      "==== backtrace (tid:  57187) ====\n   1 0x000000000007e6d1 ncclGroupEnd()  ???:0\n"
      "   Fatal Python error: Segmentation fault", "fabricmanager"),
     # a crash with no failure NCCL reported first stays a segfault
     ("NCCL INFO Using network IB\nFatal Python error: Segmentation fault", "segfault"),
-])
-def test_a_crash_after_nccls_own_failure_follows_that_failure(text, cause):
+]
+
+
+@pytest.mark.parametrize("text, cause", MISSED_CLASSES + NEIGHBOURS + SPECIFIC_FIRST + INIT_SETTINGS + CRASHES)
+def test_each_class_names_its_cause_first(text, cause):
     assert diagnose_text(text)[0].cause == cause, [f.cause for f in diagnose_text(text)]
