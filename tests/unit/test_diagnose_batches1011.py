@@ -67,10 +67,10 @@ MISSED_CLASSES = [
 
 # the new signals stay off their neighbours' lines
 NEIGHBOURS = [
-    # an ibverbs call failing with ENETUNREACH is the fabric's (tests: NVIDIA/nccl-tests#185 in the corpus)
+    # https://github.com/NVIDIA/nccl-tests/issues/185 (a corpus entry): an ibverbs call failing with ENETUNREACH is the fabric's
     ("dgxh100-3:225140:225355 [0] misc/ibvwrap.cc:187 NCCL WARN Call to ibv_modify_qp failed with error Network is "
      "unreachable", "ib_config"),
-    # a peer that refused is a socket error, not an interface the nodes do not share
+    # NCCL socket.cc's WARN form: a peer that refused is a socket error, not an interface the nodes do not share
     ("node1:1:1 [0] NCCL WARN Connect to 10.0.0.2<43210> failed : Connection refused", "nccl_socket_error"),
     # srun's launch failure after pyxis could not start the container is the container's
     # (https://docs.cscs.ch/software/container-engine/known-issue/, with srun's own line after it)
