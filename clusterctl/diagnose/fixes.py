@@ -207,7 +207,8 @@ BRIEF = {
     "gpu_arch_unsupported": "an image whose torch/CUDA/NCCL support the GPU's arch; rebuild extensions for it",
     "nccl_topo_file": "unset NCCL_TOPO_FILE / NCCL_GRAPH_FILE, or the file for this machine's VM size",
     "net_plugin_incompatible": "the fabric's plugin/libfabric made for the image's NCCL (EFA >= 1.29), one image",
-    "container_start_failed": "the runtime's error names the part (hook, leftover container dir, mount): fix it or drain the node",
+    "container_start_failed": ("the runtime's error names the part (hook, leftover container dir, mount): fix it or "
+                               "drain the node"),
     "extension_build_failed": "prebuild the ops into the image (DS_BUILD_OPS=1) or give it c++/ninja/nvcc + CUDA_HOME",
     "ssh_failed": "password-less SSH to every node (`clusterctl run` opens its own sessions from the inventory)",
     "driver_library_mismatch": "reboot the node (or reload the nvidia modules) after a driver upgrade; hold the packages",

@@ -67,7 +67,7 @@ MISSED_CLASSES = [
 
 # the new signals stay off their neighbours' lines
 NEIGHBOURS = [
-    # https://github.com/NVIDIA/nccl-tests/issues/185 (a corpus entry): an ibverbs call failing with ENETUNREACH is the fabric's
+    # https://github.com/NVIDIA/nccl-tests/issues/185 (a corpus entry): ibverbs failing with ENETUNREACH is the fabric's
     ("dgxh100-3:225140:225355 [0] misc/ibvwrap.cc:187 NCCL WARN Call to ibv_modify_qp failed with error Network is "
      "unreachable", "ib_config"),
     # NCCL socket.cc's WARN form: a peer that refused is a socket error, not an interface the nodes do not share
@@ -113,7 +113,8 @@ SPECIFIC_FIRST = [
      "slurmstepd: error: pyxis:     [ERROR] /etc/enroot/hooks.d/98-nvidia.sh exited with return code 1\n"
      "slurmstepd: error: pyxis: couldn't start container", "docker_no_gpu_runtime"),
     # https://github.com/NVIDIA/enroot/issues/39 (a batch-11 log): a hook failing on a full disk
-    ("sed: couldn't close stdout: No space left on device\n[ERROR] /etc/enroot/hooks.d/10-shadow.sh exited with return code 4", "disk_full"),
+    ("sed: couldn't close stdout: No space left on device\n"
+     "[ERROR] /etc/enroot/hooks.d/10-shadow.sh exited with return code 4", "disk_full"),
 ]
 
 
