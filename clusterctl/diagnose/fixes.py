@@ -149,6 +149,13 @@ EXTENSION_BUILD_FAILED = ("a C++/CUDA extension[ ({extension})] failed to compil
                           "CUDA and Python headers); prebuild the ops into the image (e.g. DS_BUILD_OPS=1 pip install "
                           "deepspeed, or the library's prebuilt wheel) or install that toolchain, and keep one image "
                           "on every node; the first compiler error above the traceback names what is missing")
+CONTAINER_START_FAILED = ("the node's container runtime (enroot/pyxis, Apptainer/Singularity, runc and its OCI hooks) "
+                          "could not create the container[ on {host}]; its own error line names the part: a hook (the "
+                          "NVIDIA hook's /dev/nvidia* device nodes missing when the driver state is broken, a hook "
+                          "the image's libc cannot run), a container directory left by a requeued job (`File already "
+                          "exists`: a unique --container-name, or remove the leftover pyxis_* directory), a mount the "
+                          "unprivileged install cannot do (install its setuid part); fix that on the node or drain it, "
+                          "and run on the others")
 DRIVER_LIBRARY_MISMATCH = ("the NVIDIA kernel module loaded on[ {host|this node}] is not the version of the driver's "
                            "user libraries[ ({library})]: the driver was upgraded (often by unattended-upgrades) "
                            "while the old module stayed loaded; reboot the node (or unload and reload the nvidia "
@@ -200,6 +207,8 @@ BRIEF = {
     "gpu_arch_unsupported": "an image whose torch/CUDA/NCCL support the GPU's arch; rebuild extensions for it",
     "nccl_topo_file": "unset NCCL_TOPO_FILE / NCCL_GRAPH_FILE, or the file for this machine's VM size",
     "net_plugin_incompatible": "the fabric's plugin/libfabric made for the image's NCCL (EFA >= 1.29), one image",
+    "container_start_failed": ("the runtime's error names the part (hook, leftover container dir, mount): fix it or "
+                               "drain the node"),
     "extension_build_failed": "prebuild the ops into the image (DS_BUILD_OPS=1) or give it c++/ninja/nvcc + CUDA_HOME",
     "ssh_failed": "password-less SSH to every node (`clusterctl run` opens its own sessions from the inventory)",
     "driver_library_mismatch": "reboot the node (or reload the nvidia modules) after a driver upgrade; hold the packages",

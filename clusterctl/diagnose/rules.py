@@ -53,6 +53,8 @@ RAY_WORKER_DIED = (r"Worker unexpectedly exits with a connection error code \d+"
                    r"|A worker died or was killed while executing a task by an unexpected system error")
 RAY_POSSIBLE_CAUSES = r"potential root causes|due to SIGSEGV or other unexpected errors"
 # Python multiprocessing's semaphores live in /dev/shm: ENOSPC while creating one is a full /dev/shm.
+# NCCL's own report of a failed CUDA call or transport setup (a WARN line) anywhere in the log
+NCCL_FAILED = r"NCCL WARN (?:Cuda failure|Call to \w+ failed|\w+ failed|.{0,40}\bfailed\b)"
 SEMLOCK = r"_multiprocessing\.SemLock|SemLock\("
 GLIBC_TOO_OLD = r"version `?(?P<symbol>(?:GLIBC|GLIBCXX|CXXABI)_[\d.]+)'? not found"
 NOT_SHM = r"/dev/shm|\bshm|NCCL|fallocate|torch_\d+|shared memory"
@@ -156,7 +158,8 @@ RULES: tuple[Rule, ...] = (
          F.DOCKER_NO_GPU_RUNTIME, (
              S(r'could not select device driver "[^"]*" with capabilities: \[\[gpu\]\]', .97),
              S(r"(?:unknown or invalid runtime name|Unknown runtime specified):? ?nvidia", .97),
-             S(r"nvidia-container-cli: (?:initialization error|mount error|detection error)", .9),
+             S(r"nvidia-container-cli: (?:initialization error|mount error|detection error)", .9,
+               unless=r"stat failed: /dev/nvidia"),
              S(r"libnvidia-ml\.so\.1: cannot open shared object file|load library failed: libnvidia-ml", .85),
              S(r"nvidia-container-runtime(?:-hook)?\S*: (?:no such file|not found|executable file not found)", .85),
              # the process sees no GPU at all: a container started without the NVIDIA runtime / --gpus
@@ -326,6 +329,9 @@ RULES: tuple[Rule, ...] = (
              S(r"Connect to 127\.0\.[01]\.1<\d+> failed|connect \[127\.0\.[01]\.1\]:\d+", .85),
              # gloo's own "no such interface" (GLOO_SOCKET_IFNAME or the hostname names nothing on this node)
              S(r"gloo/transport/tcp/device\.cc:\d+\] (?:ifa|rp) != nullptr", .9),
+             # NCCL's connect failing with ENETUNREACH: this node has no route to the address the peer published
+             # (an interface the nodes do not share), not a peer that refused or timed out
+             S(r"Connect to \S+ failed ?: ?Network is unreachable", .75),
              S(r"(?:Bootstrap|NET/Socket) : Using (?:\[\d+\])?(?P<iface>docker\d*|lo|virbr\d*|veth\w*"
                r"|br-\w+)[:\s]", .6),
              S(r"Using \[\d+\][\w.-]+:[\d.]+<\d+> \[\d+\](?:veth|docker|virbr)\w*:", .7),
@@ -383,6 +389,10 @@ RULES: tuple[Rule, ...] = (
          F.NCCL_TOO_OLD, (
              S(r"undefined(?:\s|%20)+symbol:?(?:\s|%20)*(?P<symbol>nccl\w+)", .96),
              S(r"NCCL version (?P<version>[\d.]+) is too old|requires NCCL (?:version )?>?=? ?(?P<need>[\d.]+)", .85),
+             # an NCCL 1.x in use (nccl-tests' banner, NCCL's own), or a data type the loaded NCCL does not know:
+             # the caller was built against newer NCCL headers than the library it runs with
+             S(r"compiled with NCCL (?P<version>1\.\d+)|NCCL version (?P<old>1\.\d+[\d.]*)\b", .8),
+             S(r"nccl\w+ failed: invalid data type|\bncclInvalidType\b", .75),
          )),
     Rule("version_mismatch", "NCCL `Message truncated : received N bytes instead of M`, NCCL/torch differ across nodes",
          F.VERSION_MISMATCH, (
@@ -418,7 +428,11 @@ RULES: tuple[Rule, ...] = (
          )),
     Rule("segfault", "`Segmentation fault`, exitcode -11 / 139, `Signal 11 (SIGSEGV)`",
          F.SEGFAULT, (
-             S(r"Segmentation fault|SIGSEGV|signal 11\b|Signal 11 \(SIGSEGV\)", .88, unless=RAY_POSSIBLE_CAUSES),
+             S(r"Segmentation fault|SIGSEGV|signal 11\b|Signal 11 \(SIGSEGV\)", .88, unless=RAY_POSSIBLE_CAUSES,
+               unless_log=NCCL_FAILED),
+             # ...after NCCL reported a failure of its own, the crash is what followed it (teardown of a failed comm)
+             S(r"Segmentation fault|SIGSEGV|signal 11\b|Signal 11 \(SIGSEGV\)", .5, unless=RAY_POSSIBLE_CAUSES,
+               requires=NCCL_FAILED, consequence=True),
              S(r"(?:exitcode|exit code|return code|exit status)\s*[:=]?\s*(?:-11|139)\b|\bcode 139\b", .85),
          )),
     Rule("node_unreachable", "a node stops answering mid-run (no log of its own)", F.NODE_UNREACHABLE, ()),

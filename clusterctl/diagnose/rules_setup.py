@@ -13,6 +13,11 @@
 - extension_build_failed (round five, met on the rehearsal: DeepSpeed's CPU ops in an image whose `c++` did not
   resolve): a C++/CUDA extension compiled on first use (DeepSpeed's fused_adam/cpu_adam, torch.utils.cpp_extension)
   fails to build: a missing compiler, nvcc, CUDA_HOME or header in the image.
+- container_start_failed (after batch 11's first score: 7 `other:` labels over batches 9-11 name it): an HPC
+  container runtime (enroot/pyxis, Apptainer, runc and its OCI hooks) cannot create the container on a node: a
+  hook failing (the NVIDIA hook on a missing /dev/nvidia* node), a requeued job's leftover container directory,
+  a mount an unprivileged install cannot do. Weak on the runtime's generic line, so a specific cause before it
+  (a full disk, a permission, a driver too old, no GPU runtime) leads.
 
 Same form as rules.py (see its docstring); families.py adds their shape-level evidence.
 """
@@ -26,6 +31,9 @@ SETUP_RULES = (
          F.SSH_FAILED, (
              S(r"Permission denied \((?:publickey|password|gssapi|keyboard)[\w,-]*\)", .9),
              S(r"Host key verification failed|REMOTE HOST IDENTIFICATION HAS CHANGED", .9),
+             # an SSH client library's (paramiko: Fabric, ColossalAI's and other launchers') login refused or key unusable
+             S(r"No authentication methods available|not a valid (?:RSA|DSA|EC|OPENSSH) private key file"
+               r"|paramiko\.ssh_exception\.\w+|AuthenticationException: Authentication failed", .8),
              S(r"host=(?P<target>\S+) was not reachable via ssh|setup passwordless ssh|passwordless ssh", .9),
              # DeepSpeed's own check before pdsh: `ssh -o PasswordAuthentication=no HOST hostname` exits 255
              S(r"ssh (?:-\S+ )*?-o PasswordAuthentication=no (?:-\S+ \S+ )*?(?P<target>[\w.-]+) hostname\W+returned "
@@ -54,6 +62,9 @@ SETUP_RULES = (
          F.NCCL_TOPO_FILE, (
              S(r"XML Import Channel\s*:\s*dev \d+ not found", .85),
              S(r"NCCL_(?:TOPO|GRAPH)_FILE set by environment to (?P<topo_file>\S+)", .3),
+             # ...and NCCL failing with a system or internal error while it is set (the file is read at init)
+             S(r"NCCL_(?:TOPO|GRAPH)_FILE set by environment to (?P<topo_file>\S+)", .6,
+               requires=r"unhandled system error|ncclSystemError|internal error|ncclInternalError"),
              S(r"(?:NCCL_TOPO_FILE|NCCL_GRAPH_FILE|topo\.xml|graph\.xml).{0,80}(?:No such file|not found|failed)", .6),
              # NCCL reading a topology XML that lacks what this machine has (xml.h's attribute lookups)
              S(r"graph/xml\.\w+:\d+ NCCL WARN Attribute \S+ of node \S+ not found", .75),
@@ -68,11 +79,27 @@ SETUP_RULES = (
              # the plugin present but failing to load against the libraries around it
              S(r"NET/Plugin\s*:\s*(?:[\w.-]*libnccl-net[\w.-]*\.so\s*:|Plugin load returned \d+ *:|Failed to load"
                r"|dlerror\s*=).{0,200}(?:version `?[\w.]+'? not found|undefined symbol|wrong ELF class)", .75),
+             # NCCL_NET names a network no loaded plugin provides (the plugin was not found or not loaded)
+             S(r"NCCL WARN Error: network (?P<net>[\w ./-]+?) not found", .8),
+         )),
+    Rule("container_start_failed",
+         "`pyxis: couldn't start container` after `/etc/enroot/hooks.d/... exited with return code 1`, Apptainer's "
+         "`FATAL: container creation failed`",
+         F.CONTAINER_START_FAILED, (
+             # the runtime's own failure, weak: a more specific cause (a disk, a permission, a driver, the GPU
+             # runtime) usually shows in the lines before it and leads
+             S(r"pyxis: (?:couldn't start container|container start failed)|FATAL:\s+container creation failed"
+               r"|error running hook(?: #\d+)?: exit status|hooks\.d/\S+ exited with return code \d+", .5),
+             # ...its specific forms: the NVIDIA hook finding a driver device node missing, a leftover container
+             S(r"nvidia-container-cli: mount error: stat failed: (?P<device>/dev/nvidia[\w-]*)", .88),
+             S(r"pyxis: ERROR File already exists: \S*pyxis_", .8),
          )),
     Rule("extension_build_failed",
          "`RuntimeError: Error building extension 'fused_adam'`, `ninja: build stopped: subcommand failed`",
          F.EXTENSION_BUILD_FAILED, (
              S(r"Error building extension '(?P<extension>[\w.-]+)'", .9),
+             # the JIT build's output missing from torch's extension cache: the build failed or was left half done
+             S(r"torch_extensions/\S+/(?P<extension>[\w.-]+)\.so: cannot open shared object file", .8),
              S(r"Ninja is required to load C\+\+ extensions", .9),
              S(r"Command '\['ninja', '-v'\]' returned non-zero exit status", .75),
              S(r"ninja: build stopped: subcommand failed", .6),

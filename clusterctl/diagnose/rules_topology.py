@@ -50,6 +50,8 @@ TOPOLOGY_RULES = (
                r"|Can't enable (?:peer )?access between", .75),
              # lspci's view of a PCIe switch that redirects peer traffic (ACS on: SrcValid+ ... ReqRedir+)
              S(r"ACSCtl:\s*SrcValid\+.*ReqRedir\+", .7),
+             # RCCL's own check at init: the IOMMU not in pass-through mode, which blocks peer traffic on AMD hosts
+             S(r'Missing "?iommu=pt"?', .75),
          )),
     Rule("gpu_arch_unsupported",
          "`no kernel image is available for execution on the device`, `sm_120 is not compatible with the current "

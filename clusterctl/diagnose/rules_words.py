@@ -3,7 +3,7 @@ vLLM, DeepSpeed, DDP, XLA, NCCL's allocator and the shells print them (issue 51:
 logs whose wording no rule expected). rules.py adds each cause's signals here to its own row.
 
 Same form as rules.py (see its docstring). Every signal names a class of message, with a public source in
-tests/unit/test_diagnose_setup.py.
+tests/unit/test_diagnose_setup.py or test_diagnose_batches1011.py.
 """
 from __future__ import annotations
 
@@ -26,6 +26,8 @@ OTHER_WORDS = {
           r"|CUDA_ERROR_DEVICE_UNAVAILABLE", .75),
         # HCCL: the device's own NIC port (socket type 0) taken: two processes on one device
         S(r"socket type\[0\], listen on ip\[[^\]]+\] and specific port\[\d+\] fail", .75),
+        # a device an earlier run's process still holds, in the runtime's own hint (CANN's HCCP on Ascend)
+        S(r"(?:last|previous|earlier) (?:training )?process (?:is|may be) (?:still )?running", .75),
     ),
     "gpu_ordinal": (
         # torch's lazy-init assert on a device index beyond the GPUs it sees
@@ -41,6 +43,10 @@ OTHER_WORDS = {
     "launcher_missing": (
         # any launcher's program missing from PATH, in bash's or sh's words
         S(rf"\b(?:{LAUNCHERS}): (?:command )?not found", .85),
+        # the launch chain's helpers (mpi-operator's kubectl exec agent, MPI's compiler wrappers), in dash's
+        # `script: LINE: /path/prog: not found` form or a build's own question
+        S(r"(?:^|\s|/)(?:kubectl|orted|prted|mpicxx|mpicc|hydra_pmi_proxy): (?:command )?not found"
+          r"|\bis (?:kubectl|mpicxx|mpicc|mpirun) in \$PATH\b", .8),
         # pdsh/ssh running the launching node's interpreter path on a node that lacks it
         S(r"bash: (?:line \d+: )?/\S*/(?:python[\d.]*|torchrun|deepspeed|accelerate|mpirun): No such file or directory",
           .75),
@@ -52,6 +58,15 @@ OTHER_WORDS = {
         # the job compares the world it was built for with the ranks the launch started (an engine, a checkpoint)
         S(r"world[ _]size \(?\d+\)? ?(?:!=|does not match|doesn't match|is not equal to|mismatch).{0,40}"
           r"world[ _]size", .75),
+        # the scheduler's task layout against the devices the framework asks per node (Lightning under Slurm)
+        S(r"tasks? per node\b.{0,60}(?:does not match|doesn't match|mismatch)|ntasks-per-node\S*.{0,20}"
+          r"(?:does not match|doesn't match)", .8),
+        # srun could not start the step's tasks at all (its MPI plugin type, --mpi=pmix where pmi2 works)
+        # (a container plugin that failed to start the step's container owns it: container_start_failed)
+        S(r"srun: error: task \d+ launch failed|aborted before step completely launched", .55,
+          unless_log=r"spank|pyxis|enroot|container start failed|container creation failed"),
+        # a launcher handed an empty master address (a hostfile it could not parse, an unset variable)
+        S(r"--master_addr=(?:\s|$)|Using IP address of\s{2,}for node", .7),
     ),
     "gpu_arch_unsupported": (
         # ROCm's "no kernel image": no code object for the device's arch or its XNACK/SRAMECC mode
@@ -74,6 +89,8 @@ OTHER_WORDS = {
         S(r"train_batch_size is not equal to micro_batch_per_gpu \* gradient_acc_step \* world_size", .8),
         # a checkpoint sharded for another model-parallel size than the ranks started
         S(r"checkpoint for MP=\d+ but world size is \d+", .85),
+        # a per-GPU micro batch that came out as 0: the global batch is smaller than the ranks it is split over
+        S(r"[Mm]icro batch size per gpu: 0 has to be greater than 0", .85),
     ),
     "collective_mismatch": (
         # HCCL's comparison of the two ends' collective (op, count, tag)
@@ -93,6 +110,13 @@ OTHER_WORDS = {
         # NCCL using or connecting to a link-local address: an interface that routes nowhere beyond its link
         S(rf"Using (?:\[0\])?[\w.-]+:(?:{LINK_LOCAL})", .8),
         S(rf"Connect to (?:{LINK_LOCAL})", .8),
+        # UCX (Open MPI's pml) unable to reach a peer's worker address: no interface the two hosts share
+        S(r"Failed to receive UCX worker address|Failed to resolve UCX endpoint", .7),
+    ),
+    "rdzv_unreachable": (
+        # a coordinator a worker cannot reach: JAX/XLA's coordination service, Ray's head (GCS / its redis)
+        S(r"CoordinationService/RegisterTask", .75, requires=r"DEADLINE_EXCEEDED|UNAVAILABLE|Deadline Exceeded"),
+        S(r"Could not establish connection to (?:redis|Redis|GCS)|Failed to connect to (?:Redis|GCS)\b", .75),
     ),
     "port_in_use": (
         S(r"listen on ip\[[^\]]+\] and specific port\[\d+\] fail|port is being used by other process", .6),

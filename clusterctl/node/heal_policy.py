@@ -39,7 +39,7 @@ TABLE = {
     "ib_config": "node", "nic_mismatch": "node", "disk_full": "node", "oom_killed": "node",
     "killed_by_signal": "node", "container_lost_gpu": "node", "docker_no_gpu_runtime": "node",
     "driver_too_old": "node", "shm_too_small": "node", "p2p_unsupported": "node",
-    "ssh_failed": "node", "driver_library_mismatch": "node", "nccl_topo_file": "node",
+    "ssh_failed": "node", "driver_library_mismatch": "node", "nccl_topo_file": "node", "container_start_failed": "node",
     "gpu_leases_held": "node",  # a spare whose GPUs another run holds (node_healing.launch): the next one joins
     # nobody to blame: relaunch on the same nodes
     "rdzv_unreachable": "transient", "nccl_timeout_slow_rank": "transient", "rank_hang": "transient",
