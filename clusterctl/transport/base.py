@@ -49,6 +49,10 @@ class OutputStream(Protocol):
         """Once the output has ended: None until the command's exit status is in, then the result
         (stdout and stderr left empty: they went through read_ready). Never blocks."""
 
+    def send(self, data: bytes) -> bool:
+        """Writes `data` to the command's stdin (a command started with `stdin_open`), never blocking for
+        long; False where it could not (the command ended, its stdin closed, no room)."""
+
     def close(self) -> None:
         """Ends the command (its stdin closes, as with a closed SSH session), before its end too."""
 

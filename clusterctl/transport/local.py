@@ -135,6 +135,17 @@ class _PipeOutput:
         self._close_pipes()
         return CommandResult(code, "", "", time.monotonic() - self.started)
 
+    def send(self, data: bytes) -> bool:
+        stdin = self.proc.stdin if self.proc is not None else None
+        if stdin is None or stdin.closed or self.proc.poll() is not None:
+            return False
+        try:  # a few bytes into a pipe's 64 KiB: never blocks while the command reads its stdin
+            stdin.write(data)
+            stdin.flush()
+        except (OSError, ValueError):
+            return False
+        return True
+
     def close(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             _terminate(self.proc)

@@ -385,6 +385,16 @@ class _ChannelOutput:
             return None
         return CommandResult(self.stream.channel.recv_exit_status(), "", "", time.monotonic() - self.started)
 
+    def send(self, data: bytes) -> bool:
+        channel = self.stream.channel
+        if channel.closed or channel.eof_sent or not channel.send_ready():  # no room: paramiko's send would wait
+            return False
+        try:
+            channel.sendall(data)
+        except (OSError, EOFError, _paramiko().SSHException):
+            return False
+        return True
+
     def close(self) -> None:
         self.stream.close()
 
