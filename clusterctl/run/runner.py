@@ -387,7 +387,7 @@ class JobRunner:
                 self._beaten[name] = self.nodes[name].last_seen = at
                 self.pace.answered(name, True)
                 self._beat(name)
-        renewed = {n for n in due if self._streams and self._streams.send(n, agent.RENEW) and self.pace.by_stream(n, now)}
+        renewed = {n for n in due if self._streams and self._streams.send(n, agent.RENEW) and self.pace.renewal_sent(n, now)}
         asked = [n for n in due if n not in renewed]
         waiting = [_with_connect_timeout(self.nodes[name].host, quick) for name in asked]
 

@@ -12,7 +12,8 @@ A node's output stream carries the question too (issue 52: a poll was ~40 ms of 
 chain of processes, most of what clusterctl cost a node while the job ran): the controller asks for the
 lease's renewal on the stream's stdin whenever the node is due, and the node's follower answers on its
 stderr (plan/wrapper.follow_command). A node whose stream answered within `every_s` + STREAM_SLACK_S
-(`by_stream`) is not polled; one whose stream fell silent, ended or never answered is polled as before.
+(`renewal_sent`), or took its first renewal, is not polled; one whose stream fell silent, ended or left
+its first renewal unanswered is polled as before.
 """
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ class Pace:
         self._everyone = threading.Event()  # set from the streams' threads
         self._streamed: dict[str, float] = {}  # each node's latest answer on its stream (set from their thread)
         self._partial: dict[str, bytes] = {}
+        self._sent: set[str] = set()  # the nodes whose stream took a renewal
 
     def everyone(self) -> None:
         """Ask every node on the next turn (a node's output stream ended)."""
@@ -68,6 +70,10 @@ class Pace:
     def streamed_at(self, name: str) -> Optional[float]:
         return self._streamed.get(name)
 
-    def by_stream(self, name: str, now: float) -> bool:
-        """Whether `name`'s stream answered recently enough to stand for its poll."""
-        return now - self._streamed.get(name, float("-inf")) <= self.every_s + STREAM_SLACK_S
+    def renewal_sent(self, name: str, now: float) -> bool:
+        """A renewal went to `name` on its stream: whether it stands for the node's poll. It does where the
+        stream answered recently enough, and for the first one a stream took (its answer awaited until the
+        node is next due; the wrapper's lease is fresh from its start): no poll at a run's start either."""
+        first = name not in self._sent
+        self._sent.add(name)
+        return first or now - self._streamed.get(name, float("-inf")) <= self.every_s + STREAM_SLACK_S

@@ -23,14 +23,15 @@ def test_a_running_node_is_due_every_every_s_and_at_once_when_asked_for_everyone
 
 def test_a_streams_answer_stands_for_the_poll_until_it_is_late_or_the_stream_ended():
     pace = Pace(4.0)
-    assert not pace.by_stream("n1", 100.0)  # never answered: polled
+    assert pace.renewal_sent("n1", 96.0)  # the stream's first renewal: its answer awaited, no poll
+    assert not pace.renewal_sent("n1", 100.0)  # left unanswered: polled
     pace.said("n1", b"some error line\n" + ANSWER, 100.0)
     assert pace.streamed_at("n1") == 100.0
-    assert pace.by_stream("n1", 100.0 + 4.0 + STREAM_SLACK_S)
-    assert not pace.by_stream("n1", 100.0 + 4.0 + STREAM_SLACK_S + 0.1)  # silent past the slack: polled
+    assert pace.renewal_sent("n1", 100.0 + 4.0 + STREAM_SLACK_S)
+    assert not pace.renewal_sent("n1", 100.0 + 4.0 + STREAM_SLACK_S + 0.1)  # silent past the slack: polled
     pace.said("n1", ANSWER, 110.0)
     pace.stream_ended("n1")
-    assert not pace.by_stream("n1", 110.0) and pace.streamed_at("n1") is None  # its end is what a poll reads
+    assert not pace.renewal_sent("n1", 110.0) and pace.streamed_at("n1") is None  # its end is what a poll reads
 
 
 def test_an_answer_cut_between_two_reads_counts_and_a_line_that_only_ends_like_one_does_not():
