@@ -84,7 +84,8 @@ def _launch_share(run: dict):
 
 
 # earlier accounts kept in bench/results.json, oldest first: {"commit": what ran, "runs": {size: run}}
-HISTORY = ("cpu_account_before", "cpu_account_after_cuts", "cpu_account_now1")
+HISTORY = ("cpu_account_before", "cpu_account_after_cuts", "cpu_account_now1", "cpu_account_65f2f0f",
+           "cpu_account_poll52_first")
 
 
 def before_after_table(results: dict) -> str:

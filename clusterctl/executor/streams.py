@@ -19,16 +19,19 @@ class Streams:
     node. The commands start through the pool; `on_output(host, data)` gets each host's stdout as it
     arrives, in this one thread; `on_end(host, result)` (stderr gathered in `result.stderr`) gives the
     host's HostResult. An unreachable host, or a connection lost on the way, is a value as in
-    `for_each_host`. `close()` ends what still runs."""
+    `for_each_host`. `close()` ends what still runs. `send(host, data)` writes to a running command's
+    stdin (one started with `stdin_open`), `on_stderr(host, data)` hears its stderr as it comes (the
+    run's lease carried by its stream: plan/wrapper.follow_command)."""
 
     _POLL_S = 0.05  # how often streams whose output ended are asked for their exit status
 
     def __init__(self, hosts: Sequence[Host], command_of: Callable[[Host], Command],
                  on_output: Callable[[str, bytes], None], on_end: Callable[[str, CommandResult], HostResult],
-                 connections: Connections):
+                 connections: Connections, on_stderr: Optional[Callable[[str, bytes], None]] = None):
         self.results: dict[str, HostResult] = {}
+        self._running: dict[str, "_Followed"] = {}  # the commands started and not ended (send)
         self._hosts, self._command_of, self._connections = list(hosts), command_of, connections
-        self._on_output, self._on_end = on_output, on_end
+        self._on_output, self._on_end, self._on_stderr = on_output, on_end, on_stderr
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._read_all, name="streams", daemon=True)
         self._thread.start()
@@ -40,6 +43,16 @@ class Streams:
 
     def close(self) -> None:
         self._closed.set()
+
+    def send(self, host: str, data: bytes) -> bool:
+        """`data` to `host`'s command's stdin: False where it is not running (not yet, or no more) or could not."""
+        followed = self._running.get(host)
+        if followed is None or followed.output_ended:
+            return False
+        try:
+            return bool(followed.stream.send(data))
+        except Exception:  # noqa: BLE001 - the connection lost on the way: the reading thread says so
+            return False
 
     def _read_all(self) -> None:
         import select
@@ -61,6 +74,7 @@ class Streams:
             if name not in opened:  # unreachable, or the command could not start
                 self.results[name] = result
         live = dict(opened)
+        self._running = live  # the same dict: an ended command leaves it
         poller, registered = select.poll(), {}
         try:
             while live and not self._closed.is_set():
@@ -75,7 +89,7 @@ class Streams:
                 ready = {by_fd[fd] for fd, _event in poller.poll(max(0.0, timeout) * 1000)}
                 for name in list(live):
                     followed = live[name]
-                    result = followed.step(name in ready, self._on_output)
+                    result = followed.step(name in ready, self._on_output, self._on_stderr)
                     if result is not None:
                         del live[name]
                         self._end(followed.host, result)
@@ -121,7 +135,8 @@ class _Followed:
             self.stderr_dropped += cut
             del self.stderr[:cut]
 
-    def step(self, readable: bool, on_output: Callable[[str, bytes], None]):
+    def step(self, readable: bool, on_output: Callable[[str, bytes], None],
+             on_stderr: Optional[Callable[[str, bytes], None]] = None):
         """What the stream had, handed on; the host's CommandResult (or the exception) once it ended."""
         try:
             if readable and not self.output_ended:
@@ -133,6 +148,8 @@ class _Followed:
                         on_output(self.host.name, data)
                     else:
                         self._keep_stderr(data)
+                        if on_stderr is not None:
+                            on_stderr(self.host.name, data)
             if self.output_ended:
                 result = self.stream.exited()
                 if result is not None:

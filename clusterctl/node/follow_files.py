@@ -133,12 +133,35 @@ def attempt_of(d: Dir) -> str:
     return found
 
 
-def _wait_attempt(d: Dir, follow: bool) -> str:
+def _wait_attempt(d: Dir, follow: bool, between=lambda: True) -> str:
     while True:
         att = attempt_of(d)
-        if att or d.entry("agent.exit") or not follow:
+        if att or d.entry("agent.exit") or not follow or not between():
             return att
         time.sleep(PERIOD_S)
+
+
+RENEWED = "clusterctl-lease renewed\n"  # on stderr: the answer to a renewal (run/runner.py counts it as a poll's)
+
+
+def _renew_asked(d: Dir) -> bool:
+    """The lease renewed for each request (a line) the controller sent on stdin since, each answered on
+    stderr: its poll, on this stream (issue 52: no process on the node for it). False once stdin ended
+    (the controller gone): nothing renews the lease any more."""
+    readable, _, _ = select.select([0], [], [], 0)
+    if not readable:
+        return True
+    data = os.read(0, 4096)
+    if not data:
+        return False
+    try:
+        d.touch("lease")
+    except (Refused, OSError) as error:  # not renewed, not answered: the controller polls instead
+        sys.stderr.write(f"clusterctl: lease not renewed: {error}\n")
+    else:
+        sys.stderr.write(RENEWED * max(1, data.count(b"\n")))
+    sys.stderr.flush()
+    return True
 
 
 def _stdin_closed(timeout: float) -> bool:
@@ -146,9 +169,11 @@ def _stdin_closed(timeout: float) -> bool:
     return bool(readable) and not os.read(0, 4096)
 
 
-def follow(base: str, rel: str, nproc: str) -> None:
+def follow(base: str, rel: str, nproc: str, lease: str = "0") -> None:
     """The run's live stream: every local rank's stdout and stderr and agent.log, from their start,
-    until a moment after agent.exit appears."""
+    until a moment after agent.exit appears. With `lease` "1" it renews the run's lease when asked on
+    stdin (`_renew_asked`) and ends with stdin."""
+    asked = (lambda: _renew_asked(d)) if lease == "1" else (lambda: True)
     d = None
     for _ in range(121):
         try:
@@ -159,12 +184,14 @@ def follow(base: str, rel: str, nproc: str) -> None:
     if d is None:
         sys.exit(1)
     with d:
-        att = _wait_attempt(d, True)
+        att = _wait_attempt(d, True, asked)
         sys.stdout.buffer.write(f"clusterctl-follow {att}\n".encode())
         names = [f"{att}/{i}/{s}.log" for i in range(int(nproc)) for s in ("stdout", "stderr")] if att else []
         tailer = Follower(d, names + ["agent.log"], "+1")
         try:
             while not d.entry("agent.exit"):
+                if not asked():
+                    return
                 if not tailer.pump():
                     time.sleep(PERIOD_S)
             time.sleep(0.15)

@@ -4,7 +4,7 @@ node's run dir (run/supervision.py, with the py-spy the attached watch ships, gz
 its keeper.
 
 At the attached watch's pace (straggler_verdict.INTERVAL_S apart, the first FIRST_AFTER_S after the
-start), in a thread of its own so that a py-spy that hangs never holds a beat back: the ranks of this
+start; while every rank read is still importing, straggler_verdict.import_pause_s apart), in a thread of its own so that a py-spy that hangs never holds a beat back: the ranks of this
 run on this node (the processes that carry the keeper's own marker and a RANK, as watch/sampler.py's
 script finds them: a rank's child with the same RANK and a launcher's shell are passed over), each read
 at once with `py-spy dump --json --nonblocking` (the ranks are not paused), TIMEOUT_S at most and
@@ -179,6 +179,7 @@ class Sampler:
         self.problem, self.spy, self.error = "", None, ""
         self.lock, self.children, self.closed = threading.Lock(), [], threading.Event()
         self.dumped = {}  # pid -> (its schedstat before its last good dump, that dump's main-thread frames)
+        self.importing = False  # every rank the latest sample read was inside `import` (straggler_verdict.importing)
         threading.Thread(target=self._loop, daemon=True).start()
 
     def summary(self):
@@ -190,7 +191,7 @@ class Sampler:
         if self.spy is None:
             print(f"no straggler watch: {self.problem}", flush=True)
             return
-        ranks, scanned, unread = {}, None, 0
+        ranks, scanned, unread, looks = {}, None, 0, 0
         if self.closed.wait(verdict.FIRST_AFTER_S):
             return
         while not self.closed.is_set():
@@ -205,7 +206,9 @@ class Sampler:
                 elif unread == UNREAD and not self.problem:
                     self.problem = f"py-spy read none of the {len(ranks)} ranks here: {self.error or 'no stack'}"
                     print(f"no straggler watch yet: {self.problem}", flush=True)
-            left = verdict.INTERVAL_S - (self.now() % verdict.INTERVAL_S)  # the next whole tick
+            looks = looks + 1 if sample and self.importing else 0  # every rank read still importing: later
+            pause = verdict.import_pause_s(looks) if looks else verdict.INTERVAL_S
+            left = pause - (self.now() % verdict.INTERVAL_S)  # a whole tick
             if self.closed.wait(left):
                 return
 
@@ -217,11 +220,12 @@ class Sampler:
         self.dumped = {pid: seen for pid, seen in self.dumped.items() if pid in ranks}
         runs = {pid: ran(pid) for pid in ranks}  # before the state: unchanged later, not run since
         states = {pid: main_state(pid) for pid in ranks}  # every rank's at about one moment, before py-spy
-        out = []
+        out, read = [], []
         for pid, rank in ranks.items():
             before = self.dumped.get(pid)
             if runs[pid] and before and before[0] == runs[pid]:  # not run since its last dump: that stack, no py-spy
                 out.append([rank, int(verdict.frames_wait(before[1], states[pid]))])
+                read.append(before[1])
                 continue
             try:
                 child = subprocess.Popen([self.spy, "dump", "--json", "--nonblocking", "--pid", str(pid)],
@@ -244,10 +248,12 @@ class Sampler:
             if frames is not None:
                 self.dumped[pid] = (runs[pid], frames)
                 out.append([rank, int(verdict.frames_wait(frames, state))])
+                read.append(frames)
             elif error.strip():
                 self.error = error.decode("utf-8", "replace").strip().splitlines()[-1][:200]
         with self.lock:
             self.children = []
+        self.importing = bool(read) and all(verdict.importing(name for name, _where in frames) for frames in read)
         return sorted(out)
 
     def close(self):

@@ -32,6 +32,11 @@ RUNS_ON_NODES = True
 # the start (the ranks meet at the rendezvous meanwhile)
 INTERVAL_S = 1.0
 FIRST_AFTER_S = 3.0
+# Ranks still importing (the main thread inside importlib's `_find_and_load`: `import torch` at the start) wait
+# for nobody and nobody waits for them yet: while every rank read is, the next look (one sample) comes
+# IMPORT_PAUSE_S later, doubled after each such look up to IMPORT_PAUSE_MAX_S (issue 52: a busy rank's dump is
+# ~15 ms of its node's CPU; at 8 rehearsal nodes the import took 88 s, with a round every 10 s 1.5 CPU s a node)
+IMPORT_PAUSE_S, IMPORT_PAUSE_MAX_S = 5.0, 20.0
 WINDOW = 40  # samples judged (the latest)
 MIN_SAMPLES = 5  # samples that single the rank out, at least
 MIN_SHARE = 0.10  # of the window's samples: on 4 x H100 a rank 20% slower (on its CPU side) was singled out in
@@ -83,6 +88,16 @@ def is_cuda_wait(function, where):
 def in_library(where):
     """A frame's full path in an installed package or the standard library (not the job's own code)."""
     return any(part in where for part in LIBRARY_PARTS) or bool(STDLIB_RE.search(where))
+
+
+def importing(functions):
+    """A main thread inside `import` (its functions' names, any order): importlib's `_find_and_load`."""
+    return any(name == "_find_and_load" for name in functions)
+
+
+def import_pause_s(looks):
+    """Seconds to the next look after `looks` looks in a row that found every rank read importing."""
+    return min(IMPORT_PAUSE_S * 2 ** max(0, looks - 1), IMPORT_PAUSE_MAX_S)
 
 
 def frames_wait(frames, state=""):

@@ -133,9 +133,15 @@ def poll_command(inventory: Inventory, run_dir: str) -> Command:
     return node_files.command(inventory, run_dir, "poll", timeout=4)
 
 
-def follow_command(inventory: Inventory, run_dir: str, nproc: int) -> Command:
-    """Stream the node's output (node/follow_files.py; read back by watch/follow.py's FollowStream(nproc))."""
-    return node_files.command(inventory, run_dir, "follow", str(nproc), timeout=None)
+RENEW = b"renew\n"  # a renewal asked on a lease-carrying stream's stdin (node/follow_files.py answers RENEWED)
+
+
+def follow_command(inventory: Inventory, run_dir: str, nproc: int, lease: bool = False) -> Command:
+    """Stream the node's output (node/follow_files.py; read back by watch/follow.py's FollowStream(nproc)).
+    With `lease`, the stream renews the run's lease when asked (RENEW on its stdin), as a poll does, and
+    answers on stderr; its stdin stays open, and its end (the controller gone) ends the stream."""
+    return node_files.command(inventory, run_dir, "follow", str(nproc), *(("1",) if lease else ()), timeout=None,
+                              stdin_open=lease)
 
 
 def logs_command(inventory: Inventory, run_dir: str, local_ranks: tuple[int, ...], agent_log: bool,

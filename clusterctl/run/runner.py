@@ -1,7 +1,7 @@
 """One job on the cluster: launch torchrun everywhere, watch, fail fast, stop cleanly.
 
-The controller polls every node (which also renews the node's lease, see plan/wrapper.py) and hosts
-the run's engine (node/engine.py), which decides from what the polls read: the run ends when every
+The controller polls every node, or asks its output stream (either renews the node's lease: plan/wrapper.py,
+watch/pace.py), and hosts the run's engine (node/engine.py), which decides from what they read: the run ends when every
 node's torchrun exited 0, or at the first failure: a node whose torchrun exited non-zero, or a node
 silent for `lost_after_s` (`job.lost_after`, the same window as a detached run's), or past
 `--timeout`. Here the engine's end is carried out: every other node's ranks are stopped
@@ -127,6 +127,8 @@ class JobRunner:
         # which the engine counts from the last answer
         self.pace = pace.Pace(min(pace.EVERY_S, self.lost_after_s / 2))
         self.engine: Optional[engine.Attempt] = None  # the run's engine, once it is watched (_watch)
+        self._streams: Optional[Streams] = None  # the output streams, which carry the lease (watch/pace.py)
+        self._beaten: dict[str, float] = {}  # each node's stream answer the engine last heard of
         self._seq = 0  # the engine's beats are numbered, as a keeper's
         self._started = time.monotonic()
         self.stragglers = StragglerWatch.of_topology(inventory, topology, run_id, connections, on_event)
@@ -159,9 +161,11 @@ class JobRunner:
         follows = {name: FollowStream(self.topology.node(name).nproc) for name in self.nodes}
         streams = Streams([n.host for n in self.nodes.values()],
                           lambda host: agent.follow_command(self.inventory, self.nodes[host.name].run_dir,
-                                                            self.topology.node(host.name).nproc),
+                                                            self.topology.node(host.name).nproc, lease=True),
                           lambda name, data: self._show(name, follows[name].feed(data), follows[name].follows_ranks),
-                          lambda name, _result: self._followed_to_end(name, follows[name]), self.connections)
+                          lambda name, _result: self._followed_to_end(name, follows[name]), self.connections,
+                          on_stderr=lambda name, data: self.pace.said(name, data, time.monotonic()))
+        self._streams = streams
         try:
             outcome = self._watch(hung_up)
             self.phases.reach("watch_ended")
@@ -223,6 +227,7 @@ class JobRunner:
 
     def _followed_to_end(self, host: str, stream: FollowStream) -> HostResult:
         self._show(host, stream.finish())
+        self.pace.stream_ended(host)
         self.pace.everyone()
         self._wake.set()  # the node's torchrun ended (or its connection did): poll it now
         return HostResult(host, HostStatus.OK)
@@ -374,8 +379,17 @@ class JobRunner:
         # inventory's connect_timeout: a node cut off mid-run must count as lost after
         # `lost_after_s`, and one dead node must not hold up the polls (and leases) of the others.
         quick = max(1.0, min(self.lost_after_s / 2, 3.0))
-        due = self.pace.due([name for name, n in self.nodes.items() if n.exit_code is None and not n.lost], time.monotonic(), everyone)
-        waiting = [_with_connect_timeout(self.nodes[name].host, quick) for name in due]
+        now, running = time.monotonic(), [name for name, n in self.nodes.items() if n.exit_code is None and not n.lost]
+        due = self.pace.due(running, now, everyone)
+        for name in running:  # a stream's answer since the engine last heard: the node answered (watch/pace.py)
+            at = self.pace.streamed_at(name)
+            if at is not None and at > self._beaten.get(name, float("-inf")):
+                self._beaten[name] = self.nodes[name].last_seen = at
+                self.pace.answered(name, True)
+                self._beat(name)
+        renewed = {n for n in due if self._streams and self._streams.send(n, agent.RENEW) and self.pace.renewal_sent(n, now)}
+        asked = [n for n in due if n not in renewed]
+        waiting = [_with_connect_timeout(self.nodes[name].host, quick) for name in asked]
 
         def action(transport, host: Host) -> HostResult:
             node = self.nodes[host.name]
@@ -390,13 +404,16 @@ class JobRunner:
             node.last_seen = time.monotonic()
             node.exit_code = agent.parse_poll(result.stdout)
             node.stopped = agent.poll_says_stopped(result.stdout)
-            self._seq += 1
-            self.engine.beat({"host": name, "seq": self._seq, "exit_code": node.exit_code, "stopped": node.stopped,
-                              "ranks": len(node.ranks_seen)})
+            self._beat(name)
             if node.exit_code is not None:
                 node.ended_at = node.last_seen
                 how = " (`clusterctl stop`)" if node.stopped else ""
                 self.on_event(Event("note", name, f"torchrun exited {node.exit_code}{how}"))
+
+    def _beat(self, name: str) -> None:
+        node, self._seq = self.nodes[name], self._seq + 1
+        self.engine.beat({"host": name, "seq": self._seq, "exit_code": node.exit_code, "stopped": node.stopped,
+                          "ranks": len(node.ranks_seen)})
 
     def _first_failure(self, failed: list[NodeRun]) -> dict:
         return culprit.first_failure_of(self, failed)

@@ -7,6 +7,7 @@ import shlex
 from typing import Any, BinaryIO, Callable, Optional, Protocol, Sequence
 
 from clusterctl.models import MAX_OUTPUT, Command, CommandResult, Host
+from clusterctl.transport.become import prefix as become_prefix
 
 OnLine = Callable[[str, str], None]  # (stream "stdout"|"stderr", line without newline)
 
@@ -48,6 +49,10 @@ class OutputStream(Protocol):
         """Once the output has ended: None until the command's exit status is in, then the result
         (stdout and stderr left empty: they went through read_ready). Never blocks."""
 
+    def send(self, data: bytes) -> bool:
+        """Writes `data` to the command's stdin (a command started with `stdin_open`), never blocking for
+        long; False where it could not (the command ended, its stdin closed, no room)."""
+
     def close(self) -> None:
         """Ends the command (its stdin closes, as with a closed SSH session), before its end too."""
 
@@ -57,35 +62,47 @@ class TcpForwardingDisabled(Exception):
 
 
 # A privileged command. By default: as root already, or through `sudo -n` (never a password
-# prompt, so never a hang) when the user may; else as the user (the check costs one `sudo -n true`
-# per command). A host's `become` (Ansible's ansible_become*) decides instead, through
-# CLUSTERCTL_BECOME (`with_become`): `never` runs it as the SSH user; `sudo:USER` always through
-# `sudo -n -u USER`, so a user without passwordless sudo gets sudo's own error, not a silent fallback.
+# prompt, so never a hang) when the user may; else as the user. A host's `become` (Ansible's
+# ansible_become*) decides instead. Each connection takes the choice once (transport/become.py) and
+# runs a privileged argv behind its prefix; this script, which takes it per command, is what a batch's
+# privileged sections run (the connection's choice in CLUSTERCTL_BECOME: `never` runs it as the SSH
+# user, `sudo` through `sudo -n`, `sudo:USER` always through `sudo -n -u USER`, so a user without
+# passwordless sudo gets sudo's own error, not a silent fallback) and, unset, the choice made here.
 _BECOME = ('case "${CLUSTERCTL_BECOME:-auto}" in never) exec "$@";; '
-           'sudo:*) u=${CLUSTERCTL_BECOME#sudo:}; [ "$(id -un)" = "$u" ] && exec "$@"; exec sudo -n -u "$u" -- "$@";; esac; '
+           'sudo) exec sudo -n -- "$@";; sudo:*) u=${CLUSTERCTL_BECOME#sudo:}; [ "$(id -un)" = "$u" ] && exec "$@"; exec sudo -n -u "$u" -- "$@";; esac; '
            'if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; '
            'then exec sudo -n -- "$@"; fi; exec "$@"')
 
 
-def with_become(argv: list[str], host: Host) -> list[str]:
-    """`argv` with the host's escalation choice in its environment, for the privileged commands
-    (and the privileged sections of a batch) inside it; unchanged where the inventory says nothing."""
-    if host.become is None:
+def with_become(argv: list[str], host: Host, choice: Optional[str] = None) -> list[str]:
+    """`argv` with the connection's escalation `choice` (else the host's, from the inventory) in its
+    environment, for the privileged sections of a batch inside it; unchanged where none is known or
+    nothing inside asks (a privileged command alone took the choice's prefix in `remote_argv`)."""
+    if choice is None and host.become is not None:
+        choice = f"sudo:{host.become_user or 'root'}" if host.become else "never"
+    if choice is None or not any(_BECOME in arg for arg in argv):
         return argv
-    choice = f"sudo:{host.become_user or 'root'}" if host.become else "never"
     return ["env", f"CLUSTERCTL_BECOME={choice}", *argv]
 
 
-def remote_argv(cmd: Command) -> list[str]:
-    """The argv actually executed: env and cwd folded in without a shell around user data."""
+def remote_argv(cmd: Command, become: Optional[str] = None) -> list[str]:
+    """The argv actually executed: env and cwd folded in without a shell around user data; a
+    privileged one behind the connection's `become` choice (transport/become.py), else behind the
+    script that chooses per command."""
     argv = list(cmd.argv)
     if cmd.cwd:
         argv = ["sh", "-c", 'cd "$1" && shift && exec "$@"', "sh", cmd.cwd, *argv]
     if cmd.env:
         argv = ["env", *(f"{k}={v}" for k, v in cmd.env), *argv]
     if cmd.privileged:
-        argv = ["sh", "-c", _BECOME, "sh", *argv]
+        argv = [*become_prefix(become), *argv] if become is not None else ["sh", "-c", _BECOME, "sh", *argv]
     return argv
+
+
+def needs_become(cmd: Command) -> bool:
+    """Whether `cmd` runs anything privileged (itself, or a batch's section): then its connection's
+    choice is wanted before it starts."""
+    return cmd.privileged or any(_BECOME in arg for arg in cmd.argv)
 
 
 BATCH_MARK = "@@@clusterctl-section "
@@ -110,6 +127,24 @@ def split_batch(stdout: str) -> dict[str, str]:
         elif current is not None:
             sections[current].append(line)
     return {name: "\n".join(lines) + ("\n" if lines else "") for name, lines in sections.items()}
+
+
+def become_asker(transport) -> Callable[[], Optional[str]]:
+    """Asks `transport`'s node for its choice (become.CHECK), once: None where it cannot tell."""
+    from clusterctl.transport.become import CHECK, from_check
+
+    def ask() -> Optional[str]:
+        result = transport.run(CHECK)
+        return from_check(result.stdout) if result.ok else None
+
+    return ask
+
+
+def argv_for(cmd: Command, host: Host, decision, ask: Callable[[], Optional[str]]) -> list[str]:
+    """What a transport runs for `cmd`: its connection's choice (`decision`, a become.Decision, asked
+    through `ask` the first time a privileged command needs it) before it or in its batch's environment."""
+    choice = decision.choice(ask) if needs_become(cmd) else None
+    return with_become(remote_argv(cmd, choice), host, choice)
 
 
 class _Runs:

@@ -11,7 +11,8 @@ import time
 from typing import Optional
 
 from clusterctl.models import Command, CommandResult, Host
-from clusterctl.transport.base import DOCKER_API_VERSION, _Runs, remote_argv, with_become
+from clusterctl.transport.base import DOCKER_API_VERSION, _Runs, argv_for, become_asker
+from clusterctl.transport.become import Decision, known
 
 _READ_SIZE = 1 << 16
 
@@ -22,6 +23,15 @@ class LocalTransport(_Runs):
     def __init__(self, host: Host):
         self.host = host
         self._docker = None
+        # how privileged commands run here, taken once (become.py): this process's own user
+        import pwd
+
+        uid = os.geteuid()
+        try:
+            user: Optional[str] = pwd.getpwuid(uid).pw_name
+        except KeyError:  # a uid without a passwd entry (a container's arbitrary user)
+            user = None
+        self._become = Decision(known(host, user, uid == 0))
 
     def open(self) -> "LocalTransport":
         return self
@@ -42,7 +52,7 @@ class LocalTransport(_Runs):
 
     def _popen(self, cmd: Command) -> subprocess.Popen:
         proc = subprocess.Popen(
-            with_become(remote_argv(cmd), self.host),
+            argv_for(cmd, self.host, self._become, become_asker(self)),
             stdin=subprocess.PIPE if cmd.stdin or cmd.stdin_open else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -124,6 +134,17 @@ class _PipeOutput:
             return None
         self._close_pipes()
         return CommandResult(code, "", "", time.monotonic() - self.started)
+
+    def send(self, data: bytes) -> bool:
+        stdin = self.proc.stdin if self.proc is not None else None
+        if stdin is None or stdin.closed or self.proc.poll() is not None:
+            return False
+        try:  # a few bytes into a pipe's 64 KiB: never blocks while the command reads its stdin
+            stdin.write(data)
+            stdin.flush()
+        except (OSError, ValueError):
+            return False
+        return True
 
     def close(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

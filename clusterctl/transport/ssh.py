@@ -14,8 +14,8 @@ from typing import Any, BinaryIO, Callable, Optional
 
 from clusterctl.errors import HostKeyError, UnreachableError
 from clusterctl.models import Command, CommandResult, Host
-from clusterctl.transport.base import (DOCKER_API_VERSION, TcpForwardingDisabled, _Runs, remote_argv,
-                                       with_become)
+from clusterctl.transport.base import DOCKER_API_VERSION, TcpForwardingDisabled, _Runs, argv_for, become_asker
+from clusterctl.transport.become import Decision, known
 from clusterctl.transport.openssh_config import SSHTarget
 from clusterctl.transport.paramiko_setup import (DEAD_PEER_S, _new_transport, _open_failures, _paramiko, _tcp_socket,
                                                  _use_chunk_buffers, drop_when_silent, offered_host_key_algorithms)
@@ -48,6 +48,7 @@ class SSHTransport(_Runs):
         self._proxies: list = []  # ProxyCommand processes, stopped with this one
         self._docker = None
         self.target: Optional[SSHTarget] = None
+        self._become = Decision()  # how privileged commands run here, taken once per connection (become.py)
 
     # ---- connection
     def open(self) -> "SSHTransport":
@@ -59,6 +60,7 @@ class SSHTransport(_Runs):
             target = target_for(self.host)
             self.target = target
             self._client = self._connect_hop(target, extra_identity=None)
+            self._become = Decision(known(self.host, target.user, target.user == "root"))
         except BaseException:
             self.close()
             raise
@@ -152,6 +154,7 @@ class SSHTransport(_Runs):
     def _start(self, cmd: Command, bulk: bool = False) -> "_ChannelStream":
         deadline = time.monotonic() + cmd.timeout if cmd.timeout else None
         with _ssh_errors(self.host.name, cmd):
+            argv = argv_for(cmd, self.host, self._become, become_asker(self))  # before its channel: it may ask first
             open_timeout = min(self.host.ssh.connect_timeout, cmd.timeout or self.host.ssh.connect_timeout)
             channel = self._transport.open_session(timeout=open_timeout)
             _use_chunk_buffers(channel)  # before exec: no data has arrived yet
@@ -159,7 +162,7 @@ class SSHTransport(_Runs):
                 import paramiko.agent
 
                 paramiko.agent.AgentRequestHandler(channel)
-            channel.exec_command(shlex.join(with_become(remote_argv(cmd), self.host)))
+            channel.exec_command(shlex.join(argv))
             if cmd.stdin:
                 channel.sendall(cmd.stdin)
             if not cmd.stdin_open:
@@ -381,6 +384,16 @@ class _ChannelOutput:
         if not self.stream.channel.status_event.is_set():  # paramiko sets it on exit-status and on close
             return None
         return CommandResult(self.stream.channel.recv_exit_status(), "", "", time.monotonic() - self.started)
+
+    def send(self, data: bytes) -> bool:
+        channel = self.stream.channel
+        if channel.closed or channel.eof_sent or not channel.send_ready():  # no room: paramiko's send would wait
+            return False
+        try:
+            channel.sendall(data)
+        except (OSError, EOFError, _paramiko().SSHException):
+            return False
+        return True
 
     def close(self) -> None:
         self.stream.close()

@@ -7,12 +7,24 @@ agent.exit appears and wakes the loop), so a running node is asked every `every_
 several times per lease (plan/wrapper.py LEASE_S), and well inside `lost_after_s`. A node is asked at
 once, every turn, after a stream ended (`everyone`), while the run settles after a failure, and
 after an unanswered question (so that a node cut off counts as lost as soon as before).
+
+A node's output stream carries the question too (issue 52: a poll was ~40 ms of the node's CPU in a
+chain of processes, most of what clusterctl cost a node while the job ran): the controller asks for the
+lease's renewal on the stream's stdin whenever the node is due, and the node's follower answers on its
+stderr (plan/wrapper.follow_command). A node whose stream answered within `every_s` + STREAM_SLACK_S
+(`renewal_sent`), or took its first renewal, is not polled; one whose stream fell silent, ended or left
+its first renewal unanswered is polled as before.
 """
 from __future__ import annotations
 
 import threading
+from typing import Optional
+
+from clusterctl.node.follow_files import RENEWED as RENEWED_TEXT
 
 EVERY_S = 4.0
+RENEWED = RENEWED_TEXT.encode()
+STREAM_SLACK_S = 2.0  # past `every_s`, how late a stream's answer may come before the node is polled
 
 
 class Pace:
@@ -21,6 +33,9 @@ class Pace:
         self._asked: dict[str, float] = {}
         self._unanswered: set[str] = set()
         self._everyone = threading.Event()  # set from the streams' threads
+        self._streamed: dict[str, float] = {}  # each node's latest answer on its stream (set from their thread)
+        self._partial: dict[str, bytes] = {}
+        self._sent: set[str] = set()  # the nodes whose stream took a renewal
 
     def everyone(self) -> None:
         """Ask every node on the next turn (a node's output stream ended)."""
@@ -39,3 +54,26 @@ class Pace:
 
     def answered(self, name: str, ok: bool) -> None:
         (self._unanswered.discard if ok else self._unanswered.add)(name)
+
+    def said(self, name: str, data: bytes, now: float) -> None:
+        """What `name`'s stream said on its stderr (from the streams' thread): an answer counts at `now`."""
+        lines = (self._partial.get(name, b"") + data).split(b"\n")
+        tail = lines.pop()  # a line cut between two reads; a longer one is no answer ("\0" never matches)
+        self._partial[name] = tail if len(tail) < len(RENEWED) else b"\0"
+        if any(line + b"\n" == RENEWED for line in lines):
+            self._streamed[name] = now
+
+    def stream_ended(self, name: str) -> None:
+        """`name`'s stream ended: its answers no longer stand for a poll (its end is what a poll reads)."""
+        self._streamed.pop(name, None)
+
+    def streamed_at(self, name: str) -> Optional[float]:
+        return self._streamed.get(name)
+
+    def renewal_sent(self, name: str, now: float) -> bool:
+        """A renewal went to `name` on its stream: whether it stands for the node's poll. It does where the
+        stream answered recently enough, and for the first one a stream took (its answer awaited until the
+        node is next due; the wrapper's lease is fresh from its start): no poll at a run's start either."""
+        first = name not in self._sent
+        self._sent.add(name)
+        return first or now - self._streamed.get(name, float("-inf")) <= self.every_s + STREAM_SLACK_S

@@ -4,7 +4,11 @@ Rounds of SAMPLES py-spy samples, INTERVAL_S apart, of every rank on every node 
 round trip per node per round, `dump --nonblocking`, so no rank is paused; a rank not run since its last
 dump is not dumped again), run in the background while the controller polls; once the window is full
 and a round singled nobody out, rounds of STEADY_SAMPLES samples STEADY_INTERVAL_S apart (issue 52: the
-node's CPU). Each finished round is added to the window that watch/stragglers.py judges, and the next
+node's CPU). Before any of that, looks: one sample, until a look reads a rank past its imports (ranks
+importing torch are no stragglers, and nobody waits for them yet); after each look that read every rank
+importing (or none at all) the next comes later (straggler_verdict.import_pause_s: 5 s, doubled, up to
+20 s), and IMPORTING_PAUSE_S after the last once a rank printed a line since (likely past its imports).
+A look's samples are not judged. Each finished round is added to the window that watch/stragglers.py judges, and the next
 round starts at the next poll. The step time comes from the ranks' progress
 lines in the live log (the lowest rank that prints one). One `[straggler]` line when a rank is
 named, one when it keeps pace again; `found()` is every rank named during the run, for the record.
@@ -18,7 +22,8 @@ from collections import deque
 from typing import Callable, Optional
 
 from clusterctl.executor import Background, Connections, Event, OnEvent
-from clusterctl.node.straggler_verdict import FIRST_AFTER_S, INTERVAL_S
+from clusterctl.node import straggler_verdict as verdict
+from clusterctl.node.straggler_verdict import FIRST_AFTER_S, IMPORT_PAUSE_S, INTERVAL_S
 from clusterctl.watch import stragglers
 from clusterctl.watch.pyspy_kept import KeptPySpy
 from clusterctl.watch.sampler import merged_samples, node_stacks, sample_action
@@ -34,9 +39,9 @@ FIRST_SAMPLES, SAMPLES = 5, 15
 STEADY_SAMPLES, STEADY_INTERVAL_S = 4, 5.0
 INTERVAL_S, FIRST_ROUND_AFTER_S = INTERVAL_S, FIRST_AFTER_S  # the pace the detached keepers sample at too
 PROGRESS_KEPT = 30  # progress lines kept for the step time (the latest)
-# After a round in which every rank read was still importing (a `_find_and_load` frame), the next one waits this
-# long: no rank can wait for another yet, and each sample costs the node ~35 ms of CPU per rank (issue 52).
-IMPORTING_PAUSE_S = 5.0
+# A look: a round of one sample, while no rank was read past its imports (a `_find_and_load` frame). After one
+# that read every rank importing, the next waits verdict.import_pause_s; IMPORTING_PAUSE_S once a rank printed since.
+LOOK_SAMPLES, IMPORTING_PAUSE_S = 1, IMPORT_PAUSE_S
 
 
 class StragglerWatch:
@@ -58,6 +63,10 @@ class StragglerWatch:
         self._rates: deque = deque(maxlen=PROGRESS_KEPT)
         self._lock = threading.Lock()  # heard() runs in the log streams' threads
         self._quiet = False  # the latest round singled nobody out
+        self._looking = True  # no rank read past its imports yet: the next round is a look
+        self._looks = 0  # looks in a row that read every rank importing, or none
+        self._looked_at = 0.0
+        self._heard = False  # a rank's line since the latest look
 
     @classmethod
     def of_topology(cls, inventory: Inventory, topology, run_id: str, connections: Connections,
@@ -69,6 +78,8 @@ class StragglerWatch:
     def heard(self, rank: Optional[int], text: str, complete: bool = True) -> None:
         """A line of a rank (from the log stream threads): its progress, if it says any. Of a line still
         being written (a tqdm bar), only a whole `[..., 4.01it/s]` counts: `step 12` may yet be `step 123`."""
+        if rank is not None and self._looking:
+            self._heard = True
         if rank is None or (self._progress_rank is not None and rank > self._progress_rank):
             return
         step, seconds = stragglers.progress_of(text)
@@ -97,7 +108,7 @@ class StragglerWatch:
         if not self.enabled:
             return
         if self._round is None:
-            if hosts and not paused and time.monotonic() >= self._next_at:
+            if hosts and not paused and time.monotonic() >= self._due():
                 count, interval = self._pace()
                 self._round = Background(hosts, sample_action(self.inventory, self.run_id, count, interval,
                                                               nonblocking=True, kept=self.kept), self.connections)
@@ -107,15 +118,29 @@ class StragglerWatch:
         nodes = node_stacks(self._round.results)
         self._round = None
         samples = merged_samples(nodes)
-        self._next_at = time.monotonic() + (IMPORTING_PAUSE_S if all_importing(samples) else 0.0)
-        self._quiet = quiet(samples)
         self._give_up_without_pyspy([n.problem for n in nodes.values() if not n.asks])
+        now = time.monotonic()
+        if not past_imports(samples):
+            self._looking, self._looks, self._heard, self._looked_at = True, self._looks + 1, False, now
+            self._next_at = now + verdict.import_pause_s(self._looks)
+            return
+        self._looking, self._looks, self._next_at = False, 0, now
+        self._quiet = quiet(samples)
         self.window.extend(samples)
         self._judge()
 
+    def _due(self) -> float:
+        """When the next round may start: a look waits its pause, shortened to IMPORTING_PAUSE_S after the last
+        look once a rank printed a line since."""
+        if self._looking and self._looks and self._heard:
+            return min(self._next_at, self._looked_at + IMPORTING_PAUSE_S)
+        return self._next_at
+
     def _pace(self) -> tuple[int, float]:
-        """(samples, seconds apart) of the next round: short rounds while the window fills, steady ones once
-        it is full and quiet."""
+        """(samples, seconds apart) of the next round: a look until a rank is read past its imports, short
+        rounds while the window fills, steady ones once it is full and quiet."""
+        if self._looking:
+            return LOOK_SAMPLES, self.interval_s
         if len(self.window) < stragglers.WINDOW // 2:
             return self.samples[0], self.interval_s
         if self._quiet and self.named is None and len(self.window) >= stragglers.WINDOW:
@@ -169,4 +194,9 @@ def quiet(samples) -> bool:
 def all_importing(samples) -> bool:
     """Every rank read in a round was importing (its main thread inside importlib's `_find_and_load`)."""
     ranks = [rank for sample in samples for rank in sample if rank.frames]
-    return bool(ranks) and all(any(f.function == "_find_and_load" for f in rank.frames) for rank in ranks)
+    return bool(ranks) and all(verdict.importing(f.function for f in rank.frames) for rank in ranks)
+
+
+def past_imports(samples) -> bool:
+    """A round read some rank, and not every rank it read was importing: the ranks may wait for each other."""
+    return any(rank.frames for sample in samples for rank in sample) and not all_importing(samples)

@@ -51,6 +51,43 @@ def test_the_follow_command_streams_each_ranks_own_file_and_agent_log(tmp_path):
     assert lines == {(0, "\rr0 1\rr0 2"), (0, "r0 end"), (1, "\rr1 1\rr1 2"), (1, "r1 end"), (None, "torchrun says")}
 
 
+def test_the_stream_renews_the_lease_when_asked_answers_on_stderr_and_ends_with_its_stdin(tmp_path):
+    """issue 52: a running node's lease is renewed through its output stream, no process started per poll
+    (executor.Streams writing to the follower's stdin, for real)."""
+    import time
+
+    from clusterctl.executor import Connections
+    from clusterctl.executor.streams import Streams
+    from clusterctl.transport import connect
+    from clusterctl.watch.pace import Pace
+
+    run_dir = tmp_path / "run"
+    (run_dir / ATT / "0").mkdir(parents=True)
+    (run_dir / "lease").write_text("")
+    os.utime(run_dir / "lease", (1, 1))
+    inventory = Inventory("t", (Host("local", "127.0.0.1", connection="local"),))
+    pace, ended, out = Pace(4.0), {}, []
+    streams = Streams(inventory.hosts, lambda host: agent.follow_command(inventory, str(run_dir), 1, lease=True),
+                      lambda name, data: out.append(data), lambda name, result: ended.setdefault(name, result),
+                      Connections(connect), on_stderr=lambda name, data: pace.said(name, data, time.monotonic()))
+    deadline = time.monotonic() + 20
+    while pace.streamed_at("local") is None and time.monotonic() < deadline:
+        streams.send("local", agent.RENEW)
+        time.sleep(0.3)
+    assert pace.streamed_at("local") is not None and (run_dir / "lease").stat().st_mtime > 1
+    assert b"clusterctl-follow" in b"".join(out)
+    (run_dir / "agent.exit").write_text("0\n")
+    assert streams.wait(10) and "local" in ended
+    assert not streams.send("local", agent.RENEW)  # ended: nothing to ask
+    import subprocess
+
+    os.remove(run_dir / "agent.exit")
+    follower = subprocess.Popen(agent.follow_command(inventory, str(run_dir), 1, lease=True).argv,
+                                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    follower.stdin.close()  # the controller gone: the stream ends, nothing renews the lease any more
+    assert follower.wait(20) == 0
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

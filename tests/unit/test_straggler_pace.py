@@ -65,6 +65,8 @@ SINGLED = [_rank(0, True), _rank(1, False)]  # rank 1 working while rank 0 waits
 
 def test_the_pace_is_steady_only_once_the_window_is_full_and_the_last_round_quiet():
     watch = _watch()
+    assert watch._pace() == (1, 1.0)  # a look: no rank read past its imports yet
+    watch._looking = False
     assert watch._pace() == (5, 1.0)  # the window fills
     watch.window.extend([ALIKE] * (stragglers.WINDOW // 2))
     assert watch._pace() == (SAMPLES, 1.0)
@@ -76,6 +78,7 @@ def test_the_pace_is_steady_only_once_the_window_is_full_and_the_last_round_quie
 
 def test_a_round_that_singles_a_rank_out_or_a_named_rank_brings_back_1_s():
     watch = _watch()
+    watch._looking = False
     watch.window.extend([ALIKE] * stragglers.WINDOW)
     assert quiet([ALIKE, ALIKE]) and not quiet([ALIKE, SINGLED]) and not quiet([])
     watch._quiet = quiet([ALIKE, SINGLED])
