@@ -84,10 +84,22 @@ class Masker:
 
     def json_text(self, text: str) -> str:
         """A JSON document's text with every string token masked inside (its syntax kept whatever a
-        secret spells: `true`, a key's name)."""
+        secret spells: `true`, a key's name, the digits of a `\\u0000` escape)."""
         if not self._forms:
             return text
-        return _STRING.sub(lambda match: '"' + self(match.group(1)) + '"', text)
+        return _STRING.sub(lambda match: self._json_string(match.group(1)), text)
+
+    def _json_string(self, raw: str) -> str:
+        """One string token, masked in its decoded value and written again: masking its escaped text in place
+        could cut an escape in two (a secret `0000` inside `\\u0000`) and leave a document no parser reads."""
+        try:
+            value = json.loads(f'"{raw}"')
+        except ValueError:  # not a JSON string after all (a text that only looks like one): masked as text
+            return f'"{self(raw)}"'
+        masked = self(value)
+        if masked == value and self(raw) == raw:
+            return f'"{raw}"'  # nothing to mask: the token as it was written, byte for byte
+        return json.dumps(masked, ensure_ascii=raw.isascii())
 
 
 _STRING = re.compile(r'"((?:[^"\\]|\\.)*)"', re.DOTALL)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from clusterctl.executor.beside import Beside, backoff
+from clusterctl.ground.masking import Masker
 from clusterctl.inventory.notify_section import masked_url
 from clusterctl.models import NotifySettings
 from clusterctl.observe.messages import Message, json_payload, payload
@@ -39,7 +40,7 @@ class Notifier:
     """One command's notifications. `log_dir(run_id)`: where that run's notify.log goes."""
 
     def __init__(self, settings: Optional[NotifySettings], log_dir: Callable[[str], Path],
-                 mask: Callable[[str], str] = lambda text: text, delivery: Delivery = Delivery()):
+                 mask: Masker = Masker(), delivery: Delivery = Delivery()):
         self.settings, self.log_dir, self.mask, self.delivery = settings, log_dir, mask, delivery
         self._beside, self._log_lock = Beside(), threading.Lock()
         self.sent: list[Message] = []  # what was handed to delivery (the tests and `report` read it)
@@ -54,11 +55,11 @@ class Notifier:
         self.sent.append(message)
         settings = self.settings
         if settings.webhook:
-            body = self.mask(json.dumps(payload(message, settings.format))).encode()
+            body = self.mask.json_text(json.dumps(payload(message, settings.format))).encode()  # stays JSON
             self._beside.start(lambda: self._deliver(message, "webhook", lambda: _post(settings.webhook, body,
                                                                                       self.delivery.timeout_s)))
         if settings.command:
-            body = self.mask(json.dumps(json_payload(message))).encode()
+            body = self.mask.json_text(json.dumps(json_payload(message))).encode()
             self._beside.start(lambda: self._deliver(message, "command", lambda: _run(settings.command, body,
                                                                                       self.delivery.timeout_s)))
 
