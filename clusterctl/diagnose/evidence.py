@@ -26,7 +26,7 @@ from clusterctl.diagnose.evidence_config import (NetInterface, PlatformHint, Res
 from clusterctl.diagnose.evidence_system import ContainerError, KernelLine, StoreMessage  # noqa: F401
 from clusterctl.diagnose.logformat import LogLine
 from clusterctl.diagnose.reader import MAX_LINE
-from clusterctl.diagnose.textmatch import compile_kinds, first_kind
+from clusterctl.diagnose.textmatch import NCCL_CLASS_DESCRIPTION, compile_kinds, first_kind
 
 
 @dataclass(frozen=True)
@@ -197,6 +197,7 @@ def nccl_messages(line: LogLine, lowered: str) -> list[NcclMessage]:
         return []
     level = match.group("level").upper() if match else ""
     body = (match.group("file") or "") + " " + match.group("msg") if match else text
+    body = NCCL_CLASS_DESCRIPTION.sub("", body)
     subsystem = first_kind(_SUBSYSTEM_RE, body)
     call = _CALL.search(body)
     return [NcclMessage(line, level, subsystem, call.group(1) if call else "", error_class, body.strip()[:400])]

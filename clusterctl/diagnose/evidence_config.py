@@ -15,7 +15,7 @@ from typing import Optional
 
 from clusterctl.diagnose.logformat import LogLine
 from clusterctl.diagnose.reader import MAX_LINE
-from clusterctl.diagnose.textmatch import compile_kinds, first_kind
+from clusterctl.diagnose.textmatch import NCCL_CLASS_DESCRIPTION, compile_kinds, first_kind
 
 
 @dataclass(frozen=True)
@@ -252,7 +252,7 @@ def rank_placement(lines: list[LogLine]) -> Placement:
     twice, world, last = None, 0, None
     for line in lines:
         raw = line.raw[:MAX_LINE]
-        networked = networked or bool(_NETWORK.search(raw))
+        networked = networked or bool(_NETWORK.search(NCCL_CLASS_DESCRIPTION.sub("", raw)))
         member = _MEMBER.search(raw) if "MEMBER" in raw else None
         if member:
             rank, world, last = int(member.group(1)), int(member.group(2)), line

@@ -24,7 +24,7 @@ class StoreMessage:
 class ContainerError:
     line: LogLine
     component: str  # docker | containerd | registry | nvidia-container | kubernetes
-    kind: str  # pull | auth | gpu_runtime | requirement | disk | other
+    kind: str  # pull | auth | start | gpu_runtime | requirement | disk | other
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,8 @@ _CONTAINER = re.compile(r"Error response from daemon|docker:|containerd|\bctr:|f
                         r"|registry|OCI runtime|nvidia-container|ImagePull|ErrImage|podman|crictl|kubelet", re.IGNORECASE)
 _CONTAINER_KINDS = (
     ("requirement", r"requirement error|unsatisfied condition"),
+    # the NVIDIA hook ran (the GPU runtime is there) and failed a step inside the new container
+    ("start", r"nvidia-container-cli\S*: (?:container error|permission error)"),
     ("gpu_runtime", r"could not select device driver|nvidia-container|runtime name|unknown runtime|capabilities: \[\["),
     ("disk", r"no space left|disk quota"),
     ("auth", r"unauthorized|denied|authentication required|no basic auth|forbidden|\b401\b|\b403\b"),

@@ -88,6 +88,7 @@ STORE_KINDS = {
 CONTAINER_KINDS = {
     "pull": (("image_pull_failed", .7),),
     "auth": (("image_pull_failed", .6),),
+    "start": (("container_start_failed", .55),),
     "gpu_runtime": (("docker_no_gpu_runtime", .7),),
     "requirement": (("driver_too_old", .6),),
     "disk": (("disk_full", .6),),

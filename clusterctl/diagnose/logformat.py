@@ -38,7 +38,8 @@ _PREFIXES = tuple(re.compile(p) for p in (
 ))
 # a "name: " that is a program, not a pdsh host: its message must keep its name (nvidia-container-cli: ...)
 _NOT_HOSTS = re.compile(r"(?:error|exception|warning|info|debug|note|\.py|\.sh|\.cc|\.cpp|\.h|\.so)$"
-                        r"|^(?:nvidia|docker|containerd|kube|cuda|nccl|torch|python\d?)[-.]|-(?:cli|hook|runtime|smi|ctk)$",
+                        r"|^(?:nvidia|docker|containerd|kube|cuda|nccl|torch|python\d?|enroot|apptainer|singularity)[-.]"
+                        r"|-(?:cli|hook|runtime|smi|ctk)$",
                         re.IGNORECASE)
 NCCL_HOST = re.compile(r"^([\w.-]+):\d+:\d+ \[\d+\]")
 TEXT_RANK = re.compile(r"\[(?:PG \S+ )?Rank (\d+)\]")

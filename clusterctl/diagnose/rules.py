@@ -301,8 +301,9 @@ RULES: tuple[Rule, ...] = (
              S(r"network addresses of \((?P<addr>(?!localhost,)[^,]+), (?P<port>\d+)\) cannot be retrieved", .7),
              S(r"network addresses of \(localhost, \d+\) cannot be retrieved", .3),
              S(r"gaierror|Name or service not known|Temporary failure in name resolution|nodename nor servname", .8,
-               unless=r"IPv6 network addresses of"),
-             S(r"[Cc]ould not resolve (?:host|hostname)|getaddrinfo\S* failed|Unknown host", .75),
+               unless=r"IPv6 network addresses of|resolve hostname [\w.-]+:\d+\b"),  # host:slots: launcher_args
+             S(r"[Cc]ould not resolve (?:host|hostname)|getaddrinfo\S* failed|Unknown host", .75,
+               unless=r"resolve hostname [\w.-]+:\d+\b"),
          )),
     Rule("rdzv_unreachable",
          "workers time out or are refused on `MASTER:29500` (`client socket has timed out`, "

@@ -93,6 +93,15 @@ SETUP_RULES = (
              # ...its specific forms: the NVIDIA hook finding a driver device node missing, a leftover container
              S(r"nvidia-container-cli: mount error: stat failed: (?P<device>/dev/nvidia[\w-]*)", .88),
              S(r"pyxis: ERROR File already exists: \S*pyxis_", .8),
+             # (after batch 12) an unprivileged runtime refused its namespaces (Ubuntu 23.10+'s AppArmor
+             # restriction, user.max_user_namespaces=0): Apptainer's and enroot-nsenter's words
+             S(r"[Ff]ailed to create (?:user|mount) namespace|Error while waiting event for user namespace mappings"
+               r"|Could not write info to setgroups", .85),
+             # enroot's own helpers (enroot-nsenter, -switchroot, -mount, -aufs2ovlfs) failing a step of the start
+             S(r"\benroot-[a-z0-9]+: (?:failed|error|cannot|could not)", .8),
+             # the NVIDIA hook's step inside the new container (a lookup in its rootfs, a capability change that
+             # SELinux refuses): the GPU runtime is installed and ran; the container's setup failed
+             S(r"nvidia-container-cli(?:\.real)?: (?:container error|permission error)", .8),
          )),
     Rule("extension_build_failed",
          "`RuntimeError: Error building extension 'fused_adam'`, `ninja: build stopped: subcommand failed`",
@@ -103,6 +112,10 @@ SETUP_RULES = (
              S(r"Ninja is required to load C\+\+ extensions", .9),
              S(r"Command '\['ninja', '-v'\]' returned non-zero exit status", .75),
              S(r"ninja: build stopped: subcommand failed", .6),
+             # (after batch 12) nvcc refusing an architecture of the build's arch list: the toolkit that builds the
+             # op is older than the list asks (TORCH_CUDA_ARCH_LIST), not the GPU at run time
+             S(r"nvcc fatal\s*:\s*Unsupported gpu architecture", .9,
+               requires=r"ninja|error building extension|cpp_extension|setup\.py"),
              S(r"unsupported GNU version! gcc versions later than \d+ are not supported", .75),
              # a compiler's missing header (cc1plus/nvcc/gcc: the program's name may be read as a pdsh host prefix)
              S(r"fatal error: [\w./-]+\.(?:h|hpp|cuh): No such file or directory", .55),

@@ -67,6 +67,9 @@ OTHER_WORDS = {
           unless_log=r"spank|pyxis|enroot|container start failed|container creation failed"),
         # a launcher handed an empty master address (a hostfile it could not parse, an unset variable)
         S(r"--master_addr=(?:\s|$)|Using IP address of\s{2,}for node", .7),
+        # (after batch 12) a host list's `host:slots` form handed to ssh as a host name (an MPI launcher's -H /
+        # hostfile syntax given where plain host names are expected, or a default of localhost:N)
+        S(r"[Cc]ould not resolve hostname [\w.-]+:\d+\b", .9),
     ),
     "gpu_arch_unsupported": (
         # ROCm's "no kernel image": no code object for the device's arch or its XNACK/SRAMECC mode
@@ -112,6 +115,17 @@ OTHER_WORDS = {
         S(rf"Connect to (?:{LINK_LOCAL})", .8),
         # UCX (Open MPI's pml) unable to reach a peer's worker address: no interface the two hosts share
         S(r"Failed to receive UCX worker address|Failed to resolve UCX endpoint", .7),
+        # (after batch 12) Open MPI's TCP transport failing between nodes: on multi-homed hosts (docker0, veth,
+        # a second NIC) it tries an interface that routes nowhere; the runner-up to its own firewall hint
+        S(r"unable to complete a TCP connection\s*(?:to another process)?", .55),
+        # a network failure at NCCL's setup while the launch pins the socket interface: the pinned name is the
+        # lead suspect (an interface that does not route between the nodes)
+        S(r"NCCL_SOCKET_IFNAME=(?P<iface>[\w.,^=-]+)", .6,
+          requires=r"remote process exited or there was a network error|ncclsystemerror|unhandled system error"),
+    ),
+    "hostname_unresolvable": (
+        # the C library's resolver failing in MPICH's (and other C programs') words
+        S(r"gethostbyname(?:\(\))? failed|gethostbyname\S*: (?:Unknown host|Host name lookup failure)", .8),
     ),
     "rdzv_unreachable": (
         # a coordinator a worker cannot reach: JAX/XLA's coordination service, Ray's head (GCS / its redis)
@@ -132,6 +146,10 @@ OTHER_WORDS = {
     "ib_config": (
         # the fabric plugin's memory registration out of locked memory (the container's memlock limit)
         S(r"(?:NET/OFI Unable to register memory|Unable to register MR).{0,80}Cannot allocate memory", .75),
+        # (after batch 12) libibverbs finding an RDMA device but no userspace provider for it (libmlx5 / rdma-core
+        # missing from the image or container)
+        # (a provider that fails to load for another device, `couldn't load driver 'libipathverbs'`, is benign)
+        S(r"libibverbs: Warning: no userspace device-specific driver found", .6),
     ),
     "nccl_socket_error": (
         # Open MPI's TCP transport refused between the nodes (its own hint: a firewall)

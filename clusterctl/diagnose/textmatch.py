@@ -11,6 +11,10 @@ UNKNOWN_FIX = ("no known failure signature matched: start from the quoted lines;
                "and TORCH_DISTRIBUTED_DEBUG=DETAIL in job.env, and `clusterctl collect-logs` to add node "
                "diagnostics")
 
+# NCCL's fixed description of its system error class (printed with every one; torch quotes it): the calls it lists
+# are examples, not a transport that failed nor a sign of a network (after batch 12: read as a socket failure)
+NCCL_CLASS_DESCRIPTION = re.compile(r"System call \(socket, malloc, munmap, etc\) failed\.?", re.IGNORECASE)
+
 
 @lru_cache(maxsize=None)
 def compiled(pattern: str) -> Pattern[str]:
