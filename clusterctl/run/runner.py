@@ -8,8 +8,7 @@ silent for `lost_after_s` (`job.lost_after`, the same window as a detached run's
 (marker-scoped, this run only) and the first failure is named with its diagnosis (the engine gives
 the others a few seconds to report first, so that the rank that crashed is named rather than a peer
 that lost it). The same stop runs on Ctrl-C/SIGTERM. A job silent for `job.stall_timeout` seconds has every rank's
-stack taken (watch/stalls.py): stacks that do not move are a hang, which stops the run and names
-the rank that is elsewhere.
+stack taken (watch/stalls.py): stacks that do not move are a hang, which stops the run and names the rank elsewhere.
 """
 from __future__ import annotations
 
@@ -22,17 +21,14 @@ from pathlib import Path
 from typing import Callable, Mapping, Optional
 
 from clusterctl.ground.masking import masker
-from clusterctl.models import secret_values
+from clusterctl.models import Host, HostResult, HostStatus, Inventory, secret_values
 from clusterctl.executor import Connections, Event, OnEvent, Streams, Ticker, for_each_host, run_commands
 from clusterctl.plan.torchrun import RANK_PREFIX_RE
 from clusterctl.node.layout import files_dir
-from clusterctl.models import Host, HostResult, HostStatus, Inventory
 from clusterctl.plan import wrapper as agent
 from clusterctl.node import engine
-from clusterctl.watch import rollcall, stalls
-from clusterctl.run import supervision
-from clusterctl.watch import culprit, pace
-from clusterctl.run import phases
+from clusterctl.watch import culprit, pace, rollcall, stalls
+from clusterctl.run import phases, supervision
 from clusterctl.watch.straggler_watch import StragglerWatch
 from clusterctl.watch.failures import first_ranks_of
 from clusterctl.watch.follow import FollowStream, Piece, latest_state, line_prefix
@@ -381,12 +377,7 @@ class JobRunner:
         quick = max(1.0, min(self.lost_after_s / 2, 3.0))
         now, running = time.monotonic(), [name for name, n in self.nodes.items() if n.exit_code is None and not n.lost]
         due = self.pace.due(running, now, everyone)
-        for name in running:  # a stream's answer since the engine last heard: the node answered (watch/pace.py)
-            at = self.pace.streamed_at(name)
-            if at is not None and at > self._beaten.get(name, float("-inf")):
-                self._beaten[name] = self.nodes[name].last_seen = at
-                self.pace.answered(name, True)
-                self._beat(name)
+        self._heard_streams(running)
         renewed = {n for n in due if self._streams and self._streams.send(n, agent.RENEW) and self.pace.renewal_sent(n, now)}
         asked = [n for n in due if n not in renewed]
         waiting = [_with_connect_timeout(self.nodes[name].host, quick) for name in asked]
@@ -409,6 +400,17 @@ class JobRunner:
                 node.ended_at = node.last_seen
                 how = " (`clusterctl stop`)" if node.stopped else ""
                 self.on_event(Event("note", name, f"torchrun exited {node.exit_code}{how}"))
+        self._heard_streams(running)  # again: a cut node's poll held this turn while the others' streams answered
+
+    def _heard_streams(self, running: list[str]) -> None:
+        """A stream's answer since the engine last heard: the node answered (watch/pace.py); heard only next turn,
+        they looked silent to the engine as long as a cut node's poll took (node1 judged lost, node3 cut)."""
+        for name in running:
+            at = self.pace.streamed_at(name)
+            if at is not None and at > self._beaten.get(name, float("-inf")) and not self.nodes[name].lost:
+                self._beaten[name] = self.nodes[name].last_seen = at
+                self.pace.answered(name, True)
+                self._beat(name)
 
     def _beat(self, name: str) -> None:
         node, self._seq = self.nodes[name], self._seq + 1

@@ -64,8 +64,29 @@ class _Impersonations:
         node = self.NODES[variant]
         if self.current.get(node) != variant:
             self.sandbox.impersonate(node, self.root / variant)
+            self._shows(node, self.root / variant)
             self.current[node] = variant
         return node
+
+    def _shows(self, node: str, variant) -> None:
+        """A new session on the node sees the variant (its bin/ on PATH): the harness's own check, so that a
+        session served by anything else fails here, saying so, not as a wrong verdict of the test (CI saw
+        node2's ib check read no IB right after its impersonation, twice, after test_cluster_fleet.py)."""
+        from clusterctl_helpers import node_ssh_run
+
+        import warnings
+
+        for attempt in range(2):
+            code, out = node_ssh_run(self.sandbox, node, 'echo "$PATH"; ls /sys/class/infiniband 2>&1 | head -3')
+            if str(variant / "bin") in out:
+                if attempt:
+                    warnings.warn(f"{node} showed {variant.name} only after a second impersonation (first: {seen!r})")
+                return
+            seen = out
+            self.sandbox.impersonate(node, variant)  # once more, then give up saying what was seen
+        log = self.sandbox.node(node).sshd_log
+        raise AssertionError(f"{node} does not show {variant.name} after impersonating it: a session saw "
+                             f"{seen!r}; {log}: {log.read_text(errors='replace')[-2000:] if log.exists() else 'absent'}")
 
     def restore(self) -> None:
         for node in list(self.current):
