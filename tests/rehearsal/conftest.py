@@ -69,16 +69,15 @@ class _Impersonations:
         return node
 
     def _shows(self, node: str, variant) -> None:
-        """A new session on the node sees the variant (its bin/ on PATH): the harness's own check, so that a
-        session served by anything else fails here, saying so, not as a wrong verdict of the test (CI saw
-        node2's ib check read no IB right after its impersonation, twice, after test_cluster_fleet.py)."""
+        """A new session on the node sees the variant (its bin/ on PATH, and within the session user's reach): the
+        harness's own check, so that a stand-in out of reach fails here, saying so, not as a wrong verdict."""
         from clusterctl_helpers import node_ssh_run
 
         import warnings
 
         for attempt in range(2):
-            code, out = node_ssh_run(self.sandbox, node, 'echo "$PATH"; ls /sys/class/infiniband 2>&1 | head -3')
-            if str(variant / "bin") in out:
+            code, out = node_ssh_run(self.sandbox, node, f'echo "$PATH"; [ -x "{variant}/bin" ] && ls "{variant}/bin"')
+            if str(variant / "bin") in out and code == 0:  # on PATH, and within the session user's reach
                 if attempt:
                     warnings.warn(f"{node} showed {variant.name} only after a second impersonation (first: {seen!r})")
                 return
@@ -98,12 +97,24 @@ class _Impersonations:
 def hardware_sandbox(sandbox):
     """The session sandbox, whose `node_of[variant]` names a node impersonating that stand-in variant
     of tests/fixtures/hardware/ (set up on first use, undone at the end of the module)."""
+    import os
+    import shutil
+    import tempfile
     from pathlib import Path
 
-    impersonations = _Impersonations(sandbox, Path(__file__).resolve().parents[1] / "fixtures" / "hardware")
+    # The stand-ins run as each node's SSH user, node2's a non-root one: a checkout under a 0700 directory
+    # (`mktemp -d`, a home) is out of its reach, and its PATH lookup then fell through to the real ibstat (CI
+    # saw node2 read "no InfiniBand"). So they run from a copy anyone may read, removed at the end.
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures"
+    copy = Path(tempfile.mkdtemp(prefix="clusterctl-hardware-", dir="/var/tmp"))
+    os.chmod(copy, 0o755)
+    for name in ("hardware", "tools", "health"):  # the stand-ins, and the captured outputs they print
+        shutil.copytree(fixtures / name, copy / name)
+    impersonations = _Impersonations(sandbox, copy / "hardware")
     sandbox.node_of = impersonations
     try:
         yield sandbox
     finally:
         impersonations.restore()
         del sandbox.node_of
+        shutil.rmtree(copy, ignore_errors=True)
