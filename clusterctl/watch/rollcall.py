@@ -27,6 +27,7 @@ from typing import Iterable, Optional
 
 from clusterctl.documents import parts
 from clusterctl.documents.convert import plain
+from clusterctl.node.straggler_verdict import STOPPED
 from clusterctl.watch.sockets import Suspect, suspicious_connections
 from clusterctl.watch.stacks import Frame, RankStack
 
@@ -224,7 +225,11 @@ def judge(samples: list[list[RankStack]], interval_s: float, expected: Iterable[
             return Verdict(UNKNOWN, call, "no rank was read in both samples")
         moved = [r for old, r in both if _frames(old) != _frames(r)]
         elsewhere = any(not g.in_collective and not g.in_cuda_wait for g in call.groups)
-        busy = [(r, share) for old, r in both if not r.in_collective and not (r.in_cuda_wait and elsewhere)
+        # A rank stopped in both samples holds every collective, so no rank's CPU is progress: with NCCL a rank
+        # spins in its own code's blocking copy (`source.to(gpu)`) behind the stopped peer (2 x H200, the DDP
+        # tutorial, rank 1 SIGSTOPped: read as busy, the run went on silent until --timeout)
+        stopped = any(old.state in STOPPED and r.state in STOPPED for old, r in both)
+        busy = [(r, share) for old, r in both if not stopped and not r.in_collective and not (r.in_cuda_wait and elsewhere)
                 for share in [_cpu_share(old, r, interval_s * (len(samples) - 1))] if share >= BUSY]
         if moved or busy:
             said = [f"{describe_ranks(moved)} moved between samples"] if moved else []

@@ -151,3 +151,27 @@ def test_top_shows_the_straggler_named_while_it_is_late():
     assert late({"stragglers": [{"host": "n", "rank": 1, "lag_share": 0.25, "until": None}]}) == \
         " · straggler n r1: +25% of each step"
     assert late({}) == "" and late({"stragglers": ["junk", {"until": None}]}) == ""
+
+
+def test_a_rank_stopped_in_both_samples_makes_a_busy_peer_no_progress():
+    """2 x H200, the public DDP tutorial over NCCL, rank 1 SIGSTOPped (docs/gpu-validation.md): rank 0 spun in its
+    own code's blocking copy (`source.to(gpu)`, state R, its CPU climbing) behind the stopped peer, and was read
+    as busy, so the silent run went on to --timeout. A stopped rank holds every collective: a hang, named on it."""
+    copy = (Frame("_run_epoch", "multinode.py", 73, "/work/multinode.py"),
+            Frame("train", "multinode.py", 87, "/work/multinode.py"))
+    stopped = (Frame("zero_grad", "torch/optim/optimizer.py", 1061, SITE + "torch/optim/optimizer.py"),
+               Frame("_run_batch", "multinode.py", 62, "/work/multinode.py"))
+
+    def sample(cpu0):
+        return [RankStack("g0", 0, 0, 100, (ThreadStack("MainThread", None, copy),), "", cpu0, (), "R", ""),
+                RankStack("g1", 1, 0, 101, (ThreadStack("MainThread", None, stopped),), "", 3.0, (), "T", "do_signal_stop")]
+
+    found = judge([sample(10.0), sample(14.0)], 2.0, range(2))
+    assert found.kind == HANG, found.detail
+    failure = hang_finding(found, 25)
+    assert (failure["host"], failure["rank"]) == ("g1", 1), failure
+    assert "rank 1 on g1 is stopped (state T" in failure["diagnosis"][0]["evidence"]
+    # without a stopped rank the same busy rank is work (a long step that prints nothing is not a hang)
+    running = [[r if r.rank == 0 else RankStack("g1", 1, 0, 101, r.threads, "", 3.0, (), "S", "") for r in s]
+               for s in (sample(10.0), sample(14.0))]
+    assert judge(running, 2.0, range(2)).kind != HANG
