@@ -225,10 +225,12 @@ def judge(samples: list[list[RankStack]], interval_s: float, expected: Iterable[
             return Verdict(UNKNOWN, call, "no rank was read in both samples")
         moved = [r for old, r in both if _frames(old) != _frames(r)]
         elsewhere = any(not g.in_collective and not g.in_cuda_wait for g in call.groups)
-        # A rank stopped in both samples holds every collective, so no rank's CPU is progress: with NCCL a rank
+        # A rank stopped in every sample holds every collective, so no rank's CPU is progress: with NCCL a rank
         # spins in its own code's blocking copy (`source.to(gpu)`) behind the stopped peer (2 x H200, the DDP
-        # tutorial, rank 1 SIGSTOPped: read as busy, the run went on silent until --timeout)
-        stopped = any(old.state in STOPPED and r.state in STOPPED for old, r in both)
+        # tutorial, rank 1 SIGSTOPped: read as busy, the run went on silent until --timeout). A stopped rank
+        # has no frames (the sampler does not attach to it: its state is the answer), so it is found by its
+        # state among every rank sampled, not among the ranks read
+        stopped = bool(_stopped_in_every_sample(samples))
         busy = [(r, share) for old, r in both if not stopped and not r.in_collective and not (r.in_cuda_wait and elsewhere)
                 for share in [_cpu_share(old, r, interval_s * (len(samples) - 1))] if share >= BUSY]
         if moved or busy:
@@ -243,6 +245,13 @@ def judge(samples: list[list[RankStack]], interval_s: float, expected: Iterable[
     return Verdict(HANG, call, call.evidence(), suspects)
 
 
+def _stopped_in_every_sample(samples: list[list[RankStack]]) -> set[tuple[str, int]]:
+    """(host, rank) of each rank whose process was stopped (T, t) or dead (Z, X) in every sample, read or not."""
+    held = [{(r.host, r.rank) for r in sample if r.state in HOLDS_EVERY_COLLECTIVE} for sample in samples]
+    return set.intersection(*held) if held else set()
+
+
+HOLDS_EVERY_COLLECTIVE = STOPPED + ("Z", "X")  # not D: a rank reading a checkpoint off NFS sleeps there and moves on
 BUSY = 0.1  # of one CPU between the first and the last sample: a wait uses ~0, work shared by many ranks on few CPUs more
 
 

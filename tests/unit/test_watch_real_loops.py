@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 from hypothesis import given, settings, strategies as st
@@ -13,7 +14,7 @@ from hypothesis import given, settings, strategies as st
 from clusterctl.node import node_stragglers, straggler_verdict as verdict
 from clusterctl.watch import stragglers
 from clusterctl.watch.rollcall import HANG, hang_finding, judge, roll_call
-from clusterctl.watch.sampler import parse_node_output
+from clusterctl.watch.sampler import merged_samples, parse_node_output
 from clusterctl.watch.stacks import Frame, RankStack, ThreadStack
 
 PYSPY = Path(__file__).resolve().parents[1] / "fixtures" / "pyspy"
@@ -154,24 +155,23 @@ def test_top_shows_the_straggler_named_while_it_is_late():
 
 
 def test_a_rank_stopped_in_both_samples_makes_a_busy_peer_no_progress():
-    """2 x H200, the public DDP tutorial over NCCL, rank 1 SIGSTOPped (docs/gpu-validation.md): rank 0 spun in its
-    own code's blocking copy (`source.to(gpu)`, state R, its CPU climbing) behind the stopped peer, and was read
-    as busy, so the silent run went on to --timeout. A stopped rank holds every collective: a hang, named on it."""
-    copy = (Frame("_run_epoch", "multinode.py", 73, "/work/multinode.py"),
-            Frame("train", "multinode.py", 87, "/work/multinode.py"))
-    stopped = (Frame("zero_grad", "torch/optim/optimizer.py", 1061, SITE + "torch/optim/optimizer.py"),
-               Frame("_run_batch", "multinode.py", 62, "/work/multinode.py"))
-
-    def sample(cpu0):
-        return [RankStack("g0", 0, 0, 100, (ThreadStack("MainThread", None, copy),), "", cpu0, (), "R", ""),
-                RankStack("g1", 1, 0, 101, (ThreadStack("MainThread", None, stopped),), "", 3.0, (), "T", "do_signal_stop")]
-
-    found = judge([sample(10.0), sample(14.0)], 2.0, range(2))
+    """2 x H200, the public DDP tutorial over NCCL, rank 1 SIGSTOPped (docs/gpu-validation.md), read by the real node
+    script on each host (tests/fixtures/pyspy/SOURCES.md): rank 0 spins in its own code's blocking copy
+    (`source.to(gpu)`, state R, a whole CPU) behind the stopped peer, which the script does not attach to (no
+    frames, its state is the answer). Rank 0 was read as busy and the silent run went on to --timeout; a stopped
+    rank holds every collective, found by its state whether or not it was read: a hang, named on it."""
+    nodes = {host: parse_node_output((PYSPY / f"node_ddp_tutorial_nccl_frozen_r1_{host}_h200.txt").read_text(), host)
+             for host in ("g0", "g1")}
+    samples = merged_samples(nodes)
+    busy, stopped = samples[-1]
+    assert (busy.state, str(busy.innermost), stopped.state, stopped.frames) == \
+        ("R", "Trainer._run_epoch (multinode.py:73)", "T", ())
+    assert busy.cpu_s - samples[0][0].cpu_s > 2.5  # 3 s apart: a whole CPU
+    found = judge(samples, 3.0, range(2))
     assert found.kind == HANG, found.detail
     failure = hang_finding(found, 25)
     assert (failure["host"], failure["rank"]) == ("g1", 1), failure
     assert "rank 1 on g1 is stopped (state T" in failure["diagnosis"][0]["evidence"]
-    # without a stopped rank the same busy rank is work (a long step that prints nothing is not a hang)
-    running = [[r if r.rank == 0 else RankStack("g1", 1, 0, 101, r.threads, "", 3.0, (), "S", "") for r in s]
-               for s in (sample(10.0), sample(14.0))]
-    assert judge(running, 2.0, range(2)).kind != HANG
+    # the same samples with rank 1 running (asleep in the kernel): rank 0's CPU is work, a long silent step
+    running = [[r if r.rank == 0 else replace(r, state="S", wchan="") for r in sample] for sample in samples]
+    assert judge(running, 3.0, range(2)).kind != HANG

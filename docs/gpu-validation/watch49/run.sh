@@ -42,7 +42,7 @@ job:
   nproc_per_node: 1
   python: $PY
   outputs: $W/outputs-$1
-  env: {$ENV}
+  env: {$ENV${EXTRA_ENV:+, $EXTRA_ENV}}
 checks: {ib: off, shm_min: 64m, disk_min: 1g}
 YAML
 }
@@ -70,11 +70,37 @@ def outside():
     held["at"] = time.time() - t0
     if what == "slow":
         cycle = DutyCycle(pid, 0.6)
+        probe = os.environ.get("FR_PROBE")  # issue 49: torch's flight recorder dumped on demand (its pipe) mid-run
+        rank0, k = find_rank(marker, 0), 0
         while proc.poll() is None:
             time.sleep(0.5)
+            if probe and k < 6 and time.time() - t0 > float(settle) + 20 + 10 * k:
+                k += 1
+                stamp = time.time()
+                for r in (0, 1):
+                    try:
+                        fd = os.open(f"{probe}{r}.pipe", os.O_WRONLY | os.O_NONBLOCK); os.write(fd, b"1"); os.close(fd)
+                    except OSError as e:
+                        print("pipe", r, e, file=sys.stderr)
+                time.sleep(3)
+                dest = f"{os.environ['OUT']}/fr/{k}"; os.makedirs(dest, exist_ok=True)
+                subprocess.run(f"find {w}/outputs-{name} -name 'nccl_trace_rank_*' -newermt @{stamp:.0f} "
+                               f"-exec cp {{}} {dest}/ \\;; ls -la {dest}", shell=True)
+                if rank0 and k <= 2:
+                    with open(f"{os.environ['OUT']}/native_rank0_{k}.txt", "w") as f:
+                        subprocess.run(["py-spy", "dump", "--native", "--pid", str(rank0)], stdout=f,
+                                       stderr=subprocess.STDOUT, timeout=60)
         cycle.stop()
     elif what == "freeze":
         freeze(pid)
+        if os.environ.get("CAPTURE"):  # the stall watch's raw input, kept whole as a test fixture
+            time.sleep(4)
+            run_id = next(l[18:] for l in open(f"/proc/{pid}/environ", "rb").read().decode().split("\0")
+                          if l.startswith("CLUSTERCTL_RUN_ID="))
+            for host in ("g0", "g1"):
+                with open(f"{os.environ['OUT']}/node_{name}_{host}.txt", "w") as f:
+                    subprocess.run([sys.executable, "docs/gpu-validation/round2/node_sample.py", name, host, run_id],
+                                   stdout=f, stderr=subprocess.STDOUT, timeout=120)
 if what != "none":
     threading.Thread(target=outside, daemon=True).start()
 out, _ = proc.communicate(timeout=420)
