@@ -86,8 +86,11 @@ def is_cuda_wait(function, where):
 
 
 def in_library(where):
-    """A frame's full path in an installed package or the standard library (not the job's own code)."""
-    return any(part in where for part in LIBRARY_PARTS) or bool(STDLIB_RE.search(where))
+    """A frame's file in an installed package or the standard library (not the job's own code): its full path,
+    or, where py-spy gave only its short name, a relative one with a folder (py-spy shortens an installed
+    package's path to `torch/nn/modules/module.py`; the job's own files keep their path)."""
+    return any(part in where for part in LIBRARY_PARTS) or bool(STDLIB_RE.search(where)) or \
+        ("/" in where and not where.startswith(("/", "./")))
 
 
 def importing(functions):

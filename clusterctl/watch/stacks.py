@@ -16,7 +16,7 @@ from typing import Optional
 from clusterctl.node import straggler_verdict as verdict
 
 # Where library code lives: a frame there is "inside" a library, not the job's own code.
-_LIBRARY_PARTS, _STDLIB_RE = verdict.LIBRARY_PARTS, verdict.STDLIB_RE
+_STDLIB_RE = verdict.STDLIB_RE
 # A process state (/proc's `State:` letter) in which a rank cannot take part: held from outside (T, t: SIGSTOP, a
 # debugger), stuck in the kernel (D: a dead NFS mount, a hung driver call), dead and not reaped (Z, X)
 HELD_STATES = {"T": "stopped (state T: SIGSTOP or a job-control stop)", "t": "stopped by a tracer (state t)",
@@ -38,9 +38,7 @@ class Frame:
 
     @property
     def in_library(self) -> bool:
-        full = self.path or self.file
-        return any(part in full for part in _LIBRARY_PARTS) or bool(_STDLIB_RE.search(full)) or \
-            (not self.path and "/" in self.file and not self.file.startswith(("/", "./")))
+        return verdict.in_library(self.path or self.file)
 
     @property
     def in_torch_distributed(self) -> bool:

@@ -58,9 +58,8 @@ class Straggler:
 def waits(rank: RankStack) -> bool:
     """Waiting for the others: inside torch.distributed, (NCCL) in the CUDA sync behind a collective, or
     asleep inside a library (a plain DDP loop's reducer under loss.backward()); never while stopped. The
-    nodes' rule (node/straggler_verdict.py frames_wait) on RankStack's frames, whose short py-spy names
-    count as a library's too (Frame.in_library)."""
-    return rank.state not in verdict.STOPPED and (rank.in_collective or rank.in_cuda_wait or rank.asleep_in_library)
+    nodes' rule itself (node/straggler_verdict.py frames_wait), on RankStack's frames: one copy of it."""
+    return verdict.frames_wait([(f.function, f.path or f.file) for f in rank.frames], rank.state)
 
 
 def readings(samples: Iterable[Sequence[RankStack]]) -> list[list[Reading]]:
