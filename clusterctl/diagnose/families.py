@@ -278,9 +278,12 @@ def placement_supports(placement, records: list) -> list[Support]:
     if placement.stalled is not None and len(placement.nccl_hosts) == 1 and not placement.shared \
             and not _failed(records):
         # one host's ranks stopped inside NCCL's setup with no error and no GPU claimed twice: the peer-to-peer hang
-        # (ACS/IOMMU redirecting P2P traffic), above a listed virtual interface, which one host does not route
-        # through; a hang in any case
-        out += _each((("p2p_unsupported", .6), ("rank_hang", .3)), "placement:one-host-stalled-in-nccl",
+        # (ACS/IOMMU redirecting P2P traffic), above the interfaces NCCL lists, which carry no traffic between GPUs
+        # of one host (nccl-tests#115: veth interfaces listed, the IOMMU the cause); as strong as InfiniBand's own
+        # lines where NCCL uses or expects its devices (not where it merely found none); a hang in any case
+        ib = any(isinstance(r, ev.NcclMessage) and r.subsystem == "net_ib" and "no device found" not in r.text.lower()
+                 for r in records)
+        out += _each((("p2p_unsupported", .6 if ib else .75), ("rank_hang", .3)), "placement:one-host-stalled-in-nccl",
                      _Anchor(placement.stalled))
     if placement.clashes:  # one hostname, two addresses on one interface: two machines
         out += _each((("duplicate_host", .65),), "placement:address-clash", _Anchor(placement.clashes[0][3]))

@@ -3,7 +3,9 @@ scores are in docs/diagnosis.md): each case is a class of message in some progra
 excerpt comes from; where another thread than the batch's own shows the class, that thread's excerpt is here too."""
 from __future__ import annotations
 
-from clusterctl.diagnose import diagnose_text
+from clusterctl.diagnose import corpus, diagnose_text
+
+ENTRIES = {entry.path: entry for entry in corpus.load()}
 
 # https://developer.metax-tech.com/forum/u/avaarg/430: torchrun running `-m llamafactory.cli`, which starts torchrun
 # again: every worker starts its own rendezvous store on MASTER_PORT and all but one fail to bind it
@@ -67,3 +69,15 @@ def test_a_remote_daemon_without_its_libraries_names_the_non_interactive_environ
             "attempting to launch so we are aborting.")
     finding = diagnose_text(text)[0]
     assert finding.cause == "launcher_missing" and "cannot load `libimf.so` in a non-interactive login" in finding.fix
+
+
+def test_interfaces_listed_by_a_one_host_run_stalled_in_nccl_do_not_outrank_the_peer_to_peer_hang():
+    # https://github.com/NVIDIA/nccl-tests/issues/115 (corpus copy): two GPUs of one host stop in NCCL's setup while
+    # NCCL lists veth interfaces; the IOMMU was the cause (amd_iommu=off fixed it)
+    causes = [f.cause for f in diagnose_text(ENTRIES["p2p_unsupported/b12-nccl-tests-115.log"].text)]
+    assert causes[:2] == ["p2p_unsupported", "nic_mismatch"]
+
+
+def test_a_one_host_stall_where_nccl_uses_or_expects_infiniband_keeps_infiniband_first():
+    # https://github.com/NVIDIA/nccl/issues/941 (corpus copy): an IB plugin loaded in a container without the devices
+    assert diagnose_text(ENTRIES["ib_config/NVIDIA-nccl-941-no-ib-device-container.log"].text)[0].cause == "ib_config"
