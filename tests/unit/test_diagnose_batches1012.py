@@ -4,6 +4,8 @@ excerpt comes from; where another thread than the batch's own shows the class, t
 from __future__ import annotations
 
 from clusterctl.diagnose import corpus, diagnose_text
+from clusterctl.diagnose.engine import with_similar_causes
+from clusterctl.diagnose.similar import similar_cases
 
 ENTRIES = {entry.path: entry for entry in corpus.load()}
 
@@ -81,3 +83,22 @@ def test_interfaces_listed_by_a_one_host_run_stalled_in_nccl_do_not_outrank_the_
 def test_a_one_host_stall_where_nccl_uses_or_expects_infiniband_keeps_infiniband_first():
     # https://github.com/NVIDIA/nccl/issues/941 (corpus copy): an IB plugin loaded in a container without the devices
     assert diagnose_text(ENTRIES["ib_config/NVIDIA-nccl-941-no-ib-device-container.log"].text)[0].cause == "ib_config"
+
+
+def test_a_launcher_stopped_from_outside_leads_as_unknown_with_the_sender_as_next_step():
+    # https://github.com/PrimeIntellect-ai/prime-rl/issues/1360: the rl launcher stopped torchrun because the
+    # orchestrator or the inference server crashed; nothing in the trainer's log names it
+    text = ("[default0]:12:13:46    INFO Waiting for training batch to arrive\n"
+            "W1130 12:13:49.388000 124326 torch/distributed/elastic/agent/server/api.py:723] Received 15 death signal, "
+            "shutting down workers\n"
+            "W1130 12:13:49.389000 124326 torch/distributed/elastic/multiprocessing/api.py:900] Sending process 124533 "
+            "closing signal SIGTERM")
+    findings = with_similar_causes(diagnose_text(text), similar_cases(text, 3))
+    assert findings[0].cause == "unknown"
+    assert "the launcher itself received signal 15" in findings[0].fix
+
+
+def test_the_launcher_receiving_sighup_is_still_the_closed_session():
+    # https://github.com/OpenMOSS/MOSS/issues/237: the same notice for signal 1 under nohup
+    text = "Message: 'Received 1 death signal, shutting down workers'"
+    assert diagnose_text(text)[0].cause == "sighup_session_closed"
