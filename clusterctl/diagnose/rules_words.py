@@ -138,6 +138,10 @@ OTHER_WORDS = {
         # lead suspect (an interface that does not route between the nodes)
         S(r"NCCL_SOCKET_IFNAME=(?P<iface>[\w.,^=-]+)", .6,
           requires=r"remote process exited or there was a network error|ncclsystemerror|unhandled system error"),
+        # (after batches 10-12) a bare NCCL system error: an interface that does not route between the nodes is as
+        # common a cause in the first-scored batches as a small /dev/shm (NCCL picking docker0/veth/a second NIC);
+        # the weakest of the three transports, below an NCCL too old for its GPUs where the error names its version
+        S(r"unhandled system error|ncclSystemError", .21),
     ),
     "hostname_unresolvable": (
         # the C library's resolver failing in MPICH's (and other C programs') words

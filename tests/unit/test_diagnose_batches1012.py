@@ -102,3 +102,11 @@ def test_the_launcher_receiving_sighup_is_still_the_closed_session():
     # https://github.com/OpenMOSS/MOSS/issues/237: the same notice for signal 1 under nohup
     text = "Message: 'Received 1 death signal, shutting down workers'"
     assert diagnose_text(text)[0].cause == "sighup_session_closed"
+
+
+def test_a_bare_nccl_system_error_names_the_three_transports_it_most_often_is():
+    # https://github.com/Oneflow-Inc/libai/issues/415: fixed with NCCL_SOCKET_IFNAME=bond0 (NCCL had picked docker/veth)
+    text = ("F20221031 10:52:42.193126 106986 eager_nccl_comm_manager.cpp:75] Check failed: ncclCommInitRank(comm, "
+            "device_vec.size(), nccl_unique_id, rank) : unhandled system error (2). To see more detail, please run "
+            "OneFlow with system variable NCCL_DEBUG=INFO\n*** Check failure stack trace: ***")
+    assert {f.cause for f in diagnose_text(text)[:3]} == {"shm_too_small", "nccl_socket_error", "nic_mismatch"}
