@@ -12,6 +12,7 @@ from typing import Optional
 
 from clusterctl.diagnose import reader, rundir
 from clusterctl.diagnose.evidence import exception_named
+from clusterctl.diagnose.families import STOPPED_FROM_OUTSIDE
 from clusterctl.diagnose.matching import (ALWAYS_TRIED, CAP, CONSEQUENCE_FACTOR, EVIDENCE_MAX,  # noqa: F401
                                           INDEXED_SIGNALS, KEYWORDS, PEER_LOST_FACTOR, ROOT_RANK_FACTOR, STRONG,
                                           TOP, WEAK, WRAPPER_EXCEPTIONS, Candidate, Event, Scan, context_from_text,
@@ -69,9 +70,10 @@ def with_similar_causes(findings: list[Finding], similar: list) -> list[Finding]
 def _jobs_own_exception(lead: Finding) -> bool:
     """A lone `unknown` quoting an exception the job raised (`RuntimeError: ...`; not torch's own, such as the
     launcher's `torch.distributed.elastic...SignalException`) keeps the lead: the job's own error says more
-    than a case that merely resembles the log (a plain job fault read `killed_by_signal` at similarity 0.37)."""
+    than a case that merely resembles the log (a plain job fault read `killed_by_signal` at similarity 0.37); so does
+    a launcher telling it was sent SIGTERM/SIGINT: the cause is the sender's, which no resembling log knows."""
     named = exception_named(lead.evidence.split(" | ", 1)[0])
-    return named is not None and not named.startswith("torch.")
+    return (named is not None and not named.startswith("torch.")) or bool(STOPPED_FROM_OUTSIDE.search(lead.evidence))
 
 
 def diagnose_path(path: Path, record: Optional[dict] = None) -> list[Finding]:

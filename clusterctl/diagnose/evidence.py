@@ -213,7 +213,7 @@ _EXIT_CODE = re.compile(
     r"(?:exitcode|exit[ _]code|return[ _]code|exit status|exit value|returned non-zero exit status|exited with"
     r"(?: exit)?(?: code)?|ExitCode|exits with return code|ret(?:urn)?code)\W{0,4}?(?P<code>-?\d{1,3})\b", re.IGNORECASE)
 _SIGNAL = re.compile(
-    r"(?:signal[: ]+(?P<num>\d{1,2})\b(?: ?\((?P<paren>\w+)\))?|\b(?:Signals\.)?(?P<name>SIG(?:HUP|INT|QUIT|ILL|ABRT|BUS|"
+    r"(?:signal[: ]+(?P<num>\d{1,2})\b(?: ?\((?P<paren>\w+)\))?|\b(?P<death>\d{1,2}) death signal|\b(?:Signals\.)?(?P<name>SIG(?:HUP|INT|QUIT|ILL|ABRT|BUS|"
     r"FPE|KILL|SEGV|PIPE|TERM|USR1|USR2|XCPU))\b|killed by signal:? (?P<word>Killed|Segmentation fault|Bus error"
     r"|Aborted|Hangup|Terminated)|Fatal Python error: (?P<fatal>Segmentation fault|Bus error|Aborted)"
     r"|^(?:\S+: )?(?P<bare>Killed|Segmentation fault|Bus error|Aborted)(?: \(core dumped\))?\s*$)", re.IGNORECASE)
@@ -240,8 +240,8 @@ def exit_statuses(line: LogLine, lowered: str) -> list[ExitStatus]:
                                                            else None)
     match = _SIGNAL.search(text)
     if match:
-        if match.group("num"):
-            signal = int(match.group("num"))
+        if match.group("num") or match.group("death"):  # torchrun's agent: `Received 15 death signal`
+            signal = int(match.group("num") or match.group("death"))
         else:
             word = next(g for g in ("paren", "name", "word", "fatal", "bare") if match.group(g))
             signal = SIGNAL_NAMES.get(match.group(word).upper(), signal)

@@ -226,6 +226,11 @@ def _support(record) -> list[Support]:
     return []
 
 
+# torchrun's agent (or another launcher) telling that it was sent SIGTERM/SIGINT: the stop came from outside the job
+STOPPED_FROM_OUTSIDE = re.compile(r"Received (?:2|15|Signals\.SIG(?:INT|TERM)) death signal|got signal: (?:2|15)\b",
+                                  re.IGNORECASE)
+
+
 def next_step(records: list, first_line=None) -> str:
     """For an `unknown`: what the evidence that names no cause still says, as the next step (the
     first unexplained exception and where it was raised, NCCL's error class, the signal that ended a
@@ -241,6 +246,12 @@ def next_step(records: list, first_line=None) -> str:
             steps.append((1, f"NCCL failed with its `{record.error_class}` error class without naming the "
                              f"transport: rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET to see the WARN "
                              f"line before it;"))
+        elif isinstance(record, ev.ExitStatus) and record.signal in (2, 15) and STOPPED_FROM_OUTSIDE.search(
+                record.line.text[:ev.MAX_LINE]):
+            steps.append((1, f"the launcher itself received signal {record.signal} and stopped its workers: the "
+                             f"cause is with whoever sent it (a scheduler's time limit or preemption, a supervisor "
+                             f"that saw a companion process such as an inference server or orchestrator fail, an "
+                             f"operator): read that sender's log, not this one;"))
         elif isinstance(record, ev.ExitStatus) and record.signal:
             steps.append((2, f"a process ended by signal {record.signal}: check the node's `dmesg` and the "
                              f"rank's stderr just before it;"))
@@ -278,9 +289,12 @@ def placement_supports(placement, records: list) -> list[Support]:
     if placement.stalled is not None and len(placement.nccl_hosts) == 1 and not placement.shared \
             and not _failed(records):
         # one host's ranks stopped inside NCCL's setup with no error and no GPU claimed twice: the peer-to-peer hang
-        # (ACS/IOMMU redirecting P2P traffic), above a listed virtual interface, which one host does not route
-        # through; a hang in any case
-        out += _each((("p2p_unsupported", .6), ("rank_hang", .3)), "placement:one-host-stalled-in-nccl",
+        # (ACS/IOMMU redirecting P2P traffic), above the interfaces NCCL lists, which carry no traffic between GPUs
+        # of one host (nccl-tests#115: veth interfaces listed, the IOMMU the cause); as strong as InfiniBand's own
+        # lines where NCCL uses or expects its devices (not where it merely found none); a hang in any case
+        ib = any(isinstance(r, ev.NcclMessage) and r.subsystem == "net_ib" and "no device found" not in r.text.lower()
+                 for r in records)
+        out += _each((("p2p_unsupported", .6 if ib else .75), ("rank_hang", .3)), "placement:one-host-stalled-in-nccl",
                      _Anchor(placement.stalled))
     if placement.clashes:  # one hostname, two addresses on one interface: two machines
         out += _each((("duplicate_host", .65),), "placement:address-clash", _Anchor(placement.clashes[0][3]))

@@ -66,12 +66,22 @@ IMPORT_ERROR = ("a Python module is missing or built for another torch/CUDA on[ 
 PERMISSION_DENIED = ("the rank's user may not write a path it needs[ on {host}]: point job.outputs / the output "
                      "directory at a writable volume, fix the ownership of the mounted directory "
                      "(container.volumes), or run the container as its owner")
-LAUNCHER_ARGS = ("the launch command is wrong[ ({args})]: fix job.command/job.args in the inventory (clusterctl runs "
-                 "torchrun itself, passes LOCAL_RANK in the environment, sets MASTER_ADDR/MASTER_PORT; keep "
-                 "rendezvous.port between 1024 and 65535)")
-LAUNCHER_MISSING = ("job.launcher's program is not installed on[ {host|a node}]: install it in container.image on "
-                    "every node (mpirun: `apt-get install openmpi-bin`, which brings orted; deepspeed: `pip install "
-                    "deepspeed` beside torch), or set job.launcher: torchrun")
+LAUNCHER_ARGS = ("the launch command is wrong[ ({args})][: `{hostslots}` is a host list's host:slots form handed to ssh "
+                 "as a host name (an Open MPI too old for that -H/hostfile syntax, or a host list written for another "
+                 "launcher): upgrade Open MPI or give plain host names with their slots as that launcher expects]"
+                 "[: a launcher runs another launcher ({nested} on the rendezvous port: each worker of the outer one "
+                 "starts the inner one's store): start the inner launcher alone (llamafactory-cli / accelerate launch "
+                 "start torchrun themselves) or the training script directly under torchrun]: fix job.command/job.args "
+                 "in the inventory (clusterctl runs torchrun itself, passes LOCAL_RANK in the environment, sets "
+                 "MASTER_ADDR/MASTER_PORT; keep rendezvous.port between 1024 and 65535)")
+LAUNCHER_MISSING = ("a program the launch runs is missing on[ {host|a node}][: `{remote_path}` exists on the launching "
+                    "host, not there (pdsh/ssh/mpirun run the launching host's paths on every node: the code directory "
+                    "and the Python environment at the same paths everywhere, a shared filesystem or one image)]"
+                    "[: its remote daemon cannot load `{remote_lib}` in a non-interactive login (set PATH/"
+                    "LD_LIBRARY_PATH in the startup file non-interactive shells read on every node, or pass them with "
+                    "mpirun --prefix / -x LD_LIBRARY_PATH)]; where it is job.launcher's own program, install it in "
+                    "container.image on every node (mpirun: `apt-get install openmpi-bin`, which brings orted; "
+                    "deepspeed: `pip install deepspeed` beside torch), or set job.launcher: torchrun")
 SIGHUP = ("torchrun got SIGHUP because the SSH/terminal session that started it closed: launch with "
           "`clusterctl run` (detached inside the container), or by hand under tmux / `setsid nohup ... &`")
 PORT_IN_USE = ("port {port|rendezvous.port} is already taken on the master (a stale torchrun of an earlier run or "

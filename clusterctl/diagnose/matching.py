@@ -256,8 +256,15 @@ class Candidate:
 
 def rank_findings(scan: Scan) -> list[Finding]:
     scan.lowered = "\n".join(line.text for line in scan.lines).lower()
-    events = [e for e in scan.events if (not e.signal.requires or _search(e.signal.requires, scan.lowered))
-              and not (e.signal.unless_log and _search(e.signal.unless_log, scan.lowered))]
+    found: dict = {}  # each log-wide pattern searched once, however many lines it decides (a 10 MB log of EADDRINUSE)
+
+    def anywhere(pattern: str) -> bool:
+        if pattern not in found:
+            found[pattern] = _search(pattern, scan.lowered)
+        return found[pattern]
+
+    events = [e for e in scan.events if (not e.signal.requires or anywhere(e.signal.requires))
+              and not (e.signal.unless_log and anywhere(e.signal.unless_log))]
     events = families_after_rules(events)
     candidates = _candidates(scan, events)
     unexplained = _unexplained_exceptions(scan, events)

@@ -32,7 +32,7 @@ from clusterctl.diagnose import fixes as F
 from clusterctl.diagnose.signals import Rule, S, Signal
 from clusterctl.diagnose.rules_setup import SETUP_RULES
 from clusterctl.diagnose.rules_topology import TOPOLOGY_RULES
-from clusterctl.diagnose.rules_words import OTHER_WORDS
+from clusterctl.diagnose.rules_words import NESTED_LAUNCH, OTHER_WORDS, PORT_TAKEN
 
 __all__ = ["Signal", "Rule", "RULES", "CAUSES", "RULE_OF", "UNKNOWN_FIX", "CASCADE_PATTERNS", "PEER_LOST_PATTERNS",
            "SUSPICIOUS", "CONTEXT_PATTERNS", "render_fix", "template_values", "required_literals"]
@@ -291,8 +291,11 @@ RULES: tuple[Rule, ...] = (
          )),
     Rule("port_in_use", "`Address already in use` (errno 98) on the rendezvous port",
          F.PORT_IN_USE, (
-             S(r"failed to bind to \S*:(?P<port>\d+) \(errno: 98|port: (?P<port2>\d+), useIpv6: \S+ code: -98", .96),
-             S(r"Address already in use|EADDRINUSE|errno: 98\b|os error 98|\[Errno 98\]", .93),
+             S(r"failed to bind to \S*:(?P<port>\d+) \(errno: 98|port: (?P<port2>\d+), useIpv6: \S+ code: -98", .96,
+               unless_log=NESTED_LAUNCH),
+             S(PORT_TAKEN, .93, unless_log=NESTED_LAUNCH),
+             # under a nested launch the port is taken by the job's own inner launcher: launcher_args leads
+             S(PORT_TAKEN, .5, requires=NESTED_LAUNCH),
          )),
     Rule("hostname_unresolvable",
          "`The IPv6 network addresses of (None, 29500) cannot be retrieved`, `Name or service not known`",

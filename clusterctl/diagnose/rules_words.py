@@ -11,6 +11,14 @@ from clusterctl.diagnose.signals import S
 
 LAUNCHERS = r"torchrun|deepspeed|accelerate|horovodrun|pdsh|srun|ray|mpirun|mpiexec"
 
+# a launcher whose program is itself a launcher (torchrun running `-m llamafactory.cli`, which starts torchrun
+# again; torchrun under torchrun; accelerate launch under torchrun): every worker starts its own agent and
+# rendezvous store on the same MASTER_PORT, so all but one fail to bind it; the command line may wrap (`\`)
+NESTED_LAUNCH = (r"(?:^|[\s/;&|])(?:torchrun|-m\s+torch\.distributed\.(?:run|launch)|accelerate\s+launch)\s[^\n]*?"
+                 r"(?:\\\n[^\n]*?)*?\s(?:-m\s+(?:llamafactory\.cli|torch\.distributed\.(?:run|launch))"
+                 r"|\S*llamafactory-cli|(?:\S*/)?torchrun|accelerate\s+launch)\s")
+PORT_TAKEN = r"Address already in use|EADDRINUSE|errno: 98\b|os error 98|\[Errno 98\]"
+
 LINK_LOCAL = r"fe80::[0-9a-f:]*%[\w.-]+|\b169\.254\.\d{1,3}\.\d{1,3}\b"
 
 OTHER_WORDS = {
@@ -48,8 +56,13 @@ OTHER_WORDS = {
         S(r"(?:^|\s|/)(?:kubectl|orted|prted|mpicxx|mpicc|hydra_pmi_proxy): (?:command )?not found"
           r"|\bis (?:kubectl|mpicxx|mpicc|mpirun) in \$PATH\b", .8),
         # pdsh/ssh running the launching node's interpreter path on a node that lacks it
-        S(r"bash: (?:line \d+: )?/\S*/(?:python[\d.]*|torchrun|deepspeed|accelerate|mpirun): No such file or directory",
-          .75),
+        S(r"bash: (?:line \d+: )?(?P<remote_path>/\S*/(?:python[\d.]*|torchrun|deepspeed|accelerate|mpirun)): No such "
+          r"file or directory", .75),
+        # (after batches 10-12) the same: the launching host's working directory missing on the node (pdsh's `cd`)
+        S(r"bash: (?:line \d+: )?cd: (?P<remote_path>/\S+): No such file or directory", .1,
+          requires=r"pdsh|\bssh\b|mpirun|deepspeed"),
+        # an MPI launcher's remote daemon that cannot load its libraries in the non-interactive login's environment
+        S(r"\b(?:orted|prted|hydra_pmi_proxy): error while loading shared libraries: (?P<remote_lib>\S+?):", .1),
     ),
     "launcher_args": (
         # a framework refusing to start without the launcher that sets its environment (MindSpore, Horovod, ...)
@@ -69,7 +82,10 @@ OTHER_WORDS = {
         S(r"--master_addr=(?:\s|$)|Using IP address of\s{2,}for node", .7),
         # (after batch 12) a host list's `host:slots` form handed to ssh as a host name (an MPI launcher's -H /
         # hostfile syntax given where plain host names are expected, or a default of localhost:N)
-        S(r"[Cc]ould not resolve hostname [\w.-]+:\d+\b", .9),
+        S(r"[Cc]ould not resolve hostname (?P<hostslots>[\w.-]+:\d+)\b", .9),
+        # (after batches 10-12) the rendezvous port taken under a nested launch: the outer launcher's workers
+        # each start the inner launcher's store (port_in_use follows: its fix does not help here)
+        S(f"(?P<nested>{PORT_TAKEN})", .95, requires=NESTED_LAUNCH),
     ),
     "gpu_arch_unsupported": (
         # ROCm's "no kernel image": no code object for the device's arch or its XNACK/SRAMECC mode
@@ -122,6 +138,10 @@ OTHER_WORDS = {
         # lead suspect (an interface that does not route between the nodes)
         S(r"NCCL_SOCKET_IFNAME=(?P<iface>[\w.,^=-]+)", .6,
           requires=r"remote process exited or there was a network error|ncclsystemerror|unhandled system error"),
+        # (after batches 10-12) a bare NCCL system error: an interface that does not route between the nodes is as
+        # common a cause in the first-scored batches as a small /dev/shm (NCCL picking docker0/veth/a second NIC);
+        # the weakest of the three transports, below an NCCL too old for its GPUs where the error names its version
+        S(r"unhandled system error|ncclSystemError", .21),
     ),
     "hostname_unresolvable": (
         # the C library's resolver failing in MPICH's (and other C programs') words
@@ -150,6 +170,13 @@ OTHER_WORDS = {
         # missing from the image or container)
         # (a provider that fails to load for another device, `couldn't load driver 'libipathverbs'`, is benign)
         S(r"libibverbs: Warning: no userspace device-specific driver found", .6),
+    ),
+    "nccl_too_old": (
+        # (after batches 10-12) an NCCL older than 2.8 (2020: torch 1.7's) failing at setup with a bare system or
+        # internal error: it predates the GPUs and NVLink/NVSwitch topologies it now meets (RTX 30, A100 80GB
+        # nodes); a runner-up behind the transports a bare system error points at, which name no version
+        S(r"(?:unhandled system error|internal error|ncclSystemError|ncclInternalError).{0,80}"
+          r"NCCL version (?P<version>2\.[0-7]\.\d+)", .22),
     ),
     "nccl_socket_error": (
         # Open MPI's TCP transport refused between the nodes (its own hint: a firewall)
