@@ -484,6 +484,17 @@ and 2 froze 35-45 minutes early, so batch 2 was scored with batch 1's code uncha
   device id out of range because two hosts share a HOSTNAME, vLLM's bare system error for a missing IPC_LOCK), the
   exit -9 question above, an IB hang on one host read as peer-to-peer (`ib_config` third), Open MPI's TCP failure
   whose thread found an interface (`nic_mismatch` second), and 7 `other:` labels.
+- After batch 13 (frozen 18:35 UTC, 27 logs, 17 from outside GitHub trackers: Horovod's, MMCV's, verl's, DeepSpeed's,
+  PyTorch's docs and FAQs, the ML Engineering book; collected blind while the batch 10-12 changes above were made;
+  scored once at d0f3e3b: top-1 11/27, 40.7 %; then read, classes only): torch's monitored_barrier naming the
+  ranks that never came (`Rank 1 failed to pass monitoredBarrier`: `rank_hang`); a framework's compiled ops built
+  without their CUDA part (`nms is not compiled with GPU support`) or a fused CUDA extension that is not there
+  (`extension_build_failed`; torch's own `Torch not compiled with CUDA enabled` is not this class); NCCL's topology
+  discovery overflowing its XML (`too many XML nodes`: `nccl_topo_file`). Re-scored (NOT a first score): batch 13
+  15/27 top-1 (55.6 %), 17/27 top-3; batches 1-12 and the held-out split (95.8 %) unchanged. Left: 5 `other:`
+  labels (an hwloc version clash, Slurm's GRES syntax, a Ray worker's CPU limit, DDP's unused parameters, the XML
+  limit counted through its alias), pip finding no wheel for the platform, a bare NCCL internal error whose thread
+  found a malformed topology file, an IB-less `p2p_unsupported` read as a slow rank.
 
 The same batches re-scored after those changes (NOT first scores: the changes were made after reading them):
 batch 4 37/42 top-1 (88.1 %), 39/42 top-3; batch 5 33/42 (78.6 %), 35/42; batch 6 34/42 (81.0 %), 35/42 (its two

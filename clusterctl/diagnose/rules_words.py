@@ -178,6 +178,24 @@ OTHER_WORDS = {
         S(r"(?:unhandled system error|internal error|ncclSystemError|ncclInternalError).{0,80}"
           r"NCCL version (?P<version>2\.[0-7]\.\d+)", .22),
     ),
+    "rank_hang": (
+        # (after batch 13) torch's monitored_barrier naming the ranks that never came (ProcessGroupGloo.cpp's
+        # monitoredBarrier: `Rank 1 failed to pass ...`, with wait_all_ranks `Ranks 1, 2 failed to pass ...`)
+        S(r"Ranks? (?P<rank>\d+)(?:, \d+)* failed to pass monitoredBarrier in \d+ ms", .88),
+    ),
+    "extension_build_failed": (
+        # (after batch 13) a framework's compiled ops built without their CUDA part (mmcv/mmdet, detectron2-style
+        # `nms is not compiled with GPU support`), or a fused CUDA extension that is not there (Megatron's
+        # apex kernels): the build, not the run, is what to redo. Not torch's own `Torch not compiled with
+        # CUDA enabled` (a CPU wheel of torch)
+        S(r"(?<!Torch )\b(?:is |are )?[Nn]ot compiled with (?:GPU|CUDA) support", .8),
+        S(r"custom CUDA extension \S+ module is not found", .8),
+    ),
+    "nccl_topo_file": (
+        # (after batch 13) NCCL's own topology discovery overflowing its XML (NCCL_TOPO_XML_MAX_NODES) on a machine
+        # with many PCI devices: a precomputed NCCL_TOPO_FILE for the machine is the fix
+        S(r"NCCL WARN Error : too many XML nodes \(max \d+\)", .7),
+    ),
     "nccl_socket_error": (
         # Open MPI's TCP transport refused between the nodes (its own hint: a firewall)
         S(r"unable to complete a TCP connection\s*(?:to another process)?", .75),
