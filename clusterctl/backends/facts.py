@@ -11,7 +11,7 @@ def facts_and_busy(state, inventory: Inventory, connections):
     node's boot and container (node_facts.recall). Only nodes whose facts no longer hold are
     probed again, in a second round trip."""
     from clusterctl.executor import for_each_host, run_commands
-    from clusterctl.run.runner import run_in_progress, run_scan_command
+    from clusterctl.run.in_progress import run_in_progress, run_scan_command
     from clusterctl.preflight import node_facts
     from clusterctl.transport import batch_command, split_batch
 

@@ -34,7 +34,7 @@ def run_nccl_test(app, options: NcclTestOptions, sizes: tuple[int, Optional[int]
     """`clusterctl nccl-test`: one all-reduce job on every node, or (`pairs`) one per pair of nodes."""
     from clusterctl.backends.run_flow import not_ready as _not_ready
     from clusterctl.preflight.node_facts import gather_node_facts
-    from clusterctl.run.runner import ensure_no_run_in_progress
+    from clusterctl.run.in_progress import ensure_no_run_in_progress
 
     inventory = app.inventory()
     if options.pairs and len(inventory.hosts) < 2:

@@ -55,7 +55,7 @@ class SlurmBackend(NodesBackend):
         return facts, problems, None, {name: "probed" for name in facts}
 
     def busy(self, inventory: Inventory, connections, seen: Optional[str]) -> Optional[str]:
-        from clusterctl.run.runner import ensure_no_run_in_progress
+        from clusterctl.run.in_progress import ensure_no_run_in_progress
 
         return ensure_no_run_in_progress(inventory, connections)
 

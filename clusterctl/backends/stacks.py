@@ -10,7 +10,7 @@ def take_run_stacks(session, inventory, run_id: str, record: dict):
     from clusterctl.executor import for_each_host, run_commands
     from clusterctl.watch import sampler, stalls
     from clusterctl.ground.records import RunStore
-    from clusterctl.run.runner import put_file_command
+    from clusterctl.plan.shipping import put_file_command
     from clusterctl.node.layout import node_run_dir
 
     shape = stalls.JobShape.of_record(record, inventory)

@@ -17,15 +17,14 @@ Gloo records into the flight recorder but writes no dump on a timeout (torch 2.1
 from __future__ import annotations
 
 import io
-import pickle
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 from clusterctl.models import Finding
-
-MAX_DUMP_BYTES = 64 << 20
+from clusterctl.node import collective_waits
+from clusterctl.node.collective_waits import MAX_DUMP_BYTES
 DUMP_NAME = re.compile(r"^nccl_trace_rank_(\d{1,7})$")
 FIX = ("the rank that did not join is where to look (a slow load, a rank-dependent branch that skips the "
        "collective, a crash that left no traceback); its stack is in the run's stacks-*.json when clusterctl "
@@ -66,22 +65,11 @@ class Stuck:
     analyser: str
 
 
-class _PlainData(pickle.Unpickler):
-    """Only the pickle opcodes of plain containers and scalars: any class or global is refused."""
-
-    def find_class(self, module, name):
-        raise pickle.UnpicklingError(f"a flight-recorder dump names {module}.{name}: refused")
-
-
 def load_dump(data: bytes, rank: int, host: Optional[str] = None, path: str = "") -> Optional[Dump]:
-    """A dump's bytes -> Dump, or None for anything else (truncated, another format, a refused class)."""
-    if len(data) > MAX_DUMP_BYTES:
-        return None
-    try:
-        raw = _PlainData(io.BytesIO(data)).load()
-    except Exception:  # a node's file: whatever it holds, it is not our failure
-        return None
-    if not isinstance(raw, dict) or not isinstance(raw.get("entries"), list):
+    """A dump's bytes -> Dump, or None for anything else (truncated, another format, a refused class): read
+    by the nodes' reader (node/collective_waits.py), which refuses every class and global."""
+    raw = collective_waits.load(data)
+    if raw is None:
         return None
     entries = tuple(e for e in (_entry(item) for item in raw["entries"]) if e is not None)
     return Dump(rank, host, path, entries, _groups(raw.get("pg_config"), entries))

@@ -16,6 +16,8 @@ replaced printed, so the controller's parsers read it unchanged:
   read NAME LIMIT            the first LIMIT bytes of a file
   state NAME                 "<now> <mtime>" then the file (the supervisor's state)
   dumps COUNT BYTES          each flight-recorder dump's name, then its first BYTES as base64
+  collective-waits           a flight-recorder round (collective_waits.py travels with this one): a JSON line
+                             per rank, its collectives' wait on the GPU or why not
   probe                      `top`'s look (observe/top.py's markers)
   set-aside ATTEMPT          the run dir renamed <host>.attempt-ATTEMPT (never into an existing one)
   follow NPROC               the run's live stream (watch/follow.py), until a moment after agent.exit
@@ -162,6 +164,20 @@ def dumps(base: str, rel: str, count: str, limit: str) -> None:
             except (Refused, OSError):
                 continue
             _out(name.encode("utf-8", "surrogateescape") + b"\n" + base64.b64encode(data) + b"\n")
+
+
+def collective_waits(base: str, rel: str) -> None:
+    """A flight-recorder round (collective_waits.py): each rank's dump read and set aside, its FIFO poked."""
+    import importlib
+    import json
+
+    waits = importlib.import_module("clusterctl.node.collective_waits" if __package__ else "collective_waits")
+    d = _open_run(base, rel)
+    if d is None:
+        return
+    with d:
+        for line in waits.node_round(d):
+            _out(json.dumps(line, sort_keys=True) + "\n")
 
 
 def probe(base: str, rel: str) -> None:
@@ -323,7 +339,8 @@ def logs(*args: str) -> None:
 
 OPERATIONS = {"poll": poll, "mark-stopped": mark_stopped, "await-exit": await_exit, "tail": tail, "read": read, "state": state,
               "dumps": dumps, "probe": probe, "set-aside": set_aside, "write-env": write_env, "put": put,
-              "put-private": put_private, "follow": follow, "logs": logs, "checkpoints": checkpoints}
+              "put-private": put_private, "follow": follow, "logs": logs, "checkpoints": checkpoints,
+              "collective-waits": collective_waits}
 
 
 def main(argv: list[str]) -> int:

@@ -365,6 +365,30 @@ class Dir:
                 below.remove_tree(item.name, depth - 1)
         os.rmdir(name, dir_fd=self.fd)
 
+    def poke_fifo(self, name: str) -> bool:
+        """One byte into the FIFO `name`, never blocking, never through a link and never anything but a FIFO
+        (looked at through O_PATH first, then the same inode reopened): False where it is something else or
+        nobody reads it (ENXIO). A full FIFO (EAGAIN) already holds the same request."""
+        try:
+            handle = os.open(name, _PATH_FLAGS, dir_fd=self.fd)
+        except OSError:
+            return False
+        try:
+            if not stat.S_ISFIFO(os.fstat(handle).st_mode):
+                return False
+            fd = os.open(f"/proc/self/fd/{handle}", os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return False
+        finally:
+            os.close(handle)
+        try:
+            os.write(fd, b"1")
+        except BlockingIOError:
+            pass
+        finally:
+            os.close(fd)
+        return True
+
     def rename(self, old: str, new: str) -> None:
         """Rename within this directory (a link is moved as a link)."""
         os.rename(old, new, src_dir_fd=self.fd, dst_dir_fd=self.fd)

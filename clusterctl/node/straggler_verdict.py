@@ -162,6 +162,36 @@ def judge(samples):
     return Verdict(top.host, top.rank, lag_share, ratio, top.singled_out, len(window), len(ranked) - 1)
 
 
+# --------------------------------------------------------------------------- from the flight recorder (NCCL)
+# collective_waits.py: each rank's share of its own latest time that its collectives ran on the GPU, i.e. waited
+# for the last peer. The rank the others wait for waits least: named where the others' median waits WAIT_GAP more
+# of their time and at least twice as much (a communication-bound job waits a lot everywhere, alike), and the
+# next-lowest rank is not as low (two ranks alike low: not one rank's doing). 2 x H200, the DDP tutorial: the rank
+# held 60% 10%, its peer 66%.
+WAIT_GAP, WAIT_RATIO = 0.15, 0.5
+WAITS_ROUNDS = 2  # rounds in a row naming the same rank: one window can hold a checkpoint save on one rank
+WaitsVerdict = namedtuple("WaitsVerdict", "host rank lag_share ratio own others window_s")
+
+
+def judge_waits(measured):
+    """{(host, rank): (wait_s, window_s)} of one round -> WaitsVerdict, or None when no rank stands out."""
+    shares = {key: min(1.0, wait / window) for key, (wait, window) in measured.items() if window > 0}
+    if len(shares) < 2:
+        return None
+    ordered = sorted(shares.items(), key=lambda item: (item[1], item[0][1]))
+    (host, rank), own = ordered[0]
+    others = statistics.median(share for _, share in ordered[1:])
+    if others - own < WAIT_GAP or own > WAIT_RATIO * others or ordered[1][1] - own < WAIT_GAP / 2:
+        return None
+    ratio = (1.0 - own) / max(1.0 - others, 0.05)
+    return WaitsVerdict(host, rank, others - own, ratio, own, others, measured[(host, rank)][1])
+
+
+def waits_evidence(found):
+    return (f"its collectives waited {found.own:.0%} of its last {found.window_s:.0f} s on the GPU, the other ranks' "
+            f"{found.others:.0%} (flight recorder)")
+
+
 def recovered(samples, host, rank):
     """The named rank is singled out in under RECOVERED_SHARE of the latest RECENT samples."""
     recent = list(samples)[-RECENT:]

@@ -19,10 +19,11 @@ STREAMING = frozenset({"follow", "logs", "probe", "tail"})  # the operations tha
 BELOW_OUTPUTS = 3  # logs/<run id>/<host> (or .files): opened without following a link; above it is job.outputs
 
 
-def _beside(streaming: bool, healing: bool = False) -> tuple:
+def _beside(streaming: bool, healing: bool = False, waits: bool = False) -> tuple:
     """The files run_files.py imports: the layer, for streaming operations follow_files.py (a poll
-    without it compiles a third less), for `checkpoints` heal_policy.py."""
-    return ("safe_files", *(("follow_files",) if streaming else ()), *(("heal_policy",) if healing else ()))
+    without it compiles a third less), for `checkpoints` heal_policy.py, for `collective-waits` its reader."""
+    return ("safe_files", *(("follow_files",) if streaming else ()), *(("heal_policy",) if healing else ()),
+            *(("collective_waits",) if waits else ()))
 
 
 def split_run_path(path: str, below: int = BELOW_OUTPUTS) -> tuple[str, str]:
@@ -34,7 +35,8 @@ def split_run_path(path: str, below: int = BELOW_OUTPUTS) -> tuple[str, str]:
 
 def argv(python: str, operation: str, path: str, *args: str) -> tuple[str, ...]:
     base, rel = split_run_path(path)
-    return inline_argv(python, _beside(operation in STREAMING), "run_files", operation, base, rel, *args)
+    return inline_argv(python, _beside(operation in STREAMING, waits=operation == "collective-waits"), "run_files",
+                       operation, base, rel, *args)
 
 
 def command(inventory: Inventory, path: str, operation: str, *args: str, timeout: Optional[float] = 60,

@@ -193,12 +193,17 @@ def torchrun_argv(topo: Topology, node: NodePlan, run_id: str, job_argv: tuple[s
 # left alone entirely; the user turns the recorder off with TORCH_FR_BUFFER_SIZE: "0" (or the old name).
 FLIGHT_RECORDER_BUFFER = 2000  # entries, torch 2.13's own default (older torch: 0, off)
 FLIGHT_RECORDER_FILE = "nccl_trace_rank_"  # torch appends the global rank
+FLIGHT_RECORDER_PIPE = "fr_pipe_"  # torch appends `<global rank>.pipe` (node/collective_waits.py pokes it)
 FLIGHT_RECORDER_RENAMED_IN = (2, 9)
 # setting -> (its name before 2.9, its name from 2.9)
 _FLIGHT_RECORDER_NAMES = {
     "buffer": ("TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_FR_BUFFER_SIZE"),
     "dump_on_timeout": ("TORCH_NCCL_DUMP_ON_TIMEOUT", "TORCH_NCCL_DUMP_ON_TIMEOUT"),
     "dump_file": ("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "TORCH_FR_DUMP_TEMP_FILE"),
+    # the straggler watch's evidence over NCCL (node/collective_waits.py): a dump on demand through a FIFO in the
+    # run dir, and each collective's GPU time (a CUDA event more per collective)
+    "pipe": ("TORCH_NCCL_DEBUG_INFO_PIPE_FILE", "TORCH_NCCL_DEBUG_INFO_PIPE_FILE"),
+    "timing": ("TORCH_NCCL_ENABLE_TIMING", "TORCH_NCCL_ENABLE_TIMING"),
 }
 
 
@@ -214,7 +219,8 @@ def flight_recorder_env(run_dir: str, user_names: set, torch_version: Optional[s
     release = torch_release(torch_version)
     new = release is not None and release >= FLIGHT_RECORDER_RENAMED_IN
     values = {"buffer": str(FLIGHT_RECORDER_BUFFER), "dump_on_timeout": "1",
-              "dump_file": f"{run_dir.rstrip('/')}/{FLIGHT_RECORDER_FILE}"}
+              "dump_file": f"{run_dir.rstrip('/')}/{FLIGHT_RECORDER_FILE}",
+              "pipe": f"{run_dir.rstrip('/')}/{FLIGHT_RECORDER_PIPE}", "timing": "1"}
     return {_FLIGHT_RECORDER_NAMES[setting][new]: value for setting, value in values.items()
             if not user_names & set(_FLIGHT_RECORDER_NAMES[setting])}
 

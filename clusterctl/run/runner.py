@@ -13,7 +13,6 @@ stack taken (watch/stalls.py): stacks that do not move are a hang, which stops t
 from __future__ import annotations
 
 import json
-import re
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -26,7 +25,7 @@ from clusterctl.executor import Connections, Event, OnEvent, Streams, Ticker, fo
 from clusterctl.plan.torchrun import RANK_PREFIX_RE
 from clusterctl.node.layout import files_dir
 from clusterctl.plan import wrapper as agent
-from clusterctl.node import engine
+from clusterctl.node import collective_waits, engine
 from clusterctl.watch import culprit, pace, rollcall, stalls
 from clusterctl.run import phases, supervision
 from clusterctl.watch.straggler_watch import StragglerWatch
@@ -34,10 +33,8 @@ from clusterctl.watch.failures import first_ranks_of
 from clusterctl.watch.follow import FollowStream, Piece, latest_state, line_prefix
 from clusterctl.modules import process
 from clusterctl.plan.topology import Topology
-# what lived here before (importable from here as before): shipped files, and a run already going
-from clusterctl.run.in_progress import ensure_no_run_in_progress, run_in_progress, run_scan_command  # noqa: F401
-from clusterctl.plan.shipping import _FILE_NAME_RE, put_file_command  # noqa: F401
 from clusterctl.plan.launch_plan import NodeLaunch, commands_of, node_launches, shipped_files
+from clusterctl.plan.shipping import put_file_command
 
 @dataclass
 class NodeRun:
@@ -213,6 +210,7 @@ class JobRunner:
     # whole line of a rank (or of torchrun), `partial` for the line a rank is still writing (a
     # progress bar redrawn with `\r`).
     def _show(self, host: str, pieces: list[Piece], ranks_started: bool = False) -> None:
+        pieces = [p for p in pieces if not collective_waits.DUMP_LINE.search(p.text)]  # dumps asked by the watch
         if pieces:
             self.stalls.heard()
         if ranks_started:

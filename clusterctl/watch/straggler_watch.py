@@ -25,6 +25,7 @@ from clusterctl.executor import Background, Connections, Event, OnEvent
 from clusterctl.node import straggler_verdict as verdict
 from clusterctl.node.straggler_verdict import FIRST_AFTER_S, IMPORT_PAUSE_S, INTERVAL_S
 from clusterctl.watch import stragglers
+from clusterctl.watch.collective_watch import CollectiveWatch
 from clusterctl.watch.pyspy_kept import KeptPySpy
 from clusterctl.watch.sampler import merged_samples, node_stacks, sample_action
 from clusterctl.watch.stragglers import Progress, Straggler
@@ -67,6 +68,7 @@ class StragglerWatch:
         self._looks = 0  # looks in a row that read every rank importing, or none
         self._looked_at = 0.0
         self._heard = False  # a rank's line since the latest look
+        self.collective = CollectiveWatch(inventory, run_id, connections)  # the flight recorder's evidence (NCCL)
 
     @classmethod
     def of_topology(cls, inventory: Inventory, topology, run_id: str, connections: Connections,
@@ -107,6 +109,8 @@ class StragglerWatch:
         """Called on every poll with the hosts whose ranks still run: a round started or judged."""
         if not self.enabled:
             return
+        if self.collective.check(hosts):
+            self._judge_collective()
         if self._round is None:
             if hosts and not paused and time.monotonic() >= self._due():
                 count, interval = self._pace()
@@ -150,22 +154,41 @@ class StragglerWatch:
     def _judge(self) -> None:
         samples = list(self.window)
         if self.named is not None:
+            if self.named.by_flight_recorder:
+                return  # its rounds say when it keeps pace: these samples never saw it (its wait is on the GPU)
             if not stragglers.recovered(samples, self.named):
                 self._refresh(samples)
                 return
-            self.on_event(Event("note", text=f"[straggler] {self.named.host} r{self.named.rank} keeps pace again "
-                                             f"(named {time.time() - self.named.since:.0f}s ago)"))
-            self.history[-1] = {**self.history[-1], "until": round(time.time(), 3)}
-            self.named = None
-            self.window.clear()  # judge the ranks afresh
-            self.on_change(self.found())
+            self._let_go()
             return
         found = stragglers.find(samples, self.step_s(), time.time(), self.gpu_of)
         if found is not None:
-            self.named = found
-            self.history.append({**found.to_json(), "until": None})
-            self.on_event(Event("note", text=f"[straggler] {found.line()}"))
-            self.on_change(self.found())
+            self._name(found)
+
+    def _judge_collective(self) -> None:
+        """After a flight-recorder round: a rank named by WAITS_ROUNDS rounds in a row (where the samples named
+        nobody), or the one it named let go."""
+        if self.named is not None:
+            if self.named.by_flight_recorder and self.collective.recovered(self.named.host, self.named.rank):
+                self._let_go()
+            return
+        found = self.collective.found()
+        if found is not None:
+            self._name(stragglers.of_waits(found, self.step_s(), time.time(), self.gpu_of))
+
+    def _name(self, found: Straggler) -> None:
+        self.named = found
+        self.history.append({**found.to_json(), "until": None})
+        self.on_event(Event("note", text=f"[straggler] {found.line()}"))
+        self.on_change(self.found())
+
+    def _let_go(self) -> None:
+        self.on_event(Event("note", text=f"[straggler] {self.named.host} r{self.named.rank} keeps pace again "
+                                         f"(named {time.time() - self.named.since:.0f}s ago)"))
+        self.history[-1] = {**self.history[-1], "until": round(time.time(), 3)}
+        self.named = None
+        self.window.clear()  # judge the ranks afresh
+        self.on_change(self.found())
 
     def _refresh(self, samples: list) -> None:
         """The named rank's lag and ratio from the latest window (the first estimate may hold the

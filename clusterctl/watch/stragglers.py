@@ -32,10 +32,15 @@ class Straggler:
     singled_out: int
     samples: int
     others_waiting: int  # ranks that waited for it
+    said: str = ""  # the evidence where it is not py-spy's samples (the flight recorder's: watch/collective_watch.py)
 
     @property
     def evidence(self) -> str:
-        return verdict.evidence(self.singled_out, self.samples, self.others_waiting)
+        return self.said or verdict.evidence(self.singled_out, self.samples, self.others_waiting)
+
+    @property
+    def by_flight_recorder(self) -> bool:
+        return bool(self.said)
 
     def how_late(self) -> str:
         if self.lag_s is not None:
@@ -81,6 +86,13 @@ def find(samples: Sequence[Sequence[RankStack]], step_s: Optional[float], now: f
     return Straggler(found.host, found.rank, gpu_of.get((found.host, found.rank)),
                      found.lag_share * step_s if step_s else None, found.lag_share, found.ratio, now,
                      found.singled_out, found.samples, found.others_waiting)
+
+
+def of_waits(found: verdict.WaitsVerdict, step_s: Optional[float], now: float, gpu_of: Mapping[Key, int] = {}) -> Straggler:
+    """The straggler the flight recorder's rounds named (node/straggler_verdict.py judge_waits)."""
+    return Straggler(found.host, found.rank, gpu_of.get((found.host, found.rank)),
+                     found.lag_share * step_s if step_s else None, found.lag_share, found.ratio, now,
+                     verdict.WAITS_ROUNDS, verdict.WAITS_ROUNDS, 0, verdict.waits_evidence(found))
 
 
 def recovered(samples: Sequence[Sequence[RankStack]], named: Straggler) -> bool:

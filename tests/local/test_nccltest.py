@@ -32,7 +32,7 @@ def test_controller_and_ranks_plan_the_same_sweep():
 
 
 def test_the_put_command_writes_the_file_where_the_job_reads_it(tmp_path):
-    from clusterctl.run.runner import put_file_command
+    from clusterctl.plan.shipping import put_file_command
 
     command = put_file_command(inventory(), str(tmp_path / "a" / "b"), "bench.py", b"#!/bin/sh\n\x00binary\n")
     subprocess.run(command.argv, input=command.stdin, check=True)

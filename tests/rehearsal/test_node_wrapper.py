@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 from clusterctl.plan import wrapper as torchrun
-from clusterctl.run.runner import put_file_command
+from clusterctl.plan.shipping import put_file_command
 
 from local.test_node_wrapper import _inventory
 

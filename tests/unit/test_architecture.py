@@ -439,7 +439,7 @@ def test_every_node_program_lives_in_node():
 def test_the_node_programs_are_the_ones_shipped_to_the_nodes():
     marked = sorted(name for name, m in modules().items() if _is_node_program(m))
     assert marked == ["clusterctl.node.allreduce_bench", "clusterctl.node.checkpoint_copies",
-                      "clusterctl.node.checkpoint_replica", "clusterctl.node.checkpoint_wire",
+                      "clusterctl.node.checkpoint_replica", "clusterctl.node.checkpoint_wire", "clusterctl.node.collective_waits",
                       "clusterctl.node.engine", "clusterctl.node.follow_files",
                       "clusterctl.node.heal_policy", "clusterctl.node.layout", "clusterctl.node.leases",
                       "clusterctl.node.listener", "clusterctl.node.node_agent", "clusterctl.node.node_archive",

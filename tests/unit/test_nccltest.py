@@ -244,7 +244,8 @@ def inventory(container: bool = False, outputs: str = "/out") -> Inventory:
 
 
 def test_files_are_put_through_a_rename_in_the_container_when_there_is_one():
-    from clusterctl.run.runner import files_dir, put_file_command
+    from clusterctl.run.runner import files_dir
+    from clusterctl.plan.shipping import put_file_command
 
     assert files_dir("/out/", "r1") == "/out/logs/r1/.files"
     on_host = put_file_command(inventory(), "/out/logs/r1/.files", "bench.py", b"print(1)")

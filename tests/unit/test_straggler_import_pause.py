@@ -40,7 +40,8 @@ def test_looks_back_off_while_every_rank_imports_and_a_printed_line_brings_the_n
 
     assert [import_pause_s(n) for n in (1, 2, 3, 4, 9)] == [IMPORT_PAUSE_S, 2 * IMPORT_PAUSE_S, 4 * IMPORT_PAUSE_S,
                                                              IMPORT_PAUSE_MAX_S, IMPORT_PAUSE_MAX_S]
-    watch = StragglerWatch(argparse.Namespace(name="pace"), "run-1", connections=None, on_event=lambda event: None)
+    watch = StragglerWatch(argparse.Namespace(name="pace", job=argparse.Namespace(outputs=None)), "run-1", connections=None,
+                           on_event=lambda event: None)
     watch._looking, watch._looks, watch._looked_at, watch._next_at = True, 3, 100.0, 120.0
     assert watch._due() == 120.0
     watch.heard(1, "loading data")

@@ -56,7 +56,8 @@ def _rank(rank: int, waiting: bool) -> RankStack:
 
 
 def _watch() -> StragglerWatch:
-    return StragglerWatch(argparse.Namespace(name="pace"), "run-1", connections=None, on_event=lambda event: None)
+    return StragglerWatch(argparse.Namespace(name="pace", job=argparse.Namespace(outputs=None)), "run-1", connections=None,
+                          on_event=lambda event: None)
 
 
 ALIKE = [_rank(0, False), _rank(1, False)]  # both working: nobody singled out

@@ -117,6 +117,7 @@ print(json.dumps({"case": name, "outside": what, "rank1_up_s": round(held.get("u
                   "rank_hang": hang.get("evidence")}, indent=1))
 json.dump(doc, open(f"{os.environ['OUT']}/{name}.json", "w"), indent=1)
 PYEOF
+  grep -h "straggler\|no output\|hang" "$OUT/$1.stderr.txt" | cut -c1-400 | head -8  # what the run said live
 }
 {
   echo "=== machine"; nvidia-smi -L; $PY -c 'import torch; print(torch.__version__, torch.version.cuda, torch.cuda.nccl.version())'

@@ -1,0 +1,134 @@
+"""How long each rank waits for its peers inside its collectives, from torch's flight recorder (issue 49).
+
+With NCCL a collective returns at once and the CPU waits later, at the next host sync (`.item()`, a
+blocking `.to(gpu)`, the next forward), spinning under the job's own frame: the py-spy samples of the
+straggler watch read that as work (2 x H200, the public DDP tutorial: a rank held 60% was never named).
+The GPU side says it plainly. torch's flight recorder keeps each rank's last collectives, and with
+`TORCH_NCCL_ENABLE_TIMING=1` each one's `duration_ms` from CUDA events: the time its kernel ran, which is
+the wait for the last peer to arrive plus the transfer. A rank the others wait for arrives last, so its
+collectives are the shortest: the share of a rank's own wall time spent in its collectives is how much
+it waits (measured: the rank held 60% 10%, its peer 66%). One rank's dump at a time, no clock shared
+between nodes.
+
+The dump comes on demand: with `TORCH_NCCL_DEBUG_INFO_PIPE_FILE` (plan/torchrun.py sets it to the node's
+run dir) each rank's NCCL watchdog watches the FIFO `<prefix><rank>.pipe`; a byte written there makes it
+write its dump to the flight recorder's file (`nccl_trace_rank_<rank>`, where a timeout's dump goes).
+A round (`node_round`, run by run_files.py's `collective-waits`): each dump written since the last
+round is read, and moved aside (`fr_round_rank_<rank>`) unless it holds a collective pending longer
+than its timeout (a hang's evidence, left for `run` and `diagnose`); then each rank's FIFO gets a byte
+for the next round. Each dump makes the rank print one error-level line, DUMP_LINE, which clusterctl's
+live log does not show and its stall watch does not count as output (run/runner.py).
+
+Dumps are pickles of plain data written by torch's C++ pickler; a node's file is read with PlainData,
+which refuses every class and global, at most MAX_DUMP_BYTES. The standard library only, Python 3.8+.
+"""
+import io
+import pickle
+import re
+
+RUNS_ON_NODES = True
+
+MAX_DUMP_BYTES = 64 << 20
+PIPE_PREFIX = "fr_pipe_"  # torch appends `<rank>.pipe`
+DUMP_PREFIX = "nccl_trace_rank_"  # the flight recorder's file, as plan/torchrun.py names it
+ROUND_PREFIX = "fr_round_rank_"  # a round's dump once read: not a timeout's, so not where run and diagnose look
+PIPE_RE = re.compile(r"^fr_pipe_(\d{1,7})\.pipe$")
+WINDOW_S = 30.0  # of each rank's latest collectives (its own clock)
+MIN_WINDOW_S, MIN_COLLECTIVES = 1.0, 10  # less than this says nothing
+# The line each dump makes a rank print (ProcessGroupNCCL.cpp, torch 2.4-2.11): not the job's output
+DUMP_LINE = re.compile(r"ProcessGroupNCCL preparing to dump debug info\.")
+
+
+class PlainData(pickle.Unpickler):
+    """Only the pickle opcodes of plain containers and scalars: any class or global is refused."""
+
+    def find_class(self, module, name):
+        raise pickle.UnpicklingError("a flight-recorder dump names %s.%s: refused" % (module, name))
+
+
+def load(data):
+    """A dump's bytes -> its dict, or None (too big, truncated, another format, a refused class)."""
+    if len(data) > MAX_DUMP_BYTES:
+        return None
+    try:
+        raw = PlainData(io.BytesIO(data)).load()
+    except Exception:  # a node's file: whatever it holds, it is not our failure
+        return None
+    return raw if isinstance(raw, dict) and isinstance(raw.get("entries"), list) else None
+
+
+def _number(value):
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def waits(raw, window_s=WINDOW_S):
+    """(wait_s, window_s, collectives) of a dump: its collectives' GPU time over the latest `window_s` of its
+    own enqueue times, or None where it says too little (no timing, too few, too short)."""
+    timed = []
+    for item in raw.get("entries") or ():
+        if not isinstance(item, dict):
+            continue
+        created, duration = _number(item.get("time_created_ns")), _number(item.get("duration_ms"))
+        if created is not None and duration is not None and duration >= 0:
+            timed.append((created, duration))
+    if not timed:
+        return None
+    newest = max(created for created, _ in timed)
+    recent = [(created, duration) for created, duration in timed if created >= newest - window_s * 1e9]
+    span = (newest - min(created for created, _ in recent)) / 1e9
+    if span < MIN_WINDOW_S or len(recent) < MIN_COLLECTIVES:
+        return None
+    return round(sum(duration for _, duration in recent) / 1000.0, 4), round(span, 4), len(recent)
+
+
+def holds_a_hang(raw, written_s):
+    """A collective not completed at `written_s` (the file's mtime) for longer than its own timeout: the
+    dump a timeout wrote, evidence of the hang."""
+    for item in raw.get("entries") or ():
+        if not isinstance(item, dict) or item.get("state") == "completed":
+            continue
+        created, timeout_ms = _number(item.get("time_created_ns")), _number(item.get("timeout_ms"))
+        if created is not None and timeout_ms and written_s - created / 1e9 >= timeout_ms / 1000.0:
+            return True
+    return False
+
+
+def node_round(d, read_limit=MAX_DUMP_BYTES):
+    """One round in the run dir `d` (safe_files.Dir): each rank's dump read and set aside, then its FIFO
+    poked. A list of dicts, one per rank with a FIFO: rank, and wait_s, window_s, collectives, or why not."""
+    said = []
+    for entry in d.entries():
+        found = PIPE_RE.match(entry.name)
+        if not found:
+            continue
+        rank = int(found.group(1))
+        line = {"rank": rank}
+        dump = d.entry(DUMP_PREFIX + str(rank))
+        if dump is not None and dump.kind == "file":
+            line.update(_read_dump(d, DUMP_PREFIX + str(rank), dump.mtime, read_limit))
+        else:
+            line["problem"] = "no dump yet"
+        line["poked"] = d.poke_fifo(entry.name)
+        said.append(line)
+    return said
+
+
+def _read_dump(d, name, mtime, read_limit):
+    try:
+        data = d.read(name, read_limit + 1)
+    except Exception as error:  # refused (a link, a FIFO), gone meanwhile: said, never raised
+        return {"problem": "dump not read: %s" % error}
+    raw = load(data)
+    if raw is None:
+        return {"problem": "dump not readable (%d bytes: truncated, too big or not a dump)" % len(data)}
+    if holds_a_hang(raw, mtime):
+        return {"problem": "the dump holds a collective past its timeout: left for the hang's diagnosis"}
+    try:
+        d.rename(name, ROUND_PREFIX + name[len(DUMP_PREFIX):])
+    except OSError as error:
+        return {"problem": "dump not set aside: %s" % error}
+    measured = waits(raw)
+    if measured is None:
+        return {"problem": "too few timed collectives (TORCH_NCCL_ENABLE_TIMING off, or the job barely started)"}
+    wait_s, window_s, count = measured
+    return {"wait_s": wait_s, "window_s": window_s, "collectives": count}

@@ -1,0 +1,108 @@
+"""The straggler watch's evidence over NCCL: flight-recorder rounds (node/collective_waits.py), attached.
+
+Every ROUND_S, one `collective-waits` operation per running node (plan/node_files.py), in the background:
+each rank's dump since the last round is read on its node (its collectives' GPU time over its latest
+WINDOW_S) and the next dump asked for. The shares of one round go to the nodes' verdict
+(straggler_verdict.judge_waits); a rank it names WAITS_ROUNDS rounds in a row is the straggler, and it
+keeps pace again once WAITS_ROUNDS rounds in a row do not name it. Jobs without NCCL (gloo) or without
+a torch that has the dump pipe make no FIFO: the rounds find nothing and stop asking after
+IDLE_ROUNDS; the py-spy samples (watch/straggler_watch.py) go on either way.
+"""
+from __future__ import annotations
+
+import json
+import time
+from typing import Optional
+
+from clusterctl.executor import Background, Connections, run_commands
+from clusterctl.models import Host, Inventory
+from clusterctl.node import straggler_verdict as verdict
+from clusterctl.node.layout import node_run_dir
+from clusterctl.plan import node_files
+
+ROUND_S = 15.0  # a dump per rank per round: ~0.3 MB pickled by the rank's watchdog thread, read on its node
+FIRST_AFTER_S = 20.0  # NCCL makes the FIFO at its first communicator, after the imports
+IDLE_ROUNDS = 8  # rounds in a row that found no FIFO on any node: the job has none to offer (gloo, an old torch)
+MAX_LINES = 512  # JSON lines read back from one node (a rank each)
+
+
+class CollectiveWatch:
+    def __init__(self, inventory: Inventory, run_id: str, connections: Connections):
+        self.inventory, self.run_id, self.connections = inventory, run_id, connections
+        self.enabled = bool(inventory.job.outputs)  # the run dir holds the FIFOs: no outputs, no dumps
+        self.rounds: list[Optional[verdict.WaitsVerdict]] = []  # each judged round's verdict, latest last
+        self.problems: dict = {}  # (host, rank) -> why its latest round said nothing
+        self._round: Optional[Background] = None
+        self._next_at = time.monotonic() + FIRST_AFTER_S
+        self._idle = 0
+
+    def check(self, hosts: list[Host]) -> bool:
+        """Called on every poll with the hosts whose ranks still run: True when a round was judged."""
+        if not self.enabled:
+            return False
+        if self._round is None:
+            if hosts and time.monotonic() >= self._next_at:
+                self._next_at = time.monotonic() + ROUND_S
+                self._round = Background(hosts, self._action, self.connections)
+            return False
+        if not self._round.wait(0):
+            return False
+        results, self._round = self._round.results, None
+        measured, fifos = {}, 0
+        for host, result in results.items():
+            for line in parse_round(result.stdout if result.succeeded else ""):
+                fifos += 1
+                key = (host, line["rank"])
+                if "wait_s" in line:
+                    measured[key] = (line["wait_s"], line["window_s"])
+                    self.problems.pop(key, None)
+                else:
+                    self.problems[key] = line.get("problem", "")
+        self._idle = 0 if fifos else self._idle + 1
+        if self._idle >= IDLE_ROUNDS:
+            self.enabled = False
+        self.rounds = (self.rounds + [verdict.judge_waits(measured)])[-verdict.WAITS_ROUNDS:]
+        return True
+
+    def _action(self, transport, host: Host):
+        run_dir = node_run_dir(self.inventory.job.outputs, self.run_id, host.name)
+        return run_commands(transport, host, [node_files.command(self.inventory, run_dir, "collective-waits", timeout=30)])
+
+    def found(self) -> Optional[verdict.WaitsVerdict]:
+        """The rank the latest WAITS_ROUNDS rounds all named (the latest round's figures), else None."""
+        if len(self.rounds) < verdict.WAITS_ROUNDS or any(r is None for r in self.rounds):
+            return None
+        if len({(r.host, r.rank) for r in self.rounds}) != 1:
+            return None
+        return self.rounds[-1]
+
+    def recovered(self, host: str, rank: int) -> bool:
+        """The latest WAITS_ROUNDS rounds named someone else or nobody."""
+        return len(self.rounds) >= verdict.WAITS_ROUNDS and all(
+            r is None or (r.host, r.rank) != (host, rank) for r in self.rounds)
+
+
+def parse_round(stdout: str) -> list[dict]:
+    """The node's JSON lines (run_files.py collective-waits): each {rank, wait_s, window_s} or {rank, problem};
+    a line that is not one is skipped, never raised."""
+    lines = []
+    for text in stdout.splitlines()[:MAX_LINES]:
+        try:
+            line = json.loads(text)
+        except ValueError:
+            continue
+        if not isinstance(line, dict) or not _count(line.get("rank")):
+            continue
+        if _seconds(line.get("wait_s")) and _seconds(line.get("window_s")):
+            lines.append({"rank": line["rank"], "wait_s": float(line["wait_s"]), "window_s": float(line["window_s"])})
+        else:
+            lines.append({"rank": line["rank"], "problem": str(line.get("problem") or "no figures")[:200]})
+    return lines
+
+
+def _count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 10_000_000
+
+
+def _seconds(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1e7

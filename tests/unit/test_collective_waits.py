@@ -1,0 +1,151 @@
+"""The straggler watch's evidence over NCCL (issue 49): each rank's collectives' GPU time from torch's flight
+recorder, dumped on demand through its FIFO (node/collective_waits.py), judged by the nodes' verdict
+(straggler_verdict.judge_waits), carried by the attached watch (watch/collective_watch.py).
+
+The dumps are real (tests/fixtures/flight_recorder/SOURCES.md): the public DDP tutorial over NCCL on 2 x H200,
+rank 1 held 60% of the time from outside, each rank's dump asked through its FIFO mid-run."""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from hypothesis import given, settings, strategies as st
+
+from clusterctl.node import collective_waits as cw
+from clusterctl.node import straggler_verdict as verdict
+from clusterctl.node.safe_files import Dir
+from clusterctl.watch.collective_watch import CollectiveWatch, parse_round
+from clusterctl.watch import stragglers
+
+HELD = Path(__file__).resolve().parents[1] / "fixtures" / "flight_recorder" / "nccl_h200_ddp_tutorial_rank1_held"
+
+
+def _raw(rank: int) -> dict:
+    return cw.load((HELD / f"nccl_trace_rank_{rank}").read_bytes())
+
+
+def test_the_rank_held_from_outside_waits_least_in_its_collectives_and_is_named():
+    measured = {}
+    for rank in (0, 1):
+        wait_s, window_s, count = cw.waits(_raw(rank))
+        assert count > 1900 and 7.0 < window_s < 8.0
+        measured[(f"g{rank}", rank)] = (wait_s, window_s)
+    assert measured[("g0", 0)][0] / measured[("g0", 0)][1] > 0.6  # the waiting rank: 66% of its time
+    assert measured[("g1", 1)][0] / measured[("g1", 1)][1] < 0.15  # the held rank: 10%
+    found = verdict.judge_waits(measured)
+    assert (found.host, found.rank) == ("g1", 1) and 0.5 < found.lag_share < 0.6
+    assert verdict.waits_evidence(found) == ("its collectives waited 10% of its last 7 s on the GPU, the other "
+                                             "ranks' 66% (flight recorder)")
+
+
+def test_ranks_alike_name_nobody_whatever_they_wait():
+    assert verdict.judge_waits({("a", 0): (0.5, 10.0), ("b", 1): (0.8, 10.0)}) is None  # both wait little
+    assert verdict.judge_waits({("a", 0): (6.0, 10.0), ("b", 1): (4.0, 10.0)}) is None  # communication-bound, alike
+    # two ranks alike low are not one rank's doing
+    assert verdict.judge_waits({("a", 0): (1.0, 10), ("a", 1): (1.2, 10), ("b", 2): (7.0, 10), ("b", 3): (7.0, 10)}) is None
+    assert verdict.judge_waits({("a", 0): (1.0, 10.0)}) is None
+    found = verdict.judge_waits({("a", 0): (7.0, 10), ("a", 1): (1.0, 10), ("b", 2): (7.2, 10), ("b", 3): (6.8, 10)})
+    assert (found.host, found.rank) == ("a", 1)
+
+
+def test_a_dump_without_timing_or_too_short_says_nothing():
+    raw = _raw(1)
+    untimed = {**raw, "entries": [{**e, "duration_ms": None} for e in raw["entries"]]}
+    assert cw.waits(untimed) is None
+    assert cw.waits({**raw, "entries": raw["entries"][-5:]}) is None
+    assert cw.waits({"entries": ["junk", {"time_created_ns": "x", "duration_ms": 1.0}]}) is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(min_value=0, max_value=4000), st.binary(max_size=64))
+def test_a_truncated_or_garbled_dump_is_none_never_a_crash(cut, tail):
+    data = (HELD / "nccl_trace_rank_1").read_bytes()
+    raw = cw.load(data[:cut] + tail)
+    assert raw is None or isinstance(raw, dict)
+    if raw is not None:
+        cw.waits(raw)
+        cw.holds_a_hang(raw, 0.0)
+
+
+def test_a_dump_that_names_a_class_is_refused():
+    import pickle
+
+    assert cw.load(pickle.dumps({"entries": [Path("/")]})) is None
+
+
+def _run_dir(tmp_path: Path, written_after_s: float) -> Path:
+    run = tmp_path / "run"
+    run.mkdir()
+    dump = run / "nccl_trace_rank_0"
+    shutil.copy(HELD / "nccl_trace_rank_0", dump)
+    newest = max(e["time_created_ns"] for e in _raw(0)["entries"]) / 1e9
+    os.utime(dump, (newest + written_after_s, newest + written_after_s))
+    os.mkfifo(run / "fr_pipe_0.pipe")
+    return run
+
+
+def test_a_round_reads_the_dump_sets_it_aside_and_asks_for_the_next(tmp_path):
+    run = _run_dir(tmp_path, 0.5)
+    reader = os.open(run / "fr_pipe_0.pipe", os.O_RDONLY | os.O_NONBLOCK)  # the rank's watchdog, as torch opens it
+    try:
+        with Dir.open(str(run)) as d:
+            [line] = cw.node_round(d)
+        assert os.read(reader, 16) == b"1"
+    finally:
+        os.close(reader)
+    assert line["rank"] == 0 and line["poked"] and line["collectives"] > 1900
+    assert 0.6 < line["wait_s"] / line["window_s"] < 0.7
+    assert sorted(p.name for p in run.iterdir()) == ["fr_pipe_0.pipe", "fr_round_rank_0"]  # not a timeout's dump now
+
+
+def test_a_dump_holding_a_collective_past_its_timeout_is_left_for_the_hang(tmp_path):
+    # written 11 minutes after its last collective started (the tutorial's timeout: 10 minutes): a timeout's dump
+    run = _run_dir(tmp_path, 660.0)
+    with Dir.open(str(run)) as d:
+        [line] = cw.node_round(d)
+    assert "past its timeout" in line["problem"] and not line["poked"]  # nobody reads the FIFO: the rank is gone
+    assert (run / "nccl_trace_rank_0").exists()
+
+
+def test_a_link_or_a_file_where_the_fifo_should_be_is_never_written(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    target = tmp_path / "elsewhere"
+    target.write_text("")
+    (run / "fr_pipe_3.pipe").symlink_to(target)
+    (run / "fr_pipe_4.pipe").write_text("")
+    with Dir.open(str(run)) as d:
+        lines = cw.node_round(d)
+    assert [(line["rank"], line["poked"], line["problem"]) for line in lines] == [
+        (3, False, "no dump yet"), (4, False, "no dump yet")]
+    assert target.read_text() == "" and (run / "fr_pipe_4.pipe").read_text() == ""
+
+
+def test_the_dump_line_torch_prints_is_recognised():
+    line = (HELD / "rank0_stderr_dump_line.txt").read_text()
+    assert cw.DUMP_LINE.search(line) and not cw.DUMP_LINE.search("[rank0]: Watchdog caught collective operation timeout")
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.text(max_size=400))
+def test_a_nodes_answer_is_parsed_whatever_it_holds(text):
+    for line in parse_round(text):
+        assert set(line) in ({"rank", "wait_s", "window_s"}, {"rank", "problem"})
+
+
+def test_the_watch_names_a_rank_two_rounds_in_a_row_and_lets_it_go_after_two_without(tmp_path):
+    import argparse
+
+    watch = CollectiveWatch(argparse.Namespace(name="c", job=argparse.Namespace(outputs=str(tmp_path))), "run", None)
+    held = verdict.WaitsVerdict("g1", 1, 0.56, 2.7, 0.10, 0.66, 7.4)
+    watch.rounds = [None, held]
+    assert watch.found() is None
+    watch.rounds = [held, held]
+    assert watch.found() == held and not watch.recovered("g1", 1)
+    named = stragglers.of_waits(held, step_s=0.5, now=100.0)
+    assert named.by_flight_recorder and named.lag_s == 0.28 and "flight recorder" in named.line()
+    watch.rounds = [held, None]
+    assert not watch.recovered("g1", 1)
+    watch.rounds = [None, None]
+    assert watch.recovered("g1", 1) and watch.found() is None
