@@ -30,9 +30,15 @@ import time
 from collections import deque
 
 if __package__:  # imported by the controller's tests
-    from clusterctl.node import straggler_verdict as verdict
+    from clusterctl.node import collective_waits, straggler_verdict as verdict
+    from clusterctl.node.safe_files import Dir
 else:  # beside node_agent.py in a node's run dir
     import straggler_verdict as verdict
+    from safe_files import Dir
+    try:
+        import collective_waits
+    except ImportError:  # shipped by a clusterctl without it: py-spy's samples only
+        collective_waits = None
 
 RUNS_ON_NODES = True
 TIMEOUT_S = 5.0  # one py-spy dump
@@ -180,11 +186,34 @@ class Sampler:
         self.lock, self.children, self.closed = threading.Lock(), [], threading.Event()
         self.dumped = {}  # pid -> (its schedstat before its last good dump, that dump's main-thread frames)
         self.importing = False  # every rank the latest sample read was inside `import` (straggler_verdict.importing)
+        self.waits = None  # the latest flight-recorder round: {"at": unix time, "ranks": [[rank, wait_s, window_s]]}
         threading.Thread(target=self._loop, daemon=True).start()
+        threading.Thread(target=self._waits_loop, daemon=True).start()
 
     def summary(self):
         with self.lock:
-            return {"samples": list(self.samples), **({"problem": self.problem} if self.problem else {})}
+            return {"samples": list(self.samples), **({"problem": self.problem} if self.problem else {}),
+                    **({"waits": self.waits} if self.waits else {})}
+
+    def _waits_loop(self):
+        """Flight-recorder rounds (collective_waits.py), WAITS_ROUND_S apart, as the attached watch's: each rank's
+        collectives' wait on the GPU (NCCL), which py-spy's samples cannot see. A node without a rank's FIFO for
+        WAITS_IDLE_ROUNDS rounds in a row (gloo, an older torch) has none to offer: the rounds stop."""
+        if collective_waits is None or self.closed.wait(verdict.WAITS_FIRST_AFTER_S):
+            return
+        idle = 0
+        while idle < verdict.WAITS_IDLE_ROUNDS:
+            try:
+                with Dir.open(self.run_dir) as d:
+                    lines = collective_waits.node_round(d)
+            except Exception:  # the run dir gone or refused: no round, the keeper goes on
+                lines = []
+            idle = 0 if lines else idle + 1
+            measured = [[line["rank"], line["wait_s"], line["window_s"]] for line in lines if "wait_s" in line]
+            with self.lock:
+                self.waits = {"at": round(self.now(), 3), "ranks": measured[:MAX_RANKS]} if measured else self.waits
+            if self.closed.wait(verdict.WAITS_ROUND_S):
+                return
 
     def _loop(self):
         self.spy, self.problem = unpack(self.run_dir, self.shipped)

@@ -170,6 +170,8 @@ def judge(samples):
 # held 60% 10%, its peer 66%.
 WAIT_GAP, WAIT_RATIO = 0.15, 0.5
 WAITS_ROUNDS = 2  # rounds in a row naming the same rank: one window can hold a checkpoint save on one rank
+WAITS_ROUND_S, WAITS_FIRST_AFTER_S = 15.0, 20.0  # a dump per rank per round; NCCL makes its FIFO after the imports
+WAITS_IDLE_ROUNDS = 8  # rounds in a row that found no FIFO: the job has none to offer (gloo, an older torch)
 WaitsVerdict = namedtuple("WaitsVerdict", "host rank lag_share ratio own others window_s")
 
 
@@ -185,6 +187,10 @@ def judge_waits(measured):
         return None
     ratio = (1.0 - own) / max(1.0 - others, 0.05)
     return WaitsVerdict(host, rank, others - own, ratio, own, others, measured[(host, rank)][1])
+
+
+def _seconds(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1e10
 
 
 def waits_evidence(found):
@@ -208,9 +214,11 @@ def evidence(singled_out, samples, others):
 
 def document(verdict, since, lag_s=None, gpu=None):
     """A straggler as run.json has it (docs/schemas: Straggler), rounded; `until` null while it is late."""
+    said = waits_evidence(verdict) if isinstance(verdict, WaitsVerdict) else \
+        evidence(verdict.singled_out, verdict.samples, verdict.others_waiting)
     return {"host": verdict.host, "rank": verdict.rank, "gpu": gpu,
             "lag_s": round(lag_s, 3) if lag_s is not None else None, "ratio": round(verdict.ratio, 2),
-            "since": round(since, 3), "evidence": evidence(verdict.singled_out, verdict.samples, verdict.others_waiting),
+            "since": round(since, 3), "evidence": said,
             "lag_share": round(verdict.lag_share, 3), "until": None}
 
 
@@ -226,6 +234,7 @@ class Watch:
         self.ticks = {}  # tick -> {host: [Reading]}
         self.window, self.judged = [], -1
         self.named, self.history, self.problems = None, [], {}
+        self.waits, self.waits_rounds, self.waits_judged = {}, [], 0.0  # the keepers' flight-recorder rounds (NCCL)
 
     def heard(self, host, summary):
         """A keeper's summary (node_stragglers.Sampler.summary): its samples, or why it has none."""
@@ -244,15 +253,49 @@ class Watch:
                 if isinstance(r, list) and len(r) == 2 and isinstance(r[0], int)]
         for old in sorted(self.ticks)[:-self.KEPT_TICKS]:
             del self.ticks[old]
+        waits = summary.get("waits")
+        if isinstance(waits, dict) and _seconds(waits.get("at")) and isinstance(waits.get("ranks"), list):
+            self.waits[host] = (float(waits["at"]), {
+                r[0]: (float(r[1]), float(r[2])) for r in waits["ranks"][:256]
+                if isinstance(r, list) and len(r) == 3 and isinstance(r[0], int) and _seconds(r[1]) and _seconds(r[2])})
 
     def judge(self, now):
-        """Judge the ticks settled by `now` (unix time, seconds): True when `found` changed."""
+        """Judge the ticks settled by `now` (unix time, seconds), and the latest flight-recorder round: True when
+        `found` changed."""
+        return self._judge_waits(now) | self._judge_samples(now)
+
+    def _judge_waits(self, now):
+        """Every WAITS_ROUND_S, the keepers' latest rounds (at most two rounds old) side by side: a rank named by
+        WAITS_ROUNDS judgements in a row, let go after as many without it."""
+        if now - self.waits_judged < WAITS_ROUND_S:
+            return False
+        self.waits_judged = now
+        fresh = {(host, rank): m for host, (at, ranks) in self.waits.items() if now - at <= 2 * WAITS_ROUND_S
+                 for rank, m in ranks.items()}
+        if not fresh:
+            return False
+        self.waits_rounds = (self.waits_rounds + [judge_waits(fresh)])[-WAITS_ROUNDS:]
+        named = {(r.host, r.rank) for r in self.waits_rounds if r is not None}
+        if isinstance(self.named, WaitsVerdict):
+            if len(self.waits_rounds) < WAITS_ROUNDS or (self.named.host, self.named.rank) in named:
+                return False
+            self.history[-1] = {**self.history[-1], "until": round(now, 3)}
+            self.named = None
+            return True
+        if self.named is None and len(self.waits_rounds) == WAITS_ROUNDS and None not in self.waits_rounds \
+                and len(named) == 1:
+            self.named = self.waits_rounds[-1]
+            self.history.append(document(self.named, now))
+            return True
+        return False
+
+    def _judge_samples(self, now):
         settled = [t for t in sorted(self.ticks) if t <= now - self.SETTLE_TICKS]
         for tick in settled:
             self.window.append([r for readings in self.ticks.pop(tick).values() for r in readings])
             self.judged = tick
         del self.window[:-WINDOW]
-        if not settled:
+        if not settled or isinstance(self.named, WaitsVerdict):  # the flight recorder's rounds say when it keeps pace
             return False
         if self.named is not None:
             if not recovered(self.window, self.named.host, self.named.rank):

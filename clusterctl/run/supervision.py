@@ -44,6 +44,7 @@ BESIDE_AGENT = tuple(program(name) for name in ("engine.py", "heal_policy.py", "
                                                 "safe_files.py", "listener.py", "leases.py", "checkpoint_replica.py",
                                                 "checkpoint_wire.py", "checkpoint_copies.py"))
 _STRAGGLERS = program("node_stragglers.py")  # the keeper's straggler watch (py-spy on its node's ranks)
+_WAITS = program("collective_waits.py")  # ...and its flight-recorder rounds (NCCL)
 
 
 # $1 dir, $2 role, $3 python, then the marker env: the role's process, detached from this session,
@@ -148,8 +149,8 @@ def establish(inventory: Inventory, run_id: str, master: str, address: str, port
 
         packed, arch, sha = payload()
         base["stragglers"] = {"arch": arch, "sha": sha}
-    watch = [(name, data) for name, data in (("node_stragglers.py", _STRAGGLERS.read_bytes()), ("py-spy.gz", packed))
-             if stragglers and data]
+    watch = [(name, data) for name, data in (("node_stragglers.py", _STRAGGLERS.read_bytes()), ("py-spy.gz", packed),
+                                             ("collective_waits.py", _WAITS.read_bytes())) if stragglers and data]
 
     replicas = bool(heal and ((heal.rules.get("checkpoint") or {}).get("replicas")))
 

@@ -20,9 +20,8 @@ from clusterctl.node import straggler_verdict as verdict
 from clusterctl.node.layout import node_run_dir
 from clusterctl.plan import node_files
 
-ROUND_S = 15.0  # a dump per rank per round: ~0.3 MB pickled by the rank's watchdog thread, read on its node
-FIRST_AFTER_S = 20.0  # NCCL makes the FIFO at its first communicator, after the imports
-IDLE_ROUNDS = 8  # rounds in a row that found no FIFO on any node: the job has none to offer (gloo, an old torch)
+ROUND_S, FIRST_AFTER_S = verdict.WAITS_ROUND_S, verdict.WAITS_FIRST_AFTER_S  # the keepers' pace too (detached)
+IDLE_ROUNDS = verdict.WAITS_IDLE_ROUNDS  # rounds in a row that found no FIFO on any node
 MAX_LINES = 512  # JSON lines read back from one node (a rank each)
 
 

@@ -149,3 +149,40 @@ def test_the_watch_names_a_rank_two_rounds_in_a_row_and_lets_it_go_after_two_wit
     assert not watch.recovered("g1", 1)
     watch.rounds = [None, None]
     assert watch.recovered("g1", 1) and watch.found() is None
+
+
+def test_detached_the_supervisor_names_the_rank_from_the_keepers_rounds_and_lets_it_go():
+    """The keepers' beats carry their latest round (node_stragglers.Sampler.summary's `waits`); the supervisor's
+    verdict (straggler_verdict.Watch, the one copy) sets the nodes' latest rounds side by side every WAITS_ROUND_S."""
+    watch = verdict.Watch()
+    step = verdict.WAITS_ROUND_S
+
+    def beat(at, held_share):
+        watch.heard("g0", {"samples": [], "waits": {"at": at, "ranks": [[0, 6.6, 10.0]]}})
+        watch.heard("g1", {"samples": [], "waits": {"at": at, "ranks": [[1, held_share * 10, 10.0]]}})
+
+    beat(1000.0, 0.10)
+    assert not watch.judge(1000.0)  # one round: not yet
+    beat(1000.0 + step, 0.10)
+    assert watch.judge(1000.0 + step)
+    [named] = watch.found()
+    assert (named["host"], named["rank"], named["until"]) == ("g1", 1, None)
+    assert named["evidence"] == "its collectives waited 10% of its last 10 s on the GPU, the other ranks' 66% (flight recorder)"
+    # the py-spy samples (which cannot see this wait) do not let it go; two rounds without it do
+    watch.heard("g0", {"samples": [[int(1000 + step), [[0, 1]]]]})
+    watch.heard("g1", {"samples": [[int(1000 + step), [[1, 1]]]]})
+    assert not watch.judge(1000.0 + step + 5)
+    beat(1000.0 + 2 * step, 0.62)
+    assert not watch.judge(1000.0 + 2 * step)
+    beat(1000.0 + 3 * step, 0.64)
+    assert watch.judge(1000.0 + 3 * step) and watch.found()[0]["until"] == 1000.0 + 3 * step
+
+
+def test_detached_stale_or_garbled_rounds_are_not_judged():
+    watch = verdict.Watch()
+    watch.heard("g0", {"waits": {"at": 10.0, "ranks": [[0, 6.6, 10.0], ["x", 1, 2], [1, -1, 3], "junk"]}})
+    watch.heard("g1", {"waits": {"at": "soon", "ranks": [[1, 1.0, 10.0]]}})
+    watch.heard("g2", {"waits": []})
+    assert watch.waits == {"g0": (10.0, {0: (6.6, 10.0)})}
+    assert not watch.judge(10.0 + 3 * verdict.WAITS_ROUND_S)  # two rounds old and more: not judged
+    assert watch.waits_rounds == []
