@@ -16,7 +16,7 @@ from clusterctl.registry import peers
 
 from local.test_launch_mpirun import gate_accepting
 from local.test_relay_security import FIXTURE_IMAGE, _free_port, _listening, _relay_receiver, _session
-from local.test_security_hardening import supervised_on_loopback
+from local.test_security_hardening import ATTACK_S, LOST_AFTER_S, supervised_on_loopback
 from unit.test_launch_mpirun import KEY
 
 
@@ -77,19 +77,20 @@ def test_sixteen_slow_byte_connections_from_the_keepers_own_address_neither_lock
         tmp_path, reliability):
     row = reliability("the slow-byte lockout: 16 connections from the keeper's own address, each sending one byte "
                       "every 4 s and reopened at once when dropped, against a detached run's real supervisor",
-                      "the keeper is still heard every second; the run stays running past lost_after_s (15 s)",
+                      f"the keeper is still heard every second; the run stays running past lost_after_s "
+                      f"({LOST_AFTER_S} s)",
                       section="Hostile input")
     with supervised_on_loopback(tmp_path) as run:
         with Trickle("127.0.0.1", "127.0.0.1", run.port, node_agent.MAX_PER_ADDRESS, 4.0) as attack:
-            time.sleep(22)  # past lost_after_s: a locked-out keeper would be lost, the run failed
+            time.sleep(ATTACK_S)  # past lost_after_s: a locked-out keeper would be lost, the run failed
             document = run.document()
         assert document["state"] == "running", document
         assert document["nodes"]["n1"]["seen_s_ago"] < 5, document
     lines = (tmp_path / "supervisor.log").read_text(errors="replace").splitlines()
     assert not any("Traceback" in line for line in lines)
-    row.observe(f"{attack.opened} slow connections opened from 127.0.0.1 in 22 s; the run still running, its "
+    row.observe(f"{attack.opened} slow connections opened from 127.0.0.1 in {ATTACK_S} s; the run still running, its "
                 f"keeper heard {document['nodes']['n1']['seen_s_ago']} s before (before: every slot of the address "
-                "held, the keeper refused, the run failed after 15 s)")
+                f"held, the keeper refused, the run failed after lost_after_s, {LOST_AFTER_S} s here)")
 
 
 def test_the_gate_takes_the_masters_agent_past_idle_and_trickling_connections_from_the_masters_own_address():

@@ -208,6 +208,11 @@ def test_any_file_name_is_sent_once_or_named_as_skipped_and_the_report_parses(na
 
 # --------------------------------------------------------------------------- the run's supervisor
 
+LOST_AFTER_S = 8  # the loopback run's lost-node window (15 by default): an attack that shuts its keeper out for
+# longer ends the run, so a test waits LOST_AFTER_S + 4 s, not the default's 15 + 5
+ATTACK_S = LOST_AFTER_S + 4
+
+
 def _supervised_run(run_dir: Path, port: int) -> None:
     from clusterctl.node import node_agent
 
@@ -218,7 +223,7 @@ def _supervised_run(run_dir: Path, port: int) -> None:
         (run_dir / path.name).write_bytes(path.read_bytes())
     (run_dir / node_agent.CONFIG).write_text(json.dumps({
         "run_id": "r1", "address": "127.0.0.1", "port": port, "key": node_agent.keeper_key("k" * 64, "n1"),
-        "supervisor_key": "k" * 64, "lease_s": 5, "lost_after_s": 15, "hosts": ["n1"], "host": "n1"}))
+        "supervisor_key": "k" * 64, "lease_s": 5, "lost_after_s": LOST_AFTER_S, "hosts": ["n1"], "host": "n1"}))
     (run_dir / "lease").touch()
 
 
@@ -321,7 +326,7 @@ def test_800_idle_connections_and_a_negative_content_length_flood_neither_end_th
         started = time.monotonic()
         held = _open_idle(800, run.port, addresses=100)
         _negative_length_flood(run.port, 400)
-        while time.monotonic() - started < 20:  # past lost_after_s (15 s): a starved keeper would be lost
+        while time.monotonic() - started < ATTACK_S:  # past lost_after_s: a starved keeper would be lost
             time.sleep(1)
         document = run.document()
         peak = _peak_rss_mb(run.supervisor.pid)
@@ -333,7 +338,8 @@ def test_800_idle_connections_and_a_negative_content_length_flood_neither_end_th
     lines = (tmp_path / "supervisor.log").read_text(errors="replace").splitlines()
     assert not any("Traceback" in line for line in lines)
     assert all(len(line) <= node_agent.LOG_LINE for line in lines) and len(lines) < 60, lines[:5]
-    row.observe(f"{len(held)} connections opened; after 20 s the run still running, n1 heard "
+    row.observe(f"{len(held)} connections opened; after {ATTACK_S} s (lost_after_s {LOST_AFTER_S}) the run still "
+                f"running, n1 heard "
                 f"{document['nodes']['n1']['seen_s_ago']} s before; supervisor peak RSS {peak:.0f} MB; "
                 f"supervisor.log {len(lines)} lines (e.g. {lines[1] if len(lines) > 1 else ''!r})")
 
