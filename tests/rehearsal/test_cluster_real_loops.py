@@ -11,6 +11,7 @@ good, the run ends with the hang named on its host and rank, quoting its process
 nobody is named."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import threading
@@ -72,15 +73,64 @@ def _freeze(pid: int, hold: dict) -> None:
     hold["since"] = time.time()
 
 
+def _runs(cli) -> set:
+    runs = cli.state_dir / "runs"
+    return {p.name for p in runs.iterdir()} if runs.is_dir() else set()
+
+
+def _stop_once_named(sb, cli, before: set, proc, stop_file: Path) -> threading.Thread:
+    """Once the run's record names a straggler (run.json has it as soon as it is named), the loop is told to
+    end AHEAD_STEPS past the step rank 0 last printed (ddp_plain.py --stop_file): the run then ends as a run
+    with a straggler does, without the rest of its --steps (a slowed loop's minute). Rank 0 prints every 10
+    steps and the ranks keep within a step of each other, so each reads the file before that step."""
+    def named():
+        for run_id in _runs(cli) - before:
+            try:
+                record = json.loads((cli.state_dir / "runs" / run_id / "run.json").read_text())
+            except (OSError, ValueError):
+                continue
+            if record.get("stragglers"):
+                return run_id
+        return None
+
+    def body():
+        run_id = wait_until(lambda: named() or proc.poll() is not None, 540, interval=1.0, what="a straggler named")
+        if run_id is True:  # the run ended first: its document says why
+            return
+        printed = [int(m) for log in (sb.shared_outputs / "logs" / run_id / "node1").glob("*/attempt_0/0/stdout.log")
+                   for m in re.findall(r"^step (\d+)/", log.read_text(errors="replace"), re.M)]
+        ahead = stop_file.with_suffix(".tmp")
+        ahead.write_text(str(max(printed, default=0) + AHEAD_STEPS))
+        ahead.rename(stop_file)
+
+    thread = threading.Thread(target=body, daemon=True)
+    thread.start()
+    return thread
+
+
+AHEAD_STEPS = 30
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_plain_loops_rank_slowed_from_outside_is_named_with_its_host(sandbox, cluster, tmp_path, kind):
     cli, where = cluster
-    inventory, marker = _job(sandbox, tmp_path / "slow.yaml", "--steps", "200", kind=kind)
+    stop_file = sandbox.shared_outputs / JOBS_DIR / f"stop-{kind}"
+    stop_file.unlink(missing_ok=True)
+    # ddp_plain.py's loops (DDP, FSDP2) end AHEAD_STEPS after the straggler is named, their --steps only the bound
+    # if nobody is; DeepSpeed's and the Trainer's (`heavy`) run their 200 steps
+    stops = LOOPS[kind][0] == "ddp_plain.py"
+    args = ["--steps", "400", "--stop_file", f"{CONTAINER_OUTPUTS}/{JOBS_DIR}/{stop_file.name}"] if stops else \
+        ["--steps", "200"]
+    inventory, marker = _job(sandbox, tmp_path / "slow.yaml", *args, kind=kind)
     hold: dict = {}
     helper = _outside(_slow, marker, 3, hold)
-    code, doc, err = Cli.finish(cli.popen("run", "-i", str(inventory), "--stall-timeout", "0", str(where / "prompt.txt")),
-                                timeout=600)
+    before = _runs(cli)
+    proc = cli.popen("run", "-i", str(inventory), "--stall-timeout", "0", str(where / "prompt.txt"))
+    stopper = _stop_once_named(sandbox, cli, before, proc, stop_file) if stops else None
+    code, doc, err = Cli.finish(proc, timeout=600)
     helper.join(10)
+    if stopper:
+        stopper.join(10)
     assert code == 0 and doc["ok"] is True, (doc, err[-6000:])
     named = doc["stragglers"]
     assert [(s["host"], s["rank"]) for s in named][:1] == [("node2", 3)], (named, err[-6000:])
