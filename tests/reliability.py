@@ -34,7 +34,7 @@ COVERED = {
         "that node `unreachable` within ssh.connect_timeout (3 s), the others answer, exit 3"),
     "tests/rehearsal/test_cluster_exec.py::test_eight_nodes_answer_and_one_with_sshd_stopped_is_unreachable_while_seven_succeed": (
         "Faults", "one node of 8 with sshd stopped at `exec`", "that node `unreachable` within 3 s, 7 answer, exit 3"),
-    "tests/rehearsal/test_cluster_run.py::test_a_node_cut_off_mid_run_stops_the_run_and_its_own_ranks_by_lease": (
+    "tests/rehearsal/test_cluster_health.py::test_a_node_cut_off_mid_run_stops_the_run_and_its_own_ranks_by_lease_is_quarantined_left_out_of_the_next_plan_and_back_after_a_passing_check": (
         "Faults", "a node's network cut mid-run",
         "run stops within 15 s naming that node (`node_unreachable`); its ranks stop by lease, no process left"),
     "tests/rehearsal/test_cluster_run.py::test_ctrl_c_stops_every_rank_and_a_second_run_meanwhile_is_refused": (

@@ -1,6 +1,7 @@
 """`clusterctl run` on the rehearsal cluster (Issue 5): 3 nodes x 2 CPU ranks of the example
 job through real sshd, Docker and torchrun; the prompt byte for byte; fail fast on a failing
-rank and on a node cut off mid-run; Ctrl-C; one run at a time."""
+rank; Ctrl-C; one run at a time. A node cut off mid-run: test_cluster_health.py's first test (the same run
+goes on to quarantine that node)."""
 from __future__ import annotations
 
 import os
@@ -126,35 +127,6 @@ def test_a_failing_rank_stops_every_node_fast_and_is_named_first(sandbox, cli, p
     assert records[3]["error"] == "RuntimeError: injected failure on rank 3 (--fail_rank)"
     assert returned - records[3]["t_end"] < 15, "the run did not stop within 15 s of the failure"
     assert wait_until(lambda: not _left_over(doc["run_id"]), 10, what="no process of the run") is True
-
-
-def test_a_node_cut_off_mid_run_stops_the_run_and_its_own_ranks_by_lease(sandbox, cli, prompt_file, tmp_path):
-    # job.lost_after 6: node3 is lost 6 s after its last answer (15 by default, attached as detached)
-    inventory = variant(sandbox, tmp_path / "stall.yaml", lambda d: d["job"].update(
-        args=d["job"]["args"] + ["--stall_rank", "4", "--stall_s", "300"], lost_after=6))
-    before = _run_dirs(sandbox)
-    proc = cli.popen("run", "-i", str(inventory), str(prompt_file))
-    cut = None
-    try:
-        run_id = _wait_for_stall(sandbox, before, "node3")
-        sandbox.cut_network("node3")
-        cut = time.monotonic()
-        code, doc, stderr = Cli.finish(proc, timeout=60)
-        stopped_after = time.monotonic() - cut
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        sandbox.restore_network("node3")
-    assert code == 1 and doc["run_id"] == run_id and doc["exit_code"] != 0
-    # within seconds of the lost-node window, not after the stalled rank's 300 s; how soon is measured by
-    # `make bench` (a bound here only says "not hung": a loaded 2-core machine took 18 s where 9 s is usual)
-    assert stopped_after < 30, f"stopped {stopped_after:.1f}s after the cut"
-    assert doc["first_failure"]["host"] == "node3", doc["first_failure"]
-    assert doc["nodes"]["node3"]["lost"] is True
-    # node3 stops its own ranks once its lease (15 s) runs out; the others were stopped by the run
-    remaining = max(1.0, cut + 15 + 5 + 5 - time.monotonic())
-    assert wait_until(lambda: not _left_over(run_id), remaining, interval=0.5, what="no process of the run") is True
 
 
 def test_ctrl_c_stops_every_rank_and_a_second_run_meanwhile_is_refused(sandbox, cli, prompt_file, tmp_path):
