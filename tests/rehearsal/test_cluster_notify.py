@@ -1,7 +1,8 @@
 """Notifications and the run report on the rehearsal cluster (issue 41): a run whose rank 1 fails with
 its own error (tests/fixtures/jobs/faults.py --mode own, 3 nodes x 1 rank) tells a webhook receiver on
 loopback exactly one failure, with the diagnosis, and its end; its collected bundle gives a report
-that a real headless browser opens showing the failure (tests/browser.py).
+that a real headless browser opens showing the failure (tests/browser.py). A run that heals itself (rank 1
+killed on node2, the spare node3 takes its place) sends its relaunch and its end.
 
 The node-side sampler of metrics.jsonl is another branch's (issue 41 parts 1-3); until it is here, a
 stand-in in this test writes each node's run dir a sample every half second in the same format, with
@@ -133,6 +134,9 @@ def test_the_report_of_the_collected_run_opens_in_a_browser_showing_the_failure(
         shutil.copytree(bundle, os.environ["CLUSTERCTL_KEEP_BUNDLE"], dirs_exist_ok=True)
 
 
+HEALING_STEPS = 12
+
+
 def _healing_job(sb, path: Path, url: str) -> Path:
     """tests/fixtures/jobs/checkpointed.py on 2 nodes (node3 the spare), rank 1 killed at step 4 of 12."""
     where = f"{CONTAINER_OUTPUTS}/{JOBS_DIR}/healing"
@@ -141,7 +145,7 @@ def _healing_job(sb, path: Path, url: str) -> Path:
         doc["job"].pop("world_size_divides", None)
         doc["job"].update(command=[f"{CONTAINER_OUTPUTS}/{JOBS_DIR}/checkpointed.py"], nproc_per_node=1, nodes=2,
                           restarts=2, checkpoint={"dir": f"{where}/ckpt", "complete": "COMPLETE"},
-                          args=["--steps", "12", "--ckpt", f"{where}/ckpt", "--out", f"{where}/out",
+                          args=["--steps", str(HEALING_STEPS), "--ckpt", f"{where}/ckpt", "--out", f"{where}/out",
                                 "--kill_at", "4", "--kill_rank", "1"])
         doc["health"] = steady_health()
         doc["notify"] = {"webhook": url, "format": "slack", "on": ["relaunch", "failure", "end"]}
@@ -151,19 +155,29 @@ def _healing_job(sb, path: Path, url: str) -> Path:
 
 def test_a_run_that_heals_itself_sends_one_relaunch_with_the_killed_ranks_diagnosis_then_its_end(
         sandbox, cluster, tmp_path):
+    """Also test_cluster_heal.py's rank killed on one node (merged here: one healing run serves both): that
+    node's fault, the spare takes its place, the result is exact, collect-logs brings both attempts."""
     cli, where = cluster
     with Receiver() as receiver, StandInSampler(sandbox.shared_outputs):
         inventory = _healing_job(sandbox, tmp_path / "heal.yaml", receiver.url)
         code, doc = cli.json("run", "-i", str(inventory), str(where / "prompt.txt"))
         got = receiver.documents()
     assert code == 0 and len(doc["attempts"]) == 2, doc
+    first = doc["attempts"][0]
+    assert first["excluded"] == [{"host": "node2", "cause": "killed_by_signal"}], first["first_failure"]
+    assert doc["attempts"][1]["hosts"] == ["node1", "node3"]
+    done = json.loads((sandbox.shared_outputs / JOBS_DIR / "healing" / "out" / "done.json").read_text())
+    assert done["total"] == sum(range(1, HEALING_STEPS + 1)), done
     assert [d["text"].split(":")[0] for d in got] == [f"run {doc['run_id']} attempt 1 failed", f"run {doc['run_id']} on "
                                                       f"sandbox ended"], got
     relaunch = json.dumps(got[0]["blocks"])
     assert "*cause* killed_by_signal on node2, rank 1" in relaunch and "relaunching" in got[0]["text"], relaunch
     assert "succeeded" in got[1]["text"]
     bundle = tmp_path / "bundle"
-    cli.json("collect-logs", "-i", str(inventory), "--run", doc["run_id"], "--dest", str(bundle))
+    code, collected = cli.json("collect-logs", "-i", str(inventory), "--run", doc["run_id"], "--dest", str(bundle))
+    files = [str(p.relative_to(bundle)) for p in bundle.rglob("*") if p.is_file()]
+    assert any(f"{doc['run_id']}/node1.attempt-1/" in f for f in files), (collected, files[:40])
+    assert any(f"{doc['run_id']}/node1/" in f for f in files), files[:40]
     code, made = cli.json("report", str(bundle))
     assert code == 0, made
     text = (bundle / "report.html").read_text()
