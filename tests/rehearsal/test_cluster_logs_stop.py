@@ -235,62 +235,6 @@ def test_a_hang_up_detaches_an_attached_run_a_killed_attach_changes_nothing_and_
             cli.json("stop", run_id)
 
 
-def test_idle_connections_and_a_negative_content_length_flood_neither_end_a_detached_run_nor_grow_its_supervisor(
-        sandbox, cluster, tmp_path, reliability):
-    """Issue 34: without the key, ~1000 idle connections once ended a detached run ("node1 stopped
-    answering"), and `Content-Length: -1` made its supervisor hold whatever followed."""
-    import json
-    import socket
-
-    row = reliability("on the rehearsal cluster, a peer of the job network against a detached run's supervisor: "
-                      "800 idle TCP connections, then `Content-Length: -1` followed by 400 MB, without the key",
-                      "the run keeps running; the supervisor under 200 MB RSS", section="Hostile input")
-    cli, where = cluster
-    # nothing ends it before `stop`; a node silent for 8 s (job.lost_after) would end it
-    inventory = _failing_job(sandbox, tmp_path / "long.yaml", after=600, lost_after=LOST_AFTER)
-    code, doc = cli.json("run", "-i", str(inventory), "--detach", str(where / "prompt.txt"))
-    run_id = doc.get("run_id")
-    try:
-        assert code == 0 and doc["state"] == "running", doc
-        handed_over = json.loads((sandbox.shared_outputs / "logs" / run_id / "node1" / "supervision.json").read_text())
-        assert handed_over["lost_after_s"] == LOST_AFTER, handed_over
-        record = json.loads((cli.state_dir / "runs" / run_id / "run.json").read_text())
-        address, port = record["supervisor"]["address"], int(record["supervisor"]["port"])
-        held = []
-        for _ in range(800):
-            sock = socket.socket()
-            try:
-                sock.connect((address, port))
-            except OSError:
-                sock.close()
-                continue
-            held.append(sock)
-        with socket.socket() as flood:
-            flood.connect((address, port))
-            flood.sendall(b"POST /beat HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n")
-            try:
-                for _ in range(400):
-                    flood.sendall(bytes(1 << 20))
-            except OSError:
-                pass  # refused at its header
-        time.sleep(LOST_AFTER + 2)  # past lost_after_s: a keeper shut out would have ended the run
-        supervisor = [pid for pid, cmd in processes_with("node_agent.py") if " supervise " in f" {cmd} "
-                      and run_id in cmd]
-        peak_mb = max(_peak_rss_mb(pid) for pid in supervisor)
-        for sock in held:
-            sock.close()
-        code, doc = cli.json("status", "-i", str(inventory))
-        entry = next(r for r in doc["runs"] if r["run_id"] == run_id)
-        assert entry["state"] == "running", entry
-        assert peak_mb < 200, peak_mb
-        row.observe(f"{len(held)} connections opened (the kernel completes them; the supervisor keeps 16 of one "
-                    f"address and closes the rest); {LOST_AFTER + 2} s later (job.lost_after {LOST_AFTER} s) `status`: "
-                    f"running; supervisor peak RSS {peak_mb:.0f} MB")
-    finally:
-        if run_id:
-            cli.json("stop", run_id)
-
-
 def _peak_rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -327,37 +271,85 @@ print(opened)
 '''
 
 
-def test_slow_byte_connections_from_a_keepers_own_node_neither_lock_it_out_nor_fail_a_detached_run(
+def test_idle_connections_a_flood_and_slow_bytes_from_a_keepers_own_node_neither_end_a_detached_run_nor_grow_its_supervisor(
         sandbox, cluster, tmp_path, reliability):
-    """Issue 47 (M1), on the rehearsal cluster: 16 connections from node2's own address (its network
-    namespace, where its keeper beats from), each trickling a byte every 4 s and reopened when dropped, held
-    the 16 slots of that address under the old per-read timeout: node2's keeper was refused and the run failed
-    once lost_after passed. One listener discipline (node/listener.py) keeps it heard."""
+    """One detached run against both attacks at once (each had a run of its own; the listener counts slots per
+    address, the host's crowd and node2's apart):
+    - issue 34: without the key, ~1000 idle connections once ended a detached run ("node1 stopped answering"),
+      and `Content-Length: -1` made its supervisor hold whatever followed;
+    - issue 47 (M1): 16 connections from node2's own address (its network namespace, where its keeper beats
+      from), each trickling a byte every 4 s and reopened when dropped, held the 16 slots of that address under
+      the old per-read timeout: node2's keeper was refused and the run failed once lost_after passed. One
+      listener discipline (node/listener.py) keeps it heard."""
     import json
+    import socket
     import subprocess
     import sys
 
-    row = reliability("on the rehearsal cluster, the slow-byte lockout: 16 connections from node2's own address, a "
-                      "byte every 4 s each, reopened when dropped, against a detached run's supervisor on node1",
-                      "node2's keeper is still heard; the run stays running past job.lost_after", section="Hostile input")
+    idle_row = reliability("on the rehearsal cluster, a peer of the job network against a detached run's supervisor: "
+                           "800 idle TCP connections, then `Content-Length: -1` followed by 400 MB, without the key",
+                           "the run keeps running; the supervisor under 200 MB RSS", section="Hostile input")
+    slow_row = reliability("on the rehearsal cluster, the slow-byte lockout: 16 connections from node2's own address, a "
+                           "byte every 4 s each, reopened when dropped, against a detached run's supervisor on node1",
+                           "node2's keeper is still heard; the run stays running past job.lost_after",
+                           section="Hostile input")
     cli, where = cluster
-    inventory = _failing_job(sandbox, tmp_path / "slow.yaml", after=600, lost_after=LOST_AFTER)
+    # nothing ends it before `stop`; a node silent for 8 s (job.lost_after) would end it
+    inventory = _failing_job(sandbox, tmp_path / "long.yaml", after=600, lost_after=LOST_AFTER)
     code, doc = cli.json("run", "-i", str(inventory), "--detach", str(where / "prompt.txt"))
     run_id = doc.get("run_id")
+    trickle = None
     try:
         assert code == 0 and doc["state"] == "running", doc
+        handed_over = json.loads((sandbox.shared_outputs / "logs" / run_id / "node1" / "supervision.json").read_text())
+        assert handed_over["lost_after_s"] == LOST_AFTER, handed_over
         record = json.loads((cli.state_dir / "runs" / run_id / "run.json").read_text())
         address, port = record["supervisor"]["address"], int(record["supervisor"]["port"])
         seconds = 3 * LOST_AFTER
-        trickle = subprocess.run(["ip", "netns", "exec", sandbox.node("node2").netns, sys.executable, "-c", _TRICKLE,
-                                  address, str(port), "16", "4", str(seconds)],
-                                 capture_output=True, text=True, timeout=seconds + 60)
-        assert trickle.returncode == 0, trickle.stderr[-2000:]
+        trickle = subprocess.Popen(["ip", "netns", "exec", sandbox.node("node2").netns, sys.executable, "-c", _TRICKLE,
+                                    address, str(port), "16", "4", str(seconds)],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        held = []
+        for _ in range(800):
+            sock = socket.socket()
+            try:
+                sock.connect((address, port))
+            except OSError:
+                sock.close()
+                continue
+            held.append(sock)
+        with socket.socket() as flood:
+            flood.connect((address, port))
+            flood.sendall(b"POST /beat HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n")
+            try:
+                for _ in range(400):
+                    flood.sendall(bytes(1 << 20))
+            except OSError:
+                pass  # refused at its header
+        time.sleep(LOST_AFTER + 2)  # past lost_after_s: a keeper shut out would have ended the run
+        supervisor = [pid for pid, cmd in processes_with("node_agent.py") if " supervise " in f" {cmd} "
+                      and run_id in cmd]
+        peak_mb = max(_peak_rss_mb(pid) for pid in supervisor)
+        for sock in held:
+            sock.close()
         code, doc = cli.json("status", "-i", str(inventory))
         entry = next(r for r in doc["runs"] if r["run_id"] == run_id)
         assert entry["state"] == "running", entry
-        row.observe(f"{trickle.stdout.strip()} slow connections opened from node2's namespace in {seconds} s "
-                    f"(job.lost_after {LOST_AFTER} s); `status`: running")
+        assert peak_mb < 200, peak_mb
+        idle_row.observe(f"{len(held)} connections opened (the kernel completes them; the supervisor keeps 16 of one "
+                         f"address and closes the rest); {LOST_AFTER + 2} s later (job.lost_after {LOST_AFTER} s) "
+                         f"`status`: running; supervisor peak RSS {peak_mb:.0f} MB")
+
+        out, err = trickle.communicate(timeout=seconds + 60)
+        assert trickle.returncode == 0, err[-2000:]
+        code, doc = cli.json("status", "-i", str(inventory))
+        entry = next(r for r in doc["runs"] if r["run_id"] == run_id)
+        assert entry["state"] == "running", entry
+        slow_row.observe(f"{out.strip()} slow connections opened from node2's namespace in {seconds} s "
+                         f"(job.lost_after {LOST_AFTER} s); `status`: running")
     finally:
+        if trickle is not None and trickle.poll() is None:
+            trickle.kill()
+            trickle.wait()
         if run_id:
             cli.json("stop", run_id)
