@@ -1,7 +1,7 @@
 """The run's first failure is the rank that failed by its own fault (issue 39): a rank that exits
-with its own error while the others wait at a barrier is named with its host and global rank,
-attached and detached; of two ranks failing a second apart, the earlier; never a survivor whose
-barrier broke because a peer went away."""
+with its own error while the others wait at a barrier is named with its host and global rank
+(detached: test_cluster_notify.py's detached run, the same job); of two ranks failing a second apart,
+the earlier; never a survivor whose barrier broke because a peer went away."""
 from __future__ import annotations
 
 import time
@@ -55,22 +55,6 @@ def test_of_two_ranks_failing_a_second_apart_the_earlier_is_named(sandbox, clust
     code, doc = cli.json("run", "-i", str(inventory), str(where / "prompt.txt"))
     assert code == 1, doc
     assert _named(doc["first_failure"]) == ("node3", 5), doc["first_failure"]
-
-
-def test_a_detached_run_names_the_same_host_and_global_rank(sandbox, cluster, tmp_path):
-    cli, where = cluster
-    inventory = _own_error_job(sandbox, tmp_path / "detached.yaml", "--rank", "3", "--after", "4")
-    code, doc = cli.json("run", "-i", str(inventory), "--detach", str(where / "prompt.txt"))
-    assert code == 0, doc
-    run_id = doc["run_id"]
-
-    def ended():
-        code, status = cli.json("status", "-i", str(inventory))
-        run = next((r for r in status.get("runs", []) if r["run_id"] == run_id), {})
-        return run if run.get("state") in ("failed", "succeeded", "stopped") else None
-
-    run = wait_until(ended, 90, interval=1, what="the detached run's end")
-    assert run["state"] == "failed" and _named(run["first_failure"]) == ("node2", 3), run
 
 
 def test_ranks_killed_by_sigkill_are_named_with_what_the_kernel_log_shows_not_as_the_oom_killer(

@@ -2,7 +2,8 @@
 its own error (tests/fixtures/jobs/faults.py --mode own, 3 nodes x 1 rank) tells a webhook receiver on
 loopback exactly one failure, with the diagnosis, and its end; its collected bundle gives a report
 that a real headless browser opens showing the failure (tests/browser.py). A run that heals itself (rank 1
-killed on node2, the spare node3 takes its place) sends its relaunch and its end.
+killed on node2, the spare node3 takes its place) sends its relaunch and its end; a detached one (3 nodes x 2
+ranks, global rank 3 failing) its failure and end once, from the `status` that learns of its end.
 
 The node-side sampler of metrics.jsonl is another branch's (issue 41 parts 1-3); until it is here, a
 stand-in in this test writes each node's run dir a sample every half second in the same format, with
@@ -37,10 +38,12 @@ def _no_proxy(monkeypatch):
         monkeypatch.delenv(name, raising=False)
 
 
-def _failing_job(sb, path: Path, url: str) -> Path:
+def _failing_job(sb, path: Path, url: str, rank: int = 1, after: float = 2, nproc: int = 1) -> Path:
+    """faults.py --mode own: global rank `rank` exits with its own error `after` s in, the others at a barrier."""
     def change(doc):
-        doc["job"].update(command=[f"{CONTAINER_OUTPUTS}/{JOBS_DIR}/faults.py"], nproc_per_node=1,
-                          args=["--mode", "own", "--rank", "1", "--after", "2", "--out", "{outputs}/{run_id}"])
+        doc["job"].update(command=[f"{CONTAINER_OUTPUTS}/{JOBS_DIR}/faults.py"], nproc_per_node=nproc,
+                          args=["--mode", "own", "--rank", str(rank), "--after", str(after), "--out",
+                                "{outputs}/{run_id}"])
         doc["notify"] = {"webhook": url, "format": "json"}
 
     return variant(sb, path, change)
@@ -187,9 +190,11 @@ def test_a_run_that_heals_itself_sends_one_relaunch_with_the_killed_ranks_diagno
 
 
 def test_a_detached_runs_failure_and_end_are_sent_once_by_the_status_that_learns_of_its_end(sandbox, cluster, tmp_path):
+    """3 nodes x 2 ranks, global rank 3 (node2's second) failing with its own error: also test_cluster_culprit.py's
+    detached run (merged here: one detached run serves both), whose status names the same host and global rank."""
     cli, where = cluster
     with Receiver() as receiver:
-        inventory = _failing_job(sandbox, tmp_path / "detached.yaml", receiver.url)
+        inventory = _failing_job(sandbox, tmp_path / "detached.yaml", receiver.url, rank=3, after=4, nproc=2)
         code, doc = cli.json("run", "-i", str(inventory), "--detach", str(where / "prompt.txt"))
         assert code == 0, doc
         assert receiver.documents() == []  # nothing ended yet, and the nodes never call out
@@ -199,9 +204,10 @@ def test_a_detached_runs_failure_and_end_are_sent_once_by_the_status_that_learns
             run = next((r for r in status.get("runs", []) if r["run_id"] == doc["run_id"]), {})
             return run if run.get("state") in ("failed", "succeeded", "stopped") else None
 
-        wait_until(ended, 90, interval=1, what="the detached run's end")
+        run = wait_until(ended, 90, interval=1, what="the detached run's end")
         cli.json("status", "-i", str(inventory))  # asked again: already told
         got = receiver.documents()
+    assert run["state"] == "failed" and (run["first_failure"]["host"], run["first_failure"]["rank"]) == ("node2", 3), run
     assert sorted(d["event"] for d in got) == ["end", "failure"], got
     failure = next(d for d in got if d["event"] == "failure")
-    assert (failure["diagnosis"]["host"], failure["diagnosis"]["rank"]) == ("node2", 1), failure
+    assert (failure["diagnosis"]["host"], failure["diagnosis"]["rank"]) == ("node2", 3), failure
