@@ -1,6 +1,9 @@
 """`clusterctl collect-logs` (and the diagnosis it prints) on the rehearsal cluster (Issue 6):
 logs, outputs and node diagnostics of a run, fetched once, with a manifest and no secret;
-runs failing through real planted faults diagnosed with the right cause on the right host."""
+runs failing through real planted faults diagnosed with the right cause on the right host.
+`clusterctl diagnose DIR` agrees with it (issue 18; test_diagnose_cluster.py's two runs until round five,
+the same jobs as two of these): a run that succeeded is no failure for both, and a failed run gets the same
+ranked findings, each with a confidence."""
 from __future__ import annotations
 
 import hashlib
@@ -80,6 +83,10 @@ def test_collect_gets_logs_outputs_and_diagnostics_once_with_a_manifest_and_no_s
     run_id, dest = run["run_id"], tmp_path / "collected"
     doc = _collect(cli, inventory, run_id, dest)
     assert doc["findings"] == [] and doc["files"] == len(_files(dest)) - 1  # all but the manifest
+    # a run that succeeded is no failure for `diagnose` either (from the run's exit codes, whatever its logs
+    # print: its ranks print secrets and warnings)
+    code, diagnosed = cli.json("diagnose", str(dest))
+    assert code == 0 and diagnosed["findings"] == [] and diagnosed["root_cause"] is None, diagnosed
 
     for host, rank in RANK_OF.items():
         rank_log = (dest / host / "logs" / f"{host}-r{rank}.log").read_text()
@@ -155,8 +162,11 @@ def test_a_rank_that_exits_while_the_others_wait_in_a_collective_is_named_before
     assert "Connection closed by peer" in (dest / "node1" / "logs" / "node1-r0.log").read_text()  # the cascade
     top = doc["findings"][0]
     assert (top["host"], top["rank"]) == ("node2", 1), doc["findings"]
+    # `diagnose` of the bundle agrees with collect-logs: the same ranked findings, each with a confidence
     code, diagnosed = cli.json("diagnose", str(dest))
     assert code == 0 and diagnosed["findings"][0] == top
+    assert 1 <= len(doc["findings"]) <= 3 and diagnosed["findings"] == doc["findings"], (diagnosed, doc["findings"])
+    assert all(0 <= f["confidence"] <= 1 for f in diagnosed["findings"])
 
 
 def test_the_rendezvous_port_taken_on_the_master_is_diagnosed_port_in_use(sandbox, cluster, tmp_path):
