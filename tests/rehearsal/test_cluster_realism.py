@@ -2,7 +2,8 @@
 hostnames that are not the inventory's names (FQDNs, Debian's 127.0.1.1), a management, a
 fabric and a docker0 network with interface names that differ per node, a non-root user with
 sudo on port 2222, a node behind a bastion; and what ranks print never reaches the operator's
-terminal raw."""
+terminal raw: the live log, the status view and the failure summary of a failed run show a rank's escapes as
+text (issue 16's "done when"; tests/rehearsal/test_terminal_safety.py's run of its own until round five)."""
 from __future__ import annotations
 
 import re
@@ -11,6 +12,7 @@ import textwrap
 import pytest
 
 from clusterctl_helpers import Cli, host_entry, load_inventory, variant
+from unit.test_terminal_safety import raw_controls
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
 
@@ -85,6 +87,7 @@ ESCAPES = textwrap.dedent('''\
     sys.stdout.write(f"rank {rank} title \\x1b]0;pwned by a node\\x07 clear \\x1b[2J\\x1b[H clip \\x1b]52;c;ZXZpbA==\\x07 "
                      f"c1 \\u009b31m bell \\x07 del \\x7f dcs \\x1bPq#0;2;0;0;0\\x1b\\\\ [bold red]markup[/] end\\n")
     sys.stdout.flush()
+    sys.exit(3 if rank == "1" else 0)  # a failed run: its failure summary quotes the rank too
     ''')
 
 
@@ -102,9 +105,11 @@ def test_a_rank_printing_escape_sequences_leaves_no_raw_control_byte_in_what_run
     prompt.write_text("x\n")
     proc = cli.popen("run", "-i", str(inventory), str(prompt), json_output=False)
     out, err = proc.communicate(timeout=180)
-    assert proc.returncode == 0, err[-3000:]
+    assert proc.returncode == 1, err[-3000:]
     shown = out + err
     assert "pwned by a node" in shown and "[bold red]markup[/]" in shown  # the text is shown, escaped
+    assert "\\x1b]0;pwned by a node\\x07 clear \\x1b[2J" in shown, shown[-3000:]  # as visible escapes
+    assert not raw_controls(shown), sorted(raw_controls(shown))  # the live log, the status view, the summary
     assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f\x80-\x9f]", shown), repr(
         [line for line in shown.splitlines() if re.search(r"[\x00-\x08\x0b-\x1f\x7f\x80-\x9f]", line)][:3])
     on_disk = b"".join(p.read_bytes() for p in (sandbox.shared_outputs / "logs").glob("*/node1/agent.log")
