@@ -18,7 +18,7 @@ import time
 from dataclasses import replace
 from typing import Callable, Optional, Sequence
 
-from clusterctl.executor import Connections, Event, OnEvent, for_each_host, run_commands
+from clusterctl.executor import Background, Connections, Event, OnEvent, run_commands
 from clusterctl.health import watch
 from clusterctl.health.events import Event as HealthEvent
 from clusterctl.health.events import GpuId
@@ -60,17 +60,27 @@ class PassiveWatch:
         self.run_id = run_id
         self.every_s = every_s
         self._last: Optional[float] = None
+        self._sampling: Optional[Background] = None  # the sample under way
         self._samples: dict[str, tuple] = {}  # host -> its last GpuSamples
         self._xids: set[tuple[str, str]] = set()  # (host, line without its stamp): said already
         self._said: set[tuple] = set()  # DCGM's events said already
 
     def tick(self, hosts: Sequence[Host]) -> None:
+        """In the background (executor.Background): the run's loop never waits for a sample, so a node cut off
+        mid-sample holds no poll of the others back (a blocking sample once made a live node look lost)."""
+        if self._sampling is not None:
+            if self._sampling.wait(0):
+                results, self._sampling = self._sampling.results, None
+                self._judge(results)
+            return
         now = time.monotonic()
         if not hosts or (self._last is not None and now - self._last < self.every_s):
             return
         self._last = now
         command = sample_command(self.since)
-        results = for_each_host(list(hosts), lambda t, h: run_commands(t, h, [command]), self.connections)
+        self._sampling = Background(list(hosts), lambda t, h: run_commands(t, h, [command]), self.connections)
+
+    def _judge(self, results: dict) -> None:
         events, gpus = [], {}
         for name, result in results.items():
             found, ids = self.read(name, result)

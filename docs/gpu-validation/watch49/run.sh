@@ -126,5 +126,9 @@ PYEOF
   [[ " $CASES " == *" quiet "* ]] && case_run quiet 100000 none 60
   [[ " $CASES " == *" slowed "* ]] && case_run slowed 100000 slow 0
   [[ " $CASES " == *" frozen "* ]] && case_run frozen 100000 freeze 20
+  if [[ " $CASES " == *" detached "* ]]; then  # the keepers' rounds and the supervisor's verdict
+    inventory detached 100000
+    $PY docs/gpu-validation/watch49/detached_case.py "$W/detached.yaml" "$W/prompt.txt" "$SETTLE" "$OUT/detached.json"
+  fi
   echo "=== left over"; ps -eo pid,stat,cmd | grep -E 'multinode|trainer_job|torch.distributed' | grep -v grep || echo none
 } 2>&1 | tee "$OUT/session.log"
