@@ -24,7 +24,8 @@ replaced printed, so the controller's parsers read it unchanged:
   logs COUNT FOLLOW AGENT RANK...  `clusterctl logs`
   write-env                  own the node's run dir (made 0700 or proven ours), its env from stdin
   put NAME                   stdin into the run's shipped files, REL being `logs/<run id>/.files`
-  put-private NAME           stdin into a 0600 file of the node's run dir, proven ours
+  put-private NAME | NAME SIZE...  stdin into a 0600 file (or each pair's) of the node's run dir, proven ours
+  stage GIVE ENV_SIZE [NAME SIZE]...  write-env, then each shipped file put into `.files`: one start
   checkpoints COMPLETE [RUN] BASE/REL a checkpoint dir: "own STEP" per complete step, "held OWNER STEP" per
                              replica of run RUN (issue 50; heal_policy.py travels with this one)
 Only safe_files.py travels with every operation; follow_files.py (the streaming, `top`'s probe and
@@ -238,11 +239,11 @@ def set_aside(base: str, rel: str, attempt: str) -> None:
                           "remove it and relaunch") from None
 
 
-def write_env(base: str, rel: str, give: str = "0") -> None:
+def write_env(base: str, rel: str, give: str = "0", data: bytes | None = None) -> None:
     """The node's run dir owned (the shared `logs`, `logs/<run id>` made as open as job.outputs, the
     node's own made 0700 or proven ours), its old end marks removed, its env (0600) from stdin. `give`
     ("1": no container, run through sudo): the node's run dir and env belong to the SSH user (SUDO_UID),
-    who runs the job; the shared directories stay root's."""
+    who runs the job; the shared directories stay root's. `data`: the env (`stage`), else stdin."""
     import os
 
     parts = _split(rel)
@@ -266,17 +267,18 @@ def write_env(base: str, rel: str, give: str = "0") -> None:
             with own:
                 for name in ("agent.exit", "stop", "env"):
                     own.remove(name)
-                own.write("env", sys.stdin.buffer.read())
+                own.write("env", sys.stdin.buffer.read() if data is None else data)
                 if owner != os.geteuid():
                     os.chown("env", owner, group, dir_fd=own.fd, follow_symlinks=False)
 
 
-def put(base: str, rel: str, name: str) -> None:
+def put(base: str, rel: str, name: str, data: bytes | None = None) -> None:
     """A shipped file (0644) in `logs/<run id>/.files` (0755: the ranks read it, whoever they run as;
     made by us or root, proven not writable by others: what the node runs from there is nobody
-    else's), or in a node's own run dir (proven ours); the same bytes there already are success."""
+    else's), or in a node's own run dir (proven ours); the same bytes there already are success.
+    `data`: the file (`stage`), else stdin."""
     parts = _split(rel)
-    data = sys.stdin.buffer.read()
+    data = sys.stdin.buffer.read() if data is None else data
     with Dir.open(base, create=True) as outputs:
         mode = outputs.mode()
         with outputs.shared(parts[0], mode) as logs, logs.shared(parts[1], mode) as run:
@@ -290,10 +292,39 @@ def put(base: str, rel: str, name: str) -> None:
                 where.write(name, data, 0o644)
 
 
-def put_private(base: str, rel: str, name: str) -> None:
-    parts = _split(rel)
+def stage(base: str, rel: str, give: str, env_size: str, *shipped: str) -> None:
+    """A launch's writes in one start of this program (issue 52: each start is ~30 ms of a node's CPU):
+    `write-env` GIVE on the node's run dir REL, then each shipped file `put` into the run's `.files`
+    beside it. stdin holds the env's ENV_SIZE bytes, then each file's, as `NAME SIZE` pairs name them."""
+    if len(shipped) % 2:
+        raise Refused(rel, f"stage takes NAME SIZE pairs after ENV_SIZE, not {len(shipped)} arguments")
+    env, *files = _pieces(rel, sys.stdin.buffer.read(), (env_size, *shipped[1::2]))
+    write_env(base, rel, give, env)
+    where = "/".join((*_split(rel)[:2], ".files"))
+    for name, data in zip(shipped[0::2], files):
+        put(base, where, name, data)
+
+
+def put_private(base: str, rel: str, *named: str) -> None:
+    """NAME: stdin into a 0600 file of the node's run dir, proven ours; `NAME SIZE` pairs: stdin holds each
+    file's bytes in turn (one start for a run's keeper and its programs, issue 52)."""
+    if not named or (len(named) > 1 and len(named) % 2):
+        raise Refused(rel, f"put-private takes NAME or NAME SIZE pairs, not {len(named)} arguments")
+    parts, data = _split(rel), sys.stdin.buffer.read()
+    files = [(named[0], data)] if len(named) == 1 else list(zip(named[0::2], _pieces(rel, data, named[1::2])))
     with Dir.open(base, parts[:-1]) as run, run.sub(parts[-1:], private=True) as own:
-        own.write(name, sys.stdin.buffer.read(), 0o600)
+        for name, content in files:
+            own.write(name, content, 0o600)
+
+
+def _pieces(rel: str, data: bytes, sizes) -> list:
+    """`data` cut in pieces of `sizes` (decimal strings), which must add up to it."""
+    sizes = [int(size) for size in sizes]
+    if min(sizes, default=0) < 0 or sum(sizes) != len(data):
+        raise Refused(rel, f"stdin holds {len(data)} bytes, the arguments {sum(sizes)}",
+                      "a clusterctl of another version sent it: run the same clusterctl on every controller")
+    ends = [sum(sizes[:i + 1]) for i in range(len(sizes))]
+    return [data[end - size:end] for end, size in zip(ends, sizes)]
 
 
 def checkpoints(base: str, rel: str, complete: str, run_id: str = "") -> None:
@@ -339,7 +370,7 @@ def logs(*args: str) -> None:
 
 OPERATIONS = {"poll": poll, "mark-stopped": mark_stopped, "await-exit": await_exit, "tail": tail, "read": read, "state": state,
               "dumps": dumps, "probe": probe, "set-aside": set_aside, "write-env": write_env, "put": put,
-              "put-private": put_private, "follow": follow, "logs": logs, "checkpoints": checkpoints,
+              "stage": stage, "put-private": put_private, "follow": follow, "logs": logs, "checkpoints": checkpoints,
               "collective-waits": collective_waits}
 
 

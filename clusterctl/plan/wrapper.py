@@ -114,8 +114,12 @@ def write_env_command(inventory: Inventory, run_dir: str, env: tuple[tuple[str, 
     """The node's run dir owned and its env written (node/run_files.py `write-env`): as root (sudo, or in
     the container), so that the run's shared directories (logs, logs/<run id>) are root's, which every
     node accepts; without a container the node's run dir is then given to the SSH user, who runs the job."""
-    return node_files.command(inventory, run_dir, "write-env", "0" if inventory.uses_container else "1",
-                              stdin=env_file(env))
+    return node_files.command(inventory, run_dir, "write-env", give_run_dir(inventory), stdin=env_file(env))
+
+
+def give_run_dir(inventory: Inventory) -> str:
+    """write-env's GIVE: "1" where the SSH user runs the job (no container), whose run dir and env become theirs."""
+    return "0" if inventory.uses_container else "1"
 
 
 def start_command(inventory: Inventory, run_dir: str, torchrun: tuple[str, ...], lease_s: int = LEASE_S) -> Command:

@@ -1,5 +1,6 @@
-"""Carrying out a Plan on the nodes: `runner.py` launches on every node, watches (with watch/'s
-observers), fails fast and stops cleanly; `supervision.py` hands a running job over to the cluster
+"""Carrying out a Plan on the nodes: `runner.py` launches on every node (`launching.py`: what each
+node starts, in as few starts of a program there as it can), watches (with watch/'s observers), fails
+fast and stops cleanly; `supervision.py` hands a running job over to the cluster
 (node/node_agent.py: `run --detach`, a hang-up) and turns the supervisor's state into the local run
 record (ground/records.py); `phases.py` when each phase was reached; `in_progress.py` the look for a
 run of the cluster already going; `from_env.py` the `launch --from-env` flow, the entrypoint a

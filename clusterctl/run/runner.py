@@ -23,11 +23,11 @@ from clusterctl.ground.masking import masker
 from clusterctl.models import Host, HostResult, HostStatus, Inventory, secret_values
 from clusterctl.executor import Connections, Event, OnEvent, Streams, Ticker, for_each_host, run_commands
 from clusterctl.plan.torchrun import RANK_PREFIX_RE
-from clusterctl.node.layout import files_dir
+from clusterctl.node.layout import files_dir  # noqa: F401  (importable from here as before)
 from clusterctl.plan import wrapper as agent
 from clusterctl.node import collective_waits, engine
 from clusterctl.watch import culprit, pace, rollcall, stalls
-from clusterctl.run import phases, supervision
+from clusterctl.run import launching, phases, supervision
 from clusterctl.watch.straggler_watch import StragglerWatch
 from clusterctl.watch.failures import first_ranks_of
 from clusterctl.watch.follow import FollowStream, Piece, latest_state, line_prefix
@@ -147,6 +147,9 @@ class JobRunner:
         if failures:
             self.stop("launch failed")
             return JobOutcome(1, culprit.launch_failure(failures), launch_failures=failures, duration=time.monotonic() - started)
+        # the launch was each node's first question (its wrapper's lease is fresh): the next one in 4 s, on its
+        # stream (watch/pace.py), not a poll at once while the streams start (a `python3` on each node)
+        self.pace.due(list(self.nodes), time.monotonic())
         if detach:
             outcome = self.hand_over(ranks_timeout_s)
             outcome.duration = time.monotonic() - started
@@ -192,18 +195,7 @@ class JobRunner:
         self.phases.reach("streams_ended")
 
     def _launch(self) -> dict[str, HostResult]:
-        def action(transport, host: Host) -> HostResult:
-            node = self.nodes[host.name]
-            where = files_dir(self.inventory.job.outputs, self.run_id)
-            commands = [agent.write_env_command(self.inventory, node.run_dir, node.env),
-                        *(put_file_command(self.inventory, where, name, data) for name, data in self.files.items()),
-                        *([supervision.put_private(self.inventory, node.run_dir, "replica.json", self.replicas[host.name])]
-                          if host.name in self.replicas else []),
-                        agent.start_command(self.inventory, node.run_dir, node.torchrun)]
-            return run_commands(transport, host, commands)
-
-        self.on_event(Event("note", text=f"launching {self.topology.world_size} ranks on {len(self.nodes)} nodes"))
-        return for_each_host([n.host for n in self.nodes.values()], action, self.connections)
+        return launching.launch(self)
 
     # The live log: every node's output stream (agent.follow_command), read by executor.Streams.
     # The ranks' own files are read, not torchrun's copy (watch/follow.py says why): `line` for each

@@ -81,6 +81,14 @@ def put_private(inventory: Inventory, run_dir: str, name: str, data: bytes) -> C
     return node_files.command(inventory, run_dir, "put-private", name, stdin=data, in_container_only=True)
 
 
+def put_privates(inventory: Inventory, run_dir: str, files: list[tuple[str, bytes]]) -> Command:
+    """put_private for each (name, bytes) of `files`, in one start on the node (issue 52: one `docker exec`
+    and one `python3` in a container, not one per file)."""
+    sizes = [str(part) for name, data in files for part in (name, len(data))]
+    return node_files.command(inventory, run_dir, "put-private", *sizes, stdin=b"".join(data for _, data in files),
+                              in_container_only=True)
+
+
 def _start(inventory: Inventory, run_dir: str, role: str, marker: tuple[tuple[str, str], ...]) -> Command:
     argv = ("sh", "-c", _START, f"clusterctl-{role}", run_dir, role, inventory.job.python,
             *(f"{k}={v}" for k, v in marker))
@@ -130,7 +138,7 @@ def establish(inventory: Inventory, run_id: str, master: str, address: str, port
     attached watch ships, gzipped, once per node) and the supervisor names the rank the others wait for."""
     from clusterctl.node.checkpoint_wire import pair_keys
     from clusterctl.node.node_agent import CONFIG, keeper_key
-    from clusterctl.plan.shipping import put_file_command
+    from clusterctl.plan.shipping import stage_commands
     from clusterctl.node.layout import files_dir, node_run_dir
 
     key = secrets.token_hex(32)
@@ -160,16 +168,12 @@ def establish(inventory: Inventory, run_id: str, master: str, address: str, port
         own = {"key": keeper_key(key, host.name), **({"supervisor_key": key} if host.name == master else {}),
                **({"replica_keys": pair_keys(key, host.name, run_dirs)} if replicas else {})}
         config = json.dumps({**base, **own, "host": host.name, **({"heal": heal.config_for(host.name)} if heal else {})})
-        spare = [agent.write_env_command(inventory, run_dir, ()),
-                 *(put_file_command(inventory, files_dir(inventory.job.outputs, run_id), name, data)
-                   for name, data in (files or {}).items())] if host.name in spares else []
-        commands = [*spare,
-                    put_private(inventory, run_dir, "node_agent.py", script),
-                    put_private(inventory, run_dir, "node_health.py", health_script),
-                    *(put_private(inventory, run_dir, path.name, path.read_bytes()) for path in BESIDE_AGENT),
-                    *([put_private(inventory, run_dir, "node_healing.py", _HEALING.read_bytes())] if heal else []),
-                    *(put_private(inventory, run_dir, name, data) for name, data in watch),
-                    put_private(inventory, run_dir, CONFIG, config.encode())]
+        spare = stage_commands(inventory, run_dir, (), files_dir(inventory.job.outputs, run_id),
+                               files or {}) if host.name in spares else []
+        commands = [*spare, put_privates(inventory, run_dir, [
+            ("node_agent.py", script), ("node_health.py", health_script),
+            *((path.name, path.read_bytes()) for path in BESIDE_AGENT),
+            *([("node_healing.py", _HEALING.read_bytes())] if heal else []), *watch, (CONFIG, config.encode())])]
         if host.name == master:
             commands.append(_start(inventory, run_dir, "supervise", marker))
         commands.append(_start(inventory, run_dir, "keep", marker))
