@@ -9,7 +9,9 @@ torch, init, one all_reduce, a barrier); it writes each rank's timestamps. Both 
 - "first rank starts after": the earliest rank's process start (before `import torch`);
 - "returns after": the command's wall time (for the hand way: the last ssh returned);
 - node-side CPU: a run whose ranks hold 20 s after the barrier, sampled from /proc (bench/nodecpu.py)
-  from 3 s after the last rank's first collective to 2 s before the first rank's end;
+  from 3 s after the last rank's first collective to 2 s before the first rank's end; and in the same
+  run, during the launch (the command's start to the last rank's first collective), the CPU seconds of
+  each node's machinery beside its ranks (`node_cpu.WAY.launch`, the median node);
 - clusterctl's `phases` (run --json).
 
     python3 bench/launch_vs_hand.py --nodes 2,8 --reps 3     # as root; its own sandbox per size
@@ -102,6 +104,8 @@ def _one(sandbox, way: str, argv_of, env: dict, ranks: int) -> dict:
         sample["last_collective"] = round(max(r["t_first_collective"] for r in records) - started, 3)
         sample["last_end"] = round(max(r["t_end"] for r in records) - started, 3)
         sample["window"] = (max(r["t_first_collective"] for r in records) + 3, min(r["t_end"] for r in records) - 2)
+        # the launch: from the last sample before the command to the last rank's first collective
+        sample["launch_window"] = (started - 1.2, max(r["t_first_collective"] for r in records))
     elif sample["rc"] == 0:
         sample["rc"], sample["err"] = 1, f"{len(records)} of {ranks} rank records"
     return sample
@@ -134,6 +138,18 @@ class Sampler:
         (t0, first), (t1, last) = inside[0], inside[-1]
         return {"seconds": round(t1 - t0, 1), "per_minute": nodecpu.per_minute(first, last, t1 - t0)}
 
+    def spent(self, window) -> dict:
+        """CPU seconds each node's machinery spent in `window` (its sshd tree, Docker Engine and shim, the
+        wrapper: what a way costs a node to start the job, its ranks not counted), the median node's."""
+        rate = self.rate(window)
+        if not rate:
+            return {}
+        seconds = rate["seconds"]
+        nodes = [{part: value * seconds / 60 for part, value in parts.items() if part != "torchrun"}
+                 for parts in rate["per_minute"].values()]
+        parts = {part: round(statistics.median(n[part] for n in nodes), 3) for part in nodes[0]}
+        return {"seconds": seconds, "per_node": round(statistics.median(sum(n.values()) for n in nodes), 3), **parts}
+
 
 def measure(sandbox, state: Path, reps: int, before: Optional[Path] = None) -> dict:
     """`before`: a directory holding clusterctl/ as it was (`git archive BASE clusterctl | tar -x -C DIR`),
@@ -151,7 +167,7 @@ def measure(sandbox, state: Path, reps: int, before: Optional[Path] = None) -> d
     for index in range(reps):
         for way, argv_of in ways.items():
             sample = _one(sandbox, way, argv_of, envs[way], ranks)
-            sample.pop("window", None)
+            sample.pop("window", None), sample.pop("launch_window", None)
             samples[way].append(sample)
             log(f"  {n} nodes, {way} {index + 1}/{reps}: exit {sample['rc']}, first rank {sample.get('first_rank')}s, "
                 f"last rank {sample.get('last_rank')}s, init {sample.get('last_init')}s, end {sample.get('last_end')}s, "
@@ -167,6 +183,8 @@ def measure(sandbox, state: Path, reps: int, before: Optional[Path] = None) -> d
         with Sampler(sandbox) as sampler:
             sample = _one(sandbox, way, argv_of, envs[way], ranks)
         cpu[way] = sampler.rate(sample["window"]) if "window" in sample else {"err": sample.get("err")}
+        if "launch_window" in sample:  # issue 52: what the launch costs a node beside its ranks
+            cpu[way]["launch"] = sampler.spent(sample["launch_window"])
         log(f"  {n} nodes, {way} holding {HOLD_S:g}s: node-side CPU {cpu[way]}")
     profile = controller_profile(ways["clusterctl"](None), env)
     log(f"  {n} nodes, the controller's busiest functions (py-spy, samples while on CPU): {profile[:5]}")
