@@ -28,14 +28,20 @@ def _series(results: dict) -> list[tuple[int, str, str, dict]]:
     labels = results.get("launch_vs_hand") or {}
     out = []
     for n, block in _blocks(results).items():
-        out += [(n, way, label, block) for way, label in WAYS if block.get(way)]
+        out += [(n, way, _label(block, way, label), block) for way, label in WAYS if block.get(way)]
     by_date = sorted(labels.items(), key=lambda kv: min(str(b.get("measured", "")) for b in kv[1].values()))
     for name, blocks in by_date:
         if name == "after" or not labels.get("after"):
             continue
         for n, block in blocks.items():
-            out += [(int(n), way, f"{label}, {block.get('measured')}", block) for way, label in WAYS if block.get(way)]
+            out += [(int(n), way, f"{_label(block, way, label)}, {block.get('measured')}", block)
+                    for way, label in WAYS if block.get(way)]
     return sorted(out, key=lambda row: row[0])
+
+
+def _label(block: dict, way: str, label: str) -> str:
+    """A way's name in the tables: the tree a measurement's `before` way ran says what it is before."""
+    return f"`clusterctl run` {block['before_label']}" if way == "before" and block.get("before_label") else label
 
 
 def _f(x: Optional[float], digits: int = 2) -> str:
@@ -57,7 +63,7 @@ def table(results: dict) -> str:
                     f"{_f(ratio.get('returned')) + 'x' if ratio else ''} | "
                     f"{f'<= {goal[0]}x, <= {goal[1]}x' if goal and way == 'clusterctl' else ''} | "
                     f"{cpu_cell(block, way)} | {ours.get('runs', '-')} |")
-    return "\n".join(rows) + "\n\n" + phases_table(series) + "\n\n" + cpu_table(series)
+    return "\n".join(rows) + "\n\n" + phases_table(series) + "\n\n" + cpu_table(series) + launch_cpu_table(series)
 
 
 def node_cpu(block: dict, way: str) -> Optional[dict]:
@@ -103,6 +109,21 @@ def cpu_table(series: list) -> str:
             rows.append(f"| {n} | {label} | " + " | ".join(_f(cpu[p], 3) for p in PARTS) + " |")
     return ("Node-side CPU seconds per minute while the ranks hold 20 s after the barrier (median node; "
             "bench/nodecpu.py says how each is read):\n\n" + "\n".join(rows))
+
+
+def launch_cpu_table(series: list) -> str:
+    """What each way cost a node during the launch, beside its ranks (node_cpu.WAY.launch, issue 52)."""
+    rows = []
+    for n, way, label, block in series:
+        spent = ((block.get("node_cpu") or {}).get(way) or {}).get("launch") or {}
+        if spent:
+            rows.append(f"| {n} | {label} | {_f(spent.get('seconds'), 1)} | " + " | ".join(
+                _f(spent.get(p), 3) for p in ("sshd", "docker", "wrapper", "per_node")) + " |")
+    if not rows:
+        return ""
+    return ("\n\nNode-side CPU seconds during the launch (the command's start to the last rank's first collective; "
+            "the same runs, median node; the ranks not counted):\n\n| nodes | way | launch, s | sshd tree | node's "
+            "engine (dockerd, containerd, shim) | wrapper | per node |\n|---|---|---|---|---|---|---|\n" + "\n".join(rows))
 
 
 def plot(results: dict, out: Path) -> Path:

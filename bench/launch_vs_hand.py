@@ -250,9 +250,12 @@ def main(argv=None) -> int:
     parser.add_argument("--label", default="", help="where in bench/results.json (launch_vs_hand.LABEL)")
     parser.add_argument("--before", type=Path, default=None,
                         help="a directory holding clusterctl/ from before (git archive BASE clusterctl | tar -x -C DIR)")
+    parser.add_argument("--before-label", default="", help="what the `before` way is before, in the tables "
+                                                               "(e.g. 'before issue 52's launch in one start')")
     args = parser.parse_args(argv)
     for n in (int(x) for x in args.nodes.split(",")):
-        result = dict(measure_at(n, args.reps, args.before), measured=time.strftime("%Y-%m-%d %H:%M"), label=args.label)
+        result = dict(measure_at(n, args.reps, args.before), measured=time.strftime("%Y-%m-%d %H:%M"), label=args.label,
+                      **({"before_label": args.before_label} if args.before_label else {}))
         results = load()  # read again: another measurement may have saved meanwhile
         results.setdefault("launch_vs_hand", {}).setdefault(args.label or "latest", {})[str(n)] = result
         save(results)
