@@ -7,7 +7,7 @@ scripts by their first words). What is started detached (the wrapper's ranks, th
 until the end) is counted by its start, its CPU not (bench/cpu_account.py accounts for it). `--tree DIR`:
 the clusterctl to import (a copy from before: `git archive BASE clusterctl | tar -x -C DIR`).
 
-    python3 bench/launch_starts.py [--tree DIR] [--runs 3]
+    python3 bench/launch_starts.py [--tree DIR] [--runs 3] [--detach]
 """
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ def _watch_processes() -> None:
     subprocess.Popen.__init__, subprocess.Popen._try_wait = started, reaped
 
 
-def one_run(work: Path) -> dict:
+def one_run(work: Path, detach: bool = False) -> dict:
     from clusterctl.cli import main
 
     with socket.socket() as sock:
@@ -92,9 +92,13 @@ checks: {{ib: off}}
     _t0 = process_started()  # `phases` count from this process's start
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
-        code = main(["run", "--json", "-i", str(inventory), str(work / "prompt.txt")],
+        code = main(["run", "--json", *(["--detach"] if detach else []), "-i", str(inventory), str(work / "prompt.txt")],
                     env={**os.environ, "CLUSTERCTL_STATE": str(work / "state")})
     phases = json.loads(out.getvalue() or "{}").get("phases") or {}
+    if detach:  # everything until `run --detach` returned (its hand-over), then the run stopped
+        phases = {"probe": phases.get("probe", 0.0), "launch": phases.get("launch", 0.0), "first_rank": time.time() - _t0}
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            main(["stop", "-i", str(inventory)], env={**os.environ, "CLUSTERCTL_STATE": str(work / "state")})
     starts = {}
     for at, cpu, what in sorted(_rows):
         phase = next((name for name in PHASES if at <= phases.get(name, float("inf"))), "after")
@@ -110,6 +114,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description="what `clusterctl run` starts on a node until its first rank")
     parser.add_argument("--tree", type=Path, default=REPO, help="the directory holding the clusterctl/ to measure")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--detach", action="store_true", help="`run --detach`: to its return (the hand-over "
+                                                                "counted as `first_rank`)")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(args.tree.resolve()))
     import clusterctl
@@ -119,7 +125,7 @@ def main(argv=None) -> int:
     runs = []
     for _ in range(args.runs):
         with tempfile.TemporaryDirectory() as tmp:
-            runs.append(one_run(Path(tmp)))
+            runs.append(one_run(Path(tmp), args.detach))
     kinds = sorted({k for run in runs for k in run["starts"] if k[0] != "after"}, key=lambda k: (PHASES.index(k[0]), k[1]))
     print(f"| phase | started on the node (median of {len(runs)} runs) | count | CPU, ms |\n|---|---|---|---|")
     for phase, kind in kinds:
