@@ -23,6 +23,7 @@ from clusterctl.plan import node_files
 ROUND_S, FIRST_AFTER_S = verdict.WAITS_ROUND_S, verdict.WAITS_FIRST_AFTER_S  # the keepers' pace too (detached)
 IDLE_ROUNDS = verdict.WAITS_IDLE_ROUNDS  # rounds in a row that found no FIFO on any node
 MAX_LINES = 512  # JSON lines read back from one node (a rank each)
+UNREAD_ROUNDS = 3  # a rank's rounds in a row without figures before the watch says so (the first has no dump yet)
 
 
 class CollectiveWatch:
@@ -30,7 +31,7 @@ class CollectiveWatch:
         self.inventory, self.run_id, self.connections = inventory, run_id, connections
         self.enabled = bool(inventory.job.outputs)  # the run dir holds the FIFOs: no outputs, no dumps
         self.rounds: list[Optional[verdict.WaitsVerdict]] = []  # each judged round's verdict, latest last
-        self.problems: dict = {}  # (host, rank) -> why its latest round said nothing
+        self.problems: dict = {}  # (host, rank) -> (why its latest rounds said nothing, how many rounds in a row)
         self._round: Optional[Background] = None
         self._next_at = time.monotonic() + FIRST_AFTER_S
         self._idle = 0
@@ -56,7 +57,7 @@ class CollectiveWatch:
                     measured[key] = (line["wait_s"], line["window_s"])
                     self.problems.pop(key, None)
                 else:
-                    self.problems[key] = line.get("problem", "")
+                    self.problems[key] = (line.get("problem", ""), self.problems.get(key, ("", 0))[1] + 1)
         self._idle = 0 if fifos else self._idle + 1
         if self._idle >= IDLE_ROUNDS:
             self.enabled = False
@@ -74,6 +75,14 @@ class CollectiveWatch:
         if len({(r.host, r.rank) for r in self.rounds}) != 1:
             return None
         return self.rounds[-1]
+
+    def unread(self) -> str:
+        """`g1 r1: dump not readable (...)`: a rank whose FIFO answers but whose dumps said nothing for UNREAD_ROUNDS
+        rounds in a row (a truncated or refused dump, no timing), the first one; "" when none."""
+        for (host, rank), (why, rounds) in sorted(self.problems.items(), key=lambda item: (item[0][0], item[0][1])):
+            if rounds >= UNREAD_ROUNDS:
+                return f"{host} r{rank}: {why}"
+        return ""
 
     def recovered(self, host: str, rank: int) -> bool:
         """The latest WAITS_ROUNDS rounds named someone else or nobody."""

@@ -69,6 +69,7 @@ class StragglerWatch:
         self._looked_at = 0.0
         self._heard = False  # a rank's line since the latest look
         self.collective = CollectiveWatch(inventory, run_id, connections)  # the flight recorder's evidence (NCCL)
+        self._unread_said = False
 
     @classmethod
     def of_topology(cls, inventory: Inventory, topology, run_id: str, connections: Connections,
@@ -167,7 +168,11 @@ class StragglerWatch:
 
     def _judge_collective(self) -> None:
         """After a flight-recorder round: a rank named by WAITS_ROUNDS rounds in a row (where the samples named
-        nobody), or the one it named let go."""
+        nobody), or the one it named let go. A rank whose dumps say nothing is said once, with why."""
+        unread = self.collective.unread()
+        if unread and not self._unread_said:
+            self._unread_said = True
+            self.on_event(Event("note", text=f"[straggler] the flight recorder's dumps say nothing of {unread}"))
         if self.named is not None:
             if self.named.by_flight_recorder and self.collective.recovered(self.named.host, self.named.rank):
                 self._let_go()

@@ -186,3 +186,19 @@ def test_detached_stale_or_garbled_rounds_are_not_judged():
     assert watch.waits == {"g0": (10.0, {0: (6.6, 10.0)})}
     assert not watch.judge(10.0 + 3 * verdict.WAITS_ROUND_S)  # two rounds old and more: not judged
     assert watch.waits_rounds == []
+
+
+def test_a_rank_whose_dumps_say_nothing_is_said_once_with_why(tmp_path):
+    import argparse
+
+    notes = []
+    from clusterctl.watch.straggler_watch import StragglerWatch
+
+    watch = StragglerWatch(argparse.Namespace(name="c", job=argparse.Namespace(outputs=str(tmp_path))), "run", None,
+                           on_event=notes.append)
+    for _ in range(4):
+        watch.collective.problems[("g1", 1)] = ("dump not readable (12 bytes: truncated, too big or not a dump)",
+                                                watch.collective.problems.get(("g1", 1), ("", 0))[1] + 1)
+        watch._judge_collective()
+    assert [n.text for n in notes] == ["[straggler] the flight recorder's dumps say nothing of g1 r1: dump not readable "
+                                       "(12 bytes: truncated, too big or not a dump)"]
