@@ -189,7 +189,21 @@ def judge_waits(measured):
     return WaitsVerdict(host, rank, others - own, ratio, own, others, measured[(host, rank)][1])
 
 
-def _seconds(value):
+def waits_named(rounds):
+    """The rank the latest WAITS_ROUNDS rounds' verdicts all named (the latest one's figures), else None."""
+    latest = list(rounds)[-WAITS_ROUNDS:]
+    if len(latest) < WAITS_ROUNDS or None in latest or len({(r.host, r.rank) for r in latest}) != 1:
+        return None
+    return latest[-1]
+
+
+def waits_let_go(rounds, host, rank):
+    """The latest WAITS_ROUNDS rounds' verdicts named someone else or nobody: the rank keeps pace again."""
+    latest = list(rounds)[-WAITS_ROUNDS:]
+    return len(latest) >= WAITS_ROUNDS and all(r is None or (r.host, r.rank) != (host, rank) for r in latest)
+
+
+def seconds_value(value):
     return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1e10
 
 
@@ -254,10 +268,11 @@ class Watch:
         for old in sorted(self.ticks)[:-self.KEPT_TICKS]:
             del self.ticks[old]
         waits = summary.get("waits")
-        if isinstance(waits, dict) and _seconds(waits.get("at")) and isinstance(waits.get("ranks"), list):
+        if isinstance(waits, dict) and seconds_value(waits.get("at")) and isinstance(waits.get("ranks"), list):
             self.waits[host] = (float(waits["at"]), {
                 r[0]: (float(r[1]), float(r[2])) for r in waits["ranks"][:256]
-                if isinstance(r, list) and len(r) == 3 and isinstance(r[0], int) and _seconds(r[1]) and _seconds(r[2])})
+                if isinstance(r, list) and len(r) == 3 and isinstance(r[0], int)
+                and seconds_value(r[1]) and seconds_value(r[2])})
 
     def judge(self, now):
         """Judge the ticks settled by `now` (unix time, seconds), and the latest flight-recorder round: True when
@@ -275,19 +290,18 @@ class Watch:
         if not fresh:
             return False
         self.waits_rounds = (self.waits_rounds + [judge_waits(fresh)])[-WAITS_ROUNDS:]
-        named = {(r.host, r.rank) for r in self.waits_rounds if r is not None}
         if isinstance(self.named, WaitsVerdict):
-            if len(self.waits_rounds) < WAITS_ROUNDS or (self.named.host, self.named.rank) in named:
+            if not waits_let_go(self.waits_rounds, self.named.host, self.named.rank):
                 return False
             self.history[-1] = {**self.history[-1], "until": round(now, 3)}
             self.named = None
             return True
-        if self.named is None and len(self.waits_rounds) == WAITS_ROUNDS and None not in self.waits_rounds \
-                and len(named) == 1:
-            self.named = self.waits_rounds[-1]
-            self.history.append(document(self.named, now))
-            return True
-        return False
+        found = waits_named(self.waits_rounds) if self.named is None else None
+        if found is None:
+            return False
+        self.named = found
+        self.history.append(document(found, now))
+        return True
 
     def _judge_samples(self, now):
         settled = [t for t in sorted(self.ticks) if t <= now - self.SETTLE_TICKS]

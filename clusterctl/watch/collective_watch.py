@@ -69,12 +69,8 @@ class CollectiveWatch:
         return run_commands(transport, host, [node_files.command(self.inventory, run_dir, "collective-waits", timeout=30)])
 
     def found(self) -> Optional[verdict.WaitsVerdict]:
-        """The rank the latest WAITS_ROUNDS rounds all named (the latest round's figures), else None."""
-        if len(self.rounds) < verdict.WAITS_ROUNDS or any(r is None for r in self.rounds):
-            return None
-        if len({(r.host, r.rank) for r in self.rounds}) != 1:
-            return None
-        return self.rounds[-1]
+        """The rank the latest WAITS_ROUNDS rounds all named (the nodes' rule, as the supervisor's), else None."""
+        return verdict.waits_named(self.rounds)
 
     def unread(self) -> str:
         """`g1 r1: dump not readable (...)`: a rank whose FIFO answers but whose dumps said nothing for UNREAD_ROUNDS
@@ -85,9 +81,8 @@ class CollectiveWatch:
         return ""
 
     def recovered(self, host: str, rank: int) -> bool:
-        """The latest WAITS_ROUNDS rounds named someone else or nobody."""
-        return len(self.rounds) >= verdict.WAITS_ROUNDS and all(
-            r is None or (r.host, r.rank) != (host, rank) for r in self.rounds)
+        """The latest WAITS_ROUNDS rounds named someone else or nobody (the nodes' rule)."""
+        return verdict.waits_let_go(self.rounds, host, rank)
 
 
 def parse_round(stdout: str) -> list[dict]:
@@ -101,7 +96,7 @@ def parse_round(stdout: str) -> list[dict]:
             continue
         if not isinstance(line, dict) or not _count(line.get("rank")):
             continue
-        if _seconds(line.get("wait_s")) and _seconds(line.get("window_s")):
+        if verdict.seconds_value(line.get("wait_s")) and verdict.seconds_value(line.get("window_s")):
             lines.append({"rank": line["rank"], "wait_s": float(line["wait_s"]), "window_s": float(line["window_s"])})
         else:
             lines.append({"rank": line["rank"], "problem": str(line.get("problem") or "no figures")[:200]})
@@ -111,6 +106,3 @@ def parse_round(stdout: str) -> list[dict]:
 def _count(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 10_000_000
 
-
-def _seconds(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1e7
