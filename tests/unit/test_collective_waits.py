@@ -202,3 +202,23 @@ def test_a_rank_whose_dumps_say_nothing_is_said_once_with_why(tmp_path):
         watch._judge_collective()
     assert [n.text for n in notes] == ["[straggler] the flight recorder's dumps say nothing of g1 r1: dump not readable "
                                        "(12 bytes: truncated, too big or not a dump)"]
+
+
+def test_detached_with_a_stall_timeout_the_keeper_asks_for_no_dump(tmp_path):
+    """Each dump makes the rank write a line to its stderr.log, and a detached run's silence on the node is its rank
+    logs' mtime: with a stall timeout the keeper's rounds would hide a hang, so they do not run."""
+    from clusterctl.node import node_stragglers
+
+    run = _run_dir(tmp_path, 0.5)
+    reader = os.open(run / "fr_pipe_0.pipe", os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        sampler = node_stragglers.Sampler.__new__(node_stragglers.Sampler)  # its rounds alone, no thread of its own
+        sampler.run_dir, sampler.flight_recorder, sampler.waits = str(run), False, None
+        sampler._waits_loop()  # returns at once
+        assert sampler.waits is None and (run / "nccl_trace_rank_0").exists()
+        try:
+            assert os.read(reader, 16) == b""
+        except BlockingIOError:
+            pass  # nothing written: the FIFO is empty
+    finally:
+        os.close(reader)
