@@ -17,7 +17,8 @@ A round (`node_round`, run by run_files.py's `collective-waits`): each dump writ
 round is read, and moved aside (`fr_round_rank_<rank>`) unless it holds a collective pending longer
 than its timeout (a hang's evidence, left for `run` and `diagnose`); then each rank's FIFO gets a byte
 for the next round. Each dump makes the rank print one error-level line, DUMP_LINE, which clusterctl's
-live log does not show and its stall watch does not count as output (run/runner.py).
+live log does not show and its stall watches do not count as output (run/runner.py attached; detached, the
+round marks the logs first: rank_output.py).
 
 Dumps are pickles of plain data written by torch's C++ pickler; a node's file is read with PlainData,
 which refuses every class and global, at most MAX_DUMP_BYTES. The standard library only, Python 3.8+.
@@ -25,6 +26,11 @@ which refuses every class and global, at most MAX_DUMP_BYTES. The standard libra
 import io
 import pickle
 import re
+
+if __package__:  # imported by the controller's tests
+    from clusterctl.node.rank_output import DUMP_LINE, mark
+else:  # a file beside run_files.py or node_stragglers.py, as is rank_output.py
+    from rank_output import DUMP_LINE, mark
 
 RUNS_ON_NODES = True
 
@@ -35,8 +41,6 @@ ROUND_PREFIX = "fr_round_rank_"  # a round's dump once read: not a timeout's, so
 PIPE_RE = re.compile(r"^fr_pipe_(\d{1,7})\.pipe$")
 WINDOW_S = 30.0  # of each rank's latest collectives (its own clock)
 MIN_WINDOW_S, MIN_COLLECTIVES = 1.0, 10  # less than this says nothing
-# The line each dump makes a rank print (ProcessGroupNCCL.cpp, torch 2.4-2.11): not the job's output
-DUMP_LINE = re.compile(r"ProcessGroupNCCL preparing to dump debug info\.")
 
 
 class PlainData(pickle.Unpickler):
@@ -96,7 +100,7 @@ def holds_a_hang(raw, written_s):
 def node_round(d, read_limit=MAX_DUMP_BYTES):
     """One round in the run dir `d` (safe_files.Dir): each rank's dump read and set aside, then its FIFO
     poked. A list of dicts, one per rank with a FIFO: rank, and wait_s, window_s, collectives, or why not."""
-    said = []
+    said, marked = [], False
     for entry in d.entries():
         found = PIPE_RE.match(entry.name)
         if not found:
@@ -108,9 +112,19 @@ def node_round(d, read_limit=MAX_DUMP_BYTES):
             line.update(_read_dump(d, DUMP_PREFIX + str(rank), dump.mtime, read_limit))
         else:
             line["problem"] = "no dump yet"
+        if not marked:  # the logs' own last output, before the dumps print their lines (rank_output.py)
+            marked = _mark(d)
         line["poked"] = d.poke_fifo(entry.name)
         said.append(line)
     return said
+
+
+def _mark(d):
+    try:
+        mark(d)
+    except Exception:  # the run dir refuses the file: the pokes go on, the detached stall watch sees their lines
+        pass
+    return True
 
 
 def _read_dump(d, name, mtime, read_limit):

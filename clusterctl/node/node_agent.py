@@ -35,11 +35,11 @@ import threading
 import time
 
 if __package__:  # imported by the controller
-    from clusterctl.node.layout import ATTEMPT
+    from clusterctl.node import rank_output
     from clusterctl.node.listener import LOG_LINE, RefusalLog, Slots
     from clusterctl.node.safe_files import Dir, Refused
 else:  # run on a node, layout.py, listener.py and safe_files.py shipped beside it
-    from layout import ATTEMPT
+    import rank_output
     from listener import LOG_LINE, RefusalLog, Slots
     from safe_files import Dir, Refused  # the no-follow layer, shipped beside (run/supervision.BESIDE_AGENT)
 
@@ -261,23 +261,8 @@ def _report(d):
     code = _read(d, "agent.exit")
     digits = (code or "").strip()
     exit_code = None if code is None else int(digits) if digits.lstrip("-").isdigit() else 1  # unreadable: failed
-    ranks, newest = 0, None
-    seen = [d.entry("agent.log")]
-    for entry in d.entries():
-        if entry.kind != "dir":
-            continue
-        try:
-            with d.sub((entry.name, ATTEMPT)) as attempt:
-                local = [r.name for r in attempt.entries() if r.name.isdigit() and r.kind == "dir"]
-                ranks = max(ranks, len(local))
-                for r in local:
-                    with attempt.sub((r,)) as rank:
-                        seen += [rank.entry("stdout.log"), rank.entry("stderr.log")]
-        except (OSError, Refused):
-            continue
-    for found in seen:
-        if found is not None:
-            newest = max(newest or 0, found.mtime)
+    files, ranks = rank_output.output_files(d)
+    newest = rank_output.last_output(d, files)  # the flight recorder's dump lines are not output
     report = {"exit_code": exit_code, "stopped": d.is_file("stopped"),
               "ranks": ranks, "silent_s": round(time.time() - newest, 1) if newest else None}
     if exit_code is not None:
@@ -317,7 +302,7 @@ def keep(run_dir, interval=1.0):
     health = _beside("node_health")  # the passive health watch: its newest sample, bounded, in a report
     health = health.Sampler(config.get("since")) if health else None
     watch = _beside("node_stragglers", config.get("stragglers"))  # the straggler watch's samples, in each report
-    watch = watch.Sampler(run_dir, config.get("stragglers"), flight_recorder=not config.get("stall_timeout_s")) \
+    watch = watch.Sampler(run_dir, config.get("stragglers")) \
         if watch else None
     if watch and threading.current_thread() is threading.main_thread():
         import signal

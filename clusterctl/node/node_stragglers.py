@@ -178,12 +178,8 @@ def waits(text, state=""):
 class Sampler:
     """The keeper's thread of samples; `summary()` goes in each beat, `close()` at the keeper's end."""
 
-    def __init__(self, run_dir, shipped=None, marker=None, now=time.time, flight_recorder=True):
+    def __init__(self, run_dir, shipped=None, marker=None, now=time.time):
         self.run_dir, self.shipped, self.now = run_dir, shipped, now
-        # each dump a round asks for makes the rank print a line in its stderr.log, and on the node a run's silence
-        # is its rank logs' mtime (node_agent._report): with a stall timeout the rounds would hide a hang, so
-        # they run only without one (attached, run/runner.py drops that line before it counts as output)
-        self.flight_recorder = flight_recorder
         self.marker = marker or [f"{k}={os.environ.get(k, '')}" for k in MARKER]
         self.samples = deque(maxlen=KEPT)
         self.problem, self.spy, self.error = "", None, ""
@@ -203,7 +199,7 @@ class Sampler:
         """Flight-recorder rounds (collective_waits.py), WAITS_ROUND_S apart, as the attached watch's: each rank's
         collectives' wait on the GPU (NCCL), which py-spy's samples cannot see. A node without a rank's FIFO for
         WAITS_IDLE_ROUNDS rounds in a row (gloo, an older torch) has none to offer: the rounds stop."""
-        if collective_waits is None or not self.flight_recorder or self.closed.wait(verdict.WAITS_FIRST_AFTER_S):
+        if collective_waits is None or self.closed.wait(verdict.WAITS_FIRST_AFTER_S):
             return
         idle = 0
         while idle < verdict.WAITS_IDLE_ROUNDS:

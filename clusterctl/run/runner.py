@@ -25,7 +25,7 @@ from clusterctl.executor import Connections, Event, OnEvent, Streams, Ticker, fo
 from clusterctl.plan.torchrun import RANK_PREFIX_RE
 from clusterctl.node.layout import files_dir  # noqa: F401  (importable from here as before)
 from clusterctl.plan import wrapper as agent
-from clusterctl.node import collective_waits, engine
+from clusterctl.node import engine, rank_output
 from clusterctl.watch import culprit, pace, rollcall, stalls
 from clusterctl.run import launching, phases, supervision
 from clusterctl.watch.straggler_watch import StragglerWatch
@@ -202,7 +202,7 @@ class JobRunner:
     # whole line of a rank (or of torchrun), `partial` for the line a rank is still writing (a
     # progress bar redrawn with `\r`).
     def _show(self, host: str, pieces: list[Piece], ranks_started: bool = False) -> None:
-        pieces = [p for p in pieces if not collective_waits.DUMP_LINE.search(p.text)]  # dumps asked by the watch
+        pieces = [p for p in pieces if not rank_output.DUMP_LINE.search(p.text)]  # dumps asked by the watch
         if pieces:
             self.stalls.heard()
         if ranks_started:

@@ -37,12 +37,12 @@ _HEALTH_SCRIPT = program("node_health.py")  # the keeper's passive health watch 
 _HEALING = program("node_healing.py")
 # the run's engine, which the supervisor hosts (node/engine.py, the heal it calls and the straggler verdict),
 # the run's paths (node/layout.py), the no-follow layer (node/safe_files.py) every node program touches a run's
-# files through, the supervisor's listener (node/listener.py), the GPU leases (node/leases.py: a keeper
-# releases its run's leases) and a keeper's checkpoint replicas (issue 50), which node_agent.py imports as
+# files through, what a node's silence is measured by (node/rank_output.py), the supervisor's listener
+# (node/listener.py), the GPU leases (node/leases.py: a keeper releases its run's leases) and a keeper's checkpoint replicas (issue 50), which node_agent.py imports as
 # files beside it
 BESIDE_AGENT = tuple(program(name) for name in ("engine.py", "heal_policy.py", "straggler_verdict.py", "layout.py",
-                                                "safe_files.py", "listener.py", "leases.py", "checkpoint_replica.py",
-                                                "checkpoint_wire.py", "checkpoint_copies.py"))
+                                                "rank_output.py", "safe_files.py", "listener.py", "leases.py",
+                                                "checkpoint_replica.py", "checkpoint_wire.py", "checkpoint_copies.py"))
 _STRAGGLERS = program("node_stragglers.py")  # the keeper's straggler watch (py-spy on its node's ranks)
 _WAITS = program("collective_waits.py")  # ...and its flight-recorder rounds (NCCL)
 

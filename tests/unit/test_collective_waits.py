@@ -12,7 +12,7 @@ from pathlib import Path
 
 from hypothesis import given, settings, strategies as st
 
-from clusterctl.node import collective_waits as cw
+from clusterctl.node import collective_waits as cw, rank_output
 from clusterctl.node import straggler_verdict as verdict
 from clusterctl.node.safe_files import Dir
 from clusterctl.watch.collective_watch import CollectiveWatch, parse_round
@@ -96,7 +96,7 @@ def test_a_round_reads_the_dump_sets_it_aside_and_asks_for_the_next(tmp_path):
         os.close(reader)
     assert line["rank"] == 0 and line["poked"] and line["collectives"] > 1900
     assert 0.6 < line["wait_s"] / line["window_s"] < 0.7
-    assert sorted(p.name for p in run.iterdir()) == ["fr_pipe_0.pipe", "fr_round_rank_0"]  # not a timeout's dump now
+    assert sorted(p.name for p in run.iterdir()) == ["fr_marks.json", "fr_pipe_0.pipe", "fr_round_rank_0"]  # not a timeout's dump now
 
 
 def test_a_dump_holding_a_collective_past_its_timeout_is_left_for_the_hang(tmp_path):
@@ -124,7 +124,7 @@ def test_a_link_or_a_file_where_the_fifo_should_be_is_never_written(tmp_path):
 
 def test_the_dump_line_torch_prints_is_recognised():
     line = (HELD / "rank0_stderr_dump_line.txt").read_text()
-    assert cw.DUMP_LINE.search(line) and not cw.DUMP_LINE.search("[rank0]: Watchdog caught collective operation timeout")
+    assert rank_output.DUMP_LINE.search(line) and not rank_output.DUMP_LINE.search("[rank0]: Watchdog caught collective operation timeout")
 
 
 @settings(max_examples=80, deadline=None)
@@ -202,23 +202,3 @@ def test_a_rank_whose_dumps_say_nothing_is_said_once_with_why(tmp_path):
         watch._judge_collective()
     assert [n.text for n in notes] == ["[straggler] the flight recorder's dumps say nothing of g1 r1: dump not readable "
                                        "(12 bytes: truncated, too big or not a dump)"]
-
-
-def test_detached_with_a_stall_timeout_the_keeper_asks_for_no_dump(tmp_path):
-    """Each dump makes the rank write a line to its stderr.log, and a detached run's silence on the node is its rank
-    logs' mtime: with a stall timeout the keeper's rounds would hide a hang, so they do not run."""
-    from clusterctl.node import node_stragglers
-
-    run = _run_dir(tmp_path, 0.5)
-    reader = os.open(run / "fr_pipe_0.pipe", os.O_RDONLY | os.O_NONBLOCK)
-    try:
-        sampler = node_stragglers.Sampler.__new__(node_stragglers.Sampler)  # its rounds alone, no thread of its own
-        sampler.run_dir, sampler.flight_recorder, sampler.waits = str(run), False, None
-        sampler._waits_loop()  # returns at once
-        assert sampler.waits is None and (run / "nccl_trace_rank_0").exists()
-        try:
-            assert os.read(reader, 16) == b""
-        except BlockingIOError:
-            pass  # nothing written: the FIFO is empty
-    finally:
-        os.close(reader)
