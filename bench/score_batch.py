@@ -495,6 +495,23 @@ and 2 froze 35-45 minutes early, so batch 2 was scored with batch 1's code uncha
   labels (an hwloc version clash, Slurm's GRES syntax, a Ray worker's CPU limit, DDP's unused parameters, the XML
   limit counted through its alias), pip finding no wheel for the platform, a bare NCCL internal error whose thread
   found a malformed topology file, an IB-less `p2p_unsupported` read as a slow rank.
+- After batch 15 (frozen 21:39/21:41 UTC, 44 logs from two blind collectors: 42 from GitHub trackers, 2 from elsewhere
+  (a CSDN post, Huawei's Ascend FAQ); by the collectors' count 26 from projects new to the corpus (enroot, pyxis,
+  nvidia-docker, PaddlePaddle, LLaVA, ...); the non-GitHub third not met: the stored pages held few forum threads with
+  both a log and an established cause; scored once
+  at e714ecb: top-1 34/44, 77.3 %; then read, classes only): the kernel's older `NVRM: API mismatch: the client has
+  the version X, but ... this kernel module has the version Y` and its newer `the client 'name' (pid N)` wording
+  (`driver_library_mismatch`, was `docker_no_gpu_runtime`); UCX's shared-memory transport failing to allocate
+  (`mm_iface failed to allocate receive FIFO`, `failed to allocate N bytes with mm for ...`) leads the SIGSEGV it
+  causes (`shm_too_small`); pyxis unable to run enroot at all (`pyxis: couldn't execute enroot command`:
+  `container_start_failed` over the permission line enroot printed; a disk or quota line there still leads);
+  `Duplicate GPU detected` names more ranks than GPUs (`gpu_ordinal`) second. Re-scored (NOT a first score):
+  batch 15 37/44 top-1 (84.1 %), 39/44 top-3; batches 1-14 unchanged. Left: 3 `other:` labels (Horovod refusing IPs
+  in -H, ZeRO-3 with a device_map, an NCCL built for another CUDA), two `disk_full` logs whose lines carry no disk
+  (an NCCL timeout, enroot's bare `write_file` failure), the enroot NVIDIA hook whose library in the image is short
+  (read as the GPU runtime), a duplicate GPU from too many ranks (second). Two collectors labelled one class (pyxis
+  unable to make enroot's directories) differently (batch 11 `permission_denied`, batch 15
+  `container_start_failed`): left as it was rather than trade one batch's case for the other's.
 
 The same batches re-scored after those changes (NOT first scores: the changes were made after reading them):
 batch 4 37/42 top-1 (88.1 %), 39/42 top-3; batch 5 33/42 (78.6 %), 35/42; batch 6 34/42 (81.0 %), 35/42 (its two

@@ -115,6 +115,8 @@ RULES: tuple[Rule, ...] = (
              S(r"unable to (?:write to file|allocate shared memory\(shm\) for file) </torch_", .9),
              S(r"Error while creating shared memory segment|ncclShmOpen", .7, unless=r"Permission denied"),
              S(r"(?:NCCL|shm|shared memory).*No space left on device|No space left on device.*(?:NCCL|shm)", .85),
+             # UCX's shared-memory transport failing to allocate: it falls back to the heap and segfaults (ucx#11683)
+             S(r"mm_iface failed to allocate receive FIFO|failed to allocate \d+ bytes with mm for", .92),
              S(r"killed by signal: Bus error|Bus error \(core dumped\)|Signal 7 \(SIGBUS\)|exitcode\s*:\s*-7\b", .75),
              S(r"DataLoader worker \(pid\(?s?\)? ?[\d, ]+\) exited unexpectedly", .45),
              S(r"unhandled system error|ncclSystemError", .2),
@@ -146,6 +148,8 @@ RULES: tuple[Rule, ...] = (
              S(r"torch\.cuda\.set_device\(", .3),
              # torch's older check of a device index (get_device_properties; DataParallel's device_ids)
              S(r"AssertionError: Invalid device id\b", .85),
+             # more ranks than GPUs end the same way (duplicate_gpu's runner-up: a log cannot tell them apart)
+             S(r"Duplicate GPU detected", .4),
          )),
     Rule("duplicate_gpu", "`Duplicate GPU detected : rank 1 and rank 0 both on CUDA device`",
          F.DUPLICATE_GPU, (

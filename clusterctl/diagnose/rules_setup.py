@@ -50,6 +50,9 @@ SETUP_RULES = (
          F.DRIVER_LIBRARY_MISMATCH, (
              S(r"Driver/library version mismatch", .95),
              S(r"API mismatch: the NVIDIA kernel module has version (?P<module>[\d.]+)", .95),
+             # the kernel's own words, older and newer drivers alike: "NVRM: API mismatch: the client has the
+             # version X, but NVRM: this kernel module has the version Y", "...the client 'nvidia-smi' (pid N)"
+             S(r"NVRM: API mismatch: the client\b", .95),
              S(r"NVML library version: (?P<library>[\d.]+)", .5, requires=r"version mismatch"),
              # CUDA 803, cudaErrorSystemDriverMismatch: "a mismatch between the versions of the display driver and
              # the CUDA driver" (CUDA's own words): libcuda and the loaded kernel module disagree (the same upgrade,
@@ -93,6 +96,9 @@ SETUP_RULES = (
              # ...its specific forms: the NVIDIA hook finding a driver device node missing, a leftover container
              S(r"nvidia-container-cli: mount error: stat failed: (?P<device>/dev/nvidia[\w-]*)", .88),
              S(r"pyxis: ERROR File already exists: \S*pyxis_", .8),
+             # pyxis could not run enroot at all: what enroot's log says after it (a directory it may not
+             # create, a quota) is the start's step that failed, printed by pyxis as `pyxis:     <line>`
+             S(r"pyxis: couldn't (?:execute enroot command|get list of existing containers)", .75),
              # (after batch 12) an unprivileged runtime refused its namespaces (Ubuntu 23.10+'s AppArmor
              # restriction, user.max_user_namespaces=0): Apptainer's and enroot-nsenter's words
              S(r"[Ff]ailed to create (?:user|mount) namespace|Error while waiting event for user namespace mappings"
