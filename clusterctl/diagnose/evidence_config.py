@@ -228,7 +228,7 @@ _OWN_ADDRESS = re.compile(r"Using (?:interface )?(?:\[\d+\])?([\w.-]+):(\d{1,3}(
 _NETWORK = re.compile(r"NET/|socket|connect|\bIB\b|ibv_|\b\d{1,3}(?:\.\d{1,3}){3}\b|\b(?:eth|ens|enp|bond|ib)\d",
                       re.IGNORECASE)
 _NCCL_INFO = re.compile(r"^\S+:\d+:\d+ \[\d+\] NCCL INFO ")
-_NCCL_UNWIND = re.compile(r"NCCL INFO [\w/.-]+:\d+ -> [1-9]\d*\s*$")
+_NCCL_UNWIND = re.compile(r"NCCL INFO [\w/.-]+:\d+ -> [1-9]\d*(?: \[Async thread\])?\s*$")
 _MEMBER = re.compile(r"GLOBAL_RANK: (\d{1,5}), MEMBER: \d{1,5}/(\d{1,5})")
 _TESTS_RANK = re.compile(r"Rank\s+(\d{1,5})\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+([\w.-]+)\s+device\s+(\d{1,3})")
 

@@ -115,7 +115,7 @@ SETUP_RULES = (
              # (after batch 14) the build's own failure line, where the log keeps only it and the compiler's command:
              # ninja's `FAILED: <object>` (newer ninja: `FAILED: [code=1] ...`), setuptools' failed compiler command
              S(r"^FAILED: (?:\[code=\d+\] )?(?P<object>\S+\.(?:o|obj|so|pyd))\b", .8),
-             S(r"error: command '(?:[^']*/)?(?:nvcc|gcc|g\+\+|c\+\+|cc|clang\+*|x86_64-linux-gnu-g(?:cc|\+\+)"
+             S(r"error: command '(?:[^']*(?:/|\\))?(?:nvcc|gcc|g\+\+|c\+\+|cc|clang\+*|x86_64-linux-gnu-g(?:cc|\+\+)"
                r"|hipcc)(?:\.exe)?' failed with exit (?:code|status) \d+", .8),
              # (after batch 12) nvcc refusing an architecture of the build's arch list: the toolkit that builds the
              # op is older than the list asks (TORCH_CUDA_ARCH_LIST), not the GPU at run time

@@ -85,6 +85,8 @@ OTHER_WORDS = {
         S(rf"(?:bash|sh|zsh): (?:line \d+: )?(?P<remote_path>/\S*/(?:python[\d.]*|{LAUNCHERS}|{DAEMONS})): No such "
           r"file or directory|zsh: no such file or directory: (?P<remote_path2>/\S*/(?:python[\d.]*|"
           rf"{LAUNCHERS}|{DAEMONS}))\s*$", .75),
+        # ...a launch daemon's path quoted bare (an MPI daemon is never a job's own file)
+        S(rf"(?:^|[\s\"'])(?P<remote_path>/\S*/(?:{DAEMONS})): No such file or directory", .7),
         # (after batches 10-12) the same: the launching host's working directory missing on the node (pdsh's `cd`)
         S(r"bash: (?:line \d+: )?cd: (?P<remote_path>/\S+): No such file or directory", .1,
           requires=r"pdsh|\bssh\b|mpirun|deepspeed"),
@@ -236,7 +238,7 @@ OTHER_WORDS = {
           r"NCCL version (?P<version>2\.[0-7]\.\d+)", .22),
         # (after batch 13) a reduction op the loaded NCCL does not know (ncclAvg came with 2.10, PreMulSum with 2.11): the
         # caller was built against newer NCCL headers, as with an unknown data type
-        S(r"invalid reduction operation \d+|\bncclInvalidOp\b", .75),
+        S(r"invalid reduction operation \d+", .75),
     ),
     "rank_hang": (
         # (after batch 13) torch's monitored_barrier naming the ranks that never came (ProcessGroupGloo.cpp's
