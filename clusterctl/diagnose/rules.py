@@ -68,9 +68,6 @@ RULES: tuple[Rule, ...] = (
              S(r"Workers? \(tasks / actors\) killed due to memory pressure", .95),
              # a SIGKILL alone: the OOM killer is one possible sender, named after killed_by_signal
              S(f"{EXIT_MINUS_9}|{EXIT_137}|{SIGNAL_9}|{SHELL_KILLED}", .3, unless=SIGKILL_BY_LAUNCHER),
-             # ...which leads where the log shows the host short of memory (no record of the kill itself)
-             S(f"{EXIT_MINUS_9}|{EXIT_137}|{SIGNAL_9}|{SHELL_KILLED}", .8, unless=SIGKILL_BY_LAUNCHER,
-               requires=HOST_MEMORY_SHORT, unless_log=OOM_RECORD),
              S(r"CPU memory usage: \d{5,}", .3),
              S(RAY_WORKER_DIED, .3, unless_log=OOM_RECORD),
          )),
@@ -83,9 +80,7 @@ RULES: tuple[Rule, ...] = (
              S(f"(?:{SIGNAL_9})(?: received by PID (?P<pid>\\d+))?", .58, unless=SIGKILL_BY_LAUNCHER,
                unless_log=KILL_EXPLAINED),
              S(SHELL_KILLED, .6, unless_log=KILL_EXPLAINED),
-             # the host short of memory but no record of the kill: another sender stays possible
-             S(f"{EXIT_MINUS_9}|{EXIT_137}|{SIGNAL_9}|{SHELL_KILLED}", .45, unless=SIGKILL_BY_LAUNCHER,
-               requires=HOST_MEMORY_SHORT, unless_log=OOM_RECORD),
+             # (with the host short of memory, families.py weighs the SIGKILL: the OOM killer first, this next)
              S(r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+ DUE TO (?P<reason>TIME LIMIT|PREEMPTION"
                r"|JOB REQUEUE|NODE FAILURE)", .93),
              S(r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT", .8, unless_log=OOM_RECORD),

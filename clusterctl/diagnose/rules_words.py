@@ -185,7 +185,9 @@ OTHER_WORDS = {
         # (after batch 14) a distributed run on a Windows host, where the Windows paths (a traceback's frames) and the
         # distributed setup (DDP, init_process_group, NCCL) are on different lines: Windows builds of torch have no
         # NCCL; weaker than any cause the log names itself
-        S(r"\b[A-Z]:\\(?:Users|Program Files|ProgramData|Python\d*|Anaconda\d*|Miniconda\d*)\\", .5,
+        # (one alternative per root, so that each has a literal for the pre-filter: no search of every line)
+        S(r"\b[A-Z]:\\Users\\|\b[A-Z]:\\Program Files|\b[A-Z]:\\ProgramData\\|\b[A-Z]:\\Python\d*\\"
+          r"|\b[A-Z]:\\Anaconda|\b[A-Z]:\\Miniconda", .5,
           requires=r"init_process_group|torch\.distributed|\bddp\b|DistributedDataParallel|\bnccl\b|\bgloo\b|torchrun"),
     ),
     "hostname_unresolvable": (
