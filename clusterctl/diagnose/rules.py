@@ -32,9 +32,9 @@ from clusterctl.diagnose import fixes as F
 from clusterctl.diagnose.signals import Rule, S, Signal
 from clusterctl.diagnose.rules_setup import SETUP_RULES
 from clusterctl.diagnose.rules_topology import TOPOLOGY_RULES
-from clusterctl.diagnose.rules_words import (EXIT_137, EXIT_MINUS_9, HOST_MEMORY_SHORT, KILL_EXPLAINED,  # noqa: F401
-                                             NESTED_LAUNCH, OOM_RECORD, OTHER_WORDS, PORT_TAKEN, SHELL_KILLED,
-                                             SIGKILL_BY_LAUNCHER, SIGNAL_9)
+from clusterctl.diagnose.rules_words import (EXIT_137, EXIT_MINUS_9, HOST_MEMORY_SHORT,  # noqa: F401
+                                             KILL_EXPLAINED, NESTED_LAUNCH, NOT_ROUTED, OOM_RECORD, OTHER_WORDS,
+                                             PORT_TAKEN, SHELL_KILLED, SIGKILL_BY_LAUNCHER, SIGNAL_9)
 
 __all__ = ["Signal", "Rule", "RULES", "CAUSES", "RULE_OF", "UNKNOWN_FIX", "CASCADE_PATTERNS", "PEER_LOST_PATTERNS",
            "SUSPICIOUS", "CONTEXT_PATTERNS", "render_fix", "template_values", "required_literals"]
@@ -52,8 +52,6 @@ SEMLOCK = r"_multiprocessing\.SemLock|SemLock\("
 GLIBC_TOO_OLD = r"version `?(?P<symbol>(?:GLIBC|GLIBCXX|CXXABI)_[\d.]+)'? not found"
 NOT_SHM = r"/dev/shm|\bshm|NCCL|fallocate|torch_\d+|shared memory"
 NAME_UNRESOLVED = r"gai error|Name or service not known|Temporary failure in name resolution|nodename nor servname"
-# a link-local address (IPv6 fe80::, IPv4 169.254/16) routes nowhere beyond its own link
-LINK_LOCAL = r"fe80::[0-9a-f:]*%[\w.-]+|\b169\.254\.\d{1,3}\.\d{1,3}\b"
 PRIVILEGED_PORT = r"(?:master[-_]port|MASTER_PORT)[= ]+(?:\$RANDOM\b|[0-9]{1,3}\b)"
 
 RULES: tuple[Rule, ...] = (
@@ -343,10 +341,10 @@ RULES: tuple[Rule, ...] = (
          "`No route to host`",
          F.NCCL_SOCKET, (
              S(r"socket(?:Start|Poll)?Connect: Connect to \S+ (?:failed|returned)|NET/Socket : Connect to", .85,
-               unless=rf"127\.0\.[01]\.1|{LINK_LOCAL}"),
+               unless=NOT_ROUTED),
              S(r"(?:NCCL )?WARN (?:Net : )?Connect to \S+ failed : (?:No route|Connection refused"
                r"|Connection timed out)", .85,
-               unless=rf"127\.0\.[01]\.1|{LINK_LOCAL}"),
+               unless=NOT_ROUTED),
              S(r"Call to connect (?:failed|returned) ?:? ?(?:Connection refused|Connection timed out|No route)", .8),
              S(r"Software caused connection abort", .6),
              S(r"unhandled system error|ncclSystemError", .25),

@@ -39,7 +39,14 @@ EXIT_MINUS_9 = r"(?:exitcode|exit code|return code|exit status|returned non-zero
 EXIT_137 = r"(?:exit(?:ed)? (?:with )?(?:exit )?code|exit status|Exit Code:?|exit_code)\s*[:=(]?\s*137\b|\bcode 137\b"
 SIGNAL_9 = r"Signal 9 \(SIGKILL\)|signal 9: SIGKILL|Signals\.SIGKILL|got signal: 9\b|SIGKILL\)"
 SHELL_KILLED = r"is killed by signal: Killed|^(?:\S+: )?Killed\s*$|\bline \d+: +\d+ Killed\b|: task \d+: Killed\b"
+# a link-local address (IPv6 fe80::, IPv4 169.254/16) routes nowhere beyond its own link
 LINK_LOCAL = r"fe80::[0-9a-f:]*%[\w.-]+|\b169\.254\.\d{1,3}\.\d{1,3}\b"
+# (after batch 13) a Docker bridge's gateway, the host's own address on docker0 / a user-defined bridge (172.17-31.0.1):
+# reachable from that host's containers only, so a peer that published it picked the wrong interface
+BRIDGE_GATEWAY = r"\b172\.(?:1[7-9]|2\d|3[01])\.0\.1\b"
+# addresses a rank's peer cannot route to: NCCL connecting there is the interface's fault (nic_mismatch), not the
+# network's (nccl_socket_error)
+NOT_ROUTED = rf"127\.0\.[01]\.1|{LINK_LOCAL}|{BRIDGE_GATEWAY}"
 
 OTHER_WORDS = {
     "cuda_oom": (
@@ -160,7 +167,7 @@ OTHER_WORDS = {
         S(r"set ifname to \[[^\]]*\] by \w+, but not found|SOCKET_IFNAME\S*.{0,60}not found in the environment", .9),
         # NCCL using or connecting to a link-local address: an interface that routes nowhere beyond its link
         S(rf"Using (?:\[0\])?[\w.-]+:(?:{LINK_LOCAL})", .8),
-        S(rf"Connect to (?:{LINK_LOCAL})", .8),
+        S(rf"Connect to (?:{LINK_LOCAL}|{BRIDGE_GATEWAY})", .8),
         # UCX (Open MPI's pml) unable to reach a peer's worker address: no interface the two hosts share
         S(r"Failed to receive UCX worker address|Failed to resolve UCX endpoint", .7),
         # (after batch 12) Open MPI's TCP transport failing between nodes: on multi-homed hosts (docker0, veth,

@@ -171,3 +171,37 @@ def test_the_literal_prefilter_ends_on_any_pattern_text(pattern):
 
 def test_a_class_ending_in_an_escaped_backslash_closes_at_its_own_bracket():
     assert required_literals(r"error: command '(?:[^']*[/\\])?nvcc' failed with exit") == ("nvcc' failed with exit",)
+
+
+@settings(max_examples=examples(40), deadline=None)
+@given(st.integers(min_value=17, max_value=31), st.integers(min_value=1024, max_value=65535), NAMES)
+def test_nccl_connecting_to_a_docker_bridges_gateway_is_the_interface_not_the_network(second, port, host):
+    # a peer published the host's own address on docker0 / a user-defined bridge (172.17-31.0.1): reachable from that
+    # host's containers only (pytorch/examples#689's class)
+    text = (f"{host}:715:790 [1] include/socket.h:382 NCCL WARN Connect to 172.{second}.0.1<{port}> failed : "
+            "Connection refused")
+    assert diagnose_text(text)[0].cause == "nic_mismatch"
+
+
+def test_nccl_refused_on_a_routed_private_address_stays_the_network():
+    # https://github.com/espnet/espnet/issues/1940: a refused connection to a routed address is the network's (firewall)
+    text = ("tj1-asr-train-v100-13:941227:943077 [0] include/socket.h:390 NCCL WARN Connect to 10.38.10.112<21724> "
+            "failed : Connection refused")
+    assert diagnose_text(text)[0].cause == "nccl_socket_error"
+
+
+KEYS = st.lists(st.sampled_from(["id_rsa", "id_rsa-cert", "id_dsa", "id_ecdsa", "id_ed25519", "id_ed25519-cert"]),
+                min_size=2, max_size=6, unique=True)
+SSH_HEAD = ("OpenSSH_7.2p2 Ubuntu-4ubuntu2.4, OpenSSL 1.0.2g  1 Mar 2016\ndebug1: Connecting to 10.94.1.165 "
+            "[10.94.1.165] port 12345.\ndebug1: Connection established.\ndebug1: permanently_set_uid: 0/0")
+
+
+@settings(max_examples=examples(40), deadline=None)
+@given(KEYS, st.integers(min_value=-1, max_value=3))
+def test_a_verbose_ssh_trace_with_no_key_to_offer_is_the_ssh_login(keys, first_type):
+    # the ssh -vvvv trace a launcher's `plm_rsh_args` prints (horovod/horovod#211, #162: the same lines, a key found
+    # there: `id_rsa type 1`); with every identity file absent the login cannot succeed
+    lines = [SSH_HEAD] + [f"debug1: key_load_public: No such file or directory\ndebug1: identity file /root/.ssh/{key} "
+                          f"type {first_type if index == 0 else -1}" for index, key in enumerate(keys)]
+    causes = [f.cause for f in diagnose_text("\n".join(lines))]
+    assert (causes[0] == "ssh_failed") == (first_type == -1), causes
