@@ -30,7 +30,9 @@ OOM_RECORD = (r"Out of memory: Kill|invoked oom-killer|\boom[-_]kill|OOMKilled|M
 # (after batch 14) the host running short of memory, in a program's own words (the CUDA driver's `fatal : Memory
 # allocation failure`, C++'s bad_alloc, ENOMEM, Python's MemoryError, numpy's array allocation): with a SIGKILL in
 # the same log, the OOM killer is the likely sender even without its record; killed_by_signal stays the runner-up
-HOST_MEMORY_SHORT = (r"Memory allocation failure|Cannot allocate memory|std::bad_alloc|\bMemoryError\b|\[Errno 12\]"
+# (not a bare `Cannot allocate memory`: RDMA's memory registration says it when the memlock limit is low, ib_config)
+HOST_MEMORY_SHORT = (r"Memory allocation failure|std::bad_alloc|\bMemoryError\b|\[Errno 12\]"
+                     r"|(?:fork|mmap|malloc|posix_memalign)\W{0,3}(?:failed\W{0,3})?Cannot allocate memory"
                      r"|Unable to allocate [\d.]+ [KMGT]i?B for an array"
                      r"|(?:host|system|CPU) (?:memory|RAM) (?:is )?(?:exhausted|full|insufficient)")
 # a record of the OOM kill, or the host short of memory: a SIGKILL in such a log is the OOM killer's

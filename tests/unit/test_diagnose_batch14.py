@@ -205,3 +205,11 @@ def test_a_verbose_ssh_trace_with_no_key_to_offer_is_the_ssh_login(keys, first_t
                           f"type {first_type if index == 0 else -1}" for index, key in enumerate(keys)]
     causes = [f.cause for f in diagnose_text("\n".join(lines))]
     assert (causes[0] == "ssh_failed") == (first_type == -1), causes
+
+
+def test_rdma_registration_out_of_locked_memory_is_not_the_host_short_of_memory():
+    # RDMA's memory registration says `Cannot allocate memory` when the memlock limit is low (ib_config), SIGKILL or not
+    text = ("NET/OFI Unable to register memory (type = 2) for device 0. RC: -12, Error: Cannot allocate memory\n"
+            "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 0 (pid: 1) of binary: "
+            "/usr/bin/python3")
+    assert diagnose_text(text)[0].cause == "ib_config"
