@@ -216,7 +216,9 @@ _SIGNAL = re.compile(
     r"(?:signal[: ]+(?P<num>\d{1,2})\b(?: ?\((?P<paren>\w+)\))?|\b(?P<death>\d{1,2}) death signal|\b(?:Signals\.)?(?P<name>SIG(?:HUP|INT|QUIT|ILL|ABRT|BUS|"
     r"FPE|KILL|SEGV|PIPE|TERM|USR1|USR2|XCPU))\b|killed by signal:? (?P<word>Killed|Segmentation fault|Bus error"
     r"|Aborted|Hangup|Terminated)|Fatal Python error: (?P<fatal>Segmentation fault|Bus error|Aborted)"
-    r"|^(?:\S+: )?(?P<bare>Killed|Segmentation fault|Bus error|Aborted)(?: \(core dumped\))?\s*$)", re.IGNORECASE)
+    r"|^(?:\S+: )?(?P<bare>Killed|Segmentation fault|Bus error|Aborted)(?: \(core dumped\))?\s*$"
+    # a shell reporting its job ended by a signal: `script: line 12:   811 Killed    python train.py`
+    r"|\bline \d+: +\d+ (?P<job>Killed|Segmentation fault|Bus error|Aborted)\b)", re.IGNORECASE)
 _LAUNCHERS = (
     ("torchrun", r"torch\.distributed\.(?:elastic|run|launch)|Root Cause \(first observed failure\)|torchrun"),
     ("deepspeed", r"deepspeed|\[launch\.py:\d+:\w+\]"),
@@ -243,7 +245,7 @@ def exit_statuses(line: LogLine, lowered: str) -> list[ExitStatus]:
         if match.group("num") or match.group("death"):  # torchrun's agent: `Received 15 death signal`
             signal = int(match.group("num") or match.group("death"))
         else:
-            word = next(g for g in ("paren", "name", "word", "fatal", "bare") if match.group(g))
+            word = next(g for g in ("paren", "name", "word", "fatal", "bare", "job") if match.group(g))
             signal = SIGNAL_NAMES.get(match.group(word).upper(), signal)
     if code is not None or signal is not None:
         found.append(ExitStatus(line, code, signal, launcher))

@@ -228,6 +228,7 @@ _OWN_ADDRESS = re.compile(r"Using (?:interface )?(?:\[\d+\])?([\w.-]+):(\d{1,3}(
 _NETWORK = re.compile(r"NET/|socket|connect|\bIB\b|ibv_|\b\d{1,3}(?:\.\d{1,3}){3}\b|\b(?:eth|ens|enp|bond|ib)\d",
                       re.IGNORECASE)
 _NCCL_INFO = re.compile(r"^\S+:\d+:\d+ \[\d+\] NCCL INFO ")
+_NCCL_UNWIND = re.compile(r"NCCL INFO [\w/.-]+:\d+ -> [1-9]\d*(?: \[Async thread\])?\s*$")
 _MEMBER = re.compile(r"GLOBAL_RANK: (\d{1,5}), MEMBER: \d{1,5}/(\d{1,5})")
 _TESTS_RANK = re.compile(r"Rank\s+(\d{1,5})\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+([\w.-]+)\s+device\s+(\d{1,3})")
 
@@ -284,5 +285,7 @@ def rank_placement(lines: list[LogLine]) -> Placement:
                     for (host, iface), ips in sorted(addresses.items()) if len(ips) > 1)
     roll_call = (world, len(members), twice, last) if members else None
     tail = next((line for line in reversed(lines) if line.raw.strip()), None)
-    stalled = tail if tail is not None and _NCCL_INFO.search(tail.raw[:MAX_LINE]) else None
+    # (after batch 14) ...but not on NCCL unwinding an error (`init.cc:970 -> 2`): that is a failure, not a stall
+    stalled = tail if tail is not None and _NCCL_INFO.search(tail.raw[:MAX_LINE]) \
+        and not _NCCL_UNWIND.search(tail.raw[:MAX_LINE]) else None
     return Placement(hosts, tuple(shared), clashes, networked, roll_call, tuple(sorted(nccl_hosts)), stalled)

@@ -144,14 +144,18 @@ class Support:
     consequence: bool = False
 
 
-def supports(records: list, oom_recorded: bool = False) -> list[Support]:
+def supports(records: list, oom_recorded: bool = False, memory_short: bool = False) -> list[Support]:
     """Each record's support; `oom_recorded`: the log holds a record of an OOM kill (the kernel's, a
-    cgroup's, a container's), so a SIGKILL in it is the OOM killer's."""
+    cgroup's, a container's), so a SIGKILL in it is the OOM killer's; `memory_short` (after batch 14): no
+    such record, but the log shows the host short of memory (an allocation failing, ENOMEM, bad_alloc), so
+    the OOM killer is the likely sender and another one stays possible."""
     out: list[Support] = []
     for record in records:
         found = _support(record)
         if oom_recorded and isinstance(record, ev.ExitStatus) and record.signal == 9:
             found = _each((("oom_killed", .5),), "signal:9", record)
+        elif memory_short and isinstance(record, ev.ExitStatus) and record.signal == 9:
+            found = _each((("oom_killed", .8), ("killed_by_signal", .45)), "signal:9", record)
         out.extend(found)
     return out
 

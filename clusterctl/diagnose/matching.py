@@ -26,7 +26,7 @@ from clusterctl.diagnose import evidence as ev
 from clusterctl.diagnose import families
 from clusterctl.diagnose import logformat as fmt
 from clusterctl.diagnose.logformat import LogLine, RootCause
-from clusterctl.diagnose.rules import OOM_RECORD, RULE_OF, RULES, Rule, Signal
+from clusterctl.diagnose.rules import HOST_MEMORY_SHORT, OOM_RECORD, RULE_OF, RULES, Rule, Signal
 from clusterctl.diagnose.textmatch import (CASCADE_PATTERNS, CONTEXT_PATTERNS, EXCEPTION_LINE, PEER_LOST_PATTERNS,
                                            SUSPICIOUS, UNKNOWN_FIX, compiled, render_fix, required_literals,
                                            template_values)
@@ -146,8 +146,11 @@ def family_events(lines: list[LogLine], source: str) -> list[Event]:
     records = ev.extract(lines)
     killed = any(isinstance(r, ev.ExitStatus) and r.signal == 9 for r in records)
     oom_recorded = killed and any(compiled(OOM_RECORD).search(line.text[:ev.MAX_LINE]) for line in lines)
+    memory_short = killed and not oom_recorded and any(compiled(HOST_MEMORY_SHORT).search(line.text[:ev.MAX_LINE])
+                                                      for line in lines)
     placement = ev.evidence_config.rank_placement(lines)
-    for support in families.supports(records, oom_recorded) + families.placement_supports(placement, records):
+    for support in families.supports(records, oom_recorded, memory_short) + \
+            families.placement_supports(placement, records):
         rule = RULE_OF.get(support.cause)
         if rule is None:
             continue

@@ -32,21 +32,14 @@ from clusterctl.diagnose import fixes as F
 from clusterctl.diagnose.signals import Rule, S, Signal
 from clusterctl.diagnose.rules_setup import SETUP_RULES
 from clusterctl.diagnose.rules_topology import TOPOLOGY_RULES
-from clusterctl.diagnose.rules_words import NESTED_LAUNCH, OTHER_WORDS, PORT_TAKEN
+from clusterctl.diagnose.rules_words import (EXIT_137, EXIT_MINUS_9, HOST_MEMORY_SHORT,  # noqa: F401
+                                             KILL_EXPLAINED, NESTED_LAUNCH, NOT_ROUTED, OOM_RECORD, OTHER_WORDS,
+                                             PORT_TAKEN, SHELL_KILLED, SIGKILL_BY_LAUNCHER, SIGNAL_9)
 
 __all__ = ["Signal", "Rule", "RULES", "CAUSES", "RULE_OF", "UNKNOWN_FIX", "CASCADE_PATTERNS", "PEER_LOST_PATTERNS",
            "SUSPICIOUS", "CONTEXT_PATTERNS", "render_fix", "template_values", "required_literals"]
 
 
-SIGKILL_BY_LAUNCHER = r"closing signal SIGKILL|Sending process \d+ closing"
-# A record that the OOM killer (kernel, memory cgroup, container runtime, Ray's memory monitor) did it.
-OOM_RECORD = (r"Out of memory: Kill|invoked oom-killer|\boom[-_]kill|OOMKilled|Memory cgroup out of memory"
-              r"|out-of-memory handler|Out Of Memory\b"
-              r"|killed due to (?:the node running low on memory|memory pressure)")
-EXIT_MINUS_9 = r"(?:exitcode|exit code|return code|exit status|returned non-zero exit status)\s*[:=]?\s*-9\b"
-EXIT_137 = r"(?:exit(?:ed)? (?:with )?(?:exit )?code|exit status|Exit Code:?|exit_code)\s*[:=(]?\s*137\b|\bcode 137\b"
-SIGNAL_9 = r"Signal 9 \(SIGKILL\)|signal 9: SIGKILL|Signals\.SIGKILL|got signal: 9\b|SIGKILL\)"
-SHELL_KILLED = r"is killed by signal: Killed|^(?:\S+: )?Killed\s*$|\bline \d+: +\d+ Killed\b|: task \d+: Killed\b"
 # Ray's notice for a worker that vanished: it lists the OOM killer's SIGKILL, `ray stop --force` and SIGSEGV as
 # possible senders, so it is evidence of a kill, not of a segfault.
 RAY_WORKER_DIED = (r"Worker unexpectedly exits with a connection error code \d+"
@@ -59,8 +52,6 @@ SEMLOCK = r"_multiprocessing\.SemLock|SemLock\("
 GLIBC_TOO_OLD = r"version `?(?P<symbol>(?:GLIBC|GLIBCXX|CXXABI)_[\d.]+)'? not found"
 NOT_SHM = r"/dev/shm|\bshm|NCCL|fallocate|torch_\d+|shared memory"
 NAME_UNRESOLVED = r"gai error|Name or service not known|Temporary failure in name resolution|nodename nor servname"
-# a link-local address (IPv6 fe80::, IPv4 169.254/16) routes nowhere beyond its own link
-LINK_LOCAL = r"fe80::[0-9a-f:]*%[\w.-]+|\b169\.254\.\d{1,3}\.\d{1,3}\b"
 PRIVILEGED_PORT = r"(?:master[-_]port|MASTER_PORT)[= ]+(?:\$RANDOM\b|[0-9]{1,3}\b)"
 
 RULES: tuple[Rule, ...] = (
@@ -82,11 +73,12 @@ RULES: tuple[Rule, ...] = (
          "`Signal 9 (SIGKILL)`, exitcode -9 / 137, `Killed`, Slurm `CANCELLED AT ... DUE TO TIME LIMIT` "
          "(no OOM record)",
          F.KILLED_BY_SIGNAL, (
-             S(EXIT_MINUS_9, .62, unless=SIGKILL_BY_LAUNCHER, unless_log=OOM_RECORD),
-             S(EXIT_137, .6, unless_log=OOM_RECORD),
+             S(EXIT_MINUS_9, .62, unless=SIGKILL_BY_LAUNCHER, unless_log=KILL_EXPLAINED),
+             S(EXIT_137, .6, unless_log=KILL_EXPLAINED),
              S(f"(?:{SIGNAL_9})(?: received by PID (?P<pid>\\d+))?", .58, unless=SIGKILL_BY_LAUNCHER,
-               unless_log=OOM_RECORD),
-             S(SHELL_KILLED, .6, unless_log=OOM_RECORD),
+               unless_log=KILL_EXPLAINED),
+             S(SHELL_KILLED, .6, unless_log=KILL_EXPLAINED),
+             # (with the host short of memory, families.py weighs the SIGKILL: the OOM killer first, this next)
              S(r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+ DUE TO (?P<reason>TIME LIMIT|PREEMPTION"
                r"|JOB REQUEUE|NODE FAILURE)", .93),
              S(r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT", .8, unless_log=OOM_RECORD),
@@ -353,10 +345,10 @@ RULES: tuple[Rule, ...] = (
          "`No route to host`",
          F.NCCL_SOCKET, (
              S(r"socket(?:Start|Poll)?Connect: Connect to \S+ (?:failed|returned)|NET/Socket : Connect to", .85,
-               unless=rf"127\.0\.[01]\.1|{LINK_LOCAL}"),
+               unless=NOT_ROUTED),
              S(r"(?:NCCL )?WARN (?:Net : )?Connect to \S+ failed : (?:No route|Connection refused"
                r"|Connection timed out)", .85,
-               unless=rf"127\.0\.[01]\.1|{LINK_LOCAL}"),
+               unless=NOT_ROUTED),
              S(r"Call to connect (?:failed|returned) ?:? ?(?:Connection refused|Connection timed out|No route)", .8),
              S(r"Software caused connection abort", .6),
              S(r"unhandled system error|ncclSystemError", .25),

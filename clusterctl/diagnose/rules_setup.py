@@ -41,6 +41,12 @@ SETUP_RULES = (
              S(r"(?:pdsh@\S+: )?(?P<target>[\w.-]+): ssh exited with exit code 255", .85),
              S(r"ssh: connect to host (?P<target>\S+) port \d+: (?:Connection refused|Connection timed out"
                r"|No route to host)|kex_exchange_identification", .75),
+             # (after batch 13) a verbose ssh trace (a launcher's `plm_rsh_args -vvv`) whose client finds no key of
+             # its own to offer (every identity file `type -1`) and never authenticates: weak, the trace may be cut
+             # before its last line
+             S(r"\bidentity file \S+ type -1\b", .35,
+               unless_log=r"identity file \S+ type \d|Authenticated to|Authentication succeeded|Offering public key"
+                          r"|Server accepts key|(?:^|\n)(?:debug1: )?Exit status \d"),
              # Open MPI's rsh agent: its daemons never started on the remote nodes (ssh is the usual reason)
              S(r"ORTE was unable to reliably start one or more daemons|PRTE has lost communication with a remote "
                r"daemon", .45),
@@ -118,6 +124,11 @@ SETUP_RULES = (
              S(r"Ninja is required to load C\+\+ extensions", .9),
              S(r"Command '\['ninja', '-v'\]' returned non-zero exit status", .75),
              S(r"ninja: build stopped: subcommand failed", .6),
+             # (after batch 14) the build's own failure line, where the log keeps only it and the compiler's command:
+             # ninja's `FAILED: <object>` (newer ninja: `FAILED: [code=1] ...`), setuptools' failed compiler command
+             S(r"^FAILED: (?:\[code=\d+\] )?(?P<object>\S+\.(?:o|obj|so|pyd))\b", .8),
+             S(r"error: command '(?:[^']*(?:/|\\))?(?:nvcc|gcc|g\+\+|c\+\+|cc|clang\+*|x86_64-linux-gnu-g(?:cc|\+\+)"
+               r"|hipcc)(?:\.exe)?' failed with exit (?:code|status) \d+", .8),
              # (after batch 12) nvcc refusing an architecture of the build's arch list: the toolkit that builds the
              # op is older than the list asks (TORCH_CUDA_ARCH_LIST), not the GPU at run time
              S(r"nvcc fatal\s*:\s*Unsupported gpu architecture", .9,

@@ -10,6 +10,8 @@ from __future__ import annotations
 from clusterctl.diagnose.signals import S
 
 LAUNCHERS = r"torchrun|deepspeed|accelerate|horovodrun|pdsh|srun|ray|mpirun|mpiexec"
+# the daemons an MPI launcher starts on each node over ssh (Open MPI's orted / PRRTE's prted, MPICH's hydra proxy)
+DAEMONS = r"orted|orterun|prted|prterun|hydra_pmi_proxy|pmi_proxy"
 
 # a launcher whose program is itself a launcher (torchrun running `-m llamafactory.cli`, which starts torchrun
 # again; torchrun under torchrun; accelerate launch under torchrun): every worker starts its own agent and
@@ -19,7 +21,34 @@ NESTED_LAUNCH = (r"(?:^|[\s/;&|])(?:torchrun|-m\s+torch\.distributed\.(?:run|lau
                  r"|\S*llamafactory-cli|(?:\S*/)?torchrun|accelerate\s+launch)\s")
 PORT_TAKEN = r"Address already in use|EADDRINUSE|errno: 98\b|os error 98|\[Errno 98\]"
 
+# a process killed by a signal, and what tells who sent it (rules.py's oom_killed and killed_by_signal rows)
+SIGKILL_BY_LAUNCHER = r"closing signal SIGKILL|Sending process \d+ closing"
+# A record that the OOM killer (kernel, memory cgroup, container runtime, Ray's memory monitor) did it.
+OOM_RECORD = (r"Out of memory: Kill|invoked oom-killer|\boom[-_]kill|OOMKilled|Memory cgroup out of memory"
+              r"|out-of-memory handler|Out Of Memory\b"
+              r"|killed due to (?:the node running low on memory|memory pressure)")
+# (after batch 14) the host running short of memory, in a program's own words (the CUDA driver's `fatal : Memory
+# allocation failure`, C++'s bad_alloc, ENOMEM, Python's MemoryError, numpy's array allocation): with a SIGKILL in
+# the same log, the OOM killer is the likely sender even without its record; killed_by_signal stays the runner-up
+# (not a bare `Cannot allocate memory`: RDMA's memory registration says it when the memlock limit is low, ib_config)
+HOST_MEMORY_SHORT = (r"Memory allocation failure|std::bad_alloc|\bMemoryError\b|\[Errno 12\]"
+                     r"|(?:fork|mmap|malloc|posix_memalign)\W{0,3}(?:failed\W{0,3})?Cannot allocate memory"
+                     r"|Unable to allocate [\d.]+ [KMGT]i?B for an array"
+                     r"|(?:host|system|CPU) (?:memory|RAM) (?:is )?(?:exhausted|full|insufficient)")
+# a record of the OOM kill, or the host short of memory: a SIGKILL in such a log is the OOM killer's
+KILL_EXPLAINED = f"{OOM_RECORD}|{HOST_MEMORY_SHORT}"
+EXIT_MINUS_9 = r"(?:exitcode|exit code|return code|exit status|returned non-zero exit status)\s*[:=]?\s*-9\b"
+EXIT_137 = r"(?:exit(?:ed)? (?:with )?(?:exit )?code|exit status|Exit Code:?|exit_code)\s*[:=(]?\s*137\b|\bcode 137\b"
+SIGNAL_9 = r"Signal 9 \(SIGKILL\)|signal 9: SIGKILL|Signals\.SIGKILL|got signal: 9\b|SIGKILL\)"
+SHELL_KILLED = r"is killed by signal: Killed|^(?:\S+: )?Killed\s*$|\bline \d+: +\d+ Killed\b|: task \d+: Killed\b"
+# a link-local address (IPv6 fe80::, IPv4 169.254/16) routes nowhere beyond its own link
 LINK_LOCAL = r"fe80::[0-9a-f:]*%[\w.-]+|\b169\.254\.\d{1,3}\.\d{1,3}\b"
+# (after batch 13) a Docker bridge's gateway, the host's own address on docker0 / a user-defined bridge (172.17-31.0.1):
+# reachable from that host's containers only, so a peer that published it picked the wrong interface
+BRIDGE_GATEWAY = r"\b172\.(?:1[7-9]|2\d|3[01])\.0\.1\b"
+# addresses a rank's peer cannot route to: NCCL connecting there is the interface's fault (nic_mismatch), not the
+# network's (nccl_socket_error)
+NOT_ROUTED = rf"127\.0\.[01]\.1|{LINK_LOCAL}|{BRIDGE_GATEWAY}"
 
 OTHER_WORDS = {
     "cuda_oom": (
@@ -47,6 +76,10 @@ OTHER_WORDS = {
         # a framework that cannot load the collective library itself (not installed beside it)
         S(r"Unable to load (?:the )?(?:NCCL|RCCL|HCCL) library|(?:Failed to|Could not|Cannot) load (?:the )?lib(?:nccl|rccl)"
           r"(?:\.so[\d.]*)?\b", .75),
+        # (after batch 13) pip finding no build of a package for this platform or Python (linux-aarch64, a new
+        # CPython): the package the job imports is then missing or another version
+        S(r"No matching distribution found for (?P<package>\S+)|Could not find a version that satisfies the "
+          r"requirement (?P<package2>\S+)", .7),
     ),
     "launcher_missing": (
         # any launcher's program missing from PATH, in bash's or sh's words
@@ -55,9 +88,14 @@ OTHER_WORDS = {
         # `script: LINE: /path/prog: not found` form or a build's own question
         S(r"(?:^|\s|/)(?:kubectl|orted|prted|mpicxx|mpicc|hydra_pmi_proxy): (?:command )?not found"
           r"|\bis (?:kubectl|mpicxx|mpicc|mpirun) in \$PATH\b", .8),
-        # pdsh/ssh running the launching node's interpreter path on a node that lacks it
-        S(r"bash: (?:line \d+: )?(?P<remote_path>/\S*/(?:python[\d.]*|torchrun|deepspeed|accelerate|mpirun)): No such "
-          r"file or directory", .75),
+        # pdsh/ssh running the launching node's interpreter path on a node that lacks it; (after batch 14) any program of
+        # the launch chain so, the MPI launchers' remote daemons included (`bash: /usr/local/bin/orted: No such file or
+        # directory`: mpirun's ssh landed where Open MPI is not installed at the launching host's prefix), and zsh's form
+        S(rf"(?:bash|sh|zsh): (?:line \d+: )?(?P<remote_path>/\S*/(?:python[\d.]*|{LAUNCHERS}|{DAEMONS})): No such "
+          r"file or directory|zsh: no such file or directory: (?P<remote_path2>/\S*/(?:python[\d.]*|"
+          rf"{LAUNCHERS}|{DAEMONS}))\s*$", .75),
+        # ...a launch daemon's path quoted bare (an MPI daemon is never a job's own file)
+        S(rf"(?:^|[\s\"'])(?P<remote_path>/\S*/(?:{DAEMONS})): No such file or directory", .7),
         # (after batches 10-12) the same: the launching host's working directory missing on the node (pdsh's `cd`)
         S(r"bash: (?:line \d+: )?cd: (?P<remote_path>/\S+): No such file or directory", .1,
           requires=r"pdsh|\bssh\b|mpirun|deepspeed"),
@@ -117,6 +155,9 @@ OTHER_WORDS = {
         # DDP's check that every rank built the same model (params or their shapes differ across ranks)
         S(r"DDP expects same model across all ranks|appears not to match (?:sizes|strides) of the same param in "
           r"process \d+", .75),
+        # (after batch 13) torch's desync report naming a rank one collective behind the others (it finished #N and
+        # never joined #N+1 while they waited in it): ranks out of step; the watchdog's timeout is its consequence
+        S(r"finished collective #\d+, but didn't join collective #\d+", .75),
     ),
     "version_mismatch": (
         # HCCL's version check between the two ends of a link; NCCL's rings that ranks built differently
@@ -128,7 +169,7 @@ OTHER_WORDS = {
         S(r"set ifname to \[[^\]]*\] by \w+, but not found|SOCKET_IFNAME\S*.{0,60}not found in the environment", .9),
         # NCCL using or connecting to a link-local address: an interface that routes nowhere beyond its link
         S(rf"Using (?:\[0\])?[\w.-]+:(?:{LINK_LOCAL})", .8),
-        S(rf"Connect to (?:{LINK_LOCAL})", .8),
+        S(rf"Connect to (?:{LINK_LOCAL}|{BRIDGE_GATEWAY})", .8),
         # UCX (Open MPI's pml) unable to reach a peer's worker address: no interface the two hosts share
         S(r"Failed to receive UCX worker address|Failed to resolve UCX endpoint", .7),
         # (after batch 12) Open MPI's TCP transport failing between nodes: on multi-homed hosts (docker0, veth,
@@ -142,6 +183,21 @@ OTHER_WORDS = {
         # common a cause in the first-scored batches as a small /dev/shm (NCCL picking docker0/veth/a second NIC);
         # the weakest of the three transports, below an NCCL too old for its GPUs where the error names its version
         S(r"unhandled system error|ncclSystemError", .21),
+        # (after batch 14) no local interface on the peer's network: NCCL's own words for it, and a bind to an address
+        # that is none of this node's interfaces (EADDRNOTAVAIL: a container behind Docker's bridge given the host's
+        # address); the ranks' addresses of different families (gloo comparing an IPv4 with an IPv6 peer: 2 vs 10)
+        S(r"No interface found in the same subnet as remote address", .88),
+        S(r"(?:Call to bind|bind\(\)|failed to bind)\b.{0,80}(?:Cannot assign requested address|errno:? 99\b)", .7),
+        S(r"ss_family == \w+\.ss_family|address famil(?:y|ies) (?:mismatch|differ)", .8),
+    ),
+    "platform_backend_unsupported": (
+        # (after batch 14) a distributed run on a Windows host, where the Windows paths (a traceback's frames) and the
+        # distributed setup (DDP, init_process_group, NCCL) are on different lines: Windows builds of torch have no
+        # NCCL; weaker than any cause the log names itself
+        # (one alternative per root, so that each has a literal for the pre-filter: no search of every line)
+        S(r"\b[A-Z]:\\Users\\|\b[A-Z]:\\Program Files|\b[A-Z]:\\ProgramData\\|\b[A-Z]:\\Python\d*\\"
+          r"|\b[A-Z]:\\Anaconda|\b[A-Z]:\\Miniconda", .5,
+          requires=r"init_process_group|torch\.distributed|\bddp\b|DistributedDataParallel|\bnccl\b|\bgloo\b|torchrun"),
     ),
     "hostname_unresolvable": (
         # the C library's resolver failing in MPICH's (and other C programs') words
@@ -158,6 +214,20 @@ OTHER_WORDS = {
     "fabricmanager": (
         # NCCL's NVLink SHARP multicast failing, in its own words
         S(r"error in the Fabric Manager or NVSwitches|NVLink SHARP \(NVLS\) Multicast", .85),
+    ),
+    "gpu_xid": (
+        # (after batch 14) NCCL's NVLS multicast failing: the fabric manager first, but NCCL's own hint names the
+        # NVSwitches too, and a node whose NVLink got into a bad state fails the same way (reset the GPUs): the runner-up
+        S(r"NVLink SHARP \(NVLS\) Multicast|transport/nvls\.cc:\d+ NCCL WARN|nvlsAllocateMem", .5),
+    ),
+    "ecc_error": (
+        # (after batch 13) the Xids of GPU memory errors (48 double-bit ECC, 63/64 row remapping or page retirement,
+        # 92 a high single-bit rate) and the row remapper's own words: the GPU's memory, a reset applies the remap;
+        # gpu_xid (any Xid) stays the runner-up
+        S(r"NVRM: Xid \(PCI:[^)]*\): (?:48|63|64|92)\b", .95),
+        S(r"Row Remapper:|New row marked for remapping|Dynamic Page Retirement|DBE \(Double Bit Error\)", .85),
+        # nvidia-smi -q's sections: the pending flag is on its own line under `Remapped Rows` / `Retired Pages`
+        S(r"^\s*Pending(?: Page Blacklist)?\s*:\s*Yes\b", .75, requires=r"Remapped Rows|Retired Pages"),
     ),
     "p2p_unsupported": (
         # Accelerate's check of consumer GPUs, and the like: no P2P between these GPUs
@@ -177,6 +247,9 @@ OTHER_WORDS = {
         # nodes); a runner-up behind the transports a bare system error points at, which name no version
         S(r"(?:unhandled system error|internal error|ncclSystemError|ncclInternalError).{0,80}"
           r"NCCL version (?P<version>2\.[0-7]\.\d+)", .22),
+        # (after batch 13) a reduction op the loaded NCCL does not know (ncclAvg came with 2.10, PreMulSum with 2.11): the
+        # caller was built against newer NCCL headers, as with an unknown data type
+        S(r"invalid reduction operation \d+", .75),
     ),
     "rank_hang": (
         # (after batch 13) torch's monitored_barrier naming the ranks that never came (ProcessGroupGloo.cpp's

@@ -137,17 +137,28 @@ def _tokens(pattern: str):
         if char == "\\":
             token = pattern[index:index + 2]
         elif char == "[":
-            close = pattern.find("]", index + 2 if pattern[index + 1:index + 2] in ("]", "^") else index + 1)
-            close = close if close > 0 else len(pattern) - 1
-            while pattern[close - 1] == "\\":
-                close = pattern.find("]", close + 1)
-            token = pattern[index:close + 1]
+            token = pattern[index:_class_end(pattern, index) + 1]
         else:
             token = char
         depth -= token == ")"
         yield token, depth
         depth += token == "("
         index += len(token)
+
+
+def _class_end(pattern: str, start: int) -> int:
+    """The index of the `]` closing the character class opened at `start` (a `]` right after `[` or `[^` is a
+    member, `\\x` an escape, so `[/\\\\]` ends at its own bracket); the pattern's last index if it never closes."""
+    index = start + 1 + (pattern[start + 1:start + 2] == "^")
+    index += pattern[index:index + 1] == "]"
+    while index < len(pattern):
+        if pattern[index] == "\\":
+            index += 2
+            continue
+        if pattern[index] == "]":
+            return index
+        index += 1
+    return len(pattern) - 1
 
 
 def _top_level(pattern: str, separator: str) -> list[str]:
