@@ -237,6 +237,10 @@ RULES: tuple[Rule, ...] = (
              S(r"ModuleNotFoundError: No module named|No module named '?[\w.]+'?", .9, unless=r"Warning\b"),
              S(r"ImportError: .*undefined symbol|undefined symbol: _Z\w+", .9, unless=r"symbol: nccl"),
              S(r"ImportError: (?:cannot import name|DLL load failed|lib\S+\.so[\d.]*: cannot open)", .88),
+             # a library loaded by name at run time rather than imported (Paddle's dynload of libnccl.so); not NCCL's
+             # optional plugins (INFO), a program's own loader (launcher_missing's), the GPU runtime's libraries
+             S(r"lib[\w+-]+\.so[\d.]*: cannot open shared object file", .75,
+               unless=r"libnvidia-ml|libcuda\.so|torch_extensions| INFO |Plugin load|error while loading shared"),
              # two builds of one library family loaded together (libcublas of one CUDA, libcublasLt of another)
              S(r"symbol \w+ version \S+ not defined in file \S+ with link time reference", .85),
              S(r"^ImportError:", .6, unless=GLIBC_TOO_OLD),
@@ -381,7 +385,11 @@ RULES: tuple[Rule, ...] = (
                r"|should be divisible by", .9),
              S(r"(?:ulysses|ring|sequence[ _]parallel)\w* ?\w* ?(?:should|must) (?:be equal to"
                r"|equal) the world size", .96),
-             S(r"assert \w+ % \w+ == 0|numerator % denominator", .5),
+             S(r"numerator % denominator", .5),
+             # the job's own divisibility assertion as the traceback quotes it, a split that must be equal, a
+             # parallel layout that does not fit the world (`np.arange(world_size).reshape(...)` failing)
+             S(r"assert\s+[\w.()\[\], *+-]+%\s*[\w.()\[\], *+-]+==\s*0\b|only support equal chunk", .75),
+             S(r"cannot reshape array of size \d+ into shape", .7, requires=r"world_size|parallel"),
              S(r"must be (?:a )?whole number|is not (?:a )?whole number|(?:must|should) be an? (?:integer |exact )?"
                r"multiple of|is not an? (?:integer |exact )?multiple of", .8),
          )),
