@@ -172,6 +172,13 @@ DRIVER_LIBRARY_MISMATCH = ("the NVIDIA kernel module loaded on[ {host|this node}
                            "modules once no process uses a GPU), then `apt-mark hold` the driver packages so it "
                            "does not happen under a running job")
 
+SLURM_REQUEST_INVALID = ("Slurm refused the allocation's request as this site configures it: clusterctl asks for GPUs "
+                         "with `--gpus-per-node` (scheduler.gpus_per_node), which needs SelectType=select/cons_tres "
+                         "and a `gpu` GRES in gres.conf; where the site wants a typed GRES or another form, leave "
+                         "scheduler.gpus_per_node out and give the site's own in scheduler.extra_args (e.g. "
+                         "`--gres=gpu:a100:8`; `sinfo -o '%P %G'` lists each partition's GRES); a partition, feature "
+                         "or account the error names: the one `sinfo` / `sacctmgr show assoc user=$USER` lists")
+
 # One line per cause for the README's diagnosis table (python -m clusterctl.diagnose.table).
 BRIEF = {
     "oom_killed": "less memory per rank (frames, batch, workers), fewer ranks per node, or more RAM / a higher limit",
@@ -222,4 +229,6 @@ BRIEF = {
     "extension_build_failed": "prebuild the ops into the image (DS_BUILD_OPS=1) or give it c++/ninja/nvcc + CUDA_HOME",
     "ssh_failed": "password-less SSH to every node (`clusterctl run` opens its own sessions from the inventory)",
     "driver_library_mismatch": "reboot the node (or reload the nvidia modules) after a driver upgrade; hold the packages",
+    "slurm_request_invalid": ("the site's own GPU/GRES form in scheduler.extra_args (`--gres=gpu:TYPE:N`), without "
+                              "scheduler.gpus_per_node; a partition/account `sinfo`/`sacctmgr` lists"),
 }

@@ -40,8 +40,8 @@ __all__ = ["Signal", "Rule", "RULES", "CAUSES", "RULE_OF", "UNKNOWN_FIX", "CASCA
            "SUSPICIOUS", "CONTEXT_PATTERNS", "render_fix", "template_values", "required_literals"]
 
 
-# Ray's notice for a worker that vanished: it lists the OOM killer's SIGKILL, `ray stop --force` and SIGSEGV as
-# possible senders, so it is evidence of a kill, not of a segfault.
+# Ray's notice for a worker that vanished lists the OOM killer's SIGKILL first, then `ray stop --force`, SIGSEGV:
+# a kill, not a segfault; the OOM killer leads (its first cause, and what its threads found: batch 17).
 RAY_WORKER_DIED = (r"Worker unexpectedly exits with a connection error code \d+"
                    r"|A worker died or was killed while executing a task by an unexpected system error")
 RAY_POSSIBLE_CAUSES = r"potential root causes|due to SIGSEGV or other unexpected errors"
@@ -67,7 +67,7 @@ RULES: tuple[Rule, ...] = (
              # a SIGKILL alone: the OOM killer is one possible sender, named after killed_by_signal
              S(f"{EXIT_MINUS_9}|{EXIT_137}|{SIGNAL_9}|{SHELL_KILLED}", .3, unless=SIGKILL_BY_LAUNCHER),
              S(r"CPU memory usage: \d{5,}", .3),
-             S(RAY_WORKER_DIED, .3, unless_log=OOM_RECORD),
+             S(RAY_WORKER_DIED, .5, unless_log=OOM_RECORD),
          )),
     Rule("killed_by_signal",
          "`Signal 9 (SIGKILL)`, exitcode -9 / 137, `Killed`, Slurm `CANCELLED AT ... DUE TO TIME LIMIT` "
@@ -85,7 +85,7 @@ RULES: tuple[Rule, ...] = (
              S(r"this job is preempted|was preempted|\bpreemption notice"
                r"|Spot Instance (?:interruption|terminated)", .8),
              S(r"srun: forcing job termination|Job step aborted: Waiting up to \d+ seconds", .45),
-             S(RAY_WORKER_DIED, .5, unless_log=OOM_RECORD),
+             S(RAY_WORKER_DIED, .3, unless_log=OOM_RECORD),
          )),
     Rule("cuda_oom", "`torch.OutOfMemoryError: CUDA out of memory. Tried to allocate ...`",
          F.CUDA_OOM, (
@@ -367,7 +367,7 @@ RULES: tuple[Rule, ...] = (
              S(r"[Tt]ransport retry count(?:er)? exceeded", .9),
              # an RDMA completion with an error status in other libraries' words (HCCL's RoCE CQE, verbs' enums)
              S(r"\berror[ _]cqe\b|\bCQE\b.{0,40}\berror|IBV_WC_(?!SUCCESS)[A-Z_]+_ERR", .8),
-             S(r"(?:Call to )?ibv_\w+ failed|NET/IB : (?:\S+ )?(?:Got async event|async fatal event)", .85),
+             S(r"(?:Call to )?ibv_\w+(?:\(\))? failed|NET/IB : (?:\S+ )?(?:Got async event|async fatal event)", .85),
              S(r"NET/IB : Unable to open device", .6),
              # NCCL looked for an HCA and found none: the container lacks /dev/infiniband, or no IB stack
              S(r"NET/IB : No device found", .25),

@@ -18,6 +18,9 @@
   hook failing (the NVIDIA hook on a missing /dev/nvidia* node), a requeued job's leftover container directory,
   a mount an unprivileged install cannot do. Weak on the runtime's generic line, so a specific cause before it
   (a full disk, a permission, a driver too old, no GPU runtime) leads.
+- slurm_request_invalid (after batch 17's first score: 4 `other:` labels over batches 14 and 17 name it): Slurm
+  refuses the allocation's request itself (a GRES form the site does not take, e.g. `--gpus-per-node` under
+  select/cons_res, a partition or account it does not know): the job's fault, the same on every try.
 
 Same form as rules.py (see its docstring); families.py adds their shape-level evidence.
 """
@@ -105,6 +108,9 @@ SETUP_RULES = (
              # pyxis could not run enroot at all: what enroot's log says after it (a directory it may not
              # create, a quota) is the start's step that failed, printed by pyxis as `pyxis:     <line>`
              S(r"pyxis: couldn't (?:execute enroot command|get list of existing containers)", .75),
+             # (after batch 17) CDI: the engine's devices named by a spec it cannot find or apply (Podman's
+             # `unresolvable CDI devices nvidia.com/gpu=all`, containerd's OCI modification)
+             S(r"unresolvable CDI devices?|could not apply required modification to OCI specification", .88),
              # (after batch 12) an unprivileged runtime refused its namespaces (Ubuntu 23.10+'s AppArmor
              # restriction, user.max_user_namespaces=0): Apptainer's and enroot-nsenter's words
              S(r"[Ff]ailed to create (?:user|mount) namespace|Error while waiting event for user namespace mappings"
@@ -136,5 +142,20 @@ SETUP_RULES = (
              S(r"unsupported GNU version! gcc versions later than \d+ are not supported", .75),
              # a compiler's missing header (cc1plus/nvcc/gcc: the program's name may be read as a pdsh host prefix)
              S(r"fatal error: [\w./-]+\.(?:h|hpp|cuh): No such file or directory", .55),
+         )),
+    # (after batch 17) Slurm refusing the request itself: the GPU/GRES options in a form the site does not take
+    # (`--gpus-per-node` under select/cons_res, an untyped GRES where types are required, no GRES where one is),
+    # a partition, feature or account it does not know. Waiting does not help, unlike a request it cannot fill
+    # yet (insufficient_resources)
+    Rule("slurm_request_invalid",
+         "`Batch job submission failed: Invalid generic resource (gres) specification`, `Requested GRES option "
+         "unsupported by configured SelectType plugin`",
+         F.SLURM_REQUEST_INVALID, (
+             S(r"Invalid generic resource \(gres\) specification|Requested GRES option unsupported", .93),
+             S(r"Gres format wrong|No gpu count given|must always specify a type when requesting gpu GRES"
+               r"|Cannot find GPU specification", .9),
+             S(r"(?:submission|submit/allocate|create step for job \d+)(?: failed)?: Invalid (?:feature specification"
+               r"|partition name specified|account or account/partition combination specified|qos specification)",
+               .88),
          )),
 )

@@ -202,6 +202,8 @@ OTHER_WORDS = {
     "hostname_unresolvable": (
         # the C library's resolver failing in MPICH's (and other C programs') words
         S(r"gethostbyname(?:\(\))? failed|gethostbyname\S*: (?:Unknown host|Host name lookup failure)", .8),
+        # (after batch 17) MPICH's Hydra proxy: a host name it cannot resolve (an ssh failure beside it is its echo)
+        S(r"unable to get host address for (?P<host>[\w.-]+)", .93),
     ),
     "rdzv_unreachable": (
         # a coordinator a worker cannot reach: JAX/XLA's coordination service, Ray's head (GCS / its redis)
@@ -236,6 +238,9 @@ OTHER_WORDS = {
     "ib_config": (
         # the fabric plugin's memory registration out of locked memory (the container's memlock limit)
         S(r"(?:NET/OFI Unable to register memory|Unable to register MR).{0,80}Cannot allocate memory", .75),
+        # (after batch 17) verbs or mlx5's direct verbs out of locked memory, and UCX/verbs asking for a higher
+        # `ulimit -l`: a container's memlock limit (Docker's 64 MB, dockerd's own 8 MB inherited)
+        S(r"(?:ibv|mlx5dv?)_\w+\([^)]{0,80}\) failed: Cannot allocate memory|max locked memory \(ulimit -l\)", .9),
         # (after batch 12) libibverbs finding an RDMA device but no userspace provider for it (libmlx5 / rdma-core
         # missing from the image or container)
         # (a provider that fails to load for another device, `couldn't load driver 'libipathverbs'`, is benign)
@@ -263,6 +268,16 @@ OTHER_WORDS = {
         # CUDA enabled` (a CPU wheel of torch)
         S(r"(?<!Torch )\b(?:is |are )?[Nn]ot compiled with (?:GPU|CUDA) support", .8),
         S(r"custom CUDA extension \S+ module is not found", .8),
+        # (after batch 17) a compiled CUDA extension's own module missing (apex built without --cuda_ext:
+        # `No module named 'fused_layer_norm_cuda'`, `amp_C`): the build left it out, the import only finds that
+        S(r"No module named '?(?:[\w.]*\.)?(?:\w+_cuda\w*|amp_C)'?", .93),
+        # a JIT build started and never loaded (the log ends inside it, or its error was cut)
+        S(r"Building extension module (?P<extension>[\w.-]+)\.\.\.", .45, unless_log=r"loading extension module"),
+    ),
+    "docker_no_gpu_runtime": (
+        # (after batch 17) a GPU process in a container without NVIDIA's runtime: NVML's library never injected
+        # (k8s-device-plugin's `could not load NVML library`: the default runtime is not nvidia)
+        S(r"could not load NVML library", .8),
     ),
     "nccl_topo_file": (
         # (after batch 13) NCCL's own topology discovery overflowing its XML (NCCL_TOPO_XML_MAX_NODES) on a machine

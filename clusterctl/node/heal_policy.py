@@ -46,7 +46,7 @@ TABLE = {
     "nccl_socket_error": "transient", "port_in_use": "transient",
     # the job's own fault: every node would fail alike
     "import_error": "job", "cuda_oom": "job", "launcher_args": "job", "launcher_missing": "job",
-    "config_divisibility": "job",
+    "config_divisibility": "job", "slurm_request_invalid": "job",
     "gpu_ordinal": "job", "duplicate_gpu": "job", "version_mismatch": "job", "library_too_old": "job",
     "nccl_too_old": "job", "permission_denied": "job", "segfault": "job", "unknown": "job",
     "platform_backend_unsupported": "job", "hostname_unresolvable": "job", "image_pull_failed": "job",

@@ -121,7 +121,7 @@ def allocate(inventory: Inventory, run_id: str, on_note: Callable[[str], None],
         if job_id:
             cancel(job_id)
         raise UsageError(f"Slurm refused the allocation: {' / '.join(lines)[-400:] or f'salloc exited {code}'}",
-                         where=" ".join(argv), fix="see Slurm's message; `clusterctl check` runs the same checks")
+                         where=" ".join(argv), fix=refusal_fix(lines))
     try:
         return Allocation(granted, nodes_of(granted))
     except BaseException:
@@ -148,3 +148,17 @@ def cancel(job_id: str, wait_s: float = CANCEL_WAIT_S) -> bool:
         if state is None or state[0] not in ("pending", "running", "configuring", "completing", "suspended"):
             return True
     return False
+
+
+REFUSALS = ("slurm_request_invalid", "insufficient_resources")  # the diagnosis' causes of a refused request
+
+
+def refusal_fix(lines: list[str]) -> str:
+    """What to change, from the diagnosis of salloc's own words (a GRES form the site does not take, a partition
+    it does not know, more than it has); Slurm's message alone when the diagnosis names neither."""
+    from clusterctl.diagnose import diagnose_text
+
+    findings = diagnose_text("\n".join(lines))
+    if findings and findings[0].cause in REFUSALS:
+        return f"{findings[0].cause}: {findings[0].fix}"
+    return "see Slurm's message; `clusterctl check` runs the same checks"

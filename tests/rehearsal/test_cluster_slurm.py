@@ -204,6 +204,17 @@ def test_what_can_never_start_is_refused_before_anything_is_submitted(slurm_sand
     assert code == 1 and any(words in c["detail"] and c["status"] == "fail" for c in doc["checks"]), doc
 
 
+def test_a_gres_form_the_site_does_not_define_is_refused_by_slurm_and_named_with_what_to_change(
+        slurm_sandbox, cli, prompt_file, tmp_path):
+    """The rehearsal's slurmctld defines no GRES: a typed GPU request, as another site would want it, is refused by
+    Slurm itself (not by clusterctl's checks); the error is Slurm's, the fix the diagnosis' (slurm_request_invalid)."""
+    inventory = slurm_inventory(slurm_sandbox, tmp_path / "gres.yaml", extra_args=["--gres=gpu:a100:1"])
+    code, doc = cli.json("run", "-i", str(inventory), str(prompt_file))
+    assert code == 2 and "Invalid generic resource (gres) specification" in doc["error"], doc
+    assert doc["fix"].startswith("slurm_request_invalid:") and "scheduler.extra_args" in doc["fix"], doc
+    assert queue() == ""
+
+
 def test_check_and_status_read_the_partition(slurm_sandbox, cli, tmp_path):
     inventory = slurm_inventory(slurm_sandbox, tmp_path / "inv.yaml")
     code, doc = cli.json("check", "-i", str(inventory))
