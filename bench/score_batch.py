@@ -573,6 +573,18 @@ and 2 froze 35-45 minutes early, so batch 2 was scored with batch 1's code uncha
   (their Slurm `other:` labels now count through the new alias); batch 9 one fewer: LUMI's step asking more GPUs
   than a node has (`Invalid generic resource (gres) specification`, labelled `insufficient_resources`) now names
   `slurm_request_invalid` first, `insufficient_resources` second; the held-out split unchanged.
+- After batch 18 (frozen 22:21/22:23 UTC, 46 logs from two blind collectors, all from GitHub trackers, ~37 from
+  projects new to the corpus; scored once at 6a5730d: top-1 34/46, 73.9 %; two of its threads,
+  NVIDIA/exemplar-performance#5 and NVIDIA/NeMo-Framework-Launcher#72, had been read by the lead while writing
+  `slurm_request_invalid`'s signals before the batch was collected (both named right): without them 32/44,
+  72.7 %; then read, classes only): accelerate's own port check (`port_in_use`); Open MPI's TCP transport matching
+  a peer to none of its interfaces (`nic_mismatch`); torch looking up an NVML function the driver lacks
+  (`driver_too_old`); torch's cpp_extension loading a module its build did not leave and a JIT build cut off in its
+  compiler line (`extension_build_failed`); a site's `Invalid GPU specification` (`slurm_request_invalid`);
+  CaffeOnSpark's `No peer by name` (`hostname_unresolvable`). Re-scored (NOT a first score): batch 18 41/46;
+  every other batch and the held-out split unchanged. Left: 2 `other:` labels, a thread whose cause (OOM) shows only
+  as an EFA queue-pair error, Lightning's GPU check quoted only in a title, a quoted `--dist-url` shown only in a
+  title.
 
 The same batches re-scored after those changes (NOT first scores: the changes were made after reading them):
 batch 4 37/42 top-1 (88.1 %), 39/42 top-3; batch 5 33/42 (78.6 %), 35/42; batch 6 34/42 (81.0 %), 35/42 (its two

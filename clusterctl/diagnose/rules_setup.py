@@ -153,7 +153,7 @@ SETUP_RULES = (
          F.SLURM_REQUEST_INVALID, (
              S(r"Invalid generic resource \(gres\) specification|Requested GRES option unsupported", .93),
              S(r"Gres format wrong|No gpu count given|must always specify a type when requesting gpu GRES"
-               r"|Cannot find GPU specification", .9),
+               r"|Cannot find GPU specification|Invalid GPU specification", .9),
              S(r"(?:submission|submit/allocate|create step for job \d+)(?: failed)?: Invalid (?:feature specification"
                r"|partition name specified|account or account/partition combination specified|qos specification)",
                .88),

@@ -167,6 +167,9 @@ OTHER_WORDS = {
     "nic_mismatch": (
         # the socket interface named in the environment does not exist here (HCCL's words)
         S(r"set ifname to \[[^\]]*\] by \w+, but not found|SOCKET_IFNAME\S*.{0,60}not found in the environment", .9),
+        # (after batch 18) Open MPI's TCP transport matching a peer's connection to none of its interfaces: the
+        # ranks publish addresses (a container's or a second network's) that do not route between the hosts
+        S(r"btl: tcp: Match incoming connection from .{0,80} failed", .85),
         # NCCL using or connecting to a link-local address: an interface that routes nowhere beyond its link
         S(rf"Using (?:\[0\])?[\w.-]+:(?:{LINK_LOCAL})", .8),
         S(rf"Connect to (?:{LINK_LOCAL}|{BRIDGE_GATEWAY})", .8),
@@ -204,6 +207,8 @@ OTHER_WORDS = {
         S(r"gethostbyname(?:\(\))? failed|gethostbyname\S*: (?:Unknown host|Host name lookup failure)", .8),
         # (after batch 17) MPICH's Hydra proxy: a host name it cannot resolve (an ssh failure beside it is its echo)
         S(r"unable to get host address for (?P<host>[\w.-]+)", .93),
+        # (after batch 18) a peer's name its connection layer cannot look up (CaffeOnSpark's socket.cpp)
+        S(r"No peer by name \[(?P<host>[\w.-]+)\]", .8),
     ),
     "rdzv_unreachable": (
         # a coordinator a worker cannot reach: JAX/XLA's coordination service, Ray's head (GCS / its redis)
@@ -212,6 +217,13 @@ OTHER_WORDS = {
     ),
     "port_in_use": (
         S(r"listen on ip\[[^\]]+\] and specific port\[\d+\] fail|port is being used by other process", .6),
+        # (after batch 18) accelerate's own check before it launches
+        S(r"Tried to launch distributed communication on port (?P<port>\d+), but another process is utilizing it", .95),
+    ),
+    "driver_too_old": (
+        # (after batch 18) torch looking up an NVML function the host driver's libnvidia-ml lacks (a driver older
+        # than the torch in the image expects: `Can't find nvmlDeviceGetNvLinkRemoteDeviceType ... undefined symbol`)
+        S(r"Can't find nvml\w+: \S*libnvidia-ml\S*: undefined symbol", .9),
     ),
     "fabricmanager": (
         # NCCL's NVLink SHARP multicast failing, in its own words
@@ -272,7 +284,10 @@ OTHER_WORDS = {
         # `No module named 'fused_layer_norm_cuda'`, `amp_C`): the build left it out, the import only finds that
         S(r"No module named '?(?:[\w.]*\.)?(?:\w+_cuda\w*|amp_C)'?", .93),
         # a JIT build started and never loaded (the log ends inside it, or its error was cut)
-        S(r"Building extension module (?P<extension>[\w.-]+)\.\.\.", .45, unless_log=r"loading extension module"),
+        S(r"Building extension module (?P<extension>[\w.-]+)\.\.\.|-DTORCH_EXTENSION_NAME=(?P<extension2>\w+)", .45,
+          unless_log=r"loading extension module"),
+        # torch's cpp_extension loading a module its build should have left, not there (Megatron's fused kernels)
+        S(r"in _import_module_from_library", .85, requires=r"cannot open shared object file"),
     ),
     "docker_no_gpu_runtime": (
         # (after batch 17) a GPU process in a container without NVIDIA's runtime: NVML's library never injected
