@@ -80,7 +80,7 @@ RULES: tuple[Rule, ...] = (
              S(SHELL_KILLED, .6, unless_log=KILL_EXPLAINED),
              # (with the host short of memory, families.py weighs the SIGKILL: the OOM killer first, this next)
              S(r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+ DUE TO (?P<reason>TIME LIMIT|PREEMPTION"
-               r"|JOB REQUEUE|NODE FAILURE)", .93),
+               r"|JOB REQUEUE)", .93),
              S(r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT", .8, unless_log=OOM_RECORD),
              S(r"this job is preempted|was preempted|\bpreemption notice"
                r"|Spot Instance (?:interruption|terminated)", .8),

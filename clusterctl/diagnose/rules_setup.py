@@ -157,5 +157,8 @@ SETUP_RULES = (
              S(r"(?:submission|submit/allocate|create step for job \d+)(?: failed)?: Invalid (?:feature specification"
                r"|partition name specified|account or account/partition combination specified|qos specification)",
                .88),
+             # (after batch 19) options Slurm itself finds contradictory, a site filter refusing the job's shape
+             S(r"srun: fatal: \S+ is mutually exclusive with|(?:sbatch|salloc|srun): error: \**\s*Error(?: partition "
+               r"'[^']+' is not valid for this job|: CPU job setup is not valid)", .85),
          )),
 )

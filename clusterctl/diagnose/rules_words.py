@@ -58,6 +58,9 @@ OTHER_WORDS = {
         S(r"Failed to CUDA (?:calloc|malloc|host alloc)(?: async)? \d+ bytes", .8),
     ),
     "duplicate_gpu": (
+        # (after batch 19) CUDA's error 46 by number (cudaErrorDevicesUnavailable: a GPU in exclusive-process mode
+        # another process holds), as NAMD/Charm++ print it: "Return value 46 from 'cudaStreamCreate(...)'"
+        S(r"(?:[Rr]eturn value|returned|[Ee]rror|code)\s*[=:]?\s*46\b[^\n]{0,40}\bcuda\w*", .75),
         # a GPU another process holds (exclusive-process compute mode): a stale rank or two ranks on one GPU
         S(r"CUDA-capable device\(s\) is/are busy or unavailable|cudaErrorDevicesUnavailable"
           r"|CUDA_ERROR_DEVICE_UNAVAILABLE", .75),
@@ -103,6 +106,10 @@ OTHER_WORDS = {
         S(r"\b(?:orted|prted|hydra_pmi_proxy): error while loading shared libraries: (?P<remote_lib>\S+?):", .1),
     ),
     "launcher_args": (
+        # (after batch 19) a launch helper's own refusal of its arguments (detectron2-style `launch`, nerfstudio):
+        # an automatic rendezvous URL across machines; several GPUs given as one device string
+        S(r"dist_url=auto (?:is )?not supported (?:for|in) multi-machine jobs", .9),
+        S(r"Invalid device string: '(?:cuda|gpu):\d+,\d+", .88),
         # a framework refusing to start without the launcher that sets its environment (MindSpore, Horovod, ...)
         S(r"(?:without using|Please use|must be (?:launched|started|run) (?:with|by|through)) '?(?:mpirun|mpiexec|torchrun"
           r"|srun|horovodrun|deepspeed|accelerate launch)\b'?", .75),
@@ -126,6 +133,8 @@ OTHER_WORDS = {
         S(f"(?P<nested>{PORT_TAKEN})", .95, requires=NESTED_LAUNCH),
     ),
     "gpu_arch_unsupported": (
+        # (after batch 19) Kokkos built for another arch than the GPU's (Kokkos_ARCH_VOLTA72 on a V100)
+        S(r"Kokkos::Cuda::initialize ERROR: likely mismatch of architecture", .9),
         # ROCm's "no kernel image": no code object for the device's arch or its XNACK/SRAMECC mode
         S(r"hipErrorNoBinaryForGpu|Unable to find code object for all current devices", .9),
         # a number format the GPU's architecture lacks (bf16 before Ampere, fp8 before Hopper/Ada)
@@ -244,6 +253,8 @@ OTHER_WORDS = {
         S(r"^\s*Pending(?: Page Blacklist)?\s*:\s*Yes\b", .75, requires=r"Remapped Rows|Retired Pages"),
     ),
     "p2p_unsupported": (
+        # (after batch 19) Open MPI's CUDA IPC between two ranks' GPUs failing (smcuda's cuIpc*MemHandle)
+        S(r"The call to cuIpc(?:Get|Open)MemHandle failed", .85),
         # Accelerate's check of consumer GPUs, and the like: no P2P between these GPUs
         S(r"(?:doesn't|does not|do not|don't|cannot|can't) support\b.{0,60}\b(?:P2P|peer[- ]to[- ]peer)\b", .85),
     ),
@@ -302,5 +313,10 @@ OTHER_WORDS = {
     "nccl_socket_error": (
         # Open MPI's TCP transport refused between the nodes (its own hint: a firewall)
         S(r"unable to complete a TCP connection\s*(?:to another process)?", .75),
+    ),
+    "node_unreachable": (
+        # (after batch 19) the scheduler's own word that a node of the job failed (Slurm's NODE_FAIL, PBS/Torque's
+        # `job preempted (node failure)`): the node, not the job
+        S(r"DUE TO NODE FAIL(?:URE)?\b|\(node failure\)|JobState=NODE_FAIL|Reason=NodeFail", .95),
     ),
 }

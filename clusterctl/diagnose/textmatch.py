@@ -129,15 +129,22 @@ def required_literals(pattern: str) -> Optional[tuple[str, ...]]:
     return tuple(literals)
 
 
+_QUANTIFIER = re.compile(r"\{\d*(?:,\d*)?\}")
+
+
 def _tokens(pattern: str):
-    """(token, depth) pairs: escapes and character classes are single tokens."""
+    """(token, depth) pairs: escapes, character classes and `{m,n}` quantifiers are single tokens (a quantifier's
+    digits are no text a line must hold: `.{0,40}` once made "0,40" a signal's only literal, and it never fired)."""
     depth, index = 0, 0
     while index < len(pattern):
         char = pattern[index]
+        quantifier = _QUANTIFIER.match(pattern, index) if char == "{" else None
         if char == "\\":
             token = pattern[index:index + 2]
         elif char == "[":
             token = pattern[index:_class_end(pattern, index) + 1]
+        elif quantifier:
+            token = quantifier.group(0)
         else:
             token = char
         depth -= token == ")"
