@@ -6,15 +6,16 @@ the run's `phases` and the ranks' own start times (examples/allreduce.py's recor
 imports and parsing are what comes before the first connection. Medians over the rounds; per command the
 node that ended last (what the launch waited for).
 
-    python3 bench/launch_timeline.py --nodes 2 --reps 3          # as root; a sandbox of its own
+    python3 bench/launch_timeline.py --nodes 2 --reps 3 [--before DIR]   # as root; a sandbox of its own
+
+`--before DIR`: a clusterctl from before (`git archive BASE clusterctl | tar -x -C DIR`), its rounds alternating
+with this checkout's.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -37,9 +38,10 @@ def _label(cmd) -> str:
     return label(argv)
 
 
-def child(out: Path, argv: list[str]) -> int:
-    """A clusterctl run with every node command timed (the patches below), its records written to `out`."""
-    sys.path.insert(0, str(REPO))
+def child(out: Path, tree: Path, argv: list[str]) -> int:
+    """A clusterctl run (the one in `tree`) with every node command timed (the patches below), its records
+    written to `out`."""
+    sys.path.insert(0, str(tree))
     from clusterctl.run.phases import process_started
 
     t0 = process_started()
@@ -85,13 +87,14 @@ def child(out: Path, argv: list[str]) -> int:
     return code
 
 
-def one_round(sandbox, inventory: Path, env: dict, index: int) -> dict:
+def one_round(sandbox, inventory: Path, env: dict, index: int, tree: Path = REPO) -> dict:
     from launch_vs_hand import _ranks
 
     out = WORK / f"launch-timeline-{index}.json"
     started = time.time()
-    done = timed([sys.executable, __file__, "--child", str(out), "--", "run", "--json", "-i", str(inventory),
-                  str(REPO / "examples" / "prompt.txt")], env=env, timeout=600)
+    done = timed([sys.executable, __file__, "--child", str(out), "--tree", str(tree), "--", "run", "--json", "-i",
+                  str(inventory), str(REPO / "examples" / "prompt.txt")], env=dict(env, PYTHONPATH=str(tree)),
+                 timeout=600)
     document = json.loads(done.pop("_stdout", b"").decode() or "{}")
     timeline = json.loads(out.read_text())
     ranks = _ranks(sandbox, document.get("run_id") or "")
@@ -120,16 +123,23 @@ def summary(rounds: list[dict]) -> list[tuple[str, float, float, int]]:
 
 def main(argv=None) -> int:
     if argv is None and "--child" in sys.argv:
-        split = sys.argv.index("--")
-        return child(Path(sys.argv[sys.argv.index("--child") + 1]), sys.argv[split + 1:])
+        at = sys.argv.index
+        return child(Path(sys.argv[at("--child") + 1]), Path(sys.argv[at("--tree") + 1]), sys.argv[at("--") + 1:])
     parser = argparse.ArgumentParser(description="where clusterctl run's time to its first rank goes")
     parser.add_argument("--nodes", type=int, default=2)
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--before", type=Path, default=None, help="a directory holding clusterctl/ from before")
     args = parser.parse_args(argv)
     from clusterctl.sandbox import down, up
     from launch_vs_hand import bench_inventory
 
+    trees = {"now": REPO, **({"before": args.before.resolve()} if args.before else {})}
+    if args.before:
+        import compileall
+
+        compileall.compile_dir(str(args.before / "clusterctl"), quiet=1)
     sandbox = up(args.nodes, docker=True)
+    rounds: dict[str, list] = {way: [] for way in trees}
     try:
         state = fresh_dir(WORK / f"launch-timeline-{args.nodes}-state")
         env = clusterctl_env(state)
@@ -137,22 +147,25 @@ def main(argv=None) -> int:
         if converged["rc"] != 0:
             raise RuntimeError(f"`clusterctl up` failed: {converged.get('err', '')[-300:]}")
         inventory = bench_inventory(sandbox)
-        rounds = []
         for index in range(args.reps):
-            rounds.append(one_round(sandbox, inventory, env, index))
-            log(f"round {index + 1}: rc {rounds[-1]['rc']}, first rank {rounds[-1]['first_rank']}s, "
-                f"phases {rounds[-1]['phases']}")
+            for way, tree in trees.items():
+                rounds[way].append(one_round(sandbox, inventory, env, index, tree))
+                log(f"{way} round {index + 1}: rc {rounds[way][-1]['rc']}, first rank {rounds[way][-1]['first_rank']}s, "
+                    f"phases {rounds[way][-1]['phases']}")
     finally:
         down(sandbox.state_dir)
-    good = [r for r in rounds if r["rc"] == 0 and r["first_rank"] is not None]
-    print(f"{args.nodes} nodes, {len(good)} rounds; seconds from the controller's start (medians)")
-    print("| what | starts | ends (last node) | count |\n|---|---|---|---|")
-    for what, start, end, count in summary(good):
-        print(f"| {what} | {start:.3f} | {end:.3f} | {count} |")
-    for name in ("probe", "launch", "first_rank"):
-        print(f"| phase {name} | | {statistics.median(r['phases'].get(name, 0) for r in good):.3f} | |")
-    print(f"| the first rank's own start | | {statistics.median(r['first_rank'] for r in good):.3f} | |")
-    print(f"| the interpreter's start after Popen | | {statistics.median(r['spawn'] for r in good):.3f} | |")
+    for way, runs in rounds.items():
+        good = [r for r in runs if r["rc"] == 0 and r["first_rank"] is not None]
+        if not good:
+            continue
+        print(f"\n{way}: {args.nodes} nodes, {len(good)} rounds; seconds from the controller's start (medians)")
+        print("| what | starts | ends (last node) | count |\n|---|---|---|---|")
+        for what, start, end, count in summary(good):
+            print(f"| {what} | {start:.3f} | {end:.3f} | {count} |")
+        for name in ("probe", "launch", "first_rank"):
+            print(f"| phase {name} | | {statistics.median(r['phases'].get(name, 0) for r in good):.3f} | |")
+        print(f"| the first rank's own start | | {statistics.median(r['first_rank'] for r in good):.3f} | |")
+        print(f"| the interpreter's start after Popen | | {statistics.median(r['spawn'] for r in good):.3f} | |")
     (WORK / f"launch-timeline-{args.nodes}.json").write_text(json.dumps(rounds))
     return 0
 
