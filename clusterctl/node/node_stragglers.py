@@ -4,7 +4,7 @@ node's run dir (run/supervision.py, with the py-spy the attached watch ships, gz
 its keeper.
 
 At the attached watch's pace (straggler_verdict.INTERVAL_S apart, the first FIRST_AFTER_S after the
-start and once a rank wrote to its log, IMPORT_PAUSE_MAX_S at the latest; while every rank read is still importing, straggler_verdict.import_pause_s apart), in a thread of its own so that a py-spy that hangs never holds a beat back: the ranks of this
+start; while every rank read is still importing, straggler_verdict.import_pause_s apart), in a thread of its own so that a py-spy that hangs never holds a beat back: the ranks of this
 run on this node (the processes that carry the keeper's own marker and a RANK, as watch/sampler.py's
 script finds them: a rank's child with the same RANK and a launcher's shell are passed over), each read
 at once with `py-spy dump --json --nonblocking` (the ranks are not paused), TIMEOUT_S at most and
@@ -31,12 +31,10 @@ from collections import deque
 
 if __package__:  # imported by the controller's tests
     from clusterctl.node import collective_waits, straggler_verdict as verdict
-    from clusterctl.node.layout import ATTEMPT, STDERR, STDOUT
-    from clusterctl.node.safe_files import Dir, Refused
+    from clusterctl.node.safe_files import Dir
 else:  # beside node_agent.py in a node's run dir
     import straggler_verdict as verdict
-    from layout import ATTEMPT, STDERR, STDOUT
-    from safe_files import Dir, Refused
+    from safe_files import Dir
     try:
         import collective_waits
     except ImportError:  # shipped by a clusterctl without it: py-spy's samples only
@@ -53,29 +51,6 @@ PACKED = "py-spy.gz"  # as run/supervision.py ships it
 BINARY = "py-spy"
 MARKER = ("CLUSTERCTL_CLUSTER", "CLUSTERCTL_HOST", "CLUSTERCTL_RUN_ID")  # plan/marker.py's names
 SHELLS = ("sh", "dash", "bash", "busybox")
-
-
-def ranks_printed(run_dir):
-    """Whether a rank of the run wrote to its stdout.log or stderr.log (torchrun's RUN/attempt_0/LOCAL_RANK/):
-    past `import torch`, likely. Read through the no-follow layer, as the keeper's report reads them."""
-    try:
-        with Dir.open(run_dir) as d:
-            for entry in d.entries():
-                if entry.kind != "dir":
-                    continue
-                try:
-                    with d.sub((entry.name, ATTEMPT)) as attempt:
-                        for r in attempt.entries():
-                            if r.name.isdigit() and r.kind == "dir":
-                                with attempt.sub((r.name,)) as rank:
-                                    if any(f is not None and f.kind == "file" and f.size > 0
-                                           for f in (rank.entry(STDOUT), rank.entry(STDERR))):
-                                        return True
-                except (OSError, Refused):
-                    continue
-    except (OSError, Refused):
-        return False
-    return False
 
 
 def unpack(run_dir, shipped):
@@ -250,7 +225,7 @@ class Sampler:
             print(f"no straggler watch: {self.problem}", flush=True)
             return
         ranks, scanned, unread, looks = {}, None, 0, 0
-        if self.closed.wait(verdict.FIRST_AFTER_S) or self._wait_for_a_rank_line():
+        if self.closed.wait(verdict.FIRST_AFTER_S):
             return
         while not self.closed.is_set():
             start = self.now()
@@ -269,15 +244,6 @@ class Sampler:
             left = pause - (self.now() % verdict.INTERVAL_S)  # a whole tick
             if self.closed.wait(left):
                 return
-
-    def _wait_for_a_rank_line(self):
-        """No sample while the ranks import (issue 52, as the attached watch's first look): until a rank wrote
-        to its log, IMPORT_PAUSE_MAX_S after the start at the latest. True when the keeper closed meanwhile."""
-        latest = self.now() + verdict.IMPORT_PAUSE_MAX_S - verdict.FIRST_AFTER_S
-        while not ranks_printed(self.run_dir) and self.now() < latest:
-            if self.closed.wait(1.0):
-                return True
-        return False
 
     def sample(self, ranks):
         """[[rank, waits], ...] of the ranks py-spy read now, all at once."""

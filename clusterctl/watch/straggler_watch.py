@@ -8,8 +8,7 @@ node's CPU). Before any of that, looks: one sample, until a look reads a rank pa
 importing torch are no stragglers, and nobody waits for them yet); after each look that read every rank
 importing (or none at all) the next comes later (straggler_verdict.import_pause_s: 5 s, doubled, up to
 20 s), and IMPORTING_PAUSE_S after the last once a rank printed a line since (likely past its imports).
-The first look waits for a rank's first line (issue 52: the ranks' and torchrun's imports get the node's CPU
-to themselves, and py-spy is shipped after them), FIRST_LOOK_LATEST_S at the latest. A look's samples are not judged. Each finished round is added to the window that watch/stragglers.py judges, and the next
+A look's samples are not judged. Each finished round is added to the window that watch/stragglers.py judges, and the next
 round starts at the next poll. The step time comes from the ranks' progress
 lines in the live log (the lowest rank that prints one). One `[straggler]` line when a rank is
 named, one when it keeps pace again; `found()` is every rank named during the run, for the record.
@@ -44,7 +43,6 @@ PROGRESS_KEPT = 30  # progress lines kept for the step time (the latest)
 # A look: a round of one sample, while no rank was read past its imports (a `_find_and_load` frame). After one
 # that read every rank importing, the next waits verdict.import_pause_s; IMPORTING_PAUSE_S once a rank printed since.
 LOOK_SAMPLES, IMPORTING_PAUSE_S = 1, IMPORT_PAUSE_S
-FIRST_LOOK_LATEST_S = verdict.IMPORT_PAUSE_MAX_S  # the first look without a rank's line, from the watch's start
 
 
 class StragglerWatch:
@@ -61,7 +59,6 @@ class StragglerWatch:
         self.on_change: Callable[[list[dict]], None] = lambda found: None  # the run record, kept up to date
         self._round: Optional[Background] = None
         self._next_at = time.monotonic() + FIRST_ROUND_AFTER_S
-        self._first_latest = time.monotonic() + FIRST_LOOK_LATEST_S
         self._progress: deque = deque(maxlen=PROGRESS_KEPT)
         self._progress_rank: Optional[int] = None
         self._rates: deque = deque(maxlen=PROGRESS_KEPT)
@@ -139,11 +136,9 @@ class StragglerWatch:
 
     def _due(self) -> float:
         """When the next round may start: a look waits its pause, shortened to IMPORTING_PAUSE_S after the last
-        look once a rank printed a line since; the first look waits for a rank's line, FIRST_LOOK_LATEST_S at most."""
+        look once a rank printed a line since."""
         if self._looking and self._looks and self._heard:
             return min(self._next_at, self._looked_at + IMPORTING_PAUSE_S)
-        if self._looking and not self._looks and not self._heard:  # no look yet, no rank heard: they import
-            return max(self._next_at, self._first_latest)
         return self._next_at
 
     def _pace(self) -> tuple[int, float]:

@@ -55,17 +55,3 @@ def test_a_look_that_reads_a_rank_past_its_imports_ends_the_looks_and_only_it_is
     assert past_imports(past)
     assert not past_imports([[_rank(0, *IMPORTING), _rank(1, *IMPORTING)]])
     assert not past_imports([[RankStack("node1", 0, 0, 100, error="no stack")]]) and not past_imports([])
-
-
-def test_the_first_look_waits_for_a_ranks_first_line_and_comes_at_the_latest_after_the_longest_pause():
-    """Issue 52: no look (nor py-spy shipped) while torchrun and the ranks import, unless they never print."""
-    from clusterctl.watch.straggler_watch import FIRST_LOOK_LATEST_S, FIRST_ROUND_AFTER_S
-
-    watch = StragglerWatch(argparse.Namespace(name="pace", job=argparse.Namespace(outputs=None)), "run-1", connections=None,
-                           on_event=lambda event: None)
-    watch._next_at, watch._first_latest = 103.0, 120.0  # started at 100
-    assert FIRST_LOOK_LATEST_S > FIRST_ROUND_AFTER_S and watch._due() == 120.0
-    watch.heard(None, "torchrun's own line")  # not a rank's
-    assert watch._due() == 120.0
-    watch.heard(0, "epoch 0")
-    assert watch._due() == 103.0

@@ -144,18 +144,3 @@ def test_a_keeper_without_a_py_spy_that_runs_says_so_once_and_samples_nothing(tm
     assert sampler.summary() == {"samples": [], "problem": sampler.problem} and sampler.problem.startswith("no py-spy")
     assert capsys.readouterr().out.count("no straggler watch: no py-spy") == 1
     assert not list(tmp_path.iterdir())  # nothing it was shipped stays
-
-
-def test_the_keeper_samples_once_a_rank_wrote_to_its_log(tmp_path):
-    """Issue 52: no py-spy while the ranks import; a rank's first byte in its log (torchrun's layout) says
-    they are likely past it. A link in its place is not followed."""
-    rank = tmp_path / "torchrun_ab12" / "attempt_0" / "1"
-    rank.mkdir(parents=True)
-    (rank / "stdout.log").write_text("")
-    assert not node_stragglers.ranks_printed(str(tmp_path))
-    (tmp_path / "elsewhere.log").write_text("a line\n")
-    (rank / "stderr.log").symlink_to(tmp_path / "elsewhere.log")
-    assert not node_stragglers.ranks_printed(str(tmp_path))
-    (rank / "stdout.log").write_text("loading data\n")
-    assert node_stragglers.ranks_printed(str(tmp_path))
-    assert not node_stragglers.ranks_printed(str(tmp_path / "no-such-run"))
