@@ -32,6 +32,10 @@ PY = sys.executable
 BEFORE: Optional[Path] = Path(os.environ["BENCH_BEFORE"]) if os.environ.get("BENCH_BEFORE") else None
 BEFORE_LABEL = "clusterctl (before fixes)"
 BENCH_PACKAGES = ("ansible-core", "matplotlib")
+# This checkout's clusterctl, not what the venv's editable install points at (another worktree's, when
+# the bench runs from a git worktree): first on this process's path and on every clusterctl it starts.
+if str(REPO) not in sys.path[:2]:
+    sys.path.insert(1, str(REPO))
 
 
 def log(text: str) -> None:
@@ -155,12 +159,21 @@ def compile_sources() -> None:
         compileall.compile_dir(str(tree), quiet=1)
 
 
+_compiled: list = []
+
+
 def clusterctl_env(state_dir: Path, before: bool = False) -> dict:
+    """The environment of a clusterctl the bench starts: this checkout's (or with `before`, BEFORE's),
+    its modules compiled first (compile_sources), as an installed clusterctl's are."""
+    if not _compiled:
+        compile_sources()
+        _compiled.append(True)
     env = dict(os.environ, CLUSTERCTL_STATE=str(state_dir), NO_COLOR="1", COLUMNS="120")
     env.pop("CLUSTERCTL_SSH_CONFIG", None)
     env.pop("BENCH_BEFORE", None)
-    if before:  # ahead of the editable install's finder; DIR/deps: what that version needed besides
-        env["PYTHONPATH"] = os.pathsep.join(str(p) for p in (BEFORE, BEFORE / "deps") if p.is_dir())
+    # ahead of the editable install's finder; DIR/deps: what that version needed besides
+    trees = (BEFORE, BEFORE / "deps") if before else (REPO,)
+    env["PYTHONPATH"] = os.pathsep.join(str(p) for p in trees if p.is_dir())
     return env
 
 

@@ -12,6 +12,7 @@ masters are closed (`ssh -O exit`) after each run, outside the timing.
 """
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Sequence
@@ -103,12 +104,14 @@ def competitors(sandbox, bin_dir: Path, work: Path) -> dict:
     cc_env = clusterctl_env(state)
     exec_argv = clusterctl_argv("exec", "-i", sandbox.inventory_path, "--", "true")
     before = {BEFORE_LABEL: lambda: timed(exec_argv, env=clusterctl_env(state, before=True))} if BEFORE else {}
+    if shutil.which("pdsh") is None:
+        log("pdsh is not installed here: measured without it")
     return {
         "clusterctl": lambda: timed(exec_argv, env=cc_env),
         **before,
         "ansible (forks 5)": lambda: ansible.raw(None),
         "ansible (forks N)": lambda: ansible.raw(n),
-        "pdsh": lambda: timed(pdsh, env=pdsh_env),
+        **({"pdsh": lambda: timed(pdsh, env=pdsh_env)} if shutil.which("pdsh") else {}),
         "parallel ssh": lambda: timed_parallel(ssh_argvs),
     }
 
@@ -127,7 +130,7 @@ def measure_help(reps: int) -> dict:
     before = {f"{BEFORE_LABEL} --help": lambda: timed(clusterctl_argv("--help"), env=clusterctl_env(WORK, before=True))
               } if BEFORE else {}
     samples = rounds(reps, {
-        "clusterctl --help": lambda: timed(clusterctl_argv("--help")),
+        "clusterctl --help": lambda: timed(clusterctl_argv("--help"), env=clusterctl_env(WORK)),
         **before,
         "python -c pass": lambda: timed([PY, "-c", "pass"]),
     })

@@ -155,6 +155,10 @@ def measure(sandbox, state: Path, reps: int, before: Optional[Path] = None) -> d
     """`before`: a directory holding clusterctl/ as it was (`git archive BASE clusterctl | tar -x -C DIR`),
     measured alongside as a third way."""
     env = clusterctl_env(state)
+    if before:  # compiled as this checkout's is (common.clusterctl_env): neither way pays for compiling
+        import compileall
+
+        compileall.compile_dir(str(before / "clusterctl"), quiet=1)
     envs = {"hand": env, "clusterctl": env, "before": dict(env, PYTHONPATH=str(before)) if before else None}
     n, ranks = len(sandbox.nodes), 2 * len(sandbox.nodes)
     inventory = bench_inventory(sandbox)

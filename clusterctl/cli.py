@@ -60,7 +60,9 @@ def exit_code(outcome: Outcome) -> int:
     return EXIT_UNREACHABLE if outcome.unreachable else EXIT_FAILED
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
+    """The whole command line; with `only` (a command's name), that command's part alone: its module is
+    the one imported (each command's imports what it runs; docs/benchmarks.md §4a: ~0.06 CPU s for all)."""
     parser = argparse.ArgumentParser(
         prog="clusterctl",
         description="Run distributed PyTorch jobs on bare-metal GPU nodes over SSH and Docker.",
@@ -68,6 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"clusterctl {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():
+        if only is not None and name != only:
+            continue
         command_parser = sub.add_parser(name, help=help_text, description=help_text)
         _common_options(command_parser)
         _command_module(module).add_arguments(command_parser)
@@ -83,9 +87,16 @@ def _command_module(name: str):
     return importlib.import_module(f"clusterctl.commands.{name}")
 
 
+def named_command(argv: Sequence[str]) -> Optional[str]:
+    """The command `argv` names where its first word is one (what comes before it is `--version` or
+    `-h` alone, which the whole parser answers): None for anything else (the whole parser then parses)."""
+    first = next(iter(argv), None)
+    return first if first in COMMANDS else None
+
+
 def main(argv: Optional[Sequence[str]] = None, env: Optional[dict] = None) -> int:
     env = dict(os.environ if env is None else env)
-    parser = build_parser()
+    parser = build_parser(named_command(sys.argv[1:] if argv is None else argv))
     args = parser.parse_args(argv)
     if not args.command:
         parser.print_help(sys.stderr)

@@ -68,8 +68,8 @@ def watch():
 
     build_parser, emit_json, write_json = cli.build_parser, render.emit_json, State.write_json
 
-    def parser_that_remembers_the_command():
-        parser = build_parser()
+    def parser_that_remembers_the_command(*args, **kwargs):
+        parser = build_parser(*args, **kwargs)
         parse_args = parser.parse_args
 
         def parse(argv=None, namespace=None):

@@ -42,6 +42,11 @@ class NodesBackend:
         return shaped(inventory, plan(inventory, facts or {}, strict=request.strict))
 
     # ---- what the run flow (run_flow.py) asks of the place the run happens
+    def reach_soon(self, inventory: Inventory) -> None:
+        """The nodes' SSH connections opened in the background while `run` imports and plans (issue 52: on the
+        way to the first rank); the quarantined nodes left out, as the run leaves them."""
+        self.session.connections.warm(self.session.plannable(inventory).hosts)
+
     def refuse(self, request: RunRequest) -> None:
         """Nothing the nodes cannot do."""
 

@@ -42,6 +42,9 @@ class SlurmBackend(NodesBackend):
                              where="--detach", fix="leave --detach out (run it under nohup or tmux to outlive the "
                              "terminal), or submit with `clusterctl export sbatch` and sbatch")
 
+    def reach_soon(self, inventory: Inventory) -> None:
+        """Nothing: the nodes are reached through the allocation (`reach`), not before it."""
+
     def reach(self, inventory: Inventory, run_id: str):
         from clusterctl.slurm.run import on_allocation
 

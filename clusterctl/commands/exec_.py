@@ -15,12 +15,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args, app) -> Outcome:
-    from clusterctl.api.adhoc import exec_on_hosts
-
     argv = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not argv:
         raise UsageError("no command given", where="clusterctl exec", fix="clusterctl exec -- hostname")
-    results = exec_on_hosts(app, app.inventory(), argv, args.timeout, stream=not args.json)
+    inventory = app.inventory()
+    app.connections.warm(inventory.hosts)  # opening while the rest imports (issue 52)
+    from clusterctl.api.adhoc import exec_on_hosts
+
+    results = exec_on_hosts(app, inventory, argv, args.timeout, stream=not args.json)
     document = hosts_document(results)
     for entry in document["hosts"].values():
         entry.setdefault("stdout", "")

@@ -59,12 +59,12 @@ def _ranks(text: str):
 
 def execute(args, app) -> Outcome:
     from clusterctl.backends import RunRequest, backend_for
+    from clusterctl.plan.prompt import run_prompt
+    prompt, inventory = run_prompt(app.inventory, args.prompt_file)
+    (backend := backend_for(app, inventory)).reach_soon(inventory)  # connecting while the rest imports and plans
     from clusterctl.backends.healing import run_healing
     from clusterctl.backends.run_flow import LiveOptions
-    from clusterctl.plan.prompt import run_prompt
-
-    prompt, inventory = run_prompt(app.inventory, args.prompt_file)
     request = RunRequest(prompt, strict=args.strict, timeout_s=args.timeout, stall_timeout_s=args.stall_timeout,
                          detach=args.detach, straggler_watch=args.straggler_watch, wait=args.wait)
     live = LiveOptions(getattr(args, "ranks", ()) or (), getattr(args, "local_ranks", ()) or ())
-    return run_healing(app, backend_for(app, inventory), inventory, request, live, plan_only=args.plan)
+    return run_healing(app, backend, inventory, request, live, plan_only=args.plan)

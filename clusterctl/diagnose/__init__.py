@@ -19,9 +19,19 @@ matching is one direction. Pure knowledge below every stage (it imports the grou
 names a first failure's cause with it, collect-logs diagnoses what it brought back. To add a failure
 cause: one row in `rules.py` (its fix in `fixes.py`, its heal class in node/heal_policy.py's TABLE),
 and where its evidence has a shape of its own, a line in a families.py table."""
-from clusterctl.diagnose.engine import diagnose_path, diagnose_text
-from clusterctl.diagnose.rules import CAUSES, RULES, Rule, Signal
-from clusterctl.diagnose.similar import similar_cases
-from clusterctl.diagnose.textmatch import render_fix
-
+# The names below load on first use (PEP 562): a light part of the package (flight_recorder, the dumps'
+# names) is imported on every run's path to its first rank, and must not bring the engine and its rules
+# (~0.13 CPU s, docs/benchmarks.md §4a) with it.
+_EXPORTS = {"diagnose_text": "engine", "diagnose_path": "engine", "CAUSES": "rules", "RULES": "rules",
+            "Rule": "rules", "Signal": "rules", "similar_cases": "similar", "render_fix": "textmatch"}
 __all__ = ["diagnose_text", "diagnose_path", "similar_cases", "render_fix", "RULES", "CAUSES", "Rule", "Signal"]
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value

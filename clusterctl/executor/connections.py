@@ -55,6 +55,29 @@ class Connections:
                 self.peak_open = max(self.peak_open, len(self._open))
             return transport
 
+    def warm(self, hosts, width: int = 64) -> None:
+        """Start opening `hosts`' connections now, in the background (`width` daemon threads at most, the first
+        `max_open` hosts), while the command still prepares (issue 52: its imports, its plan): `get` then waits
+        for a connection under way, and raises what opening it raised (remembered, or met again)."""
+        with self._guard:
+            pending = [h for h in hosts if h.name not in self._open and h.name not in self._failed][:self.max_open]
+        lock = threading.Lock()
+        queue = iter(pending)
+
+        def opener() -> None:
+            while True:
+                with lock:
+                    host = next(queue, None)
+                if host is None:
+                    return
+                try:
+                    self.get(host)
+                except Exception:  # noqa: BLE001 - said where the connection is used: `get` raises it there
+                    continue
+
+        for index in range(min(width, len(pending))):
+            threading.Thread(target=opener, name=f"warm-{index}", daemon=True).start()
+
     def acquire(self, host: Host):
         """`get`, counted as in use until `release`: a connection over max_open closes when unused."""
         with self._guard:

@@ -176,3 +176,37 @@ def test_the_descriptor_limit_is_lifted_within_the_hard_limit():
                                                                       else min(2048, hard))
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_connections_warmed_in_the_background_are_the_ones_used_and_a_failure_is_said_where_used():
+    """Issue 52: `run` and `exec` open the connections while they still import and plan."""
+    calls, gate = [], threading.Event()
+
+    def connect(host: Host):
+        calls.append(host.name)
+        gate.wait(5)  # still opening when the command first asks for it
+        if host.name == "h2":
+            raise UnreachableError(f"cannot reach {host.address}:22", where=host.name)
+        return FakeTransport(host)
+
+    connections = Connections(connect)
+    connections.warm(hosts(3))
+    connections.warm(hosts(3))  # under way: not opened twice
+    gate.set()
+    results = for_each_host(hosts(3), lambda t, h: run_commands(t, h, [Command(("hostname",))]), connections)
+    assert sorted(calls) == ["h1", "h2", "h3"]
+    assert [r.status for r in results.values()] == [HostStatus.OK, HostStatus.UNREACHABLE, HostStatus.OK]
+    assert "cannot reach" in results["h2"].detail
+    connections.warm(hosts(3))  # open or failed already: nothing more
+    assert sorted(calls) == ["h1", "h2", "h3"]
+
+
+def test_warming_opens_no_more_than_the_connections_kept_open():
+    made = {}
+    connections = Connections(fake_connect(made=made), max_open=2)
+    connections.warm(hosts(5))
+    for_each_host(hosts(2), lambda t, h: run_commands(t, h, [Command(("hostname",))]), connections)
+    deadline = time.monotonic() + 5
+    while len(made) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert sorted(made) == ["h1", "h2"]
