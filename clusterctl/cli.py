@@ -87,11 +87,14 @@ def _command_module(name: str):
     return importlib.import_module(f"clusterctl.commands.{name}")
 
 
+NEEDS_WHOLE_PARSER = {"completion"}  # its script lists every command and option: the whole parser
+
+
 def named_command(argv: Sequence[str]) -> Optional[str]:
     """The command `argv` names where its first word is one (what comes before it is `--version` or
     `-h` alone, which the whole parser answers): None for anything else (the whole parser then parses)."""
     first = next(iter(argv), None)
-    return first if first in COMMANDS else None
+    return first if first in COMMANDS and first not in NEEDS_WHOLE_PARSER else None
 
 
 def main(argv: Optional[Sequence[str]] = None, env: Optional[dict] = None) -> int:
