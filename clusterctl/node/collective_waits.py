@@ -100,31 +100,24 @@ def holds_a_hang(raw, written_s):
 def node_round(d, read_limit=MAX_DUMP_BYTES):
     """One round in the run dir `d` (safe_files.Dir): each rank's dump read and set aside, then its FIFO
     poked. A list of dicts, one per rank with a FIFO: rank, and wait_s, window_s, collectives, or why not."""
-    said, marked = [], False
-    for entry in d.entries():
-        found = PIPE_RE.match(entry.name)
-        if not found:
-            continue
-        rank = int(found.group(1))
+    pipes = [(int(found.group(1)), entry.name) for entry in d.entries() for found in [PIPE_RE.match(entry.name)]
+             if found]
+    if pipes:  # the logs' own last output, before the dumps print their lines (rank_output.py)
+        try:
+            mark(d)
+        except Exception:  # the run dir refuses the file: the pokes go on, the detached stall watch sees their lines
+            pass
+    said = []
+    for rank, pipe in pipes:
         line = {"rank": rank}
         dump = d.entry(DUMP_PREFIX + str(rank))
         if dump is not None and dump.kind == "file":
             line.update(_read_dump(d, DUMP_PREFIX + str(rank), dump.mtime, read_limit))
         else:
             line["problem"] = "no dump yet"
-        if not marked:  # the logs' own last output, before the dumps print their lines (rank_output.py)
-            marked = _mark(d)
-        line["poked"] = d.poke_fifo(entry.name)
+        line["poked"] = d.poke_fifo(pipe)
         said.append(line)
     return said
-
-
-def _mark(d):
-    try:
-        mark(d)
-    except Exception:  # the run dir refuses the file: the pokes go on, the detached stall watch sees their lines
-        pass
-    return True
 
 
 def _read_dump(d, name, mtime, read_limit):

@@ -302,8 +302,7 @@ def keep(run_dir, interval=1.0):
     health = _beside("node_health")  # the passive health watch: its newest sample, bounded, in a report
     health = health.Sampler(config.get("since")) if health else None
     watch = _beside("node_stragglers", config.get("stragglers"))  # the straggler watch's samples, in each report
-    watch = watch.Sampler(run_dir, config.get("stragglers")) \
-        if watch else None
+    watch = watch.Sampler(run_dir, config.get("stragglers")) if watch else None
     if watch and threading.current_thread() is threading.main_thread():
         import signal
 
