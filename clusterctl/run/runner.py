@@ -285,8 +285,7 @@ class JobRunner:
             self._poll_once(everyone=self.engine.settling)
             self._report_status()
             if self.health_watch is not None:  # issue 36: every 30 s, the running nodes' GPUs and kernel log
-                self.health_watch.tick([n.host for n in self.nodes.values() if n.exit_code is None and not n.lost],
-                                       ranks_heard=any(n.ranks_seen for n in self.nodes.values()))
+                self.health_watch.tick([n.host for n in self.nodes.values() if n.exit_code is None and not n.lost])
             self.engine.tick()
             self._lost_said()
             if all(n.exit_code is not None or n.lost for n in self.nodes.values()):

@@ -26,10 +26,6 @@ from clusterctl.models import Command, Host, HostResult
 from clusterctl.transport import batch_command, split_batch
 
 WATCH_EVERY_S = 30.0
-# The first sample once a rank has printed (past `import torch`: issue 52, nothing of clusterctl's competes with
-# torchrun's and the ranks' imports for the node's CPU), FIRST_LATEST_S after the watch began at the latest; the
-# kernel log is read since the run's start whenever it is read, so no event is missed by waiting
-FIRST_LATEST_S = 20.0
 # the poll loop waits for the sample, and the polls renew the nodes' leases (agent.LEASE_S, 15 s): a node
 # whose nvidia-smi hangs (a GPU fallen off the bus does that) must not cost the run its leases
 SAMPLE_TIMEOUT_S = 5.0
@@ -56,22 +52,20 @@ def sample_command(since: float) -> Command:
 
 
 class PassiveWatch:
-    """Called on every poll of the run (`tick`); samples the nodes every `every_s`, the first time once the
-    ranks are heard from (`tick`'s `ranks_heard`) or `first_latest_s` after the watch began."""
+    """Called on every poll of the run (`tick`); samples the nodes every `every_s`, the first time at once."""
 
     def __init__(self, connections: Connections, since: float, record: Recorder, on_event: OnEvent,
-                 run_id: Optional[str] = None, every_s: float = WATCH_EVERY_S, first_latest_s: float = FIRST_LATEST_S):
+                 run_id: Optional[str] = None, every_s: float = WATCH_EVERY_S):
         self.connections, self.since, self.record, self.on_event = connections, since, record, on_event
         self.run_id = run_id
         self.every_s = every_s
-        self._first_at = time.monotonic() + first_latest_s  # the first sample, at the latest
         self._last: Optional[float] = None
         self._sampling: Optional[Background] = None  # the sample under way
         self._samples: dict[str, tuple] = {}  # host -> its last GpuSamples
         self._xids: set[tuple[str, str]] = set()  # (host, line without its stamp): said already
         self._said: set[tuple] = set()  # DCGM's events said already
 
-    def tick(self, hosts: Sequence[Host], ranks_heard: bool = True) -> None:
+    def tick(self, hosts: Sequence[Host]) -> None:
         """In the background (executor.Background): the run's loop never waits for a sample, so a node cut off
         mid-sample holds no poll of the others back (a blocking sample once made a live node look lost)."""
         if self._sampling is not None:
@@ -81,8 +75,6 @@ class PassiveWatch:
             return
         now = time.monotonic()
         if not hosts or (self._last is not None and now - self._last < self.every_s):
-            return
-        if self._last is None and not ranks_heard and now < self._first_at:  # torchrun and the ranks import
             return
         self._last = now
         command = sample_command(self.since)

@@ -145,20 +145,6 @@ def test_the_watch_reads_nothing_without_a_running_node_and_asks_the_kernel_log_
     assert "1700000000" in command.argv[2] and "nvidia-smi --query-gpu=index,uuid,serial" in command.argv[2]
 
 
-def test_the_first_sample_waits_for_the_ranks_first_lines_or_its_latest_time(monkeypatch):
-    """Issue 52: nothing of the watch's beside torchrun's and the ranks' imports; the kernel log is read since the
-    run's start whenever the first sample comes."""
-    started = []
-    watch = PassiveWatch(None, 0.0, lambda events, gpus: None, lambda event: None, first_latest_s=3600.0)
-    watch.tick([Host(name="n1", address="10.0.0.1")], ranks_heard=False)  # the ranks import: no sample yet
-    assert watch._last is None and watch._sampling is None
-    watch = PassiveWatch(None, 0.0, lambda events, gpus: None, lambda event: None, first_latest_s=0.0)
-    monkeypatch.setattr("clusterctl.watch.health_watch.Background",  # the sample's threads: what they would ask
-                        lambda hosts, action, connections: started.append([h.name for h in hosts]) or "sampling")
-    watch.tick([Host(name="n1", address="10.0.0.1")], ranks_heard=False)  # past its latest time: sampled
-    assert started == [["n1"]] and watch._last is not None
-
-
 def test_a_slurm_allocation_excludes_the_quarantined_nodes_unless_the_operator_includes_them(tmp_path):
     import argparse
 
