@@ -64,7 +64,8 @@ def run_job(session, backend, inventory, request: RunRequest, live: LiveOptions 
             kept = isinstance(result, Outcome) and bool(result.document.get("detached"))
         finally:
             if leases is not None and not kept:  # a detached run's leases live on with its keepers' beats
-                leases.release()  # released already as the run ended (_watch): this is for a run never launched
+                # released already as the run ended (_watch): this is for a run never launched
+                _say_unreleased(session, leases, leases.release())
     if isinstance(result, Outcome):
         return result
     summary, record, outcome = result
@@ -88,6 +89,13 @@ def _take_leases(session, inventory, connections, plan: Plan, request: RunReques
         return None
     return leases.take(inventory, connections, plan.run_id, leases.wanted(plan.topology), wait=request.wait,
                        say=say, ended=ended)
+
+
+def _say_unreleased(session, leases, answers) -> None:
+    from clusterctl.run.leases import unreleased
+
+    for line in unreleased(answers, leases.inventory):
+        session.renderer.message(line, "yellow")
 
 
 def _plan(session, backend, inventory, connections, request: RunRequest, run_id: str, facts,
@@ -189,7 +197,7 @@ def _watch(session, backend, runner, summary: dict, place: dict, request: RunReq
     finally:
         live.close()  # the last progress states and counts of repeats, before the summary
     if leases is not None and not outcome.detached:  # part of the end: released before the record says ended
-        leases.release()
+        _say_unreleased(session, leases, leases.release())
     if outcome.detached:
         return _detached(session, runner, summary, started, request.prompt, place)
     record = {**summary, "prompt_sha256": sha256(request.prompt), "commands": runner.commands(),

@@ -43,8 +43,14 @@ class Leases:
     renewed: float = 0.0
 
     def release(self, hosts: Optional[list[str]] = None) -> dict[str, leasing.Answer]:
+        """The leases of `hosts` (all held) released: {host: answer}; a node that did not answer is asked
+        once more (a connection dropped mid-run is opened again), one that still fails keeps its leases
+        until they lapse (`unreleased` says so, the caller prints it)."""
         names = [h for h in (self.keys if hosts is None else hosts) if h in self.keys]
         answers = release(self.inventory, self.connections, names, self.run_id) if names else {}
+        again = [name for name, answer in answers.items() if not answer.ok]
+        if again:
+            answers.update(release(self.inventory, self.connections, again, self.run_id))
         for name in names:  # after: a release cut short (a second Ctrl-C) is made again by the caller's finally
             del self.keys[name]
         return answers
@@ -69,6 +75,14 @@ class Leases:
             _on_nodes(self.inventory, self.connections, list(self.keys), "take", lambda name: {"keys": self.keys[name]},
                       run_id=self.run_id, operator=leasing.operator(), window_s=leasing.window_s(self.inventory))
             self.renewed = time.monotonic()
+
+
+def unreleased(answers: dict[str, leasing.Answer], inventory) -> list[str]:
+    """One line per node whose leases stay after a release (each lapses a lost-node window after the
+    run's last beat): what the run's end prints, never silent."""
+    window = leasing.window_s(inventory)
+    return [f"{a.error}: its GPU leases there lapse {window:.0f}s after the run's last beat"
+            for a in answers.values() if not a.ok]
 
 
 HELD: contextvars.ContextVar[Optional[Leases]] = contextvars.ContextVar("clusterctl_held_leases", default=None)

@@ -153,6 +153,10 @@ def test_a_plain_loops_rank_frozen_from_outside_is_the_hang_named_with_host_rank
         if "pid" in hold:
             thaw(hold["pid"])
     assert code != 0, (doc, err[-6000:])
+    # its end released its GPU leases on every node, the frozen rank's too (the next run is never refused)
+    leases = sandbox.shared_outputs / ".clusterctl-leases"
+    left = [p for p in leases.glob("*/*") if p.name.startswith(("slot", "gpu")) and doc["run_id"] in p.read_text()]
+    assert not left, (left, err[-3000:])
     failure = doc["first_failure"]
     assert (failure["host"], failure["rank"]) == ("node2", 3), (failure, err[-6000:])
     finding = next(f for f in failure["diagnosis"] if f["cause"] == "rank_hang")

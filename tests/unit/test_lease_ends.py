@@ -237,6 +237,31 @@ def test_an_attached_run_releases_its_leases_before_its_record_says_ended(tmp_pa
         held.release()
 
 
+def test_a_release_a_node_did_not_answer_is_asked_again_and_one_that_still_fails_is_said(tmp_path, monkeypatch):
+    from clusterctl.plan import leasing
+    from clusterctl.run import leases as run_leases
+
+    nodes, lost = _Nodes(tmp_path), {"n2": 1}
+
+    def flaky(inventory, connections, names, op, per_host=None, **args):  # n2's connection lost (once)
+        if op == "release" and lost.get("n2") and "n2" in names:
+            lost["n2"] -= 1
+            answers = nodes(inventory, connections, [n for n in names if n != "n2"], op, per_host, **args)
+            return {**answers, "n2": leasing.Answer("n2", None, "n2: the connection to n2 was lost")}
+        return nodes(inventory, connections, names, op, per_host, **args)
+
+    monkeypatch.setattr(run_leases, "_on_nodes", flaky)
+    inventory = _inventory("n1", "n2")
+    held = run_leases.take(inventory, None, "A", {"n1": ["gpu0"], "n2": ["gpu0"]})
+    answers = held.release()
+    assert all(a.ok for a in answers.values()) and nodes.holders("n1") == nodes.holders("n2") == []
+    held = run_leases.take(inventory, None, "B", {"n1": ["gpu0"], "n2": ["gpu0"]})
+    lost["n2"] = 2  # lost for good: the lease stays to lapse, and the run's end says so
+    said = run_leases.unreleased(held.release(), inventory)
+    assert nodes.holders("n2") == ["B"] and len(said) == 1
+    assert said[0].startswith("n2: the connection to n2 was lost: its GPU leases there lapse"), said
+
+
 def test_a_run_that_heals_itself_keeps_its_survivors_leases_and_takes_the_spares_only(tmp_path, monkeypatch):
     from clusterctl.errors import StateError
     from clusterctl.run import leases as run_leases
