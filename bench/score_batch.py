@@ -599,6 +599,19 @@ and 2 froze 35-45 minutes early, so batch 2 was scored with batch 1's code uncha
   split unchanged. Left: 6 `other:` labels (checkpoint races on a shared file system, a Slurm prolog, mpirun of
   another MPI, a faulty node, a privileged port, mpirun's host:slots), logs whose lines do not carry the cause (a
   hang with no line, a world size argument the script contradicts, an IB-less cross-node run's bare system error).
+- After batch 20 (frozen 23:34 UTC, 16 logs from two blind collectors, 14 from GitHub trackers, two from blogs, most
+  from Kubeflow's MPI operator, pyxis/enroot and AWS ParallelCluster; scored once at 2147f04: top-1 5/16, 31.2 %;
+  then read, classes only): the TPU compiler's HBM overflow and TensorFlow's `OOM when allocating
+  tensor` (`cuda_oom`: the accelerator's memory, whatever its kind); the driver's library missing, Triton's
+  `libcuda.so cannot found!` and the loader's `libcuda.so.1: cannot open` (`docker_no_gpu_runtime`, was
+  `import_error` or unknown); Open MPI losing a daemon that had started (`ORTE has lost communication with a remote
+  daemon`: `node_unreachable`; `ssh_failed` still leads where ssh's own words show); enroot's mount refused
+  (`Permission denied`: `permission_denied` leads pyxis' generic start failure); pyxis' own runtime directory
+  (`couldn't mkdir /run/pyxis/...`: `container_start_failed`). Re-scored (NOT a first score): batch 20 10/16;
+  every other batch and the held-out split unchanged. Left: 4 `other:` labels (Kubernetes' API server or kubelet
+  exec unreachable from the launcher, pyxis' runtime path on a shared file system, srun resolving the command on
+  the host), a NIC mismatch shown only as a connect to an address on another subnet, a taken port whose error line
+  the thread cut.
 
 The same batches re-scored after those changes (NOT first scores: the changes were made after reading them):
 batch 4 37/42 top-1 (88.1 %), 39/42 top-3; batch 5 33/42 (78.6 %), 35/42; batch 6 34/42 (81.0 %), 35/42 (its two

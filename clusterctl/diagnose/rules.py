@@ -39,7 +39,6 @@ from clusterctl.diagnose.rules_words import (EXIT_137, EXIT_MINUS_9, HOST_MEMORY
 __all__ = ["Signal", "Rule", "RULES", "CAUSES", "RULE_OF", "UNKNOWN_FIX", "CASCADE_PATTERNS", "PEER_LOST_PATTERNS",
            "SUSPICIOUS", "CONTEXT_PATTERNS", "render_fix", "template_values", "required_literals"]
 
-
 # Ray's notice for a worker that vanished lists the OOM killer's SIGKILL first, then `ray stop --force`, SIGSEGV:
 # a kill, not a segfault; the OOM killer leads (its first cause, and what its threads found: batch 17).
 RAY_WORKER_DIED = (r"Worker unexpectedly exits with a connection error code \d+"
@@ -236,7 +235,8 @@ RULES: tuple[Rule, ...] = (
              # is not what failed
              S(r"ModuleNotFoundError: No module named|No module named '?[\w.]+'?", .9, unless=r"Warning\b"),
              S(r"ImportError: .*undefined symbol|undefined symbol: _Z\w+", .9, unless=r"symbol: nccl"),
-             S(r"ImportError: (?:cannot import name|DLL load failed|lib\S+\.so[\d.]*: cannot open)", .88),
+             S(r"ImportError: (?:cannot import name|DLL load failed|lib\S+\.so[\d.]*: cannot open)", .88,
+               unless=r"libcuda\."),  # the driver's library not there: the GPU runtime's (docker_no_gpu_runtime)
              # a library loaded by name at run time rather than imported (Paddle's dynload of libnccl.so); not NCCL's
              # optional plugins (INFO), a program's own loader (launcher_missing's), the GPU runtime's libraries
              S(r"lib[\w+-]+\.so[\d.]*: cannot open shared object file", .75,

@@ -56,6 +56,10 @@ OTHER_WORDS = {
         S(r"RESOURCE_EXHAUSTED: Out of memory (?:while trying to allocate|allocating)"
           r"|XlaRuntimeError: RESOURCE_EXHAUSTED: .{0,40}\bmemory", .88),
         S(r"Failed to CUDA (?:calloc|malloc|host alloc)(?: async)? \d+ bytes", .8),
+        # (after batch 20) the TPU compiler's own words for a program over its core's HBM, and TensorFlow's for a
+        # tensor the device allocator cannot place: the accelerator's memory, whatever its kind
+        S(r"Ran out of memory in memory space (?:hbm|vmem)|Exceeded hbm capacity by"
+          r"|ResourceExhaustedError: OOM when allocating tensor|OOM when allocating tensor with shape", .88),
     ),
     "duplicate_gpu": (
         # (after batch 19) CUDA's error 46 by number (cudaErrorDevicesUnavailable: a GPU in exclusive-process mode
@@ -304,6 +308,10 @@ OTHER_WORDS = {
         # (after batch 17) a GPU process in a container without NVIDIA's runtime: NVML's library never injected
         # (k8s-device-plugin's `could not load NVML library`: the default runtime is not nvidia)
         S(r"could not load NVML library", .8),
+        # (after batch 20) the driver's user-space library not visible to the process: Triton's own assertion
+        # (it finds libcuda through `ldconfig -p`), the loader's; in a container, the NVIDIA runtime left it out
+        S(r"libcuda\.so cannot found|libcuda\.so(?:\.1)?: cannot open shared object file"
+          r"|Failed to find libcuda\.so", .9),
     ),
     "nccl_topo_file": (
         # (after batch 13) NCCL's own topology discovery overflowing its XML (NCCL_TOPO_XML_MAX_NODES) on a machine
@@ -318,5 +326,21 @@ OTHER_WORDS = {
         # (after batch 19) the scheduler's own word that a node of the job failed (Slurm's NODE_FAIL, PBS/Torque's
         # `job preempted (node failure)`): the node, not the job
         S(r"DUE TO NODE FAIL(?:URE)?\b|\(node failure\)|JobState=NODE_FAIL|Reason=NodeFail", .95),
+        # (after batch 20) Open MPI's launcher losing a daemon that had started (ORTE's errmgr help text, PRRTE's
+        # twin): its node died or dropped off the network; where ssh never started the daemons (ssh's own
+        # words, "unable to reliably start") ssh_failed leads
+        S(r"(?:ORTE|PRTE) has lost communication with a remote daemon", .55,
+          unless_log=r"unable to reliably start|\bssh: |Permission denied \(|Host key verification failed"
+                     r"|orted: command not found|prted: command not found"),
+    ),
+    "permission_denied": (
+        # (after batch 20) enroot mounting a user's directory into the container refused (root squashed on NFS, a
+        # mode): the mount's own error, which pyxis prints before its generic "couldn't start container"
+        S(r"enroot-mount: failed to mount: [^\n]*: Permission denied", .86),
+    ),
+    "container_start_failed": (
+        # (after batch 20) pyxis' own setup on the node (its runtime directory) failing: the step's container never
+        # started (Slurm's "spank: required plugin spank_pyxis.so: ... failed" follows every pyxis failure: no signal)
+        S(r"pyxis: couldn't (?:mkdir|create|chown|open) ", .72),
     ),
 }

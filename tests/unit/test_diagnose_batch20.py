@@ -1,0 +1,43 @@
+"""Message classes met in the misses of batch 20 (issue 51; its first score, blind, is in docs/diagnosis.md), in
+programs' own words (the format string's source named), never the batch's logs."""
+from __future__ import annotations
+
+import pytest
+
+from clusterctl.diagnose import diagnose_text
+
+CASES = [
+    # the TPU compiler's HBM check (as torch-xla and JAX raise it) and TensorFlow's BFC allocator: device memory
+    ("RuntimeError: Resource exhausted: Ran out of memory in memory space hbm. Used 18.74G of 8.00G hbm. "
+     "Exceeded hbm capacity by 10.74G.", "cuda_oom"),
+    ("tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating tensor with "
+     "shape[64,1024,1024] and type float on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc",
+     "cuda_oom"),
+    # Triton's libcuda_dirs() assertion (triton/common/build.py: msg = 'libcuda.so cannot found!'), and the loader's
+    ("  File \"/opt/conda/lib/python3.10/site-packages/triton/common/build.py\", line 30, in libcuda_dirs\n"
+     "AssertionError: libcuda.so cannot found!", "docker_no_gpu_runtime"),
+    ("ImportError: libcuda.so.1: cannot open shared object file: No such file or directory", "docker_no_gpu_runtime"),
+    # Open MPI's errmgr help text (orte/mca/errmgr/help-errmgr-base.txt, "lost-connection") for a daemon lost mid-job
+    ("ORTE has lost communication with a remote daemon.\n\n  HNP daemon   : [[1,0],0] on node launcher\n"
+     "  Remote daemon: [[1,0],3] on node worker-3\n\nThis is usually due to either a failure of the TCP network\n"
+     "connection to the node, or possibly an internal failure of\nthe daemon itself.", "node_unreachable"),
+    # enroot's bin/enroot-mount.c (err: "failed to mount: %s at %s") under pyxis, the mount refused
+    ("slurmstepd: error: pyxis: container start failed with error code: 1\n"
+     "slurmstepd: error: pyxis:     enroot-mount: failed to mount: /home/u/data at /tmp/enroot-data/user-0/c/data: "
+     "Permission denied\nslurmstepd: error: pyxis: couldn't start container", "permission_denied"),
+    # pyxis' slurmd-side setup (pyxis_slurmd.c: "couldn't mkdir %s"), then Slurm's spank.c for the failed plugin
+    ("error: pyxis: couldn't mkdir /run/pyxis/100005: No such file or directory\n"
+     "error: spank: required plugin spank_pyxis.so: init_post_opt() failed with rc=-1", "container_start_failed"),
+]
+
+
+@pytest.mark.parametrize("text,cause", CASES)
+def test_each_class_leads_with_its_cause(text, cause):
+    findings = diagnose_text(text)
+    assert findings and findings[0].cause == cause, [(f.cause, f.confidence) for f in findings]
+
+
+def test_a_daemon_ssh_never_started_is_still_ssh_not_a_lost_node():
+    text = ("ssh: connect to host worker-3 port 22: Connection refused\n"
+            "PRTE has lost communication with a remote daemon.")
+    assert diagnose_text(text)[0].cause == "ssh_failed"
