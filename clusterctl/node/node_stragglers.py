@@ -198,7 +198,8 @@ class Sampler:
     def _waits_loop(self):
         """Flight-recorder rounds (collective_waits.py), WAITS_ROUND_S apart, as the attached watch's: each rank's
         collectives' wait on the GPU (NCCL), which py-spy's samples cannot see. A node without a rank's FIFO for
-        WAITS_IDLE_ROUNDS rounds in a row (gloo, an older torch) has none to offer: the rounds stop."""
+        WAITS_IDLE_ROUNDS rounds in a row (gloo, an older torch) has none to offer: the rounds come further apart
+        while none is found (verdict.waits_pause_s), then stop."""
         if collective_waits is None or self.closed.wait(verdict.WAITS_FIRST_AFTER_S):
             return
         idle = 0
@@ -212,7 +213,7 @@ class Sampler:
             measured = [[line["rank"], line["wait_s"], line["window_s"]] for line in lines if "wait_s" in line]
             with self.lock:
                 self.waits = {"at": round(self.now(), 3), "ranks": measured[:MAX_RANKS]} if measured else self.waits
-            if self.closed.wait(verdict.WAITS_ROUND_S):
+            if self.closed.wait(verdict.waits_pause_s(idle)):
                 return
 
     def _loop(self):

@@ -1,12 +1,13 @@
 """The straggler watch's evidence over NCCL: flight-recorder rounds (node/collective_waits.py), attached.
 
-Every ROUND_S, one `collective-waits` operation per running node (plan/node_files.py), in the background:
+Every WAITS_ROUND_S (straggler_verdict), one `collective-waits` operation per running node (plan/node_files.py), in the background:
 each rank's dump since the last round is read on its node (its collectives' GPU time over its latest
 WINDOW_S) and the next dump asked for. The shares of one round go to the nodes' verdict
 (straggler_verdict.judge_waits); a rank it names WAITS_ROUNDS rounds in a row is the straggler, and it
 keeps pace again once WAITS_ROUNDS rounds in a row do not name it. Jobs without NCCL (gloo) or without
-a torch that has the dump pipe make no FIFO: the rounds find nothing and stop asking after
-IDLE_ROUNDS; the py-spy samples (watch/straggler_watch.py) go on either way.
+a torch that has the dump pipe make no FIFO: the rounds find nothing, come further apart
+(verdict.waits_pause_s) and stop asking after IDLE_ROUNDS; the py-spy samples (watch/straggler_watch.py)
+go on either way.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from clusterctl.node import straggler_verdict as verdict
 from clusterctl.node.layout import node_run_dir
 from clusterctl.plan import node_files
 
-ROUND_S, FIRST_AFTER_S = verdict.WAITS_ROUND_S, verdict.WAITS_FIRST_AFTER_S  # the keepers' pace too (detached)
+FIRST_AFTER_S = verdict.WAITS_FIRST_AFTER_S  # the keepers' pace too (detached)
 IDLE_ROUNDS = verdict.WAITS_IDLE_ROUNDS  # rounds in a row that found no FIFO on any node
 MAX_LINES = 512  # JSON lines read back from one node (a rank each)
 UNREAD_ROUNDS = 3  # a rank's rounds in a row without figures before the watch says so (the first has no dump yet)
@@ -42,7 +43,6 @@ class CollectiveWatch:
             return False
         if self._round is None:
             if hosts and time.monotonic() >= self._next_at:
-                self._next_at = time.monotonic() + ROUND_S
                 self._round = Background(hosts, self._action, self.connections)
             return False
         if not self._round.wait(0):
@@ -58,11 +58,16 @@ class CollectiveWatch:
                     self.problems.pop(key, None)
                 else:
                     self.problems[key] = (line.get("problem", ""), self.problems.get(key, ("", 0))[1] + 1)
-        self._idle = 0 if fifos else self._idle + 1
-        if self._idle >= IDLE_ROUNDS:
-            self.enabled = False
+        self._scheduled(fifos)
         self.rounds = (self.rounds + [verdict.judge_waits(measured)])[-verdict.WAITS_ROUNDS:]
         return True
+
+    def _scheduled(self, fifos: int) -> None:
+        """The next round after one that found `fifos` FIFOs: WAITS_ROUND_S on, backing off while none is found
+        (verdict.waits_pause_s), none after IDLE_ROUNDS such rounds in a row."""
+        self._idle = 0 if fifos else self._idle + 1
+        self.enabled = self._idle < IDLE_ROUNDS
+        self._next_at = time.monotonic() + verdict.waits_pause_s(self._idle)
 
     def _action(self, transport, host: Host):
         run_dir = node_run_dir(self.inventory.job.outputs, self.run_id, host.name)

@@ -202,3 +202,22 @@ def test_a_rank_whose_dumps_say_nothing_is_said_once_with_why(tmp_path):
         watch._judge_collective()
     assert [n.text for n in notes] == ["[straggler] the flight recorder's dumps say nothing of g1 r1: dump not readable "
                                        "(12 bytes: truncated, too big or not a dump)"]
+
+
+def test_rounds_that_find_no_fifo_come_further_apart_and_stop_and_one_found_brings_the_pace_back(tmp_path):
+    import argparse
+
+    pauses = [verdict.waits_pause_s(idle) for idle in range(verdict.WAITS_IDLE_ROUNDS)]
+    assert pauses[0] == verdict.WAITS_ROUND_S and pauses == sorted(pauses) and max(pauses) == verdict.WAITS_IDLE_MAX_S
+    searched = verdict.WAITS_FIRST_AFTER_S + sum(pauses[1:])
+    assert 300 < searched < 900, searched  # a NCCL job making its FIFO minutes in is still found; a gloo job stops
+    watch = CollectiveWatch(argparse.Namespace(name="c", job=argparse.Namespace(outputs=str(tmp_path))), "run", None)
+    gaps = []
+    for fifos in (0, 0, 0, 2, 0):
+        before = __import__("time").monotonic()
+        watch._scheduled(fifos)
+        gaps.append(round(watch._next_at - before))
+    assert gaps == [30, 60, 120, 15, 30] and watch.enabled
+    for _ in range(verdict.WAITS_IDLE_ROUNDS):
+        watch._scheduled(0)
+    assert not watch.enabled
