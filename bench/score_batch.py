@@ -612,6 +612,16 @@ and 2 froze 35-45 minutes early, so batch 2 was scored with batch 1's code uncha
   exec unreachable from the launcher, pyxis' runtime path on a shared file system, srun resolving the command on
   the host), a NIC mismatch shown only as a connect to an address on another subnet, a taken port whose error line
   the thread cut.
+- After batch 21 (frozen 01:14 UTC, 24 logs from two blind collectors who stopped at 12 each for want of fresh pages,
+  18 from GitHub trackers, 6 from blogs, a forum and vendor KBs; scored once at 0fa2e2b: top-1 15/24, 62.5 %; then
+  read, classes only): a site's submit filter retiring an option form (`sbatch: error: Parameter --gres=gpu:1 no
+  longer acceptable, please switch to --gpus=1`: `slurm_request_invalid`). Re-scored (NOT a first score): batch 21
+  16/24; every other batch and the held-out split unchanged. Left: 2 `other:` labels for a service mesh's sidecar
+  in the rendezvous' way, one for checkpoints saved on each node of a shared file system; two exit-137/-9 lines
+  with no OOM record (`killed_by_signal` leads, `oom_killed` second, by design: a SIGKILL is also an operator's or
+  a scheduler's); Slurm's `Requested node configuration is not available` (two earlier batches label it
+  `insufficient_resources`, this one `slurm_request_invalid`: left as it is); logs whose lines do not carry the
+  cause (NCCL connects refused for a wrong world size, a store's broken pipe for a P2P hang).
 
 The same batches re-scored after those changes (NOT first scores: the changes were made after reading them):
 batch 4 37/42 top-1 (88.1 %), 39/42 top-3; batch 5 33/42 (78.6 %), 35/42; batch 6 34/42 (81.0 %), 35/42 (its two

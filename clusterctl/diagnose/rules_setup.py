@@ -160,5 +160,8 @@ SETUP_RULES = (
              # (after batch 19) options Slurm itself finds contradictory, a site filter refusing the job's shape
              S(r"srun: fatal: \S+ is mutually exclusive with|(?:sbatch|salloc|srun): error: \**\s*Error(?: partition "
                r"'[^']+' is not valid for this job|: CPU job setup is not valid)", .85),
+             # (after batch 21) a site's submit filter retiring an option form (a GRES form for --gpus, ...)
+             S(r"(?:sbatch|salloc|srun): error: (?:Parameter|Option) --[\w-]+\S* (?:is )?no longer (?:acceptable"
+               r"|accepted|supported|allowed)|(?:sbatch|salloc|srun): error: .{0,80}please (?:switch to|use) --[\w-]+", .85),
          )),
 )

@@ -1,5 +1,5 @@
-"""Message classes met in the misses of batch 20 (issue 51; its first score, blind, is in docs/diagnosis.md), in
-programs' own words (the format string's source named), never the batch's logs."""
+"""Message classes met in the misses of batches 20 and 21 (issue 51; their first scores, blind, are in
+docs/diagnosis.md), in programs' own words (the format string's source named), never the batches' logs."""
 from __future__ import annotations
 
 import pytest
@@ -41,3 +41,13 @@ def test_a_daemon_ssh_never_started_is_still_ssh_not_a_lost_node():
     text = ("ssh: connect to host worker-3 port 22: Connection refused\n"
             "PRTE has lost communication with a remote daemon.")
     assert diagnose_text(text)[0].cause == "ssh_failed"
+
+
+# after batch 21 (its first score, blind, is in docs/diagnosis.md): a site's job_submit filter retiring an option form
+# (Slurm's job_submit/lua plugin prints the site's own text as `sbatch: error: <text>`)
+@pytest.mark.parametrize("text", [
+    "sbatch: error: Parameter --gres=gpu:1 no longer acceptable, please switch to --gpus=1",
+    "srun: error: Option --gpus-per-task is no longer supported on this cluster",
+])
+def test_a_site_filter_retiring_an_option_form_is_the_request(text):
+    assert diagnose_text(text)[0].cause == "slurm_request_invalid"
