@@ -99,6 +99,8 @@ def test_every_public_parser_of_the_facts_package_is_covered():
 @given(text=REMOTE_TEXT)
 @example(text="")
 @example(text="\0" * 10)
+@example(text="*filter\n:INPUT DROP [0:0]\n:")  # iptables-save cut after a chain line's colon
+@example(text="2: eth0: <BROADCAST> mtu 1500\n    inet \nfoo")  # `ip addr` cut after "inet"
 @example(text="9" * 5000 + "\n" + "x" * 100_000)
 def test_a_parser_of_node_output_never_raises(name, text):
     PARSERS[name](text)

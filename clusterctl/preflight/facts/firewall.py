@@ -149,7 +149,7 @@ def _parse_iptables(text: str) -> dict[str, _Table]:
         line = raw.strip()
         if line.startswith("*"):
             table = tables.setdefault(line[1:], _Table())
-        elif line.startswith(":"):
+        elif line.startswith(":") and line[1:].split():  # a bare ":" (output cut mid-line) names no chain
             name, policy = (line[1:].split() + ["-"])[:2]
             table.policies[name] = (policy, line)
             table.rules.setdefault(name, [])

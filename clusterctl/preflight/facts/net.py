@@ -129,7 +129,7 @@ def parse_ip_addr(text: str) -> tuple[Interface, ...]:
             entry["addresses"].append(oneline.group(4))
         elif header:
             current = found.setdefault(header.group(2), {"index": int(header.group(1)), "addresses": []})
-        elif current is not None and re.match(r"^\s+inet6?\s", line):
+        elif current is not None and re.match(r"^\s+inet6?\s+\S", line):  # "inet" with no address: cut output
             current["addresses"].append(line.split()[1])
     return tuple(Interface(name=name, index=v["index"], addresses=tuple(v["addresses"])) for name, v in found.items())
 
