@@ -64,8 +64,7 @@ def run_job(session, backend, inventory, request: RunRequest, live: LiveOptions 
             kept = isinstance(result, Outcome) and bool(result.document.get("detached"))
         finally:
             if leases is not None and not kept:  # a detached run's leases live on with its keepers' beats
-                # released already as the run ended (_watch): this is for a run never launched
-                _say_unreleased(session, leases, leases.release())
+                _release(session, leases)  # released already as the run ended (_watch): for a run never launched
     if isinstance(result, Outcome):
         return result
     summary, record, outcome = result
@@ -91,10 +90,9 @@ def _take_leases(session, inventory, connections, plan: Plan, request: RunReques
                        say=say, ended=ended)
 
 
-def _say_unreleased(session, leases, answers) -> None:
-    from clusterctl.run.leases import unreleased
-
-    for line in unreleased(answers, leases.inventory):
+def _release(session, leases) -> None:
+    """The run's leases released; a node that kept them is said (run/leases.py)."""
+    for line in leases.unreleased(leases.release()):
         session.renderer.message(line, "yellow")
 
 
@@ -197,7 +195,7 @@ def _watch(session, backend, runner, summary: dict, place: dict, request: RunReq
     finally:
         live.close()  # the last progress states and counts of repeats, before the summary
     if leases is not None and not outcome.detached:  # part of the end: released before the record says ended
-        _say_unreleased(session, leases, leases.release())
+        _release(session, leases)
     if outcome.detached:
         return _detached(session, runner, summary, started, request.prompt, place)
     record = {**summary, "prompt_sha256": sha256(request.prompt), "commands": runner.commands(),

@@ -162,6 +162,7 @@ SETUP_RULES = (
                r"'[^']+' is not valid for this job|: CPU job setup is not valid)", .85),
              # (after batch 21) a site's submit filter retiring an option form (a GRES form for --gpus, ...)
              S(r"(?:sbatch|salloc|srun): error: (?:Parameter|Option) --[\w-]+\S* (?:is )?no longer (?:acceptable"
-               r"|accepted|supported|allowed)|(?:sbatch|salloc|srun): error: .{0,80}please (?:switch to|use) --[\w-]+", .85),
+               r"|accepted|supported|allowed)"
+               r"|(?:sbatch|salloc|srun): error: .{0,80}please (?:switch to|use) --[\w-]+", .85),
          )),
 )

@@ -180,7 +180,9 @@ def waits_pause_s(idle):
     while rounds find one, then doubling up to WAITS_IDLE_MAX_S (issue 52: a gloo job's node side pays a round
     every 15 s for nothing; a NCCL job whose ranks make their FIFO minutes in is still found, within 2 minutes,
     until WAITS_IDLE_ROUNDS rounds (~12 minutes) have found none)."""
-    return min(WAITS_ROUND_S * 2 ** min(int(idle), 8), WAITS_IDLE_MAX_S)
+    return min(WAITS_ROUND_S * 2 ** min(int(idle), WAITS_IDLE_ROUNDS), WAITS_IDLE_MAX_S)
+
+
 WaitsVerdict = namedtuple("WaitsVerdict", "host rank lag_share ratio own others window_s")
 
 

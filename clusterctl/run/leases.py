@@ -43,14 +43,9 @@ class Leases:
     renewed: float = 0.0
 
     def release(self, hosts: Optional[list[str]] = None) -> dict[str, leasing.Answer]:
-        """The leases of `hosts` (all held) released: {host: answer}; a node that did not answer is asked
-        once more (a connection dropped mid-run is opened again), one that still fails keeps its leases
-        until they lapse (`unreleased` says so, the caller prints it)."""
+        """The leases of `hosts` (all held) released (`release`): {host: answer}."""
         names = [h for h in (self.keys if hosts is None else hosts) if h in self.keys]
         answers = release(self.inventory, self.connections, names, self.run_id) if names else {}
-        again = [name for name, answer in answers.items() if not answer.ok]
-        if again:
-            answers.update(release(self.inventory, self.connections, again, self.run_id))
         for name in names:  # after: a release cut short (a second Ctrl-C) is made again by the caller's finally
             del self.keys[name]
         return answers
@@ -77,12 +72,12 @@ class Leases:
             self.renewed = time.monotonic()
 
 
-def unreleased(answers: dict[str, leasing.Answer], inventory) -> list[str]:
-    """One line per node whose leases stay after a release (each lapses a lost-node window after the
-    run's last beat): what the run's end prints, never silent."""
-    window = leasing.window_s(inventory)
-    return [f"{a.error}: its GPU leases there lapse {window:.0f}s after the run's last beat"
-            for a in answers.values() if not a.ok]
+    def unreleased(self, answers: dict[str, leasing.Answer]) -> list[str]:
+        """One line per node whose leases stay after a release (each lapses a lost-node window after the
+        run's last beat): what the run's end prints, never silent."""
+        window = leasing.window_s(self.inventory)
+        return [f"{a.error}: its GPU leases there lapse {window:.0f}s after the run's last beat"
+                for a in answers.values() if not a.ok]
 
 
 HELD: contextvars.ContextVar[Optional[Leases]] = contextvars.ContextVar("clusterctl_held_leases", default=None)
@@ -123,8 +118,14 @@ def ended_in(state) -> Callable[[str], bool]:
 
 
 def release(inventory, connections, hosts: list[str], run_id: str) -> dict[str, leasing.Answer]:
-    """The leases (and a waiter's tickets) of `run_id` on `hosts`, removed: its end, `stop`, Ctrl-C."""
-    return _on_nodes(inventory, connections, hosts, "release", run_id=run_id)
+    """The leases (and a waiter's tickets) of `run_id` on `hosts`, removed: its end, `stop`, Ctrl-C, a take
+    refused elsewhere. A node that did not answer is asked once more (a connection dropped mid-run is opened
+    again); one that still fails keeps them until they lapse (Leases.unreleased says so)."""
+    answers = _on_nodes(inventory, connections, hosts, "release", run_id=run_id)
+    again = [name for name, answer in answers.items() if not answer.ok]
+    if again:
+        answers.update(_on_nodes(inventory, connections, again, "release", run_id=run_id))
+    return answers
 
 
 def _on_nodes(inventory, connections, names, op: str, per_host: Optional[Callable[[str], dict]] = None,
@@ -189,7 +190,7 @@ def take(inventory, connections, run_id: str, keys: dict[str, list[str]], wait: 
         raise AssertionError("ticks(inf) ended")
     except BaseException:
         if wait:  # Ctrl-C (even while joining), a refusal, a node gone: leave the queue
-            _on_nodes(inventory, connections, list(keys), "release", run_id=run_id)
+            release(inventory, connections, list(keys), run_id)
         raise
 
 
@@ -230,7 +231,7 @@ def _release_partial(inventory, connections, run_id, answers) -> None:
     """All or none: what some nodes granted goes back when another refused."""
     granted = [name for name, a in answers.items() if a.document["taken"]]
     if granted:
-        _on_nodes(inventory, connections, granted, "release", run_id=run_id)
+        release(inventory, connections, granted, run_id)
 
 
 def _refusal(held: list[dict], answers) -> str:

@@ -1,13 +1,13 @@
 """The straggler watch's evidence over NCCL: flight-recorder rounds (node/collective_waits.py), attached.
 
-Every WAITS_ROUND_S (straggler_verdict), one `collective-waits` operation per running node (plan/node_files.py), in the background:
-each rank's dump since the last round is read on its node (its collectives' GPU time over its latest
-WINDOW_S) and the next dump asked for. The shares of one round go to the nodes' verdict
-(straggler_verdict.judge_waits); a rank it names WAITS_ROUNDS rounds in a row is the straggler, and it
-keeps pace again once WAITS_ROUNDS rounds in a row do not name it. Jobs without NCCL (gloo) or without
+Every WAITS_ROUND_S (straggler_verdict), one `collective-waits` operation per running node
+(plan/node_files.py), in the background: each rank's dump since the last round is read on its node (its
+collectives' GPU time over its latest WINDOW_S) and the next dump asked for. The shares of one round go to the
+nodes' verdict (straggler_verdict.judge_waits); a rank it names WAITS_ROUNDS rounds in a row is the straggler,
+and it keeps pace again once WAITS_ROUNDS rounds in a row do not name it. Jobs without NCCL (gloo) or without
 a torch that has the dump pipe make no FIFO: the rounds find nothing, come further apart
-(verdict.waits_pause_s) and stop asking after IDLE_ROUNDS; the py-spy samples (watch/straggler_watch.py)
-go on either way.
+(verdict.waits_pause_s) and stop asking after IDLE_ROUNDS; the py-spy samples (watch/straggler_watch.py) go on
+either way.
 """
 from __future__ import annotations
 

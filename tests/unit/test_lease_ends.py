@@ -257,7 +257,7 @@ def test_a_release_a_node_did_not_answer_is_asked_again_and_one_that_still_fails
     assert all(a.ok for a in answers.values()) and nodes.holders("n1") == nodes.holders("n2") == []
     held = run_leases.take(inventory, None, "B", {"n1": ["gpu0"], "n2": ["gpu0"]})
     lost["n2"] = 2  # lost for good: the lease stays to lapse, and the run's end says so
-    said = run_leases.unreleased(held.release(), inventory)
+    said = held.unreleased(held.release())
     assert nodes.holders("n2") == ["B"] and len(said) == 1
     assert said[0].startswith("n2: the connection to n2 was lost: its GPU leases there lapse"), said
 
