@@ -183,12 +183,35 @@ def waits_pause_s(idle):
     return min(WAITS_ROUND_S * 2 ** min(int(idle), WAITS_IDLE_ROUNDS), WAITS_IDLE_MAX_S)
 
 
-WaitsVerdict = namedtuple("WaitsVerdict", "host rank lag_share ratio own others window_s")
+# Where the others' share reaches SATURATED_SHARE it stops measuring a wait the job pays: on 2 x H200 a healthy run of
+# pytorch/examples' FSDP2 example (a small model: the CPU sets the pace) had one rank at 100% and the other at 2% for
+# a minute at a time, then the other way round. Its collectives overlap (prefetched all-gathers beside
+# reduce-scatters) and the rank whose CPU runs ahead has a collective spinning on the GPU for its peer nearly always,
+# at no cost to the job; a rank held 23% of the time looked the same. There the verdict also needs the job slowed:
+# its collectives coming at most PACE_DROP as fast as the median of its latest PACE_ROUNDS rounds that named nobody
+# (the 23% hold: ~0.77; its 2000-collective windows spanned 5 s against 3-4 s left alone). A rank slow from the start
+# of such a job is not named by the flight recorder (the py-spy samples still judge it).
+SATURATED_SHARE, PACE_DROP, PACE_ROUNDS = 0.9, 0.85, 20
+WaitsVerdict = namedtuple("WaitsVerdict", "host rank lag_share ratio own others window_s pace", defaults=(None,))
 
 
-def judge_waits(measured):
-    """{(host, rank): (wait_s, window_s)} of one round -> WaitsVerdict, or None when no rank stands out."""
-    shares = {key: min(1.0, wait / window) for key, (wait, window) in measured.items() if window > 0}
+def round_pace(measured):
+    """The job's collectives per second in one round: the median over its ranks' windows, None without counts."""
+    paces = [m[2] / m[1] for m in measured.values() if len(m) > 2 and m[1] > 0 and m[2]]
+    return statistics.median(paces) if paces else None
+
+
+def paces_after(paces, measured, found):
+    """The paces of the run's latest PACE_ROUNDS rounds that named nobody, with this round's where it named nobody:
+    the job's own pace left alone, which a slowdown's rounds (named) do not drag down."""
+    pace = round_pace(measured)
+    return (list(paces) + [pace])[-PACE_ROUNDS:] if found is None and pace is not None else list(paces)
+
+
+def judge_waits(measured, paces=()):
+    """{(host, rank): (wait_s, window_s[, collectives])} of one round -> WaitsVerdict, or None when no rank stands out.
+    `paces`: paces_after's list of the run's earlier rounds (asked where the shares saturate)."""
+    shares = {key: min(1.0, m[0] / m[1]) for key, m in measured.items() if m[1] > 0}
     if len(shares) < 2:
         return None
     ordered = sorted(shares.items(), key=lambda item: (item[1], item[0][1]))
@@ -196,6 +219,12 @@ def judge_waits(measured):
     others = statistics.median(share for _, share in ordered[1:])
     if others - own < WAIT_GAP or own > WAIT_RATIO * others or ordered[1][1] - own < WAIT_GAP / 2:
         return None
+    if others >= SATURATED_SHARE:
+        pace, usual = round_pace(measured), statistics.median(paces) if len(paces) >= 2 else None
+        if pace is None or not usual or pace > PACE_DROP * usual:
+            return None  # the shares say who is behind, not that it costs the job anything
+        slowed = pace / usual
+        return WaitsVerdict(host, rank, 1.0 - slowed, 1.0 / slowed, own, others, measured[(host, rank)][1], slowed)
     ratio = (1.0 - own) / max(1.0 - others, 0.05)
     return WaitsVerdict(host, rank, others - own, ratio, own, others, measured[(host, rank)][1])
 
@@ -219,8 +248,10 @@ def seconds_value(value):
 
 
 def waits_evidence(found):
+    slowed = (f", and the job's collectives came at {found.pace:.0%} of its usual pace"
+              if getattr(found, "pace", None) else "")
     return (f"its collectives waited {found.own:.0%} of its last {found.window_s:.0f} s on the GPU, the other ranks' "
-            f"{found.others:.0%} (flight recorder)")
+            f"{found.others:.0%}{slowed} (flight recorder)")
 
 
 def recovered(samples, host, rank):
@@ -260,6 +291,7 @@ class Watch:
         self.window, self.judged = [], -1
         self.named, self.history, self.problems = None, [], {}
         self.waits, self.waits_rounds, self.waits_judged = {}, [], 0.0  # the keepers' flight-recorder rounds (NCCL)
+        self.waits_paces = []  # paces_after's list
 
     def heard(self, host, summary):
         """A keeper's summary (node_stragglers.Sampler.summary): its samples, or why it has none."""
@@ -281,9 +313,9 @@ class Watch:
         waits = summary.get("waits")
         if isinstance(waits, dict) and seconds_value(waits.get("at")) and isinstance(waits.get("ranks"), list):
             self.waits[host] = (float(waits["at"]), {
-                r[0]: (float(r[1]), float(r[2])) for r in waits["ranks"][:256]
-                if isinstance(r, list) and len(r) == 3 and isinstance(r[0], int)
-                and seconds_value(r[1]) and seconds_value(r[2])})
+                r[0]: tuple(float(value) for value in r[1:4]) for r in waits["ranks"][:256]
+                if isinstance(r, list) and len(r) in (3, 4) and isinstance(r[0], int)
+                and all(seconds_value(value) for value in r[1:4])})
 
     def judge(self, now):
         """Judge the ticks settled by `now` (unix time, seconds), and the latest flight-recorder round: True when
@@ -300,7 +332,9 @@ class Watch:
                  for rank, m in ranks.items()}
         if not fresh:
             return False
-        self.waits_rounds = (self.waits_rounds + [judge_waits(fresh)])[-WAITS_ROUNDS:]
+        judged = judge_waits(fresh, self.waits_paces)
+        self.waits_rounds, self.waits_paces = (self.waits_rounds + [judged])[-WAITS_ROUNDS:], \
+            paces_after(self.waits_paces, fresh, judged)
         if isinstance(self.named, WaitsVerdict):
             if not waits_let_go(self.waits_rounds, self.named.host, self.named.rank):
                 return False

@@ -32,6 +32,7 @@ class CollectiveWatch:
         self.inventory, self.run_id, self.connections = inventory, run_id, connections
         self.enabled = bool(inventory.job.outputs)  # the run dir holds the FIFOs: no outputs, no dumps
         self.rounds: list[Optional[verdict.WaitsVerdict]] = []  # each judged round's verdict, latest last
+        self.paces: list[float] = []  # the job's pace in its rounds that named nobody (verdict.paces_after)
         self.problems: dict = {}  # (host, rank) -> (why its latest rounds said nothing, how many rounds in a row)
         self._round: Optional[Background] = None
         self._next_at = time.monotonic() + FIRST_AFTER_S
@@ -54,12 +55,13 @@ class CollectiveWatch:
                 fifos += 1
                 key = (host, line["rank"])
                 if "wait_s" in line:
-                    measured[key] = (line["wait_s"], line["window_s"])
+                    measured[key] = (line["wait_s"], line["window_s"], line.get("collectives", 0))
                     self.problems.pop(key, None)
                 else:
                     self.problems[key] = (line.get("problem", ""), self.problems.get(key, ("", 0))[1] + 1)
         self._scheduled(fifos)
-        self.rounds = (self.rounds + [verdict.judge_waits(measured)])[-verdict.WAITS_ROUNDS:]
+        judged = verdict.judge_waits(measured, self.paces)
+        self.rounds, self.paces = (self.rounds + [judged])[-verdict.WAITS_ROUNDS:], verdict.paces_after(self.paces, measured, judged)
         return True
 
     def _scheduled(self, fifos: int) -> None:
@@ -91,7 +93,8 @@ class CollectiveWatch:
 
 
 def parse_round(stdout: str) -> list[dict]:
-    """The node's JSON lines (run_files.py collective-waits): each {rank, wait_s, window_s} or {rank, problem};
+    """The node's JSON lines (run_files.py collective-waits): each {rank, wait_s, window_s, collectives} or
+    {rank, problem};
     a line that is not one is skipped, never raised."""
     lines = []
     for text in stdout.splitlines()[:MAX_LINES]:
@@ -102,7 +105,9 @@ def parse_round(stdout: str) -> list[dict]:
         if not isinstance(line, dict) or not _count(line.get("rank")):
             continue
         if verdict.seconds_value(line.get("wait_s")) and verdict.seconds_value(line.get("window_s")):
-            lines.append({"rank": line["rank"], "wait_s": float(line["wait_s"]), "window_s": float(line["window_s"])})
+            count = line.get("collectives") if _count(line.get("collectives")) else 0
+            lines.append({"rank": line["rank"], "wait_s": float(line["wait_s"]), "window_s": float(line["window_s"]),
+                          "collectives": count})
         else:
             lines.append({"rank": line["rank"], "problem": str(line.get("problem") or "no figures")[:200]})
     return lines

@@ -3,7 +3,9 @@
 downloaded), random token ids, `Trainer.train()`. Launched by torchrun (clusterctl), it runs DDP through
 Accelerate; the only choice made for the one-GPU check is `ddp_backend` (gloo when two ranks share a GPU).
 
-    trainer_job.py --backend nccl|gloo --steps N --out DIR
+    trainer_job.py --backend nccl|gloo --steps N --out DIR [--deepspeed CONFIG.json]
+
+`--deepspeed` is TrainingArguments' own (a DeepSpeed config, e.g. ZeRO-2), as HF's example scripts pass it.
 """
 import argparse
 
@@ -28,12 +30,14 @@ def main() -> None:
     parser.add_argument("--backend", default="nccl")
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--out", default="/tmp/trainer-out")
+    parser.add_argument("--deepspeed", default=None)
     args = parser.parse_args()
     config = GPT2Config(n_layer=6, n_head=8, n_embd=512, vocab_size=8192, n_positions=256)
     model = GPT2LMHeadModel(config)
     training = TrainingArguments(output_dir=args.out, max_steps=args.steps, per_device_train_batch_size=8,
                                  logging_steps=20, save_strategy="no", report_to=[], ddp_backend=args.backend,
-                                 dataloader_num_workers=0, disable_tqdm=True)
+                                 dataloader_num_workers=0, disable_tqdm=True,
+                                 deepspeed=args.deepspeed, bf16=bool(args.deepspeed))
     Trainer(model=model, args=training, train_dataset=RandomTokens(100000, 256, config.vocab_size)).train()
 
 

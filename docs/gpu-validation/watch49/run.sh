@@ -4,7 +4,12 @@
 # `clusterctl run` with two `connection: local` hosts, one GPU each. Three cases: left alone (nobody named),
 # rank 1 held 60% of the time FROM OUTSIDE (SIGSTOP/SIGCONT duty cycle, tests/fixtures/noisy.py: named as the
 # straggler?; each of these two ends by `--timeout 100`), rank 1 frozen for good (SIGSTOP: the run ends naming g1 rank 1 and its state?).
-# LOOP=trainer runs the same three cases on a plain Hugging Face Trainer loop (docs/gpu-validation/hf-trainer/).
+# LOOP=trainer runs the same three cases on a plain Hugging Face Trainer loop (docs/gpu-validation/hf-trainer/);
+# LOOP=deepspeed the same Trainer loop under DeepSpeed ZeRO-2 (its `--deepspeed` config, as HF users pass it);
+# LOOP=fsdp2 pytorch/examples' distributed/FSDP2/example.py (carried in .gl/fsdp2/), one host with both GPUs (the
+# script refuses fewer than two visible), its one change the step count (10, then it saves and exits).
+# RUN_TIMEOUT: each run's `--timeout` (100 s; the DeepSpeed Trainer takes ~45 s to its first step).
+# HOLD: the share of each second the slowed rank is held (0.6: its steps ~2.5x as long; 0.23: 1.3x; 0.44: 1.8x).
 # Usage, from the repository root, OUT set, wheels in .whl/:  [LOOP=trainer] bash docs/gpu-validation/watch49/run.sh
 set -u
 PY=${PY:-python3}
@@ -13,11 +18,23 @@ R=$(pwd)
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1 COLUMNS=200
 $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl >/dev/null 2>&1
 export PYTHONPATH=$R:/tmp/site PATH=/tmp/site/bin:$PATH
-LOOP=${LOOP:-ddp}
+LOOP=${LOOP:-ddp} HOLD=${HOLD:-0.6} HOSTS=two ARGS=
 W=/tmp/watch49-$LOOP; rm -rf "$W"; mkdir -p "$W"; echo go > "$W/prompt.txt"
 NOLS='NCCL_NVLS_ENABLE: "0", TORCH_SYMM_MEM_DISABLE_MULTICAST: "1", NVSHMEM_DISABLE_NVLS: "1"'
 JOB=$R/.gl/ddp-tutorial/multinode.py G0="gpus: [0]" G1="gpus: [1]" ENV=$NOLS BACKEND=nccl SETTLE=15
 [ "$LOOP" = trainer ] && JOB=$R/docs/gpu-validation/hf-trainer/trainer_job.py SETTLE=30  # transformers imports slowly
+if [ "$LOOP" = deepspeed ]; then
+  JOB=$R/docs/gpu-validation/hf-trainer/trainer_job.py SETTLE=45
+  echo '{"zero_optimization": {"stage": 2}, "bf16": {"enabled": "auto"}, "train_micro_batch_size_per_gpu": "auto",
+ "gradient_accumulation_steps": "auto", "zero_allow_untested_optimizer": true}' > "$W/zero2.json"
+  ARGS=", --deepspeed, $W/zero2.json"
+fi
+if [ "$LOOP" = fsdp2 ]; then
+  mkdir -p "$W/fsdp2"; cp "$R"/.gl/fsdp2/*.py "$W/fsdp2/"
+  sed -i 's/    for _ in range(10):/    for _ in range(1000000):/' "$W/fsdp2/example.py"
+  grep -q 'range(1000000)' "$W/fsdp2/example.py" || { echo "FSDP2 example: its loop was not found"; exit 1; }
+  JOB=$W/fsdp2/example.py SETTLE=20 HOSTS=one
+fi
 if [ "$(nvidia-smi -L | wc -l)" -lt 2 ] && [ "$LOOP" = trainer ]; then
   G0="gpus: none" G1="gpus: none" ENV="$NOLS, CUDA_VISIBLE_DEVICES: \"0\"" BACKEND=gloo  # the Trainer's own ddp_backend
 elif [ "$(nvidia-smi -L | wc -l)" -lt 2 ]; then
@@ -29,17 +46,20 @@ elif [ "$(nvidia-smi -L | wc -l)" -lt 2 ]; then
 fi
 inventory() {  # $1 name, $2 epochs (steps for the Trainer)
   local args="\"$2\", \"1000000\""
-  [ "$LOOP" = trainer ] && args="--backend, $BACKEND, --steps, \"$2\", --out, $W/trainer-$1"
+  local hosts="  - {name: g0, connection: local, $G0, slots: 1}
+  - {name: g1, connection: local, $G1, slots: 1}" nproc=1
+  [[ "$LOOP" = trainer || "$LOOP" = deepspeed ]] && args="--backend, $BACKEND, --steps, \"$2\", --out, $W/trainer-$1$ARGS"
+  [ "$LOOP" = fsdp2 ] && args=""
+  [ "$HOSTS" = one ] && hosts="  - {name: g0, connection: local, gpus: [0, 1], slots: 2}" nproc=2
   cat > "$W/$1.yaml" <<YAML
 name: $1
 hosts:
-  - {name: g0, connection: local, $G0, slots: 1}
-  - {name: g1, connection: local, $G1, slots: 1}
+$hosts
 rendezvous: {port: 29720}
 job:
   command: [$JOB]
   args: [$args]
-  nproc_per_node: 1
+  nproc_per_node: $nproc
   python: $PY
   outputs: $W/outputs-$1
   env: {$ENV${EXTRA_ENV:+, $EXTRA_ENV}}
@@ -48,14 +68,15 @@ YAML
 }
 case_run() {  # $1 name, $2 epochs, $3 what to do from outside (none|slow|freeze), $4 stall timeout
   inventory "$1" "$2"
-  $PY - "$1" "$3" "$W" "$4" "$SETTLE" <<'PYEOF'
+  $PY - "$1" "$3" "$W" "$4" "$SETTLE" "$HOLD" <<'PYEOF'
 import json, os, subprocess, sys, threading, time
 sys.path.insert(0, "tests")
 from fixtures.noisy import DutyCycle, find_rank, freeze, thaw
-name, what, w, stall, settle = sys.argv[1:]
+name, what, w, stall, settle, hold = sys.argv[1:]
 t0 = time.time()
 proc = subprocess.Popen([sys.executable, "-m", "clusterctl", "run", "-i", f"{w}/{name}.yaml", "--json",
-                         "--stall-timeout", stall, "--timeout", "100", f"{w}/prompt.txt"],
+                         "--stall-timeout", stall, "--timeout", os.environ.get("RUN_TIMEOUT", "100"),
+                         f"{w}/prompt.txt"],
                         stdout=subprocess.PIPE, stderr=open(f"{os.environ['OUT']}/{name}.stderr.txt", "w"), text=True)
 marker = [f"CLUSTERCTL_CLUSTER={name}"]
 held = {}
@@ -69,7 +90,7 @@ def outside():
     time.sleep(float(settle))  # past NCCL's setup (and the Trainer's imports), into the steps
     held["at"] = time.time() - t0
     if what == "slow":
-        cycle = DutyCycle(pid, 0.6)
+        cycle = DutyCycle(pid, float(hold))
         probe = os.environ.get("FR_PROBE")  # issue 49: torch's flight recorder dumped on demand (its pipe) mid-run
         rank0, k = find_rank(marker, 0), 0
         while proc.poll() is None:
@@ -103,14 +124,14 @@ def outside():
                                    stdout=f, stderr=subprocess.STDOUT, timeout=120)
 if what != "none":
     threading.Thread(target=outside, daemon=True).start()
-out, _ = proc.communicate(timeout=420)
+out, _ = proc.communicate(timeout=float(os.environ.get("RUN_TIMEOUT", "100")) + 120)
 if "pid" in held:
     thaw(held["pid"])
 t1 = time.time() - t0
 doc = json.loads(out) if out.strip() else {}
 f = doc.get("first_failure") or {}
 hang = next((d for d in f.get("diagnosis") or [] if d.get("cause") == "rank_hang"), {})
-print(json.dumps({"case": name, "outside": what, "rank1_up_s": round(held.get("up", -1), 1),
+print(json.dumps({"case": name, "outside": what, "hold": float(hold) if what == "slow" else None, "rank1_up_s": round(held.get("up", -1), 1),
                   "outside_from_s": round(held.get("at", -1), 1), "returned_s": round(t1, 1),
                   "exit_code": doc.get("exit_code"), "ok": doc.get("ok"),
                   "stragglers": doc.get("stragglers"), "first_failure": {k: f.get(k) for k in ("host", "rank", "cause")},
@@ -125,10 +146,11 @@ PYEOF
   CASES=${CASES:-quiet slowed frozen}  # e.g. CASES=quiet for the untouched run only
   [[ " $CASES " == *" quiet "* ]] && case_run quiet 100000 none 60
   [[ " $CASES " == *" slowed "* ]] && case_run slowed 100000 slow 0
+  for share in ${HOLDS:-}; do HOLD=$share case_run "slow${share#0.}" 100000 slow 0; done  # e.g. HOLDS="0.23 0.44"
   [[ " $CASES " == *" frozen "* ]] && case_run frozen 100000 freeze 20
   if [[ " $CASES " == *" detached "* ]]; then  # the keepers' rounds and the supervisor's verdict
     inventory detached 100000
     $PY docs/gpu-validation/watch49/detached_case.py "$W/detached.yaml" "$W/prompt.txt" "$SETTLE" "$OUT/detached.json"
   fi
-  echo "=== left over"; ps -eo pid,stat,cmd | grep -E 'multinode|trainer_job|torch.distributed' | grep -v grep || echo none
+  echo "=== left over"; ps -eo pid,stat,cmd | grep -E 'multinode|trainer_job|example.py|torch.distributed' | grep -v grep || echo none
 } 2>&1 | tee "$OUT/session.log"
