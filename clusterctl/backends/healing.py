@@ -78,7 +78,8 @@ def _run_healing(session, backend, inventory, request: RunRequest, live, plan_on
     from clusterctl.run.leases import holding as holding_leases
 
     # the run lock and the nodes' GPU leases held across the attempts (run/leases.py: survivors keep theirs)
-    with holding(session, inventory, run_id), holding_leases(run_id):
+    with holding(session, inventory, run_id), \
+            holding_leases(run_id, lambda line: session.renderer.message(line, "yellow")):
         return _attempts(session, backend, inventory, request, live, fleet, run_id)
 
 

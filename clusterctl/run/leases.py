@@ -57,7 +57,8 @@ class Leases:
         takes its own (refused naming the holder, or queued with `wait`), a survivor keeps what it holds
         (renewed: never released and taken again, so no other run slips in between)."""
         gone = [h for h in self.keys if self.keys[h] != keys.get(h)]
-        self.release(gone)
+        for line in self.unreleased(self.release(gone)):
+            say(line)
         self.inventory, self.connections = inventory, connections
         self.renew(force=True)
         joining = {h: k for h, k in keys.items() if h not in self.keys}
@@ -75,6 +76,8 @@ class Leases:
     def unreleased(self, answers: dict[str, leasing.Answer]) -> list[str]:
         """One line per node whose leases stay after a release (each lapses a lost-node window after the
         run's last beat): what the run's end prints, never silent."""
+        if not answers:
+            return []
         window = leasing.window_s(self.inventory)
         return [f"{a.error}: its GPU leases there lapse {window:.0f}s after the run's last beat"
                 for a in answers.values() if not a.ok]
@@ -84,16 +87,18 @@ HELD: contextvars.ContextVar[Optional[Leases]] = contextvars.ContextVar("cluster
 
 
 @contextmanager
-def holding(run_id: str) -> Iterator[Leases]:
+def holding(run_id: str, say: Callable[[str], None] = lambda text: None) -> Iterator[Leases]:
     """The leases of `run_id` held across its attempts (backends/healing.py): each attempt's run flow
-    `hold`s what its plan needs instead of taking and releasing; released as the loop ends, however."""
+    `hold`s what its plan needs instead of taking and releasing; released as the loop ends, however, and a node
+    that kept them said (`say`)."""
     held = Leases(None, None, run_id)
     token = HELD.set(held)
     try:
         yield held
     finally:
         HELD.reset(token)
-        held.release()
+        for line in held.unreleased(held.release()):
+            say(line)
 
 
 def held_for(run_id: str) -> Optional[Leases]:

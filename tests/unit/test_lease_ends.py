@@ -262,6 +262,31 @@ def test_a_release_a_node_did_not_answer_is_asked_again_and_one_that_still_fails
     assert said[0].startswith("n2: the connection to n2 was lost: its GPU leases there lapse"), said
 
 
+def test_a_healing_loop_says_the_leases_a_node_kept_between_attempts_and_at_its_end(tmp_path, monkeypatch):
+    """The class above on the healing loop's two releases: a host left out between attempts, and the loop's end."""
+    from clusterctl.plan import leasing
+    from clusterctl.run import leases as run_leases
+
+    nodes, lost = _Nodes(tmp_path), set()
+
+    def cut(inventory, connections, names, op, per_host=None, **args):
+        answers = nodes(inventory, connections, [n for n in names if n not in lost or op != "release"], op,
+                        per_host, **args)
+        return {**answers, **{n: leasing.Answer(n, None, f"{n}: no answer") for n in names
+                              if n in lost and op == "release"}}
+
+    monkeypatch.setattr(run_leases, "_on_nodes", cut)
+    inventory, said = _inventory("n1", "n2", "n3"), []
+    with run_leases.holding("A", said.append) as held:
+        held.hold(inventory, None, {"n1": ["gpu0"], "n2": ["gpu0"]}, say=said.append)
+        lost.add("n2")
+        held.hold(inventory, None, {"n1": ["gpu0"], "n3": ["gpu0"]}, say=said.append)  # n2 left out, cut off
+        assert [line.split(":")[0] for line in said] == ["n2"] and "lapse" in said[0]
+        lost.add("n3")
+    assert [line.split(":")[0] for line in said] == ["n2", "n3"]  # the loop's end: n3 kept its lease
+    assert nodes.holders("n1") == [] and nodes.holders("n3") == ["A"]
+
+
 def test_a_run_that_heals_itself_keeps_its_survivors_leases_and_takes_the_spares_only(tmp_path, monkeypatch):
     from clusterctl.errors import StateError
     from clusterctl.run import leases as run_leases
