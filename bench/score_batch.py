@@ -622,6 +622,14 @@ and 2 froze 35-45 minutes early, so batch 2 was scored with batch 1's code uncha
   a scheduler's); Slurm's `Requested node configuration is not available` (two earlier batches label it
   `insufficient_resources`, this one `slurm_request_invalid`: left as it is); logs whose lines do not carry the
   cause (NCCL connects refused for a wrong world size, a store's broken pipe for a P2P hang).
+- After batch 22 (frozen 04:49 UTC, 21 logs from one blind collector, all GitHub pages; a second collector found one
+  fresh page in an hour and did not freeze: the stored pages searched by error text are nearly used up; scored once
+  at 0394028: top-1 17/21, 81.0 %; then read, classes only): Open MPI's TCP transport answered by the wrong process
+  (`received unexpected process identifier`: hosts sharing docker0's address) and connecting to a Docker bridge's
+  gateway (`connect() to 172.17.0.1 failed`), NCCL's bootstrap failing in its socket calls with nothing but
+  NCCL_DEBUG=INFO's return-code trace (`bootstrap.cc:270 -> 2` after `socket.cc:... -> 2`): `nic_mismatch`.
+  Re-scored (NOT a first score): batch 22 19/21; the held-out split unchanged; earlier batches' logs were not on this
+  machine to re-score. Left: 2 `other:` labels (a DeepSpeed release's regression, a gloo start that hangs).
 
 The same batches re-scored after those changes (NOT first scores: the changes were made after reading them):
 batch 4 37/42 top-1 (88.1 %), 39/42 top-3; batch 5 33/42 (78.6 %), 35/42; batch 6 34/42 (81.0 %), 35/42 (its two

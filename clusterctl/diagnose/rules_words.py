@@ -185,7 +185,12 @@ OTHER_WORDS = {
         S(r"btl: tcp: Match incoming connection from .{0,80} failed", .85),
         # NCCL using or connecting to a link-local address: an interface that routes nowhere beyond its link
         S(rf"Using (?:\[0\])?[\w.-]+:(?:{LINK_LOCAL})", .8),
-        S(rf"Connect to (?:{LINK_LOCAL}|{BRIDGE_GATEWAY})", .8),
+        S(rf"Connect to (?:{LINK_LOCAL}|{BRIDGE_GATEWAY})|connect\(\) to (?:{LINK_LOCAL}|{BRIDGE_GATEWAY}) failed", .8),
+        # (after batch 22) Open MPI's TCP transport answered by the wrong process: hosts that share an address (every
+        # docker0 is 172.17.0.1, every virbr0 192.168.122.1) reach themselves; and NCCL's bootstrap (sockets over the
+        # chosen interface) failing in its socket calls, traced by the return codes of NCCL_DEBUG=INFO
+        S(r"recv_connect_ack\]? received unexpected process identifier", .8),
+        S(r"bootstrap\.cc:\d+ -> 2\b", .5, requires=r"socket\.cc:\d+ -> 2\b"),
         # UCX (Open MPI's pml) unable to reach a peer's worker address: no interface the two hosts share
         S(r"Failed to receive UCX worker address|Failed to resolve UCX endpoint", .7),
         # (after batch 12) Open MPI's TCP transport failing between nodes: on multi-homed hosts (docker0, veth,

@@ -1,4 +1,4 @@
-"""Message classes met in the misses of batches 20 and 21 (issue 51; their first scores, blind, are in
+"""Message classes met in the misses of batches 20, 21 and 22 (issue 51; their first scores, blind, are in
 docs/diagnosis.md), in programs' own words (the format string's source named), never the batches' logs."""
 from __future__ import annotations
 
@@ -28,6 +28,15 @@ CASES = [
     # pyxis' slurmd-side setup (pyxis_slurmd.c: "couldn't mkdir %s"), then Slurm's spank.c for the failed plugin
     ("error: pyxis: couldn't mkdir /run/pyxis/100005: No such file or directory\n"
      "error: spank: required plugin spank_pyxis.so: init_post_opt() failed with rc=-1", "container_start_failed"),
+    # Open MPI's TCP BTL (opal/mca/btl/tcp/btl_tcp_endpoint.c, BTL_ERROR: "received unexpected process identifier %s",
+    # "connect() to %s failed: %s (%d)"): hosts sharing docker0's address reach themselves
+    ("[node-a][[4711,1],0][btl_tcp_endpoint.c:640:mca_btl_tcp_endpoint_recv_connect_ack] received unexpected "
+     "process identifier [[4711,1],1]", "nic_mismatch"),
+    ("[node-b][[4711,1],1][btl_tcp_endpoint.c:800:mca_btl_tcp_endpoint_complete_connect] connect() to 172.17.0.1 "
+     "failed: Connection refused (111)", "nic_mismatch"),
+    # NCCL's return-code trace (NCCLCHECK's INFO "%s:%d -> %d") through its bootstrap's socket calls, nothing else
+    ("node-a:301:412 [0] NCCL INFO misc/socket.cc:567 -> 2\nnode-a:301:412 [0] NCCL INFO misc/socket.cc:618 -> 2\n"
+     "node-a:301:412 [0] NCCL INFO bootstrap.cc:270 -> 2", "nic_mismatch"),
 ]
 
 
