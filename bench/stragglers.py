@@ -13,6 +13,7 @@ On this machine, `clusterctl run` of tests/fixtures/jobs/ddp_plain.py (DDP or FS
   run's end, and the host/rank of its first failure.
 - healthy: 120 s untouched: the ranks named (none expected); its mean step time with the watch and with
   `--no-straggler-watch`.
+- long: `--long-s` (600) untouched, with the watch: the ranks named over issue 49's 10 minutes (none expected).
 - cost: the run's straggler watch (watch/straggler_watch.py as `run` drives it: its pace, window filling at
   1 s then steady rounds of 4 samples 5 s apart, its kept py-spy) run for 150 s against a healthy job's 3
   ranks: its node scripts' CPU seconds (py-spy included) per wall second, i.e. the share of one core it
@@ -242,7 +243,7 @@ def merged(path: Path, report: dict, kinds: list[str], parts: list[str]) -> dict
         earlier = json.loads(path.read_text())
     except (OSError, ValueError):
         return report
-    for part in ("slowed", "frozen", "healthy", "cost"):
+    for part in ("slowed", "frozen", "healthy", "long", "cost"):
         again = part in parts
         kept = [e for e in earlier.get(part, []) if not (again and e.get("kind") in kinds)]
         report[part] = kept + report[part]
@@ -255,12 +256,13 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--kinds", default="ddp")
     parser.add_argument("--shares", default="0.23,0.44")
-    parser.add_argument("--parts", default="slowed,frozen,healthy,cost")
+    parser.add_argument("--parts", default="slowed,frozen,healthy,cost", help="and `long`")
+    parser.add_argument("--long-s", type=int, default=600)
     parser.add_argument("--out", default="", help="the JSON file: results of other kinds or parts already there are kept")
     args = parser.parse_args()
     kinds, parts = args.kinds.split(","), args.parts.split(",")
     report: dict = {"machine": f"{os.cpu_count()} CPUs", "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                    "slowed": [], "frozen": [], "healthy": [], "cost": []}
+                    "slowed": [], "frozen": [], "healthy": [], "long": [], "cost": []}
     for kind in kinds:
         if "slowed" in parts:
             report["slowed"] += [measured(slowed, kind, float(share)) for share in args.shares.split(",")]
@@ -268,6 +270,8 @@ def main() -> None:
             report["frozen"].append(measured(frozen, kind))
         if "healthy" in parts:
             report["healthy"] += [measured(healthy, kind, True), measured(healthy, kind, False)]
+        if "long" in parts:
+            report["long"].append(measured(healthy, kind, True, args.long_s))
         if "cost" in parts:
             report["cost"].append(measured(cost, kind))
         print(json.dumps(report, indent=1), file=sys.stderr, flush=True)

@@ -243,13 +243,33 @@ def waits_let_go(rounds, host, rank):
     return len(latest) >= WAITS_ROUNDS and all(r is None or (r.host, r.rank) != (host, rank) for r in latest)
 
 
+class WaitsRounds:
+    """One run's judged flight-recorder rounds, the attached watch's and the supervisor's alike: the latest
+    WAITS_ROUNDS verdicts, and the job's pace in the rounds that named nobody (judge_waits' `paces`)."""
+
+    def __init__(self):
+        self.verdicts, self.paces = [], []
+
+    def add(self, measured):
+        """One round's {(host, rank): (wait_s, window_s, collectives)} judged and kept: its verdict, or None."""
+        found = judge_waits(measured, self.paces)
+        self.verdicts = (self.verdicts + [found])[-WAITS_ROUNDS:]
+        self.paces = paces_after(self.paces, measured, found)
+        return found
+
+    def named(self):
+        return waits_named(self.verdicts)
+
+    def let_go(self, host, rank):
+        return waits_let_go(self.verdicts, host, rank)
+
+
 def seconds_value(value):
     return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1e10
 
 
 def waits_evidence(found):
-    slowed = (f", and the job's collectives came at {found.pace:.0%} of its usual pace"
-              if getattr(found, "pace", None) else "")
+    slowed = f", and the job's collectives came at {found.pace:.0%} of its usual pace" if found.pace else ""
     return (f"its collectives waited {found.own:.0%} of its last {found.window_s:.0f} s on the GPU, the other ranks' "
             f"{found.others:.0%}{slowed} (flight recorder)")
 
@@ -290,8 +310,7 @@ class Watch:
         self.ticks = {}  # tick -> {host: [Reading]}
         self.window, self.judged = [], -1
         self.named, self.history, self.problems = None, [], {}
-        self.waits, self.waits_rounds, self.waits_judged = {}, [], 0.0  # the keepers' flight-recorder rounds (NCCL)
-        self.waits_paces = []  # paces_after's list
+        self.waits, self.waits_rounds, self.waits_judged = {}, WaitsRounds(), 0.0  # the keepers' rounds (NCCL)
 
     def heard(self, host, summary):
         """A keeper's summary (node_stragglers.Sampler.summary): its samples, or why it has none."""
@@ -332,16 +351,14 @@ class Watch:
                  for rank, m in ranks.items()}
         if not fresh:
             return False
-        judged = judge_waits(fresh, self.waits_paces)
-        self.waits_rounds, self.waits_paces = (self.waits_rounds + [judged])[-WAITS_ROUNDS:], \
-            paces_after(self.waits_paces, fresh, judged)
+        self.waits_rounds.add(fresh)
         if isinstance(self.named, WaitsVerdict):
-            if not waits_let_go(self.waits_rounds, self.named.host, self.named.rank):
+            if not self.waits_rounds.let_go(self.named.host, self.named.rank):
                 return False
             self.history[-1] = {**self.history[-1], "until": round(now, 3)}
             self.named = None
             return True
-        found = waits_named(self.waits_rounds) if self.named is None else None
+        found = self.waits_rounds.named() if self.named is None else None
         if found is None:
             return False
         self.named = found

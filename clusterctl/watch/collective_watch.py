@@ -31,8 +31,7 @@ class CollectiveWatch:
     def __init__(self, inventory: Inventory, run_id: str, connections: Connections):
         self.inventory, self.run_id, self.connections = inventory, run_id, connections
         self.enabled = bool(inventory.job.outputs)  # the run dir holds the FIFOs: no outputs, no dumps
-        self.rounds: list[Optional[verdict.WaitsVerdict]] = []  # each judged round's verdict, latest last
-        self.paces: list[float] = []  # the job's pace in its rounds that named nobody (verdict.paces_after)
+        self.judged = verdict.WaitsRounds()  # the latest rounds' verdicts (the supervisor's rule too)
         self.problems: dict = {}  # (host, rank) -> (why its latest rounds said nothing, how many rounds in a row)
         self._round: Optional[Background] = None
         self._next_at = time.monotonic() + FIRST_AFTER_S
@@ -60,8 +59,7 @@ class CollectiveWatch:
                 else:
                     self.problems[key] = (line.get("problem", ""), self.problems.get(key, ("", 0))[1] + 1)
         self._scheduled(fifos)
-        judged = verdict.judge_waits(measured, self.paces)
-        self.rounds, self.paces = (self.rounds + [judged])[-verdict.WAITS_ROUNDS:], verdict.paces_after(self.paces, measured, judged)
+        self.judged.add(measured)
         return True
 
     def _scheduled(self, fifos: int) -> None:
@@ -77,7 +75,7 @@ class CollectiveWatch:
 
     def found(self) -> Optional[verdict.WaitsVerdict]:
         """The rank the latest WAITS_ROUNDS rounds all named (the nodes' rule, as the supervisor's), else None."""
-        return verdict.waits_named(self.rounds)
+        return self.judged.named()
 
     def unread(self) -> str:
         """`g1 r1: dump not readable (...)`: a rank whose FIFO answers but whose dumps said nothing for UNREAD_ROUNDS
@@ -89,13 +87,12 @@ class CollectiveWatch:
 
     def recovered(self, host: str, rank: int) -> bool:
         """The latest WAITS_ROUNDS rounds named someone else or nobody (the nodes' rule)."""
-        return verdict.waits_let_go(self.rounds, host, rank)
+        return self.judged.let_go(host, rank)
 
 
 def parse_round(stdout: str) -> list[dict]:
     """The node's JSON lines (run_files.py collective-waits): each {rank, wait_s, window_s, collectives} or
-    {rank, problem};
-    a line that is not one is skipped, never raised."""
+    {rank, problem}; a line that is not one is skipped, never raised."""
     lines = []
     for text in stdout.splitlines()[:MAX_LINES]:
         try:

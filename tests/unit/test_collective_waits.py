@@ -139,15 +139,15 @@ def test_the_watch_names_a_rank_two_rounds_in_a_row_and_lets_it_go_after_two_wit
 
     watch = CollectiveWatch(argparse.Namespace(name="c", job=argparse.Namespace(outputs=str(tmp_path))), "run", None)
     held = verdict.WaitsVerdict("g1", 1, 0.56, 2.7, 0.10, 0.66, 7.4)
-    watch.rounds = [None, held]
+    watch.judged.verdicts = [None, held]
     assert watch.found() is None
-    watch.rounds = [held, held]
+    watch.judged.verdicts = [held, held]
     assert watch.found() == held and not watch.recovered("g1", 1)
     named = stragglers.of_waits(held, step_s=0.5, now=100.0)
     assert named.by_flight_recorder and named.lag_s == 0.28 and "flight recorder" in named.line()
-    watch.rounds = [held, None]
+    watch.judged.verdicts = [held, None]
     assert not watch.recovered("g1", 1)
-    watch.rounds = [None, None]
+    watch.judged.verdicts = [None, None]
     assert watch.recovered("g1", 1) and watch.found() is None
 
 
@@ -185,7 +185,7 @@ def test_detached_stale_or_garbled_rounds_are_not_judged():
     watch.heard("g2", {"waits": []})
     assert watch.waits == {"g0": (10.0, {0: (6.6, 10.0)})}
     assert not watch.judge(10.0 + 3 * verdict.WAITS_ROUND_S)  # two rounds old and more: not judged
-    assert watch.waits_rounds == []
+    assert watch.waits_rounds.verdicts == []
 
 
 def test_a_rank_whose_dumps_say_nothing_is_said_once_with_why(tmp_path):
@@ -232,12 +232,8 @@ def _fsdp2_round(window_s, behind=1):
 
 
 def _rounds(windows, behind=1):
-    paces, verdicts = [], []
-    for window_s in windows:
-        found = verdict.judge_waits(_fsdp2_round(window_s, behind), paces)
-        verdicts.append(found)
-        paces = verdict.paces_after(paces, _fsdp2_round(window_s, behind), found)
-    return verdicts
+    judged = verdict.WaitsRounds()
+    return [judged.add(_fsdp2_round(window_s, behind)) for window_s in windows]
 
 
 def test_saturated_shares_alone_name_nobody_in_a_healthy_fsdp2_run():
