@@ -28,6 +28,7 @@ import json
 import os
 import re
 import resource
+import shutil
 import socket
 import subprocess
 import sys
@@ -95,6 +96,9 @@ checks: {{ib: off}}
     if "pid" in hold:
         thaw(hold["pid"])
     hold["ended"] = time.time()
+    if thread:
+        thread.join(30)  # the outside part reads the run's inventory until the ranks are gone
+    shutil.rmtree(where, ignore_errors=True)  # its inventory, state and outputs: nothing left behind
     try:
         doc = json.loads(out) if out.strip() else {}
     except ValueError:
