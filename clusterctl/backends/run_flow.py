@@ -92,8 +92,7 @@ def _take_leases(session, inventory, connections, plan: Plan, request: RunReques
 
 def _release(session, leases) -> None:
     """The run's leases released; a node that kept them is said (run/leases.py)."""
-    for line in leases.unreleased(leases.release()):
-        session.renderer.message(line, "yellow")
+    leases.release_saying(lambda line: session.renderer.message(line, "yellow"))
 
 
 def _plan(session, backend, inventory, connections, request: RunRequest, run_id: str, facts,

@@ -57,8 +57,7 @@ class Leases:
         takes its own (refused naming the holder, or queued with `wait`), a survivor keeps what it holds
         (renewed: never released and taken again, so no other run slips in between)."""
         gone = [h for h in self.keys if self.keys[h] != keys.get(h)]
-        for line in self.unreleased(self.release(gone)):
-            say(line)
+        self.release_saying(say, gone)
         self.inventory, self.connections = inventory, connections
         self.renew(force=True)
         joining = {h: k for h, k in keys.items() if h not in self.keys}
@@ -72,6 +71,12 @@ class Leases:
                       run_id=self.run_id, operator=leasing.operator(), window_s=leasing.window_s(self.inventory))
             self.renewed = time.monotonic()
 
+
+    def release_saying(self, say: Callable[[str], None], hosts: Optional[list[str]] = None) -> None:
+        """`release`, and a line said for each node that kept its leases (`unreleased`): every release whose
+        answers matter to the user goes through here."""
+        for line in self.unreleased(self.release(hosts)):
+            say(line)
 
     def unreleased(self, answers: dict[str, leasing.Answer]) -> list[str]:
         """One line per node whose leases stay after a release (each lapses a lost-node window after the
@@ -97,8 +102,7 @@ def holding(run_id: str, say: Callable[[str], None] = lambda text: None) -> Iter
         yield held
     finally:
         HELD.reset(token)
-        for line in held.unreleased(held.release()):
-            say(line)
+        held.release_saying(say)
 
 
 def held_for(run_id: str) -> Optional[Leases]:
