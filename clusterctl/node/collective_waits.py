@@ -26,11 +26,14 @@ which refuses every class and global, at most MAX_DUMP_BYTES. The standard libra
 import io
 import pickle
 import re
+import time
 
 if __package__:  # imported by the controller's tests
     from clusterctl.node.rank_output import DUMP_LINE, mark
-else:  # a file beside run_files.py or node_stragglers.py, as is rank_output.py
+    from clusterctl.node.rank_procs import cpu_seconds, find_ranks
+else:  # a file beside run_files.py or node_stragglers.py, as are rank_output.py and rank_procs.py
     from rank_output import DUMP_LINE, mark
+    from rank_procs import cpu_seconds, find_ranks
 
 RUNS_ON_NODES = True
 
@@ -97,9 +100,11 @@ def holds_a_hang(raw, written_s):
     return False
 
 
-def node_round(d, read_limit=MAX_DUMP_BYTES):
+def node_round(d, read_limit=MAX_DUMP_BYTES, marker=()):
     """One round in the run dir `d` (safe_files.Dir): each rank's dump read and set aside, then its FIFO
-    poked. A list of dicts, one per rank with a FIFO: rank, and wait_s, window_s, collectives, or why not."""
+    poked. A list of dicts, one per rank with a FIFO: rank, and wait_s, window_s, collectives, or why not.
+    With the run's `marker` (rank_procs.find_ranks), each measured rank's CPU time so far (cpu_s) and this
+    node's clock (at): two rounds apart, how much of a core it got (straggler_verdict.WaitsRounds)."""
     pipes = [(int(found.group(1)), entry.name) for entry in d.entries() for found in [PIPE_RE.match(entry.name)]
              if found]
     if pipes:  # the logs' own last output, before the dumps print their lines (rank_output.py)
@@ -117,7 +122,17 @@ def node_round(d, read_limit=MAX_DUMP_BYTES):
             line["problem"] = "no dump yet"
         line["poked"] = d.poke_fifo(pipe)
         said.append(line)
+    if marker and any("wait_s" in line for line in said):
+        _add_cpu(said, marker)
     return said
+
+
+def _add_cpu(said, marker):
+    pids = {rank: pid for pid, rank in find_ranks(marker).items()}
+    for line in said:
+        cpu = cpu_seconds(pids[line["rank"]]) if "wait_s" in line and line["rank"] in pids else None
+        if cpu is not None:
+            line["cpu_s"], line["at"] = round(cpu, 2), round(time.time(), 3)
 
 
 def _read_dump(d, name, mtime, read_limit):

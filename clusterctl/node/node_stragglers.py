@@ -31,9 +31,11 @@ from collections import deque
 
 if __package__:  # imported by the controller's tests
     from clusterctl.node import collective_waits, straggler_verdict as verdict
+    from clusterctl.node.rank_procs import MARKER, MAX_RANKS, find_ranks
     from clusterctl.node.safe_files import Dir
 else:  # beside node_agent.py in a node's run dir
     import straggler_verdict as verdict
+    from rank_procs import MARKER, MAX_RANKS, find_ranks
     from safe_files import Dir
     try:
         import collective_waits
@@ -43,14 +45,11 @@ else:  # beside node_agent.py in a node's run dir
 RUNS_ON_NODES = True
 TIMEOUT_S = 5.0  # one py-spy dump
 MAX_OUTPUT = 1 << 20  # of one dump: more is not a stack we read
-MAX_RANKS = 64  # sampled on one node
 KEPT = 10  # samples a beat carries (the supervisor drops the ticks it has)
 UNREAD = 5  # samples in a row in which py-spy read none of the ranks found: said once (a ptrace refused)
 RESCAN_S = 5.0  # the ranks are looked for again this often
 PACKED = "py-spy.gz"  # as run/supervision.py ships it
 BINARY = "py-spy"
-MARKER = ("CLUSTERCTL_CLUSTER", "CLUSTERCTL_HOST", "CLUSTERCTL_RUN_ID")  # plan/marker.py's names
-SHELLS = ("sh", "dash", "bash", "busybox")
 
 
 def unpack(run_dir, shipped):
@@ -83,55 +82,6 @@ def _runs(path):
                               stderr=subprocess.DEVNULL, timeout=TIMEOUT_S).returncode == 0
     except (OSError, subprocess.SubprocessError):
         return False
-
-
-def _environ(pid):
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            return f.read(1 << 20).decode("utf-8", "replace").split("\0")
-    except OSError:
-        return []
-
-
-def _rank_of(lines):
-    for line in lines:
-        if line.startswith("RANK=") and line[5:].isdigit():
-            return int(line[5:])
-    return None
-
-
-def _shell(pid):
-    try:
-        return os.path.basename(os.readlink(f"/proc/{pid}/exe")) in SHELLS
-    except OSError:
-        return False
-
-
-def _parent(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def find_ranks(marker):
-    """{pid: rank} of the processes carrying `marker` (the lines KEY=value) and a RANK: the ranks themselves."""
-    ranks = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        lines = _environ(entry)
-        rank = _rank_of(lines) if all(m in lines for m in marker) else None
-        if rank is None or _shell(entry):
-            continue
-        parent = _parent(entry)
-        if parent and _rank_of(_environ(parent)) == rank and not _shell(parent):
-            continue  # a rank's child (a DataLoader worker)
-        ranks[int(entry)] = rank
-        if len(ranks) >= MAX_RANKS:
-            break
-    return ranks
 
 
 def main_state(pid):
@@ -186,7 +136,8 @@ class Sampler:
         self.lock, self.children, self.closed = threading.Lock(), [], threading.Event()
         self.dumped = {}  # pid -> (its schedstat before its last good dump, that dump's main-thread frames)
         self.importing = False  # every rank the latest sample read was inside `import` (straggler_verdict.importing)
-        self.waits = None  # the latest flight-recorder round: {"at": unix time, "ranks": [[rank, wait_s, window_s]]}
+        self.waits = None  # the latest flight-recorder round: {"at": unix time, "ranks": [[rank, wait_s, window_s,
+        #                    collectives(, cpu_s, at)]]}
         threading.Thread(target=self._loop, daemon=True).start()
         threading.Thread(target=self._waits_loop, daemon=True).start()
 
@@ -206,12 +157,12 @@ class Sampler:
         while idle < verdict.WAITS_IDLE_ROUNDS:
             try:
                 with Dir.open(self.run_dir) as d:
-                    lines = collective_waits.node_round(d)
+                    lines = collective_waits.node_round(d, marker=self.marker)
             except Exception:  # the run dir gone or refused: no round, the keeper goes on
                 lines = []
             idle = 0 if lines else idle + 1
-            measured = [[line["rank"], line["wait_s"], line["window_s"], line["collectives"]] for line in lines
-                        if "wait_s" in line]
+            measured = [[line["rank"], line["wait_s"], line["window_s"], line["collectives"], *(
+                [line["cpu_s"], line["at"]] if "cpu_s" in line else [])] for line in lines if "wait_s" in line]
             with self.lock:
                 self.waits = {"at": round(self.now(), 3), "ranks": measured[:MAX_RANKS]} if measured else self.waits
             if self.closed.wait(verdict.waits_pause_s(idle)):

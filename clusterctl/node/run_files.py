@@ -16,8 +16,9 @@ replaced printed, so the controller's parsers read it unchanged:
   read NAME LIMIT            the first LIMIT bytes of a file
   state NAME                 "<now> <mtime>" then the file (the supervisor's state)
   dumps COUNT BYTES          each flight-recorder dump's name, then its first BYTES as base64
-  collective-waits           a flight-recorder round (collective_waits.py travels with this one): a JSON line
-                             per rank, its collectives' wait on the GPU or why not
+  collective-waits [KEY=VALUE...]  a flight-recorder round (collective_waits.py travels with this one): a JSON
+                             line per rank, its collectives' wait on the GPU or why not; with the run's marker,
+                             each rank's CPU time too
   probe                      `top`'s look (observe/top.py's markers)
   set-aside ATTEMPT          the run dir renamed <host>.attempt-ATTEMPT (never into an existing one)
   follow NPROC               the run's live stream (watch/follow.py), until a moment after agent.exit
@@ -167,8 +168,9 @@ def dumps(base: str, rel: str, count: str, limit: str) -> None:
             _out(name.encode("utf-8", "surrogateescape") + b"\n" + base64.b64encode(data) + b"\n")
 
 
-def collective_waits(base: str, rel: str) -> None:
-    """A flight-recorder round (collective_waits.py): each rank's dump read and set aside, its FIFO poked."""
+def collective_waits(base: str, rel: str, *marker: str) -> None:
+    """A flight-recorder round (collective_waits.py): each rank's dump read and set aside, its FIFO poked;
+    `marker`: the run's KEY=value lines, by which its ranks' CPU time is read too."""
     import importlib
     import json
 
@@ -177,7 +179,7 @@ def collective_waits(base: str, rel: str) -> None:
     if d is None:
         return
     with d:
-        for line in waits.node_round(d):
+        for line in waits.node_round(d, marker=marker):
             _out(json.dumps(line, sort_keys=True) + "\n")
 
 

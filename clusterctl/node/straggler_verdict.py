@@ -187,30 +187,46 @@ def waits_pause_s(idle):
 # pytorch/examples' FSDP2 example (a small model: the CPU sets the pace) had one rank at 100% and the other at 2% for
 # a minute at a time, then the other way round. Its collectives overlap (prefetched all-gathers beside
 # reduce-scatters) and the rank whose CPU runs ahead has a collective spinning on the GPU for its peer nearly always,
-# at no cost to the job; a rank held 23% of the time looked the same. There the verdict also needs the job slowed:
-# its collectives coming at most PACE_DROP as fast as the median of its latest PACE_ROUNDS rounds that named nobody
-# (the 23% hold: ~0.77; its 2000-collective windows spanned 5 s against 3-4 s left alone). A rank slow from the start
-# of such a job is not named by the flight recorder (the py-spy samples still judge it).
-SATURATED_SHARE, PACE_DROP, PACE_ROUNDS = 0.9, 0.85, 20
-WaitsVerdict = namedtuple("WaitsVerdict", "host rank lag_share ratio own others window_s pace", defaults=(None,))
+# at no cost to the job; a rank held 23% of the time looked the same. The job's pace does not tell them apart either:
+# left alone its collectives per second dipped to 70% of their median for two rounds in a row (230 s run), and a
+# rank held from the start leaves no pace of its own to compare with. The CPU does: a small model's ranks spin a core
+# each (CUDA's host waits spin), and a rank held from outside gets less of one. On 2 x H200, the FSDP2 example left
+# alone, both ranks 1.00-1.01 cores every 15 s for 230 s; rank 1 held 23%, 0.78 against its peer's 1.01. So where the
+# shares saturate, the rank the others wait for is named only where, between two rounds (CPU_SPAN_S apart at
+# least), it got at most CPU_DROP of its peers' median CPU, they busy (CPU_BUSY of a core at least: where the peers
+# do not run, the CPU is not what sets the pace). A saturated job slowed by one rank's GPU is not named there.
+SATURATED_SHARE = 0.9
+CPU_DROP, CPU_BUSY, CPU_SPAN_S = 0.85, 0.5, 5.0
+WaitsVerdict = namedtuple("WaitsVerdict", "host rank lag_share ratio own others window_s cpu", defaults=(None,))
 
 
-def round_pace(measured):
-    """The job's collectives per second in one round: the median over its ranks' windows, None without counts."""
-    paces = [m[2] / m[1] for m in measured.values() if len(m) > 2 and m[1] > 0 and m[2]]
-    return statistics.median(paces) if paces else None
+def cpu_rates(earlier, measured):
+    """{(host, rank): cores} each rank ran on the CPU since `earlier`'s reading (a rank's (cpu_s, at) of the
+    round before, its node's clock), and the readings to keep for the next round. A rank without a reading, read
+    under CPU_SPAN_S ago or restarted since (its CPU time went down) has no rate."""
+    rates, readings = {}, {}
+    for key, m in measured.items():
+        if len(m) < 5 or m[3] is None or m[4] is None:
+            continue
+        readings[key] = (m[3], m[4])
+        before = earlier.get(key)
+        if before and m[4] - before[1] >= CPU_SPAN_S and m[3] >= before[0]:
+            rates[key] = (m[3] - before[0]) / (m[4] - before[1])
+    return rates, readings
 
 
-def paces_after(paces, measured, found):
-    """The paces of the run's latest PACE_ROUNDS rounds that named nobody, with this round's where it named nobody:
-    the job's own pace left alone, which a slowdown's rounds (named) do not drag down."""
-    pace = round_pace(measured)
-    return (list(paces) + [pace])[-PACE_ROUNDS:] if found is None and pace is not None else list(paces)
+def cpu_share(rates, key):
+    """The CPU the rank `key` got as a share of its peers' median, None where that says nothing (no rate for it
+    or for any peer, or the peers not busy on the CPU)."""
+    others = [rate for other, rate in rates.items() if other != key]
+    if key not in rates or not others or statistics.median(others) < CPU_BUSY:
+        return None
+    return rates[key] / statistics.median(others)
 
 
-def judge_waits(measured, paces=()):
-    """{(host, rank): (wait_s, window_s[, collectives])} of one round -> WaitsVerdict, or None when no rank stands out.
-    `paces`: paces_after's list of the run's earlier rounds (asked where the shares saturate)."""
+def judge_waits(measured, rates=None):
+    """{(host, rank): (wait_s, window_s[, collectives[, cpu_s, at]])} of one round -> WaitsVerdict, or None when no
+    rank stands out. `rates`: cpu_rates' (asked where the shares saturate)."""
     shares = {key: min(1.0, m[0] / m[1]) for key, m in measured.items() if m[1] > 0}
     if len(shares) < 2:
         return None
@@ -220,11 +236,11 @@ def judge_waits(measured, paces=()):
     if others - own < WAIT_GAP or own > WAIT_RATIO * others or ordered[1][1] - own < WAIT_GAP / 2:
         return None
     if others >= SATURATED_SHARE:
-        pace, usual = round_pace(measured), statistics.median(paces) if len(paces) >= 2 else None
-        if pace is None or not usual or pace > PACE_DROP * usual:
-            return None  # the shares say who is behind, not that it costs the job anything
-        slowed = pace / usual
-        return WaitsVerdict(host, rank, 1.0 - slowed, 1.0 / slowed, own, others, measured[(host, rank)][1], slowed)
+        ran = cpu_share(rates or {}, (host, rank))
+        if ran is not None and ran <= CPU_DROP:
+            return WaitsVerdict(host, rank, 1.0 - ran, 1.0 / max(ran, 0.05), own, others, measured[(host, rank)][1],
+                                ran)
+        return None  # the shares say who is behind, not that it costs the job anything
     ratio = (1.0 - own) / max(1.0 - others, 0.05)
     return WaitsVerdict(host, rank, others - own, ratio, own, others, measured[(host, rank)][1])
 
@@ -245,16 +261,17 @@ def waits_let_go(rounds, host, rank):
 
 class WaitsRounds:
     """One run's judged flight-recorder rounds, the attached watch's and the supervisor's alike: the latest
-    WAITS_ROUNDS verdicts, and the job's pace in the rounds that named nobody (judge_waits' `paces`)."""
+    WAITS_ROUNDS verdicts and each rank's latest CPU reading (cpu_rates)."""
 
     def __init__(self):
-        self.verdicts, self.paces = [], []
+        self.verdicts, self.cpu = [], {}
 
     def add(self, measured):
-        """One round's {(host, rank): (wait_s, window_s, collectives)} judged and kept: its verdict, or None."""
-        found = judge_waits(measured, self.paces)
+        """One round's {(host, rank): (wait_s, window_s, collectives[, cpu_s, at])} judged and kept: its verdict,
+        or None."""
+        rates, self.cpu = cpu_rates(self.cpu, measured)
+        found = judge_waits(measured, rates)
         self.verdicts = (self.verdicts + [found])[-WAITS_ROUNDS:]
-        self.paces = paces_after(self.paces, measured, found)
         return found
 
     def named(self):
@@ -269,7 +286,7 @@ def seconds_value(value):
 
 
 def waits_evidence(found):
-    slowed = f", and the job's collectives came at {found.pace:.0%} of its usual pace" if found.pace else ""
+    slowed = f", and it ran on the CPU {found.cpu:.0%} as much as they did" if found.cpu is not None else ""
     return (f"its collectives waited {found.own:.0%} of its last {found.window_s:.0f} s on the GPU, the other ranks' "
             f"{found.others:.0%}{slowed} (flight recorder)")
 
@@ -296,6 +313,11 @@ def document(verdict, since, lag_s=None, gpu=None):
             "lag_s": round(lag_s, 3) if lag_s is not None else None, "ratio": round(verdict.ratio, 2),
             "since": round(since, 3), "evidence": said,
             "lag_share": round(verdict.lag_share, 3), "until": None}
+
+
+def _cpu_read(line):
+    """A keeper's [rank, wait_s, window_s, collectives, cpu_s, at] carries a CPU reading."""
+    return len(line) >= 6 and seconds_value(line[4]) and seconds_value(line[5])
 
 
 class Watch:
@@ -332,8 +354,8 @@ class Watch:
         waits = summary.get("waits")
         if isinstance(waits, dict) and seconds_value(waits.get("at")) and isinstance(waits.get("ranks"), list):
             self.waits[host] = (float(waits["at"]), {
-                r[0]: tuple(float(value) for value in r[1:4]) for r in waits["ranks"][:256]
-                if isinstance(r, list) and len(r) in (3, 4) and isinstance(r[0], int)
+                r[0]: tuple(float(value) for value in r[1:6 if _cpu_read(r) else 4]) for r in waits["ranks"][:256]
+                if isinstance(r, list) and len(r) in (3, 4, 6) and isinstance(r[0], int)
                 and all(seconds_value(value) for value in r[1:4])})
 
     def judge(self, now):

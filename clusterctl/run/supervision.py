@@ -45,6 +45,7 @@ BESIDE_AGENT = tuple(program(name) for name in ("engine.py", "heal_policy.py", "
                                                 "checkpoint_replica.py", "checkpoint_wire.py", "checkpoint_copies.py"))
 _STRAGGLERS = program("node_stragglers.py")  # the keeper's straggler watch (py-spy on its node's ranks)
 _WAITS = program("collective_waits.py")  # ...and its flight-recorder rounds (NCCL)
+_RANKS = program("rank_procs.py")  # ...both finding the node's ranks in /proc
 
 
 # $1 dir, $2 role, $3 python, then the marker env: the role's process, detached from this session,
@@ -158,7 +159,8 @@ def establish(inventory: Inventory, run_id: str, master: str, address: str, port
         packed, arch, sha = payload()
         base["stragglers"] = {"arch": arch, "sha": sha}
     watch = [(name, data) for name, data in (("node_stragglers.py", _STRAGGLERS.read_bytes()), ("py-spy.gz", packed),
-                                             ("collective_waits.py", _WAITS.read_bytes())) if stragglers and data]
+                                             ("collective_waits.py", _WAITS.read_bytes()),
+                                             ("rank_procs.py", _RANKS.read_bytes())) if stragglers and data]
 
     replicas = bool(heal and ((heal.rules.get("checkpoint") or {}).get("replicas")))
 

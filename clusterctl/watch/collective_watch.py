@@ -20,6 +20,7 @@ from clusterctl.models import Host, Inventory
 from clusterctl.node import straggler_verdict as verdict
 from clusterctl.node.layout import node_run_dir
 from clusterctl.plan import node_files
+from clusterctl.plan.marker import marker_env
 
 FIRST_AFTER_S = verdict.WAITS_FIRST_AFTER_S  # the keepers' pace too (detached)
 IDLE_ROUNDS = verdict.WAITS_IDLE_ROUNDS  # rounds in a row that found no FIFO on any node
@@ -54,7 +55,8 @@ class CollectiveWatch:
                 fifos += 1
                 key = (host, line["rank"])
                 if "wait_s" in line:
-                    measured[key] = (line["wait_s"], line["window_s"], line.get("collectives", 0))
+                    measured[key] = (line["wait_s"], line["window_s"], line.get("collectives", 0),
+                                     *((line["cpu_s"], line["at"]) if "cpu_s" in line else ()))
                     self.problems.pop(key, None)
                 else:
                     self.problems[key] = (line.get("problem", ""), self.problems.get(key, ("", 0))[1] + 1)
@@ -71,7 +73,9 @@ class CollectiveWatch:
 
     def _action(self, transport, host: Host):
         run_dir = node_run_dir(self.inventory.job.outputs, self.run_id, host.name)
-        return run_commands(transport, host, [node_files.command(self.inventory, run_dir, "collective-waits", timeout=30)])
+        marker = [f"{key}={value}" for key, value in marker_env(self.inventory.name, host.name, self.run_id)]
+        return run_commands(transport, host, [node_files.command(self.inventory, run_dir, "collective-waits", *marker,
+                                                                 timeout=30)])
 
     def found(self) -> Optional[verdict.WaitsVerdict]:
         """The rank the latest WAITS_ROUNDS rounds all named (the nodes' rule, as the supervisor's), else None."""
@@ -91,8 +95,8 @@ class CollectiveWatch:
 
 
 def parse_round(stdout: str) -> list[dict]:
-    """The node's JSON lines (run_files.py collective-waits): each {rank, wait_s, window_s, collectives} or
-    {rank, problem}; a line that is not one is skipped, never raised."""
+    """The node's JSON lines (run_files.py collective-waits): each {rank, wait_s, window_s, collectives[, cpu_s, at]}
+    or {rank, problem}; a line that is not one is skipped, never raised."""
     lines = []
     for text in stdout.splitlines()[:MAX_LINES]:
         try:
@@ -103,8 +107,10 @@ def parse_round(stdout: str) -> list[dict]:
             continue
         if verdict.seconds_value(line.get("wait_s")) and verdict.seconds_value(line.get("window_s")):
             count = line.get("collectives") if _count(line.get("collectives")) else 0
+            cpu = {"cpu_s": float(line["cpu_s"]), "at": float(line["at"])} if verdict.seconds_value(
+                line.get("cpu_s")) and verdict.seconds_value(line.get("at")) else {}
             lines.append({"rank": line["rank"], "wait_s": float(line["wait_s"]), "window_s": float(line["window_s"]),
-                          "collectives": count})
+                          "collectives": count, **cpu})
         else:
             lines.append({"rank": line["rank"], "problem": str(line.get("problem") or "no figures")[:200]})
     return lines

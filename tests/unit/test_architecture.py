@@ -446,6 +446,7 @@ def test_the_node_programs_are_the_ones_shipped_to_the_nodes():
                       "clusterctl.node.node_healing",
                       "clusterctl.node.node_health", "clusterctl.node.node_metrics", "clusterctl.node.node_mpi_gate",
                       "clusterctl.node.node_relay", "clusterctl.node.node_replica", "clusterctl.node.node_stragglers", "clusterctl.node.rank_output",
+                          "clusterctl.node.rank_procs",
                       "clusterctl.node.run_files", "clusterctl.node.safe_files",
                       "clusterctl.node.straggler_verdict"]
 

@@ -131,7 +131,8 @@ def test_the_dump_line_torch_prints_is_recognised():
 @given(st.text(max_size=400))
 def test_a_nodes_answer_is_parsed_whatever_it_holds(text):
     for line in parse_round(text):
-        assert set(line) in ({"rank", "wait_s", "window_s", "collectives"}, {"rank", "problem"})
+        assert set(line) in ({"rank", "wait_s", "window_s", "collectives"}, {"rank", "problem"},
+                             {"rank", "wait_s", "window_s", "collectives", "cpu_s", "at"})
 
 
 def test_the_watch_names_a_rank_two_rounds_in_a_row_and_lets_it_go_after_two_without(tmp_path):
@@ -226,53 +227,16 @@ def test_rounds_that_find_no_fifo_come_further_apart_and_stop_and_one_found_brin
 # pytorch/examples' FSDP2 example over NCCL on 2 x H200 (docs/gpu-validation.md, "FSDP2 and DeepSpeed ZeRO-2 over
 # NCCL"): each round's figures as the watch reported them. Left alone, one rank's collectives ran 100% of its time
 # and the other's 2% for a minute at a time (its CPU runs ahead; the collectives overlap), each window the ring's
-# 2000 collectives over 3-4 s; with rank 1 held 23% of the time the windows spanned 5 s, held 44% 8 s.
+# 2000 collectives over 3-4 s; with rank 1 held 23% of the time the windows spanned 5 s, held 44% 8 s. Without the
+# ranks' CPU (tests/unit/test_waits_cpu.py) such shares name nobody, however the pace goes.
 def _fsdp2_round(window_s, behind=1):
     return {("g0", rank): ((0.02 if rank == behind else 1.0) * window_s, window_s, 2000) for rank in (0, 1)}
 
 
-def _rounds(windows, behind=1):
-    judged = verdict.WaitsRounds()
-    return [judged.add(_fsdp2_round(window_s, behind)) for window_s in windows]
-
-
-def test_saturated_shares_alone_name_nobody_in_a_healthy_fsdp2_run():
-    windows = [3.4, 3.9, 3.1, 4.0, 3.6, 3.3, 4.2, 3.8, 3.5, 3.9, 3.2, 4.1]  # its pace as it varied left alone
+def test_saturated_shares_alone_name_nobody_whatever_the_pace():
+    windows = [3.4, 3.9, 3.1, 4.0, 3.6, 3.3, 4.2, 3.8, 5.0, 5.0, 8.0, 8.0]  # left alone, then as if held 23%, 44%
     for behind in (0, 1):  # which rank is behind flips: nobody either way
-        verdicts = _rounds(windows, behind)
-        # a round alone may dip to PACE_DROP (4.0 s after a usual 3.4 s); a straggler takes WAITS_ROUNDS in a row
-        assert sum(v is not None for v in verdicts) <= 2
-        assert all(verdict.waits_named(verdicts[:k]) is None for k in range(1, len(verdicts) + 1))
-
-
-def test_saturated_shares_name_the_rank_behind_once_the_job_slows():
-    healthy = [3.6, 3.9, 3.4, 3.8]
-    verdicts = _rounds(healthy + [5.0, 5.0])  # rank 1 held 23% of the time: +30% step time
-    assert verdicts[:4] == [None] * 4
-    held = verdicts[-1]
-    assert (held.host, held.rank) == ("g0", 1) and 0.70 < held.pace < 0.80 and 0.2 < held.lag_share < 0.3
-    assert verdict.waits_named(verdicts) == held
-    assert verdict.waits_evidence(held) == (
-        "its collectives waited 2% of its last 5 s on the GPU, the other ranks' 100%, and the job's collectives came "
-        "at 74% of its usual pace (flight recorder)")
-    # held on (44%: 8 s windows): still named, the slowed rounds never became the usual pace
-    assert all(v is not None and v.rank == 1 for v in _rounds(healthy + [5.0] * 25 + [8.0, 8.0])[4:])
-
-
-def test_saturated_shares_without_a_pace_to_compare_name_nobody():
-    assert verdict.judge_waits(_fsdp2_round(8.0), []) is None  # no round of the job left alone yet
+        judged = verdict.WaitsRounds()
+        assert [judged.add(_fsdp2_round(window_s, behind)) for window_s in windows] == [None] * len(windows)
     counted = {key: m[:2] for key, m in _fsdp2_round(8.0).items()}  # a keeper that sends no counts
-    assert verdict.judge_waits(counted, [500.0, 500.0]) is None
-
-
-def test_detached_the_supervisor_compares_the_paces_too():
-    watch = verdict.Watch()
-    step = verdict.WAITS_ROUND_S
-    for k, window_s in enumerate([3.6, 3.9, 3.4, 5.0, 5.0]):
-        for rank in (0, 1):
-            wait = (0.02 if rank == 1 else 1.0) * window_s
-            watch.heard(f"g{rank}", {"samples": [], "waits": {"at": 1000.0 + k * step,
-                                                              "ranks": [[rank, wait, window_s, 2000]]}})
-        watch.judge(1000.0 + k * step)
-        assert bool(watch.found()) == (k == 4)
-    assert watch.found()[0]["rank"] == 1 and "usual pace" in watch.found()[0]["evidence"]
+    assert verdict.judge_waits(counted) is None

@@ -41,6 +41,7 @@ NODE_ALLOWED = {
     ("node_mpi_gate.py", "*"): "mpirun's gate: runs as the job's peer in its container or as its user; its "
                                "files are its own rank files and key (shipped through the layer's `put`)",
     ("node_stragglers.py", "*"): "/proc of the ranks and py-spy's unpacked copy in a private temp dir",
+    ("rank_procs.py", "*"): "/proc of the node's processes: their environment, parent and CPU time, never a run's file",
     ("allreduce_bench.py", "*"): "the nccl-test benchmark: one of the job's ranks",
     ("allreduce_bench.py", "_nvlink"): "shutil.which: PATH lookup",
     ("checkpoint_replica.py", "root_ok"): "lstat (never follows) of job.checkpoint's root itself, to refuse a link "

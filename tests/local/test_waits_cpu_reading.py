@@ -1,0 +1,45 @@
+"""A flight-recorder round on this machine reads each measured rank's CPU time from /proc (issue 49:
+node/collective_waits.node_round with the run's marker, rank_procs.find_ranks and cpu_seconds): a spinning
+"rank" of the run is found by its marker and RANK, another run's process with the same RANK is not."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from clusterctl.node import collective_waits as cw
+from clusterctl.node.rank_procs import cpu_seconds
+from clusterctl.node.safe_files import Dir
+
+HELD = Path(__file__).resolve().parents[1] / "fixtures" / "flight_recorder" / "nccl_h200_ddp_tutorial_rank1_held"
+MARKER = {"CLUSTERCTL_CLUSTER": "c", "CLUSTERCTL_HOST": "h", "CLUSTERCTL_RUN_ID": "r-waits-cpu"}
+SPIN = "while True:\n    sum(range(1000))\n"
+
+
+def test_a_round_with_the_marker_reads_the_ranks_cpu_time(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    dump = run / "nccl_trace_rank_0"
+    shutil.copy(HELD / "nccl_trace_rank_0", dump)
+    newest = max(e["time_created_ns"] for e in cw.load(dump.read_bytes())["entries"]) / 1e9
+    os.utime(dump, (newest + 0.5, newest + 0.5))  # written mid-run, as a round's dump is
+    os.mkfifo(run / "fr_pipe_0.pipe")
+    reader = os.open(run / "fr_pipe_0.pipe", os.O_RDONLY | os.O_NONBLOCK)
+    children = [subprocess.Popen([sys.executable, "-c", SPIN if spin else "import time; time.sleep(60)"],
+                                 env={**os.environ, **MARKER, "RANK": "0", **extra})
+                for spin, extra in ((True, {}), (False, {"CLUSTERCTL_RUN_ID": "another"}))]
+    try:
+        time.sleep(1.0)
+        with Dir.open(str(run)) as d:
+            [line] = cw.node_round(d, marker=[f"{k}={v}" for k, v in MARKER.items()])
+        assert "wait_s" in line and 0.2 < line["cpu_s"] < 30 and abs(line["at"] - time.time()) < 5, line
+        assert cpu_seconds(children[1].pid) < 0.5 < cpu_seconds(children[0].pid)  # the spinning one was read
+        assert cpu_seconds(2 ** 22 + 7) is None  # no such process
+    finally:
+        os.close(reader)
+        for child in children:
+            child.kill()
+            child.wait()
