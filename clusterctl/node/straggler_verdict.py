@@ -354,7 +354,7 @@ class Watch:
         waits = summary.get("waits")
         if isinstance(waits, dict) and seconds_value(waits.get("at")) and isinstance(waits.get("ranks"), list):
             self.waits[host] = (float(waits["at"]), {
-                r[0]: tuple(float(value) for value in r[1:6 if _cpu_read(r) else 4]) for r in waits["ranks"][:256]
+                r[0]: tuple(float(v) for v in r[1:6 if _cpu_read(r) else 4]) for r in waits["ranks"][:256]
                 if isinstance(r, list) and len(r) in (3, 4, 6) and isinstance(r[0], int)
                 and all(seconds_value(value) for value in r[1:4])})
 
