@@ -43,3 +43,37 @@ def test_a_round_with_the_marker_reads_the_ranks_cpu_time(tmp_path):
         for child in children:
             child.kill()
             child.wait()
+
+
+def test_the_keepers_rounds_carry_each_ranks_cpu_to_the_supervisor(tmp_path, monkeypatch):
+    """Detached: the keeper's own flight-recorder rounds (node_stragglers.Sampler._waits_loop) read the same CPU
+    time, and its beat's `waits` carries it as the supervisor reads it (straggler_verdict.Watch)."""
+    from clusterctl.node import node_stragglers, straggler_verdict as verdict
+
+    monkeypatch.setattr(verdict, "WAITS_FIRST_AFTER_S", 0.2)
+    monkeypatch.setattr(verdict, "FIRST_AFTER_S", 3600.0)  # its py-spy samples: not in this test
+    run = tmp_path / "run"
+    run.mkdir()
+    dump = run / "nccl_trace_rank_0"
+    shutil.copy(HELD / "nccl_trace_rank_0", dump)
+    newest = max(e["time_created_ns"] for e in cw.load(dump.read_bytes())["entries"]) / 1e9
+    os.utime(dump, (newest + 0.5, newest + 0.5))
+    os.mkfifo(run / "fr_pipe_0.pipe")
+    reader = os.open(run / "fr_pipe_0.pipe", os.O_RDONLY | os.O_NONBLOCK)
+    child = subprocess.Popen([sys.executable, "-c", SPIN], env={**os.environ, **MARKER, "RANK": "0"})
+    sampler = node_stragglers.Sampler(str(run), marker=[f"{k}={v}" for k, v in MARKER.items()])
+    try:
+        deadline = time.monotonic() + 20
+        while "waits" not in sampler.summary() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        waits = sampler.summary()["waits"]
+        [[rank, wait_s, window_s, count, cpu_s, at]] = waits["ranks"]
+        assert rank == 0 and count > 1900 and cpu_s >= 0 and abs(at - time.time()) < 30, waits
+        watch = verdict.Watch()
+        watch.heard("h", sampler.summary())
+        assert len(watch.waits["h"][1][0]) == 5, watch.waits  # wait_s, window_s, collectives, cpu_s, at
+    finally:
+        sampler.close()
+        os.close(reader)
+        child.kill()
+        child.wait()
