@@ -630,6 +630,15 @@ and 2 froze 35-45 minutes early, so batch 2 was scored with batch 1's code uncha
   NCCL_DEBUG=INFO's return-code trace (`bootstrap.cc:270 -> 2` after `socket.cc:... -> 2`): `nic_mismatch`.
   Re-scored (NOT a first score): batch 22 19/21; the held-out split unchanged; earlier batches' logs were not on this
   machine to re-score. Left: 2 `other:` labels (a DeepSpeed release's regression, a gloo start that hangs).
+- After batch 23 (frozen 07:45 UTC, 13 logs from two blind collectors, each given half the GitHub projects by
+  name; all GitHub pages again, neither found a fresh non-GitHub page; scored once at 3a139d8: top-1 10/13, 76.9 %;
+  then read, classes only): a trainer's own count of the GPUs it sees against those it asks for (`Total available
+  GPUs 16.0 is less than total desired GPUs 32`: the job attached to a one-node Ray, not the running cluster):
+  `insufficient_resources`, where the log led with `unknown`. Re-scored (NOT a first score): batch 23 10/13 (its
+  `unknown` first gone: the log's label is an `other:` and stays a miss), batch 22 19/21, the held-out split 95.8 %
+  unchanged. Left: 2 `other:` labels for Ray (a job not attached to its cluster, a worker started before its head,
+  whose old-Ray traceback names neither), and a torchrun summary with no line of its cause (`exitcode: 1`,
+  labelled `cuda_oom` from the thread: the nearest case leads there at 0.23, `unknown` second).
 
 The same batches re-scored after those changes (NOT first scores: the changes were made after reading them):
 batch 4 37/42 top-1 (88.1 %), 39/42 top-3; batch 5 33/42 (78.6 %), 35/42; batch 6 34/42 (81.0 %), 35/42 (its two

@@ -153,6 +153,10 @@ OTHER_WORDS = {
         # Ray's and vLLM's placement: the cluster has fewer free GPUs than the job asks for
         S(r"number of required GPUs exceeds the total number of available GPUs"
           r"|resource request cannot be scheduled right now|cannot be scheduled right now\. It requires \{", .8),
+        # (after batch 23) a trainer's own count of the GPUs it sees against those it asks for: the job sees part
+        # of the cluster (verl's resource pool, attached to a fresh one-node Ray instead of the running cluster)
+        S(r"available GPUs:? \(?[\d.]+\)? is (?:less|fewer) than (?:the )?(?:total )?(?:desired|required|requested) GPUs"
+          r"|requested \d+ GPUs?,? but only [\d.]+ (?:GPUs? )?(?:is |are )?available", .75),
     ),
     "config_divisibility": (
         # DeepSpeed's batch check: the global batch must be micro batch x accumulation x world size

@@ -1,4 +1,4 @@
-"""Message classes met in the misses of batches 20, 21 and 22 (issue 51; their first scores, blind, are in
+"""Message classes met in the misses of batches 20, 21, 22 and 23 (issue 51; their first scores, blind, are in
 docs/diagnosis.md), in programs' own words (the format string's source named), never the batches' logs."""
 from __future__ import annotations
 
@@ -37,6 +37,9 @@ CASES = [
     # NCCL's return-code trace (NCCLCHECK's INFO "%s:%d -> %d") through its bootstrap's socket calls, nothing else
     ("node-a:301:412 [0] NCCL INFO misc/socket.cc:567 -> 2\nnode-a:301:412 [0] NCCL INFO misc/socket.cc:618 -> 2\n"
      "node-a:301:412 [0] NCCL INFO bootstrap.cc:270 -> 2", "nic_mismatch"),
+    # verl's ray_trainer.py _check_resource_available (f"Total available GPUs {total_available_gpus} is less than
+    # total desired GPUs {total_required_gpus}"): the job sees fewer GPUs than it asks for
+    ("ValueError: Total available GPUs 8.0 is less than total desired GPUs 16", "insufficient_resources"),
 ]
 
 
