@@ -73,19 +73,12 @@ class Leases:
 
 
     def release_saying(self, say: Callable[[str], None], hosts: Optional[list[str]] = None) -> None:
-        """`release`, and a line said for each node that kept its leases (`unreleased`): every release whose
-        answers matter to the user goes through here."""
+        """`release`, and a line said for each node that kept its leases (`unreleased`)."""
         for line in self.unreleased(self.release(hosts)):
             say(line)
 
     def unreleased(self, answers: dict[str, leasing.Answer]) -> list[str]:
-        """One line per node whose leases stay after a release (each lapses a lost-node window after the
-        run's last beat): what the run's end prints, never silent."""
-        if not answers:
-            return []
-        window = leasing.window_s(self.inventory)
-        return [f"{a.error}: its GPU leases there lapse {window:.0f}s after the run's last beat"
-                for a in answers.values() if not a.ok]
+        return unreleased(self.inventory, answers)
 
 
 HELD: contextvars.ContextVar[Optional[Leases]] = contextvars.ContextVar("clusterctl_held_leases", default=None)
@@ -137,6 +130,23 @@ def release(inventory, connections, hosts: list[str], run_id: str) -> dict[str, 
     return answers
 
 
+def release_saying(inventory, connections, hosts: list[str], run_id: str, say: Callable[[str], None]) -> None:
+    """`release`, and a line said for each node that kept its leases: every release whose answers matter to the
+    user goes through here (a run's end, a host left out, a take refused elsewhere, a waiter leaving)."""
+    for line in unreleased(inventory, release(inventory, connections, hosts, run_id)):
+        say(line)
+
+
+def unreleased(inventory, answers: dict[str, leasing.Answer]) -> list[str]:
+    """One line per node whose leases stay after a release (each lapses a lost-node window after the run's last
+    beat): never silent."""
+    if not answers:
+        return []
+    window = leasing.window_s(inventory)
+    return [f"{a.error}: its GPU leases there lapse {window:.0f}s after the run's last beat"
+            for a in answers.values() if not a.ok]
+
+
 def _on_nodes(inventory, connections, names, op: str, per_host: Optional[Callable[[str], dict]] = None,
               **args) -> dict[str, leasing.Answer]:
     hosts = [h for h in inventory.hosts if h.name in names]
@@ -183,7 +193,7 @@ def take(inventory, connections, run_id: str, keys: dict[str, list[str]], wait: 
                     say(note)
             if all(a.document["taken"] for a in answers.values()):
                 return Leases(inventory, connections, run_id, dict(keys))
-            _release_partial(inventory, connections, run_id, answers)
+            _release_partial(inventory, connections, run_id, answers, say)
             held = [lease for a in answers.values() for lease in a.document["held"]]
             ahead = max((len(a.document["ahead"]) for a in answers.values()), default=0)
             if not wait:
@@ -199,7 +209,7 @@ def take(inventory, connections, run_id: str, keys: dict[str, list[str]], wait: 
         raise AssertionError("ticks(inf) ended")
     except BaseException:
         if wait:  # Ctrl-C (even while joining), a refusal, a node gone: leave the queue
-            release(inventory, connections, list(keys), run_id)
+            release_saying(inventory, connections, list(keys), run_id, say)
         raise
 
 
@@ -236,11 +246,11 @@ def _raise_failed(answers: dict[str, leasing.Answer]) -> None:
                          fix=failed[0].fix or "see the node's lease directory")
 
 
-def _release_partial(inventory, connections, run_id, answers) -> None:
+def _release_partial(inventory, connections, run_id, answers, say) -> None:
     """All or none: what some nodes granted goes back when another refused."""
     granted = [name for name, a in answers.items() if a.document["taken"]]
     if granted:
-        release(inventory, connections, granted, run_id)
+        release_saying(inventory, connections, granted, run_id, say)
 
 
 def _refusal(held: list[dict], answers) -> str:

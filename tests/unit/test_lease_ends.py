@@ -262,20 +262,24 @@ def test_a_release_a_node_did_not_answer_is_asked_again_and_one_that_still_fails
     assert said[0].startswith("n2: the connection to n2 was lost: its GPU leases there lapse"), said
 
 
-def test_a_healing_loop_says_the_leases_a_node_kept_between_attempts_and_at_its_end(tmp_path, monkeypatch):
-    """The class above on the healing loop's two releases: a host left out between attempts, and the loop's end."""
+def _releases_unanswered(nodes, lost):
+    """The nodes' lease operations, where a node in `lost` does not answer a release."""
     from clusterctl.plan import leasing
-    from clusterctl.run import leases as run_leases
-
-    nodes, lost = _Nodes(tmp_path), set()
 
     def cut(inventory, connections, names, op, per_host=None, **args):
         answers = nodes(inventory, connections, [n for n in names if n not in lost or op != "release"], op,
                         per_host, **args)
         return {**answers, **{n: leasing.Answer(n, None, f"{n}: no answer") for n in names
                               if n in lost and op == "release"}}
+    return cut
 
-    monkeypatch.setattr(run_leases, "_on_nodes", cut)
+
+def test_a_healing_loop_says_the_leases_a_node_kept_between_attempts_and_at_its_end(tmp_path, monkeypatch):
+    """The class above on the healing loop's two releases: a host left out between attempts, and the loop's end."""
+    from clusterctl.run import leases as run_leases
+
+    nodes, lost = _Nodes(tmp_path), set()
+    monkeypatch.setattr(run_leases, "_on_nodes", _releases_unanswered(nodes, lost))
     inventory, said = _inventory("n1", "n2", "n3"), []
     with run_leases.holding("A", said.append) as held:
         held.hold(inventory, None, {"n1": ["gpu0"], "n2": ["gpu0"]}, say=said.append)
@@ -285,6 +289,24 @@ def test_a_healing_loop_says_the_leases_a_node_kept_between_attempts_and_at_its_
         lost.add("n3")
     assert [line.split(":")[0] for line in said] == ["n2", "n3"]  # the loop's end: n3 kept its lease
     assert nodes.holders("n1") == [] and nodes.holders("n3") == ["A"]
+
+
+def test_a_take_refused_elsewhere_says_the_leases_a_node_kept(tmp_path, monkeypatch):
+    """The class above on the take's own release: what a node granted goes back when another refused (all or
+    none), and a node that kept it is said (a waiter leaving the queue gives its tickets back through the same
+    leases.release_saying)."""
+    from clusterctl.errors import StateError
+    from clusterctl.run import leases as run_leases
+
+    nodes, lost = _Nodes(tmp_path), set()
+    monkeypatch.setattr(run_leases, "_on_nodes", _releases_unanswered(nodes, lost))
+    inventory, said = _inventory("n1", "n2"), []
+    run_leases.take(inventory, None, "X", {"n2": ["gpu0"]})  # another run holds n2's GPU
+    lost.add("n1")
+    with pytest.raises(StateError):
+        run_leases.take(inventory, None, "B", {"n1": ["gpu0"], "n2": ["gpu0"]}, say=said.append)
+    assert [line.split(":")[0] for line in said] == ["n1"] and "lapse" in said[0], said
+    assert nodes.holders("n1") == ["B"]  # granted, then kept by the node that did not answer: it lapses
 
 
 def test_a_run_that_heals_itself_keeps_its_survivors_leases_and_takes_the_spares_only(tmp_path, monkeypatch):
