@@ -8,6 +8,8 @@
 # LOOP=deepspeed the same Trainer loop under DeepSpeed ZeRO-2 (its `--deepspeed` config, as HF users pass it);
 # LOOP=fsdp2 pytorch/examples' distributed/FSDP2/example.py (carried in .gl/fsdp2/), one host with both GPUs (the
 # script refuses fewer than two visible), its one change the step count (10, then it saves and exits).
+# FSDP2_SIZE=gpu: the FSDP2 example's model made GPU-bound; CASES=gpuslowed: rank 1's GPU shared with
+# gpu_neighbour.py's matmuls from SETTLE s (a rank slowed on its GPU, not its CPU).
 # RUN_TIMEOUT: each run's `--timeout` (100 s; the DeepSpeed Trainer takes ~45 s to its first step).
 # HOLD: the share of each second the slowed rank is held (0.6: its steps ~2.5x as long; 0.23: 1.3x; 0.44: 1.8x).
 # Usage, from the repository root, OUT set, wheels in .whl/:  [LOOP=trainer] bash docs/gpu-validation/watch49/run.sh
@@ -33,6 +35,11 @@ if [ "$LOOP" = fsdp2 ]; then
   mkdir -p "$W/fsdp2"; cp "$R"/.gl/fsdp2/*.py "$W/fsdp2/"
   sed -i 's/    for _ in range(10):/    for _ in range(1000000):/' "$W/fsdp2/example.py"
   grep -q 'range(1000000)' "$W/fsdp2/example.py" || { echo "FSDP2 example: its loop was not found"; exit 1; }
+  if [ "${FSDP2_SIZE:-}" = gpu ]; then  # GPU-bound: dim 2048 (500M parameters), 8 x 512 tokens a step
+    sed -i -e 's/    batch_size = 32/    batch_size = 8/' -e 's/    seq_len = 64/    seq_len = 512/' \
+      -e 's/        n_heads=4,/        n_heads=16, dim=2048,/' "$W/fsdp2/example.py"
+    grep -q 'dim=2048' "$W/fsdp2/example.py" || { echo "FSDP2 example: its model arguments were not found"; exit 1; }
+  fi
   JOB=$W/fsdp2/example.py SETTLE=20 HOSTS=one
 fi
 if [ "$(nvidia-smi -L | wc -l)" -lt 2 ] && [ "$LOOP" = trainer ]; then
@@ -112,6 +119,10 @@ def outside():
                         subprocess.run(["py-spy", "dump", "--native", "--pid", str(rank0)], stdout=f,
                                        stderr=subprocess.STDOUT, timeout=60)
         cycle.stop()
+    elif what == "gpu":  # rank 1's GPU shared with another process's matmuls: slowed on the GPU, not the CPU
+        burner = subprocess.Popen([sys.executable, "docs/gpu-validation/watch49/gpu_neighbour.py", "1"])
+        proc.wait()
+        burner.kill()
     elif what == "freeze":
         freeze(pid)
         if os.environ.get("CAPTURE"):  # the stall watch's raw input, kept whole as a test fixture
@@ -147,6 +158,7 @@ PYEOF
   [[ " $CASES " == *" quiet "* ]] && case_run quiet 100000 none 60
   [[ " $CASES " == *" slowed "* ]] && case_run slowed 100000 slow 0
   for share in ${HOLDS:-}; do HOLD=$share case_run "slow${share#0.}" 100000 slow 0; done  # e.g. HOLDS="0.23 0.44"
+  [[ " $CASES " == *" gpuslowed "* ]] && case_run gpuslowed 100000 gpu 0
   [[ " $CASES " == *" frozen "* ]] && case_run frozen 100000 freeze 20
   if [[ " $CASES " == *" detached "* ]]; then  # the keepers' rounds and the supervisor's verdict
     inventory detached 100000
