@@ -255,7 +255,7 @@ def _running(pid, run_dir):
     """torchrun (PID) alive, not a zombie, and its end not yet written."""
     if os.path.exists(os.path.join(run_dir, "agent.exit")):
         return False
-    stat = _read("/proc/%d/stat" % pid)
+    stat = _read("/proc/%d/stat" % pid)  # not rank_procs.stat_fields: this file is shipped without it
     return bool(stat) and stat.rpartition(") ")[2][:1] not in ("Z", "X", "")
 
 

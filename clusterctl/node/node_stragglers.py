@@ -31,11 +31,11 @@ from collections import deque
 
 if __package__:  # imported by the controller's tests
     from clusterctl.node import collective_waits, straggler_verdict as verdict
-    from clusterctl.node.rank_procs import MARKER, MAX_RANKS, find_ranks
+    from clusterctl.node.rank_procs import MARKER, MAX_RANKS, find_ranks, stat_fields
     from clusterctl.node.safe_files import Dir
 else:  # beside node_agent.py in a node's run dir
     import straggler_verdict as verdict
-    from rank_procs import MARKER, MAX_RANKS, find_ranks
+    from rank_procs import MARKER, MAX_RANKS, find_ranks, stat_fields
     from safe_files import Dir
     try:
         import collective_waits
@@ -86,11 +86,8 @@ def _runs(path):
 
 def main_state(pid):
     """The main thread's kernel state (a letter of /proc's `State:`), "" where /proc cannot say."""
-    try:
-        with open(f"/proc/{pid}/task/{pid}/stat") as f:
-            state = f.read(4096).rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return ""
+    fields = stat_fields(pid, thread=pid)
+    state = fields[0] if fields else ""
     return state if len(state) == 1 and state.isalpha() else ""
 
 

@@ -37,12 +37,20 @@ def _shell(pid):
         return False
 
 
-def _parent(pid):
+def stat_fields(pid, thread=None):
+    """The fields of /proc's `stat` of the process (or of its `thread`) after the command's name, its state
+    first; [] where /proc cannot say (the name may hold spaces and parentheses: split after its last ")")."""
+    path = f"/proc/{pid}/task/{thread}/stat" if thread else f"/proc/{pid}/stat"
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
+        with open(path) as f:
+            return f.read(4096).rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
+def _parent(pid):
+    fields = stat_fields(pid)
+    return int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else None
 
 
 def find_ranks(marker):
@@ -66,9 +74,8 @@ def find_ranks(marker):
 
 def cpu_seconds(pid):
     """The CPU time (user + system, every thread) the process has had so far, None where /proc cannot say."""
+    fields = stat_fields(pid)
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read(4096).rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / TICKS
-    except (OSError, ValueError, IndexError):
+    except (ValueError, IndexError):
         return None

@@ -28,6 +28,8 @@ import resource
 import time
 from typing import Optional
 
+from clusterctl.node.rank_procs import stat_fields
+
 NAMES = ("probe", "launch", "first_rank", "last_rank_done", "torchrun_exits", "watch_ended", "streams_ended",
          "recorded", "returned")
 
@@ -35,8 +37,7 @@ NAMES = ("probe", "launch", "first_rank", "last_rank_done", "torchrun_exits", "w
 def process_started() -> float:
     """This process's start, wall clock (Linux); the import of this module elsewhere."""
     try:
-        with open("/proc/self/stat") as stat:
-            ticks = int(stat.read().rsplit(")", 1)[1].split()[19])
+        ticks = int(stat_fields("self")[19])
         with open("/proc/uptime") as uptime:  # to 0.01 s (the boot time in /proc/stat is whole seconds)
             up = float(uptime.read().split()[0])
         return time.time() - (up - ticks / os.sysconf("SC_CLK_TCK"))

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence
 
 from clusterctl.errors import SandboxError
+from clusterctl.node.rank_procs import stat_fields
 
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -160,12 +161,8 @@ def tail(path: Path, lines: int = 15) -> str:
 
 def alive(pid: int) -> bool:
     """True for a running (not zombie) process."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
+    fields = stat_fields(pid)
+    return bool(fields) and fields[0] not in ("Z", "X")
 
 
 def cmdline(pid: int) -> str:
@@ -191,12 +188,8 @@ def children(pid: int) -> list[int]:
     found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            if ppid == pid:
+            fields = stat_fields(entry)
+            if len(fields) > 1 and fields[1] == str(pid):
                 found.append(int(entry))
     return found
 
