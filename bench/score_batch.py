@@ -639,6 +639,22 @@ and 2 froze 35-45 minutes early, so batch 2 was scored with batch 1's code uncha
   unchanged. Left: 2 `other:` labels for Ray (a job not attached to its cluster, a worker started before its head,
   whose old-Ray traceback names neither), and a torchrun summary with no line of its cause (`exitcode: 1`,
   labelled `cuda_oom` from the thread: the nearest case leads there at 0.23, `unknown` second).
+- After batch 24 (frozen 10:43 and 10:59 UTC, 60 logs from two blind collectors: 30 from vendor docs, HPC docs and
+  blogs (27 vendor pages: AWS ParallelCluster, Kubernetes, Slurm, Open MPI, HPC-X, NVIDIA's GPU operator; 3 blog
+  posts), 30 GitHub threads of projects outside the corpus; a third collector, given forums and Q&A sites, found no
+  stored page there that shows a log and establishes its cause; scored once at 79ab914: top-1 29/60, 48.3 %;
+  18 labels are `other:` names outside the vocabulary (cluster provisioning, Kubernetes quotas, UCX transport
+  bugs), in-vocabulary 29/42; then read, classes only): Slurm's controller losing a node (`Nodes gpu[003-004] not
+  responding`): `node_unreachable`; the clouds' words for no capacity (`do not have sufficient p5.48xlarge
+  capacity`, GCP's `does not have enough resources available to fulfill the request`): `insufficient_resources`;
+  Python's `KeyError: 'RANK'` (and the other variables torchrun sets): the script started without its launcher,
+  `launcher_args`; coreutils refusing a directory (`mkdir: cannot create directory '...': Permission denied`, under
+  pyxis/enroot too): `permission_denied` ahead of the container's generic failure. Re-scored (NOT a first score):
+  batch 24 34/60 top-1 (in-vocabulary 34/42), top-3 37/60, unknown first 6/60; batch 23 10/13 unchanged; the
+  held-out split 95.8 % unchanged. Left: two-line logs (an OFI plugin's topology file, an undefined ibverbs
+  symbol), a rank hung compiling fused kernels under a stale lock (the log shows only the watchdog), a Docker
+  bridge network behind NCCL's `unhandled system error` with no address in the log, the flight recorder's
+  `missing ranks` read as a mismatch where the tutorial's rank hung.
 
 The same batches re-scored after those changes (NOT first scores: the changes were made after reading them):
 batch 4 37/42 top-1 (88.1 %), 39/42 top-3; batch 5 33/42 (78.6 %), 35/42; batch 6 34/42 (81.0 %), 35/42 (its two

@@ -135,6 +135,9 @@ OTHER_WORDS = {
         # (after batches 10-12) the rendezvous port taken under a nested launch: the outer launcher's workers
         # each start the inner launcher's store (port_in_use follows: its fix does not help here)
         S(f"(?P<nested>{PORT_TAKEN})", .95, requires=NESTED_LAUNCH),
+        # (after batch 24) the script run without the launcher that sets its environment, in Python's own words
+        # for a missing os.environ key (torch's env:// says "environment variable RANK expected, but not set")
+        S(r"KeyError: '(?P<args>RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|MASTER_ADDR|MASTER_PORT)'", .8),
     ),
     "gpu_arch_unsupported": (
         # (after batch 19) Kokkos built for another arch than the GPU's (Kokkos_ARCH_VOLTA72 on a V100)
@@ -157,6 +160,10 @@ OTHER_WORDS = {
         # of the cluster (verl's resource pool, attached to a fresh one-node Ray instead of the running cluster)
         S(r"available GPUs:? \(?[\d.]+\)? is (?:less|fewer) than (?:the )?(?:total )?(?:desired|required|requested) GPUs"
           r"|requested \d+ GPUs?,? but only [\d.]+ (?:GPUs? )?(?:is |are )?available", .75),
+        # (after batch 24) the clouds' own words for no capacity left for the instance type asked for (EC2's
+        # InsufficientInstanceCapacity text, Azure's allocation failure, GCP's exhausted zone)
+        S(r"(?:do not|don't) have (?:sufficient|enough) (?:[\w.-]+ )?capacity"
+          r"|does not have enough resources available to fulfill the request", .8),
     ),
     "config_divisibility": (
         # DeepSpeed's batch check: the global batch must be micro batch x accumulation x world size
@@ -338,6 +345,9 @@ OTHER_WORDS = {
         # (after batch 20) Open MPI's launcher losing a daemon that had started (ORTE's errmgr help text, PRRTE's
         # twin): its node died or dropped off the network; where ssh never started the daemons (ssh's own
         # words, "unable to reliably start") ssh_failed leads
+        # (after batch 24) Slurm's controller losing a node's slurmd (ping_nodes.c "Nodes %s not responding", then
+        # "..., setting DOWN"): the node dropped off the network or hung
+        S(r"\bNodes? [\w\[\],.-]+ not responding\b", .8),
         S(r"(?:ORTE|PRTE) has lost communication with a remote daemon", .55,
           unless_log=r"unable to reliably start|\bssh: |Permission denied \(|Host key verification failed"
                      r"|orted: command not found|prted: command not found"),
@@ -346,6 +356,11 @@ OTHER_WORDS = {
         # (after batch 20) enroot mounting a user's directory into the container refused (root squashed on NFS, a
         # mode): the mount's own error, which pyxis prints before its generic "couldn't start container"
         S(r"enroot-mount: failed to mount: [^\n]*: Permission denied", .86),
+        # (after batch 24) the same under any wrapper: coreutils refused a directory or file it must create or
+        # change (`mkdir: cannot create directory '...': Permission denied`, as enroot's scripts run it); not a
+        # login session's /run/user/<uid>, absent from batch jobs: a runtime path left at its default (a config)
+        S(r"\b(?:mkdir|cp|mv|touch|install|ln|chmod|chown): cannot [^\n]*?: Permission denied", .86,
+          unless_log=r"cannot create directory '?/run/user/"),
     ),
     "container_start_failed": (
         # (after batch 20) pyxis' own setup on the node (its runtime directory) failing: the step's container never
