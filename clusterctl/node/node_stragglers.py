@@ -158,8 +158,7 @@ class Sampler:
             except Exception:  # the run dir gone or refused: no round, the keeper goes on
                 lines = []
             idle = 0 if lines else idle + 1
-            measured = [[line["rank"], line["wait_s"], line["window_s"], line["collectives"], *(
-                [line["cpu_s"], line["at"]] if "cpu_s" in line else [])] for line in lines if "wait_s" in line]
+            measured = [[line["rank"], *verdict.measured_figures(line)] for line in lines if "wait_s" in line]
             with self.lock:
                 self.waits = {"at": round(self.now(), 3), "ranks": measured[:MAX_RANKS]} if measured else self.waits
             if self.closed.wait(verdict.waits_pause_s(idle)):

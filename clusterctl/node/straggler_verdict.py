@@ -315,6 +315,14 @@ def document(verdict, since, lag_s=None, gpu=None):
             "lag_share": round(verdict.lag_share, 3), "until": None}
 
 
+def measured_figures(line):
+    """A node round's line for a measured rank (collective_waits.node_round's, or parsed back from it) as the
+    figures the verdict reads: (wait_s, window_s, collectives[, cpu_s, at]), the one place their order is set
+    (the attached watch's rounds, the keeper's beats, which Watch.heard reads back)."""
+    figures = (line["wait_s"], line["window_s"], line.get("collectives", 0))
+    return figures + ((line["cpu_s"], line["at"]) if "cpu_s" in line else ())
+
+
 def _cpu_read(line):
     """A keeper's [rank, wait_s, window_s, collectives, cpu_s, at] carries a CPU reading."""
     return len(line) >= 6 and seconds_value(line[4]) and seconds_value(line[5])

@@ -55,8 +55,7 @@ class CollectiveWatch:
                 fifos += 1
                 key = (host, line["rank"])
                 if "wait_s" in line:
-                    measured[key] = (line["wait_s"], line["window_s"], line.get("collectives", 0),
-                                     *((line["cpu_s"], line["at"]) if "cpu_s" in line else ()))
+                    measured[key] = verdict.measured_figures(line)
                     self.problems.pop(key, None)
                 else:
                     self.problems[key] = (line.get("problem", ""), self.problems.get(key, ("", 0))[1] + 1)
