@@ -483,10 +483,11 @@ def publish(results: dict) -> int:
     if python.exists() and results.get("cpu_account"):
         subprocess.run([str(python), str(BENCH / "plot.py"), "--cpu", str(BENCH / "results.json"),
                         str(REPO / "docs" / "cpu_account.png")], check=False)
-    plotter = sys.executable if _has_matplotlib(sys.executable) else str(python) if python.exists() else None
-    if results.get("launch_vs_hand") and plotter:  # no matplotlib anywhere: the page without its plot
-        subprocess.run([plotter, str(BENCH / "launch_report.py"), str(BENCH / "results.json"),
-                        str(REPO / "docs" / "launch_vs_hand.png")], check=False)
+    if results.get("launch_vs_hand"):
+        plotter = sys.executable if _has_matplotlib(sys.executable) else str(python) if python.exists() else None
+        if plotter:  # no matplotlib anywhere: the page without its plot
+            subprocess.run([plotter, str(BENCH / "launch_report.py"), str(BENCH / "results.json"),
+                            str(REPO / "docs" / "launch_vs_hand.png")], check=False)
     width = max(len(g) for g, _, _ in rows)
     print("\nverdicts:")
     for goal, measured, verdict in rows:

@@ -345,12 +345,12 @@ OTHER_WORDS = {
         # (after batch 20) Open MPI's launcher losing a daemon that had started (ORTE's errmgr help text, PRRTE's
         # twin): its node died or dropped off the network; where ssh never started the daemons (ssh's own
         # words, "unable to reliably start") ssh_failed leads
-        # (after batch 24) Slurm's controller losing a node's slurmd (ping_nodes.c "Nodes %s not responding", then
-        # "..., setting DOWN"): the node dropped off the network or hung
-        S(r"\bNodes? [\w\[\],.-]+ not responding\b", .8),
         S(r"(?:ORTE|PRTE) has lost communication with a remote daemon", .55,
           unless_log=r"unable to reliably start|\bssh: |Permission denied \(|Host key verification failed"
                      r"|orted: command not found|prted: command not found"),
+        # (after batch 24) Slurm's controller losing a node's slurmd (ping_nodes.c "Nodes %s not responding", then
+        # "..., setting DOWN"): the node dropped off the network or hung
+        S(r"\bNodes? [\w\[\],.-]+ not responding\b", .8),
     ),
     "permission_denied": (
         # (after batch 20) enroot mounting a user's directory into the container refused (root squashed on NFS, a

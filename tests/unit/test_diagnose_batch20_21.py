@@ -1,4 +1,4 @@
-"""Message classes met in the misses of batches 20, 21, 22 and 23 (issue 51; their first scores, blind, are in
+"""Message classes met in the misses of batches 20 to 24 (issue 51; their first scores, blind, are in
 docs/diagnosis.md), in programs' own words (the format string's source named), never the batches' logs."""
 from __future__ import annotations
 
@@ -40,6 +40,30 @@ CASES = [
     # verl's ray_trainer.py _check_resource_available (f"Total available GPUs {total_available_gpus} is less than
     # total desired GPUs {total_required_gpus}"): the job sees fewer GPUs than it asks for
     ("ValueError: Total available GPUs 8.0 is less than total desired GPUs 16", "insufficient_resources"),
+    # --- after batch 24
+    # Slurm's slurmctld (src/slurmctld/ping_nodes.c: error("Nodes %s not responding", ...), and "..., setting DOWN")
+    ("[2026-03-02T10:14:05.112] error: Nodes gpu[003-004] not responding", "node_unreachable"),
+    ("[2026-03-02T10:19:05.200] error: Nodes gpu004 not responding, setting DOWN", "node_unreachable"),
+    # EC2's InsufficientInstanceCapacity message (docs.aws.amazon.com, "Troubleshoot instance launch issues")
+    ("An error occurred (InsufficientInstanceCapacity) when calling the RunInstances operation: We currently do "
+     "not have sufficient p4d.24xlarge capacity in the Availability Zone you requested (us-east-1a).",
+     "insufficient_resources"),
+    ("We currently do not have sufficient p5.48xlarge capacity in the Availability Zone you requested (us-east-2b).",
+     "insufficient_resources"),
+    # GCP's ZONE_RESOURCE_POOL_EXHAUSTED message (cloud.google.com, "Troubleshooting resource availability errors")
+    ("The zone 'projects/p/zones/us-central1-a' does not have enough resources available to fulfill the request. "
+     "Try a different zone, or try again later.", "insufficient_resources"),
+    # Python's os.environ (os.py: raise KeyError(key) from None): a script that reads torchrun's variables, started
+    # without it
+    ("  File \"train.py\", line 27, in init_dist\n    rank = int(os.environ['RANK'])\n"
+     "  File \"/usr/lib/python3.10/os.py\", line 680, in __getitem__\n    raise KeyError(key) from None\n"
+     "KeyError: 'RANK'", "launcher_args"),
+    ("KeyError: 'LOCAL_RANK'", "launcher_args"),
+    # coreutils' mkdir (mkdir.c: "cannot create directory %s"), as enroot's shell scripts run it under pyxis
+    ("slurmd[5363]: spank-epilog: error: pyxis: couldn't execute enroot command\n"
+     "slurmd[5363]: spank-epilog: error: pyxis:     mkdir: cannot create directory '/scratch/enroot/data': "
+     "Permission denied\nslurmd[5363]: spank-epilog: error: pyxis: couldn't get list of existing containers",
+     "permission_denied"),
 ]
 
 
@@ -63,3 +87,11 @@ def test_a_daemon_ssh_never_started_is_still_ssh_not_a_lost_node():
 ])
 def test_a_site_filter_retiring_an_option_form_is_the_request(text):
     assert diagnose_text(text)[0].cause == "slurm_request_invalid"
+
+
+def test_a_node_that_answers_again_is_not_a_failure_on_its_own():
+    assert not any(f.cause == "node_unreachable" for f in diagnose_text("Node gpu004 now responding"))
+
+
+def test_a_missing_key_of_the_jobs_own_is_not_a_launcher_misuse():
+    assert not any(f.cause == "launcher_args" for f in diagnose_text("KeyError: 'RANKING_SCORE'"))

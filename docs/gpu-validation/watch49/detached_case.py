@@ -13,6 +13,7 @@ sys.path.insert(0, "tests")
 from fixtures.noisy import DutyCycle, find_rank  # noqa: E402
 
 inventory, prompt, settle, out = sys.argv[1:5]
+hold = float(os.environ.get("HOLD", "0.6"))
 cluster = next(line.split(": ", 1)[1].strip() for line in open(inventory) if line.startswith("name: "))
 cli = [sys.executable, "-m", "clusterctl"]
 t0 = time.time()
@@ -29,7 +30,7 @@ try:
         raise SystemExit(f"rank 1 not found; run --detach said: {started.stdout[-500:]} {started.stderr[-1500:]}")
     time.sleep(float(settle))
     slowed_at = time.time() - t0
-    cycle = DutyCycle(pid, float(os.environ.get("HOLD", "0.6")))
+    cycle = DutyCycle(pid, hold)
     while time.time() - t0 < slowed_at + 120:
         said = subprocess.run(cli + ["status", "-i", inventory, "--json"], capture_output=True, text=True, timeout=120)
         run = next((r for r in json.loads(said.stdout or "{}").get("runs") or () if r.get("run_id") == run_id), {})
@@ -41,7 +42,7 @@ finally:
     if cycle is not None:
         cycle.stop()
     subprocess.run(cli + ["stop", "-i", inventory, run_id or ""], capture_output=True, timeout=120)
-doc = {"case": "detached slowed", "hold": float(os.environ.get("HOLD", "0.6")), "run_id": run_id,
+doc = {"case": "detached slowed", "hold": hold, "run_id": run_id,
        "slowed_at_s": slowed_at and round(slowed_at, 1),
        "named_at_s": round(named, 1) if named else None, "stragglers": run.get("stragglers"),
        "straggler_problems": run.get("straggler_problems"), "started_stderr": started.stderr[-800:]}
