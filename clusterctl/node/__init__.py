@@ -19,7 +19,8 @@ The run's engine (`engine.py` with `heal_policy.py`): the one code that decides 
 lost node, timeout, stall, heal), hosted by the controller in-process when attached and by the master
 node's supervisor when detached. `straggler_verdict.py`: the rank the others wait for, named from
 per-rank samples (the controller's straggler watch imports it; detached, each keeper's `node_stragglers.py`
-samples its node's ranks with py-spy and the supervisor's engine judges). `layout.py`: every path of a
+samples its node's ranks with py-spy and the supervisor's engine judges); `waits_verdict.py`: the same from torch's
+flight recorder over NCCL (`collective_waits.py` reads each rank's dump, CPU and GPU tenants on its node). `layout.py`: every path of a
 run, on a node and in a collected bundle. `listener.py`: the one discipline of every port clusterctl
 opens on a node (the supervisor, the mpirun gate, the image relay, which carries its text): a deadline
 per request, slots per address that a newcomer never lacks, handshakes side by side. `leases.py`: the

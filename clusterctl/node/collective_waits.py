@@ -20,12 +20,18 @@ for the next round. Each dump makes the rank print one error-level line, DUMP_LI
 live log does not show and its stall watches do not count as output (run/runner.py attached; detached, the
 round marks the logs first: rank_output.py).
 
+Beside each measured rank's CPU time, the round reads who runs on its GPU (`nvidia-smi pmon`, where the node
+has it): the rank's own share of its GPU's time and the share of processes outside the job. A saturated job's
+shares and CPU cannot single out a rank slowed on its GPU (its host waits spin a core whatever the GPU does);
+another tenant's kernels on that GPU can (waits_verdict.judge_gpu).
+
 Dumps are pickles of plain data written by torch's C++ pickler; a node's file is read with PlainData,
 which refuses every class and global, at most MAX_DUMP_BYTES. The standard library only, Python 3.8+.
 """
 import io
 import pickle
 import re
+import subprocess
 import time
 
 if __package__:  # imported by the controller's tests
@@ -104,7 +110,7 @@ def node_round(d, read_limit=MAX_DUMP_BYTES, marker=()):
     """One round in the run dir `d` (safe_files.Dir): each rank's dump read and set aside, then its FIFO
     poked. A list of dicts, one per rank with a FIFO: rank, and wait_s, window_s, collectives, or why not.
     With the run's `marker` (rank_procs.find_ranks), each measured rank's CPU time so far (cpu_s) and this
-    node's clock (at): two rounds apart, how much of a core it got (straggler_verdict.WaitsRounds)."""
+    node's clock (at): two rounds apart, how much of a core it got (waits_verdict.WaitsRounds)."""
     pipes = [(int(found.group(1)), entry.name) for entry in d.entries() for found in [PIPE_RE.match(entry.name)]
              if found]
     if pipes:  # the logs' own last output, before the dumps print their lines (rank_output.py)
@@ -123,16 +129,75 @@ def node_round(d, read_limit=MAX_DUMP_BYTES, marker=()):
         line["poked"] = d.poke_fifo(pipe)
         said.append(line)
     if marker and any("wait_s" in line for line in said):
-        _add_cpu(said, marker)
+        _add_readings(said, marker)
     return said
 
 
-def _add_cpu(said, marker):
+def _add_readings(said, marker):
+    """Each measured rank's CPU time and this node's clock, then (with them) who runs on its GPU."""
     pids = {rank: pid for pid, rank in find_ranks(marker).items()}
+    tenants = gpu_tenants(set(pids.values()))  # {} without nvidia-smi
     for line in said:
-        cpu = cpu_seconds(pids[line["rank"]]) if "wait_s" in line and line["rank"] in pids else None
-        if cpu is not None:
-            line["cpu_s"], line["at"] = round(cpu, 2), round(time.time(), 3)
+        pid = pids.get(line["rank"]) if "wait_s" in line else None
+        cpu = cpu_seconds(pid) if pid is not None else None
+        if cpu is None:
+            continue
+        line["cpu_s"], line["at"] = round(cpu, 2), round(time.time(), 3)
+        if pid in tenants:
+            line["gpu_own"], line["gpu_foreign"], line["gpu_neighbour"] = tenants[pid]
+
+
+# --------------------------------------------------------------------------- who runs on a rank's GPU
+PMON = ("nvidia-smi", "pmon", "-c", "1", "-s", "u")  # one sample of each process's share of its GPU's time
+PMON_TIMEOUT_S, PMON_MAX_LINES = 15.0, 4096
+
+
+def pmon_rows(text):
+    """`nvidia-smi pmon -s u` output -> [(gpu, pid, sm)], sm the process's share of the GPU's time (0..1; its
+    "-", no kernel in the sample, 0). The columns are found by the header (drivers add some: jpg, ofa, ...);
+    a GPU without processes (pid "-") and any row that does not fit are skipped."""
+    columns, rows = None, []
+    for line in text.splitlines()[:PMON_MAX_LINES]:
+        if line.lstrip().startswith("#"):
+            names = line.lstrip().lstrip("#").lower().split()
+            if columns is None and {"gpu", "pid", "sm"} <= set(names):
+                columns = {name: at for at, name in reversed(list(enumerate(names)))}
+            continue
+        words = line.split()
+        if columns is None or len(words) <= max(columns["gpu"], columns["pid"], columns["sm"]):
+            continue
+        gpu, pid, sm = words[columns["gpu"]], words[columns["pid"]], words[columns["sm"]]
+        if not (gpu.isdigit() and pid.isdigit() and (sm.isdigit() or sm == "-")):
+            continue
+        rows.append((int(gpu), int(pid), min(int(sm), 100) / 100.0 if sm.isdigit() else 0.0))
+    return rows
+
+
+def gpu_tenants(rank_pids, read=None):
+    """{pid: (own, foreign, neighbour)} for the job's ranks here (`rank_pids`) that a GPU lists: each one's share
+    of the GPU it runs most on, the summed share of the processes there that are not the job's ranks, and the
+    busiest of those (its pid, 0 where none). {} where nvidia-smi fails, hangs or says nothing."""
+    rows = pmon_rows((read or _pmon)())
+    by_gpu = {}
+    for gpu, pid, sm in rows:
+        by_gpu.setdefault(gpu, []).append((pid, sm))
+    found = {}
+    for pid in rank_pids:
+        on = [(sm, gpu) for gpu, procs in by_gpu.items() for other, sm in procs if other == pid]
+        if not on:
+            continue
+        own, gpu = max(on)
+        others = [(sm, other) for other, sm in by_gpu[gpu] if other not in rank_pids]
+        found[pid] = (own, round(min(1.0, sum(sm for sm, _ in others)), 2), max(others)[1] if others else 0)
+    return found
+
+
+def _pmon():
+    try:
+        done = subprocess.run(PMON, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=PMON_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError):  # absent, refused, hung: no reading this round
+        return ""
+    return done.stdout[:1 << 20].decode("utf-8", "replace") if done.returncode == 0 else ""
 
 
 def _read_dump(d, name, mtime, read_limit):

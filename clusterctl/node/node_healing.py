@@ -30,7 +30,7 @@ ATTEMPT_FILE = "attempt"  # the attempt a node's run dir holds (absent: 1, launc
 DAEMON_FILES = ("node_agent.py", "node_healing.py", "engine.py", "heal_policy.py", "node_health.py",
                 "supervision.json", "supervisor.json", "supervisor.json.tmp", "supervise.log", "keep.log",
                 "checkpoint_replica.py", "checkpoint_wire.py", "checkpoint_copies.py", "safe_files.py", "leases.py",
-                "layout.py", "listener.py", "straggler_verdict.py", "node_stragglers.py", "collective_waits.py",
+                "layout.py", "listener.py", "straggler_verdict.py", "waits_verdict.py", "node_stragglers.py", "collective_waits.py",
                 "rank_output.py", "rank_procs.py")
 
 

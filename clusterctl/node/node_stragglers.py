@@ -30,11 +30,12 @@ import time
 from collections import deque
 
 if __package__:  # imported by the controller's tests
-    from clusterctl.node import collective_waits, straggler_verdict as verdict
+    from clusterctl.node import collective_waits, straggler_verdict as verdict, waits_verdict as fr_verdict
     from clusterctl.node.rank_procs import MARKER, MAX_RANKS, find_ranks, stat_fields
     from clusterctl.node.safe_files import Dir
 else:  # beside node_agent.py in a node's run dir
     import straggler_verdict as verdict
+    import waits_verdict as fr_verdict
     from rank_procs import MARKER, MAX_RANKS, find_ranks, stat_fields
     from safe_files import Dir
     try:
@@ -147,21 +148,21 @@ class Sampler:
         """Flight-recorder rounds (collective_waits.py), WAITS_ROUND_S apart, as the attached watch's: each rank's
         collectives' wait on the GPU (NCCL), which py-spy's samples cannot see. A node without a rank's FIFO for
         WAITS_IDLE_ROUNDS rounds in a row (gloo, an older torch) has none to offer: the rounds come further apart
-        while none is found (verdict.waits_pause_s), then stop."""
-        if collective_waits is None or self.closed.wait(verdict.WAITS_FIRST_AFTER_S):
+        while none is found (fr_verdict.waits_pause_s), then stop."""
+        if collective_waits is None or self.closed.wait(fr_verdict.WAITS_FIRST_AFTER_S):
             return
         idle = 0
-        while idle < verdict.WAITS_IDLE_ROUNDS:
+        while idle < fr_verdict.WAITS_IDLE_ROUNDS:
             try:
                 with Dir.open(self.run_dir) as d:
                     lines = collective_waits.node_round(d, marker=self.marker)
             except Exception:  # the run dir gone or refused: no round, the keeper goes on
                 lines = []
             idle = 0 if lines else idle + 1
-            measured = [[line["rank"], *verdict.measured_figures(line)] for line in lines if "wait_s" in line]
+            measured = [[line["rank"], *fr_verdict.measured_figures(line)] for line in lines if "wait_s" in line]
             with self.lock:
                 self.waits = {"at": round(self.now(), 3), "ranks": measured[:MAX_RANKS]} if measured else self.waits
-            if self.closed.wait(verdict.waits_pause_s(idle)):
+            if self.closed.wait(fr_verdict.waits_pause_s(idle)):
                 return
 
     def _loop(self):

@@ -27,6 +27,12 @@ import re
 import statistics
 from collections import namedtuple
 
+if __package__:  # imported by the controller
+    from clusterctl.node.waits_verdict import (WAITS_ROUND_S, WaitsRounds, WaitsVerdict, read_upto, seconds_value,
+                                              waits_evidence)
+else:  # beside node_agent.py in a node's run dir
+    from waits_verdict import WAITS_ROUND_S, WaitsRounds, WaitsVerdict, read_upto, seconds_value, waits_evidence
+
 RUNS_ON_NODES = True
 # The pace, attached and detached alike: a sample of every rank each INTERVAL_S, the first FIRST_AFTER_S after
 # the start (the ranks meet at the rendezvous meanwhile)
@@ -162,135 +168,6 @@ def judge(samples):
     return Verdict(top.host, top.rank, lag_share, ratio, top.singled_out, len(window), len(ranked) - 1)
 
 
-# --------------------------------------------------------------------------- from the flight recorder (NCCL)
-# collective_waits.py: each rank's share of its own latest time that its collectives ran on the GPU, i.e. waited
-# for the last peer. The rank the others wait for waits least: named where the others' median waits WAIT_GAP more
-# of their time and at least twice as much (a communication-bound job waits a lot everywhere, alike), and the
-# next-lowest rank is not as low (two ranks alike low: not one rank's doing). 2 x H200, the DDP tutorial: the rank
-# held 60% 10%, its peer 66%.
-WAIT_GAP, WAIT_RATIO = 0.15, 0.5
-WAITS_ROUNDS = 2  # rounds in a row naming the same rank: one window can hold a checkpoint save on one rank
-WAITS_ROUND_S, WAITS_FIRST_AFTER_S = 15.0, 20.0  # a dump per rank per round; NCCL makes its FIFO after the imports
-WAITS_IDLE_ROUNDS = 8  # rounds in a row that found no FIFO: the job has none to offer (gloo, an older torch)
-WAITS_IDLE_MAX_S = 120.0
-
-
-def waits_pause_s(idle):
-    """The pause before the next flight-recorder round after `idle` rounds in a row found no FIFO: WAITS_ROUND_S
-    while rounds find one, then doubling up to WAITS_IDLE_MAX_S (issue 52: a gloo job's node side pays a round
-    every 15 s for nothing; a NCCL job whose ranks make their FIFO minutes in is still found, within 2 minutes,
-    until WAITS_IDLE_ROUNDS rounds (~12 minutes) have found none)."""
-    return min(WAITS_ROUND_S * 2 ** min(int(idle), WAITS_IDLE_ROUNDS), WAITS_IDLE_MAX_S)
-
-
-# Where the others' share reaches SATURATED_SHARE it stops measuring a wait the job pays: on 2 x H200 a healthy run of
-# pytorch/examples' FSDP2 example (a small model: the CPU sets the pace) had one rank at 100% and the other at 2% for
-# a minute at a time, then the other way round. Its collectives overlap (prefetched all-gathers beside
-# reduce-scatters) and the rank whose CPU runs ahead has a collective spinning on the GPU for its peer nearly always,
-# at no cost to the job; a rank held 23% of the time looked the same. The job's pace does not tell them apart either:
-# left alone its collectives per second dipped to 70% of their median for two rounds in a row (230 s run), and a
-# rank held from the start leaves no pace of its own to compare with. The CPU does: a small model's ranks spin a core
-# each (CUDA's host waits spin), and a rank held from outside gets less of one. On 2 x H200, the FSDP2 example left
-# alone, both ranks 1.00-1.01 cores every 15 s for 230 s; rank 1 held 23%, 0.78 against its peer's 1.01. So where the
-# shares saturate, the rank the others wait for is named only where, between two rounds (CPU_SPAN_S apart at
-# least), it got at most CPU_DROP of its peers' median CPU, they busy (CPU_BUSY of a core at least: where the peers
-# do not run, the CPU is not what sets the pace). A saturated job slowed by one rank's GPU is not named there.
-SATURATED_SHARE = 0.9
-CPU_DROP, CPU_BUSY, CPU_SPAN_S = 0.85, 0.5, 5.0
-WaitsVerdict = namedtuple("WaitsVerdict", "host rank lag_share ratio own others window_s cpu", defaults=(None,))
-
-
-def cpu_rates(earlier, measured):
-    """{(host, rank): cores} each rank ran on the CPU since `earlier`'s reading (a rank's (cpu_s, at) of the
-    round before, its node's clock), and the readings to keep for the next round. A rank without a reading, read
-    under CPU_SPAN_S ago or restarted since (its CPU time went down) has no rate."""
-    rates, readings = {}, {}
-    for key, m in measured.items():
-        if len(m) < 5 or m[3] is None or m[4] is None:
-            continue
-        readings[key] = (m[3], m[4])
-        before = earlier.get(key)
-        if before and m[4] - before[1] >= CPU_SPAN_S and m[3] >= before[0]:
-            rates[key] = (m[3] - before[0]) / (m[4] - before[1])
-    return rates, readings
-
-
-def cpu_share(rates, key):
-    """The CPU the rank `key` got as a share of its peers' median, None where that says nothing (no rate for it
-    or for any peer, or the peers not busy on the CPU)."""
-    others = [rate for other, rate in rates.items() if other != key]
-    if key not in rates or not others or statistics.median(others) < CPU_BUSY:
-        return None
-    return rates[key] / statistics.median(others)
-
-
-def judge_waits(measured, rates=None):
-    """{(host, rank): (wait_s, window_s[, collectives[, cpu_s, at]])} of one round -> WaitsVerdict, or None when no
-    rank stands out. `rates`: cpu_rates' (asked where the shares saturate)."""
-    shares = {key: min(1.0, m[0] / m[1]) for key, m in measured.items() if m[1] > 0}
-    if len(shares) < 2:
-        return None
-    ordered = sorted(shares.items(), key=lambda item: (item[1], item[0][1]))
-    (host, rank), own = ordered[0]
-    others = statistics.median(share for _, share in ordered[1:])
-    if others - own < WAIT_GAP or own > WAIT_RATIO * others or ordered[1][1] - own < WAIT_GAP / 2:
-        return None
-    if others >= SATURATED_SHARE:
-        ran = cpu_share(rates or {}, (host, rank))
-        if ran is not None and ran <= CPU_DROP:
-            return WaitsVerdict(host, rank, 1.0 - ran, 1.0 / max(ran, 0.05), own, others, measured[(host, rank)][1],
-                                ran)
-        return None  # the shares say who is behind, not that it costs the job anything
-    ratio = (1.0 - own) / max(1.0 - others, 0.05)
-    return WaitsVerdict(host, rank, others - own, ratio, own, others, measured[(host, rank)][1])
-
-
-def waits_named(rounds):
-    """The rank the latest WAITS_ROUNDS rounds' verdicts all named (the latest one's figures), else None."""
-    latest = list(rounds)[-WAITS_ROUNDS:]
-    if len(latest) < WAITS_ROUNDS or None in latest or len({(r.host, r.rank) for r in latest}) != 1:
-        return None
-    return latest[-1]
-
-
-def waits_let_go(rounds, host, rank):
-    """The latest WAITS_ROUNDS rounds' verdicts named someone else or nobody: the rank keeps pace again."""
-    latest = list(rounds)[-WAITS_ROUNDS:]
-    return len(latest) >= WAITS_ROUNDS and all(r is None or (r.host, r.rank) != (host, rank) for r in latest)
-
-
-class WaitsRounds:
-    """One run's judged flight-recorder rounds, the attached watch's and the supervisor's alike: the latest
-    WAITS_ROUNDS verdicts and each rank's latest CPU reading (cpu_rates)."""
-
-    def __init__(self):
-        self.verdicts, self.cpu = [], {}
-
-    def add(self, measured):
-        """One round's {(host, rank): (wait_s, window_s, collectives[, cpu_s, at])} judged and kept: its verdict,
-        or None."""
-        rates, self.cpu = cpu_rates(self.cpu, measured)
-        found = judge_waits(measured, rates)
-        self.verdicts = (self.verdicts + [found])[-WAITS_ROUNDS:]
-        return found
-
-    def named(self):
-        return waits_named(self.verdicts)
-
-    def let_go(self, host, rank):
-        return waits_let_go(self.verdicts, host, rank)
-
-
-def seconds_value(value):
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1e10
-
-
-def waits_evidence(found):
-    slowed = f", and it ran on the CPU {found.cpu:.0%} as much as they did" if found.cpu is not None else ""
-    return (f"its collectives waited {found.own:.0%} of its last {found.window_s:.0f} s on the GPU, the other ranks' "
-            f"{found.others:.0%}{slowed} (flight recorder)")
-
-
 def recovered(samples, host, rank):
     """The named rank is singled out in under RECOVERED_SHARE of the latest RECENT samples."""
     recent = list(samples)[-RECENT:]
@@ -313,19 +190,6 @@ def document(verdict, since, lag_s=None, gpu=None):
             "lag_s": round(lag_s, 3) if lag_s is not None else None, "ratio": round(verdict.ratio, 2),
             "since": round(since, 3), "evidence": said,
             "lag_share": round(verdict.lag_share, 3), "until": None}
-
-
-def measured_figures(line):
-    """A node round's line for a measured rank (collective_waits.node_round's, or parsed back from it) as the
-    figures the verdict reads: (wait_s, window_s, collectives[, cpu_s, at]), the one place their order is set
-    (the attached watch's rounds, the keeper's beats, which Watch.heard reads back)."""
-    figures = (line["wait_s"], line["window_s"], line.get("collectives", 0))
-    return figures + ((line["cpu_s"], line["at"]) if "cpu_s" in line else ())
-
-
-def _cpu_read(line):
-    """A keeper's [rank, wait_s, window_s, collectives, cpu_s, at] carries a CPU reading."""
-    return len(line) >= 6 and seconds_value(line[4]) and seconds_value(line[5])
 
 
 class Watch:
@@ -362,9 +226,8 @@ class Watch:
         waits = summary.get("waits")
         if isinstance(waits, dict) and seconds_value(waits.get("at")) and isinstance(waits.get("ranks"), list):
             self.waits[host] = (float(waits["at"]), {
-                r[0]: tuple(float(v) for v in r[1:6 if _cpu_read(r) else 4]) for r in waits["ranks"][:256]
-                if isinstance(r, list) and len(r) in (3, 4, 6) and isinstance(r[0], int)
-                and all(seconds_value(value) for value in r[1:4])})
+                r[0]: tuple(float(v) for v in r[1:upto]) for r in waits["ranks"][:256]
+                if isinstance(r, list) for upto in [read_upto(r)] if upto})
 
     def judge(self, now):
         """Judge the ticks settled by `now` (unix time, seconds), and the latest flight-recorder round: True when

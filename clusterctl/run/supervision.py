@@ -40,7 +40,7 @@ _HEALING = program("node_healing.py")
 # files through, what a node's silence is measured by (node/rank_output.py), the supervisor's listener
 # (node/listener.py), the GPU leases (node/leases.py: a keeper releases its run's leases) and a keeper's checkpoint replicas (issue 50), which node_agent.py imports as
 # files beside it
-BESIDE_AGENT = tuple(program(name) for name in ("engine.py", "heal_policy.py", "straggler_verdict.py", "layout.py",
+BESIDE_AGENT = tuple(program(name) for name in ("engine.py", "heal_policy.py", "straggler_verdict.py", "waits_verdict.py", "layout.py",
                                                 "rank_output.py", "safe_files.py", "listener.py", "leases.py",
                                                 "checkpoint_replica.py", "checkpoint_wire.py", "checkpoint_copies.py"))
 _STRAGGLERS = program("node_stragglers.py")  # the keeper's straggler watch (py-spy on its node's ranks)

@@ -1,9 +1,9 @@
 """The straggler watch's evidence over NCCL: flight-recorder rounds (node/collective_waits.py), attached.
 
-Every WAITS_ROUND_S (straggler_verdict), one `collective-waits` operation per running node
+Every WAITS_ROUND_S (waits_verdict), one `collective-waits` operation per running node
 (plan/node_files.py), in the background: each rank's dump since the last round is read on its node (its
 collectives' GPU time over its latest WINDOW_S) and the next dump asked for. The shares of one round go to the
-nodes' verdict (straggler_verdict.judge_waits); a rank it names WAITS_ROUNDS rounds in a row is the straggler,
+nodes' verdict (waits_verdict.judge_waits); a rank it names WAITS_ROUNDS rounds in a row is the straggler,
 and it keeps pace again once WAITS_ROUNDS rounds in a row do not name it. Jobs without NCCL (gloo) or without
 a torch that has the dump pipe make no FIFO: the rounds find nothing, come further apart
 (verdict.waits_pause_s) and stop asking after IDLE_ROUNDS; the py-spy samples (watch/straggler_watch.py) go on
@@ -17,7 +17,7 @@ from typing import Optional
 
 from clusterctl.executor import Background, Connections, run_commands
 from clusterctl.models import Host, Inventory
-from clusterctl.node import straggler_verdict as verdict
+from clusterctl.node import waits_verdict as verdict
 from clusterctl.node.layout import node_run_dir
 from clusterctl.plan import node_files
 from clusterctl.plan.marker import marker_env
@@ -94,8 +94,8 @@ class CollectiveWatch:
 
 
 def parse_round(stdout: str) -> list[dict]:
-    """The node's JSON lines (run_files.py collective-waits): each {rank, wait_s, window_s, collectives[, cpu_s, at]}
-    or {rank, problem}; a line that is not one is skipped, never raised."""
+    """The node's JSON lines (run_files.py collective-waits): each {rank, wait_s, window_s, collectives[, cpu_s, at[,
+    gpu_own, gpu_foreign, gpu_neighbour]]} or {rank, problem}; a line that is not one is skipped, never raised."""
     lines = []
     for text in stdout.splitlines()[:MAX_LINES]:
         try:
@@ -108,8 +108,11 @@ def parse_round(stdout: str) -> list[dict]:
             count = line.get("collectives") if _count(line.get("collectives")) else 0
             cpu = {"cpu_s": float(line["cpu_s"]), "at": float(line["at"])} if verdict.seconds_value(
                 line.get("cpu_s")) and verdict.seconds_value(line.get("at")) else {}
+            gpu = {"gpu_own": float(line["gpu_own"]), "gpu_foreign": float(line["gpu_foreign"]),
+                   "gpu_neighbour": line["gpu_neighbour"]} if cpu and verdict.share_value(line.get("gpu_own")) \
+                and verdict.share_value(line.get("gpu_foreign")) and _count(line.get("gpu_neighbour")) else {}
             lines.append({"rank": line["rank"], "wait_s": float(line["wait_s"]), "window_s": float(line["window_s"]),
-                          "collectives": count, **cpu})
+                          "collectives": count, **cpu, **gpu})
         else:
             lines.append({"rank": line["rank"], "problem": str(line.get("problem") or "no figures")[:200]})
     return lines

@@ -13,7 +13,7 @@ from typing import Iterable, Mapping, Optional, Sequence
 
 from clusterctl.documents import parts
 from clusterctl.documents.convert import plain
-from clusterctl.node import straggler_verdict as verdict
+from clusterctl.node import straggler_verdict as verdict, waits_verdict
 from clusterctl.node.straggler_verdict import RECENT, WINDOW, Reading, Tally  # noqa: F401  (the verdict's values)
 from clusterctl.watch.stacks import RankStack
 
@@ -88,11 +88,11 @@ def find(samples: Sequence[Sequence[RankStack]], step_s: Optional[float], now: f
                      found.singled_out, found.samples, found.others_waiting)
 
 
-def of_waits(found: verdict.WaitsVerdict, step_s: Optional[float], now: float, gpu_of: Mapping[Key, int] = {}) -> Straggler:
-    """The straggler the flight recorder's rounds named (node/straggler_verdict.py judge_waits)."""
+def of_waits(found: waits_verdict.WaitsVerdict, step_s: Optional[float], now: float, gpu_of: Mapping[Key, int] = {}) -> Straggler:
+    """The straggler the flight recorder's rounds named (node/waits_verdict.py judge_waits)."""
     return Straggler(found.host, found.rank, gpu_of.get((found.host, found.rank)),
                      found.lag_share * step_s if step_s else None, found.lag_share, found.ratio, now,
-                     verdict.WAITS_ROUNDS, verdict.WAITS_ROUNDS, 0, verdict.waits_evidence(found))
+                     waits_verdict.WAITS_ROUNDS, waits_verdict.WAITS_ROUNDS, 0, waits_verdict.waits_evidence(found))
 
 
 def recovered(samples: Sequence[Sequence[RankStack]], named: Straggler) -> bool:

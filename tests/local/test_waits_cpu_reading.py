@@ -48,9 +48,9 @@ def test_a_round_with_the_marker_reads_the_ranks_cpu_time(tmp_path):
 def test_the_keepers_rounds_carry_each_ranks_cpu_to_the_supervisor(tmp_path, monkeypatch):
     """Detached: the keeper's own flight-recorder rounds (node_stragglers.Sampler._waits_loop) read the same CPU
     time, and its beat's `waits` carries it as the supervisor reads it (straggler_verdict.Watch)."""
-    from clusterctl.node import node_stragglers, straggler_verdict as verdict
+    from clusterctl.node import node_stragglers, straggler_verdict as verdict, waits_verdict
 
-    monkeypatch.setattr(verdict, "WAITS_FIRST_AFTER_S", 0.2)
+    monkeypatch.setattr(waits_verdict, "WAITS_FIRST_AFTER_S", 0.2)
     monkeypatch.setattr(verdict, "FIRST_AFTER_S", 3600.0)  # its py-spy samples: not in this test
     run = tmp_path / "run"
     run.mkdir()

@@ -448,7 +448,7 @@ def test_the_node_programs_are_the_ones_shipped_to_the_nodes():
                       "clusterctl.node.node_relay", "clusterctl.node.node_replica", "clusterctl.node.node_stragglers", "clusterctl.node.rank_output",
                           "clusterctl.node.rank_procs",
                       "clusterctl.node.run_files", "clusterctl.node.safe_files",
-                      "clusterctl.node.straggler_verdict"]
+                      "clusterctl.node.straggler_verdict", "clusterctl.node.waits_verdict"]
 
 
 def test_the_clock_rule_sees_a_sleep_a_thread_and_two_clock_loops():

@@ -13,7 +13,7 @@ from pathlib import Path
 from hypothesis import given, settings, strategies as st
 
 from clusterctl.node import collective_waits as cw, rank_output
-from clusterctl.node import straggler_verdict as verdict
+from clusterctl.node import straggler_verdict, waits_verdict as verdict
 from clusterctl.node.safe_files import Dir
 from clusterctl.watch.collective_watch import CollectiveWatch, parse_round
 from clusterctl.watch import stragglers
@@ -155,7 +155,7 @@ def test_the_watch_names_a_rank_two_rounds_in_a_row_and_lets_it_go_after_two_wit
 def test_detached_the_supervisor_names_the_rank_from_the_keepers_rounds_and_lets_it_go():
     """The keepers' beats carry their latest round (node_stragglers.Sampler.summary's `waits`); the supervisor's
     verdict (straggler_verdict.Watch, the one copy) sets the nodes' latest rounds side by side every WAITS_ROUND_S."""
-    watch = verdict.Watch()
+    watch = straggler_verdict.Watch()
     step = verdict.WAITS_ROUND_S
 
     def beat(at, held_share):
@@ -180,7 +180,7 @@ def test_detached_the_supervisor_names_the_rank_from_the_keepers_rounds_and_lets
 
 
 def test_detached_stale_or_garbled_rounds_are_not_judged():
-    watch = verdict.Watch()
+    watch = straggler_verdict.Watch()
     watch.heard("g0", {"waits": {"at": 10.0, "ranks": [[0, 6.6, 10.0], ["x", 1, 2], [1, -1, 3], "junk"]}})
     watch.heard("g1", {"waits": {"at": "soon", "ranks": [[1, 1.0, 10.0]]}})
     watch.heard("g2", {"waits": []})

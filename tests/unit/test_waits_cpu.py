@@ -8,7 +8,7 @@ rounds' shares are the ones the watch reported there: the rank behind 2%, its pe
 every minute or so when left alone; 2000 collectives a window."""
 from __future__ import annotations
 
-from clusterctl.node import straggler_verdict as verdict
+from clusterctl.node import straggler_verdict, waits_verdict as verdict
 from clusterctl.watch.collective_watch import parse_round
 
 STEP = verdict.WAITS_ROUND_S
@@ -87,7 +87,7 @@ def test_the_nodes_cpu_reading_is_parsed_and_a_bad_one_dropped():
 
 
 def test_detached_the_supervisor_reads_the_keepers_cpu_too():
-    watch = verdict.Watch()
+    watch = straggler_verdict.Watch()
     for k in range(3):
         at = 1000.0 + k * STEP
         for rank, cores in ((0, 1.01), (1, 0.78)):

@@ -9,7 +9,7 @@
 # LOOP=fsdp2 pytorch/examples' distributed/FSDP2/example.py (carried in .gl/fsdp2/), one host with both GPUs (the
 # script refuses fewer than two visible), its one change the step count (10, then it saves and exits).
 # FSDP2_SIZE=gpu: the FSDP2 example's model made GPU-bound; CASES=gpuslowed: rank 1's GPU shared with
-# gpu_neighbour.py's matmuls from SETTLE s (a rank slowed on its GPU, not its CPU).
+# gpu_neighbour.py's matmuls from SETTLE s (a rank slowed on its GPU, not its CPU; NEIGHBOUR_DUTY: its share, 1).
 # RUN_TIMEOUT: each run's `--timeout` (100 s; the DeepSpeed Trainer takes ~45 s to its first step).
 # HOLD: the share of each second the slowed rank is held (0.6: its steps ~2.5x as long; 0.23: 1.3x; 0.44: 1.8x).
 # Usage, from the repository root, OUT set, wheels in .whl/:  [LOOP=trainer] bash docs/gpu-validation/watch49/run.sh
@@ -120,7 +120,8 @@ def outside():
                                        stderr=subprocess.STDOUT, timeout=60)
         cycle.stop()
     elif what == "gpu":  # rank 1's GPU shared with another process's matmuls: slowed on the GPU, not the CPU
-        burner = subprocess.Popen([sys.executable, "docs/gpu-validation/watch49/gpu_neighbour.py", "1"])
+        burner = subprocess.Popen([sys.executable, "docs/gpu-validation/watch49/gpu_neighbour.py", "1",
+                                   os.environ.get("NEIGHBOUR_DUTY", "1")])
         proc.wait()
         burner.kill()
     elif what == "freeze":

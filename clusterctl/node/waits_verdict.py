@@ -1,0 +1,209 @@
+"""Stragglers' verdict from torch's flight recorder (NCCL; issue 49): each rank's share of its own latest time that
+its collectives ran on the GPU, read by node/collective_waits.py's rounds, with each rank's CPU and its GPU's
+other tenants beside it. Pure: figures in, values out. The one copy, used by the controller's attached watch
+(watch/collective_watch.py) and, detached, by the keepers (node_stragglers.py) and the supervisor
+(straggler_verdict.Watch): the standard library only, Python 3.8+, shipped beside node_agent.py.
+"""
+import statistics
+from collections import namedtuple
+
+RUNS_ON_NODES = True
+
+# collective_waits.py: each rank's share of its own latest time that its collectives ran on the GPU, i.e. waited
+# for the last peer. The rank the others wait for waits least: named where the others' median waits WAIT_GAP more
+# of their time and at least twice as much (a communication-bound job waits a lot everywhere, alike), and the
+# next-lowest rank is not as low (two ranks alike low: not one rank's doing). 2 x H200, the DDP tutorial: the rank
+# held 60% 10%, its peer 66%.
+WAIT_GAP, WAIT_RATIO = 0.15, 0.5
+WAITS_ROUNDS = 2  # rounds in a row naming the same rank: one window can hold a checkpoint save on one rank
+WAITS_ROUND_S, WAITS_FIRST_AFTER_S = 15.0, 20.0  # a dump per rank per round; NCCL makes its FIFO after the imports
+WAITS_IDLE_ROUNDS = 8  # rounds in a row that found no FIFO: the job has none to offer (gloo, an older torch)
+WAITS_IDLE_MAX_S = 120.0
+
+
+def waits_pause_s(idle):
+    """The pause before the next flight-recorder round after `idle` rounds in a row found no FIFO: WAITS_ROUND_S
+    while rounds find one, then doubling up to WAITS_IDLE_MAX_S (issue 52: a gloo job's node side pays a round
+    every 15 s for nothing; a NCCL job whose ranks make their FIFO minutes in is still found, within 2 minutes,
+    until WAITS_IDLE_ROUNDS rounds (~12 minutes) have found none)."""
+    return min(WAITS_ROUND_S * 2 ** min(int(idle), WAITS_IDLE_ROUNDS), WAITS_IDLE_MAX_S)
+
+
+# Where the others' share reaches SATURATED_SHARE it stops measuring a wait the job pays: on 2 x H200 a healthy run of
+# pytorch/examples' FSDP2 example (a small model: the CPU sets the pace) had one rank at 100% and the other at 2% for
+# a minute at a time, then the other way round. Its collectives overlap (prefetched all-gathers beside
+# reduce-scatters) and the rank whose CPU runs ahead has a collective spinning on the GPU for its peer nearly always,
+# at no cost to the job; a rank held 23% of the time looked the same. The job's pace does not tell them apart either:
+# left alone its collectives per second dipped to 70% of their median for two rounds in a row (230 s run), and a
+# rank held from the start leaves no pace of its own to compare with. The CPU does: a small model's ranks spin a core
+# each (CUDA's host waits spin), and a rank held from outside gets less of one. On 2 x H200, the FSDP2 example left
+# alone, both ranks 1.00-1.01 cores every 15 s for 230 s; rank 1 held 23%, 0.78 against its peer's 1.01. So where the
+# shares saturate, the rank the others wait for is named only where, between two rounds (CPU_SPAN_S apart at
+# least), it got at most CPU_DROP of its peers' median CPU, they busy (CPU_BUSY of a core at least: where the peers
+# do not run, the CPU is not what sets the pace). A saturated job slowed by one rank's GPU: judge_gpu, below.
+SATURATED_SHARE = 0.9
+CPU_DROP, CPU_BUSY, CPU_SPAN_S = 0.85, 0.5, 5.0
+WaitsVerdict = namedtuple("WaitsVerdict", "host rank lag_share ratio own others window_s cpu gpu neighbour",
+                          defaults=(None, None, None))
+
+# A rank slowed on its GPU, not its CPU, spins its core as its peers do, so where the shares saturate neither they
+# nor the CPU single it out. Its GPU does: another tenant's kernels there (a second job, a stray process) take time
+# the rank's own kernels would have had. Named where, in a round, the rank got at most GPU_DROP of its peers' median
+# share of their GPUs' time, they busy (GPU_BUSY at least: where the peers' GPUs idle, the GPU is not what sets the
+# pace), and processes outside the job ran on its GPU GPU_FOREIGN of the time at least (the cause, and its pid).
+# Whichever rule names a rank, another tenant on its GPU is said with it (`neighbour`): on 2 x H200 the shares named
+# each rank slowed so (a GPU-bound FSDP2 job) before this rule could, and the tenant is the cause and the fix.
+GPU_DROP, GPU_BUSY, GPU_FOREIGN = 0.85, 0.5, 0.1
+
+
+def cpu_rates(earlier, measured):
+    """{(host, rank): cores} each rank ran on the CPU since `earlier`'s reading (a rank's (cpu_s, at) of the
+    round before, its node's clock), and the readings to keep for the next round. A rank without a reading, read
+    under CPU_SPAN_S ago or restarted since (its CPU time went down) has no rate."""
+    rates, readings = {}, {}
+    for key, m in measured.items():
+        if len(m) < 5 or m[3] is None or m[4] is None:
+            continue
+        readings[key] = (m[3], m[4])
+        before = earlier.get(key)
+        if before and m[4] - before[1] >= CPU_SPAN_S and m[3] >= before[0]:
+            rates[key] = (m[3] - before[0]) / (m[4] - before[1])
+    return rates, readings
+
+
+def cpu_share(rates, key):
+    """The CPU the rank `key` got as a share of its peers' median, None where that says nothing (no rate for it
+    or for any peer, or the peers not busy on the CPU)."""
+    others = [rate for other, rate in rates.items() if other != key]
+    if key not in rates or not others or statistics.median(others) < CPU_BUSY:
+        return None
+    return rates[key] / statistics.median(others)
+
+
+def judge_gpu(measured):
+    """The rank whose GPU another process took from it (GPU_DROP, GPU_BUSY, GPU_FOREIGN), as a WaitsVerdict with
+    `gpu` (its share, its peers' median, the other processes', the busiest one's pid), or None."""
+    gpu = {key: m[5:8] for key, m in measured.items() if len(m) >= 8}
+    best = None
+    for key, (own, foreign, _) in gpu.items():
+        peers = [other[0] for other_key, other in gpu.items() if other_key != key]
+        busy = statistics.median(peers) if peers else 0.0
+        if foreign >= GPU_FOREIGN and busy >= GPU_BUSY and own <= GPU_DROP * busy and (best is None or own / busy
+                                                                                        < best[1]):
+            best = (key, own / busy, busy)
+    if best is None:
+        return None
+    (host, rank), ran, busy = best
+    m = measured[(host, rank)]
+    shares = [min(1.0, other[0] / other[1]) for key, other in measured.items() if key != (host, rank) and other[1] > 0]
+    return WaitsVerdict(host, rank, 1.0 - ran, 1.0 / max(ran, 0.05), min(1.0, m[0] / m[1]) if m[1] > 0 else 0.0,
+                        statistics.median(shares) if shares else 0.0, m[1], None, (m[5], busy, m[6], int(m[7])))
+
+
+def judge_waits(measured, rates=None):
+    """{(host, rank): (wait_s, window_s[, collectives[, cpu_s, at[, gpu_own, gpu_foreign, neighbour]]])} of one
+    round -> WaitsVerdict, or None when no rank stands out. `rates`: cpu_rates' (asked where the shares saturate).
+    The shares first, then, where they name nobody, the GPUs (judge_gpu)."""
+    found = _judge_shares(measured, rates) or judge_gpu(measured)
+    m = measured.get((found.host, found.rank), ()) if found is not None else ()
+    if found is not None and found.gpu is None and len(m) >= 8 and m[6] >= GPU_FOREIGN:
+        return found._replace(neighbour=(m[6], int(m[7])))
+    return found
+
+
+def _judge_shares(measured, rates):
+    shares = {key: min(1.0, m[0] / m[1]) for key, m in measured.items() if m[1] > 0}
+    if len(shares) < 2:
+        return None
+    ordered = sorted(shares.items(), key=lambda item: (item[1], item[0][1]))
+    (host, rank), own = ordered[0]
+    others = statistics.median(share for _, share in ordered[1:])
+    if others - own < WAIT_GAP or own > WAIT_RATIO * others or ordered[1][1] - own < WAIT_GAP / 2:
+        return None
+    if others >= SATURATED_SHARE:
+        ran = cpu_share(rates or {}, (host, rank))
+        if ran is not None and ran <= CPU_DROP:
+            return WaitsVerdict(host, rank, 1.0 - ran, 1.0 / max(ran, 0.05), own, others, measured[(host, rank)][1],
+                                ran)
+        return None  # the shares say who is behind, not that it costs the job anything
+    ratio = (1.0 - own) / max(1.0 - others, 0.05)
+    return WaitsVerdict(host, rank, others - own, ratio, own, others, measured[(host, rank)][1])
+
+
+def waits_named(rounds):
+    """The rank the latest WAITS_ROUNDS rounds' verdicts all named (the latest one's figures), else None."""
+    latest = list(rounds)[-WAITS_ROUNDS:]
+    if len(latest) < WAITS_ROUNDS or None in latest or len({(r.host, r.rank) for r in latest}) != 1:
+        return None
+    return latest[-1]
+
+
+def waits_let_go(rounds, host, rank):
+    """The latest WAITS_ROUNDS rounds' verdicts named someone else or nobody: the rank keeps pace again."""
+    latest = list(rounds)[-WAITS_ROUNDS:]
+    return len(latest) >= WAITS_ROUNDS and all(r is None or (r.host, r.rank) != (host, rank) for r in latest)
+
+
+class WaitsRounds:
+    """One run's judged flight-recorder rounds, the attached watch's and the supervisor's alike: the latest
+    WAITS_ROUNDS verdicts and each rank's latest CPU reading (cpu_rates)."""
+
+    def __init__(self):
+        self.verdicts, self.cpu = [], {}
+
+    def add(self, measured):
+        """One round's {(host, rank): (wait_s, window_s, collectives[, cpu_s, at])} judged and kept: its verdict,
+        or None."""
+        rates, self.cpu = cpu_rates(self.cpu, measured)
+        found = judge_waits(measured, rates)
+        self.verdicts = (self.verdicts + [found])[-WAITS_ROUNDS:]
+        return found
+
+    def named(self):
+        return waits_named(self.verdicts)
+
+    def let_go(self, host, rank):
+        return waits_let_go(self.verdicts, host, rank)
+
+
+def seconds_value(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1e10
+
+
+def waits_evidence(found):
+    if found.gpu is not None:
+        own, busy, foreign, pid = found.gpu
+        return (f"its GPU ran it {own:.0%} of the time, its peers' {busy:.0%}: processes outside the job took "
+                f"{foreign:.0%} of that GPU (the busiest: pid {pid}) (nvidia-smi pmon)")
+    slowed = f", and it ran on the CPU {found.cpu:.0%} as much as they did" if found.cpu is not None else ""
+    tenant = (f"; processes outside the job took {found.neighbour[0]:.0%} of its GPU (the busiest: pid "
+              f"{found.neighbour[1]}) (nvidia-smi pmon)") if found.neighbour is not None else ""
+    return (f"its collectives waited {found.own:.0%} of its last {found.window_s:.0f} s on the GPU, the other ranks' "
+            f"{found.others:.0%}{slowed} (flight recorder){tenant}")
+
+
+def measured_figures(line):
+    """A node round's line for a measured rank (collective_waits.node_round's, or parsed back from it) as the
+    figures the verdict reads: (wait_s, window_s, collectives[, cpu_s, at]), the one place their order is set
+    (the attached watch's rounds, the keeper's beats, which Watch.heard reads back)."""
+    figures = (line["wait_s"], line["window_s"], line.get("collectives", 0))
+    if "cpu_s" not in line:
+        return figures
+    figures += (line["cpu_s"], line["at"])
+    return figures + ((line["gpu_own"], line["gpu_foreign"], line["gpu_neighbour"]) if "gpu_own" in line else ())
+
+
+def share_value(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1
+
+
+def read_upto(line):
+    """How much of a keeper's [rank, wait_s, window_s, collectives(, cpu_s, at(, gpu_own, gpu_foreign,
+    neighbour))] is sound: the end of its figures (4, 6 or 9), None where the basic ones are not."""
+    if len(line) not in (3, 4, 6, 9) or not isinstance(line[0], int) or not all(seconds_value(v) for v in line[1:4]):
+        return None
+    if len(line) < 6 or not (seconds_value(line[4]) and seconds_value(line[5])):
+        return 4
+    gpu = len(line) == 9 and share_value(line[6]) and share_value(line[7]) and isinstance(line[8], int) \
+        and not isinstance(line[8], bool) and 0 <= line[8] < 1 << 32
+    return 9 if gpu else 6
