@@ -30,7 +30,7 @@ from clusterctl.diagnose.textmatch import (CASCADE_PATTERNS, CONTEXT_PATTERNS, P
                                            UNKNOWN_FIX, compiled, render_fix, required_literals, template_values)
 from clusterctl.diagnose import fixes as F
 from clusterctl.diagnose.signals import Rule, S, Signal
-from clusterctl.diagnose.rules_setup import SETUP_RULES
+from clusterctl.diagnose.rules_setup import ENROOT_HOOK, SETUP_RULES, SLURM_REFUSED
 from clusterctl.diagnose.rules_topology import TOPOLOGY_RULES
 from clusterctl.diagnose.rules_words import (EXIT_137, EXIT_MINUS_9, HOST_MEMORY_SHORT,  # noqa: F401
                                              KILL_EXPLAINED, NESTED_LAUNCH, NOT_ROUTED, OOM_RECORD, OTHER_WORDS,
@@ -154,7 +154,7 @@ RULES: tuple[Rule, ...] = (
              S(r'could not select device driver "[^"]*" with capabilities: \[\[gpu\]\]', .97),
              S(r"(?:unknown or invalid runtime name|Unknown runtime specified):? ?nvidia", .97),
              S(r"nvidia-container-cli: (?:initialization error|mount error|detection error)", .9,
-               unless=r"stat failed: /dev/nvidia"),
+               unless=r"stat failed: /dev/nvidia", unless_log=ENROOT_HOOK),
              S(r"libnvidia-ml\.so\.1: cannot open shared object file|load library failed: libnvidia-ml", .85),
              S(r"nvidia-container-runtime(?:-hook)?\S*: (?:no such file|not found|executable file not found)", .85),
              # the process sees no GPU at all: a container started without the NVIDIA runtime / --gpus
@@ -213,7 +213,7 @@ RULES: tuple[Rule, ...] = (
              S(r"\d+/\d+ nodes are available:.*Insufficient", .96),
              S(r"\bInsufficient (?:nvidia\.com/gpu|memory|cpu|[\w./-]*gpu)\b", .9),
              S(r"FailedScheduling|NodeUnfitPod|Unschedulable", .7),
-             S(r"Unable to allocate resources|Requested node configuration is not available", .9),
+             S(r"Unable to allocate resources", .85, unless=SLURM_REFUSED),  # a reason not slurm_request_invalid's
              S(r"PodScheduled\s+False", .5),
          )),
     Rule("image_pull_failed", "`ErrImagePull` / `ImagePullBackOff`, `pull access denied`, `manifest unknown`",
@@ -436,8 +436,8 @@ RULES: tuple[Rule, ...] = (
          )),
     Rule("segfault", "`Segmentation fault`, exitcode -11 / 139, `Signal 11 (SIGSEGV)`",
          F.SEGFAULT, (
-             S(r"Segmentation fault|SIGSEGV|signal 11\b|Signal 11 \(SIGSEGV\)", .88, unless=RAY_POSSIBLE_CAUSES,
-               unless_log=NCCL_FAILED),
+             S(r"Segmentation fault|SIGSEGV|signal 11\b|Signal 11 \(SIGSEGV\)|!+ Segfault encountered !+", .88,
+               unless=RAY_POSSIBLE_CAUSES, unless_log=NCCL_FAILED),
              # ...after NCCL reported a failure of its own, the crash is what followed it (teardown of a failed comm)
              S(r"Segmentation fault|SIGSEGV|signal 11\b|Signal 11 \(SIGSEGV\)", .5, unless=RAY_POSSIBLE_CAUSES,
                requires=NCCL_FAILED, consequence=True),

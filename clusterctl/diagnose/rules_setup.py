@@ -29,6 +29,12 @@ from __future__ import annotations
 from clusterctl.diagnose import fixes as F
 from clusterctl.diagnose.signals import Rule, S
 
+# Slurm's reasons for refusing the request itself, not for lacking capacity now (slurm_request_invalid)
+SLURM_REFUSED = (r"Requested node configuration is not available|violates accounting/QOS policy"
+                 r"|: Invalid (?:generic resource|partition|account|qos|feature)")
+# a log of pyxis/enroot starting a container (lower case: `requires` and `unless_log` search the lowered log)
+ENROOT_HOOK = r"pyxis: |/etc/enroot/hooks\.d/"
+
 SETUP_RULES = (
     Rule("ssh_failed", "`Permission denied (publickey)`, `ssh exited with exit code 255`, `not reachable via ssh`",
          F.SSH_FAILED, (
@@ -42,6 +48,10 @@ SETUP_RULES = (
              S(r"ssh (?:-\S+ )*?-o PasswordAuthentication=no (?:-\S+ \S+ )*?(?P<target>[\w.-]+) hostname\W+returned "
                r"non-zero exit status 255", .88),
              S(r"(?:pdsh@\S+: )?(?P<target>[\w.-]+): ssh exited with exit code 255", .85),
+             # (after batch 25) the node or container the launcher logs into has no SSH server to run (an image
+             # without openssh-server: MPI Operator's workers, a slim container)
+             S(r"(?:/usr/sbin/)?sshd: (?:No such file or directory|command not found|not found)"
+               r"|exec: \W?(?:/usr/sbin/)?sshd\W?: (?:executable file )?not found", .85),
              S(r"ssh: connect to host (?P<target>\S+) port \d+: (?:Connection refused|Connection timed out"
                r"|No route to host)|kex_exchange_identification", .75),
              # (after batch 13) a verbose ssh trace (a launcher's `plm_rsh_args -vvv`) whose client finds no key of
@@ -104,6 +114,10 @@ SETUP_RULES = (
                r"|error running hook(?: #\d+)?: exit status|hooks\.d/\S+ exited with return code \d+", .5),
              # ...its specific forms: the NVIDIA hook finding a driver device node missing, a leftover container
              S(r"nvidia-container-cli: mount error: stat failed: (?P<device>/dev/nvidia[\w-]*)", .88),
+             # (after batch 25) any error of the NVIDIA hook that enroot runs: under pyxis/enroot the GPU runtime is
+             # a start hook, and its failing (a toolkit release's cgroup regression) is the start's, not a missing
+             # runtime's (Docker's `could not select device driver`)
+             S(r"nvidia-container-cli: (?:mount|initialization|detection) error", .86, requires=ENROOT_HOOK),
              S(r"pyxis: ERROR File already exists: \S*pyxis_", .8),
              # pyxis could not run enroot at all: what enroot's log says after it (a directory it may not
              # create, a quota) is the start's step that failed, printed by pyxis as `pyxis:     <line>`
@@ -152,6 +166,9 @@ SETUP_RULES = (
          "unsupported by configured SelectType plugin`",
          F.SLURM_REQUEST_INVALID, (
              S(r"Invalid generic resource \(gres\) specification|Requested GRES option unsupported", .93),
+             # (after batch 25) no node the request could ever fit, a QOS refusing its shape: Slurm's words for a
+             # request to change, not capacity to wait for (its FAQ; batches 21 and 25 label them so)
+             S(r"Requested node configuration is not available|Job violates accounting/QOS policy", .9),
              S(r"Gres format wrong|No gpu count given|must always specify a type when requesting gpu GRES"
                r"|Cannot find GPU specification|Invalid GPU specification", .9),
              S(r"(?:submission|submit/allocate|create step for job \d+)(?: failed)?: Invalid (?:feature specification"

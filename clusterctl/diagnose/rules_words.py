@@ -164,6 +164,9 @@ OTHER_WORDS = {
         # InsufficientInstanceCapacity text, Azure's allocation failure, GCP's exhausted zone)
         S(r"(?:do not|don't) have (?:sufficient|enough) (?:[\w.-]+ )?capacity"
           r"|does not have enough resources available to fulfill the request", .8),
+        # (after batch 25, on batch 23's Ray Tune log, which led by a neighbour's resemblance alone) Tune's word
+        # for a trial larger than the cluster: it stays PENDING for good
+        S(r"You asked for [\d.]+ cpu and [\d.]+ gpu per trial, but the cluster only has", .8),
     ),
     "config_divisibility": (
         # DeepSpeed's batch check: the global batch must be micro batch x accumulation x world size
@@ -298,6 +301,9 @@ OTHER_WORDS = {
         # (after batch 13) a reduction op the loaded NCCL does not know (ncclAvg came with 2.10, PreMulSum with 2.11): the
         # caller was built against newer NCCL headers, as with an unknown data type
         S(r"invalid reduction operation \d+", .75),
+        # (after batch 25) a GPU newer than the NCCL build: its kernels ask for more shared memory than the device
+        # has (NCCL 2.25 on sm_120; NVIDIA's fix: 2.26.2)
+        S(r"ncclMaxSharedMem \d+ exceeds device/fn maxSharedMem \d+", .8),
     ),
     "rank_hang": (
         # (after batch 13) torch's monitored_barrier naming the ranks that never came (ProcessGroupGloo.cpp's

@@ -1,4 +1,4 @@
-"""Message classes met in the misses of batches 20 to 24 (issue 51; their first scores, blind, are in
+"""Message classes met in the misses of batches 20 to 25 (issue 51; their first scores, blind, are in
 docs/diagnosis.md), in programs' own words (the format string's source named), never the batches' logs."""
 from __future__ import annotations
 
@@ -64,6 +64,31 @@ CASES = [
      "slurmd[5363]: spank-epilog: error: pyxis:     mkdir: cannot create directory '/scratch/enroot/data': "
      "Permission denied\nslurmd[5363]: spank-epilog: error: pyxis: couldn't get list of existing containers",
      "permission_denied"),
+    # --- after batch 25
+    # Slurm's slurm_errno.c (ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE, ESLURM_ACCOUNTING_POLICY): a request no node
+    # can ever fit, a QOS refusing it: the request to change (its FAQ), not capacity to wait for
+    ("sbatch: error: Batch job submission failed: Requested node configuration is not available",
+     "slurm_request_invalid"),
+    ("salloc: error: Job submit/allocate failed: Job violates accounting/QOS policy (job submit limit, user's size "
+     "and/or time limits)", "slurm_request_invalid"),
+    # ...while a reason of capacity (ESLURM_NODES_BUSY) stays what it was
+    ("srun: error: Unable to allocate resources: Requested nodes are busy", "insufficient_resources"),
+    # dash's and bash's words for a program path that is not there: an image without an SSH server
+    ("/bin/sh: 1: /usr/sbin/sshd: not found", "ssh_failed"),
+    ("bash: /usr/sbin/sshd: No such file or directory", "ssh_failed"),
+    # NCCL's enqueue check (INFO "ncclMaxSharedMem %d exceeds device/fn maxSharedMem %zu"): kernels built for less
+    ("gpu-a:4766:4780 [0] NCCL INFO ncclMaxSharedMem 99328 exceeds device/fn maxSharedMem 98304", "nccl_too_old"),
+    # libnvidia-container's errors from enroot's NVIDIA hook under pyxis: the container's start failed
+    ("error: pyxis:     nvidia-container-cli: initialization error: nvml error: driver not loaded\n"
+     "error: pyxis:     [ERROR] /etc/enroot/hooks.d/98-nvidia.sh exited with return code 1\n"
+     "error: pyxis: couldn't start container", "container_start_failed"),
+    # ...and the same library's error under Docker: the GPU runtime cannot give the container its GPUs
+    ("docker: Error response from daemon: failed to create task for container: failed to create shim task: OCI "
+     "runtime create failed: runc create failed: unable to start container process: error during container init: "
+     "error running hook #0: error running hook: exit status 1, stdout: , stderr: Auto-detected mode as 'legacy'\n"
+     "nvidia-container-cli: initialization error: nvml error: driver not loaded: unknown.", "docker_no_gpu_runtime"),
+    # the banner of the native signal handler PyTorch-based programs print (vLLM, TensorRT-LLM, Megatron logs)
+    ("!!!!!!! Segfault encountered !!!!!!!\n  File \"<unknown>\", line 0, in ncclCommInitRank", "segfault"),
 ]
 
 
