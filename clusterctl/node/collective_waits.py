@@ -29,6 +29,7 @@ Dumps are pickles of plain data written by torch's C++ pickler; a node's file is
 which refuses every class and global, at most MAX_DUMP_BYTES. The standard library only, Python 3.8+.
 """
 import io
+import json
 import pickle
 import re
 import subprocess
@@ -129,14 +130,14 @@ def node_round(d, read_limit=MAX_DUMP_BYTES, marker=()):
         line["poked"] = d.poke_fifo(pipe)
         said.append(line)
     if marker and any("wait_s" in line for line in said):
-        _add_readings(said, marker)
+        _add_readings(d, said, marker)
     return said
 
 
-def _add_readings(said, marker):
+def _add_readings(d, said, marker):
     """Each measured rank's CPU time and this node's clock, then (with them) who runs on its GPU."""
     pids = {rank: pid for pid, rank in find_ranks(marker).items()}
-    tenants = gpu_tenants(set(pids.values()))  # {} without nvidia-smi
+    tenants = gpu_tenants(set(pids.values()), kept_pmon_rows(d))  # {} without nvidia-smi
     for line in said:
         pid = pids.get(line["rank"]) if "wait_s" in line else None
         cpu = cpu_seconds(pid) if pid is not None else None
@@ -150,6 +151,29 @@ def _add_readings(said, marker):
 # --------------------------------------------------------------------------- who runs on a rank's GPU
 PMON = ("nvidia-smi", "pmon", "-c", "1", "-s", "u")  # one sample of each process's share of its GPU's time
 PMON_TIMEOUT_S, PMON_MAX_LINES = 15.0, 4096
+# A read is ~0.1 s of CPU (NVML starting, 2 x H200): every round (15 s) it would be 0.7% of a core, so the rows are
+# kept in the run dir and read again only once they are PMON_KEPT_S old (0.17%); a tenant lives far longer.
+PMON_FILE, PMON_KEPT_S, PMON_FILE_MAX = "gpu_tenants.json", 60.0, 256 << 10
+
+
+def kept_pmon_rows(d, now=None, read=None):
+    """pmon_rows of the run dir `d`'s kept reading while under PMON_KEPT_S old, else of a fresh read (kept for
+    the next rounds). The file is the job's to write too: what is not rows of three numbers is read afresh."""
+    now = time.time() if now is None else now
+    try:
+        kept = json.loads(d.read(PMON_FILE, PMON_FILE_MAX).decode("utf-8"))
+        rows = [tuple(row) for row in kept["rows"] if len(row) == 3 and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in row)]
+        if 0 <= now - float(kept["at"]) < PMON_KEPT_S and len(rows) == len(kept["rows"]):
+            return [(int(gpu), int(pid), min(float(sm), 1.0)) for gpu, pid, sm in rows]
+    except Exception:  # none yet, gone, refused, not ours to trust: read afresh
+        pass
+    rows = pmon_rows((read or _pmon)())
+    try:
+        d.write(PMON_FILE, json.dumps({"at": round(now, 3), "rows": rows}))
+    except Exception:  # the run dir refuses it: the next round reads afresh
+        pass
+    return rows
 
 
 def pmon_rows(text):
@@ -173,11 +197,10 @@ def pmon_rows(text):
     return rows
 
 
-def gpu_tenants(rank_pids, read=None):
-    """{pid: (own, foreign, neighbour)} for the job's ranks here (`rank_pids`) that a GPU lists: each one's share
-    of the GPU it runs most on, the summed share of the processes there that are not the job's ranks, and the
-    busiest of those (its pid, 0 where none). {} where nvidia-smi fails, hangs or says nothing."""
-    rows = pmon_rows((read or _pmon)())
+def gpu_tenants(rank_pids, rows):
+    """{pid: (own, foreign, neighbour)} for the job's ranks here (`rank_pids`) that pmon's `rows` list: each one's
+    share of the GPU it runs most on, the summed share of the processes there that are not the job's ranks, and
+    the busiest of those (its pid, 0 where none). {} where nvidia-smi failed, hung or said nothing."""
     by_gpu = {}
     for gpu, pid, sm in rows:
         by_gpu.setdefault(gpu, []).append((pid, sm))

@@ -46,10 +46,10 @@ def test_pmon_rows_never_raise_and_keep_shares_in_range(text):
 
 
 def test_each_ranks_own_share_and_the_processes_outside_the_job_on_its_gpu():
-    assert gpu_tenants(RANKS, read=lambda: _pmon("ranks")) == {2167: (0.99, 0.0, 0), 2168: (0.99, 0.0, 0)}
-    assert gpu_tenants(RANKS, read=lambda: _pmon("neighbour")) == {2167: (0.99, 0.0, 0), 2168: (0.66, 0.33, 2357)}
-    assert gpu_tenants(RANKS, read=lambda: _pmon("neighbour_alone"))[2168] == (0.0, 0.98, 2357)
-    assert gpu_tenants(RANKS, read=lambda: "") == {}  # nvidia-smi absent, hung or refused
+    assert gpu_tenants(RANKS, pmon_rows(_pmon("ranks"))) == {2167: (0.99, 0.0, 0), 2168: (0.99, 0.0, 0)}
+    assert gpu_tenants(RANKS, pmon_rows(_pmon("neighbour"))) == {2167: (0.99, 0.0, 0), 2168: (0.66, 0.33, 2357)}
+    assert gpu_tenants(RANKS, pmon_rows(_pmon("neighbour_alone")))[2168] == (0.0, 0.98, 2357)
+    assert gpu_tenants(RANKS, pmon_rows("")) == {}  # nvidia-smi absent, hung or refused
 
 
 def _round(k, tenants, window_s=5.0):
@@ -66,7 +66,7 @@ def _judged(rounds):
 
 
 def test_a_rank_whose_gpu_another_process_takes_is_named_with_that_process():
-    shared = gpu_tenants(RANKS, read=lambda: _pmon("neighbour"))
+    shared = gpu_tenants(RANKS, pmon_rows(_pmon("neighbour")))
     verdicts = _judged([_round(k, shared) for k in range(3)])
     named = verdict.waits_named(verdicts)
     assert (named.host, named.rank) == ("g0", 1) and named.gpu == (0.66, 0.99, 0.33, 2357)
@@ -76,7 +76,7 @@ def test_a_rank_whose_gpu_another_process_takes_is_named_with_that_process():
 
 
 def test_the_same_job_alone_on_its_gpus_names_nobody():
-    alone = gpu_tenants(RANKS, read=lambda: _pmon("ranks"))
+    alone = gpu_tenants(RANKS, pmon_rows(_pmon("ranks")))
     assert _judged([_round(k, alone) for k in range(6)]) == [None] * 6
 
 
@@ -101,7 +101,7 @@ def test_the_nodes_gpu_reading_is_parsed_and_a_bad_one_dropped():
 
 def test_detached_the_supervisor_reads_the_keepers_gpu_reading_too():
     watch = straggler_verdict.Watch()
-    shared = gpu_tenants(RANKS, read=lambda: _pmon("neighbour"))
+    shared = gpu_tenants(RANKS, pmon_rows(_pmon("neighbour")))
     for k in range(3):
         at = 1000.0 + k * STEP
         for rank, pid in ((0, 2167), (1, 2168)):
@@ -116,7 +116,7 @@ def test_detached_the_supervisor_reads_the_keepers_gpu_reading_too():
 def test_a_rank_the_shares_name_has_the_other_tenant_on_its_gpu_said_with_it():
     """2 x H200, the GPU-bound FSDP2 job: the shares named the rank whose GPU was shared (its collectives waited
     8%, its peer's 67%) before the GPU rule could; the tenant is the cause, so the evidence says it."""
-    shared = gpu_tenants(RANKS, read=lambda: _pmon("neighbour"))
+    shared = gpu_tenants(RANKS, pmon_rows(_pmon("neighbour")))
     rounds = [{("g0", rank): ((0.08 if rank == 1 else 0.67) * 21.0, 21.0, 900, round(1.01 * k * STEP, 2),
                               1000.0 + k * STEP, *shared[pid]) for rank, pid in ((0, 2167), (1, 2168))} for k in range(2)]
     named = verdict.waits_named(_judged(rounds))
@@ -124,3 +124,25 @@ def test_a_rank_the_shares_name_has_the_other_tenant_on_its_gpu_said_with_it():
     assert verdict.waits_evidence(named) == (
         "its collectives waited 8% of its last 21 s on the GPU, the other ranks' 67% (flight recorder); processes "
         "outside the job took 33% of its GPU (the busiest: pid 2357) (nvidia-smi pmon)")
+
+
+def test_a_pmon_reading_is_kept_a_minute_in_the_run_dir_and_a_forged_one_is_read_afresh(tmp_path):
+    """One read is ~0.1 s of a node's CPU: the rounds (every 15 s) share one a minute (collective_waits.PMON_KEPT_S)."""
+    from clusterctl.node.collective_waits import PMON_FILE, PMON_KEPT_S, kept_pmon_rows
+    from clusterctl.node.safe_files import Dir
+
+    reads = []
+
+    def read():
+        reads.append(1)
+        return _pmon("neighbour")
+
+    with Dir.open(tmp_path) as d:
+        first = kept_pmon_rows(d, now=1000.0, read=read)
+        assert first == pmon_rows(_pmon("neighbour")) and len(reads) == 1
+        assert kept_pmon_rows(d, now=1000.0 + PMON_KEPT_S - 1, read=read) == first and len(reads) == 1
+        assert kept_pmon_rows(d, now=1000.0 + PMON_KEPT_S, read=read) == first and len(reads) == 2
+        (tmp_path / PMON_FILE).write_text('{"at": 1060.0, "rows": [[1, 2168, "all of it"]]}')
+        assert kept_pmon_rows(d, now=1061.0, read=read) == first and len(reads) == 3
+        (tmp_path / PMON_FILE).write_text("not json")
+        assert kept_pmon_rows(d, now=1062.0, read=lambda: "") == []  # nvidia-smi gone meanwhile: no rows
