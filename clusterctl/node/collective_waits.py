@@ -152,8 +152,10 @@ def _add_readings(d, said, marker):
 PMON = ("nvidia-smi", "pmon", "-c", "1", "-s", "u")  # one sample of each process's share of its GPU's time
 PMON_TIMEOUT_S, PMON_MAX_LINES = 15.0, 4096
 # A read is ~0.1 s of CPU (NVML starting, 2 x H200): every round (15 s) it would be 0.7% of a core, so the rows are
-# kept in the run dir and read again only once they are PMON_KEPT_S old (0.17%); a tenant lives far longer.
-PMON_FILE, PMON_KEPT_S, PMON_FILE_MAX = "gpu_tenants.json", 60.0, 256 << 10
+# kept in the run dir and read again only once they are PMON_KEPT_S old (0.35%). Not longer: a rank is named by two
+# rounds in a row, so with readings at most two rounds apart the naming round's reading was taken after the
+# slowdown began, and the tenant that caused it is in the line.
+PMON_FILE, PMON_KEPT_S, PMON_FILE_MAX = "gpu_tenants.json", 30.0, 256 << 10
 
 
 def kept_pmon_rows(d, now=None, read=None):

@@ -8,6 +8,7 @@ GPU 1 (docs/gpu-validation/watch49/gpu_neighbour.py, pid 2357). The rounds' shar
 session 21's FSDP2 runs (the rank behind 2%, its peer 100%), where neither the shares nor the CPU name anyone."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from hypothesis import given, strategies as st
@@ -126,8 +127,8 @@ def test_a_rank_the_shares_name_has_the_other_tenant_on_its_gpu_said_with_it():
         "outside the job took 33% of its GPU (the busiest: pid 2357) (nvidia-smi pmon)")
 
 
-def test_a_pmon_reading_is_kept_a_minute_in_the_run_dir_and_a_forged_one_is_read_afresh(tmp_path):
-    """One read is ~0.1 s of a node's CPU: the rounds (every 15 s) share one a minute (collective_waits.PMON_KEPT_S)."""
+def test_a_pmon_reading_is_kept_30_s_in_the_run_dir_and_a_forged_one_is_read_afresh(tmp_path):
+    """One read is ~0.1 s of a node's CPU: two rounds (15 s apart) share one (collective_waits.PMON_KEPT_S)."""
     from clusterctl.node.collective_waits import PMON_FILE, PMON_KEPT_S, kept_pmon_rows
     from clusterctl.node.safe_files import Dir
 
@@ -142,7 +143,7 @@ def test_a_pmon_reading_is_kept_a_minute_in_the_run_dir_and_a_forged_one_is_read
         assert first == pmon_rows(_pmon("neighbour")) and len(reads) == 1
         assert kept_pmon_rows(d, now=1000.0 + PMON_KEPT_S - 1, read=read) == first and len(reads) == 1
         assert kept_pmon_rows(d, now=1000.0 + PMON_KEPT_S, read=read) == first and len(reads) == 2
-        (tmp_path / PMON_FILE).write_text('{"at": 1060.0, "rows": [[1, 2168, "all of it"]]}')
-        assert kept_pmon_rows(d, now=1061.0, read=read) == first and len(reads) == 3
+        (tmp_path / PMON_FILE).write_text(json.dumps({"at": 1000.0 + PMON_KEPT_S, "rows": [[1, 2168, "all of it"]]}))
+        assert kept_pmon_rows(d, now=1001.0 + PMON_KEPT_S, read=read) == first and len(reads) == 3
         (tmp_path / PMON_FILE).write_text("not json")
-        assert kept_pmon_rows(d, now=1062.0, read=lambda: "") == []  # nvidia-smi gone meanwhile: no rows
+        assert kept_pmon_rows(d, now=1002.0 + PMON_KEPT_S, read=lambda: "") == []  # nvidia-smi gone meanwhile: no rows
