@@ -77,3 +77,43 @@ def test_the_keepers_rounds_carry_each_ranks_cpu_to_the_supervisor(tmp_path, mon
         os.close(reader)
         child.kill()
         child.wait()
+
+
+def test_a_rounds_gpu_reading_reaches_the_supervisor_with_the_neighbours_pid(tmp_path, monkeypatch):
+    """Who runs on the rank's GPU (collective_waits.gpu_tenants), end to end on this machine: the keeper's round
+    (node_stragglers.Sampler._waits_loop) reads it with the CPU time and keeps it in the run dir, and its beat
+    carries it as the supervisor reads it (the verdict on such figures: tests/unit/test_gpu_tenants.py). nvidia-smi is not here: `_pmon` gives the real pmon
+    capture of 2 x H200 (tests/fixtures/tools/nvidia_smi/pmon_h200x2_neighbour.txt), rank 1's pid 2168 put as
+    this run's spinning rank's."""
+    from clusterctl.node import node_stragglers, straggler_verdict, waits_verdict
+
+    capture = (Path(__file__).resolve().parents[1] / "fixtures" / "tools" / "nvidia_smi" /
+               "pmon_h200x2_neighbour.txt").read_text()
+    monkeypatch.setattr(waits_verdict, "WAITS_FIRST_AFTER_S", 0.2)
+    monkeypatch.setattr(straggler_verdict, "FIRST_AFTER_S", 3600.0)  # its py-spy samples: not in this test
+    run = tmp_path / "run"
+    run.mkdir()
+    dump = run / "nccl_trace_rank_0"
+    shutil.copy(HELD / "nccl_trace_rank_0", dump)
+    newest = max(e["time_created_ns"] for e in cw.load(dump.read_bytes())["entries"]) / 1e9
+    os.utime(dump, (newest + 0.5, newest + 0.5))
+    os.mkfifo(run / "fr_pipe_0.pipe")
+    reader = os.open(run / "fr_pipe_0.pipe", os.O_RDONLY | os.O_NONBLOCK)
+    child = subprocess.Popen([sys.executable, "-c", SPIN], env={**os.environ, **MARKER, "RANK": "0"})
+    monkeypatch.setattr(cw, "_pmon", lambda: capture.replace(" 2168 ", f" {child.pid} "))
+    sampler = node_stragglers.Sampler(str(run), marker=[f"{k}={v}" for k, v in MARKER.items()])
+    try:
+        deadline = time.monotonic() + 20
+        while "waits" not in sampler.summary() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        [[rank, *figures]] = sampler.summary()["waits"]["ranks"]
+        assert rank == 0 and figures[-3:] == [0.66, 0.33, 2357], figures
+        assert (run / cw.PMON_FILE).is_file()  # kept for the next round
+        watch = straggler_verdict.Watch()
+        watch.heard("h", sampler.summary())
+        assert watch.waits["h"][1][0][-3:] == (0.66, 0.33, 2357.0), watch.waits
+    finally:
+        sampler.close()
+        os.close(reader)
+        child.kill()
+        child.wait()
