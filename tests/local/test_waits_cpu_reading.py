@@ -19,15 +19,21 @@ MARKER = {"CLUSTERCTL_CLUSTER": "c", "CLUSTERCTL_HOST": "h", "CLUSTERCTL_RUN_ID"
 SPIN = "while True:\n    sum(range(1000))\n"
 
 
-def test_a_round_with_the_marker_reads_the_ranks_cpu_time(tmp_path):
+def _run_dir(tmp_path):
+    """A node's run dir holding rank 0's dump, written mid-run as a round's is, and its FIFO (opened: the reader
+    to close)."""
     run = tmp_path / "run"
     run.mkdir()
     dump = run / "nccl_trace_rank_0"
     shutil.copy(HELD / "nccl_trace_rank_0", dump)
     newest = max(e["time_created_ns"] for e in cw.load(dump.read_bytes())["entries"]) / 1e9
-    os.utime(dump, (newest + 0.5, newest + 0.5))  # written mid-run, as a round's dump is
+    os.utime(dump, (newest + 0.5, newest + 0.5))
     os.mkfifo(run / "fr_pipe_0.pipe")
-    reader = os.open(run / "fr_pipe_0.pipe", os.O_RDONLY | os.O_NONBLOCK)
+    return run, os.open(run / "fr_pipe_0.pipe", os.O_RDONLY | os.O_NONBLOCK)
+
+
+def test_a_round_with_the_marker_reads_the_ranks_cpu_time(tmp_path):
+    run, reader = _run_dir(tmp_path)
     children = [subprocess.Popen([sys.executable, "-c", SPIN if spin else "import time; time.sleep(60)"],
                                  env={**os.environ, **MARKER, "RANK": "0", **extra})
                 for spin, extra in ((True, {}), (False, {"CLUSTERCTL_RUN_ID": "another"}))]
@@ -52,14 +58,7 @@ def test_the_keepers_rounds_carry_each_ranks_cpu_to_the_supervisor(tmp_path, mon
 
     monkeypatch.setattr(waits_verdict, "WAITS_FIRST_AFTER_S", 0.2)
     monkeypatch.setattr(verdict, "FIRST_AFTER_S", 3600.0)  # its py-spy samples: not in this test
-    run = tmp_path / "run"
-    run.mkdir()
-    dump = run / "nccl_trace_rank_0"
-    shutil.copy(HELD / "nccl_trace_rank_0", dump)
-    newest = max(e["time_created_ns"] for e in cw.load(dump.read_bytes())["entries"]) / 1e9
-    os.utime(dump, (newest + 0.5, newest + 0.5))
-    os.mkfifo(run / "fr_pipe_0.pipe")
-    reader = os.open(run / "fr_pipe_0.pipe", os.O_RDONLY | os.O_NONBLOCK)
+    run, reader = _run_dir(tmp_path)
     child = subprocess.Popen([sys.executable, "-c", SPIN], env={**os.environ, **MARKER, "RANK": "0"})
     sampler = node_stragglers.Sampler(str(run), marker=[f"{k}={v}" for k, v in MARKER.items()])
     try:
@@ -91,14 +90,7 @@ def test_a_rounds_gpu_reading_reaches_the_supervisor_with_the_neighbours_pid(tmp
                "pmon_h200x2_neighbour.txt").read_text()
     monkeypatch.setattr(waits_verdict, "WAITS_FIRST_AFTER_S", 0.2)
     monkeypatch.setattr(straggler_verdict, "FIRST_AFTER_S", 3600.0)  # its py-spy samples: not in this test
-    run = tmp_path / "run"
-    run.mkdir()
-    dump = run / "nccl_trace_rank_0"
-    shutil.copy(HELD / "nccl_trace_rank_0", dump)
-    newest = max(e["time_created_ns"] for e in cw.load(dump.read_bytes())["entries"]) / 1e9
-    os.utime(dump, (newest + 0.5, newest + 0.5))
-    os.mkfifo(run / "fr_pipe_0.pipe")
-    reader = os.open(run / "fr_pipe_0.pipe", os.O_RDONLY | os.O_NONBLOCK)
+    run, reader = _run_dir(tmp_path)
     child = subprocess.Popen([sys.executable, "-c", SPIN], env={**os.environ, **MARKER, "RANK": "0"})
     monkeypatch.setattr(cw, "_pmon", lambda: capture.replace(" 2168 ", f" {child.pid} "))
     sampler = node_stragglers.Sampler(str(run), marker=[f"{k}={v}" for k, v in MARKER.items()])
