@@ -81,9 +81,9 @@ def test_the_keepers_rounds_carry_each_ranks_cpu_to_the_supervisor(tmp_path, mon
 def test_a_rounds_gpu_reading_reaches_the_supervisor_with_the_neighbours_pid(tmp_path, monkeypatch):
     """Who runs on the rank's GPU (collective_waits.gpu_tenants), end to end on this machine: the keeper's round
     (node_stragglers.Sampler._waits_loop) reads it with the CPU time and keeps it in the run dir, and its beat
-    carries it as the supervisor reads it (the verdict on such figures: tests/unit/test_gpu_tenants.py). nvidia-smi is not here: `_pmon` gives the real pmon
-    capture of 2 x H200 (tests/fixtures/tools/nvidia_smi/pmon_h200x2_neighbour.txt), rank 1's pid 2168 put as
-    this run's spinning rank's."""
+    carries it as the supervisor reads it (the verdict on such figures: tests/unit/test_gpu_tenants.py).
+    nvidia-smi is not here: `_pmon` gives the real pmon capture of 2 x H200
+    (tests/fixtures/tools/nvidia_smi/pmon_h200x2_neighbour.txt), rank 1's pid 2168 put as this run's spinning rank's."""
     from clusterctl.node import node_stragglers, straggler_verdict, waits_verdict
 
     capture = (Path(__file__).resolve().parents[1] / "fixtures" / "tools" / "nvidia_smi" /

@@ -35,8 +35,9 @@ def test_pmon_rows_read_the_real_outputs_by_their_header():
 
 
 def test_an_older_driver_without_the_jpg_and_ofa_columns_reads_the_same():
-    older = "# gpu        pid  type    sm   mem   enc   dec   command\n# Idx          #   C/G     %     %     %     %   name\n" \
-            "    0       2167     C    99     5     -     -   python3\n"
+    older = ("# gpu        pid  type    sm   mem   enc   dec   command\n"
+             "# Idx          #   C/G     %     %     %     %   name\n"
+             "    0       2167     C    99     5     -     -   python3\n")
     assert pmon_rows(older) == [(0, 2167, 0.99)]
 
 
@@ -119,7 +120,8 @@ def test_a_rank_the_shares_name_has_the_other_tenant_on_its_gpu_said_with_it():
     8%, its peer's 67%) before the GPU rule could; the tenant is the cause, so the evidence says it."""
     shared = gpu_tenants(RANKS, pmon_rows(_pmon("neighbour")))
     rounds = [{("g0", rank): ((0.08 if rank == 1 else 0.67) * 21.0, 21.0, 900, round(1.01 * k * STEP, 2),
-                              1000.0 + k * STEP, *shared[pid]) for rank, pid in ((0, 2167), (1, 2168))} for k in range(2)]
+                              1000.0 + k * STEP, *shared[pid]) for rank, pid in ((0, 2167), (1, 2168))}
+              for k in range(2)]
     named = verdict.waits_named(_judged(rounds))
     assert named.gpu is None and named.neighbour == (0.33, 2357)
     assert verdict.waits_evidence(named) == (
