@@ -80,6 +80,11 @@ def cpu_share(rates, key):
     return rates[key] / statistics.median(others)
 
 
+def wait_shares(measured):
+    """{(host, rank): the share of its window its collectives waited} of a round's figures (a window of 0: none)."""
+    return {key: min(1.0, m[0] / m[1]) for key, m in measured.items() if m[1] > 0}
+
+
 def judge_gpu(measured):
     """The rank whose GPU another process took from it (GPU_DROP, GPU_BUSY, GPU_FOREIGN), as a WaitsVerdict with
     `gpu` (its share, its peers' median, the other processes', the busiest one's pid), or None."""
@@ -94,10 +99,10 @@ def judge_gpu(measured):
     if best is None:
         return None
     (host, rank), ran, busy = best
-    m = measured[(host, rank)]
-    shares = [min(1.0, other[0] / other[1]) for key, other in measured.items() if key != (host, rank) and other[1] > 0]
-    return WaitsVerdict(host, rank, 1.0 - ran, 1.0 / max(ran, 0.05), min(1.0, m[0] / m[1]) if m[1] > 0 else 0.0,
-                        statistics.median(shares) if shares else 0.0, m[1], None, (m[5], busy, m[6], int(m[7])))
+    m, shares = measured[(host, rank)], wait_shares(measured)
+    others = [share for key, share in shares.items() if key != (host, rank)]
+    return WaitsVerdict(host, rank, 1.0 - ran, 1.0 / max(ran, 0.05), shares.get((host, rank), 0.0),
+                        statistics.median(others) if others else 0.0, m[1], None, (m[5], busy, m[6], int(m[7])))
 
 
 def judge_waits(measured, rates=None):
@@ -112,7 +117,7 @@ def judge_waits(measured, rates=None):
 
 
 def _judge_shares(measured, rates):
-    shares = {key: min(1.0, m[0] / m[1]) for key, m in measured.items() if m[1] > 0}
+    shares = wait_shares(measured)
     if len(shares) < 2:
         return None
     ordered = sorted(shares.items(), key=lambda item: (item[1], item[0][1]))
