@@ -55,6 +55,18 @@ WaitsVerdict = namedtuple("WaitsVerdict", "host rank lag_share ratio own others 
 # each rank slowed so (a GPU-bound FSDP2 job) before this rule could, and the tenant is the cause and the fix.
 GPU_DROP, GPU_BUSY, GPU_FOREIGN = 0.85, 0.5, 0.1
 
+# Where the shares do not saturate they name the rank behind, but a short window of a fast job holds its noise: on
+# 2 x H200 the public DDP tutorial left alone (1.4 ms steps, so a dump holds its last 3 s) had one rank wait 7-10% and
+# its peer 33-40% two rounds in a row three times in 800 s (ranks 0 and 1 in turn) while its pace stayed at 21-22
+# epochs a second: the same figures (ratio 1.3-1.5) as its rank 1 held 23% of the time, whose pace fell to 15. The
+# CPU tells them apart: left alone, both ranks ran 0.97-0.98 cores every round (0.99-1.00 of each other); rank 1
+# held 23%, 0.89 then 0.80 of its peer's. So where the CPU readings say something (the peers busy on it), the rank
+# the shares name is named only where it got at most CPU_KEPT of its peers' CPU (held, descheduled, asleep in I/O)
+# or another process shares its GPU (GPU_FOREIGN): a rank slowed from outside the job loses one of the two. Without
+# readings (an older node, the first round) the shares alone decide. Looser than CPU_DROP: here the shares already
+# single the rank out, and the CPU only has to say it did not keep pace.
+CPU_KEPT = 0.93
+
 
 def cpu_rates(earlier, measured):
     """{(host, rank): cores} each rank ran on the CPU since `earlier`'s reading (a rank's (cpu_s, at) of the
@@ -125,14 +137,16 @@ def _judge_shares(measured, rates):
     others = statistics.median(share for _, share in ordered[1:])
     if others - own < WAIT_GAP or own > WAIT_RATIO * others or ordered[1][1] - own < WAIT_GAP / 2:
         return None
+    ran, m = cpu_share(rates or {}, (host, rank)), measured[(host, rank)]
     if others >= SATURATED_SHARE:
-        ran = cpu_share(rates or {}, (host, rank))
         if ran is not None and ran <= CPU_DROP:
-            return WaitsVerdict(host, rank, 1.0 - ran, 1.0 / max(ran, 0.05), own, others, measured[(host, rank)][1],
-                                ran)
+            return WaitsVerdict(host, rank, 1.0 - ran, 1.0 / max(ran, 0.05), own, others, m[1], ran)
         return None  # the shares say who is behind, not that it costs the job anything
+    if ran is not None and ran > CPU_KEPT and not (len(m) >= 8 and m[6] >= GPU_FOREIGN):
+        return None  # it ran on the CPU as its peers did and nothing else shares its GPU: the window's noise
     ratio = (1.0 - own) / max(1.0 - others, 0.05)
-    return WaitsVerdict(host, rank, others - own, ratio, own, others, measured[(host, rank)][1])
+    return WaitsVerdict(host, rank, others - own, ratio, own, others, m[1],
+                        ran if ran is not None and ran <= CPU_KEPT else None)  # said where it tells
 
 
 def waits_named(rounds):

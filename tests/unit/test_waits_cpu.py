@@ -8,6 +8,9 @@ rounds' shares are the ones the watch reported there: the rank behind 2%, its pe
 every minute or so when left alone; 2000 collectives a window."""
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from clusterctl.node import straggler_verdict, waits_verdict as verdict
 from clusterctl.watch.collective_watch import parse_round
 
@@ -97,3 +100,56 @@ def test_detached_the_supervisor_reads_the_keepers_cpu_too():
         watch.judge(at)
     [named] = watch.found()
     assert (named["host"], named["rank"]) == ("g1", 1) and "ran on the CPU 77% as much" in named["evidence"]
+
+
+def _unsaturated(k, cores, behind=1, tenant=None):
+    """Round k of the DDP tutorial over NCCL on 2 x H200 (docs/gpu-validation/watch49/nccl-2xh200/session24/): a
+    dump holds its last 3 s; the rank behind waited 7% of it, its peer 40%; each rank's CPU as `cores`, and where
+    `tenant` is given, (its GPU share, the other processes' share, their busiest pid) on the rank behind's GPU."""
+    at = 1000.0 + k * STEP
+    rounds = {}
+    for rank in (0, 1):
+        figures = ((0.07 if rank == behind else 0.40) * 3.0, 3.0, 2000, round(cores[rank] * k * STEP, 2), at)
+        if tenant is not None:
+            figures += tenant if rank == behind else (0.9, 0.0, 0)
+        rounds[("g0", rank)] = figures
+    return rounds
+
+
+def test_unsaturated_shares_with_alike_cpu_name_nobody_a_cpu_drop_or_a_gpu_tenant_names_the_rank():
+    # left alone, the tutorial's shares stood this far apart two rounds in a row, three times in 800 s, its pace
+    # unchanged; its rank 1 held 23% of the time gave the same shares: the CPU the held rank lost tells them apart
+    alike = _judged([_unsaturated(k, {0: 1.0, 1: 0.98}) for k in range(6)])
+    assert alike[1:] == [None] * 5 and all(verdict.waits_named(alike[:k]) is None for k in range(1, 7))
+    first, *held = _judged([_unsaturated(k, {0: 1.0, 1: 0.77}) for k in range(3)])
+    assert first is not None and first.cpu is None  # one reading, no rate yet: the shares alone, as an older node
+    assert all((v.host, v.rank) == ("g0", 1) and 0.76 < v.cpu < 0.78 for v in held)
+    assert verdict.waits_evidence(held[-1]) == (
+        "its collectives waited 7% of its last 3 s on the GPU, the other ranks' 40%, and it ran on the CPU 77% as "
+        "much as they did (flight recorder)")
+    # a rank slowed on its GPU spins its core as its peers do: another process on its GPU names it
+    shared = _judged([_unsaturated(k, {0: 1.0, 1: 1.0}, tenant=(0.6, 0.3, 4946)) for k in range(3)])
+    assert all((v.host, v.rank) == ("g0", 1) and v.neighbour == (0.3, 4946) for v in shared)
+    # peers that do not spin a core (the GPU sets the pace): the CPU says nothing, the shares decide
+    idle = _judged([_unsaturated(k, {0: 0.3, 1: 0.3}) for k in range(3)])
+    assert all(v is not None and (v.rank, v.cpu) == (1, None) for v in idle)
+
+
+def _replayed(name):
+    """A real run's rounds (tests/fixtures/flight_recorder/SOURCES.md, `rounds/`) judged again by today's rule."""
+    path = Path(__file__).parents[1] / "fixtures" / "flight_recorder" / "rounds" / name
+    rounds = [json.loads(line)["measured"] for line in path.read_text().splitlines()]
+    return _judged([{(key.split()[0], int(key.split()[1][1:])): tuple(m) for key, m in measured.items()}
+                    for measured in rounds])
+
+
+def test_the_ddp_tutorials_real_rounds_name_the_held_rank_and_nobody_left_alone():
+    # 2 x H200, the tutorial unchanged over NCCL: left alone 150 s the shares flipped (rank 0 7% vs 27%, then rank 1
+    # 9% vs 34%) with both ranks on 0.97-0.98 cores; rank 1 held 23% from 20.5 s ran 0.89 then 0.80 of its peer
+    alone = _replayed("ddp_tutorial_h200x2_left_alone.jsonl")
+    assert all(verdict.waits_named(alone[:k]) is None for k in range(1, len(alone) + 1))
+    held = _replayed("ddp_tutorial_h200x2_rank1_held23.jsonl")
+    named = verdict.waits_named(held)
+    assert (named.host, named.rank) == ("g1", 1) and 0.79 < named.cpu < 0.82, held
+    # the rounds at 36 s (no CPU rate yet: the shares alone) and 53 s (0.89) name it: ~33 s after the hold began
+    assert verdict.waits_named(held[:2]) is None and verdict.waits_named(held[:3]).cpu > 0.88

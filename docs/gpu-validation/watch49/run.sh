@@ -11,6 +11,7 @@
 # FSDP2_SIZE=gpu: the FSDP2 example's model made GPU-bound; CASES=gpuslowed: rank 1's GPU shared with
 # gpu_neighbour.py's matmuls from SETTLE s (a rank slowed on its GPU, not its CPU; NEIGHBOUR_DUTY: its share, 1).
 # RUN_TIMEOUT: each run's `--timeout` (100 s; the DeepSpeed Trainer takes ~45 s to its first step).
+# ROUNDS_LOG: a file; every flight-recorder round the watch judges is appended to it (rounds_logged.py).
 # HOLD: the share of each second the slowed rank is held (0.6: its steps ~2.5x as long; 0.23: 1.3x; 0.44: 1.8x).
 # Usage, from the repository root, OUT set, wheels in .whl/:  [LOOP=trainer] bash docs/gpu-validation/watch49/run.sh
 set -u
@@ -81,7 +82,8 @@ sys.path.insert(0, "tests")
 from fixtures.noisy import DutyCycle, find_rank, freeze, thaw
 name, what, w, stall, settle, hold = sys.argv[1:]
 t0 = time.time()
-proc = subprocess.Popen([sys.executable, "-m", "clusterctl", "run", "-i", f"{w}/{name}.yaml", "--json",
+entry = ["docs/gpu-validation/watch49/rounds_logged.py"] if os.environ.get("ROUNDS_LOG") else ["-m", "clusterctl"]
+proc = subprocess.Popen([sys.executable, *entry, "run", "-i", f"{w}/{name}.yaml", "--json",
                          "--stall-timeout", stall, "--timeout", os.environ.get("RUN_TIMEOUT", "100"),
                          f"{w}/prompt.txt"],
                         stdout=subprocess.PIPE, stderr=open(f"{os.environ['OUT']}/{name}.stderr.txt", "w"), text=True)
