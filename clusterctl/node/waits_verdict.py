@@ -61,10 +61,11 @@ GPU_DROP, GPU_BUSY, GPU_FOREIGN = 0.85, 0.5, 0.1
 # epochs a second: the same figures (ratio 1.3-1.5) as its rank 1 held 23% of the time, whose pace fell to 15. The
 # CPU tells them apart: left alone, both ranks ran 0.97-0.98 cores every round (0.99-1.00 of each other); rank 1
 # held 23%, 0.89 then 0.80 of its peer's. So where the CPU readings say something (the peers busy on it), the rank
-# the shares name is named only where it got at most CPU_KEPT of its peers' CPU (held, descheduled, asleep in I/O)
-# or another process shares its GPU (GPU_FOREIGN): a rank slowed from outside the job loses one of the two. Without
-# readings (an older node, the first round) the shares alone decide. Looser than CPU_DROP: here the shares already
-# single the rank out, and the CPU only has to say it did not keep pace.
+# the shares name is named only where it got at most CPU_KEPT of its peers' CPU (held, descheduled, asleep in I/O),
+# or more than 1 / CPU_KEPT (busy with threads of its own: a shard decompressed, augmentation in the main process),
+# or another process shares its GPU (GPU_FOREIGN). Without readings (an older node, the first round) the shares
+# alone decide. Looser than CPU_DROP: here the shares already single the rank out, and the CPU only has to say it
+# did not run as its peers did.
 CPU_KEPT = 0.93
 
 
@@ -142,11 +143,11 @@ def _judge_shares(measured, rates):
         if ran is not None and ran <= CPU_DROP:
             return WaitsVerdict(host, rank, 1.0 - ran, 1.0 / max(ran, 0.05), own, others, m[1], ran)
         return None  # the shares say who is behind, not that it costs the job anything
-    if ran is not None and ran > CPU_KEPT and not (len(m) >= 8 and m[6] >= GPU_FOREIGN):
+    kept_pace = ran is not None and CPU_KEPT < ran < 1.0 / CPU_KEPT
+    if kept_pace and not (len(m) >= 8 and m[6] >= GPU_FOREIGN):
         return None  # it ran on the CPU as its peers did and nothing else shares its GPU: the window's noise
     ratio = (1.0 - own) / max(1.0 - others, 0.05)
-    return WaitsVerdict(host, rank, others - own, ratio, own, others, m[1],
-                        ran if ran is not None and ran <= CPU_KEPT else None)  # said where it tells
+    return WaitsVerdict(host, rank, others - own, ratio, own, others, m[1], None if kept_pace else ran)
 
 
 def waits_named(rounds):

@@ -130,6 +130,10 @@ def test_unsaturated_shares_with_alike_cpu_name_nobody_a_cpu_drop_or_a_gpu_tenan
     # a rank slowed on its GPU spins its core as its peers do: another process on its GPU names it
     shared = _judged([_unsaturated(k, {0: 1.0, 1: 1.0}, tenant=(0.6, 0.3, 4946)) for k in range(3)])
     assert all((v.host, v.rank) == ("g0", 1) and v.neighbour == (0.3, 4946) for v in shared)
+    # a rank busy with threads of its own (a shard decompressed) ran more than its spinning peers: named too
+    busier = _judged([_unsaturated(k, {0: 1.0, 1: 1.3}) for k in range(3)])
+    assert all((v.host, v.rank) == ("g0", 1) and 1.29 < v.cpu < 1.31 for v in busier[1:])
+    assert "and it ran on the CPU 130% as much as they did" in verdict.waits_evidence(busier[-1])
     # peers that do not spin a core (the GPU sets the pace): the CPU says nothing, the shares decide
     idle = _judged([_unsaturated(k, {0: 0.3, 1: 0.3}) for k in range(3)])
     assert all(v is not None and (v.rank, v.cpu) == (1, None) for v in idle)
