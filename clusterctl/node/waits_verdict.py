@@ -123,10 +123,14 @@ def judge_waits(measured, rates=None):
     round -> WaitsVerdict, or None when no rank stands out. `rates`: cpu_rates' (asked where the shares saturate).
     The shares first, then, where they name nobody, the GPUs (judge_gpu)."""
     found = _judge_shares(measured, rates) or judge_gpu(measured)
-    m = measured.get((found.host, found.rank), ()) if found is not None else ()
-    if found is not None and found.gpu is None and len(m) >= 8 and m[6] >= GPU_FOREIGN:
-        return found._replace(neighbour=(m[6], int(m[7])))
-    return found
+    tenant = _tenant(measured[(found.host, found.rank)]) if found is not None and found.gpu is None else None
+    return found._replace(neighbour=tenant) if tenant is not None else found
+
+
+def _tenant(m):
+    """(share, pid) of the processes outside the job on the GPU of the rank whose figures are `m`, where they took
+    GPU_FOREIGN of it at least; else None (none there, or no reading)."""
+    return (m[6], int(m[7])) if len(m) >= 8 and m[6] >= GPU_FOREIGN else None
 
 
 def _judge_shares(measured, rates):
@@ -144,7 +148,7 @@ def _judge_shares(measured, rates):
             return WaitsVerdict(host, rank, 1.0 - ran, 1.0 / max(ran, 0.05), own, others, m[1], ran)
         return None  # the shares say who is behind, not that it costs the job anything
     kept_pace = ran is not None and CPU_KEPT < ran < 1.0 / CPU_KEPT
-    if kept_pace and not (len(m) >= 8 and m[6] >= GPU_FOREIGN):
+    if kept_pace and _tenant(m) is None:
         return None  # it ran on the CPU as its peers did and nothing else shares its GPU: the window's noise
     ratio = (1.0 - own) / max(1.0 - others, 0.05)
     return WaitsVerdict(host, rank, others - own, ratio, own, others, m[1], None if kept_pace else ran)
