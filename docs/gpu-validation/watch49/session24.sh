@@ -10,12 +10,7 @@
 set -u
 OUT=${OUT:?}; mkdir -p "$OUT"
 D=docs/gpu-validation/watch49
-( while :; do
-    for log in $(find /tmp/watch49-ddp -name stdout.log 2>/dev/null); do
-      echo "epoch_lines $(date +%s.%N) $log $(grep -c 'Epoch' "$log")"
-    done
-    sleep 5
-  done ) > "$OUT/pace.txt" 2>&1 &
+bash $D/pace.sh > "$OUT/pace.txt" 2>&1 &
 PACER=$!
 for step in "slowed 0.23 100 1" "slowed 0.44 100 1" "gpuslowed 0.6 100 1" "quiet 0.6 600 1"; do
   set -- $step

@@ -10,12 +10,7 @@
 set -u
 OUT=${OUT:?}; mkdir -p "$OUT"
 D=docs/gpu-validation/watch49
-( while :; do
-    for log in $(find /tmp/watch49-ddp -name stdout.log 2>/dev/null); do
-      echo "epoch_lines $(date +%s.%N) $log $(grep -c 'Epoch' "$log")"
-    done
-    sleep 5
-  done ) > "$OUT/pace.txt" 2>&1 &
+bash $D/pace.sh > "$OUT/pace.txt" 2>&1 &
 PACER=$!
 for step in "ddp slow23a 0.23 100" "ddp slow23b 0.23 100" "ddp slow44 0.44 100" "fsdp2 fsdp2_slow23 0.23 100" \
             "ddp quiet 0 600"; do
