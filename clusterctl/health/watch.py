@@ -16,11 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
 from clusterctl.health.events import Event, GpuId
+from clusterctl.node import node_health
 
-WATCH_QUERY = ("index", "uuid", "serial", "pci.bus_id", "ecc.errors.uncorrected.volatile.total",
-               "ecc.errors.uncorrected.aggregate.total", "retired_pages.pending", "remapped_rows.pending",
-               "remapped_rows.failure", "remapped_rows.uncorrectable", "clocks_throttle_reasons.active",
-               "temperature.gpu")
+# the columns are asked for in one place, the node library, which the detached keeper also runs
+WATCH_QUERY = node_health.QUERY
 _ALIASES = {"clocks_event_reasons.active": "clocks_throttle_reasons.active"}
 # clocks_throttle_reasons bits that mean the hardware is slowing down to protect itself (NVML)
 HW_SLOWDOWN, SW_THERMAL, HW_THERMAL, HW_POWER_BRAKE = 0x8, 0x20, 0x40, 0x80

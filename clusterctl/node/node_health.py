@@ -5,8 +5,8 @@ standard library only, Python 3.8+; shipped beside node_agent.py into each node'
 Every EVERY_S (the first at once), in a thread of its own so that an nvidia-smi that hangs (a GPU
 fallen off the bus does that) never holds a beat back, it reads what watch/health_watch.py reads over
 SSH for an attached run:
-- `nvidia-smi --query-gpu=<QUERY> --format=csv,nounits` (QUERY is health/watch.py's WATCH_QUERY;
-  tests/{unit,local}/test_health_detached.py keeps them equal)
+- `nvidia-smi --query-gpu=<QUERY> --format=csv,nounits` (QUERY is the one list of columns: health/watch.py,
+  which parses them and builds the attached watch's command, imports it)
 - the kernel log's NVRM lines since the run began (`dmesg`, else `journalctl -k`; where neither is
   readable by the keeper's user, nothing), stamped lines compared to the node's boot time
 - `dcgmi health -c` where DCGM is installed

@@ -24,10 +24,6 @@ SMI = (FIXTURES / "smi_h100_580.csv").read_text()
 FLEET = Inventory("fleet", tuple(Host(name=f"n{i}", address=f"10.0.0.{i}") for i in (1, 2, 3)))
 
 
-def test_the_node_side_watch_asks_nvidia_smi_for_the_columns_the_parser_reads():
-    assert node_health.QUERY == watch.WATCH_QUERY
-
-
 def test_the_kernel_lines_kept_are_the_nvrm_ones_since_the_run_began_with_their_unstamped_rest():
     text = ("[  90.0] NVRM: Xid (PCI:0000:3b:00): 79, old\n"
             "[ 110.5] eth0: link up\n"
