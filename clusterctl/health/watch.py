@@ -16,14 +16,13 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
 from clusterctl.health.events import Event, GpuId
-from clusterctl.node import node_health
+from clusterctl.node import node_health, node_metrics
 
 # the columns are asked for in one place, the node library, which the detached keeper also runs
 WATCH_QUERY = node_health.QUERY
 _ALIASES = {"clocks_event_reasons.active": "clocks_throttle_reasons.active"}
-# clocks_throttle_reasons bits that mean the hardware is slowing down to protect itself (NVML)
-HW_SLOWDOWN, SW_THERMAL, HW_THERMAL, HW_POWER_BRAKE = 0x8, 0x20, 0x40, 0x80
-PROTECTIVE = HW_SLOWDOWN | SW_THERMAL | HW_THERMAL | HW_POWER_BRAKE
+# clocks_throttle_reasons bits that mean the hardware is slowing down to protect itself (NVML), named once
+PROTECTIVE = node_metrics.PROTECTIVE_MASK
 TEMPERATURE_LIMIT_C = 90.0
 # Xids that mean the GPU or its memory/links are broken (NVIDIA's Xid catalog: reset or RMA)
 FATAL_XIDS = frozenset({48, 62, 64, 74, 79, 94, 95, 119, 120, 140})

@@ -36,9 +36,11 @@ import subprocess
 import time
 
 if __package__:  # imported by the controller's tests
+    from clusterctl.node import node_metrics
     from clusterctl.node.rank_output import DUMP_LINE, mark
     from clusterctl.node.rank_procs import cpu_seconds, find_ranks
-else:  # a file beside run_files.py or node_stragglers.py, as are rank_output.py and rank_procs.py
+else:  # a file beside run_files.py or node_stragglers.py, as are rank_output.py, rank_procs.py and node_metrics.py
+    import node_metrics
     from rank_output import DUMP_LINE, mark
     from rank_procs import cpu_seconds, find_ranks
 
@@ -137,7 +139,9 @@ def node_round(d, read_limit=MAX_DUMP_BYTES, marker=()):
 def _add_readings(d, said, marker):
     """Each measured rank's CPU time and this node's clock, then (with them) who runs on its GPU."""
     pids = {rank: pid for pid, rank in find_ranks(marker).items()}
-    tenants = gpu_tenants(set(pids.values()), kept_pmon_rows(d))  # {} without nvidia-smi
+    rows = kept_pmon_rows(d)
+    tenants = gpu_tenants(set(pids.values()), rows)  # {} without nvidia-smi
+    slowing = gpus_slowing(d) if tenants else {}
     for line in said:
         pid = pids.get(line["rank"]) if "wait_s" in line else None
         cpu = cpu_seconds(pid) if pid is not None else None
@@ -146,6 +150,9 @@ def _add_readings(d, said, marker):
         line["cpu_s"], line["at"] = round(cpu, 2), round(time.time(), 3)
         if pid in tenants:
             line["gpu_own"], line["gpu_foreign"], line["gpu_neighbour"] = tenants[pid]
+            bits = slowing.get(rank_gpu(pid, rows))
+            if bits:
+                line["gpu_slowing"] = bits
 
 
 # --------------------------------------------------------------------------- who runs on a rank's GPU
@@ -208,13 +215,62 @@ def gpu_tenants(rank_pids, rows):
         by_gpu.setdefault(gpu, []).append((pid, sm))
     found = {}
     for pid in rank_pids:
-        on = [(sm, gpu) for gpu, procs in by_gpu.items() for other, sm in procs if other == pid]
-        if not on:
+        gpu = rank_gpu(pid, rows)
+        if gpu is None:
             continue
-        own, gpu = max(on)
+        own = max(sm for other, sm in by_gpu[gpu] if other == pid)
         others = [(sm, other) for other, sm in by_gpu[gpu] if other not in rank_pids]
         found[pid] = (own, round(min(1.0, sum(sm for sm, _ in others)), 2), max(others)[1] if others else 0)
     return found
+
+
+def rank_gpu(pid, rows):
+    """The GPU the process `pid` ran on most in pmon's `rows` (the lower index of a tie), None where it is on none."""
+    on = [(sm, -gpu) for gpu, other, sm in rows if other == pid]
+    return -max(on)[1] if on else None
+
+
+# --------------------------------------------------------------------------- a GPU slowing itself down
+# A GPU that slows its own clocks (too hot, a power brake, its hardware slowdown) slows its rank with nothing else
+# on it, and its rank's CPU spins as its peers' do, so neither the CPU nor another tenant says why the shares single
+# it out. The metrics sampler (node_metrics.py, every job.metrics_every s) already reads each GPU's throttle reasons
+# into the run dir's metrics.jsonl: a round reads its latest line rather than asking nvidia-smi again. Fresh: a line
+# under METRICS_FRESH_S old (the sampler's step, coarser once its file has been halved). The file is the job's to
+# write too: a line it forged can only add a reason to a rank the shares already name.
+METRICS_FRESH_S, METRICS_TAIL = 60.0, 64 << 10
+
+
+def gpus_slowing(d, now=None):
+    """{gpu index: its active protective throttle bits (node_metrics.PROTECTIVE)} of the run dir `d`'s latest
+    metrics line while fresh; {} where there is none (metrics off, no GPU), it is stale or it does not read."""
+    try:
+        text = d.read(node_metrics.FILE, METRICS_TAIL, tail=True).decode("utf-8", "replace")
+    except Exception:  # none yet, gone, refused
+        return {}
+    return slowing_of(text, time.time() if now is None else now)
+
+
+def slowing_of(text, now):
+    """gpus_slowing's reading of metrics.jsonl's tail `text` at `now`: its last line that parses, if fresh."""
+    for raw in reversed(text.splitlines()[-8:]):
+        try:
+            line = json.loads(raw)
+        except ValueError:  # the tail's cut first line, a line being written
+            continue
+        t = line.get("t") if isinstance(line, dict) else None
+        if not isinstance(t, (int, float)) or isinstance(t, bool) or not 0 <= now - t < METRICS_FRESH_S:
+            return {}
+        found = {}
+        for gpu in line.get("gpus") if isinstance(line.get("gpus"), list) else ():
+            index = gpu.get("index") if isinstance(gpu, dict) else None
+            reasons = gpu.get("throttle") if isinstance(gpu, dict) else None
+            if isinstance(index, int) and not isinstance(index, bool) and isinstance(reasons, list):
+                bits = sum(bit for bit, name in node_metrics.THROTTLE_BITS
+                           if name in reasons and name in node_metrics.PROTECTIVE)
+                if bits:
+                    found[index] = bits
+        return found
+    return {}
 
 
 def _pmon():

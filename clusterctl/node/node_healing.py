@@ -31,7 +31,7 @@ DAEMON_FILES = ("node_agent.py", "node_healing.py", "engine.py", "heal_policy.py
                 "supervision.json", "supervisor.json", "supervisor.json.tmp", "supervise.log", "keep.log",
                 "checkpoint_replica.py", "checkpoint_wire.py", "checkpoint_copies.py", "safe_files.py", "leases.py",
                 "layout.py", "listener.py", "straggler_verdict.py", "waits_verdict.py", "node_stragglers.py", "collective_waits.py",
-                "rank_output.py", "rank_procs.py")
+                "rank_output.py", "rank_procs.py", "node_metrics.py")
 
 
 # ---- the keeper's side: launch the next attempt on this node

@@ -39,6 +39,10 @@ KEYS = {"index": "index", "uuid": "uuid", "utilization.gpu": "util_pct", "memory
 THROTTLE_BITS = ((0x1, "gpu_idle"), (0x2, "applications_clocks_setting"), (0x4, "sw_power_cap"),
                  (0x8, "hw_slowdown"), (0x10, "sync_boost"), (0x20, "sw_thermal_slowdown"),
                  (0x40, "hw_thermal_slowdown"), (0x80, "hw_power_brake_slowdown"), (0x100, "display_clock_setting"))
+# the reasons that mean the hardware slows itself down to protect itself (heat, power brake, its own slowdown), not
+# a setting or an idle GPU: the health watch records `thermal` on them, the straggler watch names a rank on them
+PROTECTIVE = ("hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
+PROTECTIVE_MASK = sum(bit for bit, name in THROTTLE_BITS if name in PROTECTIVE)
 
 
 def _number(text):

@@ -43,8 +43,8 @@ def waits_pause_s(idle):
 # do not run, the CPU is not what sets the pace). A saturated job slowed by one rank's GPU: judge_gpu, below.
 SATURATED_SHARE = 0.9
 CPU_DROP, CPU_BUSY, CPU_SPAN_S = 0.85, 0.5, 5.0
-WaitsVerdict = namedtuple("WaitsVerdict", "host rank lag_share ratio own others window_s cpu gpu neighbour",
-                          defaults=(None, None, None))
+WaitsVerdict = namedtuple("WaitsVerdict", "host rank lag_share ratio own others window_s cpu gpu neighbour slowing",
+                          defaults=(None, None, None, None))
 
 # A rank slowed on its GPU, not its CPU, spins its core as its peers do, so where the shares saturate neither they
 # nor the CPU single it out. Its GPU does: another tenant's kernels there (a second job, a stray process) take time
@@ -63,7 +63,9 @@ GPU_DROP, GPU_BUSY, GPU_FOREIGN = 0.85, 0.5, 0.1
 # held 23%, 0.89 then 0.80 of its peer's. So where the CPU readings say something (the peers busy on it), the rank
 # the shares name is named only where it got at most CPU_KEPT of its peers' CPU (held, descheduled, asleep in I/O),
 # or more than 1 / CPU_KEPT (busy with threads of its own: a shard decompressed, augmentation in the main process),
-# or another process shares its GPU (GPU_FOREIGN). Without readings (an older node, the first round) the shares
+# or another process shares its GPU (GPU_FOREIGN), or its GPU slows its own clocks (a protective throttle reason in
+# the node's metrics: heat, a power brake, the hardware's slowdown; collective_waits.gpus_slowing): a rank slowed on
+# its GPU alone spins its CPU as its peers do. Without readings (an older node, the first round) the shares
 # alone decide. Looser than CPU_DROP: here the shares already single the rank out, and the CPU only has to say it
 # did not run as its peers did.
 CPU_KEPT = 0.93
@@ -119,12 +121,19 @@ def judge_gpu(measured):
 
 
 def judge_waits(measured, rates=None):
-    """{(host, rank): (wait_s, window_s[, collectives[, cpu_s, at[, gpu_own, gpu_foreign, neighbour]]])} of one
-    round -> WaitsVerdict, or None when no rank stands out. `rates`: cpu_rates' (asked where the shares saturate).
-    The shares first, then, where they name nobody, the GPUs (judge_gpu)."""
+    """{(host, rank): (wait_s, window_s[, collectives[, cpu_s, at[, gpu_own, gpu_foreign, neighbour[,
+    slowing]]]])} of one round -> WaitsVerdict, or None when no rank stands out. `rates`: cpu_rates'. The shares
+    first, then, where they name nobody, the GPUs (judge_gpu). What else slows the named rank's GPU is said with it."""
     found = _judge_shares(measured, rates) or judge_gpu(measured)
-    tenant = _tenant(measured[(found.host, found.rank)]) if found is not None and found.gpu is None else None
-    return found._replace(neighbour=tenant) if tenant is not None else found
+    if found is None:
+        return None
+    m = measured[(found.host, found.rank)]
+    return found._replace(neighbour=_tenant(m) if found.gpu is None else None, slowing=_slowing(m))
+
+
+def _slowing(m):
+    """The protective throttle bits active on the GPU of the rank whose figures are `m`, else None."""
+    return int(m[8]) if len(m) >= 9 and m[8] else None
 
 
 def _tenant(m):
@@ -148,8 +157,8 @@ def _judge_shares(measured, rates):
             return WaitsVerdict(host, rank, 1.0 - ran, 1.0 / max(ran, 0.05), own, others, m[1], ran)
         return None  # the shares say who is behind, not that it costs the job anything
     kept_pace = ran is not None and CPU_KEPT < ran < 1.0 / CPU_KEPT
-    if kept_pace and _tenant(m) is None:
-        return None  # it ran on the CPU as its peers did and nothing else shares its GPU: the window's noise
+    if kept_pace and _tenant(m) is None and _slowing(m) is None:
+        return None  # it ran on the CPU as its peers did and nothing else slows its GPU: the window's noise
     ratio = (1.0 - own) / max(1.0 - others, 0.05)
     return WaitsVerdict(host, rank, others - own, ratio, own, others, m[1], None if kept_pace else ran)
 
@@ -202,8 +211,10 @@ def waits_evidence(found):
     slowed = f", and it ran on the CPU {found.cpu:.0%} as much as they did" if found.cpu is not None else ""
     tenant = (f"; processes outside the job took {found.neighbour[0]:.0%} of its GPU (the busiest: pid "
               f"{found.neighbour[1]}) (nvidia-smi pmon)") if found.neighbour is not None else ""
+    clocks = (f"; its GPU slows its own clocks (clocks_throttle_reasons {found.slowing:#x}: heat, a power brake or the "
+              f"hardware's slowdown) (nvidia-smi)") if found.slowing else ""
     return (f"its collectives waited {found.own:.0%} of its last {found.window_s:.0f} s on the GPU, the other ranks' "
-            f"{found.others:.0%}{slowed} (flight recorder){tenant}")
+            f"{found.others:.0%}{slowed} (flight recorder){tenant}{clocks}")
 
 
 def measured_figures(line):
@@ -214,7 +225,10 @@ def measured_figures(line):
     if "cpu_s" not in line:
         return figures
     figures += (line["cpu_s"], line["at"])
-    return figures + ((line["gpu_own"], line["gpu_foreign"], line["gpu_neighbour"]) if "gpu_own" in line else ())
+    if "gpu_own" not in line:
+        return figures
+    return figures + (line["gpu_own"], line["gpu_foreign"], line["gpu_neighbour"]) + (
+        (line["gpu_slowing"],) if line.get("gpu_slowing") else ())
 
 
 def share_value(value):
@@ -223,11 +237,17 @@ def share_value(value):
 
 def read_upto(line):
     """How much of a keeper's [rank, wait_s, window_s, collectives(, cpu_s, at(, gpu_own, gpu_foreign,
-    neighbour))] is sound: the end of its figures (4, 6 or 9), None where the basic ones are not."""
-    if len(line) not in (3, 4, 6, 9) or not isinstance(line[0], int) or not all(seconds_value(v) for v in line[1:4]):
+    neighbour(, slowing)))] is sound: the end of its figures (4, 6, 9 or 10), None where the basic ones are not."""
+    if len(line) not in (3, 4, 6, 9, 10) or not isinstance(line[0], int) or not all(
+            seconds_value(v) for v in line[1:4]):
         return None
     if len(line) < 6 or not (seconds_value(line[4]) and seconds_value(line[5])):
         return 4
-    gpu = len(line) == 9 and share_value(line[6]) and share_value(line[7]) and isinstance(line[8], int) \
-        and not isinstance(line[8], bool) and 0 <= line[8] < 1 << 32
-    return 9 if gpu else 6
+    if len(line) < 9 or not (share_value(line[6]) and share_value(line[7]) and bits_value(line[8], 32)):
+        return 6
+    return 10 if len(line) == 10 and bits_value(line[9], 16) else 9
+
+
+def bits_value(value, width):
+    """An int of at most `width` bits (a pid, a throttle mask), not a bool."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << width

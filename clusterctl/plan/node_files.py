@@ -22,10 +22,10 @@ BELOW_OUTPUTS = 3  # logs/<run id>/<host> (or .files): opened without following 
 def _beside(streaming: bool, healing: bool = False, waits: bool = False) -> tuple:
     """The files run_files.py imports: the layer, for streaming operations follow_files.py (a poll
     without it compiles a third less), for `checkpoints` heal_policy.py, for `collective-waits` its reader
-    and the logs' marks it writes before its pokes (rank_output.py, which builds the paths with layout.py), and the
-    ranks' CPU time (rank_procs.py)."""
+    and the logs' marks it writes before its pokes (rank_output.py, which builds the paths with layout.py), the
+    ranks' CPU time (rank_procs.py) and the names of a GPU's throttle reasons (node_metrics.py)."""
     return ("safe_files", *(("follow_files",) if streaming else ()), *(("heal_policy",) if healing else ()),
-            *(("layout", "rank_output", "rank_procs", "collective_waits") if waits else ()))
+            *(("layout", "rank_output", "rank_procs", "node_metrics", "collective_waits") if waits else ()))
 
 
 def split_run_path(path: str, below: int = BELOW_OUTPUTS) -> tuple[str, str]:

@@ -43,9 +43,10 @@ _HEALING = program("node_healing.py")
 BESIDE_AGENT = tuple(program(name) for name in ("engine.py", "heal_policy.py", "straggler_verdict.py", "waits_verdict.py", "layout.py",
                                                 "rank_output.py", "safe_files.py", "listener.py", "leases.py",
                                                 "checkpoint_replica.py", "checkpoint_wire.py", "checkpoint_copies.py"))
-_STRAGGLERS = program("node_stragglers.py")  # the keeper's straggler watch (py-spy on its node's ranks)
-_WAITS = program("collective_waits.py")  # ...and its flight-recorder rounds (NCCL)
-_RANKS = program("rank_procs.py")  # ...both finding the node's ranks in /proc
+# the keeper's straggler watch (py-spy on its node's ranks), its flight-recorder rounds (NCCL), both finding the
+# node's ranks in /proc, and the names of a GPU's throttle reasons the rounds read in the sampler's metrics
+BESIDE_WATCH = tuple(program(name) for name in ("node_stragglers.py", "collective_waits.py", "rank_procs.py",
+                                                "node_metrics.py"))
 
 
 # $1 dir, $2 role, $3 python, then the marker env: the role's process, detached from this session,
@@ -158,9 +159,8 @@ def establish(inventory: Inventory, run_id: str, master: str, address: str, port
 
         packed, arch, sha = payload()
         base["stragglers"] = {"arch": arch, "sha": sha}
-    watch = [(name, data) for name, data in (("node_stragglers.py", _STRAGGLERS.read_bytes()), ("py-spy.gz", packed),
-                                             ("collective_waits.py", _WAITS.read_bytes()),
-                                             ("rank_procs.py", _RANKS.read_bytes())) if stragglers and data]
+    watch = [(path.name, path.read_bytes()) for path in BESIDE_WATCH] + ([("py-spy.gz", packed)] if packed else []) \
+        if stragglers else []
 
     replicas = bool(heal and ((heal.rules.get("checkpoint") or {}).get("replicas")))
 

@@ -95,7 +95,8 @@ class CollectiveWatch:
 
 def parse_round(stdout: str) -> list[dict]:
     """The node's JSON lines (run_files.py collective-waits): each {rank, wait_s, window_s, collectives[, cpu_s, at[,
-    gpu_own, gpu_foreign, gpu_neighbour]]} or {rank, problem}; a line that is not one is skipped, never raised."""
+    gpu_own, gpu_foreign, gpu_neighbour[, gpu_slowing]]]} or {rank, problem}; a line that is not one is skipped, never
+    raised."""
     lines = []
     for text in stdout.splitlines()[:MAX_LINES]:
         try:
@@ -111,6 +112,8 @@ def parse_round(stdout: str) -> list[dict]:
             gpu = {"gpu_own": float(line["gpu_own"]), "gpu_foreign": float(line["gpu_foreign"]),
                    "gpu_neighbour": line["gpu_neighbour"]} if cpu and verdict.share_value(line.get("gpu_own")) \
                 and verdict.share_value(line.get("gpu_foreign")) and _count(line.get("gpu_neighbour")) else {}
+            if gpu and verdict.bits_value(line.get("gpu_slowing"), 16) and line["gpu_slowing"]:
+                gpu["gpu_slowing"] = line["gpu_slowing"]
             lines.append({"rank": line["rank"], "wait_s": float(line["wait_s"]), "window_s": float(line["window_s"]),
                           "collectives": count, **cpu, **gpu})
         else:

@@ -368,8 +368,7 @@ def test_a_spare_joining_a_detached_run_takes_its_leases_first_and_a_held_one_is
     failure = {"host": "n3", "exit_code": 1, "at": 1.0, "lost": False, "tail": report["tail"]}
     assert heal_policy.verdict([failure]) == ("node", "gpu_leases_held", "n3")  # left out: the next spare joins
     # every program shipped beside the keeper stays in the run dir when an attempt is set aside
-    assert {path.name for path in supervision.BESIDE_AGENT} | {"node_stragglers.py", "collective_waits.py"} <= set(
-        node_healing.DAEMON_FILES)
+    assert {path.name for path in supervision.BESIDE_AGENT + supervision.BESIDE_WATCH} <= set(node_healing.DAEMON_FILES)
 
 
 def test_a_run_counts_as_ended_only_where_this_controllers_own_record_says_so(tmp_path):

@@ -161,8 +161,9 @@ def test_the_ddp_tutorials_real_rounds_name_the_held_rank_and_nobody_left_alone(
 
 def test_the_ddp_tutorials_rounds_under_this_rule_ten_minutes_left_alone_and_held_again():
     # session 25, the same machine and script under CPU_KEPT 0.93 live: left alone 600 s (35 rounds, both ranks
-    # within 0.988-1.0 of each other's CPU while the shares stood as far apart as 6% vs 41%) named nobody; rank 1
-    # held 23% from 19 s was named live at the fourth round, on 0.74 of its peer's CPU
+    # within 0.988-1.0 of each other's CPU while the shares stood as far apart as 6% vs 41%; the shares singled out
+    # a rank in 7 rounds, never the same one twice running) named nobody; rank 1 held 23% from 19 s was named live
+    # at the fourth round, on 0.74 of its peer's CPU
     alone = _replayed("ddp_tutorial_h200x2_left_alone_600s.jsonl")
     assert len(alone) == 35 and all(verdict.waits_named(alone[:k]) is None for k in range(1, len(alone) + 1))
     held = _replayed("ddp_tutorial_h200x2_rank1_held23_again.jsonl")
