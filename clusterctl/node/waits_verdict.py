@@ -63,11 +63,12 @@ GPU_DROP, GPU_BUSY, GPU_FOREIGN = 0.85, 0.5, 0.1
 # held 23%, 0.89 then 0.80 of its peer's. So where the CPU readings say something (the peers busy on it), the rank
 # the shares name is named only where it got at most CPU_KEPT of its peers' CPU (held, descheduled, asleep in I/O),
 # or more than 1 / CPU_KEPT (busy with threads of its own: a shard decompressed, augmentation in the main process),
-# or another process shares its GPU (GPU_FOREIGN), or its GPU slows its own clocks (a protective throttle reason in
-# the node's metrics: heat, a power brake, the hardware's slowdown; collective_waits.gpus_slowing): a rank slowed on
-# its GPU alone spins its CPU as its peers do. Without readings (an older node, the first round) the shares
-# alone decide. Looser than CPU_DROP: here the shares already single the rank out, and the CPU only has to say it
-# did not run as its peers did.
+# or another process shares its GPU (GPU_FOREIGN), or its GPU slows its own clocks while most of its peers' do not (a
+# protective throttle reason in the node's metrics: heat, a power brake, the hardware's slowdown;
+# collective_waits.gpus_slowing): a rank slowed on its GPU alone spins its CPU as its peers do; a hall whose every
+# GPU runs hot slows every rank alike and says nothing of one. Without readings (an older node, the first round)
+# the shares alone decide. Looser than CPU_DROP: here the shares already single the rank out, and the CPU only has
+# to say it did not run as its peers did.
 CPU_KEPT = 0.93
 
 
@@ -136,6 +137,12 @@ def _slowing(m):
     return int(m[8]) if len(m) >= 9 and m[8] else None
 
 
+def _slowing_alone(measured, key):
+    """The rank `key`'s GPU slows its own clocks and fewer than half of its peers' GPUs do."""
+    peers = [_slowing(m) is not None for other, m in measured.items() if other != key]
+    return _slowing(measured[key]) is not None and sum(peers) < len(peers) / 2
+
+
 def _tenant(m):
     """(share, pid) of the processes outside the job on the GPU of the rank whose figures are `m`, where they took
     GPU_FOREIGN of it at least; else None (none there, or no reading)."""
@@ -157,7 +164,7 @@ def _judge_shares(measured, rates):
             return WaitsVerdict(host, rank, 1.0 - ran, 1.0 / max(ran, 0.05), own, others, m[1], ran)
         return None  # the shares say who is behind, not that it costs the job anything
     kept_pace = ran is not None and CPU_KEPT < ran < 1.0 / CPU_KEPT
-    if kept_pace and _tenant(m) is None and _slowing(m) is None:
+    if kept_pace and _tenant(m) is None and not _slowing_alone(measured, (host, rank)):
         return None  # it ran on the CPU as its peers did and nothing else slows its GPU: the window's noise
     ratio = (1.0 - own) / max(1.0 - others, 0.05)
     return WaitsVerdict(host, rank, others - own, ratio, own, others, m[1], None if kept_pace else ran)

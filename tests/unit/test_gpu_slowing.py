@@ -56,14 +56,16 @@ def test_a_ranks_gpu_is_the_one_pmon_shows_it_on_most():
     assert (rank_gpu(2167, rows), rank_gpu(2168, rows), rank_gpu(4242, rows)) == (0, 1, None)
 
 
-def _rounds(slowing=0):
+def _rounds(slowing=0, peer=0):
     """The DDP tutorial's real rounds left alone (600 s), from the round before the 29th to the 34th: at the 29th
-    and the 34th the shares single out g1 rank 1 (its CPU alike its peer's); `slowing` its GPU's throttle bits."""
+    and the 34th the shares single out g1 rank 1 (its CPU alike its peer's); `slowing` its GPU's throttle bits,
+    `peer` its peer's."""
     lines = (FIXTURES / "flight_recorder" / "rounds" / "ddp_tutorial_h200x2_left_alone_600s.jsonl").read_text()
     rounds = [{(key.split()[0], int(key.split()[1][1:])): tuple(m) for key, m in json.loads(line)["measured"].items()}
               for line in lines.splitlines()]
     picked = [rounds[28], rounds[29], rounds[34]]
-    return [{key: m + ((slowing,) if slowing and key == ("g1", 1) else ()) for key, m in r.items()} for r in picked]
+    bits = {("g1", 1): slowing, ("g0", 0): peer}
+    return [{key: m + ((bits[key],) if bits[key] else ()) for key, m in r.items()} for r in picked]
 
 
 def _judged(rounds):
@@ -75,6 +77,8 @@ def test_shares_on_alike_cpu_name_the_rank_whose_gpu_slows_itself_and_nobody_wit
     assert verdict.waits_named(_judged(_rounds())) is None  # alike CPU, nothing on the GPU: the window's noise
     named = verdict.waits_named(_judged(_rounds(SW_THERMAL)))
     assert (named.host, named.rank, named.slowing, named.cpu) == ("g1", 1, SW_THERMAL, None)
+    # every GPU hot alike (a hall's cooling): it slows every rank and singles out none
+    assert verdict.waits_named(_judged(_rounds(SW_THERMAL, peer=SW_THERMAL))) is None
     assert verdict.waits_evidence(named).endswith(
         "(flight recorder); its GPU slows its own clocks (clocks_throttle_reasons 0x20: heat, a power brake or the "
         "hardware's slowdown) (nvidia-smi)")
