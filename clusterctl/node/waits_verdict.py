@@ -40,7 +40,9 @@ def waits_pause_s(idle):
 # alone, both ranks 1.00-1.01 cores every 15 s for 230 s; rank 1 held 23%, 0.78 against its peer's 1.01. So where the
 # shares saturate, the rank the others wait for is named only where, between two rounds (CPU_SPAN_S apart at
 # least), it got at most CPU_DROP of its peers' median CPU, they busy (CPU_BUSY of a core at least: where the peers
-# do not run, the CPU is not what sets the pace). A saturated job slowed by one rank's GPU: judge_gpu, below.
+# do not run, the CPU is not what sets the pace). A saturated job slowed by one rank's GPU: judge_gpu, below. A GPU
+# slowing its own clocks does not name a rank here (it does where the shares do not saturate): a job whose shares
+# saturate is paced by its CPU, its GPUs idle between kernels, so slower clocks need not cost it a step.
 SATURATED_SHARE = 0.9
 CPU_DROP, CPU_BUSY, CPU_SPAN_S = 0.85, 0.5, 5.0
 WaitsVerdict = namedtuple("WaitsVerdict", "host rank lag_share ratio own others window_s cpu gpu neighbour slowing",
