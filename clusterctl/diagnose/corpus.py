@@ -64,13 +64,6 @@ def in_test_split(source: str, cutoff: "int | None" = None) -> bool:
     return split_hash(source) <= (frozen_cutoff() if cutoff is None else cutoff)
 
 
-def choose_cutoff(sources: list[str], fraction: float = TEST_FRACTION) -> int:
-    """The hash cutoff that puts the lowest-hash URLs, entry-weighted, at `fraction` of the entries."""
-    ordered = sorted(sources, key=split_hash)
-    wanted = round(fraction * len(ordered))
-    return split_hash(ordered[wanted - 1]) if wanted else -1
-
-
 def frozen_cutoff(root: Path = CORPUS_DIR) -> int:
     split_file = root / TEST_SPLIT_FILE.name
     text = split_file.read_text() if split_file.is_file() else ""

@@ -11,7 +11,6 @@ import shlex
 from typing import Any, Optional
 
 from clusterctl.inventory.ansible_tree import AnsibleTree, Var
-from clusterctl.inventory.ansible_vars_map import tree_data
 from clusterctl.inventory.formats import SECTION, fail
 from clusterctl.inventory.values import did_you_mean
 from clusterctl.inventory.yamlsource import Locator, format_key_path
@@ -51,13 +50,6 @@ def expand_host_pattern(pattern: str, where: str) -> list[str]:
 
 
 # --------------------------------------------------------------------- Ansible INI
-
-
-def parse_ansible_ini(text: str, source_name: str) -> tuple[dict, Locator]:
-    """An Ansible INI inventory -> (clusterctl inventory data, Locator)."""
-    tree = AnsibleTree(source_name)
-    read_ini(tree, text, source_name)
-    return tree_data(tree)
 
 
 def read_ini(tree: AnsibleTree, text: str, source_name: str) -> None:
@@ -151,13 +143,6 @@ def looks_like_ansible_yaml(data: Any) -> bool:
     if "all" in data and isinstance(data["all"], (dict, type(None))) and not set(data) & _CLUSTERCTL_TOP:
         return True
     return all(isinstance(b, dict) and b and set(b) <= set(_GROUP_KEYS) for b in data.values())
-
-
-def convert_ansible_yaml(data: dict, locator: Locator) -> tuple[dict, Locator]:
-    """Parsed Ansible YAML (with its Locator) -> (clusterctl inventory data, Locator)."""
-    tree = AnsibleTree(locator.source_name)
-    read_yaml(tree, data, locator)
-    return tree_data(tree)
 
 
 def read_yaml(tree: AnsibleTree, data: Any, locator: Locator) -> None:

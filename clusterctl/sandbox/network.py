@@ -79,11 +79,6 @@ def remove_forward_rule() -> None:
                     break
 
 
-def forward_rule_present() -> bool:
-    return any(run([iptables, "-C", *rule], check=False).returncode == 0
-               for iptables in _iptables_backends() for rule in FORWARD_RULES)
-
-
 def ensure_node(node: Node) -> None:
     """Create (or complete) the node's namespace, veth pair and addresses."""
     if not node.netns_path.exists():

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -138,14 +137,6 @@ def pid_file_names_dead_process(pid_file: Path) -> bool:
     try:
         return not alive(int(pid_file.read_text().split()[0]))
     except (OSError, ValueError, IndexError):
-        return False
-
-
-def tcp_open(address: str, port: int, timeout: float = 0.5) -> bool:
-    try:
-        with socket.create_connection((address, port), timeout=timeout):
-            return True
-    except OSError:
         return False
 
 
