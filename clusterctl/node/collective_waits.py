@@ -37,20 +37,20 @@ import time
 
 if __package__:  # imported by the controller's tests
     from clusterctl.node import node_metrics
+    from clusterctl.node.layout import FR_DUMP_PREFIX, FR_PIPE_PREFIX
     from clusterctl.node.rank_output import DUMP_LINE, mark
     from clusterctl.node.rank_procs import cpu_seconds, find_ranks
 else:  # a file beside run_files.py or node_stragglers.py, as are rank_output.py, rank_procs.py and node_metrics.py
     import node_metrics
+    from layout import FR_DUMP_PREFIX, FR_PIPE_PREFIX
     from rank_output import DUMP_LINE, mark
     from rank_procs import cpu_seconds, find_ranks
 
 RUNS_ON_NODES = True
 
 MAX_DUMP_BYTES = 64 << 20
-PIPE_PREFIX = "fr_pipe_"  # torch appends `<rank>.pipe`
-DUMP_PREFIX = "nccl_trace_rank_"  # the flight recorder's file, as plan/torchrun.py names it
 ROUND_PREFIX = "fr_round_rank_"  # a round's dump once read: not a timeout's, so not where run and diagnose look
-PIPE_RE = re.compile(r"^fr_pipe_(\d{1,7})\.pipe$")
+PIPE_RE = re.compile("^" + re.escape(FR_PIPE_PREFIX) + r"(\d{1,7})\.pipe$")
 WINDOW_S = 30.0  # of each rank's latest collectives (its own clock)
 MIN_WINDOW_S, MIN_COLLECTIVES = 1.0, 10  # less than this says nothing
 
@@ -124,9 +124,9 @@ def node_round(d, read_limit=MAX_DUMP_BYTES, marker=()):
     said = []
     for rank, pipe in pipes:
         line = {"rank": rank}
-        dump = d.entry(DUMP_PREFIX + str(rank))
+        dump = d.entry(FR_DUMP_PREFIX + str(rank))
         if dump is not None and dump.kind == "file":
-            line.update(_read_dump(d, DUMP_PREFIX + str(rank), dump.mtime, read_limit))
+            line.update(_read_dump(d, FR_DUMP_PREFIX + str(rank), dump.mtime, read_limit))
         else:
             line["problem"] = "no dump yet"
         line["poked"] = d.poke_fifo(pipe)
@@ -292,7 +292,7 @@ def _read_dump(d, name, mtime, read_limit):
     if holds_a_hang(raw, mtime):
         return {"problem": "the dump holds a collective past its timeout: left for the hang's diagnosis"}
     try:
-        d.rename(name, ROUND_PREFIX + name[len(DUMP_PREFIX):])
+        d.rename(name, ROUND_PREFIX + name[len(FR_DUMP_PREFIX):])
     except OSError as error:
         return {"problem": "dump not set aside: %s" % error}
     measured = waits(raw)

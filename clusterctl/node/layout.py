@@ -36,6 +36,8 @@ HOSTFILE = "hostfile"  # mpirun's
 METRICS = "metrics.jsonl"  # the node's metrics samples
 SUPERVISION = "supervision.json"  # a detached run's config (0600: it holds the run's key)
 SUPERVISOR_STATE = "supervisor.json"  # the supervisor's state, read back by the controller
+FR_DUMP_PREFIX = "nccl_trace_rank_"  # the flight recorder's dump: torch appends the global rank
+FR_PIPE_PREFIX = "fr_pipe_"  # its FIFO for a dump on demand: torch appends `<global rank>.pipe`
 
 # a bundle
 RECORD = "run.json"

@@ -36,18 +36,20 @@ import time
 
 if __package__:  # imported by the controller
     from clusterctl.node import rank_output
+    from clusterctl.node.layout import AGENT_PID, SUPERVISION, SUPERVISOR_STATE
     from clusterctl.node.listener import LOG_LINE, RefusalLog, Slots
     from clusterctl.node.safe_files import Dir, Refused
 else:  # run on a node, layout.py, listener.py and safe_files.py shipped beside it
     import rank_output
+    from layout import AGENT_PID, SUPERVISION, SUPERVISOR_STATE
     from listener import LOG_LINE, RefusalLog, Slots
     from safe_files import Dir, Refused  # the no-follow layer, shipped beside (run/supervision.BESIDE_AGENT)
 
 # A program of its own on the nodes (copied into the run dir, started with the node's python): its
 # threads and clocks are that process's, not the controller's (tests/unit/test_architecture.py).
 RUNS_ON_NODES = True
-CONFIG = "supervision.json"
-STATE = "supervisor.json"
+CONFIG = SUPERVISION
+STATE = SUPERVISOR_STATE
 MAC_HEADER = "X-Clusterctl-Mac"
 HOST_HEADER = "X-Clusterctl-Host"  # whose keeper signs: its key is keeper_key(the run's secret, host)
 TAIL_BYTES = 24000  # as engine.TAIL_BYTES: the end of a node's log a report carries
@@ -400,7 +402,7 @@ def _release_once_ranks_gone(run_dir, config, interval):
 def _launched(run_dir):
     try:
         with Dir.open(run_dir) as d:
-            return d.entry("agent.pid") is not None
+            return d.entry(AGENT_PID) is not None
     except (OSError, Refused):
         return True  # unreadable: never taken for "nothing ran here"
 

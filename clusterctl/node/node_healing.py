@@ -17,10 +17,12 @@ import subprocess
 if __package__:  # imported by the controller
     from clusterctl.node import leases
     from clusterctl.node.heal_policy import substitute
+    from clusterctl.node.layout import AGENT_PID, SUPERVISION, SUPERVISOR_STATE
     from clusterctl.node.safe_files import Dir, Refused
 else:  # beside node_agent.py in a node's run dir (node_agent's _beside put it on sys.path)
     import leases
     from heal_policy import substitute
+    from layout import AGENT_PID, SUPERVISION, SUPERVISOR_STATE
     from safe_files import Dir, Refused
 
 RUNS_ON_NODES = True
@@ -28,7 +30,7 @@ LEASES_HELD = "clusterctl: GPU leases held on this node"  # heal_policy.CAUSES r
 ATTEMPT_FILE = "attempt"  # the attempt a node's run dir holds (absent: 1, launched by the controller)
 # what stays in the run dir when an attempt is set aside: the supervisor's and keeper's own files
 DAEMON_FILES = ("node_agent.py", "node_healing.py", "engine.py", "heal_policy.py", "node_health.py",
-                "supervision.json", "supervisor.json", "supervisor.json.tmp", "supervise.log", "keep.log",
+                SUPERVISION, SUPERVISOR_STATE, "supervise.log", "keep.log",
                 "checkpoint_replica.py", "checkpoint_wire.py", "checkpoint_copies.py", "safe_files.py", "leases.py",
                 "layout.py", "listener.py", "straggler_verdict.py", "waits_verdict.py", "node_stragglers.py", "collective_waits.py",
                 "rank_output.py", "rank_procs.py", "node_metrics.py")
@@ -51,7 +53,7 @@ def set_aside(run_dir, attempt):
     parent, host = os.path.split(run_dir.rstrip("/"))
     with Dir.open(parent) as where, where.sub((host,)) as own:
         moving = [e.name for e in own.entries() if e.name not in DAEMON_FILES]
-        if "agent.pid" not in moving:  # a spare joining: nothing ran here (its empty env is written again)
+        if AGENT_PID not in moving:  # a spare joining: nothing ran here (its empty env is written again)
             return
         aside = f"{host}.attempt-{attempt}"
         try:

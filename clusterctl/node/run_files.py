@@ -155,11 +155,14 @@ def state(base: str, rel: str, name: str) -> None:
 def dumps(base: str, rel: str, count: str, limit: str) -> None:
     import base64
 
+    import importlib
+
+    prefix = importlib.import_module("clusterctl.node.layout" if __package__ else "layout").FR_DUMP_PREFIX
     d = _open_run(base, rel)
     if d is None:
         return
     with d:
-        names = [e.name for e in d.entries() if e.kind == "file" and e.name.startswith("nccl_trace_rank_")]
+        names = [e.name for e in d.entries() if e.kind == "file" and e.name.startswith(prefix)]
         for name in names[:int(count)]:
             try:
                 data = d.read(name, int(limit))

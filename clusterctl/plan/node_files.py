@@ -19,13 +19,15 @@ STREAMING = frozenset({"follow", "logs", "probe", "tail"})  # the operations tha
 BELOW_OUTPUTS = 3  # logs/<run id>/<host> (or .files): opened without following a link; above it is job.outputs
 
 
-def _beside(streaming: bool, healing: bool = False, waits: bool = False) -> tuple:
+def _beside(streaming: bool, healing: bool = False, waits: bool = False, paths: bool = False) -> tuple:
     """The files run_files.py imports: the layer, for streaming operations follow_files.py (a poll
     without it compiles a third less), for `checkpoints` heal_policy.py, for `collective-waits` its reader
     and the logs' marks it writes before its pokes (rank_output.py, which builds the paths with layout.py), the
-    ranks' CPU time (rank_procs.py) and the names of a GPU's throttle reasons (node_metrics.py)."""
+    ranks' CPU time (rank_procs.py) and the names of a GPU's throttle reasons (node_metrics.py); for `dumps` the
+    run's paths (layout.py: the flight recorder's file name)."""
     return ("safe_files", *(("follow_files",) if streaming else ()), *(("heal_policy",) if healing else ()),
-            *(("layout", "rank_output", "rank_procs", "node_metrics", "collective_waits") if waits else ()))
+            *(("layout", "rank_output", "rank_procs", "node_metrics", "collective_waits") if waits else
+              ("layout",) if paths else ()))
 
 
 def split_run_path(path: str, below: int = BELOW_OUTPUTS) -> tuple[str, str]:
@@ -37,7 +39,8 @@ def split_run_path(path: str, below: int = BELOW_OUTPUTS) -> tuple[str, str]:
 
 def argv(python: str, operation: str, path: str, *args: str) -> tuple[str, ...]:
     base, rel = split_run_path(path)
-    return inline_argv(python, _beside(operation in STREAMING, waits=operation == "collective-waits"), "run_files",
+    return inline_argv(python, _beside(operation in STREAMING, waits=operation == "collective-waits",
+                                       paths=operation == "dumps"), "run_files",
                        operation, base, rel, *args)
 
 

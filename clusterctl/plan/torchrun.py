@@ -61,7 +61,7 @@ from typing import Mapping, Optional
 from clusterctl.errors import UsageError
 from clusterctl.plan.topology import NodePlan, Topology
 from clusterctl.models import Inventory, JobSpec
-from clusterctl.node.layout import node_run_dir, ranks_glob
+from clusterctl.node.layout import FR_DUMP_PREFIX, FR_PIPE_PREFIX, node_run_dir, ranks_glob
 
 PLACEHOLDERS = ("prompt", "world_size", "nnodes", "nproc_per_node", "run_id", "outputs", "attempt", "checkpoint")
 _PLACEHOLDER_RE = re.compile(r"\{(" + "|".join(PLACEHOLDERS) + r")\}")
@@ -192,8 +192,6 @@ def torchrun_argv(topo: Topology, node: NodePlan, run_id: str, job_argv: tuple[s
 # torch reads it). A setting the user gives under any of its names (job, host or container env) is
 # left alone entirely; the user turns the recorder off with TORCH_FR_BUFFER_SIZE: "0" (or the old name).
 FLIGHT_RECORDER_BUFFER = 2000  # entries, torch 2.13's own default (older torch: 0, off)
-FLIGHT_RECORDER_FILE = "nccl_trace_rank_"  # torch appends the global rank
-FLIGHT_RECORDER_PIPE = "fr_pipe_"  # torch appends `<global rank>.pipe` (node/collective_waits.py pokes it)
 FLIGHT_RECORDER_RENAMED_IN = (2, 9)
 # setting -> (its name before 2.9, its name from 2.9)
 _FLIGHT_RECORDER_NAMES = {
@@ -219,8 +217,8 @@ def flight_recorder_env(run_dir: str, user_names: set, torch_version: Optional[s
     release = torch_release(torch_version)
     new = release is not None and release >= FLIGHT_RECORDER_RENAMED_IN
     values = {"buffer": str(FLIGHT_RECORDER_BUFFER), "dump_on_timeout": "1",
-              "dump_file": f"{run_dir.rstrip('/')}/{FLIGHT_RECORDER_FILE}",
-              "pipe": f"{run_dir.rstrip('/')}/{FLIGHT_RECORDER_PIPE}", "timing": "1"}
+              "dump_file": f"{run_dir.rstrip('/')}/{FR_DUMP_PREFIX}",
+              "pipe": f"{run_dir.rstrip('/')}/{FR_PIPE_PREFIX}", "timing": "1"}
     return {_FLIGHT_RECORDER_NAMES[setting][new]: value for setting, value in values.items()
             if not user_names & set(_FLIGHT_RECORDER_NAMES[setting])}
 
