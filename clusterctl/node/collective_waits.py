@@ -37,12 +37,12 @@ import time
 
 if __package__:  # imported by the controller's tests
     from clusterctl.node import node_metrics
-    from clusterctl.node.layout import FR_DUMP_PREFIX, FR_PIPE_PREFIX
+    from clusterctl.node.layout import FR_DUMP_PREFIX, FR_PIPE_PREFIX, METRICS
     from clusterctl.node.rank_output import DUMP_LINE, mark
     from clusterctl.node.rank_procs import cpu_seconds, find_ranks
 else:  # a file beside run_files.py or node_stragglers.py, as are rank_output.py, rank_procs.py and node_metrics.py
     import node_metrics
-    from layout import FR_DUMP_PREFIX, FR_PIPE_PREFIX
+    from layout import FR_DUMP_PREFIX, FR_PIPE_PREFIX, METRICS
     from rank_output import DUMP_LINE, mark
     from rank_procs import cpu_seconds, find_ranks
 
@@ -244,7 +244,7 @@ def gpus_slowing(d, now=None):
     """{gpu index: its active protective throttle bits (node_metrics.PROTECTIVE)} of the run dir `d`'s latest
     metrics line while fresh; {} where there is none (metrics off, no GPU), it is stale or it does not read."""
     try:
-        text = d.read(node_metrics.FILE, METRICS_TAIL, tail=True).decode("utf-8", "replace")
+        text = d.read(METRICS, METRICS_TAIL, tail=True).decode("utf-8", "replace")
     except Exception:  # none yet, gone, refused
         return {}
     return slowing_of(text, time.time() if now is None else now)

@@ -25,7 +25,7 @@ import time
 
 RUNS_ON_NODES = True
 
-FILE = "metrics.jsonl"
+FILE = "metrics.jsonl"  # layout.METRICS: this program is shipped alone, so it names its file itself
 MAX_BYTES = 8 << 20
 # the order of the columns asked of nvidia-smi; FALLBACK_FIELDS where a driver refuses a field
 FIELDS = ("index", "uuid", "utilization.gpu", "memory.used", "memory.total", "power.draw", "temperature.gpu",

@@ -38,6 +38,12 @@ def test_a_capture_with_a_header_and_units_leaves_out_the_header_line():
     assert gpus[0]["mem_total_mb"] is None  # "81559 MiB": units were not asked away, so no number is made up
 
 
+def test_the_sampler_shipped_alone_writes_the_file_the_run_layout_names():
+    from clusterctl.node import layout
+
+    assert node_metrics.FILE == layout.METRICS
+
+
 def test_the_sampler_query_reads_every_contract_field_and_the_throttle_bits():
     line = "3, GPU-8731a51e-f4a8-1ed8-dbb3-ea2c72f10b5f, 97, 70321, 143771, 651.23, 61, 1980, 0x0000000000000024, 0"
     gpu = node_metrics.parse_gpus(line)[0]
