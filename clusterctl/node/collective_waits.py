@@ -265,8 +265,8 @@ def slowing_of(text, now):
             index = gpu.get("index") if isinstance(gpu, dict) else None
             reasons = gpu.get("throttle") if isinstance(gpu, dict) else None
             if isinstance(index, int) and not isinstance(index, bool) and isinstance(reasons, list):
-                bits = sum(bit for bit, name in node_metrics.THROTTLE_BITS
-                           if name in reasons and name in node_metrics.PROTECTIVE)
+                named = sum(bit for bit, name in node_metrics.THROTTLE_BITS if name in reasons)
+                bits = named & node_metrics.PROTECTIVE_MASK
                 if bits:
                     found[index] = bits
         return found

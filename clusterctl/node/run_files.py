@@ -154,7 +154,6 @@ def state(base: str, rel: str, name: str) -> None:
 
 def dumps(base: str, rel: str, count: str, limit: str) -> None:
     import base64
-
     import importlib
 
     prefix = importlib.import_module("clusterctl.node.layout" if __package__ else "layout").FR_DUMP_PREFIX
