@@ -13,6 +13,8 @@
 # RUN_TIMEOUT: each run's `--timeout` (100 s; the DeepSpeed Trainer takes ~45 s to its first step).
 # ROUNDS_LOG: a file; every flight-recorder round the watch judges is appended to it (rounds_logged.py).
 # HOLD: the share of each second the slowed rank is held (0.6: its steps ~2.5x as long; 0.23: 1.3x; 0.44: 1.8x).
+# SHAPE=2x2 (a 4-GPU machine): two hosts of two GPUs and two ranks each, every loop; HELD_RANK: the rank slowed or
+# frozen from outside (1).
 # Usage, from the repository root, OUT set, wheels in .whl/:  [LOOP=trainer] bash docs/gpu-validation/watch49/run.sh
 set -u
 PY=${PY:-python3}
@@ -59,6 +61,8 @@ inventory() {  # $1 name, $2 epochs (steps for the Trainer)
   [[ "$LOOP" = trainer || "$LOOP" = deepspeed ]] && args="--backend, $BACKEND, --steps, \"$2\", --out, $W/trainer-$1$ARGS"
   [ "$LOOP" = fsdp2 ] && args=""
   [ "$HOSTS" = one ] && hosts="  - {name: g0, connection: local, gpus: [0, 1], slots: 2}" nproc=2
+  [ "${SHAPE:-}" = 2x2 ] && hosts="  - {name: g0, connection: local, gpus: [0, 1], slots: 2}
+  - {name: g1, connection: local, gpus: [2, 3], slots: 2}" nproc=2
   cat > "$W/$1.yaml" <<YAML
 name: $1
 hosts:
@@ -92,7 +96,7 @@ held = {}
 def outside():
     pid = None
     while pid is None and proc.poll() is None:
-        pid = find_rank(marker, 1); time.sleep(0.5)
+        pid = find_rank(marker, int(os.environ.get("HELD_RANK", "1"))); time.sleep(0.5)
     if pid is None:
         return
     held["pid"], held["up"] = pid, time.time() - t0
@@ -145,7 +149,8 @@ t1 = time.time() - t0
 doc = json.loads(out) if out.strip() else {}
 f = doc.get("first_failure") or {}
 hang = next((d for d in f.get("diagnosis") or [] if d.get("cause") == "rank_hang"), {})
-print(json.dumps({"case": name, "outside": what, "hold": float(hold) if what == "slow" else None, "rank1_up_s": round(held.get("up", -1), 1),
+print(json.dumps({"case": name, "outside": what, "held_rank": int(os.environ.get("HELD_RANK", "1")),
+                  "hold": float(hold) if what == "slow" else None, "rank1_up_s": round(held.get("up", -1), 1),
                   "outside_from_s": round(held.get("at", -1), 1), "returned_s": round(t1, 1),
                   "exit_code": doc.get("exit_code"), "ok": doc.get("ok"),
                   "stragglers": doc.get("stragglers"), "first_failure": {k: f.get(k) for k in ("host", "rank", "cause")},
