@@ -93,13 +93,15 @@ def _frozen(rank: int, after_s: float, hold: dict):
 # the loops: (job, its arguments); DeepSpeed's CPU accelerator builds its shm op on the first run (~2 min, kept in
 # ~/.cache/torch_extensions)
 LOOPS = {"ddp": ("ddp_plain.py", ["--kind", "ddp"]), "fsdp2": ("ddp_plain.py", ["--kind", "fsdp2"]),
-         "deepspeed": ("ds_plain.py", []), "trainer": ("hf_trainer.py", [])}
+         "fsdp1": ("ddp_plain.py", ["--kind", "fsdp1"]), "deepspeed": ("ds_plain.py", []),
+         "zero1": ("ds_plain.py", ["--stage", "1"]), "zero3": ("ds_plain.py", ["--stage", "3"]),
+         "trainer": ("hf_trainer.py", [])}
 
 
 def _loop(tmp_path: Path, kind: str, steps: int, name: str) -> Path:
     """The inventory of LOOPS[kind] for `steps` steps (DeepSpeed's tests skipped where it is not installed)."""
-    if kind in ("deepspeed", "trainer"):
-        pytest.importorskip({"deepspeed": "deepspeed", "trainer": "transformers"}[kind])
+    if kind in ("deepspeed", "zero1", "zero3", "trainer"):
+        pytest.importorskip("transformers" if kind == "trainer" else "deepspeed")
     job, args = LOOPS[kind]
     return _inventory(tmp_path, job, [*args, "--steps", str(steps)], f"{name}-{kind}")[0]
 
