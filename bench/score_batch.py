@@ -679,6 +679,19 @@ and 2 froze 35-45 minutes early, so batch 2 was scored with batch 1's code uncha
   host` labelled a wrong interface by the site (the vocabulary's `nccl_socket_error` reads it first), a hang after
   NCCL's init on PCIe GPUs (ACS/IOMMU) with nothing but INFO lines, a Ray worker advertising an address on another
   subnet.
+- After batch 26 (frozen 22:51-23:04 UTC, 37 logs from five blind collectors: forums, Q&A and HPC pages, training
+  frameworks' trackers, schedulers and containers, Hugging Face/DeepSpeed/vLLM; the forum and Q&A collectors found
+  no stored forum or Q&A thread pairing a log with an established cause, so 31 logs are GitHub threads and 6 are
+  HPC centres' pages and a blog; scored once at 99700fc: top-1 24/37, 64.9 %, top-3 67.6 %, unknown first 8.1 %;
+  in-vocabulary 24/32; then read, classes only): a library's own check of the GPU's generation (`only supports
+  Ampere GPUs or newer`, `requires compute capability 8.0 or higher`): `gpu_arch_unsupported`; NVSHMEM's `Fatal IPC
+  Failure` / `IPC failure: Sending data over socket failed` (it takes PEs under one hostname for one node and swaps
+  memory handles over local sockets): `duplicate_host`, weakly. Re-scored (NOT a first score): batch 26 26/37
+  top-1, 27/37 top-3, unknown first 2/37; batches 22-25 unchanged (19/21, 10/13, 34/60, 29/45). Left: two RTX 5090
+  logs with NCCL 2.25.1 that two collectors labelled differently (`nccl_too_old`, batch 25; `gpu_arch_unsupported`,
+  batch 26: the tool answers the first), a nccl-tests stall on M40s fixed by turning ACS off with nothing but its
+  table in the log, a one-line `Async operation timed out` whose cause (uneven last batches) the log cannot show, a
+  first-collective watchdog timeout whose cause (a GDR level with the OFI plugin) is not in the log.
 
 The same batches re-scored after those changes (NOT first scores: the changes were made after reading them):
 batch 4 37/42 top-1 (88.1 %), 39/42 top-3; batch 5 33/42 (78.6 %), 35/42; batch 6 34/42 (81.0 %), 35/42 (its two

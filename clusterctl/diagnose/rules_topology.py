@@ -35,6 +35,9 @@ TOPOLOGY_RULES = (
              S(r"(?:same|duplicate|identical) (?:host ?name|host hash|hostHash|host id)", .85),
              S(r"\bNCCL_HOSTID\b", .5),
              S(r"hostHash|host hash", .35),
+             # NVSHMEM (DeepEP, MoE kernels) takes PEs on one hostname for one node and swaps their memory handles over
+             # local sockets: a peer on another machine under the same name is not there (after batch 26's first score)
+             S(r"Fatal IPC Failure|IPC failure: Sending data over socket failed", .6),
          )),
     Rule("p2p_unsupported", "`peer access is not supported between these two devices`, ACS/IOMMU blocking P2P",
          F.P2P_UNSUPPORTED, (
@@ -66,5 +69,10 @@ TOPOLOGY_RULES = (
              S(r"Unsupported gpu architecture '?(?P<arch>compute_\d+\w*)|nvcc fatal\s*:\s*Unsupported gpu", .88),
              S(r"(?:arch(?:itecture)?|compute capability|sm_\d+) (?:\S+ )?(?:is )?not supported"
                r"|unsupported (?:GPU|CUDA) arch", .6),
+             # a library's own check of the GPU's generation (after batch 26's first score: FlashAttention's "only
+             # supports Ampere GPUs or newer"; the same form in other kernels' checks, by generation or capability)
+             S(r"(?:only supports?|supports? only|requires?)\s+(?:an?\s+)?(?:NVIDIA\s+)?(?:Pascal|Volta|Turing|Ampere"
+               r"|Ada(?: Lovelace)?|Hopper|Blackwell|sm_?\d+|compute capability\s*(?:>=?\s*)?[\d.]+)"
+               r"\s*(?:GPUs?|devices?|architecture)?\s*(?:or|and)\s+(?:newer|later|above|higher)", .85),
          )),
 )
