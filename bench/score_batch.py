@@ -692,6 +692,17 @@ and 2 froze 35-45 minutes early, so batch 2 was scored with batch 1's code uncha
   batch 26: the tool answers the first), a nccl-tests stall on M40s fixed by turning ACS off with nothing but its
   table in the log, a one-line `Async operation timed out` whose cause (uneven last batches) the log cannot show, a
   first-collective watchdog timeout whose cause (a GDR level with the OFI plugin) is not in the log.
+- Batch 27 (frozen 23:15-23:19 UTC: four more blind collectors, stopped early when the session's search budget ran
+  out; 20 logs, 11 off GitHub trackers: Huawei Ascend/MindSpore docs in Chinese, Horovod, JAX, Lightning, NVIDIA and
+  nanotron docs, a blog; one collector's grep printed a `source:` line of a corpus file (another page's address,
+  unused), another read earlier batches' `source:` lines (addresses only); scored once at 597c675, after batch
+  26's changes: top-1 8/20, 40 %, top-3 40 %, unknown first 4/20; in-vocabulary 8/11; 9 of its 12 misses are
+  `other:` labels: an HCCL TLS setting, a non-contiguous tensor, a stale torch_extensions lock, a stray connection
+  to NCCL's bootstrap, an hwloc version, an unpicklable object, a token id past the vocabulary, a shared-GPU
+  request). Read; no rule changed: its three in-vocabulary misses are a bare `unhandled system error` with no
+  evidence of which network (the page's IB diagnosis was never confirmed), a Horovod-in-Docker hang with no error
+  line, and JAX's coordination service saying another task died (the page killed it with `pkill -9`; the log has no
+  word of the signal).
 
 The same batches re-scored after those changes (NOT first scores: the changes were made after reading them):
 batch 4 37/42 top-1 (88.1 %), 39/42 top-3; batch 5 33/42 (78.6 %), 35/42; batch 6 34/42 (81.0 %), 35/42 (its two
