@@ -19,7 +19,7 @@ WAIT_GAP, WAIT_RATIO = 0.15, 0.5
 # (a ring's every rank carries 2(n-1)/n of the data), so the rank behind waits more of its own time too: 4 x H200,
 # the DDP tutorial with one rank held 23% (+30% a step): that rank 27-28%, the others 45-50%, round after round.
 # Left alone the lowest of four stood as far below (17-23% against 37-43%) in many rounds: the shares alone cannot
-# tell them apart there, as where they saturate. The CPU can (held: 0.76 of its peers'; left alone 0.97-1.0), so
+# tell them apart there, as where they saturate. The CPU can (held: 0.76 of its peers'; left alone 0.98-1.02), so
 # there the rank the shares single out is named as where they saturate: only where it got at most CPU_DROP of its
 # peers' CPU.
 WAITS_ROUNDS = 2  # rounds in a row naming the same rank: one window can hold a checkpoint save on one rank
