@@ -26,8 +26,8 @@ def _beside(streaming: bool, healing: bool = False, waits: bool = False, paths: 
     ranks' CPU time (rank_procs.py) and the names of a GPU's throttle reasons (node_metrics.py); for `dumps` the
     run's paths (layout.py: the flight recorder's file name)."""
     return ("safe_files", *(("follow_files",) if streaming else ()), *(("heal_policy",) if healing else ()),
-            *(("layout", "rank_output", "rank_procs", "node_metrics", "collective_waits") if waits else
-              ("layout",) if paths else ()))
+            *(("layout",) if waits or paths else ()),
+            *(("rank_output", "rank_procs", "node_metrics", "collective_waits") if waits else ()))
 
 
 def split_run_path(path: str, below: int = BELOW_OUTPUTS) -> tuple[str, str]:
