@@ -149,8 +149,23 @@ def frozen_hashes(directory: Path) -> dict[str, str]:
     return hashes
 
 
-def load_batch(directories: list[Path]) -> tuple[list, str]:
-    cases, digest = [], hashlib.sha256()
+def thread_of(source: str) -> str:
+    """A source address as the thread it names: scheme, `www.`, fragment, query and trailing `/` dropped."""
+    address = re.sub(r"^[a-z]+://(?:www\.)?", "", source.strip().lower())
+    return re.split(r"[#?]", address, maxsplit=1)[0].rstrip("/")
+
+
+def corpus_threads() -> set:
+    from clusterctl.diagnose.corpus import CORPUS_DIR
+    return {thread_of(line[len("# source:"):]) for path in CORPUS_DIR.rglob("*.log")
+            for line in path.read_text(errors="replace").splitlines()[:12] if line.startswith("# source:")}
+
+
+def load_batch(directories: list[Path]) -> tuple[list, str, list]:
+    """The batch's cases, its hash, and the logs left out: one thread counts once (two collectors can meet the
+    same thread; the first directory's copy is kept), and never a thread the corpus already holds (rule added
+    before batch 28 was scored, when two of its collectors reported the same thread)."""
+    cases, digest, left_out, seen = [], hashlib.sha256(), [], corpus_threads()
     for directory in directories:
         hashes = frozen_hashes(directory)
         digest.update((directory / "FROZEN").read_bytes())
@@ -162,10 +177,15 @@ def load_batch(directories: list[Path]) -> tuple[list, str]:
             header, body = split_header(data.decode("utf-8", errors="replace"))
             if "cause" not in header:
                 raise SystemExit(f"{path}: no `# cause:` label")
+            thread = thread_of(header.get("source", ""))
+            if thread and thread in seen:
+                left_out.append(f"{directory.name}/{path.name}")
+                continue
+            seen.add(thread)
             cases.append({"file": f"{directory.name}/{path.name}", "label": header["cause"],
                           "cause": label_of(header["cause"]), "family": header.get("family", ""),
                           "source": header.get("source", ""), "text": body})
-    return cases, digest.hexdigest()
+    return cases, digest.hexdigest(), left_out
 
 
 def score(cases: list) -> list:
@@ -202,7 +222,9 @@ def markdown(name: str, record: dict) -> str:
     lines = [f"### {name}: top-1 {f['top1']}/{f['n']} ({f['top1_pct']} %), top-3 {f['top3']}/{f['n']} "
              f"({f['top3_pct']} %), unknown first {f['unknown_first']}/{f['n']} ({f['unknown_first_pct']} %)", "",
              f"Scored {record['scored_at']} at commit `{record['commit']}`; batch hash (sha256 of its FROZEN files) "
-             f"`{record['batch_hash'][:16]}`; directories {', '.join(record['dirs'])}.", "",
+             f"`{record['batch_hash'][:16]}`; directories {', '.join(record['dirs'])}."
+             + (f" Left out, a thread counted already (in the batch or the corpus): {', '.join(record['left_out'])}."
+                if record.get("left_out") else ""), "",
              "| cause (label) | n | top-1 | top-3 |", "|---|---|---|---|"]
     by_cause = defaultdict(list)
     for row in record["rows"]:
@@ -310,7 +332,9 @@ processes -> `duplicate_gpu`); any other `other:` label is a miss. Scoring is as
 diagnose` does it: the rules and the evidence families, then the nearest known corpus cases as runner-ups.
 From batch 25 the collectors' brief also states the domain: a failing or hung run's own log (ranks, launcher,
 NCCL/Gloo, the container runtime, the driver or kernel, the scheduler's step), not cloud-console provisioning
-or Kubernetes admission objects with no job log (batch 24 held 11 such pages, all `other:`)."""
+or Kubernetes admission objects with no job log (batch 24 held 11 such pages, all `other:`). From batch 28 one
+thread counts once: a log whose source (the address without scheme, `www.`, fragment or query) another
+collector's log in the batch already gave, or a corpus entry holds, is left out and named under the batch."""
 
 
 CHANGES = """**What changed after which first score** (each a class of message, none a thread's wording; batches 1
@@ -739,12 +763,12 @@ def main() -> int:
     out = SCORES / f"{args.name}.json"
     if out.exists():
         raise SystemExit(f"{out}: {args.name} was scored already; the first score is the one that counts")
-    cases, batch_hash = load_batch(args.dirs)
+    cases, batch_hash, left_out = load_batch(args.dirs)
     import datetime
     rows = score(cases)
     record = {"name": args.name, "dirs": [str(d) for d in args.dirs], "batch_hash": batch_hash, "commit": commit(),
               "scored_at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-              "figures": figures(rows), "rows": rows, "confidence_kind": "calibrated"}
+              "figures": figures(rows), "rows": rows, "confidence_kind": "calibrated", "left_out": left_out}
     SCORES.mkdir(exist_ok=True)
     out.write_text(json.dumps(record, indent=1) + "\n")
     (SCORES / f"{args.name}.md").write_text(markdown(args.name, record))

@@ -13,13 +13,13 @@ SPEC = importlib.util.spec_from_file_location("score_batch", REPO / "bench" / "s
 score_batch = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(score_batch)
 
-ENTRY = ("# source: https://example.invalid/thread/1\n# cause: {cause}\n# confirmed: no\n# fix: the fix, in words.\n\n"
+ENTRY = ("# source: https://example.invalid/thread/{name}\n# cause: {cause}\n# confirmed: no\n# fix: the fix, in words.\n\n"
          "{text}\n")
 
 
 def _batch(tmp_path: Path, logs: dict, frozen: bool = True) -> Path:
     for name, (cause, text) in logs.items():
-        (tmp_path / name).write_text(ENTRY.format(cause=cause, text=text))
+        (tmp_path / name).write_text(ENTRY.format(name=name, cause=cause, text=text))
     if frozen:
         (tmp_path / "FROZEN").write_text("".join(
             f"{hashlib.sha256((tmp_path / n).read_bytes()).hexdigest()}  {n}\n" for n in logs))
@@ -30,10 +30,27 @@ def test_a_frozen_batch_is_scored_case_by_case(tmp_path):
     batch = _batch(tmp_path, {"a.log": ("cuda_oom", "torch.OutOfMemoryError: CUDA out of memory."),
                               "b.log": ("other:rank_desync", "RuntimeError: Detected mismatch between collectives on "
                                                              "ranks. Rank 0 is running collective")})
-    cases, digest = score_batch.load_batch([batch])
+    cases, digest, left_out = score_batch.load_batch([batch])
     rows = score_batch.score(cases)
     assert [r["cause"] for r in rows] == ["cuda_oom", "collective_mismatch"] and len(digest) == 64
-    assert score_batch.figures(rows)["top1"] == 2
+    assert score_batch.figures(rows)["top1"] == 2 and left_out == []
+
+
+def test_one_thread_counts_once_and_never_one_the_corpus_holds(tmp_path):
+    """Two collectors met the same thread (batch 28): the first directory's copy counts; a corpus thread never."""
+    first, second = tmp_path / "a", tmp_path / "b"
+    first.mkdir(), second.mkdir()
+    corpus_source = next(iter(sorted(score_batch.corpus_threads())))
+    for directory, source in ((first, "https://github.com/o/p/issues/7#issuecomment-1"),
+                              (second, "http://www.github.com/o/p/issues/7/")):
+        (directory / "a.log").write_text(f"# source: {source}\n# cause: cuda_oom\n\nCUDA out of memory.\n")
+    (second / "b.log").write_text(f"# source: https://{corpus_source}\n# cause: cuda_oom\n\nCUDA out of memory.\n")
+    for directory in (first, second):
+        names = sorted(path.name for path in directory.glob("*.log"))
+        (directory / "FROZEN").write_text("".join(
+            f"{hashlib.sha256((directory / n).read_bytes()).hexdigest()}  {n}\n" for n in names))
+    cases, _digest, left_out = score_batch.load_batch([first, second])
+    assert [c["file"] for c in cases] == ["a/a.log"] and left_out == ["b/a.log", "b/b.log"]
 
 
 def test_an_unfrozen_or_changed_batch_is_refused(tmp_path):
