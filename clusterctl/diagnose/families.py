@@ -290,8 +290,11 @@ def placement_supports(placement, records: list) -> list[Support]:
             out += _each((("launcher_args", .6),), "placement:rank-started-twice", _Anchor(line))
         elif seen < world:
             out += _each((("launcher_args", .45),), "placement:ranks-missing", _Anchor(line))
+    # NCCL's channels through NET/ join hosts (one host's GPUs talk over P2P or SHM): the stall is between machines
+    # then, not the peer-to-peer one (after batch 28: a veth-listed log whose socket connects timed out)
+    across = any(isinstance(r, ev.NcclMessage) and " via net/" in r.text.lower() for r in records)
     if placement.stalled is not None and len(placement.nccl_hosts) == 1 and not placement.shared \
-            and not _failed(records):
+            and not _failed(records) and not across:
         # one host's ranks stopped inside NCCL's setup with no error and no GPU claimed twice: the peer-to-peer hang
         # (ACS/IOMMU redirecting P2P traffic), above the interfaces NCCL lists, which carry no traffic between GPUs
         # of one host (nccl-tests#115: veth interfaces listed, the IOMMU the cause); as strong as InfiniBand's own

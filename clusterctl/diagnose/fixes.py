@@ -172,6 +172,20 @@ DRIVER_LIBRARY_MISMATCH = ("the NVIDIA kernel module loaded on[ {host|this node}
                            "modules once no process uses a GPU), then `apt-mark hold` the driver packages so it "
                            "does not happen under a running job")
 
+DDP_UNUSED_PARAMETERS = ("DistributedDataParallel's reducer and the model's graph disagree[ on {rank_name|a rank}]: "
+                         "some parameters took no part in the loss (a frozen or unused branch, a conditional head), "
+                         "or one was marked ready twice (reentrant activation checkpointing, a module called twice): "
+                         "freeze what is not trained (requires_grad=False) or wrap with "
+                         "DistributedDataParallel(..., find_unused_parameters=True) (Accelerate: "
+                         "DistributedDataParallelKwargs; Lightning: strategy='ddp_find_unused_parameters_true'); for "
+                         "checkpointing use_reentrant=False or static_graph=True; TORCH_DISTRIBUTED_DEBUG=DETAIL in "
+                         "job.env names the parameters")
+SLURM_GRES_CONFIG = ("the Slurm GPU configuration of[ {host|a node}] does not match the node (gres.conf's File= "
+                     "names a /dev/nvidia* that is not there, Cores= in a form this Slurm rejects, AutoDetect=nvml "
+                     "in a slurmd built without NVML), so slurmd fails or the node drains with fewer GPUs than "
+                     "configured: on that node fix gres.conf (or slurm.conf's Gres=) to the GPUs `nvidia-smi -L` "
+                     "lists, restart slurmd and `scontrol update nodename=<node> state=resume`; until then Slurm "
+                     "keeps it drained (a job that names it: sbatch --exclude=<node>)")
 SLURM_REQUEST_INVALID = ("Slurm refused the allocation's request as this site configures it: clusterctl asks for GPUs "
                          "with `--gpus-per-node` (scheduler.gpus_per_node), which needs SelectType=select/cons_tres "
                          "and a `gpu` GRES in gres.conf; where the site wants a typed GRES or another form, leave "
@@ -227,6 +241,8 @@ BRIEF = {
     "container_start_failed": ("the runtime's error names the part (hook, leftover container dir, mount): fix it or "
                                "drain the node"),
     "extension_build_failed": "prebuild the ops into the image (DS_BUILD_OPS=1) or give it c++/ninja/nvcc + CUDA_HOME",
+    "ddp_unused_parameters": "freeze unused parameters or find_unused_parameters=True; use_reentrant=False",
+    "slurm_gres_config": "gres.conf to the node's GPUs, restart slurmd, resume the node",
     "ssh_failed": "password-less SSH to every node (`clusterctl run` opens its own sessions from the inventory)",
     "driver_library_mismatch": "reboot the node (or reload the nvidia modules) after a driver upgrade; hold the packages",
     "slurm_request_invalid": ("the site's own GPU/GRES form in scheduler.extra_args (`--gres=gpu:TYPE:N`), without "

@@ -21,6 +21,9 @@
 - slurm_request_invalid (after batch 17's first score: 4 `other:` labels over batches 14 and 17 name it): Slurm
   refuses the allocation's request itself (a GRES form the site does not take, e.g. `--gpus-per-node` under
   select/cons_res, a partition or account it does not know): the job's fault, the same on every try.
+- slurm_gres_config (after batch 28's first score: three of its logs): a node's own Slurm GPU configuration does
+  not match the node (gres.conf naming a device file that is not there, a core range this Slurm rejects, NVML
+  autodetection in a slurmd built without it): slurmd fails or the node drains; the node's fault, not the job's.
 
 Same form as rules.py (see its docstring); families.py adds their shape-level evidence.
 """
@@ -156,6 +159,10 @@ SETUP_RULES = (
              S(r"unsupported GNU version! gcc versions later than \d+ are not supported", .75),
              # a compiler's missing header (cc1plus/nvcc/gcc: the program's name may be read as a pdsh host prefix)
              S(r"fatal error: [\w./-]+\.(?:h|hpp|cuh): No such file or directory", .55),
+             # (after batch 28) the build's own check that the CUDA toolkit it would compile with is the one torch was
+             # built with (DeepSpeed's op builder, torch.utils.cpp_extension): refused before any compiler runs
+             S(r"CUDAMismatchException|assert_no_cuda_mismatch"
+               r"|detected CUDA version \([\d.]+\) mismatches the version that was used to compile PyTorch", .85),
          )),
     # (after batch 17) Slurm refusing the request itself: the GPU/GRES options in a form the site does not take
     # (`--gpus-per-node` under select/cons_res, an untyped GRES where types are required, no GRES where one is),
@@ -181,5 +188,18 @@ SETUP_RULES = (
              S(r"(?:sbatch|salloc|srun): error: (?:Parameter|Option) --[\w-]+\S* (?:is )?no longer (?:acceptable"
                r"|accepted|supported|allowed)"
                r"|(?:sbatch|salloc|srun): error: .{0,80}please (?:switch to|use) --[\w-]+", .85),
+         )),
+    Rule("slurm_gres_config",
+         "`gres/gpu count reported lower than configured`, `can't stat gres.conf file /dev/nvidia0`, `invalid GRES "
+         "core specification`",
+         F.SLURM_GRES_CONFIG, (
+             S(r"gres/gpu count (?:reported )?(?:lower|higher|too low) than configured|gres/gpu count repor", .9),
+             S(r"can't stat gres\.conf file|Waiting for gres\.conf file|gres\.conf.{0,40}(?:No such file|not found)",
+               .9),
+             S(r"invalid GRES core specification|_node_config_validate: gres/\w+:", .85),
+             # slurmd asked to detect its GPUs through a library it was built without
+             S(r"configured to autodetect nvml functionality, but we weren't able to find that lib"
+               r"|AutoDetect=nvml.{0,60}(?:not|without)", .85),
+             S(r"Reason=gres/\w+ (?:count|GRES)|Invalid GRES (?:record|count) for", .7),
          )),
 )

@@ -4,7 +4,9 @@
   fingerprint check, the flight recorder's mismatch report, NCCL's invalid usage on a mismatch);
 - duplicate_host: two nodes NCCL takes for one host (the same hostname or host hash);
 - p2p_unsupported: GPUs without peer-to-peer access (ACS/IOMMU, consumer GPUs, VMs);
-- gpu_arch_unsupported: a torch/NCCL/extension build without code for the GPU's architecture.
+- gpu_arch_unsupported: a torch/NCCL/extension build without code for the GPU's architecture;
+- ddp_unused_parameters (after batch 28's first score): DDP's reducer and the model's graph disagree (parameters
+  that took no part in the loss, a parameter marked ready twice): the rank's own words name it, every rank alike.
 
 Same form as rules.py (see its docstring); families.py adds their shape-level evidence.
 """
@@ -29,6 +31,18 @@ TOPOLOGY_RULES = (
              S(r"\bdesync\b|Desync debug", .55),
              # Horovod's stall inspector: the same class in another framework's words
              S(r"different ranks are trying to submit different tensors|only (?:a )?subset of ranks is submitting", .8),
+             # (after batch 28) XLA's multi-host runtime finding workers that compiled different programs: the same
+             # class, the program differing rather than one collective
+             S(r"inconsistent HLO module compilation|INCONSISTENT_TPU_PROGRAM|different HLO fingerprints", .85),
+         )),
+    Rule("ddp_unused_parameters",
+         "`Expected to have finished reduction in the prior iteration before starting a new one` (parameters that "
+         "took no part in the loss), `Expected to mark a variable ready only once`",
+         F.DDP_UNUSED_PARAMETERS, (
+             S(r"Expected to have finished reduction in the prior iteration before starting a new one", .95),
+             S(r"module has parameters that were not used in producing (?:the )?loss"
+               r"|Parameter indices which did not receive grad for rank", .9),
+             S(r"Expected to mark a variable ready only once", .88),
          )),
     Rule("duplicate_host", "two nodes with one hostname / NCCL host hash (cloned machines, one container hostname)",
          F.DUPLICATE_HOST, (

@@ -49,6 +49,19 @@ BRIDGE_GATEWAY = r"\b172\.(?:1[7-9]|2\d|3[01])\.0\.1\b"
 # addresses a rank's peer cannot route to: NCCL connecting there is the interface's fault (nic_mismatch), not the
 # network's (nccl_socket_error)
 NOT_ROUTED = rf"127\.0\.[01]\.1|{LINK_LOCAL}|{BRIDGE_GATEWAY}"
+# (after batch 28) NCCL's socket interfaces when one it may use is a virtual or link-local one (a veth of a container's
+# bridge, docker0, an fe80:: address): a connection failing between the nodes is then the interface's fault first
+VIRTUAL_IN_NCCL_LIST = (r"(?:bootstrap|net/socket) : using .{0,200}\[\d+\](?:veth|docker|virbr|br-)\w*:"
+                        r"|(?:bootstrap|net/socket) : using .{0,200}:fe80::")
+CONNECT_FAILED = r"Call to connect (?:failed|returned) ?:? ?(?:Connection refused|Connection timed out|No route)"
+# a rank inside a container on Docker's default bridge (its own 172.17.0.x, not the gateway), or whose hostname is a
+# container's id: not the host's network, so peers on other hosts cannot reach the address NCCL publishes
+CONTAINER_BRIDGE_NCCL = (r"(?:Bootstrap|NET/Socket) : Using (?:\[\d+\])?[\w.-]+:172\.17\.(?:0\.(?:[2-9]|\d\d+)"
+                         r"|[1-9]\d*\.\d{1,3})<")
+CONTAINER_ID_HOST_NCCL = r"^[0-9a-f]{12}:\d+:\d+ \[\d+\] NCCL INFO (?:Bootstrap|NET/Socket) : Using"
+# a connection between the nodes failed (lower case: `requires` searches the lowered log)
+NET_FAILED = (r"socket\.cc:\d+ -> 2|call to connect (?:failed|returned)|connect to \S+ failed|unhandled system error"
+              r"|ncclsystemerror|remote process exited|connection refused|connection timed out")
 
 OTHER_WORDS = {
     "cuda_oom": (
@@ -80,6 +93,9 @@ OTHER_WORDS = {
         S(r"You requested (?:GPUs|gpus|devices|accelerators)\s*:?\s*\[[\d, ]+\]|But your machine only has\s*:?\s*\[", .85),
     ),
     "import_error": (
+        # (after batch 28) a loader's own "file not found" for a shared object a package ships (fbgemm_gpu's
+        # `File fbgemm_gpu_py.so not found`): the package's build is missing or for another torch
+        S(r"(?:^|[\s:\]])File [\w.+-]+\.so(?:\.[\d.]+)? not found\b", .7),
         # a framework that cannot load the collective library itself (not installed beside it)
         S(r"Unable to load (?:the )?(?:NCCL|RCCL|HCCL) library|(?:Failed to|Could not|Cannot) load (?:the )?lib(?:nccl|rccl)"
           r"(?:\.so[\d.]*)?\b", .75),
@@ -192,6 +208,9 @@ OTHER_WORDS = {
         S(r"ring \d+ does not (?:loop back to start|contain rank)", .7),
     ),
     "nic_mismatch": (
+        # (after batch 28) a rank in a container off the host's network whose connections to its peers fail
+        S(CONTAINER_BRIDGE_NCCL, .7, requires=NET_FAILED),
+        S(CONTAINER_ID_HOST_NCCL, .55, requires=NET_FAILED),
         # the socket interface named in the environment does not exist here (HCCL's words)
         S(r"set ifname to \[[^\]]*\] by \w+, but not found|SOCKET_IFNAME\S*.{0,60}not found in the environment", .9),
         # (after batch 18) Open MPI's TCP transport matching a peer's connection to none of its interfaces: the
@@ -343,6 +362,9 @@ OTHER_WORDS = {
     "nccl_socket_error": (
         # Open MPI's TCP transport refused between the nodes (its own hint: a firewall)
         S(r"unable to complete a TCP connection\s*(?:to another process)?", .75),
+        # (after batch 28) NCCL's connect failing where its interface list holds a virtual or link-local interface:
+        # still the network's, but behind that interface (nic_mismatch)
+        S(CONNECT_FAILED, .5),
     ),
     "node_unreachable": (
         # (after batch 19) the scheduler's own word that a node of the job failed (Slurm's NODE_FAIL, PBS/Torque's

@@ -39,6 +39,7 @@ TABLE = {
     "ib_config": "node", "nic_mismatch": "node", "disk_full": "node", "oom_killed": "node",
     "killed_by_signal": "node", "container_lost_gpu": "node", "docker_no_gpu_runtime": "node",
     "driver_too_old": "node", "shm_too_small": "node", "p2p_unsupported": "node",
+    "slurm_gres_config": "node",
     "ssh_failed": "node", "driver_library_mismatch": "node", "nccl_topo_file": "node", "container_start_failed": "node",
     "gpu_leases_held": "node",  # a spare whose GPUs another run holds (node_healing.launch): the next one joins
     # nobody to blame: relaunch on the same nodes
@@ -53,7 +54,7 @@ TABLE = {
     "insufficient_resources": "job", "shm_permission": "job",
     "sighup_session_closed": "job", "collective_mismatch": "job", "duplicate_host": "job",
     "gpu_arch_unsupported": "job", "net_plugin_incompatible": "job",
-    "extension_build_failed": "job",
+    "extension_build_failed": "job", "ddp_unused_parameters": "job",
 }
 
 # (cause, pattern) in order: the first that matches a failed node's log tail names its cause, where no
