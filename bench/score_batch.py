@@ -764,6 +764,23 @@ and 2 froze 35-45 minutes early, so batch 2 was scored with batch 1's code uncha
   Neuron cores not reset); a SIGTERM-only log of a host OOM; a store timeout while rank 0 loaded data read as an
   unreachable rendezvous; a UCX shared-memory `Permission denied` across user namespaces (its label aliased to
   `shm_too_small` by a word inside "namespaces").
+- After batch 29 (2026-12-01, frozen 01:15-01:17 UTC by five blind collectors given the vocabulary with batch 28's two
+  new causes: the PyTorch ecosystem's trackers, DeepSpeed/Megatron/ColossalAI, vendor and project docs, trackers of
+  projects popular with Chinese users, multi-node serving; 39 logs, three more sections of one MindSpore page left
+  out; of the 36, 5 are vendor or project docs and one a GitHub discussion; scored once at 79ad3dd, after batch 28's
+  changes: top-1 25/36, 69.4 %, top-3 77.8 %, unknown first 13.9 %; in-vocabulary 25/32; then read, classes only):
+  the container-on-a-bridge rule of batch 28 took NCCL's bare `unhandled system error` for a network failure and
+  answered `nic_mismatch` over the log's own `Error while creating shared memory segment /dev/shm/...`: it now asks
+  for a failed connection itself; a stall where NCCL took the loopback among its socket interfaces (old NCCL's
+  `NET : Using interface lo` beside eth1) is the interface's, not the one-host peer-to-peer hang; PaddlePaddle's
+  `Invalid CUDAPlace(N), must inside [0, M)`: `gpu_ordinal`; the runtime's world size checked against the layout an
+  engine was built for (TensorRT-LLM's `mpiSize == tp * pp`, `Engine world size (1) != Runtime world size (8)`):
+  `config_divisibility` (batch 7's TensorRT-LLM#108, the same message labelled `launcher_args` then, relabelled in
+  the corpus: one class, one label). Re-scored (NOT a first score): batch 29 30/36 top-1, 30/36 top-3, unknown first 5/36;
+  batch 28 unchanged (24/37). Left: a REPL showing a cross-GPU copy arriving as zeros (IOMMU; no error line), an
+  FSDP2 build for Intel XPU asking for CUDA streams, HCCL's non-contiguous tensor and rank-table device ids, a NIXL
+  side channel bound to another node's address, a Lightning trainer whose devices disagree with the Slurm
+  allocation (`other:` labels, the first's alias mapping it to `extension_build_failed` by its words).
 
 The same batches re-scored after those changes (NOT first scores: the changes were made after reading them):
 batch 4 37/42 top-1 (88.1 %), 39/42 top-3; batch 5 33/42 (78.6 %), 35/42; batch 6 34/42 (81.0 %), 35/42 (its two

@@ -60,8 +60,9 @@ CONTAINER_BRIDGE_NCCL = (r"(?:Bootstrap|NET/Socket) : Using (?:\[\d+\])?[\w.-]+:
                          r"|[1-9]\d*\.\d{1,3})<")
 CONTAINER_ID_HOST_NCCL = r"^[0-9a-f]{12}:\d+:\d+ \[\d+\] NCCL INFO (?:Bootstrap|NET/Socket) : Using"
 # a connection between the nodes failed (lower case: `requires` searches the lowered log)
-NET_FAILED = (r"socket\.cc:\d+ -> 2|call to connect (?:failed|returned)|connect to \S+ failed|unhandled system error"
-              r"|ncclsystemerror|remote process exited|connection refused|connection timed out")
+# (not NCCL's bare system error: a full /dev/shm in the same container says it too, batch 29)
+NET_FAILED = (r"socket\.cc:\d+ -> 2|call to connect (?:failed|returned)|connect to \S+ failed|remote process exited"
+              r"|connection refused|connection timed out")
 
 OTHER_WORDS = {
     "cuda_oom": (
@@ -87,6 +88,8 @@ OTHER_WORDS = {
         S(r"(?:last|previous|earlier) (?:training )?process (?:is|may be) (?:still )?running", .75),
     ),
     "gpu_ordinal": (
+        # (after batch 29) PaddlePaddle's words for a device index past the GPUs this machine has
+        S(r"Invalid CUDAPlace\(\d+\), must inside \[0, \d+\)", .93),
         # torch's lazy-init assert on a device index beyond the GPUs it sees
         S(r"device >= 0 && device < num_gpus INTERNAL ASSERT FAILED", .9),
         # a trainer asked for more GPUs than the machine (or its allocation) shows, in Lightning's words
@@ -185,6 +188,11 @@ OTHER_WORDS = {
         S(r"You asked for [\d.]+ cpu and [\d.]+ gpu per trial, but the cluster only has", .8),
     ),
     "config_divisibility": (
+        # (after batch 29) the runtime's world size checked against the layout a model or engine was built for
+        # (TensorRT-LLM's `mpiSize == tp * pp`, `Engine world size (1) != Runtime world size (8)`; launcher_args
+        # before, when one labeller had read it as the launch's fault)
+        S(r"Assertion failed: (?:mpiSize|worldSize|world_size) == tp \* pp"
+          r"|(?:Engine|Model|Checkpoint) world size \(\d+\) != Runtime world size \(\d+\)", .85),
         # DeepSpeed's batch check: the global batch must be micro batch x accumulation x world size
         S(r"train_batch_size is not equal to micro_batch_per_gpu \* gradient_acc_step \* world_size", .8),
         # a checkpoint sharded for another model-parallel size than the ranks started
