@@ -290,10 +290,9 @@ def placement_supports(placement, records: list) -> list[Support]:
             out += _each((("launcher_args", .6),), "placement:rank-started-twice", _Anchor(line))
         elif seen < world:
             out += _each((("launcher_args", .45),), "placement:ranks-missing", _Anchor(line))
-    # NCCL's channels through NET/ join hosts (one host's GPUs talk over P2P or SHM): the stall is between machines
-    # then, not the peer-to-peer one (after batch 28: a veth-listed log whose socket connects timed out)
-    # ... and so is one where NCCL took the loopback among its socket interfaces (batch 29: old NCCL listing lo
-    # beside eth1 on a two-node run): a peer on another host cannot reach 127.0.0.1
+    # channels through NET/ (one host's GPUs talk over P2P or SHM), or the loopback among NCCL's socket interfaces (a
+    # peer on another host cannot reach 127.0.0.1): the job spans hosts and the stall is between them, not the
+    # one-host peer-to-peer hang (after batches 28 and 29)
     across = any(isinstance(r, ev.NcclMessage) and " via net/" in r.text.lower()
                  or isinstance(r, ev.NetInterface) and r.kind == "loopback" for r in records)
     if placement.stalled is not None and len(placement.nccl_hosts) == 1 and not placement.shared \

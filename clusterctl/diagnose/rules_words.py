@@ -59,8 +59,8 @@ CONNECT_FAILED = r"Call to connect (?:failed|returned) ?:? ?(?:Connection refuse
 CONTAINER_BRIDGE_NCCL = (r"(?:Bootstrap|NET/Socket) : Using (?:\[\d+\])?[\w.-]+:172\.17\.(?:0\.(?:[2-9]|\d\d+)"
                          r"|[1-9]\d*\.\d{1,3})<")
 CONTAINER_ID_HOST_NCCL = r"^[0-9a-f]{12}:\d+:\d+ \[\d+\] NCCL INFO (?:Bootstrap|NET/Socket) : Using"
-# a connection between the nodes failed (lower case: `requires` searches the lowered log)
-# (not NCCL's bare system error: a full /dev/shm in the same container says it too, batch 29)
+# a connection between the nodes failed (lower case: `requires` searches the lowered log); not NCCL's bare system
+# error, which a full /dev/shm in the same container says too (batch 29)
 NET_FAILED = (r"socket\.cc:\d+ -> 2|call to connect (?:failed|returned)|connect to \S+ failed|remote process exited"
               r"|connection refused|connection timed out")
 
