@@ -105,6 +105,8 @@ OTHER_ALIASES = (
     (r"container[-_ ](?:start|create|creation|hook|runtime)|(?:enroot|pyxis|apptainer|singularity|runc|oci|cdi)[-_ ]"
      r"(?:\w+[-_ ])?(?:hook|fail\w*|error|install\w*|unprivileged|requeue)|nvidia[-_ ]device[-_ ]nodes"
      r"|(?:stale|leftover)[-_ ]container", "container_start_failed"),
+    # added after batch 30's first score (for later batches): a GPU the driver says must be reset, a node's GPU fault
+    (r"gpu[-_ ](?:\w+[-_ ])?reset|reset[-_ ]required|(?:^|[-_ ])xid(?:$|[-_ ])", "gpu_xid"),
     # added with the causes ddp_unused_parameters and slurm_gres_config, after batch 28's first score and before batch
     # 29 froze (for later batches): DDP's reducer against the model's graph; a node's own GPU GRES configuration
     (r"unused[-_ ](?:\w+[-_ ])?param|find[-_ ]unused|ddp[-_ ](?:\w+[-_ ])?(?:reducer|ready[-_ ]twice|mark\w*[-_ ]ready)"
@@ -781,6 +783,14 @@ and 2 froze 35-45 minutes early, so batch 2 was scored with batch 1's code uncha
   FSDP2 build for Intel XPU asking for CUDA streams, HCCL's non-contiguous tensor and rank-table device ids, a NIXL
   side channel bound to another node's address, a Lightning trainer whose devices disagree with the Slurm
   allocation (`other:` labels, the first's alias mapping it to `extension_build_failed` by its words).
+- Batch 30 (frozen 01:29-01:30 UTC by two blind collectors on the session's last search budget, told to prefer
+  threads whose first excerpt holds both the log and the fix: 14 logs, all GitHub threads, five of seven causes
+  among the vocabulary's commonest; scored once at 2909071: top-1 12/14, 85.7 %, top-3 92.9 %, unknown first 0/14;
+  a small batch that weighs as much as the others in the headline: pooled over batches 28-30, top-1 53/87, 60.9 %).
+  Read: the driver's own word that a GPU must be reset (`[NV_ERR_RESET_REQUIRED]`, `GPU requires reset`) is
+  `gpu_xid` (it had answered `duplicate_gpu` from `CUDA-capable device(s) is/are busy or unavailable`), with an
+  alias for later batches. Left: an `mp.spawn` SIGKILL whose kernel record the thread showed but the collector could
+  not copy whole (`killed_by_signal` first, `oom_killed` second, as designed without the record).
 
 The same batches re-scored after those changes (NOT first scores: the changes were made after reading them):
 batch 4 37/42 top-1 (88.1 %), 39/42 top-3; batch 5 33/42 (78.6 %), 35/42; batch 6 34/42 (81.0 %), 35/42 (its two

@@ -289,6 +289,9 @@ OTHER_WORDS = {
         S(r"error in the Fabric Manager or NVSwitches|NVLink SHARP \(NVLS\) Multicast", .85),
     ),
     "gpu_xid": (
+        # (after batch 30) the driver's own word that a GPU must be reset before use (NVRM's NV_ERR_RESET_REQUIRED,
+        # nvidia-smi's `GPU requires reset`): the node's GPU, as an Xid
+        S(r"\[NV_ERR_RESET_REQUIRED\]|Reset required \[NV_ERR|\bGPU (?:requires|needs) (?:a )?reset\b", .85),
         # (after batch 14) NCCL's NVLS multicast failing: the fabric manager first, but NCCL's own hint names the
         # NVSwitches too, and a node whose NVLink got into a bad state fails the same way (reset the GPUs): the runner-up
         S(r"NVLink SHARP \(NVLS\) Multicast|transport/nvls\.cc:\d+ NCCL WARN|nvlsAllocateMem", .5),

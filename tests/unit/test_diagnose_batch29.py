@@ -1,4 +1,4 @@
-"""Message classes met in the misses of issue 51's batch 29 after its first score (bench/first_scores/batch-29.md):
+"""Message classes met in the misses of issue 51's batches 29 and 30 after their first scores (bench/first_scores/):
 each test names the class, with the real lines that met it (their pages in `# source` comments)."""
 from __future__ import annotations
 
@@ -55,3 +55,11 @@ def test_a_stall_after_nccl_took_the_loopback_among_its_interfaces_is_the_interf
 ])
 def test_other_classes_of_batch_29(text, cause):
     assert _first(text) == cause
+
+
+def test_a_gpu_the_driver_says_must_be_reset_is_the_nodes_gpu():
+    # source: https://github.com/scitix/sichek/issues/51 (batch-30b/03: nccl-tests on a GPU in NV_ERR_RESET_REQUIRED)
+    text = ("'CUDA-capable device(s) is/are busy or unavailable'\n"
+            " [Sun Jan 11 09:52:01 2026] NVRM: nvAssertOkFailedNoLog: Assertion failed: Reset required "
+            "[NV_ERR_RESET_REQUIRED] (0x00000062) returned from status @ kernel_channel.c:2874")
+    assert _first(text) == "gpu_xid"
