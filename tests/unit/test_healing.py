@@ -66,7 +66,9 @@ def test_node_faults_blame_the_node_job_faults_end_the_run_and_transient_ones_re
                         "oom_killed", "killed_by_signal") if TABLE[c] == "node"} == {
         "node_unreachable", "gpu_xid", "ecc_error", "fabricmanager", "ib_config", "disk_full", "oom_killed",
         "killed_by_signal"}
-    assert all(TABLE[c] == "job" for c in ("import_error", "cuda_oom", "launcher_args", "config_divisibility", "unknown"))
+    assert all(TABLE[c] == "job" for c in ("import_error", "cuda_oom", "launcher_args", "config_divisibility", "unknown",
+                                           "ddp_unused_parameters"))
+    assert TABLE["slurm_gres_config"] == "node"  # a node's own gres.conf: a spare's may be right
     assert all(TABLE[c] == "transient" for c in ("rdzv_unreachable", "nccl_timeout_slow_rank", "rank_hang"))
     assert classify(_failure("gpu_xid")).host == "node2" and classify(_failure("gpu_xid")).response == "node"
     assert classify(_failure("cuda_oom")).response == "job"
