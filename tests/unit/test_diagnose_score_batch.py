@@ -67,3 +67,11 @@ def test_an_unfrozen_or_changed_batch_is_refused(tmp_path):
 def test_other_labels_count_only_through_the_fixed_aliases():
     assert score_batch.label_of("other:same_hostname") == "duplicate_host"
     assert score_batch.label_of("other:illegal_memory_access") == "other:illegal_memory_access"
+
+
+def test_an_alias_reads_a_word_between_two_not_a_whole_name():
+    """`\\w` spans underscores: batch 29's and 28's labels had mapped by words the names do not say."""
+    assert score_batch.label_of("other:fsdp_cuda_stream_on_xpu_build") == "other:fsdp_cuda_stream_on_xpu_build"
+    assert score_batch.label_of("other:ucx_shm_across_user_namespaces") == "other:ucx_shm_across_user_namespaces"
+    assert score_batch.label_of("other:cuda_extension_build_failed") == "extension_build_failed"
+    assert score_batch.label_of("other:shm_out_of_space") == "shm_too_small"
