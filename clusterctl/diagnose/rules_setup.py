@@ -193,6 +193,7 @@ SETUP_RULES = (
          "`gres/gpu count reported lower than configured`, `can't stat gres.conf file /dev/nvidia0`, `invalid GRES "
          "core specification`",
          F.SLURM_GRES_CONFIG, (
+             # (`sinfo -R` cuts the reason at 20 characters: "gres/gpu count repor")
              S(r"gres/gpu count (?:reported )?(?:lower|higher|too low) than configured|gres/gpu count repor", .9),
              S(r"can't stat gres\.conf file|Waiting for gres\.conf file|gres\.conf.{0,40}(?:No such file|not found)",
                .9),
