@@ -168,14 +168,9 @@ def thread_of(source: str) -> str:
 
 def corpus_threads(batch: str = "") -> set:
     """The threads the corpus holds, less those that joined it from `batch` itself (a re-score reads them again)."""
-    from clusterctl.diagnose.corpus import CORPUS_DIR
-    threads = set()
-    for path in CORPUS_DIR.rglob("*.log"):
-        head = path.read_text(errors="replace").splitlines()[:12]
-        if batch and any(line.startswith("# collected:") and f" batch {batch} (" in line for line in head):
-            continue
-        threads |= {thread_of(line[len("# source:"):]) for line in head if line.startswith("# source:")}
-    return threads
+    from clusterctl.diagnose import corpus
+    return {thread_of(entry.source) for entry in corpus.entries()
+            if not (batch and f" batch {batch} (" in entry.collected)}
 
 
 def load_batch(directories: list[Path]) -> tuple[list, str, list]:
@@ -183,8 +178,8 @@ def load_batch(directories: list[Path]) -> tuple[list, str, list]:
     same thread; the first directory's copy is kept), and never a thread the corpus already holds (rule added
     before batch 28 was scored, when two of its collectors reported the same thread)."""
     numbers = {m.group(1) for d in directories for m in [re.match(r"batch-(\d+)", d.name)] if m}
-    cases, digest, left_out, seen = [], hashlib.sha256(), [], corpus_threads(next(iter(numbers)) if len(numbers) == 1
-                                                                             else "")
+    batch = numbers.pop() if len(numbers) == 1 else ""  # a re-score of one batch reads its joined logs again
+    cases, digest, left_out, seen = [], hashlib.sha256(), [], corpus_threads(batch)
     for directory in directories:
         hashes = frozen_hashes(directory)
         digest.update((directory / "FROZEN").read_bytes())

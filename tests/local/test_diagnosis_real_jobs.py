@@ -3,38 +3,20 @@ diagnosis of its own log, with the cause and the fix (issue 51's classes, met on
 from __future__ import annotations
 
 import json
-import os
-import socket
 import sys
-from pathlib import Path
 
 import pytest
 from clusterctl_helpers import FIXTURE_JOBS
 
-from local.test_logs_stop import _clusterctl
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from local.test_logs_stop import _clusterctl, _local_inventory
 
 
 def test_a_ddp_loop_whose_model_has_a_head_the_loss_never_reads_is_named_ddp_unused_parameters(tmp_path):
     pytest.importorskip("torch")
-    inventory = tmp_path / "inventory.yaml"
-    inventory.write_text(f"""name: unused-{os.getpid()}
-hosts:
-  - {{name: local, connection: local}}
-rendezvous: {{port: {_free_port()}}}
-job:
-  command: [{FIXTURE_JOBS / 'ddp_plain.py'}]
-  args: [--kind, ddp, --unused_head, --steps, "20", --width, "64", --batch, "16"]
-  nproc_per_node: 2
-  python: {sys.executable}
-  outputs: {tmp_path / 'outputs'}
-checks: {{ib: off}}
-""")
+    inventory = _local_inventory(tmp_path, "unused", job=(
+        f"command: [{FIXTURE_JOBS / 'ddp_plain.py'}]\n"
+        '  args: [--kind, ddp, --unused_head, --steps, "20", --width, "64", --batch, "16"]\n'
+        f"  nproc_per_node: 2\n  python: {sys.executable}"))
     (tmp_path / "prompt.txt").write_text("a cat\n")
     proc = _clusterctl(tmp_path, "run", "-i", str(inventory), str(tmp_path / "prompt.txt"))
     out, err = proc.communicate(timeout=300)
