@@ -190,6 +190,9 @@ while :; do
   wait
   [ -n "$dumped" ] && cat "$dir"/s$i.* 2>/dev/null
   [ "$i" -ge "$samples" ] && break
+  # a round does not outlive its ranks (the run ended, or they failed): no sample of nothing until $samples
+  alive=""; while read -r p _rest; do [ -d "/proc/$p" ] && { alive=1; break; }; done < "$ranks"
+  [ -n "$alive" ] || break
   i=$((i + 1)); sleep "$interval"
 done
 echo "$M done"

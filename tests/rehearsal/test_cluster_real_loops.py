@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from clusterctl_helpers import CONTAINER_OUTPUTS, Cli, cluster_with_jobs, variant, wait_until
+from clusterctl_helpers import CONTAINER_OUTPUTS, Cli, cluster_with_jobs, processes_with, variant, wait_until
 from fixtures.noisy import DutyCycle, find_rank, freeze, thaw
 
 pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
@@ -176,3 +176,17 @@ def test_a_plain_loop_left_alone_names_nobody(sandbox, cluster, tmp_path, kind):
     code, doc, err = Cli.finish(cli.popen("run", "-i", str(inventory), "--stall-timeout", "0", str(where / "prompt.txt")),
                                 timeout=600)
     assert code == 0 and doc["stragglers"] == [] and "[straggler]" not in err, (doc, err[-6000:])
+
+
+def test_a_plain_ddp_loop_with_a_head_the_loss_never_reads_fails_diagnosed_with_its_fix(sandbox, cluster, tmp_path):
+    """The user's own mistake in the same loop (ddp_plain.py --unused_head): over real sshd, dockerd and torchrun the
+    run ends failed, its first failure diagnosed ddp_unused_parameters with the fix, and no rank of it left."""
+    cli, where = cluster
+    inventory, _ = _job(sandbox, tmp_path / "unused.yaml", "--unused_head", "--steps", "20", "--width", "64")
+    code, doc = cli.json("run", "-i", str(inventory), str(where / "prompt.txt"))
+    assert code != 0 and doc["ok"] is False, doc
+    first = doc["first_failure"]["diagnosis"][0]
+    assert first["cause"] == "ddp_unused_parameters" and "find_unused_parameters=True" in first["fix"], doc
+    # a straggler round under way on a node when the ranks failed ends by itself, within its interval
+    assert wait_until(lambda: not [cmd for _, cmd in processes_with(doc["run_id"]) if "pytest" not in cmd], 15,
+                      what="nothing of the run left") is True
