@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Optional
 
 from clusterctl.diagnose import reader, rundir
+from clusterctl.diagnose.confidence import resembling
 from clusterctl.diagnose.evidence import exception_named
 from clusterctl.diagnose.families import STOPPED_FROM_OUTSIDE
 from clusterctl.diagnose.matching import (ALWAYS_TRIED, CAP, CONSEQUENCE_FACTOR, EVIDENCE_MAX,  # noqa: F401
@@ -40,7 +41,7 @@ def diagnose(path: Path, record: Optional[dict] = None, k: int = 3) -> Diagnosis
     return Diagnosis(with_similar_causes(findings, similar), similar)
 
 
-SIMILAR_FACTOR = 0.5  # a cause known only from a resembling case: half its similarity as confidence
+SIMILAR_FACTOR = 0.5  # a cause known only from a resembling case: half its similarity, then calibrated
 
 
 def with_similar_causes(findings: list[Finding], similar: list) -> list[Finding]:
@@ -61,7 +62,7 @@ def with_similar_causes(findings: list[Finding], similar: list) -> list[Finding]
         named.add(case.cause)
         out.append(Finding(cause=case.cause, host=lead.host, rank=lead.rank, fix=case.fix,
                            evidence=f"resembles a known case ({case.source}, similarity {case.score:.2f})",
-                           confidence=round(min(CAP, case.score) * SIMILAR_FACTOR, 2)))
+                           confidence=resembling(round(min(CAP, case.score) * SIMILAR_FACTOR, 2))))
     if len(findings) == 1 and lead.cause == "unknown" and len(out) > 1 and not _jobs_own_exception(lead):
         out[0], out[1] = out[1], out[0]
     return out

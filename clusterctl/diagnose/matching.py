@@ -25,6 +25,7 @@ from typing import Optional
 from clusterctl.diagnose import evidence as ev
 from clusterctl.diagnose import families
 from clusterctl.diagnose import logformat as fmt
+from clusterctl.diagnose.confidence import calibrated
 from clusterctl.diagnose.logformat import LogLine, RootCause
 from clusterctl.diagnose.rules import HOST_MEMORY_SHORT, OOM_RECORD, RULE_OF, RULES, Rule, Signal
 from clusterctl.diagnose.textmatch import (CASCADE_PATTERNS, CONTEXT_PATTERNS, EXCEPTION_LINE, PEER_LOST_PATTERNS,
@@ -360,26 +361,12 @@ def _dedupe(findings: list[Finding]) -> list[Finding]:
 
 def _with_confidence(findings: list[Finding], scores: list[float]) -> list[Finding]:
     """Evidence strength times its share among the ranked answers (one strong cause alone keeps its
-    strength, two equally strong ones split it), then mapped through CALIBRATION so that the number
+    strength, two equally strong ones split it), then calibrated (confidence.py) so that the number
     printed is the share of such answers that were right on logs never seen before."""
     from dataclasses import replace
 
     total = sum(scores) or 1.0
-    return [replace(f, confidence=calibrated(min(1.0, s * s / total))) for f, s in zip(findings, scores)]
-
-
-# (raw confidence, observed top-1 accuracy) knots, monotone, from the first scores of three frozen batches
-# (issue 51, 122 public logs nobody here had read, docs/diagnosis.md "Calibration"): raw < 0.5 was right
-# 0 of 42 times (mostly `unknown` first), 0.5-0.7 7 of 24, 0.7 and up 47 of 56 (84 %, pooled: the
-# 0.95-1.0 bucket, 29 of 36, was no better than 0.7-0.95). Linear between knots.
-CALIBRATION = ((0.0, 0.02), (0.5, 0.08), (0.6, 0.3), (0.7, 0.7), (0.85, 0.82), (1.0, 0.88))
-
-
-def calibrated(raw: float) -> float:
-    for (x0, y0), (x1, y1) in zip(CALIBRATION, CALIBRATION[1:]):
-        if raw <= x1:
-            return round(y0 + (y1 - y0) * (max(raw, x0) - x0) / (x1 - x0), 2)
-    return CALIBRATION[-1][1]
+    return [replace(f, confidence=calibrated(min(1.0, s * s / total), f.cause)) for f, s in zip(findings, scores)]
 
 
 # --------------------------------------------------------------------------- unknown
