@@ -6,7 +6,7 @@ directory is rundir.py, which uses the matching and is used here: the three in o
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
 
@@ -65,6 +65,9 @@ def with_similar_causes(findings: list[Finding], similar: list) -> list[Finding]
                            confidence=resembling(round(min(CAP, case.score) * SIMILAR_FACTOR, 2))))
     if len(findings) == 1 and lead.cause == "unknown" and len(out) > 1 and not _jobs_own_exception(lead):
         out[0], out[1] = out[1], out[0]
+    for index in range(1, len(out)):  # a runner-up never prints surer than the answer above it
+        if out[index].confidence > out[index - 1].confidence:
+            out[index] = replace(out[index], confidence=out[index - 1].confidence)
     return out
 
 

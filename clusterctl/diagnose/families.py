@@ -101,6 +101,8 @@ ERRNO_FAMILIES = {
     12: (("oom_killed", .3),), 30: (("permission_denied", .35),),
 }
 NCCL_NET_ERRNOS = (111, 113, 101, 110)
+ENROOT_LINE = re.compile(r"pyxis:|enroot|/hooks\.d/")
+RUNTIME_ABSENT = re.compile(r"not found|No such file", re.IGNORECASE)
 TOPOLOGY_SEARCH = re.compile(r"find (?:reverse )?path|ncclTopo\w+|topology (?:search|detection) failed"
                              r"|Could not find (?:a )?path|Could not find real path of /sys/(?:class/pci_bus|devices)", re.IGNORECASE)
 NCCL_LINE = re.compile(r"nccl|socket\.(?:h|cc)|net_socket|\bWARN\b", re.IGNORECASE)
@@ -200,6 +202,11 @@ def _support(record) -> list[Support]:
         return _each(STORE_KINDS.get(record.kind), f"store:{record.kind}", record,
                      consequence=record.kind == "collective_timeout")
     if isinstance(record, ev.ContainerError):
+        text = record.line.text[:ev.MAX_LINE]
+        if record.kind == "gpu_runtime" and ENROOT_LINE.search(text) and not RUNTIME_ABSENT.search(text):
+            # (after batch 31) under pyxis/enroot the GPU runtime is a start hook: where it is there and fails (an
+            # ldcache error in a nested container) the start failed; where it is absent the runtime is missing
+            return _each((("container_start_failed", .7),), "container:enroot_gpu_hook", record)
         return _each(CONTAINER_KINDS.get(record.kind), f"container:{record.kind}", record)
     if isinstance(record, ev.OsErrno):
         text = record.line.text[:ev.MAX_LINE]

@@ -50,8 +50,9 @@ BRIDGE_GATEWAY = r"\b172\.(?:1[7-9]|2\d|3[01])\.0\.1\b"
 # network's (nccl_socket_error)
 NOT_ROUTED = rf"127\.0\.[01]\.1|{LINK_LOCAL}|{BRIDGE_GATEWAY}"
 # (after batch 28) NCCL's socket interfaces when one it may use is a virtual or link-local one (a veth of a container's
-# bridge, docker0, an fe80:: address): a connection failing between the nodes is then the interface's fault first
-VIRTUAL_IN_NCCL_LIST = (r"(?:bootstrap|net/socket) : using .{0,200}\[\d+\](?:veth|docker|virbr|br-)\w*:"
+# bridge, docker0, an fe80:: address): a connection failing between the nodes is then the interface's fault first;
+# (after batch 31) loopback too (NCCL_SOCKET_IFNAME=lo on a run of two nodes: every peer's address is its own)
+VIRTUAL_IN_NCCL_LIST = (r"(?:bootstrap|net/socket) : using .{0,200}\[\d+\](?:veth|docker|virbr|br-|lo:)\w*:?"
                         r"|(?:bootstrap|net/socket) : using .{0,200}:fe80::")
 CONNECT_FAILED = r"Call to connect (?:failed|returned) ?:? ?(?:Connection refused|Connection timed out|No route)"
 # a rank inside a container on Docker's default bridge (its own 172.17.0.x, not the gateway), or whose hostname is a
@@ -253,13 +254,16 @@ OTHER_WORDS = {
         S(r"ss_family == \w+\.ss_family|address famil(?:y|ies) (?:mismatch|differ)", .8),
     ),
     "platform_backend_unsupported": (
+        # (after batch 31) the framework's build has no NCCL process group at all (a Windows or CPU build of Paddle)
+        S(r"has no attribute '(?:ProcessGroupNCCL|_NCCL\w*)'", .8),
         # (after batch 14) a distributed run on a Windows host, where the Windows paths (a traceback's frames) and the
         # distributed setup (DDP, init_process_group, NCCL) are on different lines: Windows builds of torch have no
         # NCCL; weaker than any cause the log names itself
         # (one alternative per root, so that each has a literal for the pre-filter: no search of every line)
         S(r"\b[A-Z]:\\Users\\|\b[A-Z]:\\Program Files|\b[A-Z]:\\ProgramData\\|\b[A-Z]:\\Python\d*\\"
           r"|\b[A-Z]:\\Anaconda|\b[A-Z]:\\Miniconda", .5,
-          requires=r"init_process_group|torch\.distributed|\bddp\b|DistributedDataParallel|\bnccl\b|\bgloo\b|torchrun"),
+          requires=r"init_process_group|torch\.distributed|\bddp\b|DistributedDataParallel|\bnccl\b|\bgloo\b|torchrun"
+                   r"|paddle\.distributed|processgroupnccl"),
     ),
     "hostname_unresolvable": (
         # the C library's resolver failing in MPICH's (and other C programs') words
@@ -321,6 +325,10 @@ OTHER_WORDS = {
         # missing from the image or container)
         # (a provider that fails to load for another device, `couldn't load driver 'libipathverbs'`, is benign)
         S(r"libibverbs: Warning: no userspace device-specific driver found", .6),
+        # (after batch 31) Open MPI 4+'s verbs transport (openib) leaving InfiniBand ports unused by policy, or failing
+        # to open the device: the job runs over another transport or not at all; UCX is the one meant for IB
+        S(r"infiniband ports on a device\s*(?:are )?not used by default|btl_openib_allow_ib", .6),
+        S(r"There was an error initializing an OpenFabrics device", .55),
     ),
     "nccl_too_old": (
         # (after batches 10-12) an NCCL older than 2.8 (2020: torch 1.7's) failing at setup with a bare system or
@@ -355,6 +363,12 @@ OTHER_WORDS = {
           unless_log=r"loading extension module"),
         # torch's cpp_extension loading a module its build should have left, not there (Megatron's fused kernels)
         S(r"in _import_module_from_library", .85, requires=r"cannot open shared object file"),
+        # (after batch 31) the compiler's own error inside torch's headers or an op's sources (a GCC older than torch
+        # needs: torch's `#error "You're trying to build PyTorch with a too old version of GCC"`), and Triton's JIT
+        # build of its C helper (`compile_module_from_src`, a C compiler or Python.h missing on the node)
+        S(r"torch/include/\S+:\d+(?::\d+)?: (?:fatal )?error:|/csrc/\S+\.(?:cu|cuh|cpp|cc|h):\d+(?::\d+)?: "
+          r"(?:fatal )?error:|You're trying to build PyTorch with a too old version of GCC", .8),
+        S(r"triton/runtime/build\.py\S*, line \d+, in _build", .75, requires=r"calledprocesserror"),
     ),
     "docker_no_gpu_runtime": (
         # (after batch 17) a GPU process in a container without NVIDIA's runtime: NVML's library never injected
@@ -390,6 +404,11 @@ OTHER_WORDS = {
         # (after batch 24) Slurm's controller losing a node's slurmd (ping_nodes.c "Nodes %s not responding", then
         # "..., setting DOWN"): the node dropped off the network or hung
         S(r"\bNodes? [\w\[\],.-]+ not responding\b", .8),
+        # (after batch 31) mid-run (NCCL's watchdog, after the communicator worked), the peer's side gone: NCCL's
+        # `remote process exited` or its socket closed by the peer. Its process or node ended first; this log is
+        # the survivor's (a consequence: any root the log names leads)
+        S(r"remote process exited or there was a network error|socketProgress: Connection closed by remote peer", .5,
+          consequence=True, requires=r"watchdog"),
     ),
     "permission_denied": (
         # (after batch 20) enroot mounting a user's directory into the container refused (root squashed on NFS, a
