@@ -142,6 +142,9 @@ def _wait_attempt(d: Dir, follow: bool, between=lambda: True) -> str:
 
 
 RENEWED = "clusterctl-lease renewed\n"  # on stderr: the answer to a renewal (run/runner.py counts it as a poll's)
+# on stderr, the lease-carrying stream's last line: what a poll would answer once torchrun ended ("exit N",
+# "exit N stopped"), so the run's end needs no poll after its stream (issue 52: one round trip per node)
+EXITED = "clusterctl-exited "
 
 
 def _renew_asked(d: Dir) -> bool:
@@ -197,8 +200,20 @@ def follow(base: str, rel: str, nproc: str, lease: str = "0") -> None:
             time.sleep(0.15)
             while tailer.pump():
                 pass
+            if lease == "1":
+                _say_exit(d)
         finally:
             tailer.close()
+
+
+def _say_exit(d: Dir) -> None:
+    try:
+        code = d.read("agent.exit", 64).decode("utf-8", "replace").strip()
+        stopped = d.is_file("stopped")
+    except (Refused, OSError):  # the controller polls as before
+        return
+    sys.stderr.write(f"{EXITED}exit {code}" + (" stopped" if stopped else "") + "\n")
+    sys.stderr.flush()
 
 
 def logs(base: str, rel: str, count: str, following: str, agent: str, *ranks: str) -> None:

@@ -366,6 +366,9 @@ class JobRunner:
         # `lost_after_s`, and one dead node must not hold up the polls (and leases) of the others.
         quick = max(1.0, min(self.lost_after_s / 2, 3.0))
         now, running = time.monotonic(), [name for name, n in self.nodes.items() if n.exit_code is None and not n.lost]
+        for name in [n for n in running if self.pace.exited(n)]:  # its stream's last line: what a poll would read
+            self._answered(name, self.pace.exited(name))
+            running.remove(name)
         due = self.pace.due(running, now, everyone)
         self._heard_streams(running)
         renewed = {n for n in due if self._streams and self._streams.send(n, agent.RENEW) and self.pace.renewal_sent(n, now)}
@@ -382,15 +385,20 @@ class JobRunner:
             if not result.succeeded:
                 node.last_detail = result.detail
                 continue
-            node.last_seen = time.monotonic()
-            node.exit_code = agent.parse_poll(result.stdout)
-            node.stopped = agent.poll_says_stopped(result.stdout)
-            self._beat(name)
-            if node.exit_code is not None:
-                node.ended_at = node.last_seen
-                how = " (`clusterctl stop`)" if node.stopped else ""
-                self.on_event(Event("note", name, f"torchrun exited {node.exit_code}{how}"))
+            self._answered(name, result.stdout)
         self._heard_streams(running)  # again: a cut node's poll held this turn while the others' streams answered
+
+    def _answered(self, name: str, answer: str) -> None:
+        """A poll's answer from `name` (or its stream's last line, in the same words)."""
+        node = self.nodes[name]
+        node.last_seen = time.monotonic()
+        node.exit_code = agent.parse_poll(answer)
+        node.stopped = agent.poll_says_stopped(answer)
+        self._beat(name)
+        if node.exit_code is not None:
+            node.ended_at = node.last_seen
+            how = " (`clusterctl stop`)" if node.stopped else ""
+            self.on_event(Event("note", name, f"torchrun exited {node.exit_code}{how}"))
 
     def _heard_streams(self, running: list[str]) -> None:
         """A stream's answer since the engine last heard: the node answered (watch/pace.py); heard only next turn,

@@ -13,17 +13,19 @@ chain of processes, most of what clusterctl cost a node while the job ran): the 
 lease's renewal on the stream's stdin whenever the node is due, and the node's follower answers on its
 stderr (plan/wrapper.follow_command). A node whose stream answered within `every_s` + STREAM_SLACK_S
 (`renewal_sent`), or took its first renewal, is not polled; one whose stream fell silent, ended or left
-its first renewal unanswered is polled as before.
+its first renewal unanswered is polled as before. A stream's last answer is the node's end, as a poll would
+read it (`exited`): the node is not polled after it.
 """
 from __future__ import annotations
 
 import threading
 from typing import Optional
 
-from clusterctl.node.follow_files import RENEWED as RENEWED_TEXT
+from clusterctl.node.follow_files import EXITED as EXITED_TEXT, RENEWED as RENEWED_TEXT
 
 EVERY_S = 4.0
-RENEWED = RENEWED_TEXT.encode()
+RENEWED, EXITED = RENEWED_TEXT.encode(), EXITED_TEXT.encode()
+LINE_MAX = 64  # the longest stderr line of a stream read as an answer (a longer one is the job's, or noise)
 STREAM_SLACK_S = 2.0  # past `every_s`, how late a stream's answer may come before the node is polled
 
 
@@ -36,6 +38,7 @@ class Pace:
         self._streamed: dict[str, float] = {}  # each node's latest answer on its stream (set from their thread)
         self._partial: dict[str, bytes] = {}
         self._sent: set[str] = set()  # the nodes whose stream took a renewal
+        self._exited: dict[str, str] = {}  # the poll's answer a node's stream ended with ("exit N[ stopped]")
 
     def everyone(self) -> None:
         """Ask every node on the next turn (a node's output stream ended)."""
@@ -59,9 +62,16 @@ class Pace:
         """What `name`'s stream said on its stderr (from the streams' thread): an answer counts at `now`."""
         lines = (self._partial.get(name, b"") + data).split(b"\n")
         tail = lines.pop()  # a line cut between two reads; a longer one is no answer ("\0" never matches)
-        self._partial[name] = tail if len(tail) < len(RENEWED) else b"\0"
+        self._partial[name] = tail if len(tail) < LINE_MAX else b"\0"
         if any(line + b"\n" == RENEWED for line in lines):
             self._streamed[name] = now
+        for line in lines:
+            if line.startswith(EXITED) and len(line) < LINE_MAX:
+                self._exited[name] = line[len(EXITED):].decode("ascii", "replace")
+
+    def exited(self, name: str) -> Optional[str]:
+        """What `name`'s stream said of its end, in a poll's words ("exit N", "exit N stopped"), or None."""
+        return self._exited.get(name)
 
     def stream_ended(self, name: str) -> None:
         """`name`'s stream ended: its answers no longer stand for a poll (its end is what a poll reads)."""

@@ -78,6 +78,7 @@ def test_the_stream_renews_the_lease_when_asked_answers_on_stderr_and_ends_with_
     assert b"clusterctl-follow" in b"".join(out)
     (run_dir / "agent.exit").write_text("0\n")
     assert streams.wait(10) and "local" in ended
+    assert pace.exited("local") == "exit 0"  # its last line: the run's end asks no poll after it
     assert not streams.send("local", agent.RENEW)  # ended: nothing to ask
     import subprocess
 

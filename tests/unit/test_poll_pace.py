@@ -55,3 +55,18 @@ def test_the_lease_carrying_stream_keeps_its_stdin_open_and_says_so_on_its_comma
     assert not plain.stdin_open and carrying.stdin_open
     assert carrying.argv[-1] == "1" and plain.argv[-1] == "2"
     assert RENEW.endswith(b"\n")
+
+
+def test_a_streams_last_line_is_the_nodes_end_in_a_polls_words_and_nothing_else_reads_as_one():
+    """issue 52: the stream that carries the lease ends with what a poll would answer, so the run's end
+    asks no poll after it; cut between two reads it still counts, a longer or foreign line never does."""
+    from clusterctl.node.follow_files import EXITED
+
+    pace = Pace(4.0)
+    pace.said("n1", b"rank output\n" + EXITED.encode()[:5], 100.0)
+    assert pace.exited("n1") is None
+    pace.said("n1", EXITED.encode()[5:] + b"exit 3 stopped\n", 100.1)
+    assert pace.exited("n1") == "exit 3 stopped"
+    pace.said("n2", EXITED.encode() + b"exit 0" + b"9" * 100 + b"\n", 100.0)
+    pace.said("n3", b"Traceback: " + EXITED.encode() + b"exit 0\n", 100.0)
+    assert pace.exited("n2") is None and pace.exited("n3") is None
