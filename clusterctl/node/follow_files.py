@@ -25,6 +25,8 @@ ATTEMPT = "attempt_0"
 CHUNK = 1 << 20  # the most read from one file in one round: the others are not starved
 TAIL_BYTES = 1 << 20  # where `-n K` looks for its K lines
 PERIOD_S = 0.25
+# how soon the live stream sees agent.exit (one stat): the run's end waits for it (issue 52), the files' reads do not
+EXIT_CHECK_S = 0.05
 
 
 def _split(rel: str) -> tuple[str, ...]:
@@ -174,8 +176,8 @@ def _stdin_closed(timeout: float) -> bool:
 
 def follow(base: str, rel: str, nproc: str, lease: str = "0") -> None:
     """The run's live stream: every local rank's stdout and stderr and agent.log, from their start,
-    until a moment after agent.exit appears. With `lease` "1" it renews the run's lease when asked on
-    stdin (`_renew_asked`) and ends with stdin."""
+    until agent.exit appears (all of them read to their end then). With `lease` "1" it renews the run's lease
+    when asked on stdin (`_renew_asked`), ends with stdin, and its last line on stderr is the node's exit."""
     asked = (lambda: _renew_asked(d)) if lease == "1" else (lambda: True)
     d = None
     for _ in range(121):
@@ -192,13 +194,16 @@ def follow(base: str, rel: str, nproc: str, lease: str = "0") -> None:
         names = [f"{att}/{i}/{s}.log" for i in range(int(nproc)) for s in ("stdout", "stderr")] if att else []
         tailer = Follower(d, names + ["agent.log"], "+1")
         try:
+            quiet_until = 0.0  # the files are read four times a second while quiet, agent.exit looked for 20
             while not d.entry("agent.exit"):
                 if not asked():
                     return
-                if not tailer.pump():
-                    time.sleep(PERIOD_S)
-            time.sleep(0.15)
-            while tailer.pump():
+                if time.monotonic() >= quiet_until:
+                    if tailer.pump():
+                        continue
+                    quiet_until = time.monotonic() + PERIOD_S
+                time.sleep(EXIT_CHECK_S)
+            while tailer.pump():  # agent.exit comes after torchrun's end: its lines and its ranks' are all there
                 pass
             if lease == "1":
                 _say_exit(d)
