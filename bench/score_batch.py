@@ -821,6 +821,24 @@ and 2 froze 35-45 minutes early, so batch 2 was scored with batch 1's code uncha
   Slurm's PMI, ...: no two alike), a port clash whose log shows only NCCL's bare system error, and the pyxis label
   above. The batch's 39 other vocabulary-labelled logs joined the corpus (its one `node_unreachable` log did not: a
   cause needs three entries there).
+- After batch 32 (frozen 03:57-04:03 UTC by six blind collectors on the rest of the session's search budget: GPU and
+  driver faults, multi-node networking, containers and schedulers, application repositories, docs and HPC centres'
+  pages, other accelerators (Ascend/HCCL, Ray, Horovod, MosaicML); 43 logs, one left out as a thread counted already;
+  scored once at fe285d7 (after batch 31's changes): top-1 25/42, 59.5 %, top-3 66.7 %, unknown first 1/42, 2.4 %;
+  in-vocabulary 25/29; 13 labels outside the vocabulary, all distinct). One log (batch-32a/04) is NVIDIA/nccl-tests#287,
+  a thread batch 25 had used: the collector should have skipped it (the sources list named it); it counts in the
+  first score as recorded. Read, classes only: NCCL connecting to a container's own address on Docker's default
+  bridge (`Connect to 172.17.0.3<...> failed`) is `nic_mismatch`, as the bridge's gateway and a link-local address
+  were; NCCL's `ncclMaxSharedMem ... exceeds device/fn maxSharedMem` (an NCCL build older than the GPU's arch) is
+  `gpu_arch_unsupported`, not `nccl_too_old`: two of its three labels (batches 26 and 32; batch 25 said
+  `nccl_too_old`). Left as labelled by the first collector: HCCL's `listen on ip[...] and specific port[...] fail`,
+  `duplicate_gpu` in batch 6 and `port_in_use` here (one label each; it stays the first, `port_in_use` second).
+  Re-scored (NOT a first score): 27/42 top-1, 29/42 top-3; batch 31 unchanged (38/56). The misses left: 13 labels
+  outside the vocabulary (an NVLS bug of NCCL 2.26.2 on an older driver, a GPU in exclusive-process mode, an index out
+  of bounds on one rank, a firewall on NCCL's interface, c10d without an IPv4 fallback, torchrun's endpoint not taken
+  for local, NVML's library missing, host RAM exhausted, a script path, mpi4py imported after torch, Cray MPICH's GTL,
+  an NPU held by a previous process, a signal file raced on a shared filesystem), a Gloo traceback with no error line.
+  The batch's 29 other vocabulary-labelled logs joined the corpus.
 
 The same batches re-scored after those changes (NOT first scores: the changes were made after reading them):
 batch 4 37/42 top-1 (88.1 %), 39/42 top-3; batch 5 33/42 (78.6 %), 35/42; batch 6 34/42 (81.0 %), 35/42 (its two

@@ -35,7 +35,7 @@ from clusterctl.diagnose.rules_topology import TOPOLOGY_RULES
 from clusterctl.diagnose.rules_words import (EXIT_137, EXIT_MINUS_9, HOST_MEMORY_SHORT,  # noqa: F401
                                              KILL_EXPLAINED, NESTED_LAUNCH, NOT_ROUTED, OOM_RECORD, OTHER_WORDS,
                                              PORT_TAKEN, SHELL_KILLED, SIGKILL_BY_LAUNCHER, SIGNAL_9,
-                                             CONNECT_FAILED, VIRTUAL_IN_NCCL_LIST)
+                                             CONNECT_FAILED, NCCL_NOT_ROUTING)
 
 __all__ = ["Signal", "Rule", "RULES", "CAUSES", "RULE_OF", "UNKNOWN_FIX", "CASCADE_PATTERNS", "PEER_LOST_PATTERNS",
            "SUSPICIOUS", "CONTEXT_PATTERNS", "render_fix", "template_values", "required_literals"]
@@ -353,7 +353,7 @@ RULES: tuple[Rule, ...] = (
                unless=NOT_ROUTED),
              S(r"(?:NCCL )?WARN (?:Net : )?Connect to \S+ failed : (?:No route|Connection refused"
                r"|Connection timed out)", .85, unless=NOT_ROUTED),
-             S(CONNECT_FAILED, .8, unless_log=VIRTUAL_IN_NCCL_LIST),  # else weaker (rules_words)
+             S(CONNECT_FAILED, .8, unless_log=NCCL_NOT_ROUTING),  # else weaker (rules_words)
              S(r"Software caused connection abort", .6),
              S(r"unhandled system error|ncclSystemError", .25),
              S(r"unhandled system error", .35, requires=r"NET/Socket|Using network Socket|socket\.c"),

@@ -46,14 +46,17 @@ LINK_LOCAL = r"fe80::[0-9a-f:]*%[\w.-]+|\b169\.254\.\d{1,3}\.\d{1,3}\b"
 # (after batch 13) a Docker bridge's gateway, the host's own address on docker0 / a user-defined bridge (172.17-31.0.1):
 # reachable from that host's containers only, so a peer that published it picked the wrong interface
 BRIDGE_GATEWAY = r"\b172\.(?:1[7-9]|2\d|3[01])\.0\.1\b"
+# (after batch 32) a container's own address on Docker's default bridge (172.17.0.2 and up): no other host routes to it
+BRIDGE_CONTAINER = r"\b172\.17\.0\.(?:[2-9]|\d\d+)\b"
 # addresses a rank's peer cannot route to: NCCL connecting there is the interface's fault (nic_mismatch), not the
 # network's (nccl_socket_error)
-NOT_ROUTED = rf"127\.0\.[01]\.1|{LINK_LOCAL}|{BRIDGE_GATEWAY}"
+NOT_ROUTED = rf"127\.0\.[01]\.1|{LINK_LOCAL}|{BRIDGE_GATEWAY}|{BRIDGE_CONTAINER}"
 # (after batch 28) NCCL's socket interfaces when one it may use is a virtual or link-local one (a veth of a container's
 # bridge, docker0, an fe80:: address): a connection failing between the nodes is then the interface's fault first;
-# (after batch 31) loopback too (NCCL_SOCKET_IFNAME=lo on a run of two nodes: every peer's address is its own)
-VIRTUAL_IN_NCCL_LIST = (r"(?:bootstrap|net/socket) : using .{0,200}\[\d+\](?:veth|docker|virbr|br-|lo:)\w*:?"
-                        r"|(?:bootstrap|net/socket) : using .{0,200}:fe80::")
+# (after batch 31) loopback too (NCCL_SOCKET_IFNAME=lo on a run of two nodes: every peer's address is its own);
+# (after batch 32) a peer's address on Docker's default bridge (lower case: `unless_log` reads the lowered log)
+NCCL_NOT_ROUTING = (r"(?:bootstrap|net/socket) : using .{0,200}\[\d+\](?:veth|docker|virbr|br-|lo:)\w*:?"
+                    r"|(?:bootstrap|net/socket) : using .{0,200}:fe80::|connect to 172\.17\.0\.(?:[2-9]|\d\d+)<")
 CONNECT_FAILED = r"Call to connect (?:failed|returned) ?:? ?(?:Connection refused|Connection timed out|No route)"
 # a rank inside a container on Docker's default bridge (its own 172.17.0.x, not the gateway), or whose hostname is a
 # container's id: not the host's network, so peers on other hosts cannot reach the address NCCL publishes
@@ -160,6 +163,10 @@ OTHER_WORDS = {
         S(r"KeyError: '(?P<args>RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|MASTER_ADDR|MASTER_PORT)'", .8),
     ),
     "gpu_arch_unsupported": (
+        # (after batch 25, a cause of its own after batch 32) a GPU newer than the NCCL build: its kernels ask for more
+        # shared memory than the device has (NCCL 2.25 on sm_120; NVIDIA's fix: 2.26.2); labelled `nccl_too_old` in
+        # batch 25, `gpu_arch_unsupported` in batches 26 and 32: one class, the majority's label
+        S(r"ncclMaxSharedMem \d+ exceeds device/fn maxSharedMem \d+", .8),
         # (after batch 19) Kokkos built for another arch than the GPU's (Kokkos_ARCH_VOLTA72 on a V100)
         S(r"Kokkos::Cuda::initialize ERROR: likely mismatch of architecture", .9),
         # ROCm's "no kernel image": no code object for the device's arch or its XNACK/SRAMECC mode
@@ -227,7 +234,8 @@ OTHER_WORDS = {
         S(r"btl: tcp: Match incoming connection from .{0,80} failed", .85),
         # NCCL using or connecting to a link-local address: an interface that routes nowhere beyond its link
         S(rf"Using (?:\[0\])?[\w.-]+:(?:{LINK_LOCAL})", .8),
-        S(rf"Connect to (?:{LINK_LOCAL}|{BRIDGE_GATEWAY})|connect\(\) to (?:{LINK_LOCAL}|{BRIDGE_GATEWAY}) failed", .8),
+        S(rf"Connect to (?:{LINK_LOCAL}|{BRIDGE_GATEWAY}|{BRIDGE_CONTAINER}<\d+> failed)"
+          rf"|connect\(\) to (?:{LINK_LOCAL}|{BRIDGE_GATEWAY}|{BRIDGE_CONTAINER}) failed", .8),
         # (after batch 22) Open MPI's TCP transport answered by the wrong process: hosts that share an address (every
         # docker0 is 172.17.0.1, every virbr0 192.168.122.1) reach themselves; and NCCL's bootstrap (sockets over the
         # chosen interface) failing in its socket calls, traced by the return codes of NCCL_DEBUG=INFO
@@ -339,9 +347,6 @@ OTHER_WORDS = {
         # (after batch 13) a reduction op the loaded NCCL does not know (ncclAvg came with 2.10, PreMulSum with 2.11): the
         # caller was built against newer NCCL headers, as with an unknown data type
         S(r"invalid reduction operation \d+", .75),
-        # (after batch 25) a GPU newer than the NCCL build: its kernels ask for more shared memory than the device
-        # has (NCCL 2.25 on sm_120; NVIDIA's fix: 2.26.2)
-        S(r"ncclMaxSharedMem \d+ exceeds device/fn maxSharedMem \d+", .8),
     ),
     "rank_hang": (
         # (after batch 13) torch's monitored_barrier naming the ranks that never came (ProcessGroupGloo.cpp's

@@ -77,7 +77,8 @@ CASES = [
     ("/bin/sh: 1: /usr/sbin/sshd: not found", "ssh_failed"),
     ("bash: /usr/sbin/sshd: No such file or directory", "ssh_failed"),
     # NCCL's enqueue check (INFO "ncclMaxSharedMem %d exceeds device/fn maxSharedMem %zu"): kernels built for less
-    ("gpu-a:4766:4780 [0] NCCL INFO ncclMaxSharedMem 99328 exceeds device/fn maxSharedMem 98304", "nccl_too_old"),
+    # (after batch 32: the NCCL build older than the GPU's arch, two labellers of three: gpu_arch_unsupported)
+    ("gpu-a:4766:4780 [0] NCCL INFO ncclMaxSharedMem 99328 exceeds device/fn maxSharedMem 98304", "gpu_arch_unsupported"),
     # libnvidia-container's errors from enroot's NVIDIA hook under pyxis: the container's start failed
     ("error: pyxis:     nvidia-container-cli: initialization error: nvml error: driver not loaded\n"
      "error: pyxis:     [ERROR] /etc/enroot/hooks.d/98-nvidia.sh exited with return code 1\n"

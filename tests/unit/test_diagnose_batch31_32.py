@@ -1,4 +1,4 @@
-"""Message classes met in the misses of issue 51's batch 31 after its first score (bench/first_scores/batch-31.json):
+"""Message classes met in the misses of issue 51's batches 31 and 32 after their first scores (bench/first_scores/):
 each test names the class, with the real lines that met it (their pages in `# source` comments)."""
 from __future__ import annotations
 
@@ -83,7 +83,22 @@ slurmstepd: error: pyxis: couldn't start container
 """
 
 
+# source: https://github.com/NVIDIA/nccl/issues/331 (NCCL in Docker on two hosts: batch-32b/06): the peer published its
+# container's address on Docker's default bridge, which no other host routes to
+BRIDGE_CONTAINER_PEER = """\
+71d46aa8dab5:5241:5262 [2] NCCL INFO Call to connect returned Connection refused, retrying
+71d46aa8dab5:5241:5262 [2] NCCL INFO Call to connect returned Connection refused, retrying
+71d46aa8dab5:5241:5262 [2] include/socket.h:390 NCCL WARN Connect to 172.17.0.3<37551> failed : Connection refused
+71d46aa8dab5:5241:5262 [2] NCCL INFO bootstrap.cc:100 -> 2
+"""
+
+# source: https://github.com/NVIDIA/nccl-tests/issues/287 (RTX 5090, NCCL 2.25.1: batch-32a/04, a repeat of batch 25's
+# thread; NVIDIA/nccl#1637 in batch 26): the NCCL build older than the GPU's arch (two labels of three: gpu_arch_unsupported)
+NCCL_OLDER_THAN_GPU = "gpu-a:4766:4780 [0] NCCL INFO ncclMaxSharedMem 82240 exceeds device/fn maxSharedMem 79856\n"
+
+
 @pytest.mark.parametrize("text, cause", [
+    (BRIDGE_CONTAINER_PEER, "nic_mismatch"), (NCCL_OLDER_THAN_GPU, "gpu_arch_unsupported"),
     (LOOPBACK_PINNED, "nic_mismatch"), (PEER_GONE_MID_RUN, "node_unreachable"),
     (GCC_TOO_OLD_FOR_TORCH, "extension_build_failed"), (TRITON_HELPER_BUILD, "extension_build_failed"),
     (NO_NCCL_IN_BUILD, "platform_backend_unsupported"), (OPENIB_PORTS_UNUSED, "ib_config"),
