@@ -25,8 +25,6 @@ ATTEMPT = "attempt_0"
 CHUNK = 1 << 20  # the most read from one file in one round: the others are not starved
 TAIL_BYTES = 1 << 20  # where `-n K` looks for its K lines
 PERIOD_S = 0.25
-# how soon the live stream sees agent.exit (one stat): the run's end waits for it (issue 52), the files' reads do not
-EXIT_CHECK_S = 0.05
 
 
 def _split(rel: str) -> tuple[str, ...]:
@@ -193,22 +191,62 @@ def follow(base: str, rel: str, nproc: str, lease: str = "0") -> None:
         sys.stdout.buffer.write(f"clusterctl-follow {att}\n".encode())
         names = [f"{att}/{i}/{s}.log" for i in range(int(nproc)) for s in ("stdout", "stderr")] if att else []
         tailer = Follower(d, names + ["agent.log"], "+1")
+        watch = _names_appearing(d)
         try:
-            quiet_until = 0.0  # the files are read four times a second while quiet, agent.exit looked for 20
             while not d.entry("agent.exit"):
                 if not asked():
                     return
-                if time.monotonic() >= quiet_until:
-                    if tailer.pump():
-                        continue
-                    quiet_until = time.monotonic() + PERIOD_S
-                time.sleep(EXIT_CHECK_S)
+                if not tailer.pump():  # quiet: the next read in PERIOD_S, or at once when a name appears here
+                    _quiet(watch, lease == "1")
             while tailer.pump():  # agent.exit comes after torchrun's end: its lines and its ranks' are all there
                 pass
             if lease == "1":
                 _say_exit(d)
         finally:
             tailer.close()
+            if watch is not None:
+                os.close(watch)
+
+
+_IN_CREATE, _IN_MOVED_TO = 0x100, 0x80
+
+
+def _names_appearing(d: Dir) -> int | None:
+    """A descriptor that turns readable when a name appears in the open run dir `d` (agent.exit, renamed into
+    place when torchrun ended), so the stream ends then rather than at its next look (issue 52: the run's
+    return waits for it) without looking more often; None where the kernel gives none (the stream then looks
+    every PERIOD_S). The watch is on the directory already open (/proc/self/fd), never a path a link could
+    redirect; no link or file of the job's is opened by it."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+    except (OSError, AttributeError, ImportError):
+        return None
+    if fd < 0:
+        return None
+    if libc.inotify_add_watch(fd, f"/proc/self/fd/{d.fd}".encode(), _IN_CREATE | _IN_MOVED_TO) < 0:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _quiet(watch: int | None, stdin: bool, period_s: float = PERIOD_S) -> bool:
+    """Up to `period_s`, less when a name appears in the run dir or (a lease-carrying stream) stdin has a question;
+    whether a name appeared."""
+    waited = ([watch] if watch is not None else []) + ([0] if stdin else [])
+    if not waited:
+        time.sleep(period_s)
+        return False
+    readable, _, _ = select.select(waited, [], [], period_s)
+    if watch not in readable:
+        return False
+    try:
+        os.read(watch, 4096)  # the events themselves say nothing the next look does not
+    except BlockingIOError:
+        pass
+    return True
 
 
 def _say_exit(d: Dir) -> None:

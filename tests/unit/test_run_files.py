@@ -222,3 +222,27 @@ def test_refused_member_names_are_kept_bounded():
         refused.add(f"refused {shown('x' * 100_000 + str(i))!r}: absolute path or '..'")
     assert len(refused) == REFUSED_KEPT + 1 and refused[-1] == f"... and {10_000 - REFUSED_KEPT} more refused member(s)"
     assert max(len(line) for line in refused) < NAME_SHOWN + 100
+
+
+def test_the_live_stream_wakes_when_a_name_appears_in_the_run_dir_it_holds_open_not_at_a_path(tmp_path):
+    """issue 52: the stream ends when agent.exit is renamed into place, not at its next look; the watch is on the
+    directory it opened (a run dir moved away and a link put at its path change nothing it sees)."""
+    from clusterctl.node.safe_files import Dir
+
+    (tmp_path / "run").mkdir()
+    with Dir.open(str(tmp_path), ("run",)) as d:
+        watch = follow_files._names_appearing(d)
+        if watch is None:
+            pytest.skip("no inotify here: the stream looks every PERIOD_S")
+        try:
+            assert not follow_files._quiet(watch, False, period_s=0.01)  # nothing appeared
+            os.rename(tmp_path / "run", tmp_path / "moved")
+            (tmp_path / "other").mkdir()
+            os.symlink(tmp_path / "other", tmp_path / "run")
+            (tmp_path / "other" / "agent.exit").write_text("0\n")  # at the path: not the dir it holds
+            assert not follow_files._quiet(watch, False, period_s=0.01)
+            (tmp_path / "moved" / "agent.exit.tmp").write_text("0\n")
+            os.rename(tmp_path / "moved" / "agent.exit.tmp", tmp_path / "moved" / "agent.exit")
+            assert follow_files._quiet(watch, False, period_s=60)  # at once: the name is there already
+        finally:
+            os.close(watch)
