@@ -21,7 +21,7 @@ replaced printed, so the controller's parsers read it unchanged:
                              each rank's CPU time too
   probe                      `top`'s look (observe/top.py's markers)
   set-aside ATTEMPT          the run dir renamed <host>.attempt-ATTEMPT (never into an existing one)
-  follow NPROC               the run's live stream (watch/follow.py), until a moment after agent.exit
+  follow NPROC [LEASE]       the run's live stream (watch/follow.py) until agent.exit; with LEASE its renewals, its end said
   logs COUNT FOLLOW AGENT RANK...  `clusterctl logs`
   write-env                  own the node's run dir (made 0700 or proven ours), its env from stdin
   put NAME                   stdin into the run's shipped files, REL being `logs/<run id>/.files`
