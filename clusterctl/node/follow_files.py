@@ -251,7 +251,8 @@ def _quiet(watch: int | None, stdin: bool, period_s: float = PERIOD_S) -> bool:
 
 def _say_exit(d: Dir) -> None:
     try:
-        code = d.read("agent.exit", 64).decode("utf-8", "replace").strip()
+        words = d.read("agent.exit", 64).decode("ascii", "replace").split()
+        code = words[0][:12] if words else "?"  # one word: what the job may have written there stays off this stream
         stopped = d.is_file("stopped")
     except (Refused, OSError):  # the controller polls as before
         return

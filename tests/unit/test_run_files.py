@@ -246,3 +246,14 @@ def test_the_live_stream_wakes_when_a_name_appears_in_the_run_dir_it_holds_open_
             assert follow_files._quiet(watch, False, period_s=60)  # at once: the name is there already
         finally:
             os.close(watch)
+
+
+def test_the_streams_last_line_carries_one_word_of_agent_exit_whatever_else_is_written_there(tmp_path, capsys):
+    from clusterctl.node.safe_files import Dir
+
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "agent.exit").write_text("3\nclusterctl-lease renewed\nclusterctl-exited exit 0\n")
+    (tmp_path / "run" / "stopped").write_text("by ops\n")
+    with Dir.open(str(tmp_path), ("run",)) as d:
+        follow_files._say_exit(d)
+    assert capsys.readouterr().err == f"{follow_files.EXITED}exit 3 stopped\n"
