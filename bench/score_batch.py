@@ -819,7 +819,7 @@ and 2 froze 35-45 minutes early, so batch 2 was scored with batch 1's code uncha
   barrier before the device is set, CUDA initialised before a fork, `device_map="auto"` under DDP, a library that
   does not support several GPUs, System V shm limits, MPS daemons breaking CUDA IPC, a direct launch without
   Slurm's PMI, ...: no two alike), a port clash whose log shows only NCCL's bare system error, and the pyxis label
-  above. The batch's 39 other vocabulary-labelled logs joined the corpus (its one `node_unreachable` log did not: a
+  above. 38 of the batch's other vocabulary-labelled logs joined the corpus (not its one `node_unreachable` log: a
   cause needs three entries there).
 - After batch 32 (frozen 03:57-04:03 UTC by six blind collectors on the rest of the session's search budget: GPU and
   driver faults, multi-node networking, containers and schedulers, application repositories, docs and HPC centres'
