@@ -191,13 +191,13 @@ def follow(base: str, rel: str, nproc: str, lease: str = "0") -> None:
         sys.stdout.buffer.write(f"clusterctl-follow {att}\n".encode())
         names = [f"{att}/{i}/{s}.log" for i in range(int(nproc)) for s in ("stdout", "stderr")] if att else []
         tailer = Follower(d, names + ["agent.log"], "+1")
-        watch = _names_appearing(d)
+        watch = names_appearing(d)
         try:
             while not d.entry("agent.exit"):
                 if not asked():
                     return
                 if not tailer.pump():  # quiet: the next read in PERIOD_S, or at once when a name appears here
-                    _quiet(watch, lease == "1")
+                    quiet(watch, lease == "1")
             while tailer.pump():  # agent.exit comes after torchrun's end: its lines and its ranks' are all there
                 pass
             if lease == "1":
@@ -211,7 +211,7 @@ def follow(base: str, rel: str, nproc: str, lease: str = "0") -> None:
 _IN_CREATE, _IN_MOVED_TO = 0x100, 0x80
 
 
-def _names_appearing(d: Dir) -> int | None:
+def names_appearing(d: Dir) -> int | None:
     """A descriptor that turns readable when a name appears in the open run dir `d` (agent.exit, renamed into
     place when torchrun ended), so the stream ends then rather than at its next look (issue 52: the run's
     return waits for it) without looking more often; None where the kernel gives none (the stream then looks
@@ -232,7 +232,7 @@ def _names_appearing(d: Dir) -> int | None:
     return fd
 
 
-def _quiet(watch: int | None, stdin: bool, period_s: float = PERIOD_S) -> bool:
+def quiet(watch: int | None, stdin: bool, period_s: float = PERIOD_S) -> bool:
     """Up to `period_s`, less when a name appears in the run dir or (a lease-carrying stream) stdin has a question;
     whether a name appeared."""
     waited = ([watch] if watch is not None else []) + ([0] if stdin else [])
@@ -262,8 +262,8 @@ def _say_exit(d: Dir) -> None:
 
 def logs(base: str, rel: str, count: str, following: str, agent: str, *ranks: str) -> None:
     """`clusterctl logs`: the ranks' files asked for (agent.log too, or alone without the ranks'
-    directory), their last `count` lines (`+1`: all); following, until a second after agent.exit or
-    the end of stdin (the controller gone)."""
+    directory), their last `count` lines (`+1`: all); following, until agent.exit (all read to their end then)
+    or the end of stdin (the controller gone)."""
     try:
         d = Dir.open(base, _split(rel))
     except (FileNotFoundError, NotADirectoryError):
@@ -283,11 +283,17 @@ def logs(base: str, rel: str, count: str, following: str, agent: str, *ranks: st
                 while tailer.pump():  # the rest of files longer than one round's chunk
                     pass
                 return
-            while not d.entry("agent.exit"):
-                if not tailer.pump() and _stdin_closed(PERIOD_S * 2):
-                    return
-            time.sleep(1)
-            while tailer.pump():
+            watch = names_appearing(d)
+            try:
+                while not d.entry("agent.exit"):
+                    if not tailer.pump():
+                        quiet(watch, True, PERIOD_S * 2)
+                        if _stdin_closed(0):
+                            return
+            finally:
+                if watch is not None:
+                    os.close(watch)
+            while tailer.pump():  # as the live stream: everything written before agent.exit is there
                 pass
         finally:
             tailer.close()

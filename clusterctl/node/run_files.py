@@ -29,12 +29,13 @@ replaced printed, so the controller's parsers read it unchanged:
   stage GIVE ENV_SIZE [NAME SIZE]...  write-env, then each shipped file put into `.files`: one start
   checkpoints COMPLETE [RUN] BASE/REL a checkpoint dir: "own STEP" per complete step, "held OWNER STEP" per
                              replica of run RUN (issue 50; heal_policy.py travels with this one)
-Only safe_files.py travels with every operation; follow_files.py (the streaming, `top`'s probe and
-`tail`) and heal_policy.py (`checkpoints`) only with those that import them (plan/node_files.py: each poll starts as little as it can).
+Only safe_files.py travels with every operation; follow_files.py (the streaming, `top`'s probe,
+`tail` and await-exit's watch) and heal_policy.py (`checkpoints`) only with those that import them (plan/node_files.py: each poll starts as little as it can).
 Refused paths print `clusterctl: refused PATH: WHY; FIX` on stderr and exit 4.
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -117,10 +118,14 @@ def await_exit(base: str, rel: str) -> None:
         _out("no agent\n")
         return
     with d:
-        for _ in range(40):
-            if not d.entry("agent.pid") or d.entry("agent.exit"):
-                break
-            time.sleep(0.25)
+        follow = _streaming()
+        watch, deadline = follow.names_appearing(d), time.monotonic() + 10
+        try:
+            while d.entry("agent.pid") and not d.entry("agent.exit") and time.monotonic() < deadline:
+                follow.quiet(watch, False)  # woken as agent.exit is renamed into place
+        finally:
+            if watch is not None:
+                os.close(watch)
         code = _exit_text(d)
         _out(f"exit {code}\n" if code is not None else "running\n" if d.entry("agent.pid") else "no agent\n")
 

@@ -15,7 +15,8 @@ from clusterctl.models import Command, Inventory
 from clusterctl.node import inline_argv
 from clusterctl.plan.container import host_path, in_container
 
-STREAMING = frozenset({"follow", "logs", "probe", "tail"})  # the operations that import follow_files
+# the operations that import follow_files (`await-exit`: its watch for agent.exit)
+STREAMING = frozenset({"follow", "logs", "probe", "tail", "await-exit"})
 BELOW_OUTPUTS = 3  # logs/<run id>/<host> (or .files): opened without following a link; above it is job.outputs
 
 

@@ -231,19 +231,19 @@ def test_the_live_stream_wakes_when_a_name_appears_in_the_run_dir_it_holds_open_
 
     (tmp_path / "run").mkdir()
     with Dir.open(str(tmp_path), ("run",)) as d:
-        watch = follow_files._names_appearing(d)
+        watch = follow_files.names_appearing(d)
         if watch is None:
             pytest.skip("no inotify here: the stream looks every PERIOD_S")
         try:
-            assert not follow_files._quiet(watch, False, period_s=0.01)  # nothing appeared
+            assert not follow_files.quiet(watch, False, period_s=0.01)  # nothing appeared
             os.rename(tmp_path / "run", tmp_path / "moved")
             (tmp_path / "other").mkdir()
             os.symlink(tmp_path / "other", tmp_path / "run")
             (tmp_path / "other" / "agent.exit").write_text("0\n")  # at the path: not the dir it holds
-            assert not follow_files._quiet(watch, False, period_s=0.01)
+            assert not follow_files.quiet(watch, False, period_s=0.01)
             (tmp_path / "moved" / "agent.exit.tmp").write_text("0\n")
             os.rename(tmp_path / "moved" / "agent.exit.tmp", tmp_path / "moved" / "agent.exit")
-            assert follow_files._quiet(watch, False, period_s=60)  # at once: the name is there already
+            assert follow_files.quiet(watch, False, period_s=60)  # at once: the name is there already
         finally:
             os.close(watch)
 
@@ -257,3 +257,29 @@ def test_the_streams_last_line_carries_one_word_of_agent_exit_whatever_else_is_w
     with Dir.open(str(tmp_path), ("run",)) as d:
         follow_files._say_exit(d)
     assert capsys.readouterr().err == f"{follow_files.EXITED}exit 3 stopped\n"
+
+
+def test_every_operation_that_imports_follow_files_on_the_node_has_it_shipped():
+    """An operation calling `_streaming()` (follow_files, imported lazily) must be one plan/node_files.py ships
+    follow_files.py with, or it fails on the node with an ImportError (await-exit's watch nearly did)."""
+    import inspect
+
+    for name, function in run_files.OPERATIONS.items():
+        calls = "_streaming()" in inspect.getsource(function) or function.__module__.endswith("follow_files")
+        assert not calls or name in node_files.STREAMING, name
+
+
+def test_stops_await_exit_reads_agent_exit_once_the_wrapper_renames_it_into_place(monkeypatch, run_dir):
+    import threading
+
+    (run_dir / "agent.pid").write_text("123\n")
+
+    def wrapper_ends():
+        (run_dir / "agent.exit.tmp").write_text("143\n")
+        os.rename(run_dir / "agent.exit.tmp", run_dir / "agent.exit")
+
+    timer = threading.Timer(0.2, wrapper_ends)
+    timer.start()
+    out, _err, code = _call(monkeypatch, "await-exit", run_dir)
+    timer.join()
+    assert (out, code) == (b"exit 143\n", 0)
