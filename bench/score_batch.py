@@ -173,13 +173,20 @@ def corpus_threads(batch: str = "") -> set:
             if not (batch and f" batch {batch} (" in entry.collected)}
 
 
+def scored_threads(batch: str = "") -> set:
+    """The threads earlier first scores counted (their rows' `source`, recorded since batch 28), less `batch`'s own."""
+    return {thread_of(row["source"]) for path in SCORES.glob("*.json") if path.stem != f"batch-{batch}"
+            for row in json.loads(path.read_text())["rows"] if row.get("source")}
+
+
 def load_batch(directories: list[Path]) -> tuple[list, str, list]:
     """The batch's cases, its hash, and the logs left out: one thread counts once (two collectors can meet the
-    same thread; the first directory's copy is kept), and never a thread the corpus already holds (rule added
-    before batch 28 was scored, when two of its collectors reported the same thread)."""
+    same thread; the first directory's copy is kept), never a thread the corpus already holds (rule added before
+    batch 28 was scored, when two of its collectors reported the same thread), nor one an earlier batch counted
+    (added after batch 32, one of whose logs repeated batch 25's thread)."""
     numbers = {m.group(1) for d in directories for m in [re.match(r"batch-(\d+)", d.name)] if m}
     batch = numbers.pop() if len(numbers) == 1 else ""  # a re-score of one batch reads its joined logs again
-    cases, digest, left_out, seen = [], hashlib.sha256(), [], corpus_threads(batch)
+    cases, digest, left_out, seen = [], hashlib.sha256(), [], corpus_threads(batch) | scored_threads(batch)
     for directory in directories:
         hashes = frozen_hashes(directory)
         digest.update((directory / "FROZEN").read_bytes())
@@ -208,7 +215,7 @@ def score(cases: list) -> list:
         similar = similar_cases(case["text"], 3, exclude_sources=[case["source"]])
         findings = with_similar_causes(diagnose_text(case["text"]), similar)
         causes = [f.cause for f in findings]
-        rows.append({"file": case["file"], "label": case["label"], "cause": case["cause"],
+        rows.append({"file": case["file"], "label": case["label"], "cause": case["cause"], "source": case["source"],
                      "family": case["family"], "named": causes, "confidence": findings[0].confidence,
                      "top1": bool(causes) and causes[0] == case["cause"], "top3": case["cause"] in causes[:3],
                      "unknown_first": bool(causes) and causes[0] == "unknown"})
@@ -349,7 +356,8 @@ From batch 25 the collectors' brief also states the domain: a failing or hung ru
 NCCL/Gloo, the container runtime, the driver or kernel, the scheduler's step), not cloud-console provisioning
 or Kubernetes admission objects with no job log (batch 24 held 11 such pages, all `other:`). From batch 28 one
 thread counts once: a log whose source (the address without scheme, `www.`, fragment or query) another
-collector's log in the batch already gave, or a corpus entry holds, is left out and named under the batch."""
+collector's log in the batch already gave, or a corpus entry holds, is left out and named under the batch; from
+batch 33 also one an earlier first score counted (its rows record their sources, back to batch 28)."""
 
 
 CHANGES = """**What changed after which first score** (each a class of message, none a thread's wording; batches 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -51,6 +52,21 @@ def test_one_thread_counts_once_and_never_one_the_corpus_holds(tmp_path):
             f"{hashlib.sha256((directory / n).read_bytes()).hexdigest()}  {n}\n" for n in names))
     cases, _digest, left_out = score_batch.load_batch([first, second])
     assert [c["file"] for c in cases] == ["a/a.log"] and left_out == ["b/a.log", "b/b.log"]
+
+
+def test_a_thread_an_earlier_batch_counted_is_left_out(tmp_path):
+    """After batch 32 (one of its logs repeated batch 25's thread): the rows of earlier first scores name their
+    threads, and a later batch's copy of one is left out; a re-score of that batch itself still reads it."""
+    rows = json.loads((score_batch.SCORES / "batch-31.json").read_text())["rows"]
+    earlier = next(row["source"] for row in rows if row["label"].startswith("other:"))  # never joined the corpus
+    assert score_batch.thread_of(earlier) not in score_batch.corpus_threads()
+    batch = tmp_path / "batch-99a"
+    batch.mkdir()
+    (batch / "a.log").write_text(f"# source: {earlier}\n# cause: cuda_oom\n\nCUDA out of memory.\n")
+    (batch / "FROZEN").write_text(f"{hashlib.sha256((batch / 'a.log').read_bytes()).hexdigest()}  a.log\n")
+    cases, _digest, left_out = score_batch.load_batch([batch])
+    assert cases == [] and left_out == ["batch-99a/a.log"]
+    assert score_batch.thread_of(earlier) not in score_batch.scored_threads("31")
 
 
 def test_an_unfrozen_or_changed_batch_is_refused(tmp_path):
