@@ -106,11 +106,11 @@ def main(argv=None) -> int:
             for n in (2,) if args.quick else (2, 8):
                 results.setdefault("launch_vs_hand", {}).setdefault("after", {})[str(n)] = phase(
                     f"launch_vs_hand {n}", lambda: dict(launch_vs_hand.measure_at(n, 3), measured=time.strftime("%Y-%m-%d %H:%M")))
-        if "cpu_account" in args.only:  # every CPU second of a run, by process kind: local, 2 and 8 nodes (issue 52)
+        if "cpu_account" in args.only:  # every CPU second of a run, by process kind: local, 2, 8, 16 nodes (issue 52)
             import cpu_account
 
             for label, measure in [("local", cpu_account.local)] + [
-                    (str(n), lambda n=n: cpu_account.rehearsal(n)) for n in ((2,) if args.quick else (2, 8))]:
+                    (str(n), lambda n=n: cpu_account.rehearsal(n)) for n in ((2,) if args.quick else (2, 8, 16))]:
                 results.setdefault("cpu_account", {})[label] = phase(
                     f"cpu_account {label}", lambda: dict(measure(), measured=time.strftime("%Y-%m-%d %H:%M")))
         if "distribute" in args.only:  # its own Docker sandboxes, 4 to 32 nodes (issue 22)
