@@ -184,7 +184,7 @@ class JobRunner:
         return outcome
 
     def _end_streams(self, streams: Streams, said_after_s: float = 1.0, wait_s: float = 3.0) -> None:
-        """Wait up to `wait_s` for every node's output stream (they end a moment after agent.exit); one
+        """Wait up to `wait_s` for every node's output stream (each ends as its agent.exit appears); one
         that takes more than `said_after_s` is named in the live log: the run's return waits for it."""
         if not streams.wait(said_after_s):
             pending = sorted(set(self.nodes) - set(streams.results))
