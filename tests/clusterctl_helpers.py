@@ -310,3 +310,31 @@ def wait_for_leases_to_lapse(sandbox) -> None:
         if not held:
             return
         time.sleep(1)
+
+
+def free_port(address: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on, for a test's rendezvous or server: taken below the kernel's ephemeral range,
+    so that no outgoing connection of this machine can be given it between this look and the test's own bind (a
+    port the kernel handed out from bind(0) is also what it hands to the next connect: torchrun's TCPStore met
+    EADDRINUSE on one such port in a CI run). Free on `address` and on every address, as a store binds."""
+    import random
+    import socket
+
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    for _ in range(200):
+        port = random.randrange(max(1024, low - 12000), low)
+        try:
+            for where in (address, "0.0.0.0"):
+                with socket.socket() as sock:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                    sock.bind((where, port))
+        except OSError:
+            continue
+        return port
+    with socket.socket() as sock:
+        sock.bind((address, 0))
+        return sock.getsockname()[1]

@@ -23,9 +23,9 @@ def have_openssh() -> bool:
 
 
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    from clusterctl_helpers import free_port as below_ephemeral  # no outgoing connection takes it meanwhile
+
+    return below_ephemeral()
 
 
 def keygen(path: Path, passphrase: str = "", kind: str = "ed25519", comment: str = "test") -> Path:

@@ -18,15 +18,14 @@ import pytest
 
 from clusterctl.node import checkpoint_copies, checkpoint_replica, checkpoint_wire as wire
 from clusterctl_helpers import wait_until
+from clusterctl_helpers import free_port
 
 HOSTS = {"n1": "127.0.0.1", "n2": "127.0.0.2", "n3": "127.0.0.3"}
 SECRET = "s" * 64  # the run's secret: the controller's; each node's config holds its pair keys only
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_port()  # tests/clusterctl_helpers.py: below the ephemeral range
 
 
 @pytest.fixture

@@ -34,9 +34,9 @@ NASTY = (PROMPT + ' "quoted" \'single\' $(touch /tmp/pwned) `id` $HOME $$ ${loca
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    from clusterctl_helpers import free_port as below_ephemeral  # no outgoing connection takes it meanwhile
+
+    return below_ephemeral()
 
 
 def local_cluster(n_nodes: int, nproc: int, outputs: Path, args: tuple[str, ...], addrs: tuple[str, ...]) -> Inventory:

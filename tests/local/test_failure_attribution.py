@@ -16,12 +16,11 @@ from clusterctl.run.runner import JobRunner
 from clusterctl_helpers import FIXTURE_JOBS, processes_with, wait_until
 
 from unit.test_failure_attribution import inventory
+from clusterctl_helpers import free_port
 
 
 def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return free_port()  # tests/clusterctl_helpers.py: below the ephemeral range
 
 
 def test_an_internal_error_while_watching_stops_the_ranks_records_the_run_and_says_where_the_traceback_is(

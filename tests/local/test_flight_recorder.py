@@ -35,9 +35,9 @@ def test_the_rank_that_did_not_join_is_named_by_clusterctls_reader_and_by_torchs
 
 def test_fresh_dumps_from_real_gloo_ranks_name_the_absent_rank(tmp_path):
     pytest.importorskip("torch")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    from clusterctl_helpers import free_port  # below the ephemeral range
+
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHELASTIC", "MASTER_", "RANK", "WORLD_SIZE"))}
     subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "3", f"--master-port={port}",
                     str(FIXTURES / "jobs" / "fr_dump.py"), "--out", str(tmp_path / "host1"), "--timeout", "2"],

@@ -23,12 +23,11 @@ from clusterctl.run.supervision import BESIDE_AGENT
 from clusterctl.state import State
 
 from unit.test_health_detached import FIXTURES, FLEET, XID_79
+from clusterctl_helpers import free_port
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_port()  # tests/clusterctl_helpers.py: below the ephemeral range
 
 
 def _stand_ins(bin_dir: Path) -> None:

@@ -20,6 +20,7 @@ from clusterctl.plan import launcher_deepspeed as launch_deepspeed, launcher as 
 from clusterctl.plan.torchrun import job_argv, placeholder_values, rank_log_files
 
 from unit.test_launch import NASTY, two_node_inventory, two_node_topology
+from clusterctl_helpers import free_port
 
 JOB = Path(__file__).resolve().parents[1] / "fixtures" / "jobs" / "ds_ranks.py"
 
@@ -147,11 +148,7 @@ def _local_run(tmp_path: Path, *args: str) -> tuple[list, object, str]:
 
 
 def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_port()  # tests/clusterctl_helpers.py: below the ephemeral range
 
 
 @pytest.mark.slow

@@ -25,9 +25,9 @@ PLATFORM_VARS = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    from clusterctl_helpers import free_port as below_ephemeral  # no outgoing connection takes it meanwhile
+
+    return below_ephemeral()
 
 
 def write_local_inventory(tmp_path: Path, divides: bool = True) -> Path:

@@ -17,6 +17,7 @@ from clusterctl.plan import launcher_mpirun as launch_mpirun
 from clusterctl.node import node_mpi_gate as gate
 
 from unit.test_launch_mpirun import GATE, KEY
+from clusterctl_helpers import free_port
 
 
 def gate_accepting(wait_s: float, master: str = "127.0.0.3") -> tuple[int, dict, threading.Thread]:
@@ -72,9 +73,7 @@ def _run(tmp_path: Path, job: str) -> tuple[subprocess.CompletedProcess, Path]:
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.2", 0))
-        return s.getsockname()[1]
+    return free_port("127.0.0.2")  # tests/clusterctl_helpers.py: below the ephemeral range
 
 
 needs_mpirun = pytest.mark.skipif(shutil.which("mpirun") is None, reason="openmpi-bin is not installed")

@@ -18,6 +18,7 @@ from clusterctl.watch.follow import FollowStream
 from clusterctl.models import Host, Inventory
 
 from unit.test_livelog import ATT, final_state
+from clusterctl_helpers import free_port
 
 
 # --------------------------------------------------------------------------- on this machine, for real
@@ -90,9 +91,7 @@ def test_the_stream_renews_the_lease_when_asked_answers_on_stderr_and_ends_with_
 
 
 def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return free_port()  # tests/clusterctl_helpers.py: below the ephemeral range
 
 
 def test_run_on_this_machine_shows_a_tqdm_workload_in_at_most_40_progress_lines_with_each_final_state(

@@ -24,6 +24,7 @@ from clusterctl.state import State
 from clusterctl_helpers import FIXTURE_JOBS, environ_of, processes_with, wait_until
 
 from unit.test_logs_stop import _ended, _record, _write
+from clusterctl_helpers import free_port
 
 # a `logs --follow` on a node: node/run_files.py's `logs` operation, its argv element (the program's text,
 # sent on the command line, names every operation: matching a word of it would find any run_files process)
@@ -57,9 +58,7 @@ def test_the_poll_reports_the_stopped_mark(tmp_path):
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_port()  # tests/clusterctl_helpers.py: below the ephemeral range
 
 
 def _local_inventory(tmp_path: Path, name: str, job: str = "command: [x.py]") -> Path:

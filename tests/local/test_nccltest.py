@@ -65,9 +65,9 @@ def test_nvlink_is_read_from_real_topology_matrices():
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    from clusterctl_helpers import free_port as below_ephemeral  # no outgoing connection takes it meanwhile
+
+    return below_ephemeral()
 
 
 def local_inventory(tmp_path: Path, env: str = "") -> Path:

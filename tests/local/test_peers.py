@@ -18,12 +18,11 @@ import pytest
 from clusterctl.registry import peers
 
 from unit.test_peers import BASE, NOTE
+from clusterctl_helpers import free_port
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_port()  # tests/clusterctl_helpers.py: below the ephemeral range
 
 
 def test_the_relay_sends_every_byte_to_the_client_with_the_key_and_nothing_to_one_without(tmp_path):

@@ -18,6 +18,7 @@ import threading
 from pathlib import Path
 
 from clusterctl.registry import loadcheck, peers
+from clusterctl_helpers import free_port
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "docker_save" / "classic-20.10-two-layers.tar"
 FIXTURE_ID = "sha256:a6d20e2c54348e7a7dc752aea1d90ba583af9c668f480d14b3abd54217c38c96"
@@ -26,9 +27,7 @@ HELLO = b"clusterctl-relay/2\n"
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_port()  # tests/clusterctl_helpers.py: below the ephemeral range
 
 
 def _read(conn: socket.socket, size: int) -> bytes:

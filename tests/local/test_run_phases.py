@@ -14,12 +14,11 @@ import pytest
 
 from clusterctl.run.phases import NAMES
 from clusterctl_helpers import FIXTURE_JOBS
+from clusterctl_helpers import free_port
 
 
 def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return free_port()  # tests/clusterctl_helpers.py: below the ephemeral range
 
 
 def test_run_json_and_the_run_record_carry_every_phase_in_order(tmp_path, monkeypatch):

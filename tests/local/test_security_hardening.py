@@ -287,9 +287,9 @@ def supervised_on_loopback(tmp_path: Path) -> Iterator[Supervised]:
 
     from clusterctl.node import node_agent
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    from clusterctl_helpers import free_port  # below the ephemeral range
+
+    port = free_port()
     run_dir = tmp_path / "n1"
     _supervised_run(run_dir, port)
     limit = lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))  # noqa: E731  (a usual soft limit)

@@ -22,15 +22,14 @@ from json_documents import check_command_output
 
 from unit.test_stall_detection import FIXTURES, watch
 from local.test_logs_stop import _clusterctl, _env
+from clusterctl_helpers import free_port
 
 
 # --------------------------------------------------------------------------- for real: torchrun on this machine
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_port()  # tests/clusterctl_helpers.py: below the ephemeral range
 
 
 def _inventory(tmp_path: Path, *args: str, name: str = "stall") -> Path:

@@ -24,9 +24,9 @@ FIXTURE_JOBS = Path(__file__).resolve().parents[1] / "fixtures" / "jobs"
 def _inventory(tmp_path, *args: str) -> Path:
     """An inventory of this machine (connection: local, 4 gloo ranks of straggler.py with `args`)."""
     pytest.importorskip("torch")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    from clusterctl_helpers import free_port  # below the ephemeral range
+
+    port = free_port()
     inventory = tmp_path / "inventory.yaml"
     inventory.write_text(f"""name: stragglers-{os.getpid()}
 hosts:

@@ -20,14 +20,13 @@ from clusterctl_helpers import as_from_a_terminal
 
 from clusterctl.node import engine, node_agent
 from clusterctl.run import supervision
+from clusterctl_helpers import free_port
 
 SCRIPT = Path(node_agent.__file__)
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_port()  # tests/clusterctl_helpers.py: below the ephemeral range
 
 
 def _config(run_dir: Path, host: str, port: int, hosts=("n1",)) -> None:

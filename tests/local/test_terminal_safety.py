@@ -19,6 +19,7 @@ import pytest
 from clusterctl.cli import main
 
 from unit.test_terminal_safety import raw_controls
+from clusterctl_helpers import free_port
 
 
 # --------------------------------------------------------------------------- a real command
@@ -90,8 +91,4 @@ def test_a_rank_printing_escape_sequences_leaves_no_raw_control_in_what_run_prin
 
 
 def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return free_port()  # tests/clusterctl_helpers.py: below the ephemeral range

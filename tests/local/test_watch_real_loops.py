@@ -21,12 +21,11 @@ from clusterctl_helpers import FIXTURE_JOBS, wait_until
 from fixtures.noisy import DutyCycle, find_rank, freeze, thaw
 
 from local.test_logs_stop import _clusterctl
+from clusterctl_helpers import free_port
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_port()  # tests/clusterctl_helpers.py: below the ephemeral range
 
 
 def _inventory(tmp_path: Path, job: str, args: list, name: str, nproc: int = 3, extra: str = "") -> tuple[Path, str]:

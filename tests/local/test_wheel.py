@@ -58,9 +58,9 @@ def test_the_installed_commands_answer_help(installed, tmp_path, command):
 
 
 def test_up_and_down_of_the_installed_package_run_on_this_machine(installed, tmp_path):
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    from clusterctl_helpers import free_port  # below the ephemeral range
+
+    port = free_port()
     inventory = tmp_path / "inventory.yaml"
     inventory.write_text(f"name: wheel-{os.getpid()}\nhosts: [{{name: local, connection: local, slots: 2}}]\n"
                          f"rendezvous: {{port: {port}}}\n"
