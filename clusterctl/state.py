@@ -10,6 +10,7 @@ import fcntl
 import json
 import os
 import secrets
+import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -36,11 +37,16 @@ class State:
 
     def write_json(self, path: Path, data) -> None:
         self._ensure(path.parent)
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as handle:  # masked as the final text (ground/masking.py)
-            handle.write(OUTBOUND.json_text(json.dumps(data, indent=2, sort_keys=True, default=str)))
-        os.replace(tmp, path)
+        # a temporary name of this write's own: two clusterctl commands may write one file at once (a `run`'s
+        # record and a `stop` of it), and a shared name let one rename the other's half-written text into place
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)  # mode 0600
+        try:
+            with os.fdopen(fd, "w") as handle:  # masked as the final text (ground/masking.py)
+                handle.write(OUTBOUND.json_text(json.dumps(data, indent=2, sort_keys=True, default=str)))
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
 
     @staticmethod
     def read_json(path: Path):

@@ -89,14 +89,21 @@ if [ "$mode" = kept ] && [ -n "$keep" ]; then
   echo "$M tool kept $("$spy" --version 2>&1 | head -n 1)"
 elif [ -n "$arch" ] && [ "$(uname -m)" = "$arch" ] && gzip -dc > "$dir/py-spy" 2>/dev/null && chmod 700 "$dir/py-spy"; then
   if [ -n "$keep" ] && [ "$(sum_of "$dir/py-spy")" = "$sha" ]; then
-    # keep it for the run's later rounds, in the first place where it runs (a noexec /tmp: the next)
+    # keep it for the run's later rounds, in the first place where it runs (a noexec /tmp: the next). Hosts that
+    # share a machine ($HOME on NFS, several `connection: local` hosts, rehearsal nodes) share the directory and
+    # ship at once: a copy kept by another is used as it is, each copy goes through a name of its own and a rename,
+    # and a failed keep removes only what this round made (a shared name, or an `rm -rf` of the directory, made
+    # every round of 16 rehearsal nodes ship py-spy again)
     for base in "${TMPDIR:-/tmp}" /var/tmp /dev/shm "$HOME"; do
-      k="$base/$keep"
-      mkdir -m 700 "$k" 2>/dev/null; ours "$k" || continue
-      chmod 700 "$k" && cp "$dir/py-spy" "$k/py-spy.tmp" 2>/dev/null && chmod 700 "$k/py-spy.tmp" \
-        && mv -f "$k/py-spy.tmp" "$k/py-spy.$sha" && "$k/py-spy.$sha" --version >/dev/null 2>&1 \
-        && { spy="$k/py-spy.$sha"; echo "$M kept $sha"; break; }
-      rm -rf "$k"
+      k="$base/$keep" f="$base/$keep/py-spy.$sha" t="" made=""
+      mkdir -m 700 "$k" 2>/dev/null && made=1; ours "$k" || continue
+      if [ -f "$f" ] && [ ! -L "$f" ] && [ -O "$f" ] && [ "$(sum_of "$f")" = "$sha" ] && "$f" --version >/dev/null 2>&1; then
+        spy=$f; echo "$M kept $sha"; break
+      fi
+      t=$(mktemp "$k/py-spy.XXXXXX" 2>/dev/null) && cp "$dir/py-spy" "$t" 2>/dev/null && chmod 700 "$t" \
+        && mv -f "$t" "$f" && "$f" --version >/dev/null 2>&1 && { spy=$f; echo "$M kept $sha"; break; }
+      [ -n "$t" ] && rm -f "$t"
+      [ -n "$made" ] && rm -rf "$k"
     done
   fi
   if [ -z "$spy" ] && "$dir/py-spy" --version >/dev/null 2>&1; then spy="$dir/py-spy"

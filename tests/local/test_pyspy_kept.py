@@ -98,3 +98,21 @@ def test_a_kept_directory_that_is_a_link_is_not_trusted_even_with_the_right_bina
     (tmp_path / process.kept_pyspy_name("kept-test", rank)).symlink_to(elsewhere)
     answer = _node_round(tmp_path, rank, ship=False)
     assert answer["node"].asks and not answer["node"].samples and answer["node"].tool == ""
+
+
+def test_hosts_sharing_a_machine_ship_at_once_and_every_one_keeps_the_one_binary(tmp_path, rank):
+    """Hosts that share /tmp (several `connection: local` hosts, rehearsal nodes, a $HOME on NFS) ship in the same
+    round: each must end up keeping the binary, none may break another's copy, and nothing of theirs is left but
+    the kept file (a shared temporary name and a failed keep's `rm -rf` of the directory made every round of 16
+    rehearsal nodes ship it again)."""
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(12) as pool:
+        rounds = list(pool.map(lambda _: _node_round(tmp_path, rank, ship=True), range(12)))
+    assert [r["node"].kept for r in rounds] == [SHA] * 12, [r["stdout"][-300:] for r in rounds if r["node"].kept != SHA]
+    directory = tmp_path / process.kept_pyspy_name("kept-test", rank)
+    assert sorted(p.name for p in directory.iterdir() if p.name.startswith("py-spy")) in (
+        [f"py-spy.{SHA}"], [f"py-spy.{SHA}", f"py-spy.{SHA}.seen"])
+    with concurrent.futures.ThreadPoolExecutor(12) as pool:
+        later = list(pool.map(lambda _: _node_round(tmp_path, rank, ship=False), range(12)))
+    assert all(r["node"].tool.startswith("kept") and not r["node"].asks and r["node"].samples for r in later)
