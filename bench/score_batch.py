@@ -847,6 +847,24 @@ and 2 froze 35-45 minutes early, so batch 2 was scored with batch 1's code uncha
   for local, NVML's library missing, host RAM exhausted, a script path, mpi4py imported after torch, Cray MPICH's GTL,
   an NPU held by a previous process, a signal file raced on a shared filesystem), a Gloo traceback with no error line.
   The batch's 29 other vocabulary-labelled logs joined the corpus.
+- After batch 33 (frozen 06:58-07:05 UTC, 2026-12-01, by eight blind collectors: PyTorch's own stack, fine-tuning
+  toolkits, large-model frameworks, the infrastructure under jobs, non-tracker pages only (two: one general, one on
+  HPC centres' forums and guides), frameworks outside PyTorch, and less-combed trackers; 47 logs, two left out as
+  threads counted already; scored once at afbcc8a: top-1 24/45, 53.3 %, top-3 57.8 %, unknown first 7/45, 15.6 %;
+  in-vocabulary 24/32; 13 labels outside the vocabulary, all distinct). The non-tracker searches found little: the
+  stored pages hold few Q&A or forum threads with a log and a settled cause (13 of the 47 logs are from such pages).
+  Read, classes only: any transport connecting to an address that routes nowhere beyond its host or link (UCX's
+  `connect(fd=.., dest_addr=172.17.0.1:..)`, c10d's `trying to connect to (172.17.0.2`) is `nic_mismatch`, and the
+  rendezvous row leaves such an address to it (the addresses' words now in rules_addresses.py, shared by every row
+  that reads one); a Slurm step `CANCELLED AT` after a task of it failed on its own (MPI's abort, a task's non-zero
+  exit) is a consequence; `slurmstepd: error: execve(): PROGRAM: No such file or directory` is `launcher_missing`;
+  a rendezvous address that is a path (`--master_addr=/root/cuda11.8.bashrc`: a launcher took a remote shell's
+  startup output for it) is `hostname_unresolvable`; oneCCL unable to open libfabric's `shm` provider is
+  `shm_too_small`; a traceback stopped in the barrier of `main_process_first` / `wait_for_everyone` is a rank waiting
+  on a slow one (`nccl_timeout_slow_rank`). Left: a watchdog timeout whose cause (one rank all-reducing more elements)
+  is not in its lines, GROMACS' `no GPU is detected` (a build without the GPU's arch). Re-scored (NOT a first score,
+  and the batch's own logs are in the corpus now): 30/45 top-1; batches 28-32 unchanged. The batch's 31 other
+  vocabulary-labelled logs joined the corpus (one http:// blog page left out: the corpus takes https sources).
 
 The same batches re-scored after those changes (NOT first scores: the changes were made after reading them):
 batch 4 37/42 top-1 (88.1 %), 39/42 top-3; batch 5 33/42 (78.6 %), 35/42; batch 6 34/42 (81.0 %), 35/42 (its two

@@ -32,10 +32,10 @@ from clusterctl.diagnose import fixes as F
 from clusterctl.diagnose.signals import Rule, S, Signal
 from clusterctl.diagnose.rules_setup import ENROOT_HOOK, SETUP_RULES, SLURM_REFUSED
 from clusterctl.diagnose.rules_topology import TOPOLOGY_RULES
+from clusterctl.diagnose.rules_addresses import CONNECT_FAILED, NCCL_NOT_ROUTING, NOT_ROUTED, OFF_HOST_UNROUTED
 from clusterctl.diagnose.rules_words import (EXIT_137, EXIT_MINUS_9, HOST_MEMORY_SHORT,  # noqa: F401
-                                             KILL_EXPLAINED, NESTED_LAUNCH, NOT_ROUTED, OOM_RECORD, OTHER_WORDS,
-                                             PORT_TAKEN, SHELL_KILLED, SIGKILL_BY_LAUNCHER, SIGNAL_9,
-                                             CONNECT_FAILED, NCCL_NOT_ROUTING)
+                                             KILL_EXPLAINED, NESTED_LAUNCH, OOM_RECORD, OTHER_WORDS,
+                                             PORT_TAKEN, SHELL_KILLED, SIGKILL_BY_LAUNCHER, SIGNAL_9, STEP_TASK_FAILED)
 
 __all__ = ["Signal", "Rule", "RULES", "CAUSES", "RULE_OF", "UNKNOWN_FIX", "CASCADE_PATTERNS", "PEER_LOST_PATTERNS",
            "SUSPICIOUS", "CONTEXT_PATTERNS", "render_fix", "template_values", "required_literals"]
@@ -81,7 +81,7 @@ RULES: tuple[Rule, ...] = (
              # (with the host short of memory, families.py weighs the SIGKILL: the OOM killer first, this next)
              S(r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+ DUE TO (?P<reason>TIME LIMIT|PREEMPTION"
                r"|JOB REQUEUE)", .93),
-             S(r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT", .8, unless_log=OOM_RECORD),
+             S(r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT", .8, unless_log=rf"{OOM_RECORD}|{STEP_TASK_FAILED}"),
              S(r"this job is preempted|was preempted|\bpreemption notice"
                r"|Spot Instance (?:interruption|terminated)", .8),
              S(r"srun: forcing job termination|Job step aborted: Waiting up to \d+ seconds", .45),
@@ -314,7 +314,7 @@ RULES: tuple[Rule, ...] = (
          "`RendezvousConnectionError`)",
          F.RDZV, (
              S(r"client socket has timed out after \S+ while trying to connect to \(?(?P<addr>[^,\s)]+)(?:, "
-               r"|:)(?P<port>\d+)", .9),
+               r"|:)(?P<port>\d+)", .9, unless=OFF_HOST_UNROUTED),  # an address no peer routes to: nic_mismatch
              # ...unless the reason it gives is a name that does not resolve or an invalid address (hostname's)
              S(r"client socket has failed to connect to (?:any network address of )?\(?\[?(?P<addr>[^\]\s,)]+)", .82,
                unless=rf"system error: 100\d\d|errno: 22 - Invalid argument|{NAME_UNRESOLVED}"),

@@ -8,6 +8,10 @@ tests/unit/test_diagnose_setup.py or test_diagnose_batches1011.py.
 from __future__ import annotations
 
 from clusterctl.diagnose.signals import S
+from clusterctl.diagnose.rules_addresses import (BRIDGE_CONTAINER, BRIDGE_GATEWAY,  # noqa: F401
+                                                  CONTAINER_BRIDGE_NCCL, CONTAINER_ID_HOST_NCCL, LINK_LOCAL,
+                                                  CONNECT_FAILED, NET_FAILED, NCCL_NOT_ROUTING, NOT_ROUTED,
+                                                  OFF_HOST_UNROUTED)
 
 LAUNCHERS = r"torchrun|deepspeed|accelerate|horovodrun|pdsh|srun|ray|mpirun|mpiexec"
 # the daemons an MPI launcher starts on each node over ssh (Open MPI's orted / PRRTE's prted, MPICH's hydra proxy)
@@ -41,32 +45,9 @@ EXIT_MINUS_9 = r"(?:exitcode|exit code|return code|exit status|returned non-zero
 EXIT_137 = r"(?:exit(?:ed)? (?:with )?(?:exit )?code|exit status|Exit Code:?|exit_code)\s*[:=(]?\s*137\b|\bcode 137\b"
 SIGNAL_9 = r"Signal 9 \(SIGKILL\)|signal 9: SIGKILL|Signals\.SIGKILL|got signal: 9\b|SIGKILL\)"
 SHELL_KILLED = r"is killed by signal: Killed|^(?:\S+: )?Killed\s*$|\bline \d+: +\d+ Killed\b|: task \d+: Killed\b"
-# a link-local address (IPv6 fe80::, IPv4 169.254/16) routes nowhere beyond its own link
-LINK_LOCAL = r"fe80::[0-9a-f:]*%[\w.-]+|\b169\.254\.\d{1,3}\.\d{1,3}\b"
-# (after batch 13) a Docker bridge's gateway, the host's own address on docker0 / a user-defined bridge (172.17-31.0.1):
-# reachable from that host's containers only, so a peer that published it picked the wrong interface
-BRIDGE_GATEWAY = r"\b172\.(?:1[7-9]|2\d|3[01])\.0\.1\b"
-# (after batch 32) a container's own address on Docker's default bridge (172.17.0.2 and up): no other host routes to it
-BRIDGE_CONTAINER = r"\b172\.17\.0\.(?:[2-9]|\d\d+)\b"
-# addresses a rank's peer cannot route to: NCCL connecting there is the interface's fault (nic_mismatch), not the
-# network's (nccl_socket_error)
-NOT_ROUTED = rf"127\.0\.[01]\.1|{LINK_LOCAL}|{BRIDGE_GATEWAY}|{BRIDGE_CONTAINER}"
-# (after batch 28) NCCL's socket interfaces when one it may use is a virtual or link-local one (a veth of a container's
-# bridge, docker0, an fe80:: address): a connection failing between the nodes is then the interface's fault first;
-# (after batch 31) loopback too (NCCL_SOCKET_IFNAME=lo on a run of two nodes: every peer's address is its own);
-# (after batch 32) a peer's address on Docker's default bridge (lower case: `unless_log` reads the lowered log)
-NCCL_NOT_ROUTING = (r"(?:bootstrap|net/socket) : using .{0,200}\[\d+\](?:veth|docker|virbr|br-|lo:)\w*:?"
-                    r"|(?:bootstrap|net/socket) : using .{0,200}:fe80::|connect to 172\.17\.0\.(?:[2-9]|\d\d+)<")
-CONNECT_FAILED = r"Call to connect (?:failed|returned) ?:? ?(?:Connection refused|Connection timed out|No route)"
-# a rank inside a container on Docker's default bridge (its own 172.17.0.x, not the gateway), or whose hostname is a
-# container's id: not the host's network, so peers on other hosts cannot reach the address NCCL publishes
-CONTAINER_BRIDGE_NCCL = (r"(?:Bootstrap|NET/Socket) : Using (?:\[\d+\])?[\w.-]+:172\.17\.(?:0\.(?:[2-9]|\d\d+)"
-                         r"|[1-9]\d*\.\d{1,3})<")
-CONTAINER_ID_HOST_NCCL = r"^[0-9a-f]{12}:\d+:\d+ \[\d+\] NCCL INFO (?:Bootstrap|NET/Socket) : Using"
-# a connection between the nodes failed (lower case: `requires` searches the lowered log); not NCCL's bare system
-# error, which a full /dev/shm in the same container says too (batch 29)
-NET_FAILED = (r"socket\.cc:\d+ -> 2|call to connect (?:failed|returned)|connect to \S+ failed|remote process exited"
-              r"|connection refused|connection timed out")
+# (after batch 33) a task of a Slurm step that failed on its own before srun cancelled the rest: MPI's abort, a
+# task's non-zero exit code (a task cancelled by srun reads `Killed` or a signal instead)
+STEP_TASK_FAILED = r"MPI_ABORT was invoked|MPI_ERRORS_ARE_FATAL|: task \d+: Exited with exit code [1-9]"
 
 OTHER_WORDS = {
     "cuda_oom": (
@@ -112,6 +93,8 @@ OTHER_WORDS = {
           r"requirement (?P<package2>\S+)", .7),
     ),
     "launcher_missing": (
+        # (after batch 33) Slurm's step daemon unable to start the task's program: it is not on that node's PATH
+        S(r"slurmstepd\S*: error: execve\(\): (?P<program>[^:\s]{1,80}): No such file or directory", .85),
         # any launcher's program missing from PATH, in bash's or sh's words
         S(rf"\b(?:{LAUNCHERS}): (?:command )?not found", .85),
         # the launch chain's helpers (mpi-operator's kubectl exec agent, MPI's compiler wrappers), in dash's
@@ -224,6 +207,8 @@ OTHER_WORDS = {
         S(r"ring \d+ does not (?:loop back to start|contain rank)", .7),
     ),
     "nic_mismatch": (
+        # (after batch 33) any transport connecting to an address that routes nowhere beyond its own host or link
+        S(rf"(?:\bconnect(?:ing)?\b|dest_addr=)[^\n]{{0,60}}?(?:{OFF_HOST_UNROUTED})", .82),
         # (after batch 28) a rank in a container off the host's network whose connections to its peers fail
         S(CONTAINER_BRIDGE_NCCL, .7, requires=NET_FAILED),
         S(CONTAINER_ID_HOST_NCCL, .55, requires=NET_FAILED),
@@ -274,6 +259,9 @@ OTHER_WORDS = {
                    r"|paddle\.distributed|processgroupnccl"),
     ),
     "hostname_unresolvable": (
+        # (after batch 33) the rendezvous address given is a path, not a host: a launcher that reads the master's
+        # address from a remote shell's output took a line its startup files printed (`/root/cuda11.8.bashrc`)
+        S(r"(?:--master[_-]addr[= ]|\bMASTER_ADDR=|--rdzv[_-]endpoint[= ])['\"]?(?P<addr>[/~][^\s'\"]*)", .8),
         # the C library's resolver failing in MPICH's (and other C programs') words
         S(r"gethostbyname(?:\(\))? failed|gethostbyname\S*: (?:Unknown host|Host name lookup failure)", .8),
         # (after batch 17) MPICH's Hydra proxy: a host name it cannot resolve (an ssh failure beside it is its echo)
@@ -429,5 +417,20 @@ OTHER_WORDS = {
         # (after batch 20) pyxis' own setup on the node (its runtime directory) failing: the step's container never
         # started (Slurm's "spank: required plugin spank_pyxis.so: ... failed" follows every pyxis failure: no signal)
         S(r"pyxis: couldn't (?:mkdir|create|chown|open) ", .72),
+    ),
+    "killed_by_signal": (
+        # (after batch 33) a Slurm step cancelled after a task of it failed on its own (MPI's abort, a task's non-zero
+        # exit): srun cancelling the rest is what followed it (rules.py's own row leaves such a log to this one)
+        S(r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT", .35, requires=STEP_TASK_FAILED, unless_log=OOM_RECORD,
+          consequence=True),
+    ),
+    "shm_too_small": (
+        # (after batch 33) oneCCL unable to open libfabric's shared-memory provider: a container's small /dev/shm
+        S(r"can't create providers for name shm\b|\bshm provider (?:is )?(?:not available|unavailable|failed)", .6),
+    ),
+    "nccl_timeout_slow_rank": (
+        # (after batch 33) a rank's traceback stopped in the barrier of `main_process_first` (transformers, accelerate):
+        # it waited there while the main process prepared the data alone, longer than the process group's timeout
+        S(r"in (?:local_)?main_process_first\b|in wait_for_everyone\b", .55, requires=r"\bbarrier\b"),
     ),
 }
