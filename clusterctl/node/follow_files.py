@@ -15,9 +15,9 @@ import sys
 import time
 
 if __package__:  # imported by the controller
-    from clusterctl.node.safe_files import Dir, Refused
+    from clusterctl.node.safe_files import Dir, Refused, first_word
 else:  # on the node: the files sent with it
-    from safe_files import Dir, Refused
+    from safe_files import Dir, Refused, first_word
 
 RUNS_ON_NODES = True
 
@@ -251,8 +251,7 @@ def quiet(watch: int | None, stdin: bool, period_s: float = PERIOD_S) -> bool:
 
 def _say_exit(d: Dir) -> None:
     try:
-        words = d.read("agent.exit", 64).decode("ascii", "replace").split()
-        code = words[0][:12] if words else "?"  # one word: what the job may have written there stays off this stream
+        code = first_word(d, "agent.exit") or "?"  # one word: what the job may have written there stays off this stream
         stopped = d.is_file("stopped")
     except (Refused, OSError):  # the controller polls as before
         return

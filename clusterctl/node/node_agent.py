@@ -38,12 +38,12 @@ if __package__:  # imported by the controller
     from clusterctl.node import rank_output
     from clusterctl.node.layout import AGENT_PID, SUPERVISION, SUPERVISOR_STATE
     from clusterctl.node.listener import LOG_LINE, RefusalLog, Slots
-    from clusterctl.node.safe_files import Dir, Refused
+    from clusterctl.node.safe_files import Dir, Refused, first_word
 else:  # run on a node, layout.py, listener.py and safe_files.py shipped beside it
     import rank_output
     from layout import AGENT_PID, SUPERVISION, SUPERVISOR_STATE
     from listener import LOG_LINE, RefusalLog, Slots
-    from safe_files import Dir, Refused  # the no-follow layer, shipped beside (run/supervision.BESIDE_AGENT)
+    from safe_files import Dir, Refused, first_word  # the no-follow layer, shipped beside (run/supervision.BESIDE_AGENT)
 
 # A program of its own on the nodes (copied into the run dir, started with the node's python): its
 # threads and clocks are that process's, not the controller's (tests/unit/test_architecture.py).
@@ -241,13 +241,6 @@ def serve(run_dir):
 
 # ---- the keeper (every node)
 
-def _read(d, name, limit=4096):
-    try:
-        return d.read_text(name, limit)
-    except (OSError, Refused):
-        return None
-
-
 def node_report(run_dir):
     """What this node's keeper says of its torchrun (see plan/wrapper.py for the files), read through
     the no-follow layer: the job's links and FIFOs in its run dir are neither followed nor opened."""
@@ -260,9 +253,11 @@ def node_report(run_dir):
 
 
 def _report(d):
-    code = _read(d, "agent.exit")
-    digits = (code or "").strip()
-    exit_code = None if code is None else int(digits) if digits.lstrip("-").isdigit() else 1  # unreadable: failed
+    try:
+        code = first_word(d, "agent.exit")  # one word, as a poll and the live stream read it
+    except (OSError, Refused):
+        code = None
+    exit_code = None if code is None else int(code) if code.lstrip("-").isdigit() else 1  # unreadable: failed
     files, ranks = rank_output.output_files(d)
     newest = rank_output.last_output(d, files)  # the flight recorder's dump lines are not output
     report = {"exit_code": exit_code, "stopped": d.is_file("stopped"),

@@ -40,9 +40,9 @@ import sys
 import time
 
 if __package__:  # imported by the controller
-    from clusterctl.node.safe_files import Dir, Refused
+    from clusterctl.node.safe_files import Dir, Refused, first_word
 else:  # on the node: the files sent with it
-    from safe_files import Dir, Refused
+    from safe_files import Dir, Refused, first_word
 
 RUNS_ON_NODES = True
 
@@ -77,8 +77,7 @@ def _read_or_none(d: Dir, name: str, limit: int = 4096) -> bytes | None:
 
 
 def _exit_text(d: Dir) -> str | None:
-    code = _read_or_none(d, "agent.exit", 64)
-    return None if code is None else code.decode("utf-8", "replace").strip()
+    return first_word(d, "agent.exit")  # one word, as the live stream says it (follow_files._say_exit)
 
 
 def _out(text: str | bytes) -> None:

@@ -1,16 +1,15 @@
 """The one way a clusterctl process touches a run's files on a node: no symlink followed, no special
 file opened, no size unbounded, no directory used that is not ours (issue 47).
 
-Why: a run's directories are a bind mount the job writes into (as root in its container), and on a
-shared `job.outputs` (mode 1777) any local user may create names there first. A path string handed to
-`open()` follows every link in it, so root on the host would read or write wherever the job points.
-Here each component is opened from its parent's descriptor with O_NOFOLLOW; files are opened
-non-blocking and refused unless regular (a FIFO or a device node swapped in between a check and the
-open is caught by the `fstat` of what was opened, not by an earlier `lstat`); every read is bounded;
-a write replaces its name atomically (a fresh exclusive temp file renamed over it: rename replaces a
-link itself, never its target). Directories clusterctl creates are created exclusively with 0700;
-one it reuses must be proven ours (a real directory, our uid, no access for group or others), else
-`Refused` names the path and the fix.
+Why: a run's directories are a bind mount the job writes into (as root in its container), and on a shared
+`job.outputs` (mode 1777) any local user may create names there first. A path string handed to `open()` follows
+every link in it, so root on the host would read or write wherever the job points. Here each component is opened
+from its parent's descriptor with O_NOFOLLOW; files are opened non-blocking and refused unless regular (a FIFO or a
+device node swapped in between a check and the open is caught by the `fstat` of what was opened, not by an earlier
+`lstat`); every read is bounded; a write replaces its name atomically (a fresh exclusive temp file renamed over it:
+rename replaces a link itself, never its target). Directories clusterctl creates are created exclusively with 0700;
+one it reuses must be proven ours (a real directory, our uid, no access for group or others), else `Refused` names
+the path and the fix.
 
 The base a caller names (`job.outputs`, the checkout of state) is the operator's own configuration and
 is opened as given; everything below it is held to the rules above.
@@ -440,3 +439,12 @@ def write_under(base: str | os.PathLike, rel: str | os.PathLike, data: bytes | s
     parts = _parts(rel)
     with Dir.open(base, parts[:-1], create=create) as where:
         where.write(parts[-1], data)
+
+
+def first_word(where: Dir, name: str, width: int = 12, limit: int = 64) -> str | None:
+    """The first word of small file `name` (<= `width` ASCII chars; "?": none; None: no file): agent.exit's code."""
+    try:
+        words = where.read(name, limit).decode("ascii", "replace").split()
+    except FileNotFoundError:
+        return None
+    return words[0][:width] if words else "?"

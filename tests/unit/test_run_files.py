@@ -13,7 +13,7 @@ import pytest
 
 from clusterctl.node import follow_files, run_files
 from clusterctl.node.safe_files import Refused
-from clusterctl.plan import node_files
+from clusterctl.plan import node_files, wrapper
 
 SECRET = b"root-only SECRET key\n"
 
@@ -68,6 +68,19 @@ def test_the_poll_renews_no_linked_lease_and_reads_no_linked_exit(monkeypatch, r
     (run_dir / "agent.exit").write_text("0\n")
     (run_dir / "stopped").write_text("x")
     assert _call(monkeypatch, "poll", run_dir)[0] == b"exit 0 stopped\n"
+
+
+@pytest.mark.parametrize("written, said", [
+    ("0\n", b"exit 0\n"), ("137 and more text a job wrote\n", b"exit 137\n"), ("", b"exit ?\n"),
+    ("x" * 40 + "\n", b"exit " + b"x" * 12 + b"\n"),
+])
+def test_the_poll_says_the_exit_file_s_first_word_alone_as_the_live_stream_does(monkeypatch, run_dir, written, said):
+    """One reading of agent.exit for the poll, `stop`'s await, `top` and the stream (safe_files.first_word): what
+    else a job wrote there stays on the node, and an empty file is a failed run, not one still running."""
+    (run_dir / "agent.exit").write_text(written)
+    out = _call(monkeypatch, "poll", run_dir)[0]
+    assert out == said
+    assert wrapper.parse_poll(out.decode()) == (0 if said == b"exit 0\n" else 137 if b"137" in said else 1)
 
 
 def test_the_poll_of_a_linked_run_dir_goes_nowhere(monkeypatch, tmp_path, victim):
