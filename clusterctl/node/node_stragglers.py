@@ -146,13 +146,12 @@ class Sampler:
 
     def _waits_loop(self):
         """Flight-recorder rounds (collective_waits.py), WAITS_ROUND_S apart, as the attached watch's: each rank's
-        collectives' wait on the GPU (NCCL), which py-spy's samples cannot see. A node without a rank's FIFO for
-        WAITS_IDLE_ROUNDS rounds in a row (gloo, an older torch) has none to offer: the rounds come further apart
-        while none is found (fr_verdict.waits_pause_s), then stop."""
+        collectives' wait on the GPU (NCCL), which py-spy's samples cannot see. While no rank has a FIFO (gloo, an
+        older torch, a process group not made yet) the rounds come further apart (fr_verdict.waits_pause_s)."""
         if collective_waits is None or self.closed.wait(fr_verdict.WAITS_FIRST_AFTER_S):
             return
         idle = 0
-        while idle < fr_verdict.WAITS_IDLE_ROUNDS:
+        while True:
             try:
                 with Dir.open(self.run_dir) as d:
                     lines = collective_waits.node_round(d, marker=self.marker)

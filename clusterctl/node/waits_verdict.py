@@ -24,16 +24,16 @@ WAIT_GAP, WAIT_RATIO = 0.15, 0.5
 # peers' CPU.
 WAITS_ROUNDS = 2  # rounds in a row naming the same rank: one window can hold a checkpoint save on one rank
 WAITS_ROUND_S, WAITS_FIRST_AFTER_S = 15.0, 20.0  # a dump per rank per round; NCCL makes its FIFO after the imports
-WAITS_IDLE_ROUNDS = 8  # rounds in a row that found no FIFO: the job has none to offer (gloo, an older torch)
 WAITS_IDLE_MAX_S = 120.0
 
 
 def waits_pause_s(idle):
     """The pause before the next flight-recorder round after `idle` rounds in a row found no FIFO: WAITS_ROUND_S
-    while rounds find one, then doubling up to WAITS_IDLE_MAX_S (issue 52: a gloo job's node side pays a round
-    every 15 s for nothing; a NCCL job whose ranks make their FIFO minutes in is still found, within 2 minutes,
-    until WAITS_IDLE_ROUNDS rounds (~12 minutes) have found none)."""
-    return min(WAITS_ROUND_S * 2 ** min(int(idle), WAITS_IDLE_ROUNDS), WAITS_IDLE_MAX_S)
+    while rounds find one, then doubling up to WAITS_IDLE_MAX_S (issue 52: a gloo job's node side paid a round
+    every 15 s for nothing). The rounds never stop: a job whose ranks make their process group (and FIFO) after a
+    long preparation (a dataset tokenized for half an hour before `init_process_group`) is found within
+    WAITS_IDLE_MAX_S of it; a job that never makes one costs its node a round every 2 minutes."""
+    return min(WAITS_ROUND_S * 2 ** min(max(0, int(idle)), 8), WAITS_IDLE_MAX_S)
 
 
 # Where the others' share reaches SATURATED_SHARE it stops measuring a wait the job pays: on 2 x H200 a healthy run of

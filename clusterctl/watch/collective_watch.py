@@ -6,8 +6,8 @@ collectives' GPU time over its latest WINDOW_S) and the next dump asked for. The
 nodes' verdict (waits_verdict.judge_waits); a rank it names WAITS_ROUNDS rounds in a row is the straggler,
 and it keeps pace again once WAITS_ROUNDS rounds in a row do not name it. Jobs without NCCL (gloo) or without
 a torch that has the dump pipe make no FIFO: the rounds find nothing, come further apart
-(verdict.waits_pause_s) and stop asking after IDLE_ROUNDS; the py-spy samples (watch/straggler_watch.py) go on
-either way.
+(verdict.waits_pause_s, every 2 minutes at most: never stopping, since a process group made after a long preparation
+makes its FIFO late); the py-spy samples (watch/straggler_watch.py) go on either way.
 """
 from __future__ import annotations
 
@@ -23,7 +23,6 @@ from clusterctl.plan import node_files
 from clusterctl.plan.marker import marker_env
 
 FIRST_AFTER_S = verdict.WAITS_FIRST_AFTER_S  # the keepers' pace too (detached)
-IDLE_ROUNDS = verdict.WAITS_IDLE_ROUNDS  # rounds in a row that found no FIFO on any node
 MAX_LINES = 512  # JSON lines read back from one node (a rank each)
 UNREAD_ROUNDS = 3  # a rank's rounds in a row without figures before the watch says so (the first has no dump yet)
 
@@ -65,9 +64,8 @@ class CollectiveWatch:
 
     def _scheduled(self, fifos: int) -> None:
         """The next round after one that found `fifos` FIFOs: WAITS_ROUND_S on, backing off while none is found
-        (verdict.waits_pause_s), none after IDLE_ROUNDS such rounds in a row."""
+        (verdict.waits_pause_s)."""
         self._idle = 0 if fifos else self._idle + 1
-        self.enabled = self._idle < IDLE_ROUNDS
         self._next_at = time.monotonic() + verdict.waits_pause_s(self._idle)
 
     def _action(self, transport, host: Host):

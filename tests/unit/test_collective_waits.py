@@ -205,13 +205,14 @@ def test_a_rank_whose_dumps_say_nothing_is_said_once_with_why(tmp_path):
                                        "(12 bytes: truncated, too big or not a dump)"]
 
 
-def test_rounds_that_find_no_fifo_come_further_apart_and_stop_and_one_found_brings_the_pace_back(tmp_path):
+def test_rounds_that_find_no_fifo_come_further_apart_never_stop_and_one_found_brings_the_pace_back(tmp_path):
+    """A process group made after a long preparation (a dataset tokenized for half an hour before
+    `init_process_group`) makes its FIFO late: the rounds back off to one every WAITS_IDLE_MAX_S, and go on."""
     import argparse
 
-    pauses = [verdict.waits_pause_s(idle) for idle in range(verdict.WAITS_IDLE_ROUNDS)]
+    pauses = [verdict.waits_pause_s(idle) for idle in range(40)]
     assert pauses[0] == verdict.WAITS_ROUND_S and pauses == sorted(pauses) and max(pauses) == verdict.WAITS_IDLE_MAX_S
-    searched = verdict.WAITS_FIRST_AFTER_S + sum(pauses[1:])
-    assert 300 < searched < 900, searched  # a NCCL job making its FIFO minutes in is still found; a gloo job stops
+    assert pauses[-1] == verdict.WAITS_IDLE_MAX_S <= 120  # found within 2 minutes of its FIFO, however late
     watch = CollectiveWatch(argparse.Namespace(name="c", job=argparse.Namespace(outputs=str(tmp_path))), "run", None)
     gaps = []
     for fifos in (0, 0, 0, 2, 0):
@@ -219,9 +220,9 @@ def test_rounds_that_find_no_fifo_come_further_apart_and_stop_and_one_found_brin
         watch._scheduled(fifos)
         gaps.append(round(watch._next_at - before))
     assert gaps == [30, 60, 120, 15, 30] and watch.enabled
-    for _ in range(verdict.WAITS_IDLE_ROUNDS):
+    for _ in range(200):  # 200 rounds (~6.5 hours) without a FIFO
         watch._scheduled(0)
-    assert not watch.enabled
+    assert watch.enabled and round(watch._next_at - __import__("time").monotonic()) == verdict.WAITS_IDLE_MAX_S
 
 
 # pytorch/examples' FSDP2 example over NCCL on 2 x H200 (docs/gpu-validation.md, "FSDP2 and DeepSpeed ZeRO-2 over
