@@ -177,8 +177,10 @@ class JobRunner:
             self.stop("internal error")
             streams.wait(3.0)
             raise RunnerCrashed(JobOutcome(1, interrupted=False, duration=time.monotonic() - started), exc) from exc
-        finally:
-            self.stragglers.kept.forget(self.connections)  # the py-spy the nodes kept (watch/pyspy_kept.py)
+        finally:  # the py-spy the nodes kept (watch/pyspy_kept.py), once rounds under way said what they kept
+            self.stragglers.settle()
+            self.stalls.settle()
+            self.stragglers.kept.forget(self.connections)
         self._end_streams(streams)
         outcome.duration = time.monotonic() - started
         return outcome

@@ -79,6 +79,11 @@ class StallWatch:
         """A line from any node (called from the log stream threads)."""
         self.last_output = time.monotonic()
 
+    def settle(self, timeout_s: float = 3.0) -> None:
+        """Wait up to `timeout_s` for stacks still being taken (the run's end; see StragglerWatch.settle)."""
+        if self._sampling is not None:
+            self._sampling.wait(timeout_s)
+
     @property
     def sampling(self) -> bool:
         return self._sampling is not None

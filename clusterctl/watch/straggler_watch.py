@@ -43,6 +43,7 @@ PROGRESS_KEPT = 30  # progress lines kept for the step time (the latest)
 # A look: a round of one sample, while no rank was read past its imports (a `_find_and_load` frame). After one
 # that read every rank importing, the next waits verdict.import_pause_s; IMPORTING_PAUSE_S once a rank printed since.
 LOOK_SAMPLES, IMPORTING_PAUSE_S = 1, IMPORT_PAUSE_S
+SETTLE_S = 3.0  # the most the run's end waits for a round still under way (a round ends with its ranks, in a sample)
 
 
 class StragglerWatch:
@@ -133,6 +134,13 @@ class StragglerWatch:
         self._quiet = quiet(samples)
         self.window.extend(samples)
         self._judge()
+
+    def settle(self, timeout_s: float = SETTLE_S) -> None:
+        """Wait up to `timeout_s` for a round still under way (the run's end): what it kept on its nodes is then
+        known to the KeptPySpy that removes it. A first round (py-spy shipped) that outlived the run kept its copy
+        after the removal, and the controller had exited before the round could remove it itself."""
+        if self._round is not None:
+            self._round.wait(timeout_s)
 
     def _due(self) -> float:
         """When the next round may start: a look waits its pause, shortened to IMPORTING_PAUSE_S after the last

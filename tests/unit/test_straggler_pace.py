@@ -86,3 +86,33 @@ def test_a_round_that_singles_a_rank_out_or_a_named_rank_brings_back_1_s():
     assert watch._pace() == (SAMPLES, 1.0)
     watch._quiet, watch.named = True, object()
     assert watch._pace() == (SAMPLES, 1.0)
+
+
+def test_the_run_s_end_waits_for_a_round_under_way_so_what_it_kept_is_known_before_its_removal():
+    """A first round ships py-spy and the node keeps it: a run that ended while it was under way removed the kept
+    directories first and the round kept its copy after (two leaks in /tmp in a day of local-tier runs). The run's
+    end now settles the round (a few seconds at most) before KeptPySpy.forget."""
+    import time as clock
+
+    from clusterctl.executor import Background
+    from clusterctl.models import Host, HostResult, HostStatus
+
+    watch, kept_at = _watch(), []
+
+    def slow_round(_transport, host):
+        clock.sleep(0.3)
+        kept_at.append(clock.monotonic())
+        watch.kept.heard(None, host.name, "a" * 64, False)
+        return HostResult(host.name, HostStatus.OK)
+
+    class Connections:  # the executor's per-host transport lookup; a round here needs none
+        def get(self, host):
+            return None
+
+        def __getattr__(self, name):
+            return lambda *args, **kwargs: None
+
+    watch._round = Background([Host("n1", "10.0.0.1")], slow_round, Connections())
+    watch.settle(3.0)
+    settled_at = clock.monotonic()
+    assert kept_at and kept_at[0] <= settled_at and watch.kept.held("n1", "a" * 64)
