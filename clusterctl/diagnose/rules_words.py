@@ -8,10 +8,9 @@ tests/unit/test_diagnose_setup.py or test_diagnose_batches1011.py.
 from __future__ import annotations
 
 from clusterctl.diagnose.signals import S
-from clusterctl.diagnose.rules_addresses import (BRIDGE_CONTAINER, BRIDGE_GATEWAY,  # noqa: F401
+from clusterctl.diagnose.rules_addresses import (BRIDGE_CONTAINER, BRIDGE_GATEWAY, CONNECT_FAILED,
                                                   CONTAINER_BRIDGE_NCCL, CONTAINER_ID_HOST_NCCL, LINK_LOCAL,
-                                                  CONNECT_FAILED, NET_FAILED, NCCL_NOT_ROUTING, NOT_ROUTED,
-                                                  OFF_HOST_UNROUTED)
+                                                  NET_FAILED, OFF_HOST_UNROUTED)
 
 LAUNCHERS = r"torchrun|deepspeed|accelerate|horovodrun|pdsh|srun|ray|mpirun|mpiexec"
 # the daemons an MPI launcher starts on each node over ssh (Open MPI's orted / PRRTE's prted, MPICH's hydra proxy)

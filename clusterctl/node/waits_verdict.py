@@ -33,7 +33,7 @@ def waits_pause_s(idle):
     every 15 s for nothing). The rounds never stop: a job whose ranks make their process group (and FIFO) after a
     long preparation (a dataset tokenized for half an hour before `init_process_group`) is found within
     WAITS_IDLE_MAX_S of it; a job that never makes one costs its node a round every 2 minutes."""
-    return min(WAITS_ROUND_S * 2 ** min(max(0, int(idle)), 8), WAITS_IDLE_MAX_S)
+    return min(WAITS_ROUND_S * 2 ** min(max(0, int(idle)), 8), WAITS_IDLE_MAX_S)  # 2**8: past the cap already
 
 
 # Where the others' share reaches SATURATED_SHARE it stops measuring a wait the job pays: on 2 x H200 a healthy run of

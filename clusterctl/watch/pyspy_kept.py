@@ -25,6 +25,10 @@ from clusterctl.executor import Connections, for_each_host
 from clusterctl.models import Command, Host, HostResult, HostStatus
 from clusterctl.modules.process import REMOVE_KEPT, kept_pyspy_name
 
+# the most the run's end waits for a watch's round still under way before `forget` (a round ends with its ranks,
+# within a sample): a first round that outlived the run kept its copy after the removal, and nobody removed it
+ROUND_SETTLE_S = 3.0
+
 _FORGET = "kept=$1\n" + REMOVE_KEPT + "\nexit 0\n"  # $1 the kept directory's name
 
 

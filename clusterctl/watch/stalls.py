@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from clusterctl.executor import Background, Connections, Event, OnEvent
-from clusterctl.watch.pyspy_kept import KeptPySpy
+from clusterctl.watch.pyspy_kept import ROUND_SETTLE_S, KeptPySpy
 from clusterctl.watch.rollcall import HANG, MOVING, RollCall, Verdict, judge, roll_call
 from clusterctl.watch.sampler import NodeStacks, merged_samples, node_stacks, sample_action
 from clusterctl.watch.stacks import RankStack
@@ -79,7 +79,7 @@ class StallWatch:
         """A line from any node (called from the log stream threads)."""
         self.last_output = time.monotonic()
 
-    def settle(self, timeout_s: float = 3.0) -> None:
+    def settle(self, timeout_s: float = ROUND_SETTLE_S) -> None:
         """Wait up to `timeout_s` for stacks still being taken (the run's end; see StragglerWatch.settle)."""
         if self._sampling is not None:
             self._sampling.wait(timeout_s)

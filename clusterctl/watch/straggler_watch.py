@@ -26,7 +26,7 @@ from clusterctl.node import straggler_verdict as verdict
 from clusterctl.node.straggler_verdict import FIRST_AFTER_S, IMPORT_PAUSE_S, INTERVAL_S
 from clusterctl.watch import stragglers
 from clusterctl.watch.collective_watch import CollectiveWatch
-from clusterctl.watch.pyspy_kept import KeptPySpy
+from clusterctl.watch.pyspy_kept import ROUND_SETTLE_S, KeptPySpy
 from clusterctl.watch.sampler import merged_samples, node_stacks, sample_action
 from clusterctl.watch.stragglers import Progress, Straggler
 from clusterctl.models import Host, Inventory
@@ -43,7 +43,6 @@ PROGRESS_KEPT = 30  # progress lines kept for the step time (the latest)
 # A look: a round of one sample, while no rank was read past its imports (a `_find_and_load` frame). After one
 # that read every rank importing, the next waits verdict.import_pause_s; IMPORTING_PAUSE_S once a rank printed since.
 LOOK_SAMPLES, IMPORTING_PAUSE_S = 1, IMPORT_PAUSE_S
-SETTLE_S = 3.0  # the most the run's end waits for a round still under way (a round ends with its ranks, in a sample)
 
 
 class StragglerWatch:
@@ -135,10 +134,9 @@ class StragglerWatch:
         self.window.extend(samples)
         self._judge()
 
-    def settle(self, timeout_s: float = SETTLE_S) -> None:
+    def settle(self, timeout_s: float = ROUND_SETTLE_S) -> None:
         """Wait up to `timeout_s` for a round still under way (the run's end): what it kept on its nodes is then
-        known to the KeptPySpy that removes it. A first round (py-spy shipped) that outlived the run kept its copy
-        after the removal, and the controller had exited before the round could remove it itself."""
+        known to the KeptPySpy that removes it (pyspy_kept.ROUND_SETTLE_S)."""
         if self._round is not None:
             self._round.wait(timeout_s)
 
