@@ -108,6 +108,7 @@ CUDA_ERRORS = (
     ("cudaErrorInvalidResourceHandle", 400, "invalid resource handle", "CUDA_ERROR_INVALID_HANDLE"),
     ("cudaErrorPeerAccessNotEnabled", 705, "peer access has not been enabled", "CUDA_ERROR_PEER_ACCESS_NOT_ENABLED"),
     ("cudaErrorIllegalAddress", 700, "an illegal memory access was encountered", "CUDA_ERROR_ILLEGAL_ADDRESS"),
+    ("cudaErrorAssert", 710, "device-side assert triggered", "CUDA_ERROR_ASSERT"),
     ("cudaErrorLaunchFailure", 719, "unspecified launch failure", "CUDA_ERROR_LAUNCH_FAILED"),
     ("cudaErrorSystemNotReady", 802, "system not yet initialized", "CUDA_ERROR_SYSTEM_NOT_READY"),
     ("cudaErrorSystemDriverMismatch", 803, "system has unsupported display driver / cuda driver combination",

@@ -36,6 +36,7 @@ CUDA_FAMILIES = {
     "cudaErrorLaunchFailure": (("gpu_xid", .35), ("segfault", .25)),
     "cudaErrorSystemNotReady": (("fabricmanager", .85),),
     "cudaErrorDevicesUnavailable": (("duplicate_gpu", .45),),
+    "cudaErrorAssert": (("job_code_error", .7),),  # a device-side assert: a kernel indexed beyond a size
     "cudaErrorInitializationError": (("container_lost_gpu", .3), ("driver_too_old", .25)),
 }
 # An NCCL WARN/ERROR from this subsystem -> (cause, weight)

@@ -193,6 +193,18 @@ SLURM_REQUEST_INVALID = ("Slurm refused the allocation's request as this site co
                          "`--gres=gpu:a100:8`; `sinfo -o '%P %G'` lists each partition's GRES); a partition, feature "
                          "or account the error names: the one `sinfo` / `sacctmgr show assoc user=$USER` lists")
 
+JOB_CODE_ERROR = ("the job's own code or its input failed[ on {rank_name|a rank}][ on {host}], not the cluster: "
+                  "an index out of range (a CUDA `device-side assert` is one: a label or token id beyond the "
+                  "model's size), a shape, dtype or device mismatch, an object that cannot be pickled, a tensor a "
+                  "collective's backend cannot take (a CPU tensor on an NCCL-only group, a non-contiguous one), a "
+                  "library used in a mode it does not support; fix the code or data at the traceback's innermost "
+                  "frame of the job (CUDA_LAUNCH_BLOCKING=1 in job.env points a device-side assert at its line); "
+                  "any healthy node fails alike, so a run that heals itself ends here instead of moving to a spare")
+LIBRARY_BUG = ("a library states that it hit its own bug[ ({library})][ on {rank_name|a rank}]: the release in "
+               "container.image has a bug or regression on this path; search the library's tracker for the quoted "
+               "line, then pin the release its maintainers name as fixed (or the last one that worked) in the "
+               "image, on every node; retrying on another node fails alike")
+
 # One line per cause for the README's diagnosis table (python -m clusterctl.diagnose.table).
 BRIEF = {
     "oom_killed": "less memory per rank (frames, batch, workers), fewer ranks per node, or more RAM / a higher limit",
@@ -243,6 +255,8 @@ BRIEF = {
     "extension_build_failed": "prebuild the ops into the image (DS_BUILD_OPS=1) or give it c++/ninja/nvcc + CUDA_HOME",
     "ddp_unused_parameters": "freeze unused parameters or find_unused_parameters=True; use_reentrant=False",
     "slurm_gres_config": "gres.conf to the node's GPUs, restart slurmd, resume the node",
+    "job_code_error": "the job's code or data at its innermost frame (CUDA_LAUNCH_BLOCKING=1 for a device-side assert)",
+    "library_bug": "the library's release named fixed in its tracker (or the last that worked), one image everywhere",
     "ssh_failed": "password-less SSH to every node (`clusterctl run` opens its own sessions from the inventory)",
     "driver_library_mismatch": "reboot the node (or reload the nvidia modules) after a driver upgrade; hold the packages",
     "slurm_request_invalid": ("the site's own GPU/GRES form in scheduler.extra_args (`--gres=gpu:TYPE:N`), without "

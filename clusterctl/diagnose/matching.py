@@ -27,6 +27,7 @@ from clusterctl.diagnose import families
 from clusterctl.diagnose import logformat as fmt
 from clusterctl.diagnose.confidence import calibrated
 from clusterctl.diagnose.logformat import LogLine, RootCause
+from clusterctl.diagnose.rules_code import code_fault_of
 from clusterctl.diagnose.rules import HOST_MEMORY_SHORT, OOM_RECORD, RULE_OF, RULES, Rule, Signal
 from clusterctl.diagnose.textmatch import (CASCADE_PATTERNS, CONTEXT_PATTERNS, EXCEPTION_LINE, PEER_LOST_PATTERNS,
                                            SUSPICIOUS, UNKNOWN_FIX, compiled, render_fix, required_literals,
@@ -398,7 +399,13 @@ def _unknown(scan: Scan, unexplained: list[LogLine], best: float) -> Finding:
     rank = first.rank if first is not None and first.rank is not None else (root.rank if root else None)
     host = first.host if first is not None and first.host else (root.host if root else None)
     score = (0.55 if unexplained else 0.35) * (1.0 - best)
-    step = families.next_step(ev.extract(scan.lines), first)
+    records = ev.extract(scan.lines)
+    raised = next((r for r in records if isinstance(r, ev.PyException) and r.line == first), None)
+    if raised is not None and first in unexplained and code_fault_of(raised.type, raised.message):
+        where = f"`{raised.qualified}`" + (f" raised in `{raised.module}`" if raised.module else "")
+        fix = render_fix(RULE_OF["job_code_error"].fix, template_values({**scan.context, "host": host, "rank": rank}))
+        return Finding("job_code_error", evidence, f"{where}: {fix}", host=host, rank=rank, score=max(score, 0.05))
+    step = families.next_step(records, first)
     return Finding("unknown", evidence, f"{step} {UNKNOWN_FIX}" if step else UNKNOWN_FIX, host=host, rank=rank,
                    score=max(score, 0.05))
 

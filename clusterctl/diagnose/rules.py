@@ -19,8 +19,7 @@ oom_killed only weakly: a SIGKILL is the OOM killer's tool, but also an operator
 a preempting cloud's; oom_killed leads only with a record of the OOM kill: the kernel's `Out of
 memory: Killed process`, `oom-kill:`, a cgroup's oom_kill events, `OOMKilled: true`), -11/139/SIGSEGV
 segfault, SIGBUS shared memory, -6/134/SIGABRT (a C++ abort, often NCCL's watchdog) weakly a timeout.
-Signal patterns describe the failure class (a message family across versions and launchers),
-not one log's wording; tests/test_diagnose*.py and docs/diagnosis.md measure that on a held-out split.
+Signals describe a failure class (a message family across versions), not one log's wording: docs/diagnosis.md.
 """
 from __future__ import annotations
 
@@ -31,6 +30,7 @@ from clusterctl.diagnose.textmatch import (CASCADE_PATTERNS, CONTEXT_PATTERNS, P
 from clusterctl.diagnose import fixes as F
 from clusterctl.diagnose.signals import Rule, S, Signal
 from clusterctl.diagnose.rules_setup import ENROOT_HOOK, SETUP_RULES, SLURM_REFUSED
+from clusterctl.diagnose.rules_code import CODE_RULES
 from clusterctl.diagnose.rules_topology import TOPOLOGY_RULES
 from clusterctl.diagnose.rules_addresses import CONNECT_FAILED, NCCL_NOT_ROUTING, NOT_ROUTED, OFF_HOST_UNROUTED
 from clusterctl.diagnose.rules_words import (EXIT_137, EXIT_MINUS_9, HOST_MEMORY_SHORT,  # noqa: F401
@@ -444,7 +444,7 @@ RULES: tuple[Rule, ...] = (
              S(r"(?:exitcode|exit code|return code|exit status)\s*[:=]?\s*(?:-11|139)\b|\bcode 139\b", .85),
          )),
     Rule("node_unreachable", "a node stops answering mid-run (no log of its own)", F.NODE_UNREACHABLE, ()),
-) + TOPOLOGY_RULES + SETUP_RULES
+) + TOPOLOGY_RULES + SETUP_RULES + CODE_RULES
 RULES = tuple(replace(rule, signals=rule.signals + OTHER_WORDS.get(rule.cause, ())) for rule in RULES)
 RULE_OF = {rule.cause: rule for rule in RULES}
 CAUSES = tuple(rule.cause for rule in RULES) + ("unknown",)

@@ -54,7 +54,7 @@ TABLE = {
     "insufficient_resources": "job", "shm_permission": "job",
     "sighup_session_closed": "job", "collective_mismatch": "job", "duplicate_host": "job",
     "gpu_arch_unsupported": "job", "net_plugin_incompatible": "job",
-    "extension_build_failed": "job", "ddp_unused_parameters": "job",
+    "extension_build_failed": "job", "ddp_unused_parameters": "job", "job_code_error": "job", "library_bug": "job",
 }
 
 # (cause, pattern) in order: the first that matches a failed node's log tail names its cause, where no

@@ -217,11 +217,22 @@ def test_gpu_ordinal_fix_counts_the_gpus_cuda_visible_devices_leaves(tmp_path: P
 
 def test_unknown_quotes_the_suspicious_lines():
     text = ("loading shards 3/4\nTraceback (most recent call last):\n  File \"x.py\", line 3, in <module>\n"
-            "KeyError: 'model.layers.41.weight'\nsaving nothing\n")
+            "RuntimeError: shard index file is inconsistent\nsaving nothing\n")
     findings = diagnose_text(text, host="h1", rank=2)
     assert len(findings) == 1
     assert findings[0].cause == "unknown"
+    assert findings[0].evidence.startswith("RuntimeError: shard index file is inconsistent")
+    assert (findings[0].host, findings[0].rank) == ("h1", 2)
+
+
+def test_an_exception_of_the_jobs_own_kind_is_job_code_error_with_the_same_quote_and_place():
+    text = ("loading shards 3/4\nTraceback (most recent call last):\n  File \"x.py\", line 3, in <module>\n"
+            "KeyError: 'model.layers.41.weight'\nsaving nothing\n")
+    findings = diagnose_text(text, host="h1", rank=2)
+    assert len(findings) == 1
+    assert findings[0].cause == "job_code_error"
     assert findings[0].evidence.startswith("KeyError: 'model.layers.41.weight'")
+    assert findings[0].fix.startswith("`KeyError` raised in `x`: ")
     assert (findings[0].host, findings[0].rank) == ("h1", 2)
 
 
@@ -277,23 +288,23 @@ def test_render_fix_placeholders():
     assert render_fix("keep hosts[].nic and \"{{world_size}}\"", {}) == "keep hosts[].nic and \"{world_size}\""
 
 
-def test_unmatched_exception_beats_mere_warnings_and_timeouts():
+def test_the_jobs_own_exception_beats_mere_warnings_and_timeouts():
     text = ("[W socket.cpp:601] [c10d] The IPv6 network addresses of (localhost, 51595) cannot be retrieved "
             "(gai error: -2 - Name or service not known).\n"
             "[rank2]: KeyError: 'model.diffusion_model.input_blocks.0.0.weight'\n"
             + CASCADE.splitlines()[4] + "\n")
     findings = diagnose_text(text)
-    assert findings[0].cause == "unknown"
+    assert findings[0].cause == "job_code_error"
     assert findings[0].rank == 2 and "KeyError" in findings[0].evidence
     assert {"hostname_unresolvable", "nccl_timeout_slow_rank"} <= {f.cause for f in findings[1:]}
 
 
-def test_unknown_takes_rank_from_torchrun_root_cause():
+def test_the_jobs_own_exception_takes_rank_from_torchrun_root_cause():
     text = "\n".join(line for line in CASCADE.splitlines() if "OutOfMemoryError" not in line)
     frame = "[rank3]:   File \"generate.py\", line 210, in <module>"
     text = text.replace(frame, frame + "\n[rank3]: ZeroDivisionError: division by zero")
     first = diagnose_text(text)[0]
-    assert (first.cause, first.rank) == ("unknown", 3)
+    assert (first.cause, first.rank) == ("job_code_error", 3)
     assert first.evidence.startswith("ZeroDivisionError")
 
 
