@@ -865,6 +865,38 @@ and 2 froze 35-45 minutes early, so batch 2 was scored with batch 1's code uncha
   is not in its lines, GROMACS' `no GPU is detected` (a build without the GPU's arch). Re-scored (NOT a first score,
   and the batch's own logs are in the corpus now): 30/45 top-1; batches 28-32 unchanged. The batch's 31 other
   vocabulary-labelled logs joined the corpus (one http:// blog page left out: the corpus takes https sources).
+- Before batch 34 (committed at 9a7a7fe, 10:20 UTC, while its collectors worked; six of the eight had frozen 0-2
+  minutes before, none of its logs was opened, their reports' file names and labels were read as they came in): two
+  causes joined the vocabulary the collectors were given and the rules, from about 25 `other:` labels over batches 24-33
+  that named one of them: `job_code_error` (the job's own code or input: an index out of range or a CUDA
+  device-side assert, a shape/dtype/device mismatch, an unpicklable object, a CPU or non-contiguous tensor handed
+  to a collective, a library used in a mode it does not take; and an exception nothing else explains whose type is
+  a program's own, `IndexError`, `KeyError`, `TypeError`, `ValueError`..., where the answer was `unknown`) and
+  `library_bug` (a library's own words that it hit its bug: PyTorch's `INTERNAL ASSERT FAILED ... please report a
+  bug`, weak beside a cause the same line shows). `duplicate_gpu`'s vocabulary line also names a GPU another
+  process holds (exclusive-process mode). Batches 28-33 re-scored unchanged top-1 with them.
+- After batch 34 (frozen 10:18-10:21 UTC, 2026-12-01, by eight blind collectors in the same eight areas as batch
+  33; 44 logs, one left out as a thread counted already; scored once at 9a7a7fe: top-1 24/43, 55.8 %, top-3 55.8 %,
+  unknown first 4/43, 9.3 %; in-vocabulary 24/36; 7 labels outside the vocabulary). The new causes were used by the
+  collectors: `library_bug` 5 times (0 named first: a PyTorch regression seen only as NCCL's `invalid resource
+  handle`, a missing `barrier`, an MPICH assertion, Open MPI's daemon crashing, a PBS hydra failure),
+  `job_code_error` not at all. Read, classes only: accelerate's port check with the port quoted in backticks
+  (``port `29500` ``) is `port_in_use` (a value's quotes are not its wording); a program comparing the driver's
+  CUDA version in numbers (`CUDA driver version is 11020, expected at least 11040`) is `driver_too_old`; a C/C++
+  library's own assertion in its source (MPICH's `Assertion failed in file src/....c at line N`, glibc's `file.c:N:
+  func: Assertion `x' failed.`) and a launcher's own daemon crashing (`Segmentation fault ... /bin/orted`, prted,
+  hydra_pmi_proxy, slurmstepd) are `library_bug`; a single host's NCCL job that stops right after connecting its
+  ranks through P2P/SHM (or nccl-tests' header with no result row), with no word of a failure anywhere, is
+  `p2p_unsupported` (weak: NCCL's troubleshooting names ACS/IOMMU for this stall); a local protection error on
+  GPUDirect RDMA names `p2p_unsupported` among the causes; an AssertionError that the device, driver or toolkit does
+  not support something is not the job's code. One new cause, `mpi_pmi_missing` (the third `other:` label for it,
+  after batches 31 and 33): an MPI program started by srun directly whose MPI was built without Slurm's PMI/PMIx
+  (`direct launched using "srun", but OMPI was not built with SLURM's PMI support`, `PMI2_Init failed`). Left: two
+  `library_bug` logs whose lines show no bug (an NCCL CUDA failure, a missing `barrier`), a Ray teardown error on a
+  P2P-less V100 pair, a PBS bootstrap error, an NCCL `invalid usage` fixed by rebuilding NCCL. Re-scored (NOT a first
+  score, the batch's logs now in the corpus): 31/43 top-1; batches 28-33 unchanged. 36 vocabulary-labelled logs
+  joined the corpus, and under the two causes added for them nine earlier first-scored logs whose `other:` labels
+  name them (three of mpi_pmi_missing, six of job_code_error).
 
 The same batches re-scored after those changes (NOT first scores: the changes were made after reading them):
 batch 4 37/42 top-1 (88.1 %), 39/42 top-3; batch 5 33/42 (78.6 %), 35/42; batch 6 34/42 (81.0 %), 35/42 (its two

@@ -204,6 +204,11 @@ LIBRARY_BUG = ("a library states that it hit its own bug[ ({library})][ on {rank
                "container.image has a bug or regression on this path; search the library's tracker for the quoted "
                "line, then pin the release its maintainers name as fixed (or the last one that worked) in the "
                "image, on every node; retrying on another node fails alike")
+MPI_PMI_MISSING = ("the MPI program was started by srun directly, but its MPI library and Slurm share no process-"
+                   "management interface (an Open MPI built without --with-pmix / --with-pmi, or a Slurm without the "
+                   "mpi plugin asked for): run it with the plugin both have (`srun --mpi=pmix`, or `--mpi=pmi2`; "
+                   "`srun --mpi=list` names Slurm's), launch it with the MPI's own mpirun inside the allocation, or "
+                   "use an MPI built against the site's PMIx (the site's MPI module)")
 
 # One line per cause for the README's diagnosis table (python -m clusterctl.diagnose.table).
 BRIEF = {
@@ -255,6 +260,7 @@ BRIEF = {
     "extension_build_failed": "prebuild the ops into the image (DS_BUILD_OPS=1) or give it c++/ninja/nvcc + CUDA_HOME",
     "ddp_unused_parameters": "freeze unused parameters or find_unused_parameters=True; use_reentrant=False",
     "slurm_gres_config": "gres.conf to the node's GPUs, restart slurmd, resume the node",
+    "mpi_pmi_missing": "`srun --mpi=pmix` (`srun --mpi=list`), mpirun inside the allocation, or the site's MPI build",
     "job_code_error": "the job's code or data at its innermost frame (CUDA_LAUNCH_BLOCKING=1 for a device-side assert)",
     "library_bug": "the library's release named fixed in its tracker (or the last that worked), one image everywhere",
     "ssh_failed": "password-less SSH to every node (`clusterctl run` opens its own sessions from the inventory)",

@@ -1,5 +1,5 @@
 """Rules for failures of the code a job runs rather than of the cluster (issue 51, before batch 34: over batches
-24-33, 16 `other:` labels named one of the two; both joined the collectors' vocabulary before batch 34 froze).
+24-33, about 25 `other:` labels named one of the two; both joined the collectors' vocabulary before batch 34 froze).
 
 - job_code_error: the job's own code or input fails on a rank and would fail alike on any healthy node (an index
   out of range, a shape, dtype or device mismatch, an unpicklable object, a collective given a tensor its backend
@@ -26,10 +26,15 @@ CODE_EXCEPTIONS = frozenset({
     "AssertionError", "ZeroDivisionError", "NotImplementedError", "RecursionError", "SyntaxError",
     "IndentationError", "PicklingError", "UnpicklingError", "JSONDecodeError",
 })
-# ...except where its words are a version's or an environment's: `module 'torch' has no attribute` (another release
-# than the code expects), an environment variable a launcher should have set
-NOT_CODE = re.compile(r"module '[\w.]+' has no attribute|environment variable \w+ expected|env:// rendezvous",
-                      re.IGNORECASE)
+# ...except where its words are a version's, an environment's or the machine's: `module 'torch' has no attribute`
+# (another release than the code expects), an environment variable a launcher should have set, a device, driver or
+# toolkit that does not support what was asked (after batch 34: an AssertionError saying the GPU lacks CUDA multicast)
+NOT_CODE = re.compile(r"module '[\w.]+' has no attribute|environment variable \w+ expected|env:// rendezvous"
+                      r"|\b(?:device|driver|toolkit|GPU|hardware|platform)s?\b.{0,60}(?:does not|doesn't|do not|not) "
+                      r"support", re.IGNORECASE)
+
+LAUNCHER_DAEMON_CRASH = (r"Segmentation fault\b.{0,200}/(?:orted|prted|prterun|orterun|hydra_pmi_proxy|slurmstepd)\b"
+                         r"|\b(?:orted|prted|hydra_pmi_proxy|slurmstepd)\b.{0,80}(?:Segmentation fault|SIGSEGV)")
 
 CODE_RULES = (
     Rule("job_code_error",
@@ -61,6 +66,14 @@ CODE_RULES = (
              S(r"INTERNAL ASSERT FAILED|please report (?:a|this|it as a) bug|this is (?:likely |probably )?a bug in "
                r"(?:PyTorch|NCCL|vLLM|DeepSpeed|Megatron|the library)", .5,
                unless=r"undefined symbol|Can't find \w+|cannot open shared object"),
+             # (after batch 34) a C/C++ library's own invariant failing in its source: MPICH's MPIR_Assert (`Assertion
+             # failed in file src/mpid/ch4/src/init_comm.c at line 72`), glibc's assert() (`file.c:N: func: Assertion
+             # `expr' failed.`, closed by a quote; a CUDA kernel's assert, closed by a backtick, is the job's index)
+             S(r"Assertion failed in file \S+\.(?:c|cc|cpp|cxx|cu|h) at line \d+"
+               r"|\S+\.(?:c|cc|cpp|cxx|h|hpp):\d+: [^:`]{1,200}: Assertion `[^`']{1,300}' failed", .55),
+             # a launcher's own daemon crashing (Open MPI's orted/prted, MPICH's hydra proxy, slurmstepd): the
+             # launcher's bug or another build of it on that node, not the job's code
+             S(LAUNCHER_DAEMON_CRASH, .9),
          )),
 )
 

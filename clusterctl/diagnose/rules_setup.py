@@ -24,6 +24,10 @@
 - slurm_gres_config (after batch 28's first score: three of its logs): a node's own Slurm GPU configuration does
   not match the node (gres.conf naming a device file that is not there, a core range this Slurm rejects, NVML
   autodetection in a slurmd built without it): slurmd fails or the node drains; the node's fault, not the job's.
+- mpi_pmi_missing (after batch 34's first score: the third `other:` label for it, after batches 31 and 33): an MPI
+  program started by the scheduler's launcher directly (`srun ./app`) whose MPI library was built without that
+  scheduler's process-management interface (PMI-1/2, PMIx), or a Slurm without the MPI plugin asked for: MPI_Init
+  cannot find its peers. The job's setup, the same on every node.
 
 Same form as rules.py (see its docstring); families.py adds their shape-level evidence.
 """
@@ -188,6 +192,19 @@ SETUP_RULES = (
              S(r"(?:sbatch|salloc|srun): error: (?:Parameter|Option) --[\w-]+\S* (?:is )?no longer (?:acceptable"
                r"|accepted|supported|allowed)"
                r"|(?:sbatch|salloc|srun): error: .{0,80}please (?:switch to|use) --[\w-]+", .85),
+         )),
+    Rule("mpi_pmi_missing",
+         "`The application appears to have been direct launched using \"srun\", but OMPI was not built with SLURM's PMI "
+         "support`, `PMI2_Init failed`",
+         F.MPI_PMI_MISSING, (
+             S(r"direct launched using \"?srun\"?,? but OMPI was not built with SLURM'?s PMI support"
+               r"|not built with (?:SLURM|Slurm)'?s PMI(?:x)? support", .95),
+             # Open MPI's PMIx client with no PMIx server to talk to (its first line of the same failure)
+             S(r"OPAL ERROR: (?:Unreachable|Not initialized|Error) in file pmix\w*_client\.c", .8),
+             # MPICH/Cray/Intel MPI's PMI client, Slurm's side lacking the plugin the job asks for
+             S(r"\bPMI2?_Init(?:_thread)? (?:failed|returned \d+)|PMIx?_Init failed|PMIx_Init\(\) failed"
+               r"|srun: error: Couldn't find the specified plugin name for mpi/\w+"
+               r"|srun: error: mpi/pmix\w*: \w+", .8),
          )),
     Rule("slurm_gres_config",
          "`gres/gpu count reported lower than configured`, `can't stat gres.conf file /dev/nvidia0`, `invalid GRES "

@@ -3,7 +3,8 @@
 - collective_mismatch: ranks out of step on their collectives (TORCH_DISTRIBUTED_DEBUG=DETAIL's
   fingerprint check, the flight recorder's mismatch report, NCCL's invalid usage on a mismatch);
 - duplicate_host: two nodes NCCL takes for one host (the same hostname or host hash);
-- p2p_unsupported: GPUs without peer-to-peer access (ACS/IOMMU, consumer GPUs, VMs);
+- p2p_unsupported: GPUs without peer-to-peer access (ACS/IOMMU, consumer GPUs, VMs), and after batch 34 a single host's
+  NCCL job stalled silently after connecting its ranks;
 - gpu_arch_unsupported: a torch/NCCL/extension build without code for the GPU's architecture;
 - ddp_unused_parameters (after batch 28's first score): DDP's reducer and the model's graph disagree (parameters
   that took no part in the loss, a parameter marked ready twice): the rank's own words name it, every rank alike.
@@ -14,6 +15,15 @@ from __future__ import annotations
 
 from clusterctl.diagnose import fixes as F
 from clusterctl.diagnose.signals import Rule, S
+
+# (after batch 34) A log that stops right after NCCL connected one host's ranks through its P2P/SHM paths (or nccl-tests'
+# result header with nothing under it), with no word of a failure anywhere: the first collective never completed.
+# NCCL's troubleshooting names ACS/IOMMU redirecting peer traffic for exactly this (test: NCCL_P2P_DISABLE=1).
+NCCL_SETUP_DONE = (r"NCCL INFO (?:comm 0x[0-9a-f]+ .{0,200}Init COMPLETE|Connected all (?:rings|trees))"
+                   r"|\bbytes\s+N\s+type\s+(?:redop\s+|op\s+)?(?:root\s+)?time\s+algbw\s+busbw")
+ONE_HOSTS_PATHS = r"\bvia (?:P2P|SHM)/|\bRank +\d+ uses device \d+|Using devices"
+SILENT_STALL_ONLY = (r"error|warn|fail|exception|traceback|killed|timed? ?out|abort|signal|refused|denied|\bvia NET/"
+                     r"|Avg bus bandwidth|100%\|")
 
 TOPOLOGY_RULES = (
     Rule("collective_mismatch",
@@ -69,6 +79,11 @@ TOPOLOGY_RULES = (
              S(r"ACSCtl:\s*SrcValid\+.*ReqRedir\+", .7),
              # RCCL's own check at init: the IOMMU not in pass-through mode, which blocks peer traffic on AMD hosts
              S(r'Missing "?iommu=pt"?', .75),
+             # ...a silent stall of one host's first collective (above): weak, a hang whatever its cause
+             S(NCCL_SETUP_DONE, .45, requires=ONE_HOSTS_PATHS, unless_log=SILENT_STALL_ONLY),
+             # (after batch 34) GPUDirect RDMA's writes refused by the HCA (a local protection error): the GPU's memory
+             # is not reachable from the NIC (ACS/IOMMU on the path, peer memory not registered); ib_config leads
+             S(r"local protection error|Got completion from peer .{0,80} with error 4\b", .45),
          )),
     Rule("gpu_arch_unsupported",
          "`no kernel image is available for execution on the device`, `sm_120 is not compatible with the current "

@@ -276,12 +276,18 @@ OTHER_WORDS = {
     "port_in_use": (
         S(r"listen on ip\[[^\]]+\] and specific port\[\d+\] fail|port is being used by other process", .6),
         # (after batch 18) accelerate's own check before it launches
-        S(r"Tried to launch distributed communication on port (?P<port>\d+), but another process is utilizing it", .95),
+        # (the port quoted in backticks since accelerate 0.2x: a value's quotes are not its wording; after batch 34)
+        S(r"Tried to launch distributed communication on port [`'\"]?(?P<port>\d+)[`'\"]?,? but another process is "
+          r"utilizing it", .95),
     ),
     "driver_too_old": (
         # (after batch 18) torch looking up an NVML function the host driver's libnvidia-ml lacks (a driver older
         # than the torch in the image expects: `Can't find nvmlDeviceGetNvLinkRemoteDeviceType ... undefined symbol`)
         S(r"Can't find nvml\w+: \S*libnvidia-ml\S*: undefined symbol", .9),
+        # (after batch 34) a program comparing the driver's CUDA version with the one it needs, in numbers
+        # (PhysX's CudaContextManager: `CUDA driver version is 11020, expected at least 11040`)
+        S(r"driver version (?:is|was|found:?) (?P<found_cuda>\d{4,6}|\d+\.\d+),? (?:but |while )?(?:expected|required|"
+          r"requires|need(?:s|ed)?) (?:at least|>=?) ?\d", .85),
     ),
     "fabricmanager": (
         # NCCL's NVLink SHARP multicast failing, in its own words
