@@ -280,10 +280,12 @@ def rank_findings(scan: Scan) -> list[Finding]:
     candidates = sorted((c for c in candidates if c.score >= WEAK), key=_order(scan))
     best = candidates[0].score if candidates else 0.0
     findings = [_finding(c, scan) for c in candidates]
+    typed_only = None  # a job_code_error named from its exception's type alone: an `unknown`'s evidence
     if not candidates or (unexplained and (best < UNKNOWN_BAR or candidates[0].consequence_only)):
         findings.insert(0, _unknown(scan, unexplained, best))
+        typed_only = findings[0] if findings[0].cause != "unknown" else None
     findings = _dedupe(findings)[:TOP]
-    return _with_confidence(findings, [f.score for f in findings])
+    return _with_confidence(findings, [f.score for f in findings], typed_only)
 
 
 def _candidates(scan: Scan, events: list[Event]) -> list[Candidate]:
@@ -360,14 +362,16 @@ def _dedupe(findings: list[Finding]) -> list[Finding]:
     return out
 
 
-def _with_confidence(findings: list[Finding], scores: list[float]) -> list[Finding]:
+def _with_confidence(findings: list[Finding], scores: list[float], typed_only: Optional[Finding] = None) -> list[Finding]:
     """Evidence strength times its share among the ranked answers (one strong cause alone keeps its
     strength, two equally strong ones split it), then calibrated (confidence.py) so that the number
-    printed is the share of such answers that were right on logs never seen before."""
+    printed is the share of such answers that were right on logs never seen before. `typed_only` is
+    calibrated as the `unknown` it was before it had a name: OBSERVED was fitted on answers with evidence."""
     from dataclasses import replace
 
     total = sum(scores) or 1.0
-    return [replace(f, confidence=calibrated(min(1.0, s * s / total), f.cause)) for f, s in zip(findings, scores)]
+    return [replace(f, confidence=calibrated(min(1.0, s * s / total), "unknown" if f is typed_only else f.cause))
+            for f, s in zip(findings, scores)]
 
 
 # --------------------------------------------------------------------------- unknown

@@ -26,3 +26,22 @@ def test_a_ddp_loop_whose_model_has_a_head_the_loss_never_reads_is_named_ddp_unu
     first = failure["diagnosis"][0]
     assert first["cause"] == "ddp_unused_parameters", failure["diagnosis"]
     assert "find_unused_parameters=True" in first["fix"] and failure["host"] == "local"
+
+
+def test_a_ddp_loop_given_an_argument_its_own_code_divides_by_is_named_job_code_error_on_that_rank(tmp_path):
+    """`--every 0`: rank 0's own `step % args.every` raises; the other rank's peer error is its consequence."""
+    pytest.importorskip("torch")
+    inventory = _local_inventory(tmp_path, "every0", job=(
+        f"command: [{FIXTURE_JOBS / 'ddp_plain.py'}]\n"
+        '  args: [--kind, ddp, --every, "0", --steps, "20", --width, "64", --batch, "16"]\n'
+        f"  nproc_per_node: 2\n  python: {sys.executable}"))
+    (tmp_path / "prompt.txt").write_text("a cat\n")
+    proc = _clusterctl(tmp_path, "run", "-i", str(inventory), str(tmp_path / "prompt.txt"))
+    out, err = proc.communicate(timeout=300)
+    document = json.loads(out)
+    failure = document["first_failure"]
+    assert proc.returncode != 0 and failure is not None, err[-3000:]
+    first = failure["diagnosis"][0]
+    assert first["cause"] == "job_code_error", failure["diagnosis"]
+    assert "ZeroDivisionError" in first["evidence"] and first["rank"] == 0, first
+    assert "not the cluster" in first["fix"] and failure["host"] == "local"
