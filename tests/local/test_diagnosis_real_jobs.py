@@ -11,18 +11,26 @@ from clusterctl_helpers import FIXTURE_JOBS
 from local.test_logs_stop import _clusterctl, _local_inventory
 
 
-def test_a_ddp_loop_whose_model_has_a_head_the_loss_never_reads_is_named_ddp_unused_parameters(tmp_path):
+SMALL = '--steps, "20", --width, "64", --batch, "16"'
+
+
+def _first_failure(tmp_path, name: str, args: str) -> dict:
+    """ddp_plain.py (a plain DDP loop) with `args`, two ranks, run with `connection: local`: the first failure."""
     pytest.importorskip("torch")
-    inventory = _local_inventory(tmp_path, "unused", job=(
+    inventory = _local_inventory(tmp_path, name, job=(
         f"command: [{FIXTURE_JOBS / 'ddp_plain.py'}]\n"
-        '  args: [--kind, ddp, --unused_head, --steps, "20", --width, "64", --batch, "16"]\n'
+        f"  args: {args}\n"
         f"  nproc_per_node: 2\n  python: {sys.executable}"))
     (tmp_path / "prompt.txt").write_text("a cat\n")
     proc = _clusterctl(tmp_path, "run", "-i", str(inventory), str(tmp_path / "prompt.txt"))
     out, err = proc.communicate(timeout=300)
-    document = json.loads(out)
-    failure = document["first_failure"]
+    failure = json.loads(out)["first_failure"]
     assert proc.returncode != 0 and failure is not None, err[-3000:]
+    return failure
+
+
+def test_a_ddp_loop_whose_model_has_a_head_the_loss_never_reads_is_named_ddp_unused_parameters(tmp_path):
+    failure = _first_failure(tmp_path, "unused", f"[--kind, ddp, --unused_head, {SMALL}]")
     first = failure["diagnosis"][0]
     assert first["cause"] == "ddp_unused_parameters", failure["diagnosis"]
     assert "find_unused_parameters=True" in first["fix"] and failure["host"] == "local"
@@ -30,17 +38,7 @@ def test_a_ddp_loop_whose_model_has_a_head_the_loss_never_reads_is_named_ddp_unu
 
 def test_a_ddp_loop_given_an_argument_its_own_code_divides_by_is_named_job_code_error_on_that_rank(tmp_path):
     """`--every 0`: rank 0's own `step % args.every` raises; the other rank's peer error is its consequence."""
-    pytest.importorskip("torch")
-    inventory = _local_inventory(tmp_path, "every0", job=(
-        f"command: [{FIXTURE_JOBS / 'ddp_plain.py'}]\n"
-        '  args: [--kind, ddp, --every, "0", --steps, "20", --width, "64", --batch, "16"]\n'
-        f"  nproc_per_node: 2\n  python: {sys.executable}"))
-    (tmp_path / "prompt.txt").write_text("a cat\n")
-    proc = _clusterctl(tmp_path, "run", "-i", str(inventory), str(tmp_path / "prompt.txt"))
-    out, err = proc.communicate(timeout=300)
-    document = json.loads(out)
-    failure = document["first_failure"]
-    assert proc.returncode != 0 and failure is not None, err[-3000:]
+    failure = _first_failure(tmp_path, "every0", f'[--kind, ddp, --every, "0", {SMALL}]')
     first = failure["diagnosis"][0]
     assert first["cause"] == "job_code_error", failure["diagnosis"]
     assert "ZeroDivisionError" in first["evidence"] and first["rank"] == 0, first
