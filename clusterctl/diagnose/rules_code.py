@@ -74,6 +74,12 @@ CODE_RULES = (
              # a launcher's own daemon crashing (Open MPI's orted/prted, MPICH's hydra proxy, slurmstepd): the
              # launcher's bug or another build of it on that node, not the job's code
              S(LAUNCHER_DAEMON_CRASH, .9),
+             # (after batch 35: three logs over batches 34-35, each a NCCL release's bug fixed by another release) a CUDA
+             # call inside NCCL's own kernel enqueue refused for its arguments; NVLS buffers (nvls.cc: the fabric
+             # manager's) and a too small /dev/shm fail with the same words elsewhere and keep their causes
+             S(r"enqueue\.cc:\d+ NCCL WARN Cuda failure (?:\d+ )?'(?:invalid argument|invalid resource handle)'", .6),
+             S(r"^Cuda failure (?:\d+ )?'(?:invalid argument|invalid resource handle)'", .4,
+               unless_log=r"nvls|/dev/shm|\bshm\b"),
          )),
 )
 

@@ -202,7 +202,7 @@ SETUP_RULES = (
              # Open MPI's PMIx client with no PMIx server to talk to (its first line of the same failure)
              S(r"OPAL ERROR: (?:Unreachable|Not initialized|Error) in file pmix\w*_client\.c", .8),
              # MPICH/Cray/Intel MPI's PMI client, Slurm's side lacking the plugin the job asks for
-             S(r"\bPMI2?_Init(?:_thread)? (?:failed|returned \d+)|PMIx?_Init failed|PMIx_Init\(\) failed"
+             S(r"\bPMI2?_Init(?:_thread)? (?:failed|returned -?\d+)|PMIx?_Init failed|PMIx_Init\(\) failed"
                r"|srun: error: Couldn't find the specified plugin name for mpi/\w+"
                r"|srun: error: mpi/pmix\w*: \w+", .8),
          )),
