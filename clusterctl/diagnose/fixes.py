@@ -200,10 +200,11 @@ JOB_CODE_ERROR = ("the job's own code or its input failed[ on {rank_name|a rank}
                   "library used in a mode it does not support; fix the code or data at the traceback's innermost "
                   "frame of the job (CUDA_LAUNCH_BLOCKING=1 in job.env points a device-side assert at its line); "
                   "any healthy node fails alike, so a run that heals itself ends here instead of moving to a spare")
-LIBRARY_BUG = ("a library states that it hit its own bug[ ({library})][ on {rank_name|a rank}]: the release in "
-               "container.image has a bug or regression on this path; search the library's tracker for the quoted "
-               "line, then pin the release its maintainers name as fixed (or the last one that worked) in the "
-               "image, on every node; retrying on another node fails alike")
+LIBRARY_BUG = ("a library or tool failed in its own code[ on {rank_name|a rank}][ on {host}]: its own assertion, a "
+               "crash of its own daemon or a CUDA call it made refused, a bug or regression of the release in "
+               "container.image on this path[ (the log's NCCL is {nccl_version})]; search its tracker for the quoted "
+               "line, then pin the release its maintainers name as fixed (or the last one that worked) in the image, "
+               "on every node; retrying on another node fails alike")
 MPI_PMI_MISSING = ("the MPI program was started by srun directly, but its MPI library and Slurm share no process-"
                    "management interface (an Open MPI built without --with-pmix / --with-pmi, or a Slurm without the "
                    "mpi plugin asked for): run it with the plugin both have (`srun --mpi=pmix`, or `--mpi=pmi2`; "
