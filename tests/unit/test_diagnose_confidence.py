@@ -5,7 +5,7 @@ from pathlib import Path
 
 from hypothesis import given, strategies as st
 
-from clusterctl.diagnose.confidence import FIRST, OBSERVED, calibrated, resembling, through
+from clusterctl.diagnose.confidence import FIRST, OBSERVED, RECENT, calibrated, resembling, through
 
 SCORES = Path(__file__).resolve().parents[2] / "bench" / "first_scores"
 
@@ -18,7 +18,7 @@ def test_more_evidence_never_prints_less(a, b):
 
 
 def test_both_maps_are_monotone_knots():
-    for knots in (FIRST, OBSERVED):
+    for knots in (FIRST, OBSERVED, RECENT):
         xs, ys = zip(*knots)
         assert list(xs) == sorted(set(xs)) and list(ys) == sorted(ys)
 
@@ -36,3 +36,15 @@ def test_the_map_prints_near_the_share_observed_where_it_was_fitted():
         share = sum(r["top1"] for r in inside) / len(inside)
         printed = sum(through(OBSERVED, r["confidence"]) for r in inside) / len(inside)
         assert abs(printed - share) < 0.12, (low, high, printed, share, len(inside))
+
+
+def test_the_recent_map_prints_near_the_share_observed_on_the_batches_it_was_fitted_on():
+    """RECENT, on the first places OBSERVED printed (batches 31-35): each block within 0.1 of its share right."""
+    rows = [row for path in SCORES.glob("*.json") for record in [json.loads(path.read_text())]
+            if record.get("confidence_kind") == "observed" for row in record["rows"] if not row["unknown_first"]]
+    assert len(rows) >= 180
+    for low, high in ((0.0, 0.485), (0.485, 0.84), (0.84, 0.875), (0.875, 1.0)):
+        inside = [r for r in rows if low <= r["confidence"] < high]
+        share = sum(r["top1"] for r in inside) / len(inside)
+        printed = sum(through(RECENT, r["confidence"]) for r in inside) / len(inside)
+        assert abs(printed - share) < 0.1, (low, high, printed, share, len(inside))
