@@ -371,7 +371,7 @@ OTHER_WORDS = {
     "docker_no_gpu_runtime": (
         # (after batch 17) a GPU process in a container without NVIDIA's runtime: NVML's library never injected
         # (k8s-device-plugin's `could not load NVML library`: the default runtime is not nvidia)
-        S(r"could not load NVML library", .8),
+        S(r"could not load NVML library|Failed to open libnvidia-ml\.so", .8),  # k8s' words; NCCL's (after batch 35)
         # (after batch 20) the driver's user-space library not visible to the process: Triton's own assertion
         # (it finds libcuda through `ldconfig -p`), the loader's; in a container, the NVIDIA runtime left it out
         S(r"libcuda\.so cannot found|libcuda\.so(?:\.1)?: cannot open shared object file"

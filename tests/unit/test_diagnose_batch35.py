@@ -50,3 +50,11 @@ def test_the_same_cuda_failure_in_nvls_or_shared_memory_keeps_its_own_cause():
     # NCCL's NVLS buffers (the fabric manager's) fail with the same words: corpus fabricmanager/b3-nccl-1338.log
     nvls = "node2:242431:242479 [5] transport/nvls.cc:158 NCCL WARN Cuda failure 1 'invalid argument'\n"
     assert diagnose_text(nvls)[0].cause == "fabricmanager"
+
+
+def test_nccl_unable_to_load_the_drivers_nvml_is_the_gpu_runtime_missing_not_a_socket():
+    # source: https://github.com/hiyouga/LlamaFactory/issues/6161 (batch-32d/02): NCCL's system-error boilerplate names
+    # sockets; the last error says the driver's user-space library is not visible to the process
+    text = ("[rank1]: ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device "
+            "error.\n[rank1]: Last error:\n[rank1]: Failed to open libnvidia-ml.so.1\n")
+    assert diagnose_text(text)[0].cause == "docker_no_gpu_runtime"
