@@ -13,11 +13,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
-import signal
 import sys
 from typing import Optional, Sequence
 
-from clusterctl import __version__
+from clusterctl import __version__, interrupts
 from clusterctl.outcome import Outcome
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -110,10 +109,10 @@ def main(argv: Optional[Sequence[str]] = None, env: Optional[dict] = None) -> in
 
     app = Session.for_command(args, env, parser)
     module = _command_module(COMMANDS[args.command][0])
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
-    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started ignoring it
+    previous = interrupts.install()
     try:
         outcome = module.execute(args, app)
+        interrupts.raise_if_swallowed()  # an interrupt a finalizer swallowed: the command still ends as one
     except ClusterctlError as exc:
         outcome = Outcome(error_document(exc), bad_input=exc.exit_code == EXIT_BAD_INPUT)
         app.renderer.error(str(exc))
@@ -123,8 +122,7 @@ def main(argv: Optional[Sequence[str]] = None, env: Optional[dict] = None) -> in
     except Exception as exc:  # a bug of ours: one line and the traceback's place, never a traceback
         outcome = _internal_error(app, args.command, exc)
     finally:
-        signal.signal(signal.SIGTERM, previous)
-        signal.signal(signal.SIGINT, previous_int)
+        interrupts.restore(previous)
         app.close()
     if args.json:
         emit_json(outcome.document)
@@ -152,10 +150,6 @@ def error_document(exc) -> dict:
     from clusterctl.documents.convert import plain
 
     return plain(ErrorDocument(ok=False, error=exc.what, where=exc.where, fix=exc.fix))
-
-
-def _raise_interrupt(signum, frame):
-    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":

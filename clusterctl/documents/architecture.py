@@ -24,9 +24,10 @@ class Tier:
 STORY: tuple[Tier, ...] = (
     Tier("the node", "what runs on the nodes as its own process: standard library only, imports nothing "
          "outside itself", ("node",)),
-    Tier("the ground", "values, the error tree, the documents, shared vocabularies, the engine (threads, "
+    Tier("the ground", "values, the error tree, the documents, shared vocabularies, Ctrl-C, the engine (threads, "
          "clocks, retries), the I/O edge, records on disk, the screen",
-         ("errors", "documents", "models", "outcome", "ground", "executor", "state", "transport", "render")),
+         ("errors", "documents", "models", "outcome", "interrupts", "ground", "executor", "state", "transport",
+          "render")),
     Tier("libraries", "pure knowledge every stage may consult: the diagnosis, the fleet's health record",
          ("diagnose", "health")),
     Tier("stages", "the user's journey: hosts as values, the plan (pure), the nodes made ready (up), "

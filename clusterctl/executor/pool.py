@@ -5,16 +5,18 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import replace
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence
 
+from clusterctl import interrupts
 from clusterctl.errors import ClusterctlError, HostKeyError, UnreachableError
 from clusterctl.executor.connections import Connections, _unreachable
 from clusterctl.executor.events import Event, OnEvent, _ignore
 from clusterctl.models import Command, CommandResult, Host, HostResult, HostStatus
 
 DEFAULT_WIDTH = 64
+INTERRUPT_CHECK_S = 0.25
 HostAction = Callable[[Any, Host], HostResult]  # (transport, host) -> result
 
 
@@ -33,7 +35,12 @@ def for_each_host(
         return {}
     pool = ThreadPoolExecutor(max_workers=max(1, min(width, len(hosts))), thread_name_prefix="host")
     try:
-        results = list(pool.map(one, hosts))
+        futures = [pool.submit(one, host) for host in hosts]
+        pending = set(futures)
+        while pending:  # in slices: an interrupt a finalizer swallowed is raised again within one (interrupts.py)
+            _done, pending = wait(pending, timeout=INTERRUPT_CHECK_S)
+            interrupts.raise_if_swallowed()
+        results = [future.result() for future in futures]
     except BaseException:
         # Ctrl-C/SIGTERM: return at once instead of waiting for every host's action (a pull can
         # take minutes); the caller closes the connections, which ends the actions still running.
