@@ -6,8 +6,9 @@
   cannot take). Its signals are messages only such a fault prints. Beyond them, `code_fault_of` names an exception
   that nothing else explains `job_code_error` when its type is a program's own (an IndexError, a KeyError...): the
   log then says what failed and where, which `unknown` did not.
-- library_bug: a library saying in its own words that what happened is its bug (PyTorch's `INTERNAL ASSERT FAILED
-  ... please report a bug to PyTorch`): a bug or regression of that release, fixed by another one.
+- library_bug: a library or tool failing in its own code, a bug or regression of that release fixed by another
+  one: its own words (PyTorch's `INTERNAL ASSERT FAILED ... please report a bug to PyTorch`), a C/C++ library's own
+  assertion, a launcher's own daemon crashing, a CUDA call NCCL's kernel enqueue made refused for its arguments.
 
 Same form as rules.py (see its docstring).
 """
