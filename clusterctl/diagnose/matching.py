@@ -280,12 +280,15 @@ def rank_findings(scan: Scan) -> list[Finding]:
     candidates = sorted((c for c in candidates if c.score >= WEAK), key=_order(scan))
     best = candidates[0].score if candidates else 0.0
     findings = [_finding(c, scan) for c in candidates]
-    typed_only = None  # a job_code_error named from its exception's type alone: an `unknown`'s evidence
+    raised = None
     if not candidates or (unexplained and (best < UNKNOWN_BAR or candidates[0].consequence_only)):
-        findings.insert(0, _unknown(scan, unexplained, best))
-        typed_only = findings[0] if findings[0].cause != "unknown" else None
+        lead, raised = _unknown(scan, unexplained, best)
+        findings.insert(0, lead)
     findings = _dedupe(findings)[:TOP]
-    return _with_confidence(findings, [f.score for f in findings], typed_only)
+    findings = _with_confidence(findings, [f.score for f in findings])
+    if raised is not None:  # named only after its confidence, which stays an `unknown`'s: the evidence is the same
+        findings[0] = _job_code_error(findings[0], raised, scan)
+    return findings
 
 
 def _candidates(scan: Scan, events: list[Event]) -> list[Candidate]:
@@ -362,16 +365,14 @@ def _dedupe(findings: list[Finding]) -> list[Finding]:
     return out
 
 
-def _with_confidence(findings: list[Finding], scores: list[float], typed_only: Optional[Finding] = None) -> list[Finding]:
+def _with_confidence(findings: list[Finding], scores: list[float]) -> list[Finding]:
     """Evidence strength times its share among the ranked answers (one strong cause alone keeps its
     strength, two equally strong ones split it), then calibrated (confidence.py) so that the number
-    printed is the share of such answers that were right on logs never seen before. `typed_only` is
-    calibrated as the `unknown` it was before it had a name: OBSERVED was fitted on answers with evidence."""
+    printed is the share of such answers that were right on logs never seen before."""
     from dataclasses import replace
 
     total = sum(scores) or 1.0
-    return [replace(f, confidence=calibrated(min(1.0, s * s / total), "unknown" if f is typed_only else f.cause))
-            for f, s in zip(findings, scores)]
+    return [replace(f, confidence=calibrated(min(1.0, s * s / total), f.cause)) for f, s in zip(findings, scores)]
 
 
 # --------------------------------------------------------------------------- unknown
@@ -389,9 +390,10 @@ def _unexplained_exceptions(scan: Scan, events: list[Event]) -> list[LogLine]:
     return out
 
 
-def _unknown(scan: Scan, unexplained: list[LogLine], best: float) -> Finding:
+def _unknown(scan: Scan, unexplained: list[LogLine], best: float) -> tuple[Finding, Optional[ev.PyException]]:
     """The three most suspicious lines, of the root-cause rank if named: exceptions nothing
-    explains first, then other error-looking lines, consequences last."""
+    explains first, then other error-looking lines, consequences last; and the first of them where it is an
+    exception of the job's own kind (rules_code.code_fault_of), which names the finding job_code_error."""
     root = min(scan.roots, key=lambda r: (r.fields.get("time", ""), _lost_a_peer(scan, r)), default=None)
     own = [line for line in unexplained if root is None or root.rank is None or line.rank == root.rank]
     picked = _suspicious(own or unexplained)
@@ -405,13 +407,20 @@ def _unknown(scan: Scan, unexplained: list[LogLine], best: float) -> Finding:
     score = (0.55 if unexplained else 0.35) * (1.0 - best)
     records = ev.extract(scan.lines)
     raised = next((r for r in records if isinstance(r, ev.PyException) and r.line == first), None)
-    if raised is not None and first in unexplained and code_fault_of(raised.type, raised.message):
-        where = f"`{raised.qualified}`" + (f" raised in `{raised.module}`" if raised.module else "")
-        fix = render_fix(RULE_OF["job_code_error"].fix, template_values({**scan.context, "host": host, "rank": rank}))
-        return Finding("job_code_error", evidence, f"{where}: {fix}", host=host, rank=rank, score=max(score, 0.05))
+    own = raised if raised is not None and first in unexplained and code_fault_of(raised.type, raised.message) else None
     step = families.next_step(records, first)
     return Finding("unknown", evidence, f"{step} {UNKNOWN_FIX}" if step else UNKNOWN_FIX, host=host, rank=rank,
-                   score=max(score, 0.05))
+                   score=max(score, 0.05)), own
+
+
+def _job_code_error(lead: Finding, raised: ev.PyException, scan: Scan) -> Finding:
+    """The `unknown` lead renamed for the exception of the job's own kind it quotes, with where it was raised."""
+    from dataclasses import replace
+
+    where = f"`{raised.qualified}`" + (f" raised in `{raised.module}`" if raised.module else "")
+    fix = render_fix(RULE_OF["job_code_error"].fix, template_values({**scan.context, "host": lead.host,
+                                                                     "rank": lead.rank}))
+    return replace(lead, cause="job_code_error", fix=f"{where}: {fix}")
 
 
 def _last_lines(scan: Scan) -> str:

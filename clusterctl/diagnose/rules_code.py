@@ -18,6 +18,7 @@ import re
 from typing import Optional
 
 from clusterctl.diagnose import fixes as F
+from clusterctl.diagnose.rules_words import DAEMONS
 from clusterctl.diagnose.signals import Rule, S
 
 # Exception types a program raises about itself: its indexes, keys, types, values and assertions. Not OSError and
@@ -34,8 +35,9 @@ NOT_CODE = re.compile(r"module '[\w.]+' has no attribute|environment variable \w
                       r"|\b(?:device|driver|toolkit|GPU|hardware|platform)s?\b.{0,60}(?:does not|doesn't|do not|not) "
                       r"support", re.IGNORECASE)
 
-LAUNCHER_DAEMON_CRASH = (r"Segmentation fault\b.{0,200}/(?:orted|prted|prterun|orterun|hydra_pmi_proxy|slurmstepd)\b"
-                         r"|\b(?:orted|prted|hydra_pmi_proxy|slurmstepd)\b.{0,80}(?:Segmentation fault|SIGSEGV)")
+# the MPI launchers' node daemons (rules_words.DAEMONS) and Slurm's step daemon
+LAUNCHER_DAEMON_CRASH = (rf"Segmentation fault\b.{{0,200}}/(?:{DAEMONS}|slurmstepd)\b"
+                         rf"|\b(?:{DAEMONS}|slurmstepd)\b.{{0,80}}(?:Segmentation fault|SIGSEGV)")
 
 CODE_RULES = (
     Rule("job_code_error",
@@ -56,8 +58,9 @@ CODE_RULES = (
                r"|element 0 of tensors does not require grad", .7),
              S(r"Can't pickle |cannot pickle '|is not picklable|Cannot re-initialize CUDA in forked subprocess", .65),
              # a library saying the job uses it in a mode it does not take (one GPU only, no distributed mode)
-             S(r"(?:does not|doesn't|cannot|can't|can not) (?:currently )?(?:work|be used|train|run)\b.{0,60}? (?:on|in|"
-               r"with) (?:multi[- ]?GPU|multiple GPUs|any distributed mode|distributed (?:mode|training|setups?))", .6),
+             S(r"(?:does not|doesn't|cannot|can't|can not) (?:currently )?(?:work|be used|train|run)\b.{0,60}? "
+               r"(?:on|in|with) (?:multi[- ]?GPU|multiple GPUs|any distributed mode|distributed (?:mode|training"
+               r"|setups?))", .6),
          )),
     Rule("library_bug",
          "`INTERNAL ASSERT FAILED at ... please report a bug to PyTorch`, a library's own words that it hit its bug",
@@ -75,8 +78,8 @@ CODE_RULES = (
              # a launcher's own daemon crashing (Open MPI's orted/prted, MPICH's hydra proxy, slurmstepd): the
              # launcher's bug or another build of it on that node, not the job's code
              S(LAUNCHER_DAEMON_CRASH, .9),
-             # (after batch 35: three logs over batches 34-35, each a NCCL release's bug fixed by another release) a CUDA
-             # call inside NCCL's own kernel enqueue refused for its arguments; NVLS buffers (nvls.cc: the fabric
+             # (after batch 35: three logs over batches 34-35, each a NCCL release's bug fixed by another release) a
+             # CUDA call inside NCCL's own kernel enqueue refused for its arguments; NVLS buffers (nvls.cc: the fabric
              # manager's) and a too small /dev/shm fail with the same words elsewhere and keep their causes
              S(r"enqueue\.cc:\d+ NCCL WARN Cuda failure (?:\d+ )?'(?:invalid argument|invalid resource handle)'", .6),
              S(r"^Cuda failure (?:\d+ )?'(?:invalid argument|invalid resource handle)'", .4,
