@@ -59,6 +59,22 @@ def write_log(path: Path, size: int, seed: int = 18) -> None:
         out.write(TAIL)
 
 
+def write_distinct_log(path: Path, size: int, seed: int = 51) -> None:
+    """The worst case for the reader: every line distinct even with its digits aside (a random hex id on each, as
+    request or trace ids print), so the first 2 MiB and last 4 MiB are diagnosed line by line (reader.MAX_KEPT)."""
+    rng = random.Random(seed)
+    with open(path, "w") as out:
+        out.write(HEAD)
+        written, step = len(HEAD), 0
+        while written < size:
+            step += 1
+            line = (f"[rank{rng.randrange(16)}]: step {step} | trace {rng.getrandbits(64):016x} | loss "
+                    f"{rng.random() * 3:.4f} | lr {rng.random():.2e} | tokens/s {rng.randrange(9000, 13000)}\n")
+            out.write(line)
+            written += len(line)
+        out.write(TAIL)
+
+
 def _block(rng: random.Random) -> str:
     lines, size, step = [], 0, 0
     while size < 4 << 20:
@@ -108,11 +124,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size-mb", type=int, default=1024)
     parser.add_argument("--keep", action="store_true", help="keep the generated log")
+    parser.add_argument("--distinct", action="store_true", help="every line distinct (the reader's worst case)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="diagnose-bench-") as tmp:
         log = Path(tmp) / "train-1g.log"
         started = time.monotonic()
-        write_log(log, args.size_mb << 20)
+        (write_distinct_log if args.distinct else write_log)(log, args.size_mb << 20)
         generated = time.monotonic() - started
         report = {"log_bytes": log.stat().st_size, "generate_seconds": round(generated, 1), **run(log),
                   "in_process_seconds": in_process(log)}

@@ -26,7 +26,7 @@ from clusterctl.diagnose.evidence_config import (NetInterface, PlatformHint, Res
 from clusterctl.diagnose.evidence_system import ContainerError, KernelLine, StoreMessage  # noqa: F401
 from clusterctl.diagnose.logformat import LogLine
 from clusterctl.diagnose.reader import MAX_LINE
-from clusterctl.diagnose.textmatch import NCCL_CLASS_DESCRIPTION, compile_kinds, first_kind
+from clusterctl.diagnose.textmatch import NCCL_CLASS_DESCRIPTION, compile_kinds, first_kind, gated, lines_holding
 
 
 @dataclass(frozen=True)
@@ -133,9 +133,8 @@ _CUDA_MESSAGES = re.compile("|".join(re.escape(m) for _, _, m, _ in sorted(CUDA_
                             re.IGNORECASE)
 
 
+@gated("cuda")
 def cuda_errors(line: LogLine, lowered: str) -> list[CudaError]:
-    if "cuda" not in lowered:
-        return []
     text = line.text[:MAX_LINE]
     found = []
     for match in _CUDA_ENUM.finditer(text):
@@ -184,6 +183,7 @@ _IB_VERBS = re.compile(r"(?:NET/IBP? ?:|\bmlx5_\d+:\d+\b).{0,200}(?:error|fail|u
                        r"|\bibv_\w+ failed|Call to ibv_\w+", re.IGNORECASE)
 
 
+@gated("nccl", "unhandled system error", "unhandled cuda error", "ibv_", "net/ib", "mlx5_", "remnode")
 def nccl_messages(line: LogLine, lowered: str) -> list[NcclMessage]:
     if "nccl" not in lowered and "unhandled system error" not in lowered and "unhandled cuda error" not in lowered:
         if ("ibv_" in lowered or "net/ib" in lowered or "mlx5_" in lowered) and _IB_VERBS.search(line.text[:MAX_LINE]):
@@ -228,12 +228,8 @@ _LAUNCHERS = (
     ("srun", r"\bsrun:|slurmstepd"),
 )
 _LAUNCHER_RE = compile_kinds(_LAUNCHERS)
-_EXIT_WORDS = ("exit", "code", "signal", "sig", "killed", "segmentation", "bus error", "aborted", "status")
-
-
+@gated("exit", "code", "signal", "sig", "killed", "segmentation", "bus error", "aborted", "status")
 def exit_statuses(line: LogLine, lowered: str) -> list[ExitStatus]:
-    if not any(word in lowered for word in _EXIT_WORDS):
-        return []
     text = line.text[:MAX_LINE]
     launcher = first_kind(_LAUNCHER_RE, text)
     found = []
@@ -309,9 +305,8 @@ _ERRNO = re.compile(r"\[Errno (-?\d{1,3})\]|\berrno:? ?(-?\d{1,3})\b|\b(E(?:NOSP
                     r"|HOSTUNREACH|NETUNREACH|NOMEM|ROFS))\b|(" + "|".join(ERRNO_MESSAGES) + ")", re.IGNORECASE)
 
 
+@gated("err", *ERRNO_MESSAGES)
 def os_errnos(line: LogLine, lowered: str) -> list[OsErrno]:
-    if "err" not in lowered and not any(m in lowered for m in ERRNO_MESSAGES):
-        return []
     match = _ERRNO.search(line.text[:MAX_LINE])
     if not match:
         return []
@@ -334,16 +329,14 @@ _NOT_A_PORT = re.compile(r"failed to bind \S*\s*(?:NVLink|NVLS|multicast|memory|
 _UNDEFINED = re.compile(r"undefined symbol:? ?(\w{2,200})")
 
 
+@gated("undefined symbol")
 def undefined_symbols(line: LogLine, lowered: str) -> list[UndefinedSymbol]:
-    if "undefined symbol" not in lowered:
-        return []
     match = _UNDEFINED.search(line.text[:MAX_LINE])
     return [UndefinedSymbol(line, match.group(1))] if match else []
 
 
+@gated("root cause", "launch.py", "mpirun", "accelerate", "srun:", "primary job")
 def launcher_banners(line: LogLine, lowered: str) -> list[LauncherBanner]:
-    if not any(w in lowered for w in ("root cause", "launch.py", "mpirun", "accelerate", "srun:", "primary job")):
-        return []
     text = line.text[:MAX_LINE]
     for name, regex in _LAUNCHER_RE:
         if regex.search(text):
@@ -360,20 +353,31 @@ PER_LINE = (cuda_errors, nccl_messages, exit_statuses, os_errnos, undefined_symb
             evidence_system.kernel_lines) + evidence_config.PARSERS
 
 
+EXCEPTION_GATE = frozenset(("error", "exception", "exit", "interrupt"))
+GATE_WORDS = frozenset().union(EXCEPTION_GATE, *(parser.gate for parser in PER_LINE))
+
+
 def extract(lines: list[LogLine]) -> list:
-    """Every evidence record of `lines`, in line order."""
+    """Every evidence record of `lines`, in line order. Each parser runs only on the lines holding one of its gate
+    words, found for the whole log at once (most lines of a training log hold none)."""
     out: list = []
     last_frame = ""
-    for line in lines:
+    lowers = [line.text[:MAX_LINE].lower() for line in lines]
+    holding = lines_holding(lowers, GATE_WORDS)
+    for index, line in enumerate(lines):
         text = line.text
-        lowered = text[:MAX_LINE].lower()
         frame = _FRAME.match(text[:MAX_LINE]) if text.lstrip().startswith("File ") else None
         if frame:
             last_frame = frame_module(frame.group("path"))
             continue
+        words = holding.get(index)
+        if not words:
+            continue
+        lowered = lowers[index]
         for parser in PER_LINE:
-            out.extend(parser(line, lowered))
-        if "error" in lowered or "exception" in lowered or "exit" in lowered or "interrupt" in lowered:
+            if not words.isdisjoint(parser.gate):
+                out.extend(parser.parse(line, lowered))
+        if not words.isdisjoint(EXCEPTION_GATE):
             found = py_exception(line, last_frame)
             if found:
                 out.extend(found)

@@ -15,7 +15,7 @@ from typing import Optional
 
 from clusterctl.diagnose.logformat import LogLine
 from clusterctl.diagnose.reader import MAX_LINE
-from clusterctl.diagnose.textmatch import NCCL_CLASS_DESCRIPTION, compile_kinds, first_kind
+from clusterctl.diagnose.textmatch import NCCL_CLASS_DESCRIPTION, compile_kinds, first_kind, gated
 
 
 @dataclass(frozen=True)
@@ -89,8 +89,6 @@ _RELATIONS = (
 )
 _SUBJECT_RE = compile_kinds(_SUBJECTS)
 _RELATION_RE = compile_kinds(_RELATIONS)
-_VERSION_WORDS = ("old", "insufficient", "requir", "version", "support", "compatib", "outdated", "update", "upgrade",
-                  "differ", "mismatch", "minimum", "match")
 
 _IFACE = re.compile(r"(?:Bootstrap|NET/Socket|NET|GLOO|gloo|socket)\w*\s*:?\s*Using (?:interface )?(?:\[\d+\])?"
                     r"(?P<name>[\w.-]+)[:\s<]"
@@ -112,13 +110,11 @@ _RESOURCES = (
 _RESOURCE_RE = compile_kinds(_RESOURCES)
 _EXHAUSTED = re.compile(r"insufficient|out of|not enough|exhausted|no space|too small|is full|\bfull\b|exceed"
                         r"|ran out|running low|\bbus error\b|killed due to|pressure", re.IGNORECASE)
-_RESOURCE_WORDS = ("insufficient", "out of", "not enough", "exhaust", "no space", "too small", "full", "exceed",
-                   "ran out", "running low", "bus error", "killed due to", "pressure")
 
 
+@gated("insufficient", "out of", "not enough", "exhaust", "no space", "too small", "full", "exceed", "ran out",
+       "running low", "bus error", "killed due to", "pressure")
 def resources_exhausted(line: LogLine, lowered: str) -> list[ResourceExhausted]:
-    if not any(word in lowered for word in _RESOURCE_WORDS):
-        return []
     text = line.text[:MAX_LINE]
     if not _EXHAUSTED.search(text):
         return []
@@ -126,9 +122,8 @@ def resources_exhausted(line: LogLine, lowered: str) -> list[ResourceExhausted]:
     return [ResourceExhausted(line, resource)] if resource else []
 
 
+@gated("fail", "exited", "nvswitch")
 def service_failures(line: LogLine, lowered: str) -> list[ServiceFailure]:
-    if "fail" not in lowered and "exited" not in lowered and "nvswitch" not in lowered:
-        return []
     match = _SERVICE.search(line.text[:MAX_LINE])
     if not match:
         return []
@@ -136,9 +131,8 @@ def service_failures(line: LogLine, lowered: str) -> list[ServiceFailure]:
     return [ServiceFailure(line, unit.lower())]
 
 
+@gated("win", ":\\", "macos", "darwin", "apple m")
 def platform_hints(line: LogLine, lowered: str) -> list[PlatformHint]:
-    if not any(w in lowered for w in ("win", ":\\", "macos", "darwin", "apple m")):
-        return []
     text = line.text[:MAX_LINE]
     match = _PLATFORM.search(text)
     if not match or not _DISTRIBUTED.search(text):
@@ -146,6 +140,7 @@ def platform_hints(line: LogLine, lowered: str) -> list[PlatformHint]:
     return [PlatformHint(line, "macos" if match.group("mac") else "windows")]
 
 
+@gated("divi", "error:", "expected, but not set", "could not consume arg")
 def usage_errors(line: LogLine, lowered: str) -> list[UsageError]:
     if "divi" in lowered and _DIVISIBLE.search(line.text[:MAX_LINE]):
         return [UsageError(line, "", "divisibility")]
@@ -164,9 +159,9 @@ def usage_errors(line: LogLine, lowered: str) -> list[UsageError]:
     return [UsageError(line, match.group("prog"), kind)]
 
 
+@gated("old", "insufficient", "requir", "version", "support", "compatib", "outdated", "update", "upgrade", "differ",
+       "mismatch", "minimum", "match")
 def version_relations(line: LogLine, lowered: str) -> list[VersionRelation]:
-    if not any(word in lowered for word in _VERSION_WORDS):
-        return []
     text = line.text[:MAX_LINE]
     relation = first_kind(_RELATION_RE, text)
     if not relation:
@@ -179,9 +174,12 @@ def version_relations(line: LogLine, lowered: str) -> list[VersionRelation]:
     return [VersionRelation(line, subject, relation)] if subject else []
 
 
+@gated("using", "127.0.", "interface", "ifname", "find address", "<")
 def net_interfaces(line: LogLine, lowered: str) -> list[NetInterface]:
-    if "using" not in lowered and "127.0." not in lowered and "interface" not in lowered \
-            and "find address" not in lowered and "]" not in lowered:
+    # the words every alternative of _NO_IFACE/_IFACE needs; a list item needs both "]" and "<" (`[0]eth0:10.0.0.1<0>`):
+    # "]" alone is on most lines of a log with timestamps or rank prefixes
+    if "using" not in lowered and "127.0." not in lowered and "interface" not in lowered and "ifname" not in lowered \
+            and "find address" not in lowered and ("]" not in lowered or "<" not in lowered):
         return []
     missing = _NO_IFACE.search(line.text[:MAX_LINE])
     if missing:
@@ -209,7 +207,7 @@ class Placement:
     hosts: dict
     shared: tuple
     clashes: tuple = ()  # (host, interface, addresses, line): one hostname, two addresses on one interface
-    networked: bool = True  # the log shows any network at all (addresses, sockets, IB, interfaces)
+    lines: tuple = ()  # the log's lines, for `networked`
     # the launch's own roll-call (Lightning's `GLOBAL_RANK: r, MEMBER: m/N`): (world size, ranks seen, a rank
     # seen twice or None, line); None without one
     roll_call: Optional[tuple] = None
@@ -219,6 +217,12 @@ class Placement:
     @property
     def single_host(self) -> bool:
         return len(self.hosts) == 1 and len(next(iter(self.hosts.values()))) >= 2
+
+    @property
+    def networked(self) -> bool:
+        """The log shows any network at all (addresses, sockets, IB, interfaces). Asked only of a log with an NCCL
+        system error: a search of every line of a big log costs ~10 us each."""
+        return any(_NETWORK.search(NCCL_CLASS_DESCRIPTION.sub("", line.raw[:MAX_LINE])) for line in self.lines)
 
 
 _NCCL_PREFIX = re.compile(r"^([\w.-]+):\d+:\d+ \[(\d+)\]")
@@ -238,7 +242,6 @@ def rank_placement(lines: list[LogLine]) -> Placement:
     shared: list = []
     seen: set = set()
     addresses: dict = {}
-    networked = False
 
     def place(host: str, rank: int, device: int, line: LogLine) -> None:
         ranks = hosts.setdefault(host, {})
@@ -253,7 +256,6 @@ def rank_placement(lines: list[LogLine]) -> Placement:
     twice, world, last = None, 0, None
     for line in lines:
         raw = line.raw[:MAX_LINE]
-        networked = networked or bool(_NETWORK.search(NCCL_CLASS_DESCRIPTION.sub("", raw)))
         member = _MEMBER.search(raw) if "MEMBER" in raw else None
         if member:
             rank, world, last = int(member.group(1)), int(member.group(2)), line
@@ -288,4 +290,4 @@ def rank_placement(lines: list[LogLine]) -> Placement:
     # (after batch 14) ...but not on NCCL unwinding an error (`init.cc:970 -> 2`): that is a failure, not a stall
     stalled = tail if tail is not None and _NCCL_INFO.search(tail.raw[:MAX_LINE]) \
         and not _NCCL_UNWIND.search(tail.raw[:MAX_LINE]) else None
-    return Placement(hosts, tuple(shared), clashes, networked, roll_call, tuple(sorted(nccl_hosts)), stalled)
+    return Placement(hosts, tuple(shared), clashes, tuple(lines), roll_call, tuple(sorted(nccl_hosts)), stalled)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from clusterctl.diagnose.logformat import LogLine
 from clusterctl.diagnose.reader import MAX_LINE
-from clusterctl.diagnose.textmatch import compile_kinds, first_kind
+from clusterctl.diagnose.textmatch import compile_kinds, first_kind, gated
 
 
 @dataclass(frozen=True)
@@ -72,6 +72,8 @@ _KERNEL = (
 )
 
 
+@gated("nccl", "hccl", "rccl", "ccl", "gloo", "collective", "allreduce", "all_reduce", "watchdog", "notify", "heartbeat",
+       "checktimeout", "store", "c10d", "rendezvous", "rdzv", "master_addr", "init_process_group")
 def store_messages(line: LogLine, lowered: str) -> list[StoreMessage]:
     text = line.text[:MAX_LINE]
     if any(w in lowered for w in _COLLECTIVE_WORDS) and _TIMEOUT.search(text) and _COLLECTIVE.search(text):
@@ -96,10 +98,9 @@ _WAITING = re.compile(r"waitForInput|recvValue|poll for socket|wait(?:ing)? for 
                       re.IGNORECASE)
 
 
+@gated("daemon", "docker", "containerd", "pull", "manifest", "registry", "oci runtime", "nvidia-container", "errimage",
+       "podman", "ctr:", "crictl", "kubelet")
 def container_errors(line: LogLine, lowered: str) -> list[ContainerError]:
-    if not any(w in lowered for w in ("daemon", "docker", "containerd", "pull", "manifest", "registry", "oci runtime",
-                                      "nvidia-container", "errimage", "podman", "ctr:", "crictl", "kubelet")):
-        return []
     text = line.text[:MAX_LINE]
     if not _CONTAINER.search(text):
         return []
@@ -114,10 +115,9 @@ _POSSIBLE = re.compile(r"potential root causes|possible (?:root )?causes?|may ha
                        re.IGNORECASE)
 
 
+@gated("oom", "memory", "xid", "segfault", "general protection", "dmar", "iommu", "amd-vi", "io_page_fault", "pcie",
+       "aer:")
 def kernel_lines(line: LogLine, lowered: str) -> list[KernelLine]:
-    if not any(w in lowered for w in ("oom", "memory", "xid", "segfault", "general protection", "dmar", "iommu",
-                                      "amd-vi", "io_page_fault", "pcie", "aer:")):
-        return []
     text = line.text[:MAX_LINE]
     out = []
     if _POSSIBLE.search(text):  # a notice listing what might have happened is not a record of it

@@ -315,11 +315,9 @@ def placement_supports(placement, records: list) -> list[Support]:
                      _Anchor(placement.stalled))
     if placement.clashes:  # one hostname, two addresses on one interface: two machines
         out += _each((("duplicate_host", .65),), "placement:address-clash", _Anchor(placement.clashes[0][3]))
-    if placement.single_host or not placement.networked:
-        for record in records:
-            if isinstance(record, ev.NcclMessage) and record.error_class == "system":
-                out += _each((("shm_too_small", .4),), "placement:single-host-system-error", record)
-                break
+    system_error = next((r for r in records if isinstance(r, ev.NcclMessage) and r.error_class == "system"), None)
+    if system_error is not None and (placement.single_host or not placement.networked):
+        out += _each((("shm_too_small", .4),), "placement:single-host-system-error", system_error)
     return out
 
 

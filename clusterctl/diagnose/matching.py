@@ -17,7 +17,6 @@ How a log becomes findings:
 from __future__ import annotations
 
 import re
-from bisect import bisect_right
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Optional
@@ -30,8 +29,8 @@ from clusterctl.diagnose.logformat import LogLine, RootCause
 from clusterctl.diagnose.rules_code import code_fault_of
 from clusterctl.diagnose.rules import HOST_MEMORY_SHORT, OOM_RECORD, RULE_OF, RULES, Rule, Signal
 from clusterctl.diagnose.textmatch import (CASCADE_PATTERNS, CONTEXT_PATTERNS, EXCEPTION_LINE, PEER_LOST_PATTERNS,
-                                           SUSPICIOUS, UNKNOWN_FIX, compiled, render_fix, required_literals,
-                                           template_values)
+                                           SUSPICIOUS, UNKNOWN_FIX, any_line_matches, compiled, in_lowered, lines_holding,
+                                           render_fix, required_literals, template_values)
 from clusterctl.models import Finding
 
 EVIDENCE_MAX = 600
@@ -147,9 +146,10 @@ def family_events(lines: list[LogLine], source: str) -> list[Event]:
     events = []
     records = ev.extract(lines)
     killed = any(isinstance(r, ev.ExitStatus) and r.signal == 9 for r in records)
-    oom_recorded = killed and any(compiled(OOM_RECORD).search(line.text[:ev.MAX_LINE]) for line in lines)
-    memory_short = killed and not oom_recorded and any(compiled(HOST_MEMORY_SHORT).search(line.text[:ev.MAX_LINE])
-                                                      for line in lines)
+    texts = [line.text[:ev.MAX_LINE] for line in lines] if killed else []
+    lowered = "\n".join(texts).lower()
+    oom_recorded = killed and any_line_matches(OOM_RECORD, texts, lowered)
+    memory_short = killed and not oom_recorded and any_line_matches(HOST_MEMORY_SHORT, texts, lowered)
     placement = ev.evidence_config.rank_placement(lines)
     for support in families.supports(records, oom_recorded, memory_short) + \
             families.placement_supports(placement, records):
@@ -175,23 +175,8 @@ def _continues(line: LogLine, following: LogLine) -> bool:
 
 
 def keywords_by_line(lines: list[LogLine]) -> dict[int, set]:
-    """line index -> the pre-filter keywords it holds, found by one C-speed `find` pass per keyword
-    over the whole text (a per-line test of every keyword costs more than the rules themselves)."""
-    texts = [line.text.lower() for line in lines]
-    whole = "\n".join(texts)
-    starts, offset = [], 0
-    for text in texts:
-        starts.append(offset)
-        offset += len(text) + 1
-    found: dict[int, set] = {}
-    for key in KEYWORDS:
-        at = whole.find(key)
-        while at != -1:
-            index = bisect_right(starts, at) - 1
-            if at + len(key) <= starts[index] + len(texts[index]):  # not across a line break
-                found.setdefault(index, set()).add(key)
-            at = whole.find(key, at + 1)
-    return found
+    """line index -> the pre-filter keywords it holds."""
+    return lines_holding([line.text.lower() for line in lines], KEYWORDS)
 
 
 def match_one(line: LogLine, text: str, source: str, boundary: int = -1, present=None) -> list[Event]:
@@ -265,7 +250,7 @@ def rank_findings(scan: Scan) -> list[Finding]:
 
     def anywhere(pattern: str) -> bool:
         if pattern not in found:
-            found[pattern] = _search(pattern, scan.lowered)
+            found[pattern] = in_lowered(pattern, scan.lowered)
         return found[pattern]
 
     events = [e for e in scan.events if (not e.signal.requires or anywhere(e.signal.requires))

@@ -22,10 +22,12 @@ from clusterctl.documents.convert import as_document
 
 MIN_SCORE = 0.15
 MIN_SHARED = 3  # terms a case must share with the log: one common word is not a likeness
-_NORMALISE = tuple((re.compile(p, re.IGNORECASE), r) for p, r in (
+# applied to the whole text at once (a call per line and pattern cost more than the rest of a big log's diagnosis):
+# `^` is each line's start (MULTILINE) and no pattern crosses a line break ([^\S\n], not \s)
+_NORMALISE = tuple((re.compile(p, re.IGNORECASE | re.MULTILINE), r) for p, r in (
     (r"\x1b\[[0-9;?]*[ -/]*[@-~]", " "),
-    (r"^\s*[\w.-]+:\d+:\d+ \[\d+\]", " "),  # NCCL's host:pid:tid [device]
-    (r"^\s*(?:\[[\w.-]+ r(?:ank)?\d+\]:?|\[rank\d+\]:|\[default\d+\]:|[\w.-]+: (?=\[))", " "),
+    (r"^[^\S\n]*[\w.-]+:\d+:\d+ \[\d+\]", " "),  # NCCL's host:pid:tid [device]
+    (r"^[^\S\n]*(?:\[[\w.-]+ r(?:ank)?\d+\]:?|\[rank\d+\]:|\[default\d+\]:|[\w.-]+: (?=\[))", " "),
     (r"https?://\S+", " url "),
     (r"(?:/[\w.@+-]+){2,}/?", " path "),
     (r"[A-Z]:\\\S+", " path "),
@@ -51,9 +53,10 @@ class Similar:
 def terms(text: str) -> Counter:
     """Unigrams and bigrams of the normalised words of `text`."""
     counts: Counter = Counter()
-    for line in text.lower().splitlines():
-        for pattern, replacement in _NORMALISE:
-            line = pattern.sub(replacement, line)
+    text = "\n".join(text.lower().splitlines())  # every line break one "\n", for MULTILINE's `^`
+    for pattern, replacement in _NORMALISE:
+        text = pattern.sub(replacement, text)
+    for line in text.split("\n"):
         words = [w for w in _WORD.findall(line) if w not in STOP]
         counts.update(words)
         counts.update(f"{a} {b}" for a, b in zip(words, words[1:]))

@@ -4,7 +4,8 @@ suspicious lines, values quoted by fixes). Pure functions over text."""
 from __future__ import annotations
 
 import re
-from functools import lru_cache
+from bisect import bisect_right
+from functools import lru_cache, wraps
 from typing import Optional, Pattern
 
 UNKNOWN_FIX = ("no known failure signature matched: start from the quoted lines; rerun with NCCL_DEBUG=INFO "
@@ -119,14 +120,136 @@ def render_fix(template: str, values: dict) -> str:
 def required_literals(pattern: str) -> Optional[tuple[str, ...]]:
     """The longest plain-text run of each top-level alternative of `pattern`, a cheap pre-filter:
     a line can only match when it contains one of them (lower-case). None: no usable literal."""
-    literals = []
+    literals: list[str] = []
     for alternative in _top_level(pattern, "|"):
-        runs = _literal_runs(alternative)
-        best = max(runs, key=len, default="")
-        if len(best) < 3:
+        best = max(_literal_runs(alternative), key=len, default="")
+        if len(best) >= 3:
+            literals.append(best.lower())
+            continue
+        inner = _required_group_literals(alternative)
+        if inner is None:
             return None
-        literals.append(best.lower())
+        literals.extend(literal for literal in inner if literal not in literals)
     return tuple(literals)
+
+
+def gated(*words: str):
+    """A per-line evidence parser that finds nothing on a line holding none of `words` (lower-case). The wrapper
+    checks them; `.parse` skips the check for a caller that knows a word is there (evidence.extract, which finds
+    every gate word in one C-speed pass over the whole log instead of a test per line and parser)."""
+    def wrap(parser):
+        @wraps(parser)
+        def checked(line, lowered: str) -> list:
+            return parser(line, lowered) if any(word in lowered for word in words) else []
+        checked.gate = frozenset(words)
+        checked.parse = parser
+        return checked
+    return wrap
+
+
+def lines_holding(texts: list[str], words) -> dict[int, set]:
+    """line index -> the `words` that line of `texts` holds (all lower-case), by one `find` pass per word over the
+    joined text: a per-line test of hundreds of words costs more than the rules themselves."""
+    whole = "\n".join(texts)
+    starts, offset = [], 0
+    for text in texts:
+        starts.append(offset)
+        offset += len(text) + 1
+    found: dict[int, set] = {}
+    for word in words:
+        at = whole.find(word)
+        while at != -1:
+            index = bisect_right(starts, at) - 1
+            if at + len(word) <= starts[index] + len(texts[index]):  # not across a line break
+                found.setdefault(index, set()).add(word)
+            at = whole.find(word, at + 1)
+    return found
+
+
+def in_lowered(pattern: str, lowered: str) -> bool:
+    """`pattern` found in the lower-cased text `lowered`. Its literals are looked for first (one C-speed pass each;
+    a pattern of many alternatives costs ~50 ms per megabyte of text searched), then the pattern only around them:
+    on their own line when it cannot span lines, else within SPAN characters (a rule's match is a line or a few:
+    MAX_LINE is 4096). The whole text is searched past WINDOWED_HITS hits or for a pattern anchored to its ends."""
+    literals = required_literals(pattern)
+    regex = compiled(pattern)
+    if literals is None:
+        return regex.search(lowered) is not None
+    hits = _hits(literals, lowered)
+    if not hits:
+        return False
+    if len(hits) > WINDOWED_HITS or _ANCHORED.search(pattern):
+        return regex.search(lowered) is not None
+    if _MAY_SPAN_LINES.search(pattern):
+        windows = {(max(0, at - SPAN), min(len(lowered), at + SPAN)) for at in hits}
+    else:
+        windows = {_line_around(lowered, at) for at in hits}
+    return any(regex.search(lowered, start, end) for start, end in sorted(windows))
+
+
+def any_line_matches(pattern: str, texts: list[str], lowered: str) -> bool:
+    """`pattern` on one of `texts` (whose lower-cased join is `lowered`): searched only on the lines holding one of
+    its literals, every line past WINDOWED_HITS hits."""
+    literals = required_literals(pattern)
+    regex = compiled(pattern)
+    hits = _hits(literals, lowered) if literals is not None else None
+    if hits is None or len(hits) > WINDOWED_HITS:
+        return any(regex.search(text) for text in texts)
+    return any(regex.search(lowered[start:end]) for start, end in {_line_around(lowered, at) for at in hits})
+
+
+WINDOWED_HITS = 256
+SPAN = 8192
+_ANCHORED = re.compile(r"\\[AZ]|\$")  # `$` at a window's end would match where the text has none
+# what can match a line break: such a pattern is searched in a window around each hit, not on the hit's line
+_MAY_SPAN_LINES = re.compile(r"\\[sSWDn]|\[\^|\^|\(\?[a-zA-Z]*s")
+
+
+def _line_around(text: str, at: int) -> tuple[int, int]:
+    end = text.find("\n", at)
+    return text.rfind("\n", 0, at) + 1, len(text) if end == -1 else end
+
+
+def _hits(literals: tuple[str, ...], lowered: str) -> list[int]:
+    """Where the literals occur, up to WINDOWED_HITS + 1 of them."""
+    hits: list[int] = []
+    for literal in literals:
+        at = lowered.find(literal)
+        while at != -1 and len(hits) <= WINDOWED_HITS:
+            hits.append(at)
+            at = lowered.find(literal, at + 1)
+    return hits
+
+
+MIN_GROUP_LITERAL = 3  # as for a plain run: shorter literals filter little
+
+
+def _required_group_literals(alternative: str) -> Optional[tuple[str, ...]]:
+    """The literals of a group the alternative cannot match without (`(?:exit code|return code)\\s*-9`): the
+    one whose shortest literal is longest; None when no required group has usable literals. Negative
+    look-arounds and optional groups (`?`, `*`, `{0,n}`) are not required; a group's `+` or `{2}` still is."""
+    tokens = list(_tokens(alternative))
+    best: Optional[tuple[str, ...]] = None
+    for index, (token, depth) in enumerate(tokens):
+        if token != "(" or depth != 0:
+            continue
+        end = next(i for i in range(index + 1, len(tokens) + 1) if i == len(tokens) or
+                   (tokens[i][0] == ")" and tokens[i][1] == 0))
+        following = tokens[end + 1][0] if end + 1 < len(tokens) else ""
+        if following in ("?", "*") or following.startswith("{0"):
+            continue
+        body = "".join(token for token, _ in tokens[index + 1:end])
+        opener = _GROUP_OPENER.match(body)
+        if opener is None:  # (?!...), (?<!...), (?#...), a bare flag group (?i)
+            continue
+        found = required_literals(body[opener.end():])
+        if found and min(map(len, found)) >= MIN_GROUP_LITERAL and \
+                (best is None or min(map(len, found)) > min(map(len, best))):
+            best = found
+    return best
+
+
+_GROUP_OPENER = re.compile(r"(?:\?(?::|P<\w+>|=|<=|[aiLmsux-]+:))?(?!\?)")
 
 
 _QUANTIFIER = re.compile(r"\{\d*(?:,\d*)?\}")
