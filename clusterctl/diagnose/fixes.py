@@ -105,6 +105,23 @@ IB_CONFIG = ("InfiniBand/RoCE between the nodes is down or misconfigured[ (compl
 DIVISIBILITY = ("the world size[ {size}] does not divide the model's heads[ {heads}]: use a world size of "
                 "{near_divisors|a divisor of num_heads} and pass it as \"{{world_size}}\" in job.args (set "
                 "job.world_size_divides to num_heads and let clusterctl pick)")
+# (after issue 51's real-job test: hf_trainer.py with `--width 66` was told to change its world size) the same
+# cause's other shapes, each a signal's own fix: what divides what decides what to change
+DIVISIBILITY_EITHER = ("the job's sizes do not divide evenly[ ({heads} by {size})]: when the divisor is the world size "
+                       "or a parallel size (tensor, pipeline, sequence parallel), use a world size of "
+                       "{near_divisors|a divisor of it} and pass it as \"{{world_size}}\" in job.args (set "
+                       "job.world_size_divides and let clusterctl pick); when both are the model's or the data's own "
+                       "(a width and its heads, a length and its chunks), change that value in job.args or the "
+                       "model's config: every node fails alike, it is not the cluster")
+DIVISIBILITY_MODEL = ("the model's own configuration does not divide evenly[ ({heads} by {size})] (its width by its "
+                      "attention heads, whatever the world size): change that value in job.args or the model's "
+                      "config; every node fails alike, it is not the cluster")
+DIVISIBILITY_BATCH = ("the batch sizes do not add up over the ranks: the global batch must be the micro batch per GPU x "
+                      "gradient accumulation x the world size[ ({world_size} ranks)]: set train_batch_size to that "
+                      "product (or \"auto\" in the DeepSpeed config), or change the micro batch in job.args")
+DIVISIBILITY_BUILT_FOR = ("the model, engine or checkpoint was built for another number of ranks than the run "
+                          "started[ ({world_size})]: start as many ranks as it was built for (tensor x pipeline "
+                          "parallel = hosts x job.nproc_per_node), or rebuild or reshard it for this world size")
 NCCL_TOO_OLD = ("an older libnccl[ (missing {symbol})] shadows the NCCL that torch was built with: remove the system "
                 "libnccl from LD_LIBRARY_PATH (job.env/container.env) or install the nvidia-nccl wheel torch expects "
                 "in container.image")

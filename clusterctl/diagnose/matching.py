@@ -330,7 +330,7 @@ def _finding(candidate: Candidate, scan: Scan) -> Finding:
     for event in sorted(candidate.events, key=lambda e: e.weight):
         values.update(event.values)
     values.update(host=candidate.host, rank=rank)
-    fix = render_fix(best.rule.fix, template_values(values))
+    fix = render_fix(best.signal.fix or best.rule.fix, template_values(values))
     return Finding(candidate.cause, best.evidence, fix, host=candidate.host, rank=rank, score=candidate.score)
 
 

@@ -376,23 +376,6 @@ RULES: tuple[Rule, ...] = (
              S(r"unhandled system error|ncclSystemError", .2),
              S(r"unhandled system error", .35, requires=r"NET/IB|Using network IB|ibv_"),
          )),
-    Rule("config_divisibility",
-         "`ulysses_size should be equal to the world size`, `num_heads=40 cannot be divided evenly by 14`",
-         F.DIVISIBILITY, (
-             S(r"num_heads=(?P<heads>\d+)\W+cannot be divided evenly by\W+\S*?ulysses_size=(?P<size>\d+)", .97),
-             S(r"(?:num_heads|attention heads) \((?P<heads>\d+)\) must be divisible by [\w ]+ \((?P<size>\d+)\)", .97),
-             S(r"(?P<heads>\d+) is not divisible by (?P<size>\d+)|cannot be divided evenly|must be divisible by"
-               r"|should be divisible by", .9),
-             S(r"(?:ulysses|ring|sequence[ _]parallel)\w* ?\w* ?(?:should|must) (?:be equal to"
-               r"|equal) the world size", .96),
-             S(r"numerator % denominator", .5),
-             # the job's own divisibility assertion as the traceback quotes it, a split that must be equal, a
-             # parallel layout that does not fit the world (`np.arange(world_size).reshape(...)` failing)
-             S(r"assert\s+[\w.()\[\], *+-]+%\s*[\w.()\[\], *+-]+==\s*0\b|only support equal chunk", .75),
-             S(r"cannot reshape array of size \d+ into shape", .7, requires=r"world_size|parallel"),
-             S(r"must be (?:a )?whole number|is not (?:a )?whole number|(?:must|should) be an? (?:integer |exact )?"
-               r"multiple of|is not an? (?:integer |exact )?multiple of", .8),
-         )),
     Rule("nccl_too_old", "`undefined symbol: ncclCommRegister` (an older libnccl shadows torch's)",
          F.NCCL_TOO_OLD, (
              S(r"undefined(?:\s|%20)+symbol:?(?:\s|%20)*(?P<symbol>nccl\w+)", .96),

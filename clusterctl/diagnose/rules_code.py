@@ -1,6 +1,10 @@
-"""Rules for failures of the code a job runs rather than of the cluster (issue 51, before batch 34: over batches
-24-33, about 25 `other:` labels named one of the two; both joined the collectors' vocabulary before batch 34 froze).
+"""Rules for failures of the code a job runs, or of its configuration, rather than of the cluster (issue 51, before
+batch 34: over batches 24-33, about 25 `other:` labels named job_code_error or library_bug; both joined the
+collectors' vocabulary before batch 34 froze).
 
+- config_divisibility: the job's sizes that do not divide (the seeds' Wan2.1 heads by the world size, a model's width
+  by its heads, a batch over the ranks, an engine built for another world size): each shape its own fix, since what
+  divides what decides what to change.
 - job_code_error: the job's own code or input fails on a rank and would fail alike on any healthy node (an index
   out of range, a shape, dtype or device mismatch, an unpicklable object, a collective given a tensor its backend
   cannot take). Its signals are messages only such a fault prints. Beyond them, `code_fault_of` names an exception
@@ -39,7 +43,50 @@ NOT_CODE = re.compile(r"module '[\w.]+' has no attribute|environment variable \w
 LAUNCHER_DAEMON_CRASH = (rf"Segmentation fault\b.{{0,200}}/(?:{DAEMONS}|slurmstepd)\b"
                          rf"|\b(?:{DAEMONS}|slurmstepd)\b.{{0,80}}(?:Segmentation fault|SIGSEGV)")
 
+# a size that does not divide another, and the world or parallel sizes a line may name as one of them
+DIVIDES = (r"is not divisible by|cannot be divided evenly|(?:must|should) be divisible by"
+           r"|(?:is not|must be|should be) an? (?:integer |exact )?multiple of")
+WORLD_SIZES = (r"world[_ ]?size|\bworld\b|(?:tensor|pipeline|sequence|context|model)[_ ]?(?:model[_ ]?)?parallel"
+               r"|\b[tpm]p[_ ]?size|ulysses|\bring[_ ]?size|(?:number of |num_)(?:gpus|ranks|devices|processes|nodes)"
+               r"|\bnproc")
+
 CODE_RULES = (
+    Rule("config_divisibility",
+         "`ulysses_size should be equal to the world size`, `num_heads=40 cannot be divided evenly by 14`",
+         F.DIVISIBILITY, (
+             S(r"num_heads=(?P<heads>\d+)\W+cannot be divided evenly by\W+\S*?ulysses_size=(?P<size>\d+)", .97),
+             S(r"(?:num_heads|attention heads) \((?P<heads>\d+)\) must be divisible by [\w ]+ \((?P<size>\d+)\)", .97),
+             S(r"(?P<heads>\d+) is not divisible by (?P<size>\d+)|cannot be divided evenly|must be divisible by"
+               r"|should be divisible by", .9, fix=F.DIVISIBILITY_EITHER),
+             S(r"(?:ulysses|ring|sequence[ _]parallel)\w* ?\w* ?(?:should|must) (?:be equal to"
+               r"|equal) the world size", .96),
+             S(r"numerator % denominator", .5),
+             # the job's own divisibility assertion as the traceback quotes it, a split that must be equal, a
+             # parallel layout that does not fit the world (`np.arange(world_size).reshape(...)` failing)
+             S(r"assert\s+[\w.()\[\], *+-]+%\s*[\w.()\[\], *+-]+==\s*0\b|only support equal chunk", .75,
+               fix=F.DIVISIBILITY_EITHER),
+             S(r"cannot reshape array of size \d+ into shape", .7, requires=r"world_size|parallel"),
+             S(r"must be (?:a )?whole number|is not (?:a )?whole number|(?:must|should) be an? (?:integer |exact )?"
+               r"multiple of|is not an? (?:integer |exact )?multiple of", .8, fix=F.DIVISIBILITY_EITHER),
+             # (after batch 29) the runtime's world size checked against the layout a model or engine was built for
+             # (TensorRT-LLM's `mpiSize == tp * pp`, `Engine world size (1) != Runtime world size (8)`; launcher_args
+             # before, when one labeller had read it as the launch's fault)
+             S(r"Assertion failed: (?:mpiSize|worldSize|world_size) == tp \* pp"
+               r"|(?:Engine|Model|Checkpoint) world size \(\d+\) != Runtime world size \(\d+\)", .85,
+               fix=F.DIVISIBILITY_BUILT_FOR),
+             # DeepSpeed's batch check: the global batch must be micro batch x accumulation x world size
+             S(r"train_batch_size is not equal to micro_batch_per_gpu \* gradient_acc_step \* world_size", .8,
+               fix=F.DIVISIBILITY_BATCH),
+             # a checkpoint sharded for another model-parallel size than the ranks started
+             S(r"checkpoint for MP=\d+ but world size is \d+", .85, fix=F.DIVISIBILITY_BUILT_FOR),
+             # a per-GPU micro batch that came out as 0: the global batch is smaller than the ranks it is split over
+             S(r"[Mm]icro batch size per gpu: 0 has to be greater than 0", .85, fix=F.DIVISIBILITY_BATCH),
+             # (after issue 51's real-job test) what divides what, named on the line: the model's own width by its
+             # heads (transformers' `embed_dim` must be divisible by num_heads), or a world or parallel size
+             S(rf"(?:embed_dim|hidden[_ ]size|n_embd|d_model|model dim\w*)\W[^\n]{{0,80}}?(?:{DIVIDES})", .93,
+               unless=WORLD_SIZES, fix=F.DIVISIBILITY_MODEL),
+             S(rf"(?:{WORLD_SIZES})[^\n]{{0,80}}?(?:{DIVIDES})|(?:{DIVIDES})[^\n]{{0,80}}?(?:{WORLD_SIZES})", .92),
+         )),
     Rule("job_code_error",
          "`IndexError`/`KeyError`/`TypeError` raised by the job's code, a CUDA `device-side assert triggered`, "
          "`mat1 and mat2 shapes cannot be multiplied`, `No backend type associated with device type cpu`",

@@ -7,6 +7,7 @@ tests/unit/test_diagnose_setup.py or test_diagnose_batches1011.py.
 """
 from __future__ import annotations
 
+from clusterctl.diagnose import fixes as F
 from clusterctl.diagnose.signals import S
 from clusterctl.diagnose.rules_addresses import (BRIDGE_CONTAINER, BRIDGE_GATEWAY, CONNECT_FAILED,
                                                   CONTAINER_BRIDGE_NCCL, CONTAINER_ID_HOST_NCCL, LINK_LOCAL,
@@ -176,19 +177,6 @@ OTHER_WORDS = {
         # (after batch 25, on batch 23's Ray Tune log, which led by a neighbour's resemblance alone) Tune's word
         # for a trial larger than the cluster: it stays PENDING for good
         S(r"You asked for [\d.]+ cpu and [\d.]+ gpu per trial, but the cluster only has", .8),
-    ),
-    "config_divisibility": (
-        # (after batch 29) the runtime's world size checked against the layout a model or engine was built for
-        # (TensorRT-LLM's `mpiSize == tp * pp`, `Engine world size (1) != Runtime world size (8)`; launcher_args
-        # before, when one labeller had read it as the launch's fault)
-        S(r"Assertion failed: (?:mpiSize|worldSize|world_size) == tp \* pp"
-          r"|(?:Engine|Model|Checkpoint) world size \(\d+\) != Runtime world size \(\d+\)", .85),
-        # DeepSpeed's batch check: the global batch must be micro batch x accumulation x world size
-        S(r"train_batch_size is not equal to micro_batch_per_gpu \* gradient_acc_step \* world_size", .8),
-        # a checkpoint sharded for another model-parallel size than the ranks started
-        S(r"checkpoint for MP=\d+ but world size is \d+", .85),
-        # a per-GPU micro batch that came out as 0: the global batch is smaller than the ranks it is split over
-        S(r"[Mm]icro batch size per gpu: 0 has to be greater than 0", .85),
     ),
     "collective_mismatch": (
         # HCCL's comparison of the two ends' collective (op, count, tag)

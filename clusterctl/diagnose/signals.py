@@ -19,6 +19,7 @@ class Signal:
     unless: str = ""
     consequence: bool = False
     unless_log: str = ""  # a regex that, anywhere in the log, hands the line to a more specific cause
+    fix: str = ""  # this signal's own fix template, where its cause's does not fit what it names
 
     @property
     def regex(self) -> Pattern[str]:
@@ -30,8 +31,8 @@ class Signal:
 
 
 def S(pattern: str, weight: float, requires: str = "", unless: str = "", consequence: bool = False,
-      unless_log: str = "") -> Signal:
-    return Signal(pattern, weight, requires, unless, consequence, unless_log)
+      unless_log: str = "", fix: str = "") -> Signal:
+    return Signal(pattern, weight, requires, unless, consequence, unless_log, fix)
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,12 @@ from local.test_logs_stop import _clusterctl, _local_inventory
 SMALL = '--steps, "20", --width, "64", --batch, "16"'
 
 
-def _first_failure(tmp_path, name: str, args: str) -> dict:
-    """ddp_plain.py (a plain DDP loop) with `args`, two ranks, run with `connection: local`: the first failure."""
+def _first_failure(tmp_path, name: str, args: str, script: str = "ddp_plain.py") -> dict:
+    """`script` (ddp_plain.py: a plain DDP/FSDP loop) with `args`, two ranks, run with `connection: local`: the
+    first failure."""
     pytest.importorskip("torch")
     inventory = _local_inventory(tmp_path, name, job=(
-        f"command: [{FIXTURE_JOBS / 'ddp_plain.py'}]\n"
+        f"command: [{FIXTURE_JOBS / script}]\n"
         f"  args: {args}\n"
         f"  nproc_per_node: 2\n  python: {sys.executable}"))
     (tmp_path / "prompt.txt").write_text("a cat\n")
@@ -43,3 +44,25 @@ def test_a_ddp_loop_given_an_argument_its_own_code_divides_by_is_named_job_code_
     assert first["cause"] == "job_code_error", failure["diagnosis"]
     assert "ZeroDivisionError" in first["evidence"] and first["rank"] == 0, first
     assert "not the cluster" in first["fix"] and failure["host"] == "local"
+
+
+def test_an_fsdp2_loop_given_an_argument_its_own_code_divides_by_is_named_job_code_error_on_that_rank(tmp_path):
+    failure = _first_failure(tmp_path, "fsdp2every0", f'[--kind, fsdp2, --every, "0", {SMALL}]')
+    first = failure["diagnosis"][0]
+    assert first["cause"] == "job_code_error", failure["diagnosis"]
+    assert "ZeroDivisionError" in first["evidence"] and first["rank"] == 0, first
+
+
+def test_a_trainer_loop_whose_width_its_heads_do_not_divide_is_named_config_divisibility(tmp_path):
+    """hf_trainer.py unchanged, `--width 66` for its GPT-2 of 4 heads: transformers refuses the model on every rank."""
+    pytest.importorskip("transformers")
+    failure = _first_failure(tmp_path, "trainer66", '[--width, "66", --steps, "2", --layers, "1"]', "hf_trainer.py")
+    print(json.dumps(failure["diagnosis"], indent=1))
+    assert failure["diagnosis"][0]["cause"] == "config_divisibility", failure["diagnosis"]
+
+
+def test_a_deepspeed_loop_given_a_micro_batch_of_zero_names_the_jobs_own_configuration(tmp_path):
+    pytest.importorskip("deepspeed")
+    failure = _first_failure(tmp_path, "ds0", '[--batch, "0", --steps, "2", --width, "64"]', "ds_plain.py")
+    print(json.dumps(failure["diagnosis"], indent=1))
+    assert failure["diagnosis"][0]["cause"] == "job_code_error", failure["diagnosis"]
