@@ -65,6 +65,12 @@ def compare(doc: dict, rows: dict) -> dict:
     return out
 
 
+# batches collected before job_code_error, library_bug and mpi_pmi_missing joined the collectors' vocabulary
+OLDER_VOCABULARY = (" The reader was given today's vocabulary, larger than batches 31-33's collectors had "
+                    "(job_code_error, library_bug, mpi_pmi_missing): an answer in those three for a log of those "
+                    "batches counts as a miss, as the tool's would.")
+
+
 def pct(a: int, b: int) -> str:
     return f"{100 * a / b:.1f} %" if b else "-"
 
@@ -89,9 +95,8 @@ def section_text() -> str:
             f"{c['iv_reader_top1']} ({pct(c['iv_reader_top1'], c['in_vocab'])}), tool {c['iv_tool_top1']} "
             f"({pct(c['iv_tool_top1'], c['in_vocab'])}); both wrong on {c['iv_both_miss']} (their lines do not carry "
             f"the label to a reader either), the tool alone right on {c['iv_tool_only']}, the reader alone right on "
-            f"{len(c['iv_reader_only'])}: {only or 'none'}. The reader was given today's vocabulary, larger than "
-            f"batches 31-33's collectors had (job_code_error, library_bug, mpi_pmi_missing): an answer in those three "
-            f"for a log of those batches counts as a miss, as the tool's would.")
+            f"{len(c['iv_reader_only'])}: {only or 'none'}." + (OLDER_VOCABULARY if min(
+                v["batch"] for v in doc["cases"].values()) < 34 else ""))
     return "\n\n".join(parts)
 
 

@@ -925,6 +925,26 @@ and 2 froze 35-45 minutes early, so batch 2 was scored with batch 1's code uncha
   `backend` twice, a launcher summary with no error line, a traceback cut before its error. Re-scored (NOT a first
   score, its logs now in the corpus): 9/18 top-1; batches 28-34 unchanged or better (34: 32/43). 14
   vocabulary-labelled logs joined the corpus.
+- After batch 36 (frozen 12:57-13:07 UTC, 2026-12-01, by eleven blind collectors, 50-110 look-ups each: the PyTorch,
+  vendor and Hugging Face forums, Q&A sites, HPC centres' pages, trackers of projects not yet in the corpus, the
+  container and scheduler layer, the collective libraries, training frameworks, vision and speech trainers, serving
+  engines, non-tracker write-ups; 50 logs, 5 left out as threads counted already; the forum and Q&A searches found
+  almost nothing the stored pages hold with a log and an established cause, so 2 of the 45 are from forums, 1 from a
+  blog; scored once at 3ce69e8, the commit when the first eight froze: the code that landed before the last three
+  froze, a speed change and config_divisibility's fixes, gives the same first causes on batches 1-35): top-1 31/45,
+  68.9 %, top-3 73.3 %, unknown first 3/45, 6.7 %; in-vocabulary 31/40; 5 labels outside the vocabulary).
+  `library_bug` was again the most missed label: 7 of the 45, none named first (an MPICH node-list parser, Open MPI's
+  fixed CQ size, a GPU-sharing layer's CUDA hook, a libfabric release): each log shows a failure, rarely that it is a
+  bug. Read, classes only: a program asking to be started by a launcher in other words than `Please use`
+  (LLaMA-Factory's `Please launch distributed training with llamafactory-cli or torchrun`) is `launcher_args`, not its
+  own code; a platform probe's DEBUG line (`TPU platform is not available because: No module named 'libtpu'`) is no
+  import failure; a completion queue or queue pair the RDMA device refuses (`Failed to create a completion queue
+  (CQ)` ... `Cannot allocate memory`) is `ib_config` with a locked-memory fix, not the OOM killer; NCCL's NVLS setup
+  failing keeps `fabricmanager` but its fix now says NCCL_NVLS_ENABLE=0 trains without it. Left: an mpirun that
+  hangs for want of an ssh key (no line says so), MPICH's and Hydra's own bugs, a Lightning Trainer without
+  `num_nodes`, an NCCL built for another CUDA. Re-scored (NOT a first score, its logs now in the corpus): 32/45
+  top-1; batch 34 33/43, batch 35 9/18. 39 vocabulary-labelled logs joined the corpus; not MPICH's two ranks started
+  on one node, whose lines are a successful hello-world: as a resembling case it matched any such text.
 - The blind readers (after batch 35; the paragraph on how far the log alone takes a reader, above): on the same 204
   logs the tool as it is now (re-scored, NOT first scores: it was changed after reading them) names the label first
   for 136 (66.7 %), the readers for 130 (63.7 %). Of the 22 vocabulary-labelled logs a reader named and the first

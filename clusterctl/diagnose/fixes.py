@@ -49,6 +49,18 @@ DRIVER_TOO_OLD = ("the NVIDIA driver on[ {host|this host}][ (CUDA {found_cuda})]
 FABRICMANAGER = ("the NVSwitch fabric is not ready on[ {host|this node}]: install nvidia-fabricmanager matching the "
                  "driver version exactly[ ({driver})], `systemctl enable --now nvidia-fabricmanager`, then rerun "
                  "`clusterctl up` (on GPUs without NVSwitch, disable the fabric manager instead)")
+# (after batch 36: NVLS failing inside a container, the fix that worked NCCL_NVLS_ENABLE=0) NCCL's NVLink SHARP
+# multicast needs the fabric manager and the node's multicast support; training runs without it
+NVLS = ("NCCL's NVLink SHARP (NVLS) multicast failed to set up[ on {host}]: the node or its container cannot use it "
+        "(the fabric manager or IMEX not running, the multicast objects not allowed in the container, NVLink in a bad "
+        "state): set NCCL_NVLS_ENABLE=0 in job.env to train without it (ring and tree over NVLink stay), or check "
+        "`nvidia-smi -q | grep -i -A2 fabric` and nvidia-fabricmanager on that node")
+# (after batch 36) verbs refusing a queue or a memory registration its size or the locked-memory limit does not allow
+RDMA_RESOURCES = ("the RDMA device refused a queue or a memory registration[ on {host}] (`Cannot allocate memory` "
+                  "there is locked memory or the device's queue limits, not host RAM): raise the locked-memory limit "
+                  "(`ulimit -l unlimited`, Docker `--ulimit memlock=-1`, limits.conf), or, when the library asks "
+                  "for more than the device allows (a fixed CQ size), upgrade that MPI/UCX release or exclude its "
+                  "component; NCCL_IB_DISABLE=1 falls back to TCP")
 GPU_XID = ("a GPU[ on {host}] reported a hardware/driver fault[ (Xid {xid})]: take the node out of the inventory "
            "(or hosts[].gpus without that GPU), reset or reboot it, and replace the GPU if the Xid repeats "
            "(79: fell off the bus, 48/94/95: ECC, 74: NVLink, 119: GSP)")

@@ -187,7 +187,8 @@ RULES: tuple[Rule, ...] = (
                r"|does not) match.*driver version (?P<driver>\d+(?:\.\d+)+)", .95),
              S(r"Fabric\s*State\s*:\s*(?:In Progress|Not Started|Failure)", .85),
              # NVLink SHARP (NVLS) buffers live in the NVSwitch fabric the fabric manager programs
-             S(r"transport/nvls\.cc:\d+ NCCL WARN Cuda failure|nvlsAllocateMem|NVLS (?:alloc|setup|init)\w* fail", .7),
+             S(r"transport/nvls\.cc:\d+ NCCL WARN Cuda failure|nvlsAllocateMem|NVLS (?:alloc|setup|init)\w* fail", .7,
+               fix=F.NVLS),
              S(r"nvidia-fabricmanager\.service failed|nvidia-fabricmanager\.service: (?:Failed|Main process exited"
                r"|Control process exited)", .85),
          )),
@@ -234,7 +235,10 @@ RULES: tuple[Rule, ...] = (
          F.IMPORT_ERROR, (
              # a warning that names a missing optional module (torch's "Failed to initialize NumPy")
              # is not what failed
-             S(r"ModuleNotFoundError: No module named|No module named '?[\w.]+'?", .9, unless=r"Warning\b"),
+             # (after batch 36) not a platform probe's DEBUG line (vLLM's `TPU platform is not available because: No
+             # module named 'libtpu'`): only a module the job needs failing its import
+             S(r"ModuleNotFoundError: No module named|No module named '?[\w.]+'?", .9,
+               unless=r"Warning\b|\bnot available because|\bDEBUG\b"),
              S(r"ImportError: .*undefined symbol|undefined symbol: _Z\w+", .9, unless=r"symbol: nccl"),
              S(r"ImportError: (?:cannot import name|DLL load failed|lib\S+\.so[\d.]*: cannot open)", .88,
                unless=r"libcuda\."),  # the driver's library not there: the GPU runtime's (docker_no_gpu_runtime)

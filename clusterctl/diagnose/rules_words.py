@@ -123,6 +123,11 @@ OTHER_WORDS = {
         # a framework refusing to start without the launcher that sets its environment (MindSpore, Horovod, ...)
         S(r"(?:without using|Please use|must be (?:launched|started|run) (?:with|by|through)) '?(?:mpirun|mpiexec|torchrun"
           r"|srun|horovodrun|deepspeed|accelerate launch)\b'?", .75),
+        # (after batch 36) the same refusal in other words: LLaMA-Factory's `Please launch distributed training with
+        # `llamafactory-cli` or `torchrun`.`, "should be launched using ..."
+        S(r"(?:please|must|should|need to) (?:be )?(?:launch|start|run)(?:ed)?\b[^\n]{0,40}?\b(?:with|by|using|through"
+          r"|via) [`'\"]?(?:[\w-]+-cli\b|torchrun|deepspeed|accelerate launch|mpirun|mpiexec|srun|horovodrun"
+          r"|python -m torch\.distributed)", .8),
         # the job compares the world it was built for with the ranks the launch started (an engine, a checkpoint)
         S(r"world[ _]size \(?\d+\)? ?(?:!=|does not match|doesn't match|is not equal to|mismatch).{0,40}"
           r"world[ _]size", .75),
@@ -279,7 +284,7 @@ OTHER_WORDS = {
     ),
     "fabricmanager": (
         # NCCL's NVLink SHARP multicast failing, in its own words
-        S(r"error in the Fabric Manager or NVSwitches|NVLink SHARP \(NVLS\) Multicast", .85),
+        S(r"error in the Fabric Manager or NVSwitches|NVLink SHARP \(NVLS\) Multicast", .85, fix=F.NVLS),
     ),
     "gpu_xid": (
         # (after batch 30) the driver's own word that a GPU must be reset before use (NVRM's NV_ERR_RESET_REQUIRED,
@@ -310,6 +315,10 @@ OTHER_WORDS = {
         # (after batch 17) verbs or mlx5's direct verbs out of locked memory, and UCX/verbs asking for a higher
         # `ulimit -l`: a container's memlock limit (Docker's 64 MB, dockerd's own 8 MB inherited)
         S(r"(?:ibv|mlx5dv?)_\w+\([^)]{0,80}\) failed: Cannot allocate memory|max locked memory \(ulimit -l\)", .9),
+        # (after batch 36) Open MPI's and verbs' words for a completion queue or queue pair the device refused
+        # (`Failed to create a completion queue (CQ):` ... `Error: Cannot allocate memory`): not host RAM
+        S(r"Failed to create a (?:completion queue|queue pair)|\bRequested CQE\b|ibv_create_(?:cq|qp)\w* failed", .7,
+          fix=F.RDMA_RESOURCES),
         # (after batch 12) libibverbs finding an RDMA device but no userspace provider for it (libmlx5 / rdma-core
         # missing from the image or container)
         # (a provider that fails to load for another device, `couldn't load driver 'libipathverbs'`, is benign)
