@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from clusterctl.diagnose import corpus, evidence, matching
 from clusterctl.diagnose.logformat import parse_lines
 from clusterctl.diagnose.rules import HOST_MEMORY_SHORT, OOM_RECORD, RULES
-from clusterctl.diagnose.textmatch import compiled, in_lowered, required_literals
+from clusterctl.diagnose.textmatch import compiled, in_lowered, lines_holding, required_literals
 
 ENTRIES = corpus.load()
 LOG_WIDE = sorted({p for rule in RULES for s in rule.signals for p in (s.requires, s.unless_log) if p}
@@ -121,3 +121,14 @@ def test_extract_finds_the_records_every_parser_finds_on_every_line():
                     plain.extend(found)
                     last_frame = ""
         assert evidence.extract(lines) == plain, entry.path
+
+
+WORDS = st.lists(st.text(alphabet="abc: ", min_size=1, max_size=4), min_size=1, max_size=12)
+
+
+@settings(max_examples=examples(400), deadline=None)
+@given(st.lists(st.text(alphabet="abc: x", max_size=12), min_size=1, max_size=30), WORDS)
+def test_the_lines_holding_each_word_are_those_a_per_line_test_finds(texts, words):
+    # a word is looked for on its shorter parent's lines when the parent is rare: the same answer as a test per line
+    naive = {index: {w for w in words if w in text} for index, text in enumerate(texts)}
+    assert lines_holding(texts, words) == {index: found for index, found in naive.items() if found}
