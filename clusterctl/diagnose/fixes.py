@@ -32,7 +32,9 @@ DISK_FULL = ("the filesystem being written[ on {host}] is full (checkpoint direc
              "root): free space or point job.outputs/the checkpoint path at a larger volume; for image layers "
              "`docker system prune` or move /var/lib/docker")
 GPU_ORDINAL = ("job.nproc_per_node[ ({nproc})] exceeds the {gpus_phrase|GPUs} this node exposes: set "
-               "nproc_per_node: auto[ or {gpus}] (or expose more GPUs with container.gpus / hosts[].gpus)")
+               "nproc_per_node: auto[ or {gpus}] (or expose more GPUs with container.gpus / hosts[].gpus); where "
+               "the ranks per node fit, the script picks its GPU by the global rank or a fixed id: use LOCAL_RANK "
+               "(torch.cuda.set_device(int(os.environ[\"LOCAL_RANK\"])))")
 DUPLICATE_GPU = ("two ranks landed on the same GPU[ (bus {bus})]: stale ranks of an earlier run still hold the GPUs, "
                  "or the script ignores LOCAL_RANK: run `clusterctl down` then `clusterctl up` to clear stale "
                  "processes, keep nproc_per_node: auto, and don't override CUDA_VISIBLE_DEVICES in job.env")
@@ -61,6 +63,22 @@ RDMA_RESOURCES = ("the RDMA device refused a queue or a memory registration[ on 
                   "(`ulimit -l unlimited`, Docker `--ulimit memlock=-1`, limits.conf), or, when the library asks "
                   "for more than the device allows (a fixed CQ size), upgrade that MPI/UCX release or exclude its "
                   "component; NCCL_IB_DISABLE=1 falls back to TCP")
+# (after the fix audit of 2026-12-01: a cause's fix must fit the shape its signal names) the shapes whose fix differs
+DOCKER_SOCKET = ("the SSH user[ on {host}] may not use the Docker daemon's socket: add it to the docker group "
+                 "(`usermod -aG docker USER`, then a new login) or connect as a user that may, then `clusterctl up`")
+REGISTRY_TLS = ("the node's Docker does not trust the registry[ on {host}]: put the registry's CA in "
+                "/etc/docker/certs.d/REGISTRY/ca.crt, or, for a plain-HTTP registry, list it under insecure-registries "
+                "in /etc/docker/daemon.json and restart docker; then `clusterctl up`")
+MPI_SLOTS = ("the MPI launch asked for more processes than the hosts' slots: give -np at most hosts x "
+             "job.nproc_per_node, list the slots in the hostfile (`host slots=N`), or pass --oversubscribe where "
+             "sharing GPUs is meant")
+RDMA_USERSPACE = ("libibverbs found an RDMA device but no userspace provider for it[ on {host}]: install rdma-core's "
+                  "providers (libmlx5, ibverbs-providers) in container.image, or NCCL_IB_DISABLE=1 to fall back to TCP")
+OPENIB_PORTS = ("Open MPI's openib transport leaves InfiniBand ports unused by default: run with the UCX PML "
+                "(`--mca pml ucx`) or allow them (`--mca btl_openib_allow_ib 1`)")
+PIP_NO_DISTRIBUTION = ("pip found no release of a package[ ({package})] for this Python and platform, or no reachable "
+                       "package index: pin a version that exists for the image's Python, point pip at a reachable "
+                       "index or mirror, or bake the package into container.image")
 GPU_XID = ("a GPU[ on {host}] reported a hardware/driver fault[ (Xid {xid})]: take the node out of the inventory "
            "(or hosts[].gpus without that GPU), reset or reboot it, and replace the GPU if the Xid repeats "
            "(79: fell off the bus, 48/94/95: ECC, 74: NVLink, 119: GSP)")
@@ -105,8 +123,8 @@ RDZV = ("the workers cannot reach the rendezvous at[ {addr}:{port}]: open TCP[ {
         "other hosts route to")
 NIC_MISMATCH = ("NCCL/Gloo picked a NIC that does not route between the nodes[ ({iface})]: set hosts[].nic in the "
                 "inventory to the interface carrying the node address (clusterctl exports NCCL_SOCKET_IFNAME and "
-                "GLOO_SOCKET_IFNAME from it), never lo/docker0, and make each hostname resolve to that address, "
-                "not 127.0.1.1")
+                "GLOO_SOCKET_IFNAME from it; for MPI/UCX also UCX_NET_DEVICES or `--mca btl_tcp_if_include`), never "
+                "lo/docker0, and make each hostname resolve to that address, not 127.0.1.1")
 NCCL_SOCKET = ("NCCL's TCP connections between the nodes fail (refused, no route, aborted): allow all TCP ports "
                "between the hosts (NCCL listens on random ports; a firewall that opens only rendezvous.port is not "
                "enough) and pin hosts[].nic to the interface that routes between them")
@@ -128,8 +146,8 @@ DIVISIBILITY_EITHER = ("the job's sizes do not divide evenly[ ({heads} by {size}
 DIVISIBILITY_MODEL = ("the model's own configuration does not divide evenly[ ({heads} by {size})] (its width by its "
                       "attention heads, whatever the world size): change that value in job.args or the model's "
                       "config; every node fails alike, it is not the cluster")
-DIVISIBILITY_BATCH = ("the batch sizes do not add up over the ranks: the global batch must be the micro batch per GPU x "
-                      "gradient accumulation x the world size[ ({world_size} ranks)]: set train_batch_size to that "
+DIVISIBILITY_BATCH = ("the batch sizes do not add up over the ranks: the global batch must be the micro batch per "
+                      "GPU x gradient accumulation x the world size[ ({world_size} ranks)]: set train_batch_size to that "
                       "product (or \"auto\" in the DeepSpeed config), or change the micro batch in job.args")
 DIVISIBILITY_BUILT_FOR = ("the model, engine or checkpoint was built for another number of ranks than the run "
                           "started[ ({world_size})]: start as many ranks as it was built for (tensor x pipeline "

@@ -225,7 +225,8 @@ RULES: tuple[Rule, ...] = (
                r"|requested access to the resource is denied", .93),
              S(r"manifest (?:unknown|for \S+ not found)|Error reading manifest|name unknown", .85),
              S(r"toomanyrequests|You have reached your pull rate limit", .92),
-             S(r"x509: certificate signed by unknown authority|server gave HTTP response to HTTPS client", .75),
+             S(r"x509: certificate signed by unknown authority|server gave HTTP response to HTTPS client", .75,
+               fix=F.REGISTRY_TLS),
              S(r"Unable to find image '[^']+' locally|Error: No such image", .5),
              S(r"unauthorized: authentication required|no basic auth credentials", .85),
          )),
@@ -261,7 +262,7 @@ RULES: tuple[Rule, ...] = (
          F.PERMISSION_DENIED, (
              S(r"PermissionError: \[Errno 13\]"
                r"|\[Errno 13\] Permission denied", .85, unless_log=r"SemLock|shm_open|/dev/shm"),
-             S(r"permission denied while trying to connect to the Docker daemon socket", .95),
+             S(r"permission denied while trying to connect to the Docker daemon socket", .95, fix=F.DOCKER_SOCKET),
              S(r"open\([^)]*\): Permission denied|: Permission denied\b", .6,
                unless=r"shm_open|/dev/shm|Permission denied \(|please try again"),  # ssh's own (ssh_failed)
              S(r"RuntimeError: Permission denied|Operation not permitted|\bEACCES\b", .45),
@@ -277,8 +278,8 @@ RULES: tuple[Rule, ...] = (
              S(r"Permission denied", .9, requires=PRIVILEGED_PORT),
              S(PRIVILEGED_PORT, .35),
              # the launcher's own host list is wrong or missing (DeepSpeed's hostfile, mpirun's slots)
-             S(r"Unable to find hostfile|proceed with training with local resources only"
-               r"|not enough slots available in the system", .7),
+             S(r"Unable to find hostfile|proceed with training with local resources only", .7),
+             S(r"not enough slots available in the system", .7, fix=F.MPI_SLOTS),
          )),
     Rule("launcher_missing",
          "`bash: orted: command not found`, `mpirun: command not found`, `mpirun is not installed` (clusterctl's): "

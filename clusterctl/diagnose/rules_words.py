@@ -90,7 +90,7 @@ OTHER_WORDS = {
         # (after batch 13) pip finding no build of a package for this platform or Python (linux-aarch64, a new
         # CPython): the package the job imports is then missing or another version
         S(r"No matching distribution found for (?P<package>\S+)|Could not find a version that satisfies the "
-          r"requirement (?P<package2>\S+)", .7),
+          r"requirement (?P<package2>\S+)", .7, fix=F.PIP_NO_DISTRIBUTION),
     ),
     "launcher_missing": (
         # (after batch 33) Slurm's step daemon unable to start the task's program: it is not on that node's PATH
@@ -322,10 +322,10 @@ OTHER_WORDS = {
         # (after batch 12) libibverbs finding an RDMA device but no userspace provider for it (libmlx5 / rdma-core
         # missing from the image or container)
         # (a provider that fails to load for another device, `couldn't load driver 'libipathverbs'`, is benign)
-        S(r"libibverbs: Warning: no userspace device-specific driver found", .6),
+        S(r"libibverbs: Warning: no userspace device-specific driver found", .6, fix=F.RDMA_USERSPACE),
         # (after batch 31) Open MPI 4+'s verbs transport (openib) leaving InfiniBand ports unused by policy, or failing
         # to open the device: the job runs over another transport or not at all; UCX is the one meant for IB
-        S(r"infiniband ports on a device\s*(?:are )?not used by default|btl_openib_allow_ib", .6),
+        S(r"infiniband ports on a device\s*(?:are )?not used by default|btl_openib_allow_ib", .6, fix=F.OPENIB_PORTS),
         S(r"There was an error initializing an OpenFabrics device", .55),
     ),
     "nccl_too_old": (

@@ -1,0 +1,59 @@
+"""A cause's fix fits the shape of it that the log shows (issue 51; the class found running hf_trainer.py with
+`--width 66`: config_divisibility's fix told a model whose width its heads do not divide to change the world size).
+Signals whose shape needs another fix carry their own (`S(..., fix=...)`); each test is a real excerpt, its page in
+the `# source` comment."""
+from __future__ import annotations
+
+import pytest
+
+from clusterctl.diagnose import corpus, diagnose_text
+
+ENTRIES = {entry.path: entry for entry in corpus.load()}
+
+# source: https://github.com/NVIDIA/nvidia-docker/issues/1138: the SSH user outside the docker group
+DOCKER_SOCKET = ("docker: Got permission denied while trying to connect to the Docker daemon socket at "
+                 "unix:///var/run/docker.sock: Post http://%2Fvar%2Frun%2Fdocker.sock/v1.40/containers/create?name="
+                 "supervisely-agent-nvIRrxReD45ZBGxFQzVTlI1vV1ALy1H4: dial unix /var/run/docker.sock: connect: "
+                 "permission denied.\nSee 'docker run --help'.\n")
+
+# source: https://github.com/european-dynamics-rnd/OneNet/issues/4: a plain-HTTP private registry
+PLAIN_HTTP_REGISTRY = """\
+Pulling be-dataapp-provider ... error
+ERROR: for be-dataapp-provider  Get "https://109.232.32.194:5000/v2/": http: server gave HTTP response to HTTPS client
+ERROR: Get "https://109.232.32.194:5000/v2/": http: server gave HTTP response to HTTPS client
+"""
+
+# source: https://github.com/easydiffusion/easydiffusion/issues/1093: no CUDA build of that torch for aarch64
+NO_DISTRIBUTION = """\
+ERROR: Could not find a version that satisfies the requirement torch==1.13.1+cu116 (from versions: 1.8.0, 1.8.1, 1.9.0, 1.10.0, 1.10.1, 1.10.2, 1.11.0, 1.12.0, 1.12.1, 1.13.0, 1.13.1, 2.0.0)
+ERROR: No matching distribution found for torch==1.13.1+cu116
+"""
+
+
+@pytest.mark.parametrize("text, cause, words", [
+    (DOCKER_SOCKET, "permission_denied", "docker group"),
+    (PLAIN_HTTP_REGISTRY, "image_pull_failed", "insecure-registries"),
+    (NO_DISTRIBUTION, "import_error", "torch==1.13.1+cu116"),
+])
+def test_the_fix_names_what_this_shape_of_the_cause_needs(text, cause, words):
+    first = diagnose_text(text)[0]
+    assert first.cause == cause, first
+    assert words in first.fix, first.fix
+
+
+@pytest.mark.parametrize("path, cause, words", [
+    ("launcher_args/b3-horovod-978.log", "launcher_args", "--oversubscribe"),
+    ("ib_config/b31-ompi-openib-ib-port-disabled.log", "ib_config", "btl_openib_allow_ib"),
+])
+def test_corpus_logs_of_those_shapes_get_their_fix(path, cause, words):
+    first = diagnose_text(ENTRIES[path].text)[0]
+    assert first.cause == cause, first
+    assert words in first.fix, first.fix
+
+
+def test_the_plain_shapes_keep_their_causes_fix():
+    # the image's own name wrong keeps image_pull_failed's general fix; a path the rank cannot write keeps
+    # permission_denied's
+    assert "docker login" in diagnose_text("Error response from daemon: pull access denied for foo/bar")[0].fix
+    first = diagnose_text("PermissionError: [Errno 13] Permission denied: '/data/ckpt'")[0]
+    assert first.cause == "permission_denied" and "writable volume" in first.fix
