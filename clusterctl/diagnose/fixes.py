@@ -69,6 +69,10 @@ DOCKER_SOCKET = ("the SSH user[ on {host}] may not use the Docker daemon's socke
 REGISTRY_TLS = ("the node's Docker does not trust the registry[ on {host}]: put the registry's CA in "
                 "/etc/docker/certs.d/REGISTRY/ca.crt, or, for a plain-HTTP registry, list it under insecure-registries "
                 "in /etc/docker/daemon.json and restart docker; then `clusterctl up`")
+NO_GPU_VISIBLE = ("the rank sees no GPU at all[ on {host}]: in a container, the NVIDIA runtime or the GPU request is "
+                  "missing (install nvidia-container-toolkit, `nvidia-ctk runtime configure --runtime=docker`, "
+                  "container.gpus); on the host, the driver is not loaded (`nvidia-smi` fails) or CUDA_VISIBLE_DEVICES "
+                  "in job.env is empty or names no GPU")
 MPI_SLOTS = ("the MPI launch asked for more processes than the hosts' slots: give -np at most hosts x "
              "job.nproc_per_node, list the slots in the hostfile (`host slots=N`), or pass --oversubscribe where "
              "sharing GPUs is meant")

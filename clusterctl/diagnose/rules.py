@@ -160,7 +160,7 @@ RULES: tuple[Rule, ...] = (
              S(r"nvidia-container-runtime(?:-hook)?\S*: (?:no such file|not found|executable file not found)", .85),
              # the process sees no GPU at all: a container started without the NVIDIA runtime / --gpus
              S(r"No CUDA GPUs are available|Found no NVIDIA driver on your system|no CUDA-capable device is detected"
-               r"|CUDA driver initialization failed", .6),
+               r"|CUDA driver initialization failed", .6, fix=F.NO_GPU_VISIBLE),
          )),
     Rule("container_lost_gpu", "`Failed to initialize NVML: Unknown Error` inside a running container",
          F.CONTAINER_LOST_GPU, (

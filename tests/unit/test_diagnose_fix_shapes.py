@@ -29,11 +29,20 @@ ERROR: Could not find a version that satisfies the requirement torch==1.13.1+cu1
 ERROR: No matching distribution found for torch==1.13.1+cu116
 """
 
+# source: https://github.com/jiaw-z/CoR-GS/issues/23: the script's CUDA_VISIBLE_DEVICES named a GPU the machine lacks
+# (the fix that worked: CUDA_VISIBLE_DEVICES=0); most threads of this message end the same way
+NO_GPU_VISIBLE = """\
+  File "./.local/lib/python3.8/site-packages/torch/cuda/__init__.py", line 293, in _lazy_init
+    torch._C._cuda_init()
+RuntimeError: No CUDA GPUs are available
+"""
+
 
 @pytest.mark.parametrize("text, cause, words", [
     (DOCKER_SOCKET, "permission_denied", "docker group"),
     (PLAIN_HTTP_REGISTRY, "image_pull_failed", "insecure-registries"),
     (NO_DISTRIBUTION, "import_error", "torch==1.13.1+cu116"),
+    (NO_GPU_VISIBLE, "docker_no_gpu_runtime", "CUDA_VISIBLE_DEVICES"),
 ])
 def test_the_fix_names_what_this_shape_of_the_cause_needs(text, cause, words):
     first = diagnose_text(text)[0]
