@@ -195,6 +195,8 @@ def _support(record) -> list[Support]:
         if record.type == "OutOfMemoryError" and not re.match(r"torch|cuda", record.qualified, re.IGNORECASE) \
                 and not re.search(r"CUDA|GPU|HIP", record.message):  # Ray's, the JVM's: host memory
             return _each((("oom_killed", .6),), "exception:host-oom", record)
+        if record.type.endswith("MemoryError") and record.type not in EXCEPTION_FAMILIES:
+            return _each(EXCEPTION_FAMILIES["MemoryError"], "exception:MemoryError", record)  # numpy's _ArrayMemoryError
         return _each(EXCEPTION_FAMILIES.get(record.type), f"exception:{record.type}", record)
     if isinstance(record, ev.UndefinedSymbol):
         table = (("nccl_too_old", .7),) if record.symbol.startswith("nccl") else (("import_error", .5),)

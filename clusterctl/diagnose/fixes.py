@@ -73,6 +73,10 @@ NO_GPU_VISIBLE = ("the rank sees no GPU at all[ on {host}]: in a container, the 
                   "missing (install nvidia-container-toolkit, `nvidia-ctk runtime configure --runtime=docker`, "
                   "container.gpus); on the host, the driver is not loaded (`nvidia-smi` fails) or CUDA_VISIBLE_DEVICES "
                   "in job.env is empty or names no GPU")
+HOST_MEMORY_SHORT = ("the host ran short of memory[ on {host}] (an allocation failed: ENOMEM, bad_alloc, MemoryError), "
+                     "though the log records no kill: free host RAM (fewer DataLoader workers, no other jobs), lower "
+                     "the per-rank host memory in job.args or run fewer ranks per node (job.nproc_per_node); under a "
+                     "container or cgroup limit, raise it")
 MPI_SLOTS = ("the MPI launch asked for more processes than the hosts' slots: give -np at most hosts x "
              "job.nproc_per_node, list the slots in the hostfile (`host slots=N`), or pass --oversubscribe where "
              "sharing GPUs is meant")

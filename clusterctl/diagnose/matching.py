@@ -23,6 +23,7 @@ from typing import Optional
 
 from clusterctl.diagnose import evidence as ev
 from clusterctl.diagnose import families
+from clusterctl.diagnose import fixes as F
 from clusterctl.diagnose import logformat as fmt
 from clusterctl.diagnose.confidence import calibrated
 from clusterctl.diagnose.logformat import LogLine, RootCause
@@ -158,14 +159,21 @@ def family_events(lines: list[LogLine], source: str) -> list[Event]:
             continue
         line = support.record.line
         weight = support.weight * (WARNING_FACTOR if WARNING_LINE.search(line.raw[:200]) else 1.0)
-        signal = _family_signal(support.family, round(weight, 3), support.consequence)
+        signal = _family_signal(support.family, round(weight, 3), support.consequence,
+                                FAMILY_FIXES.get(support.family, ""))
         events.append(Event(rule, signal, line, line.text.strip()[:EVIDENCE_MAX], {}, source))
     return events
 
 
 @lru_cache(maxsize=None)
-def _family_signal(family: str, weight: float, consequence: bool) -> Signal:
-    return Signal(f"family:{family}", weight, consequence=consequence)
+def _family_signal(family: str, weight: float, consequence: bool, fix: str = "") -> Signal:
+    return Signal(f"family:{family}", weight, consequence=consequence, fix=fix)
+
+
+# evidence whose cause's own fix describes another shape of it: memory short with no kill recorded is oom_killed's
+# family, but "was killed by the OOM killer" would not be what happened
+FAMILY_FIXES = {"errno:12": F.HOST_MEMORY_SHORT, "resource:host_memory": F.HOST_MEMORY_SHORT,
+                "exception:MemoryError": F.HOST_MEMORY_SHORT}
 
 
 def _continues(line: LogLine, following: LogLine) -> bool:

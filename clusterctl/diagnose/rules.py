@@ -68,6 +68,8 @@ RULES: tuple[Rule, ...] = (
              S(f"{EXIT_MINUS_9}|{EXIT_137}|{SIGNAL_9}|{SHELL_KILLED}", .3, unless=SIGKILL_BY_LAUNCHER),
              S(r"CPU memory usage: \d{5,}", .3),
              S(RAY_WORKER_DIED, .5, unless_log=OOM_RECORD),
+             # torch's own host allocator refused (no kill yet): the host short of memory, in its words
+             S(r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)", .75, fix=F.HOST_MEMORY_SHORT),
          )),
     Rule("killed_by_signal",
          "`Signal 9 (SIGKILL)`, exitcode -9 / 137, `Killed`, Slurm `CANCELLED AT ... DUE TO TIME LIMIT` "

@@ -66,3 +66,28 @@ def test_the_plain_shapes_keep_their_causes_fix():
     assert "docker login" in diagnose_text("Error response from daemon: pull access denied for foo/bar")[0].fix
     first = diagnose_text("PermissionError: [Errno 13] Permission denied: '/data/ckpt'")[0]
     assert first.cause == "permission_denied" and "writable volume" in first.fix
+
+
+# source: https://github.com/Esri/arcgis-python-api/issues/743: a DataLoader worker's collate, out of host memory
+CPU_ALLOCATOR = """\
+RuntimeError: Caught RuntimeError in DataLoader worker process 0.
+Original Traceback (most recent call last):
+  File "/home/lino/anaconda3/envs/arcgis181/lib/python3.7/site-packages/torch/utils/data/_utils/worker.py", line 178, in _worker_loop
+    data = fetcher.fetch(index)
+RuntimeError: [enforce fail at CPUAllocator.cpp:64] . DefaultCPUAllocator: can't allocate memory: you tried to allocate 402653184 bytes. Error code 12 (Cannot allocate memory).
+"""
+# source: https://github.com/MIC-DKFZ/nnUNet/issues/2213: numpy's subclass of MemoryError
+NUMPY_ARRAY = ("numpy.core._exceptions._ArrayMemoryError: Unable to allocate 1.61 GiB for an array with shape "
+               "(753, 536, 536) and data type float64")
+
+
+@pytest.mark.parametrize("text", [CPU_ALLOCATOR, NUMPY_ARRAY])
+def test_host_memory_short_with_no_kill_is_named_so_not_as_an_oom_kill(text):
+    first = diagnose_text(text)[0]
+    assert first.cause == "oom_killed", first
+    assert first.fix.startswith("the host ran short of memory") and "records no kill" in first.fix, first.fix
+
+
+def test_a_kill_recorded_keeps_the_oom_killers_fix():
+    first = diagnose_text("[12345.678] Out of memory: Killed process 4242 (python) total-vm:123kB")[0]
+    assert first.cause == "oom_killed" and "killed by the OOM killer" in first.fix
