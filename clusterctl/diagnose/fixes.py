@@ -77,6 +77,10 @@ HOST_MEMORY_SHORT = ("the host ran short of memory[ on {host}] (an allocation fa
                      "though the log records no kill: free host RAM (fewer DataLoader workers, no other jobs), lower "
                      "the per-rank host memory in job.args or run fewer ranks per node (job.nproc_per_node); under a "
                      "container or cgroup limit, raise it")
+ILLEGAL_INSTRUCTION = ("a rank died on an illegal instruction (SIGILL)[ on {host}]: a binary, wheel or extension in "
+                       "container.image was built for a newer CPU (AVX-512, AMX) or another architecture than this "
+                       "node's, or for a GPU arch it lacks: use builds for the node's CPU (`lscpu` flags) and GPU, or "
+                       "rebuild the extension on that node")
 MPI_SLOTS = ("the MPI launch asked for more processes than the hosts' slots: give -np at most hosts x "
              "job.nproc_per_node, list the slots in the hostfile (`host slots=N`), or pass --oversubscribe where "
              "sharing GPUs is meant")

@@ -30,8 +30,8 @@ from clusterctl.diagnose.logformat import LogLine, RootCause
 from clusterctl.diagnose.rules_code import code_fault_of
 from clusterctl.diagnose.rules import HOST_MEMORY_SHORT, OOM_RECORD, RULE_OF, RULES, Rule, Signal
 from clusterctl.diagnose.textmatch import (CASCADE_PATTERNS, CONTEXT_PATTERNS, EXCEPTION_LINE, PEER_LOST_PATTERNS,
-                                           SUSPICIOUS, UNKNOWN_FIX, any_line_matches, compiled, in_lowered, lines_holding,
-                                           render_fix, required_literals, template_values)
+                                           SUSPICIOUS, UNKNOWN_FIX, any_line_matches, compiled, in_lowered,
+                                           lines_holding, render_fix, required_literals, template_values)
 from clusterctl.models import Finding
 
 EVIDENCE_MAX = 600
@@ -160,7 +160,7 @@ def family_events(lines: list[LogLine], source: str) -> list[Event]:
         line = support.record.line
         weight = support.weight * (WARNING_FACTOR if WARNING_LINE.search(line.raw[:200]) else 1.0)
         signal = _family_signal(support.family, round(weight, 3), support.consequence,
-                                FAMILY_FIXES.get(support.family, ""))
+                                FAMILY_FIXES.get((support.family, support.cause), ""))
         events.append(Event(rule, signal, line, line.text.strip()[:EVIDENCE_MAX], {}, source))
     return events
 
@@ -172,8 +172,13 @@ def _family_signal(family: str, weight: float, consequence: bool, fix: str = "")
 
 # evidence whose cause's own fix describes another shape of it: memory short with no kill recorded is oom_killed's
 # family, but "was killed by the OOM killer" would not be what happened
-FAMILY_FIXES = {"errno:12": F.HOST_MEMORY_SHORT, "resource:host_memory": F.HOST_MEMORY_SHORT,
-                "exception:MemoryError": F.HOST_MEMORY_SHORT}
+FAMILY_FIXES = {("errno:12", "oom_killed"): F.HOST_MEMORY_SHORT,
+                ("resource:host_memory", "oom_killed"): F.HOST_MEMORY_SHORT,
+                ("exception:MemoryError", "oom_killed"): F.HOST_MEMORY_SHORT, ("nccl:nvls", "fabricmanager"): F.NVLS,
+                ("cuda:cudaErrorNoDevice", "docker_no_gpu_runtime"): F.NO_GPU_VISIBLE,
+                ("signal:4", "gpu_arch_unsupported"): F.ILLEGAL_INSTRUCTION,
+                ("signal:4", "library_too_old"): F.ILLEGAL_INSTRUCTION,
+                ("usage:divisibility", "config_divisibility"): F.DIVISIBILITY_EITHER}
 
 
 def _continues(line: LogLine, following: LogLine) -> bool:

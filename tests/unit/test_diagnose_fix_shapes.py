@@ -91,3 +91,18 @@ def test_host_memory_short_with_no_kill_is_named_so_not_as_an_oom_kill(text):
 def test_a_kill_recorded_keeps_the_oom_killers_fix():
     first = diagnose_text("[12345.678] Out of memory: Killed process 4242 (python) total-vm:123kB")[0]
     assert first.cause == "oom_killed" and "killed by the OOM killer" in first.fix
+
+
+# source: https://github.com/pytorch/pytorch/issues/37577: libtorch_cpu's AVX2 code on a CPU without AVX
+SIGILL_AVX = """\
+Program received signal SIGILL, Illegal instruction.
+0x00007fffe9076f17 in _GLOBAL__sub_I_BinaryOpsKernel.cpp.AVX2.cpp ()
+   from /home/j/src/pytorch/torch/lib/libtorch_cpu.so
+"""
+
+
+def test_an_illegal_instruction_names_the_cpu_a_build_was_made_for():
+    # evidence families may carry their own fix too (matching.FAMILY_FIXES): SIGILL's causes speak of GPUs and
+    # system libraries, the fix of the CPU the binary needs
+    first = diagnose_text(SIGILL_AVX)[0]
+    assert "illegal instruction (SIGILL)" in first.fix and "AVX-512" in first.fix, first
