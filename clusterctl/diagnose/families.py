@@ -210,6 +210,8 @@ def _support(record) -> list[Support]:
             # (after batch 31) under pyxis/enroot the GPU runtime is a start hook: where it is there and fails (an
             # ldcache error in a nested container) the start failed; where it is absent the runtime is missing
             return _each((("container_start_failed", .7),), "container:enroot_gpu_hook", record)
+        if record.kind == "gpu_runtime" and ENROOT_LINE.search(text):  # the hook's program absent: its own fix
+            return _each(CONTAINER_KINDS["gpu_runtime"], "container:enroot_gpu_runtime", record)
         return _each(CONTAINER_KINDS.get(record.kind), f"container:{record.kind}", record)
     if isinstance(record, ev.OsErrno):
         text = record.line.text[:ev.MAX_LINE]

@@ -81,6 +81,9 @@ ILLEGAL_INSTRUCTION = ("a rank died on an illegal instruction (SIGILL)[ on {host
                        "container.image was built for a newer CPU (AVX-512, AMX) or another architecture than this "
                        "node's, or for a GPU arch it lacks: use builds for the node's CPU (`lscpu` flags) and GPU, or "
                        "rebuild the extension on that node")
+ENROOT_NO_GPU_RUNTIME = ("the node[ {host}] lacks the NVIDIA container CLI that enroot's GPU hook "
+                         "(hooks.d/98-nvidia.sh) runs: install libnvidia-container-tools (nvidia-container-cli, from "
+                         "nvidia-container-toolkit's repository) on every node, or start the job without GPUs")
 MPI_SLOTS = ("the MPI launch asked for more processes than the hosts' slots: give -np at most hosts x "
              "job.nproc_per_node, list the slots in the hostfile (`host slots=N`), or pass --oversubscribe where "
              "sharing GPUs is meant")

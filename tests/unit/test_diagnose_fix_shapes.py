@@ -53,6 +53,8 @@ def test_the_fix_names_what_this_shape_of_the_cause_needs(text, cause, words):
 @pytest.mark.parametrize("path, cause, words", [
     ("launcher_args/b3-horovod-978.log", "launcher_args", "--oversubscribe"),
     ("ib_config/b31-ompi-openib-ib-port-disabled.log", "ib_config", "btl_openib_allow_ib"),
+    # enroot's GPU hook finding no nvidia-container-cli: the node's package, not Docker's runtime configuration
+    ("docker_no_gpu_runtime/b11-pyxis-110.log", "docker_no_gpu_runtime", "libnvidia-container-tools"),
 ])
 def test_corpus_logs_of_those_shapes_get_their_fix(path, cause, words):
     first = diagnose_text(ENTRIES[path].text)[0]
