@@ -231,9 +231,9 @@ def _support(record) -> list[Support]:
         return _each(RESOURCE_KINDS.get(record.resource), f"resource:{record.resource}", record)
     if isinstance(record, ev.ServiceFailure):
         unit = record.unit
-        table = ((("fabricmanager", .75),) if "fabricmanager" in unit or unit == "nvswitch"
-                 else (("docker_no_gpu_runtime", .35),) if any(w in unit for w in ("docker", "containerd", "nvidia-c"))
-                 else ())
+        if any(w in unit for w in ("docker", "containerd", "nvidia-c")):  # the container daemon itself down
+            return _each((("docker_no_gpu_runtime", .35),), "service:container_daemon", record)
+        table = (("fabricmanager", .75),) if "fabricmanager" in unit or unit == "nvswitch" else ()
         return _each(table, f"service:{unit}", record)
     if isinstance(record, ev.PlatformHint):
         return _each((("platform_backend_unsupported", .55),), f"platform:{record.platform}", record)

@@ -84,6 +84,11 @@ ILLEGAL_INSTRUCTION = ("a rank died on an illegal instruction (SIGILL)[ on {host
 ENROOT_NO_GPU_RUNTIME = ("the node[ {host}] lacks the NVIDIA container CLI that enroot's GPU hook "
                          "(hooks.d/98-nvidia.sh) runs: install libnvidia-container-tools (nvidia-container-cli, from "
                          "nvidia-container-toolkit's repository) on every node, or start the job without GPUs")
+CONTAINER_DAEMON_DOWN = ("the container daemon (docker, containerd or the NVIDIA container service) failed[ on "
+                         "{host}]: `systemctl status docker` and `journalctl -u docker` say why; an "
+                         "/etc/docker/daemon.json edited for the NVIDIA runtime that is not valid JSON, or names a "
+                         "runtime path that does not exist, is the common one (`dockerd --validate`); fix it, "
+                         "restart docker, then `clusterctl up`")
 MPI_SLOTS = ("the MPI launch asked for more processes than the hosts' slots: give -np at most hosts x "
              "job.nproc_per_node, list the slots in the hostfile (`host slots=N`), or pass --oversubscribe where "
              "sharing GPUs is meant")

@@ -179,7 +179,8 @@ FAMILY_FIXES = {("errno:12", "oom_killed"): F.HOST_MEMORY_SHORT,
                 ("signal:4", "gpu_arch_unsupported"): F.ILLEGAL_INSTRUCTION,
                 ("signal:4", "library_too_old"): F.ILLEGAL_INSTRUCTION,
                 ("usage:divisibility", "config_divisibility"): F.DIVISIBILITY_EITHER,
-                ("container:enroot_gpu_runtime", "docker_no_gpu_runtime"): F.ENROOT_NO_GPU_RUNTIME}
+                ("container:enroot_gpu_runtime", "docker_no_gpu_runtime"): F.ENROOT_NO_GPU_RUNTIME,
+                ("service:container_daemon", "docker_no_gpu_runtime"): F.CONTAINER_DAEMON_DOWN}
 
 
 def _continues(line: LogLine, following: LogLine) -> bool:

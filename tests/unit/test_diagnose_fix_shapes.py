@@ -108,3 +108,19 @@ def test_an_illegal_instruction_names_the_cpu_a_build_was_made_for():
     # system libraries, the fix of the CPU the binary needs
     first = diagnose_text(SIGILL_AVX)[0]
     assert "illegal instruction (SIGILL)" in first.fix and "AVX-512" in first.fix, first
+
+
+# source: https://github.com/NVIDIA/nvidia-container-runtime/issues/16: dockerd not starting after the NVIDIA runtime
+# was added to its configuration
+DOCKER_DAEMON_DOWN = """\
+Job for docker.service failed because the control process exited with error code. See "systemctl status docker.service" and "journalctl -xe" for details.
+Mar 05 17:55:44 svstation systemd[1]: Failed to start Docker Application Container Engine.
+Mar 05 17:55:44 svstation systemd[1]: docker.service: Unit entered failed state.
+Mar 05 17:55:44 svstation systemd[1]: docker.service: Failed with result 'exit-code'.
+"""
+
+
+def test_the_container_daemon_down_is_told_to_look_at_the_daemon_not_to_add_a_runtime():
+    first = diagnose_text(DOCKER_DAEMON_DOWN)[0]
+    assert first.cause == "docker_no_gpu_runtime", first
+    assert "daemon.json" in first.fix and "journalctl -u docker" in first.fix, first.fix
