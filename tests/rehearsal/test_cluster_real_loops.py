@@ -190,3 +190,27 @@ def test_a_plain_ddp_loop_with_a_head_the_loss_never_reads_fails_diagnosed_with_
     # a straggler round under way on a node when the ranks failed ends by itself, within its interval
     assert wait_until(lambda: not [cmd for _, cmd in processes_with(doc["run_id"]) if "pytest" not in cmd], 15,
                       what="nothing of the run left") is True
+
+
+@pytest.mark.heavy  # the DDP loop's own fault runs in `make test` with connection: local (test_diagnosis_real_jobs)
+@pytest.mark.parametrize("kind, args, cause, words", [
+    # the loop's own `step % args.every` on rank 0 (node1): the job's code, whatever node it runs on
+    ("ddp", ["--every", "0", "--steps", "20", "--width", "64"], "job_code_error", "ZeroDivisionError"),
+    # transformers refusing a GPT-2 whose width its 4 heads do not divide: the model's value, not the world size
+    ("trainer", ["--width", "66", "--steps", "2", "--layers", "1"], "config_divisibility", "model's own configuration"),
+])
+def test_a_loops_own_fault_ends_the_run_diagnosed_as_the_jobs_with_the_fix_that_fits(sandbox, cluster, tmp_path,
+                                                                                       kind, args, cause, words):
+    """Over real sshd, dockerd and torchrun: the run ends failed, its first failure names the job's own fault with the
+    fix for its shape, and no rank of it is left."""
+    cli, where = cluster
+    inventory, _ = _job(sandbox, tmp_path / f"own-{kind}.yaml", *args, kind=kind)
+    code, doc = cli.json("run", "-i", str(inventory), str(where / "prompt.txt"))
+    assert code != 0 and doc["ok"] is False, doc
+    first = doc["first_failure"]["diagnosis"][0]
+    assert first["cause"] == cause, doc["first_failure"]
+    assert words in first["evidence"] + first["fix"], first
+    if kind == "ddp":
+        assert (doc["first_failure"]["host"], first["rank"]) == ("node1", 0), doc["first_failure"]
+    assert wait_until(lambda: not [cmd for _, cmd in processes_with(doc["run_id"]) if "pytest" not in cmd], 15,
+                      what="nothing of the run left") is True
