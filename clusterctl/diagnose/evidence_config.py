@@ -174,12 +174,14 @@ def version_relations(line: LogLine, lowered: str) -> list[VersionRelation]:
     return [VersionRelation(line, subject, relation)] if subject else []
 
 
-@gated("using", "127.0.", "interface", "ifname", "find address", "<")
+# the words every alternative of _NO_IFACE/_IFACE needs, but for an item of NCCL's interface list, which needs both
+# "<" and "]" (`[0]eth0:10.0.0.1<0>`): "]" alone is on most lines of a log with timestamps or rank prefixes
+_IFACE_WORDS = ("using", "127.0.", "interface", "ifname", "find address")
+
+
+@gated(*_IFACE_WORDS, "<")
 def net_interfaces(line: LogLine, lowered: str) -> list[NetInterface]:
-    # the words every alternative of _NO_IFACE/_IFACE needs; a list item needs both "]" and "<" (`[0]eth0:10.0.0.1<0>`):
-    # "]" alone is on most lines of a log with timestamps or rank prefixes
-    if "using" not in lowered and "127.0." not in lowered and "interface" not in lowered and "ifname" not in lowered \
-            and "find address" not in lowered and ("]" not in lowered or "<" not in lowered):
+    if "]" not in lowered and not any(word in lowered for word in _IFACE_WORDS):  # "<" alone
         return []
     missing = _NO_IFACE.search(line.text[:MAX_LINE])
     if missing:

@@ -72,14 +72,18 @@ _KERNEL = (
 )
 
 
-@gated("nccl", "hccl", "rccl", "ccl", "gloo", "collective", "allreduce", "all_reduce", "watchdog", "notify", "heartbeat",
-       "checktimeout", "store", "c10d", "rendezvous", "rdzv", "master_addr", "init_process_group")
+_COLLECTIVE_WORDS = ("nccl", "hccl", "rccl", "ccl", "gloo", "collective", "allreduce", "all_reduce", "watchdog",
+                     "notify", "heartbeat", "checktimeout")
+_STORE_WORDS = ("store", "c10d", "rendezvous", "rdzv", "master_addr", "init_process_group")
+
+
+@gated(*_COLLECTIVE_WORDS, *_STORE_WORDS)
 def store_messages(line: LogLine, lowered: str) -> list[StoreMessage]:
     text = line.text[:MAX_LINE]
     if any(w in lowered for w in _COLLECTIVE_WORDS) and _TIMEOUT.search(text) and _COLLECTIVE.search(text):
         # a collective library (NCCL, HCCL, RCCL, gloo...) waited too long on a peer: a slow or dead rank
         return [StoreMessage(line, "collective_timeout")]
-    if not any(w in lowered for w in ("store", "c10d", "rendezvous", "rdzv", "master_addr", "init_process_group")):
+    if not any(w in lowered for w in _STORE_WORDS):
         return []
     if not _STORE.search(text):
         return []
@@ -89,8 +93,6 @@ def store_messages(line: LogLine, lowered: str) -> list[StoreMessage]:
     return [StoreMessage(line, kind)] if kind else []
 
 
-_COLLECTIVE_WORDS = ("nccl", "hccl", "rccl", "ccl", "gloo", "collective", "allreduce", "all_reduce", "watchdog",
-                     "notify", "heartbeat", "checktimeout")
 _COLLECTIVE = re.compile(r"ProcessGroupNCCL|WorkNCCL|Watchdog|checkTimeout|collective|\b[HRN]CCL\b|HCCL_\w+|oneCCL"
                          r"|\bgloo\b|AllReduce|all_reduce|AllGather|Notify|[Hh]eartbeat", re.IGNORECASE)
 _TIMEOUT = re.compile(r"timed? ?out|timeout|time out|heartbeat lost", re.IGNORECASE)

@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 
 from clusterctl.diagnose import evidence as ev
+from clusterctl.diagnose import fixes as F
 
 # cudaError enum -> (cause, weight), several where the enum is ambiguous
 CUDA_FAMILIES = {
@@ -145,6 +146,20 @@ class Support:
     family: str
     record: object
     consequence: bool = False
+    fix: str = ""  # the fix of this shape of the cause where the cause's own does not fit (FAMILY_FIXES)
+
+
+# evidence whose cause's own fix describes another shape of it: memory short with no kill recorded is oom_killed's
+# family, but "was killed by the OOM killer" would not be what happened
+FAMILY_FIXES = {("errno:12", "oom_killed"): F.HOST_MEMORY_SHORT,
+                ("resource:host_memory", "oom_killed"): F.HOST_MEMORY_SHORT,
+                ("exception:MemoryError", "oom_killed"): F.HOST_MEMORY_SHORT, ("nccl:nvls", "fabricmanager"): F.NVLS,
+                ("cuda:cudaErrorNoDevice", "docker_no_gpu_runtime"): F.NO_GPU_VISIBLE,
+                ("signal:4", "gpu_arch_unsupported"): F.ILLEGAL_INSTRUCTION,
+                ("signal:4", "library_too_old"): F.ILLEGAL_INSTRUCTION,
+                ("usage:divisibility", "config_divisibility"): F.DIVISIBILITY_EITHER,
+                ("container:enroot_gpu_runtime", "docker_no_gpu_runtime"): F.ENROOT_NO_GPU_RUNTIME,
+                ("service:container_daemon", "docker_no_gpu_runtime"): F.CONTAINER_DAEMON_DOWN}
 
 
 def supports(records: list, oom_recorded: bool = False, memory_short: bool = False) -> list[Support]:
@@ -164,7 +179,8 @@ def supports(records: list, oom_recorded: bool = False, memory_short: bool = Fal
 
 
 def _each(table_entry, family: str, record, consequence: bool = False) -> list[Support]:
-    return [Support(cause, weight, family, record, consequence) for cause, weight in table_entry or ()]
+    return [Support(cause, weight, family, record, consequence, FAMILY_FIXES.get((family, cause), ""))
+            for cause, weight in table_entry or ()]
 
 
 def _support(record) -> list[Support]:

@@ -23,7 +23,6 @@ from typing import Optional
 
 from clusterctl.diagnose import evidence as ev
 from clusterctl.diagnose import families
-from clusterctl.diagnose import fixes as F
 from clusterctl.diagnose import logformat as fmt
 from clusterctl.diagnose.confidence import calibrated
 from clusterctl.diagnose.logformat import LogLine, RootCause
@@ -159,8 +158,7 @@ def family_events(lines: list[LogLine], source: str) -> list[Event]:
             continue
         line = support.record.line
         weight = support.weight * (WARNING_FACTOR if WARNING_LINE.search(line.raw[:200]) else 1.0)
-        signal = _family_signal(support.family, round(weight, 3), support.consequence,
-                                FAMILY_FIXES.get((support.family, support.cause), ""))
+        signal = _family_signal(support.family, round(weight, 3), support.consequence, support.fix)
         events.append(Event(rule, signal, line, line.text.strip()[:EVIDENCE_MAX], {}, source))
     return events
 
@@ -168,19 +166,6 @@ def family_events(lines: list[LogLine], source: str) -> list[Event]:
 @lru_cache(maxsize=None)
 def _family_signal(family: str, weight: float, consequence: bool, fix: str = "") -> Signal:
     return Signal(f"family:{family}", weight, consequence=consequence, fix=fix)
-
-
-# evidence whose cause's own fix describes another shape of it: memory short with no kill recorded is oom_killed's
-# family, but "was killed by the OOM killer" would not be what happened
-FAMILY_FIXES = {("errno:12", "oom_killed"): F.HOST_MEMORY_SHORT,
-                ("resource:host_memory", "oom_killed"): F.HOST_MEMORY_SHORT,
-                ("exception:MemoryError", "oom_killed"): F.HOST_MEMORY_SHORT, ("nccl:nvls", "fabricmanager"): F.NVLS,
-                ("cuda:cudaErrorNoDevice", "docker_no_gpu_runtime"): F.NO_GPU_VISIBLE,
-                ("signal:4", "gpu_arch_unsupported"): F.ILLEGAL_INSTRUCTION,
-                ("signal:4", "library_too_old"): F.ILLEGAL_INSTRUCTION,
-                ("usage:divisibility", "config_divisibility"): F.DIVISIBILITY_EITHER,
-                ("container:enroot_gpu_runtime", "docker_no_gpu_runtime"): F.ENROOT_NO_GPU_RUNTIME,
-                ("service:container_daemon", "docker_no_gpu_runtime"): F.CONTAINER_DAEMON_DOWN}
 
 
 def _continues(line: LogLine, following: LogLine) -> bool:

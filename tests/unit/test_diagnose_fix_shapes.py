@@ -104,7 +104,7 @@ Program received signal SIGILL, Illegal instruction.
 
 
 def test_an_illegal_instruction_names_the_cpu_a_build_was_made_for():
-    # evidence families may carry their own fix too (matching.FAMILY_FIXES): SIGILL's causes speak of GPUs and
+    # evidence families may carry their own fix too (families.FAMILY_FIXES): SIGILL's causes speak of GPUs and
     # system libraries, the fix of the CPU the binary needs
     first = diagnose_text(SIGILL_AVX)[0]
     assert "illegal instruction (SIGILL)" in first.fix and "AVX-512" in first.fix, first
