@@ -89,6 +89,11 @@ CONTAINER_DAEMON_DOWN = ("the container daemon (docker, containerd or the NVIDIA
                          "/etc/docker/daemon.json edited for the NVIDIA runtime that is not valid JSON, or names a "
                          "runtime path that does not exist, is the common one (`dockerd --validate`); fix it, "
                          "restart docker, then `clusterctl up`")
+MPI_SINGLETONS = ("every process started alone, each rank 0 of 1: the launcher is not of the MPI the program is linked "
+                  "with (an Open MPI mpirun starting an MPICH-built program, or the reverse), or it passes no process-"
+                  "management interface that library reads: launch with that MPI's own mpirun (`ldd PROGRAM | grep -i "
+                  "mpi` against `which mpirun`), or `srun --mpi=pmix` / `--mpi=pmi2` as the library expects; mpi4py "
+                  "rebuilt against the launcher's MPI")
 MPI_SLOTS = ("the MPI launch asked for more processes than the hosts' slots: give -np at most hosts x "
              "job.nproc_per_node, list the slots in the hostfile (`host slots=N`), or pass --oversubscribe where "
              "sharing GPUs is meant")

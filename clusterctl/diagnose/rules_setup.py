@@ -39,6 +39,10 @@ from clusterctl.diagnose.signals import Rule, S
 # Slurm's reasons for refusing the request itself, not for lacking capacity now (slurm_request_invalid)
 SLURM_REFUSED = (r"Requested node configuration is not available|violates accounting/QOS policy"
                  r"|: Invalid (?:generic resource|partition|account|qos|feature)")
+# an MPI process's own report that its world is itself alone (lower case, as `requires` searches the lowered log):
+# MPICH's cpi example, mpitutorial's hello world, Flux's and TensorRT-LLM's MPI banners
+MPI_SINGLETON = (r"(?:\b(?:process|rank|task) 0 (?:of|out of) 1\b(?![\d.])|\bmpi initialized with 1 mpi process"
+                 r"|\bmpi size: 1, rank: 0\b|\bprocess 0 on \S+ and world size is 1\b)")
 # a log of pyxis/enroot starting a container (lower case: `requires` and `unless_log` search the lowered log)
 ENROOT_HOOK = r"pyxis: |/etc/enroot/hooks\.d/"
 
@@ -205,6 +209,10 @@ SETUP_RULES = (
              S(r"\bPMI2?_Init(?:_thread)? (?:failed|returned -?\d+)|PMIx?_Init failed|PMIx_Init\(\) failed"
                r"|srun: error: Couldn't find the specified plugin name for mpi/\w+"
                r"|srun: error: mpi/pmix\w*: \w+", .8),
+             # (after batch 36) no error at all: every process says it is rank 0 of a world of 1, as each MPI_Init
+             # found no launcher it could read and fell back to a singleton. Twice at least: one such line is a
+             # one-process run
+             S(MPI_SINGLETON, .8, requires=rf"{MPI_SINGLETON}[\s\S]*{MPI_SINGLETON}", fix=F.MPI_SINGLETONS),
          )),
     Rule("slurm_gres_config",
          "`gres/gpu count reported lower than configured`, `can't stat gres.conf file /dev/nvidia0`, `invalid GRES "

@@ -88,3 +88,38 @@ def test_nvls_failing_to_set_up_keeps_the_fabric_and_says_how_to_train_without_i
     first = diagnose_text(NVLS_SETUP_FAILED)[0]
     assert first.cause == "fabricmanager", first
     assert "NCCL_NVLS_ENABLE=0" in first.fix, first.fix
+
+
+# source: https://github.com/jtriley/StarCluster/issues/533 (an Open MPI mpirun starting an MPICH2-built program)
+HELLO_SINGLETONS = """\
+mpirun -np 2 -host master,node001 b
+Hello world from master running process 0 of 1
+Hello world from node001 running process 0 of 1
+"""
+# source: https://github.com/pmodels/mpich/issues/712 (MPICH's cpi example, each process its own world)
+CPI_SINGLETONS = """\
+process id 0 is master
+pi is approximately 3.1416009869231254, Error is 0.0000083333333323
+Process 0 on myhost and world size is 1
+process id 0 is master
+Process 0 on myhost and world size is 1
+"""
+# source: https://github.com/flux-framework/flux-core/issues/5375 (batch-35b/02: Cray MPICH under Flux, no PMI)
+FLUX_SINGLETONS = """\
+0.815s: flux-shell[0]: DEBUG: 0: tasks [0-15] on cores 48-63
+MPI initialized with 1 MPI processes
+MPI initialized with 1 MPI processes
+MPI initialized with 1 MPI processes
+"""
+
+
+def test_processes_that_each_say_they_are_rank_0_of_1_are_an_mpi_launch_their_library_cannot_read():
+    for log in (HELLO_SINGLETONS, CPI_SINGLETONS, FLUX_SINGLETONS):
+        first = diagnose_text(log)[0]
+        assert first.cause == "mpi_pmi_missing", (log, first)
+        assert "each rank 0 of 1" in first.fix and "mpirun" in first.fix
+
+
+def test_one_process_saying_it_is_alone_is_a_one_process_run_not_a_launch_fault():
+    findings = diagnose_text(HELLO_SINGLETONS.splitlines(keepends=True)[1])
+    assert all(f.cause != "mpi_pmi_missing" for f in findings), findings
