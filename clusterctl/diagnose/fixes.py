@@ -94,6 +94,9 @@ MPI_SINGLETONS = ("every process started alone, each rank 0 of 1: the launcher i
                   "management interface that library reads: launch with that MPI's own mpirun (`ldd PROGRAM | grep -i "
                   "mpi` against `which mpirun`), or `srun --mpi=pmix` / `--mpi=pmi2` as the library expects; mpi4py "
                   "rebuilt against the launcher's MPI")
+MPI_AS_ROOT = ("Open MPI refuses to start as root (a container's default user): run the job as a non-root user, or "
+               "let it with `mpirun --allow-run-as-root` or OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 in "
+               "job.env")
 MPI_SLOTS = ("the MPI launch asked for more processes than the hosts' slots: give -np at most hosts x "
              "job.nproc_per_node, list the slots in the hostfile (`host slots=N`), or pass --oversubscribe where "
              "sharing GPUs is meant")

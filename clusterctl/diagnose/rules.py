@@ -211,15 +211,6 @@ RULES: tuple[Rule, ...] = (
              S(r"(?:Retired Pages|Remapped Rows).*Pending\s*:\s*Yes|Remapping Failure Occurred\s*:\s*Yes", .8),
              S(r"Volatile[\s\S]{0,80}?(?:Double Bit|DRAM Uncorrectable|SRAM Uncorrectable)\s*:\s*[1-9]", .7),
          )),
-    Rule("insufficient_resources",
-         "`0/8 nodes are available: 8 Insufficient nvidia.com/gpu` (pod Pending), Slurm cannot allocate",
-         F.INSUFFICIENT_RESOURCES, (
-             S(r"\d+/\d+ nodes are available:.*Insufficient", .96),
-             S(r"\bInsufficient (?:nvidia\.com/gpu|memory|cpu|[\w./-]*gpu)\b", .9),
-             S(r"FailedScheduling|NodeUnfitPod|Unschedulable", .7),
-             S(r"Unable to allocate resources", .85, unless=SLURM_REFUSED),  # a reason not slurm_request_invalid's
-             S(r"PodScheduled\s+False", .5),
-         )),
     Rule("image_pull_failed", "`ErrImagePull` / `ImagePullBackOff`, `pull access denied`, `manifest unknown`",
          F.IMAGE_PULL, (
              S(r"ErrImagePull|ImagePullBackOff|Back-off pulling image|trying and failing to pull image", .95),

@@ -98,6 +98,11 @@ CODE_RULES = (
              S(r"shapes cannot be multiplied|Expected all tensors to be on the same device|expected scalar type \w+ "
                r"but found \w+|Sizes of tensors must match|must match the size of tensor \w+|size mismatch for "
                r"[\w.]+: copying a param with shape", .7),
+             # (after batch 37) an engine's or a runtime's input check: a tensor of another shape than the one built
+             # for (TensorRT-LLM's `Tensor 'x' has invalid shape (1, 1024), expected (-1, 4096)`, TensorRT's
+             # `Static dimension mismatch`, ONNX Runtime's `Got invalid dimensions for input`)
+             S(r"has (?:an )?invalid shape \([\d, -]*\),? expected \(|Static dimension mismatch"
+               r"|Got invalid dimensions for input", .65),
              # a collective handed a tensor its backend cannot take
              S(r"No backend type associated with device type|Tensors must be (?:CUDA and dense|contiguous)", .7),
              # autograd used against its rules, objects that cannot cross a process boundary, CUDA before a fork

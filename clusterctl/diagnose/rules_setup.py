@@ -47,6 +47,40 @@ MPI_SINGLETON = (r"(?:\b(?:process|rank|task) 0 (?:of|out of) 1\b(?![\d.])|\bmpi
 ENROOT_HOOK = r"pyxis: |/etc/enroot/hooks\.d/"
 
 SETUP_RULES = (
+    Rule("insufficient_resources",
+         "`0/8 nodes are available: 8 Insufficient nvidia.com/gpu` (pod Pending), Slurm cannot allocate",
+         F.INSUFFICIENT_RESOURCES, (
+             S(r"\d+/\d+ nodes are available:.*Insufficient", .96),
+             S(r"\bInsufficient (?:nvidia\.com/gpu|memory|cpu|[\w./-]*gpu)\b", .9),
+             S(r"FailedScheduling|NodeUnfitPod|Unschedulable", .7),
+             S(r"Unable to allocate resources", .85, unless=SLURM_REFUSED),  # a reason not slurm_request_invalid's
+             S(r"PodScheduled\s+False", .5),
+             # a cloud's quota or capacity refusing the nodes (a Slurm/Kubernetes autoscaler's resume log, the CLI)
+             S(r"Quota '?[\w./-]+'? exceeded|'reason': 'quotaExceeded'|InsufficientInstanceCapacity"
+               r"|ZONE_RESOURCE_POOL_EXHAUSTED|QuotaExceeded|exceeded quota", .8),
+             # Ray's and vLLM's placement: the cluster has fewer free GPUs than the job asks for
+             S(r"number of required GPUs exceeds the total number of available GPUs"
+               r"|resource request cannot be scheduled right now|cannot be scheduled right now\. It requires \{", .8),
+             # (after batch 23) a trainer's own count of the GPUs it sees against those it asks for: the job sees part
+             # of the cluster (verl's resource pool, attached to a fresh one-node Ray instead of the running cluster)
+             S(r"available GPUs:? \(?[\d.]+\)? is (?:less|fewer) than (?:the )?(?:total )?"
+               r"(?:desired|required|requested) GPUs"
+               r"|requested \d+ GPUs?,? but only [\d.]+ (?:GPUs? )?(?:is |are )?available", .75),
+             # (after batch 24) the clouds' own words for no capacity left for the instance type asked for (EC2's
+             # InsufficientInstanceCapacity text, Azure's allocation failure, GCP's exhausted zone)
+             S(r"(?:do not|don't) have (?:sufficient|enough) (?:[\w.-]+ )?capacity"
+               r"|does not have enough resources available to fulfill the request", .8),
+             # (after batch 25, on batch 23's Ray Tune log, which led by a neighbour's resemblance alone) Tune's word
+             # for a trial larger than the cluster: it stays PENDING for good
+             S(r"You asked for [\d.]+ cpu and [\d.]+ gpu per trial, but the cluster only has", .8),
+             # (after batch 37) Tune's own warning that nothing could start, and its status table of trials all PENDING
+             # minutes in, none holding a resource (`Resources requested: 0/20 CPUs, 0/1 GPUs`)
+             S(r"No trial is running and no new trial has been started within|not having enough resources available "
+               r"to start the next trial", .8),
+             S(r"Number of trials: \d+/\d+ \(\d+ PENDING\)", .6,
+               requires=r"resources requested: 0/[\s\S]{0,400}running for (?!00:00:)"
+                        r"|running for (?!00:00:)[\s\S]{0,400}resources requested: 0/"),
+         )),
     Rule("ssh_failed", "`Permission denied (publickey)`, `ssh exited with exit code 255`, `not reachable via ssh`",
          F.SSH_FAILED, (
              S(r"Permission denied \((?:publickey|password|gssapi|keyboard)[\w,-]*\)", .9),

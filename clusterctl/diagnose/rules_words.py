@@ -116,6 +116,8 @@ OTHER_WORDS = {
         S(r"\b(?:orted|prted|hydra_pmi_proxy): error while loading shared libraries: (?P<remote_lib>\S+?):", .1),
     ),
     "launcher_args": (
+        # (after batch 37) Open MPI's launcher refusing root (mpirun/prterun in a container that runs as root)
+        S(r"(?:mpirun|prterun|orterun|mpiexec) has detected an attempt to run as root", .9, fix=F.MPI_AS_ROOT),
         # (after batch 19) a launch helper's own refusal of its arguments (detectron2-style `launch`, nerfstudio):
         # an automatic rendezvous URL across machines; several GPUs given as one device string
         S(r"dist_url=auto (?:is )?not supported (?:for|in) multi-machine jobs", .9),
@@ -163,25 +165,6 @@ OTHER_WORDS = {
         S(r"(?:doesn't|does not|don't|do not) support (?:bf16|bfloat16|fp8)\b"
           r"|(?:bf16|bfloat16|fp8|FP8)\b.{0,60}(?:requires?|needs?|only (?:be )?supported on|is only available on)"
           r".{0,40}(?:Ampere|Hopper|Ada|A100|H100|compute capability|sm_?\d+)", .8),
-    ),
-    "insufficient_resources": (
-        # a cloud's quota or capacity refusing the nodes (a Slurm/Kubernetes autoscaler's resume log, the CLI)
-        S(r"Quota '?[\w./-]+'? exceeded|'reason': 'quotaExceeded'|InsufficientInstanceCapacity"
-          r"|ZONE_RESOURCE_POOL_EXHAUSTED|QuotaExceeded|exceeded quota", .8),
-        # Ray's and vLLM's placement: the cluster has fewer free GPUs than the job asks for
-        S(r"number of required GPUs exceeds the total number of available GPUs"
-          r"|resource request cannot be scheduled right now|cannot be scheduled right now\. It requires \{", .8),
-        # (after batch 23) a trainer's own count of the GPUs it sees against those it asks for: the job sees part
-        # of the cluster (verl's resource pool, attached to a fresh one-node Ray instead of the running cluster)
-        S(r"available GPUs:? \(?[\d.]+\)? is (?:less|fewer) than (?:the )?(?:total )?(?:desired|required|requested) GPUs"
-          r"|requested \d+ GPUs?,? but only [\d.]+ (?:GPUs? )?(?:is |are )?available", .75),
-        # (after batch 24) the clouds' own words for no capacity left for the instance type asked for (EC2's
-        # InsufficientInstanceCapacity text, Azure's allocation failure, GCP's exhausted zone)
-        S(r"(?:do not|don't) have (?:sufficient|enough) (?:[\w.-]+ )?capacity"
-          r"|does not have enough resources available to fulfill the request", .8),
-        # (after batch 25, on batch 23's Ray Tune log, which led by a neighbour's resemblance alone) Tune's word
-        # for a trial larger than the cluster: it stays PENDING for good
-        S(r"You asked for [\d.]+ cpu and [\d.]+ gpu per trial, but the cluster only has", .8),
     ),
     "collective_mismatch": (
         # HCCL's comparison of the two ends' collective (op, count, tag)
@@ -314,7 +297,8 @@ OTHER_WORDS = {
         S(r"(?:NET/OFI Unable to register memory|Unable to register MR).{0,80}Cannot allocate memory", .75),
         # (after batch 17) verbs or mlx5's direct verbs out of locked memory, and UCX/verbs asking for a higher
         # `ulimit -l`: a container's memlock limit (Docker's 64 MB, dockerd's own 8 MB inherited)
-        S(r"(?:ibv|mlx5dv?)_\w+\([^)]{0,80}\) failed: Cannot allocate memory|max locked memory \(ulimit -l\)", .9),
+        S(r"(?:ibv|mlx5dv?)_\w+\([^)]{0,80}\) failed: Cannot allocate memory|max locked memory \(ulimit -l\)", .9,
+          fix=F.RDMA_RESOURCES),
         # (after batch 36) Open MPI's and verbs' words for a completion queue or queue pair the device refused
         # (`Failed to create a completion queue (CQ):` ... `Error: Cannot allocate memory`): not host RAM
         S(r"Failed to create a (?:completion queue|queue pair)|\bRequested CQE\b|ibv_create_(?:cq|qp)\w* failed", .7,
@@ -327,6 +311,10 @@ OTHER_WORDS = {
         # to open the device: the job runs over another transport or not at all; UCX is the one meant for IB
         S(r"infiniband ports on a device\s*(?:are )?not used by default|btl_openib_allow_ib", .6, fix=F.OPENIB_PORTS),
         S(r"There was an error initializing an OpenFabrics device", .55),
+        # (after batch 37) a fabric provider's own ENOMEM (libfabric's EFA, verbs, UCX): the locked memory its
+        # buffers are pinned in, not host RAM
+        S(r"(?:Libfabric|\bEFA\b|\bfi_\w+|\bUCX\b|\bucp_\w+|\bverbs\b)[^\n]{0,60}(?:\(-12\)|\bENOMEM\b|Cannot allocate "
+          r"memory)", .8, fix=F.RDMA_RESOURCES),
     ),
     "nccl_too_old": (
         # (after batches 10-12) an NCCL older than 2.8 (2020: torch 1.7's) failing at setup with a bare system or

@@ -63,6 +63,9 @@ def test_a_trainer_loop_whose_width_its_heads_do_not_divide_is_named_config_divi
     assert "model's own configuration" in first["fix"] and "world size of" not in first["fix"], first
 
 
+# heavy: DeepSpeed's import and its ranks' start cost ~40 s on CI's 2 cores, a sixth of this tier, for the same
+# diagnosis path the DDP, FSDP2 and Trainer loops above take (make test-heavy runs it)
+@pytest.mark.heavy
 def test_a_deepspeed_loop_given_a_micro_batch_of_zero_names_the_jobs_own_configuration(tmp_path):
     pytest.importorskip("deepspeed")
     failure = _first_failure(tmp_path, "ds0", '[--batch, "0", --steps, "2", --width, "64"]', "ds_plain.py")
