@@ -84,6 +84,7 @@ class Scan:
     context: dict = field(default_factory=dict)
     nodes: dict = field(default_factory=dict)  # host -> what its diag/ files say
     lowered: str = ""  # all lines, lower-case, for `requires`
+    records: list = field(default_factory=list)  # the typed evidence of `lines` (evidence.py), extracted once
 
     def add_text(self, text: str, host: Optional[str], rank: Optional[int], source: str, year: int) -> None:
         lines, roots = fmt.parse_lines(text, host, rank, year)
@@ -93,7 +94,9 @@ class Scan:
         self.lines.extend(lines)
         self.roots.extend(roots)
         self.events.extend(match_lines(lines, source))
-        self.events.extend(family_events(lines, source))
+        records = ev.extract(lines)
+        self.records.extend(records)
+        self.events.extend(family_events(lines, records, source))
         for key, value in context_from_text(text).items():
             self.context.setdefault(key, value)
 
@@ -140,11 +143,10 @@ def match_lines(lines: list[LogLine], source: str) -> list[Event]:
     return events
 
 
-def family_events(lines: list[LogLine], source: str) -> list[Event]:
-    """The typed evidence of `lines` (evidence.py) as events of the causes its families support
+def family_events(lines: list[LogLine], records: list, source: str) -> list[Event]:
+    """The typed evidence `records` of `lines` (evidence.extract) as events of the causes its families support
     (families.py): one Signal per family, so the noisy-OR counts a family once."""
     events = []
-    records = ev.extract(lines)
     killed = any(isinstance(r, ev.ExitStatus) and r.signal == 9 for r in records)
     texts = [line.text[:ev.MAX_LINE] for line in lines] if killed else []
     lowered = "\n".join(texts).lower()
@@ -390,7 +392,7 @@ def _unknown(scan: Scan, unexplained: list[LogLine], best: float) -> tuple[Findi
     rank = first.rank if first is not None and first.rank is not None else (root.rank if root else None)
     host = first.host if first is not None and first.host else (root.host if root else None)
     score = (0.55 if unexplained else 0.35) * (1.0 - best)
-    records = ev.extract(scan.lines)
+    records = scan.records
     raised = next((r for r in records if isinstance(r, ev.PyException) and r.line == first), None)
     own = raised if raised is not None and first in unexplained and code_fault_of(raised.type, raised.message) else None
     step = families.next_step(records, first)
