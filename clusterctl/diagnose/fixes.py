@@ -280,6 +280,12 @@ LIBRARY_BUG = ("a library or tool failed in its own code[ on {rank_name|a rank}]
                "container.image on this path[ (the log's NCCL is {nccl_version})]; search its tracker for the quoted "
                "line, then pin the release its maintainers name as fixed (or the last one that worked) in the image, "
                "on every node; retrying on another node fails alike")
+# (after batch 38) an MPI or its UCX handed GPU buffers without the GPU support they were built or loaded with
+MPI_GPU_SUPPORT = ("the MPI library (or its UCX) is not GPU-aware, yet the job hands it GPU buffers: use an Open MPI "
+                   "built with CUDA (`ompi_info --parsable --all | grep mpi_built_with_cuda_support:value` says true) "
+                   "and UCX_TLS keeping cuda_copy (and cuda_ipc); on Cray MPICH load craype-accel-nvidia* before "
+                   "building so the GTL library is linked; or MPICH_GPU_SUPPORT_ENABLED=0 / OMPI_MCA_opal_cuda_support="
+                   "0 with the buffers copied to host memory first")
 MPI_PMI_MISSING = ("the MPI program was started by srun directly, but its MPI library and Slurm share no process-"
                    "management interface (an Open MPI built without --with-pmix / --with-pmi, or a Slurm without the "
                    "mpi plugin asked for): run it with the plugin both have (`srun --mpi=pmix`, or `--mpi=pmi2`; "
@@ -337,6 +343,8 @@ BRIEF = {
     "ddp_unused_parameters": "freeze unused parameters or find_unused_parameters=True; use_reentrant=False",
     "slurm_gres_config": "gres.conf to the node's GPUs, restart slurmd, resume the node",
     "mpi_pmi_missing": "`srun --mpi=pmix` (`srun --mpi=list`), mpirun inside the allocation, or the site's MPI build",
+    "mpi_gpu_support_missing": ("a GPU-aware MPI build (Open MPI with CUDA, UCX_TLS with cuda_copy; Cray's GTL "
+                                "linked), or buffers copied to host first"),
     "job_code_error": "the job's code or data at its innermost frame (CUDA_LAUNCH_BLOCKING=1 for a device-side assert)",
     "library_bug": "the library's release named fixed in its tracker (or the last that worked), one image everywhere",
     "ssh_failed": "password-less SSH to every node (`clusterctl run` opens its own sessions from the inventory)",

@@ -29,7 +29,7 @@ from clusterctl.diagnose.textmatch import (CASCADE_PATTERNS, CONTEXT_PATTERNS, P
                                            UNKNOWN_FIX, compiled, render_fix, required_literals, template_values)
 from clusterctl.diagnose import fixes as F
 from clusterctl.diagnose.signals import Rule, S, Signal
-from clusterctl.diagnose.rules_setup import ENROOT_HOOK, SETUP_RULES, SLURM_REFUSED
+from clusterctl.diagnose.rules_setup import ENROOT_HOOK, MPI_GPU_UNSUPPORTED, SETUP_RULES, SLURM_REFUSED
 from clusterctl.diagnose.rules_code import CODE_RULES, LAUNCHER_DAEMON_CRASH
 from clusterctl.diagnose.rules_topology import TOPOLOGY_RULES
 from clusterctl.diagnose.rules_addresses import CONNECT_FAILED, NCCL_NOT_ROUTING, NOT_ROUTED, OFF_HOST_UNROUTED
@@ -418,7 +418,8 @@ RULES: tuple[Rule, ...] = (
     Rule("segfault", "`Segmentation fault`, exitcode -11 / 139, `Signal 11 (SIGSEGV)`",
          F.SEGFAULT, (
              S(r"Segmentation fault|SIGSEGV|signal 11\b|Signal 11 \(SIGSEGV\)|!+ Segfault encountered !+", .88,
-               unless=f"{RAY_POSSIBLE_CAUSES}|{LAUNCHER_DAEMON_CRASH}", unless_log=NCCL_FAILED),
+               unless=f"{RAY_POSSIBLE_CAUSES}|{LAUNCHER_DAEMON_CRASH}",
+               unless_log=f"{NCCL_FAILED}|{MPI_GPU_UNSUPPORTED}"),
              # ...after NCCL reported a failure of its own, the crash is what followed it (teardown of a failed comm)
              S(r"Segmentation fault|SIGSEGV|signal 11\b|Signal 11 \(SIGSEGV\)", .5, unless=RAY_POSSIBLE_CAUSES,
                requires=NCCL_FAILED, consequence=True),

@@ -134,6 +134,9 @@ CODE_RULES = (
              # CUDA call inside NCCL's own kernel enqueue refused for its arguments; NVLS buffers (nvls.cc: the fabric
              # manager's) and a too small /dev/shm fail with the same words elsewhere and keep their causes
              S(r"enqueue\.cc:\d+ NCCL WARN Cuda failure (?:\d+ )?'(?:invalid argument|invalid resource handle)'", .6),
+             # (after batch 38) a library enabling peer access between two GPUs a second time (CUDA refuses the
+             # repeat): its own bookkeeping, not the machine's P2P support
+             S(r"PEER_ACCESS_ALREADY_ENABLED|cudaErrorPeerAccessAlreadyEnabled|peer access is already enabled", .6),
              S(r"^Cuda failure (?:\d+ )?'(?:invalid argument|invalid resource handle)'", .4,
                unless_log=r"nvls|/dev/shm|\bshm\b"),
          )),

@@ -43,6 +43,13 @@ SLURM_REFUSED = (r"Requested node configuration is not available|violates accoun
 # MPICH's cpi example, mpitutorial's hello world, Flux's and TensorRT-LLM's MPI banners
 MPI_SINGLETON = (r"(?:\b(?:process|rank|task) 0 (?:of|out of) 1\b(?![\d.])|\bmpi initialized with 1 mpi process"
                  r"|\bmpi size: 1, rank: 0\b|\bprocess 0 on \S+ and world size is 1\b)")
+# an MPI refusing the GPU buffers it was asked to take: Cray MPICH without its GPU transport layer linked, an Open
+# MPI asked for CUDA (opal_cuda_support, --mca mpi_cuda_support 1) in a build without it. A segfault after these
+# words is their consequence (rules.py's segfault row leaves such a log to them). Open MPI's wraps over two lines
+MPI_GPU_UNSUPPORTED = (r"GPU_SUPPORT_ENABLED is requested, but GTL library is not linked"
+                       r"|requested CUDA support[\s\S]{0,80}?(?:library|MPI) was not compiled with "
+                       r"(?:any )?(?:CUDA )?support"
+                       r"|not compiled with (?:any )?CUDA support")
 # a log of pyxis/enroot starting a container (lower case: `requires` and `unless_log` search the lowered log)
 ENROOT_HOOK = r"pyxis: |/etc/enroot/hooks\.d/"
 
@@ -247,6 +254,17 @@ SETUP_RULES = (
              # found no launcher it could read and fell back to a singleton. Twice at least: one such line is a
              # one-process run
              S(MPI_SINGLETON, .8, requires=rf"{MPI_SINGLETON}[\s\S]*{MPI_SINGLETON}", fix=F.MPI_SINGLETONS),
+         )),
+    Rule("mpi_gpu_support_missing",
+         "`GPU_SUPPORT_ENABLED is requested, but GTL library is not linked`, `The user requested CUDA support ... but "
+         "the library was not compiled with any support`",
+         F.MPI_GPU_SUPPORT, (
+             # Cray MPICH asked for GPU buffers (MPICH_GPU_SUPPORT_ENABLED=1) without its GPU transport layer linked
+             S(MPI_GPU_UNSUPPORTED, .9),
+             S(r"mpi_built_with_cuda_support:value:false", .7),
+             # UCX told which transports to use without cuda_copy, the one that recognises GPU memory, while the job
+             # sends device buffers (OSU's `-d cuda`, CuPy, a CUDA-aware MPI test): UCX reads them as host memory
+             S(r"UCX_TLS=(?![^\s\"']*cuda)[\w,^]+", .5, requires=r"-d cuda\b|\bcupy\b|cuda-aware|device buffer"),
          )),
     Rule("slurm_gres_config",
          "`gres/gpu count reported lower than configured`, `can't stat gres.conf file /dev/nvidia0`, `invalid GRES "

@@ -55,7 +55,7 @@ TABLE = {
     "sighup_session_closed": "job", "collective_mismatch": "job", "duplicate_host": "job",
     "gpu_arch_unsupported": "job", "net_plugin_incompatible": "job",
     "extension_build_failed": "job", "ddp_unused_parameters": "job", "job_code_error": "job", "library_bug": "job",
-    "mpi_pmi_missing": "job",
+    "mpi_pmi_missing": "job", "mpi_gpu_support_missing": "job",
 }
 
 # (cause, pattern) in order: the first that matches a failed node's log tail names its cause, where no
