@@ -968,6 +968,23 @@ and 2 froze 35-45 minutes early, so batch 2 was scored with batch 1's code uncha
   34-36 unchanged or better (34: 33/43, 35: 10/18, 36: 32/45). 38 vocabulary-labelled logs joined the corpus.
   Tried and not kept: `library_bug` as the last runner-up wherever a slot was free would raise top-3 on batches
   31-37 by 8 of 291 logs while being right for about 1 in 30 of the logs it was added to: noise, not a diagnosis.
+- Before batch 38 (not prompted by it): the typed evidence is extracted once per log (no change to any finding).
+- After batch 38 (frozen 16:20-16:21 UTC, 2026-12-01, by four blind collectors, 61-75 look-ups each: smaller
+  training projects' trackers, cluster platforms, scientific and non-PyTorch GPU codes, non-English pages (none held
+  a usable log); 20 logs, all from issue trackers, the session's look-up budget allowing no more; scored once at
+  dce25a1): top-1 11/20, 55.0 %, top-3 55.0 %, unknown first 3/20, 15.0 %; in-vocabulary 11/16. Blind readers on the
+  same logs: 14/20. `library_bug` 4 of the 20, none first (a scheduler plugin's regression, a platform's doubled
+  IPv6 addresses, OpenMM enabling peer access twice, the transformers 4.36 checkpoint rename). Read, classes only:
+  TensorFlow's NCCL op without a kernel (`No OpKernel was registered to support Op 'NcclAllReduce'`) is
+  `platform_backend_unsupported`; CUDA refusing peer access enabled a second time is the library's own bookkeeping,
+  `library_bug`. New cause `mpi_gpu_support_missing`: an MPI or its UCX handed GPU buffers without its GPU support
+  (Open MPI built without CUDA, Cray MPICH's GTL not linked, UCX_TLS without cuda_copy): the fourth `other:` label
+  for it over batches 32, 35 and 38 (two here); a segfault after its words is its consequence. Left: two platform
+  regressions no line names as such, Slurm's munge key differing between nodes, CUDA IPC refused between two ranks.
+  Re-scored (NOT a first score): 13/20 top-1 (the class's logs keep their `other:` labels); batches 34-37 unchanged.
+  16 vocabulary-labelled logs joined the corpus, and the four of the new cause under it. The collectors' vocabulary
+  (VOCAB.md) gained the cause, and launcher_args' and mpi_pmi_missing's lines the forms batches 36-38 labelled
+  `other:` for them (Open MPI refusing root or short of slots; every process rank 0 of 1).
 - The blind readers (after batch 35; the paragraph on how far the log alone takes a reader, above): on the same 204
   logs the tool as it is now (re-scored, NOT first scores: it was changed after reading them) names the label first
   for 136 (66.7 %), the readers for 130 (63.7 %). Of the 22 vocabulary-labelled logs a reader named and the first
