@@ -12,7 +12,8 @@ collectors' vocabulary before batch 34 froze).
   log then says what failed and where, which `unknown` did not.
 - library_bug: a library or tool failing in its own code, a bug or regression of that release fixed by another
   one: its own words (PyTorch's `INTERNAL ASSERT FAILED ... please report a bug to PyTorch`), a C/C++ library's own
-  assertion, a launcher's own daemon crashing, a CUDA call NCCL's kernel enqueue made refused for its arguments.
+  assertion, a launcher's own daemon crashing, a CUDA call NCCL's kernel enqueue made refused for its arguments,
+  peer access between two GPUs enabled a second time.
 
 Same form as rules.py (see its docstring).
 """

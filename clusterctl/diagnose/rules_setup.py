@@ -28,6 +28,10 @@
   program started by the scheduler's launcher directly (`srun ./app`) whose MPI library was built without that
   scheduler's process-management interface (PMI-1/2, PMIx), or a Slurm without the MPI plugin asked for: MPI_Init
   cannot find its peers. The job's setup, the same on every node.
+- mpi_gpu_support_missing (after batch 38's first score: the fourth `other:` label for it, over batches 32, 35 and
+  38): an MPI library or its UCX handed GPU buffers without the GPU support it was built or loaded with (Open MPI
+  without CUDA, Cray MPICH without its GTL library, UCX_TLS without cuda_copy). The job's image, every node alike.
+- insufficient_resources (here since batch 37: a scheduler's, a cloud's or Ray's capacity short of the request).
 
 Same form as rules.py (see its docstring); families.py adds their shape-level evidence.
 """
@@ -259,7 +263,7 @@ SETUP_RULES = (
          "`GPU_SUPPORT_ENABLED is requested, but GTL library is not linked`, `The user requested CUDA support ... but "
          "the library was not compiled with any support`",
          F.MPI_GPU_SUPPORT, (
-             # Cray MPICH asked for GPU buffers (MPICH_GPU_SUPPORT_ENABLED=1) without its GPU transport layer linked
+             # the MPI's own refusal (Cray MPICH's GTL, Open MPI's CUDA build), or ompi_info saying it has none
              S(MPI_GPU_UNSUPPORTED, .9),
              S(r"mpi_built_with_cuda_support:value:false", .7),
              # UCX told which transports to use without cuda_copy, the one that recognises GPU memory, while the job

@@ -224,7 +224,7 @@ OTHER_WORDS = {
     "platform_backend_unsupported": (
         # (after batch 38) TensorFlow's NCCL collective with no kernel registered for it: a build without NCCL
         # (Windows, a CPU build), the same class as torch's `Distributed package doesn't have NCCL built in`
-        S(r"No OpKernel was registered to support Op '(?:Nccl\w+|_?NcclAllReduce)'", .9),
+        S(r"No OpKernel was registered to support Op '_?Nccl\w+'", .9),
         # (after batch 31) the framework's build has no NCCL process group at all (a Windows or CPU build of Paddle)
         S(r"has no attribute '(?:ProcessGroupNCCL|_NCCL\w*)'", .8),
         # (after batch 14) a distributed run on a Windows host, where the Windows paths (a traceback's frames) and the
