@@ -84,3 +84,29 @@ openmm.OpenMMException: Error initializing Context: CUDA_ERROR_PEER_ACCESS_ALREA
 def test_peer_access_enabled_twice_is_the_librarys_own_bookkeeping_not_the_machines_p2p(log):
     first = diagnose_text(log)[0]
     assert first.cause == "library_bug", (log, first)
+
+
+# source: https://github.com/pmodels/mpich/issues/3946 (batch-36k/04): Hydra's own error, no rank's line, no rule
+HYDRA_NODE_LIST = """\
+[prun] Launch cmd = mpiexec.hydra -bootstrap slurm ./a.out (family=mpich)
+Error: node list format not recognized. Try using '-hosts=<hostnames>'.
+"""
+
+
+def test_a_tools_own_error_that_nothing_names_is_a_release_bug_first_and_unknown_after_it():
+    from clusterctl.diagnose.engine import with_similar_causes
+
+    named = with_similar_causes(diagnose_text(HYDRA_NODE_LIST), similar=[])
+    assert [f.cause for f in named] == ["library_bug", "unknown"], named
+    assert "node list format not recognized" in named[0].evidence and "tracker" in named[0].fix
+    assert named[1].confidence <= named[0].confidence
+
+
+def test_a_ranks_own_line_or_the_jobs_exception_keeps_its_unknown():
+    from clusterctl.diagnose.engine import with_similar_causes
+
+    for log in ("[rank3]: ERROR: dataset shard 7 is missing its index\n",
+                "Traceback (most recent call last):\n  File \"train.py\", line 3, in <module>\n"
+                "RuntimeError: the loss went to nan at step 512\n"):
+        named = with_similar_causes(diagnose_text(log), similar=[])
+        assert named[0].cause in ("unknown", "job_code_error"), (log, named)
