@@ -83,7 +83,7 @@ weighs more, a line that only reports a lost peer less, and consequences (collec
 discounted when another cause or an unexplained exception explains the failure. An exception that
 nothing explains beats weak evidence: the answer is then `unknown`, quoting the three most
 suspicious lines. A lone `unknown` gives the lead to the nearest known case's cause where there is one,
-else, when its quoted line is neither a rank's nor the job's own exception, to `library_bug` at 0.2
+else, when its quoted error line is neither a rank's nor the job's own exception, to `library_bug` at 0.2
 (engine.with_similar_causes), `unknown` following with its lines. Each finding's `confidence` is its evidence strength times its share among the
 ranked answers. In a collected run directory the run record's exit codes decide first (a run that
 succeeded has no failure), and node diagnostics (dmesg OOM kills and Xids, ECC counters, the

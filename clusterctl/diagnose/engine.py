@@ -18,6 +18,7 @@ from clusterctl.diagnose.matching import (ALWAYS_TRIED, CAP, CONSEQUENCE_FACTOR,
                                           INDEXED_SIGNALS, KEYWORDS, PEER_LOST_FACTOR, ROOT_RANK_FACTOR, STRONG,
                                           TOP, WEAK, WRAPPER_EXCEPTIONS, Candidate, Event, Scan, context_from_text,
                                           diagnose_text, match_lines, match_one, node_values, rank_findings)
+from clusterctl.diagnose.textmatch import SUSPICIOUS
 from clusterctl.diagnose.similar import similar_cases
 from clusterctl.models import Finding
 
@@ -55,8 +56,8 @@ def with_similar_causes(findings: list[Finding], similar: list) -> list[Finding]
     cause has any evidence (a lone `unknown`), the nearest case's cause leads at its low confidence and
     `unknown` follows with the quoted lines: on the first-scored batches the nearest case was right for
     about a quarter of such logs, `unknown` never (issue 51: `unknown` first only with nothing at all). With no
-    resembling case either, a line no rank printed that is not the job's own exception (a launcher's, a daemon's, a
-    library's words) is named `library_bug` first, `unknown` after it (_release_bug)."""
+    resembling case either, an error line no rank printed that is not the job's own exception (a launcher's, a
+    daemon's, a library's words) is named `library_bug` first, `unknown` after it (_release_bug)."""
     if not findings or len(findings) >= TOP:
         return findings
     lead, out, named = findings[0], list(findings), {f.cause for f in findings}
@@ -71,8 +72,8 @@ def with_similar_causes(findings: list[Finding], similar: list) -> list[Finding]
                            confidence=resembling(round(min(CAP, case.score) * SIMILAR_FACTOR, 2))))
     if len(findings) == 1 and lead.cause == "unknown" and len(out) > 1 and not _jobs_own_exception(lead):
         out[0], out[1] = out[1], out[0]
-    if out[0].cause == "unknown" and lead.rank is None and not _jobs_own_exception(lead) and "library_bug" not in named:
-        out = [_release_bug(lead)] + out[:TOP - 1]  # a rank's line is the job's: it keeps its `unknown`
+    if out[0].cause == "unknown" and _a_tools_own_error(lead) and "library_bug" not in named:
+        out = [_release_bug(lead)] + out[:TOP - 1]
     for index in range(1, len(out)):  # a runner-up never prints surer than the answer above it
         if out[index].confidence > out[index - 1].confidence:
             out[index] = replace(out[index], confidence=out[index - 1].confidence)
@@ -81,12 +82,20 @@ def with_similar_causes(findings: list[Finding], similar: list) -> list[Finding]
 
 def _release_bug(lead: Finding) -> Finding:
     """What a lone `unknown` quoting no rank's line and no exception of the job's most often was: a tool's or a
-    library's own failure that no rule and no known case names (issue 51: over batches 31-38, 3 of the 8 logs whose
-    first answer was still such an `unknown` were labelled library_bug, MPICH's and Hydra's node-list parsing and a
-    platform's doubled addresses; no label was `unknown`'s). `unknown` follows with the quoted lines and its next
-    step. Chosen on those batches after their first scores: the next batch is its test."""
+    library's own failure that no rule and no known case names (issue 51: over batches 31-38, 2 of the 4 logs whose
+    first answer was still such an `unknown` were labelled library_bug, Hydra's node-list parsing and a platform's
+    doubled addresses; no label was `unknown`'s). `unknown` follows with the quoted lines and its next step. Chosen
+    on those batches after their first scores: the next batch is its test."""
     return Finding(cause="library_bug", host=lead.host, rank=lead.rank, fix=RELEASE_BUG_FIX,
                    evidence=f"no rule or known case names it: {lead.evidence}", confidence=RELEASE_BUG_CONFIDENCE)
+
+
+def _a_tools_own_error(lead: Finding) -> bool:
+    """The `unknown` quotes an error-looking line that no rank printed (a rank's line is the job's) and that is not
+    an exception of the job's own: a launcher's, a daemon's or a library's words. Not the last lines of a log
+    with no error in it, nor an empty one."""
+    first_quoted = lead.evidence.split(" | ", 1)[0]
+    return lead.rank is None and bool(SUSPICIOUS.search(first_quoted)) and not _jobs_own_exception(lead)
 
 
 def _jobs_own_exception(lead: Finding) -> bool:

@@ -110,3 +110,10 @@ def test_a_ranks_own_line_or_the_jobs_exception_keeps_its_unknown():
                 "RuntimeError: the loss went to nan at step 512\n"):
         named = with_similar_causes(diagnose_text(log), similar=[])
         assert named[0].cause in ("unknown", "job_code_error"), (log, named)
+
+
+def test_a_log_with_no_error_line_or_nothing_at_all_keeps_its_unknown():
+    from clusterctl.diagnose.engine import with_similar_causes
+
+    for log in ("", "step 10 loss 2.31\nstep 11 loss 2.29\n"):
+        assert with_similar_causes(diagnose_text(log), similar=[])[0].cause == "unknown", log
