@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
 
+from clusterctl.diagnose import fixes as F
 from clusterctl.diagnose import reader, rundir
 from clusterctl.diagnose.confidence import resembling
 from clusterctl.diagnose.evidence import exception_named
@@ -42,9 +43,6 @@ def diagnose(path: Path, record: Optional[dict] = None, k: int = 3) -> Diagnosis
     return Diagnosis(with_similar_causes(findings, similar), similar)
 
 
-RELEASE_BUG_FIX = ("a library's or a tool's own error that no known cause explains: search that project's tracker for "
-                   "the quoted line, then pin the release its maintainers name as fixed (or the last that worked) in "
-                   "container.image on every node")
 RELEASE_BUG_CONFIDENCE = 0.2
 SIMILAR_FACTOR = 0.5  # a cause known only from a resembling case: half its similarity, then calibrated
 
@@ -86,7 +84,7 @@ def _release_bug(lead: Finding) -> Finding:
     first answer was still such an `unknown` were labelled library_bug, Hydra's node-list parsing and a platform's
     doubled addresses; no label was `unknown`'s). `unknown` follows with the quoted lines and its next step. Chosen
     on those batches after their first scores: the next batch is its test."""
-    return Finding(cause="library_bug", host=lead.host, rank=lead.rank, fix=RELEASE_BUG_FIX,
+    return Finding(cause="library_bug", host=lead.host, rank=lead.rank, fix=F.LIBRARY_BUG_UNNAMED,
                    evidence=f"no rule or known case names it: {lead.evidence}", confidence=RELEASE_BUG_CONFIDENCE)
 
 

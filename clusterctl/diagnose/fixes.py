@@ -280,6 +280,11 @@ LIBRARY_BUG = ("a library or tool failed in its own code[ on {rank_name|a rank}]
                "container.image on this path[ (the log's NCCL is {nccl_version})]; search its tracker for the quoted "
                "line, then pin the release its maintainers name as fixed (or the last one that worked) in the image, "
                "on every node; retrying on another node fails alike")
+# (after batch 38) library_bug named for a tool's own error that nothing else names (engine._release_bug): the
+# same next step as LIBRARY_BUG's, without claiming what the log does not show
+LIBRARY_BUG_UNNAMED = ("a library's or a tool's own error that no known cause explains: search that project's tracker "
+                       "for the quoted line, then pin the release its maintainers name as fixed (or the last that "
+                       "worked) in container.image on every node")
 # (after batch 38) an MPI or its UCX handed GPU buffers without the GPU support they were built or loaded with
 MPI_GPU_SUPPORT = ("the MPI library (or its UCX) is not GPU-aware, yet the job hands it GPU buffers: use an Open MPI "
                    "built with CUDA (`ompi_info --parsable --all | grep mpi_built_with_cuda_support:value` says true) "

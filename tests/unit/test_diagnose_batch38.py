@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from clusterctl.diagnose import diagnose_text
+from clusterctl.diagnose.engine import with_similar_causes
 
 # source: https://docs.cscs.ch/software/communication/cray-mpich/#ref-communication-cray-mpich-gpu-aware (batch-32e/03)
 CRAY_GTL = """\
@@ -94,8 +95,6 @@ Error: node list format not recognized. Try using '-hosts=<hostnames>'.
 
 
 def test_a_tools_own_error_that_nothing_names_is_a_release_bug_first_and_unknown_after_it():
-    from clusterctl.diagnose.engine import with_similar_causes
-
     named = with_similar_causes(diagnose_text(HYDRA_NODE_LIST), similar=[])
     assert [f.cause for f in named] == ["library_bug", "unknown"], named
     assert "node list format not recognized" in named[0].evidence and "tracker" in named[0].fix
@@ -103,8 +102,6 @@ def test_a_tools_own_error_that_nothing_names_is_a_release_bug_first_and_unknown
 
 
 def test_a_ranks_own_line_or_the_jobs_exception_keeps_its_unknown():
-    from clusterctl.diagnose.engine import with_similar_causes
-
     for log in ("[rank3]: ERROR: dataset shard 7 is missing its index\n",
                 "Traceback (most recent call last):\n  File \"train.py\", line 3, in <module>\n"
                 "RuntimeError: the loss went to nan at step 512\n"):
@@ -113,7 +110,5 @@ def test_a_ranks_own_line_or_the_jobs_exception_keeps_its_unknown():
 
 
 def test_a_log_with_no_error_line_or_nothing_at_all_keeps_its_unknown():
-    from clusterctl.diagnose.engine import with_similar_causes
-
     for log in ("", "step 10 loss 2.31\nstep 11 loss 2.29\n"):
         assert with_similar_causes(diagnose_text(log), similar=[])[0].cause == "unknown", log
