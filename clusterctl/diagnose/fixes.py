@@ -297,6 +297,36 @@ MPI_PMI_MISSING = ("the MPI program was started by srun directly, but its MPI li
                    "`srun --mpi=list` names Slurm's), launch it with the MPI's own mpirun inside the allocation, or "
                    "use an MPI built against the site's PMIx (the site's MPI module)")
 
+# (after batch 39)
+MPI_RSH_AGENT = ("Open MPI's mpirun found no ssh (nor rsh) to start its daemons with[ on {host}]: install an SSH "
+                 "client (openssh-client) in container.image on every node, or point OMPI_MCA_plm_rsh_agent at one "
+                 "that exists; the segfault that may follow is mpirun's own teardown")
+SSHD_IN_CONTAINER = ("the SSH server in the container cannot start a session (no privilege-separation chroot: the "
+                     "container lacks CAP_SYS_CHROOT, or the image has no /run/sshd): add SYS_CHROOT to the "
+                     "container's capabilities (`--cap-add SYS_CHROOT`, a pod's securityContext.capabilities.add) and "
+                     "create /run/sshd in the image, or launch without SSH (`clusterctl run` starts each node's ranks "
+                     "itself)")
+FABRIC_PROVIDER = ("libfabric picked a provider that cannot drive this node's NIC (PSM3 wants an Intel Ethernet/Omni-"
+                   "Path NIC; in a container or on other hardware it finds none): name the provider for the fabric "
+                   "in job.env (FI_PROVIDER=tcp, verbs or efa; PSM3_DEVICES=self,shm for one node), or use an MPI "
+                   "build for this fabric")
+CONTAINER_WITHOUT_GPUS = ("the container was started without a GPU request (plain `docker run`, no `--gpus` / "
+                          "`--runtime=nvidia`), so the NVIDIA runtime never mounted the driver's libraries into it and "
+                          "CUDA finds no driver: start it with `--gpus all` (clusterctl up does, with container.gpus), "
+                          "nvidia-container-toolkit installed and configured on the host")
+RAY_NODE_ADDRESS = ("Ray was asked to place work on `node:ADDR`, an address under which no Ray node registered: the "
+                    "driver took its address from another interface than the one Ray uses on that node; start Ray "
+                    "with `ray start --node-ip-address=ADDR` and give the library the same address (vLLM: "
+                    "VLLM_HOST_IP=ADDR) on every node, or pin the interface (hosts[].nic)")
+LIBRARY_HOST_COMMAND = ("a library ran a host command with an option this node's build of it lacks (DeepSpeed's "
+                        "`hostname -I` where hostname is not GNU's: macOS, inetutils): install the build it expects in "
+                        "container.image (Debian/Ubuntu's `hostname` package) or pin a release of the library that no "
+                        "longer calls it; retrying on another node of the same image fails alike")
+LIBRARY_IPV6_URL = ("a library wrote an IPv6 address into an endpoint without brackets (`tcp://ADDR:PORT` where "
+                    "`tcp://[ADDR]:PORT` is meant), so its last group reads as the port: give the library an IPv4 "
+                    "address to bind (vLLM: VLLM_HOST_IP; MASTER_ADDR; hosts[].nic on an IPv4 interface) or pin a "
+                    "release that brackets IPv6")
+
 # One line per cause for the README's diagnosis table (python -m clusterctl.diagnose.table).
 BRIEF = {
     "oom_killed": "less memory per rank (frames, batch, workers), fewer ranks per node, or more RAM / a higher limit",

@@ -29,7 +29,8 @@ from clusterctl.diagnose.textmatch import (CASCADE_PATTERNS, CONTEXT_PATTERNS, P
                                            UNKNOWN_FIX, compiled, render_fix, required_literals, template_values)
 from clusterctl.diagnose import fixes as F
 from clusterctl.diagnose.signals import Rule, S, Signal
-from clusterctl.diagnose.rules_setup import ENROOT_HOOK, MPI_GPU_UNSUPPORTED, SETUP_RULES, SLURM_REFUSED
+from clusterctl.diagnose.rules_setup import (ENROOT_HOOK, MPI_GPU_UNSUPPORTED, RSH_AGENT_MISSING, SETUP_RULES,
+                                              SLURM_REFUSED)
 from clusterctl.diagnose.rules_code import CODE_RULES, LAUNCHER_DAEMON_CRASH
 from clusterctl.diagnose.rules_topology import TOPOLOGY_RULES
 from clusterctl.diagnose.rules_addresses import CONNECT_FAILED, NCCL_NOT_ROUTING, NOT_ROUTED, OFF_HOST_UNROUTED
@@ -156,6 +157,12 @@ RULES: tuple[Rule, ...] = (
          F.DOCKER_NO_GPU_RUNTIME, (
              S(r'could not select device driver "[^"]*" with capabilities: \[\[gpu\]\]', .97),
              S(r"(?:unknown or invalid runtime name|Unknown runtime specified):? ?nvidia", .97),
+             # (after batch 39) a container the log shows started by plain `docker run`, with no GPU request, whose CUDA
+             # then finds no driver: the runtime never mounted libcuda into it (the driver itself is not too old)
+             S(r"CUDA driver version is insufficient for CUDA runtime version|cudaErrorInsufficientDriver"
+               r"|no CUDA-capable device is detected|Found no NVIDIA driver on your system", .97,
+               requires=r"\bdocker run\b", unless_log=r"--gpus|--runtime[= ]nvidia|nvidia-docker|nvidia\.com/gpu",
+               fix=F.CONTAINER_WITHOUT_GPUS),
              S(r"nvidia-container-cli: (?:initialization error|mount error|detection error)", .9,
                unless=r"stat failed: /dev/nvidia", unless_log=ENROOT_HOOK),
              S(r"libnvidia-ml\.so\.1: cannot open shared object file|load library failed: libnvidia-ml", .85),
@@ -280,6 +287,8 @@ RULES: tuple[Rule, ...] = (
          F.LAUNCHER_MISSING, (
              S(r"\b(?:mpirun|orted) is not installed", .93),
              S(r"\b(?:orted|orterun|prted|mpirun|mpiexec)(?:\.openmpi)?: (?:command )?not found", .9),
+             # (after batch 39) Open MPI's launch agent (ssh, else rsh) absent: an image without an SSH client
+             S(RSH_AGENT_MISSING, .9, fix=F.MPI_RSH_AGENT),
              S(r"A daemon \(pid \d+\) died unexpectedly with status 127", .7),
          )),
     Rule("sighup_session_closed",
@@ -342,6 +351,9 @@ RULES: tuple[Rule, ...] = (
              S(r"NCCL_SOCKET_IFNAME[:=]\s*=", .5),
              # gloo's full mesh of its ranks not connecting: on a multi-NIC node the address it chose (GLOO_SOCKET_IFNAME)
              S(r"Gloo connectFullMesh failed", .6),
+             # (after batch 39) Ray asked for a placement on `node:ADDR`, an address no Ray node has: the driver took
+             # another interface's address than the one Ray registered the node under (vLLM's get_ip())
+             S(r"No available node types can fulfill resource request \{'node:", .7, fix=F.RAY_NODE_ADDRESS),
          )),
     Rule("nccl_socket_error",
          "NCCL `unhandled system error` with socket evidence: `socketStartConnect: Connect to ... failed`, "
@@ -419,7 +431,7 @@ RULES: tuple[Rule, ...] = (
          F.SEGFAULT, (
              S(r"Segmentation fault|SIGSEGV|signal 11\b|Signal 11 \(SIGSEGV\)|!+ Segfault encountered !+", .88,
                unless=f"{RAY_POSSIBLE_CAUSES}|{LAUNCHER_DAEMON_CRASH}",
-               unless_log=f"{NCCL_FAILED}|{MPI_GPU_UNSUPPORTED}"),
+               unless_log=f"{NCCL_FAILED}|{MPI_GPU_UNSUPPORTED}|{RSH_AGENT_MISSING}"),
              # ...after NCCL reported a failure of its own, the crash is what followed it (teardown of a failed comm)
              S(r"Segmentation fault|SIGSEGV|signal 11\b|Signal 11 \(SIGSEGV\)", .5, unless=RAY_POSSIBLE_CAUSES,
                requires=NCCL_FAILED, consequence=True),

@@ -41,6 +41,8 @@ NOT_CODE = re.compile(r"module '[\w.]+' has no attribute|environment variable \w
                       r"support", re.IGNORECASE)
 
 # the MPI launchers' node daemons (rules_words.DAEMONS) and Slurm's step daemon
+# host commands libraries run to learn the node's addresses or layout
+HOST_COMMANDS = r"hostname|ip|ifconfig|nproc|lscpu|numactl|getent|ss"
 LAUNCHER_DAEMON_CRASH = (rf"Segmentation fault\b.{{0,200}}/(?:{DAEMONS}|slurmstepd)\b"
                          rf"|\b(?:{DAEMONS}|slurmstepd)\b.{{0,80}}(?:Segmentation fault|SIGSEGV)")
 
@@ -140,6 +142,15 @@ CODE_RULES = (
              S(r"PEER_ACCESS_ALREADY_ENABLED|cudaErrorPeerAccessAlreadyEnabled|peer access is already enabled", .6),
              S(r"^Cuda failure (?:\d+ )?'(?:invalid argument|invalid resource handle)'", .4,
                unless_log=r"nvls|/dev/shm|\bshm\b"),
+             # (after batch 39) a library running a host command with an option this node's build of it lacks
+             # (DeepSpeed's `hostname -I` where hostname is not GNU's: macOS, inetutils): the usage error, or the
+             # command's exit status for one (64 EX_USAGE, 2 GNU's)
+             S(rf"^(?:{HOST_COMMANDS}): (?:invalid|unrecognized) option\b"
+               rf"|Command '\[?'?(?:{HOST_COMMANDS}) [^'\n]*'\]?' returned non-zero exit status (?:64|2)\b", .6,
+               fix=F.LIBRARY_HOST_COMMAND),
+             # ...an IPv6 address written into an endpoint without its brackets (`tcp://2605:...:2190:21001`): the
+             # library's formatting, whose last group then reads as the port
+             S(r"\b(?:tcp|zmq|http)://[0-9a-fA-F]{0,4}(?::[0-9a-fA-F]{0,4}){3,8}\b(?!\])", .7, fix=F.LIBRARY_IPV6_URL),
          )),
 )
 

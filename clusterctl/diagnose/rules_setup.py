@@ -45,7 +45,7 @@ SLURM_REFUSED = (r"Requested node configuration is not available|violates accoun
                  r"|: Invalid (?:generic resource|partition|account|qos|feature)")
 # an MPI process's own report that its world is itself alone (lower case, as `requires` searches the lowered log):
 # MPICH's cpi example, mpitutorial's hello world, Flux's and TensorRT-LLM's MPI banners
-MPI_SINGLETON = (r"(?:\b(?:process|rank|task) 0 (?:of|out of) 1\b(?![\d.])|\bmpi initialized with 1 mpi process"
+MPI_SINGLETON = (r"(?:\b(?:process|proc|rank|task) 0 (?:of|out of) 1\b(?![\d.])|\bmpi initialized with 1 mpi process"
                  r"|\bmpi size: 1, rank: 0\b|\bprocess 0 on \S+ and world size is 1\b)")
 # an MPI refusing the GPU buffers it was asked to take: Cray MPICH without its GPU transport layer linked, an Open
 # MPI asked for CUDA (opal_cuda_support, --mca mpi_cuda_support 1) in a build without it. A segfault after these
@@ -54,6 +54,9 @@ MPI_GPU_UNSUPPORTED = (r"GPU_SUPPORT_ENABLED is requested, but GTL library is no
                        r"|requested CUDA support[\s\S]{0,80}?(?:library|MPI) was not compiled with "
                        r"(?:any )?(?:CUDA )?support"
                        r"|not compiled with (?:any )?CUDA support")
+# Open MPI told to launch its remote daemons through an agent (ssh, else rsh) it cannot find: wrapped over two lines;
+# a segfault of mpirun after it is its consequence (rules.py's segfault row leaves such a log to launcher_missing)
+RSH_AGENT_MISSING = r'MCA parameter "?plm_rsh_agent"? was set to a path\s+that could not be found'
 # a log of pyxis/enroot starting a container (lower case: `requires` and `unless_log` search the lowered log)
 ENROOT_HOOK = r"pyxis: |/etc/enroot/hooks\.d/"
 
@@ -119,6 +122,10 @@ SETUP_RULES = (
              # Open MPI's rsh agent: its daemons never started on the remote nodes (ssh is the usual reason)
              S(r"ORTE was unable to reliably start one or more daemons|PRTE has lost communication with a remote "
                r"daemon", .45),
+             # (after batch 39) the SSH server in a container that cannot set up its privilege-separated child (no
+             # CAP_SYS_CHROOT: OpenShift's and restricted pods' default; no /run/sshd in the image): every login fails
+             S(r'chroot\("[^"\n]+"\): Operation not permitted|Missing privilege separation directory', .88,
+               fix=F.SSHD_IN_CONTAINER),
          )),
     Rule("driver_library_mismatch",
          "`Failed to initialize NVML: Driver/library version mismatch`, `NVRM: API mismatch` (after a driver upgrade)",
@@ -159,6 +166,9 @@ SETUP_RULES = (
                r"|dlerror\s*=).{0,200}(?:version `?[\w.]+'? not found|undefined symbol|wrong ELF class)", .75),
              # NCCL_NET names a network no loaded plugin provides (the plugin was not found or not loaded)
              S(r"NCCL WARN Error: network (?P<net>[\w ./-]+?) not found", .8),
+             # (after batch 39) libfabric's provider (Intel's PSM3, picked by an MPICH or Intel MPI) finding no NIC it can
+             # drive: inside a container or on a NIC it does not know, MPI_Init fails (with ENOMEM, not host memory)
+             S(r"PSM3 can't open nic unit|OFI endpoint open failed", .85, fix=F.FABRIC_PROVIDER),
          )),
     Rule("container_start_failed",
          "`pyxis: couldn't start container` after `/etc/enroot/hooks.d/... exited with return code 1`, Apptainer's "
@@ -258,6 +268,10 @@ SETUP_RULES = (
              # found no launcher it could read and fell back to a singleton. Twice at least: one such line is a
              # one-process run
              S(MPI_SINGLETON, .8, requires=rf"{MPI_SINGLETON}[\s\S]*{MPI_SINGLETON}", fix=F.MPI_SINGLETONS),
+             # (after batch 39) Open MPI 5 under srun --mpi=pmi2 / plain srun: no PMIx server, so each task starts as a
+             # singleton, said once before the ranks' own `0 of 1`
+             S(r"No PMIx server was reachable, but a PMI1/2 was detected|\d+ singletons will be started", .9,
+               fix=F.MPI_SINGLETONS),
          )),
     Rule("mpi_gpu_support_missing",
          "`GPU_SUPPORT_ENABLED is requested, but GTL library is not linked`, `The user requested CUDA support ... but "
