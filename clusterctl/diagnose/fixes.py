@@ -306,6 +306,9 @@ SSHD_IN_CONTAINER = ("the SSH server in the container cannot start a session (no
                      "container's capabilities (`--cap-add SYS_CHROOT`, a pod's securityContext.capabilities.add) and "
                      "create /run/sshd in the image, or launch without SSH (`clusterctl run` starts each node's ranks "
                      "itself)")
+SSH_KEY_PERMISSIONS = ("an SSH key is readable by others (mounted 0644 from a Secret or a volume), so ssh ignores it and "
+                       "sshd, with no host key left, exits: make private keys 0600 and owned by the user (a Secret's "
+                       "defaultMode: 0600, `chmod 600` in the image's entrypoint)")
 FABRIC_PROVIDER = ("libfabric picked a provider that cannot drive this node's NIC (PSM3 wants an Intel Ethernet/Omni-"
                    "Path NIC; in a container or on other hardware it finds none): name the provider for the fabric "
                    "in job.env (FI_PROVIDER=tcp, verbs or efa; PSM3_DEVICES=self,shm for one node), or use an MPI "

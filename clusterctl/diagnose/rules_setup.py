@@ -126,6 +126,10 @@ SETUP_RULES = (
              # CAP_SYS_CHROOT: OpenShift's and restricted pods' default; no /run/sshd in the image): every login fails
              S(r'chroot\("[^"\n]+"\): Operation not permitted|Missing privilege separation directory', .88,
                fix=F.SSHD_IN_CONTAINER),
+             # ...and a key the client or server refuses for its permissions (a Secret or volume mounted 0644): the
+             # client ignores it, sshd with no host key left exits
+             S(r"WARNING: UNPROTECTED PRIVATE KEY FILE|Permissions 0\d{3} for '[^']+' are too open"
+               r"|sshd: no hostkeys available", .9, fix=F.SSH_KEY_PERMISSIONS),
          )),
     Rule("driver_library_mismatch",
          "`Failed to initialize NVML: Driver/library version mismatch`, `NVRM: API mismatch` (after a driver upgrade)",

@@ -89,7 +89,7 @@ Traceback (most recent call last):
     raise CalledProcessError(retcode, process.args,
 subprocess.CalledProcessError: Command '['hostname -I']' returned non-zero exit status 64.
 """
-# source: https://github.com/vllm-project/vllm/issues/17743 (batch-39h/03): vLLM's P2P NCCL connector binding IPv6
+# source: https://github.com/vllm-project/vllm/issues/42149 (batch-39h/03): vLLM's P2P NCCL connector binding IPv6
 ZMQ_IPV6 = """\
 (Worker_TP0 pid=27101) ERROR 05-09 16:34:35 [multiproc_executor.py:815] WorkerProc hit an exception.
 (Worker_TP0 pid=27101) ERROR 05-09 16:34:35 [multiproc_executor.py:815] Traceback (most recent call last):
@@ -164,3 +164,22 @@ def test_only_an_unbracketed_ipv6_endpoint_is_taken_for_the_formatting_bug(group
     assert not _IPV6_URL.search(f"connecting to tcp://[{address}]:{port}")
     ipv4 = ".".join(str(g % 256) for g in groups[:4])
     assert not _IPV6_URL.search(f"connecting to tcp://{ipv4}:{port} and http://node-{groups[0]}:{port}/x")
+
+
+# source: https://github.com/kubeflow/trainer/pull/2716 (batch-39e/04): a TrainJob's MPI runtime, the key mounted 0644
+SSH_KEY_TOO_OPEN = """\
+@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@
+@         WARNING: UNPROTECTED PRIVATE KEY FILE!          @
+@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@
+Permissions 0644 for '/root/.ssh/id_rsa' are too open.
+It is required that your private key files are NOT accessible by others.
+This private key will be ignored.
+Unable to load host key "/root/.ssh/id_rsa": bad permissions
+Unable to load host key: /root/.ssh/id_rsa
+sshd: no hostkeys available -- exiting.
+"""
+
+
+def test_a_key_others_can_read_is_ssh_failing_with_the_mode_to_give_it():
+    first = _first(SSH_KEY_TOO_OPEN)
+    assert first.cause == "ssh_failed" and "0600" in first.fix, first
