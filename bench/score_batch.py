@@ -80,6 +80,8 @@ OTHER_ALIASES = (
     # a lone `python` for num_processes=N, no srun)
     (r"slurm.*(?:ntasks|srun|tasks?[-_ ]per|layout)|ntasks|without[-_ ]srun"
      r"|(?:world[-_ ]size|num[-_ ]?processes|process[-_ ]count|task[-_ ]count).*mismatch", "launcher_args"),
+    # (after batch 39's first score, for later batches) the same class in other words: "slurm_tasks_not_matching_devices"
+    (r"slurm[-_ ](?:[a-z0-9]+[-_ ])?tasks?[-_ ](?:[a-z0-9]+[-_ ])?(?:mismatch\w*|not[-_ ]match\w*)", "launcher_args"),
     # ranks given different amounts of data run different numbers of collectives: a desync
     (r"uneven[-_ ](?:data|inputs?|batch|dataset|length)", "collective_mismatch"),
     # added after batches 4-6's first scores (for later batches): NCCL's network plugin / libfabric / EFA
