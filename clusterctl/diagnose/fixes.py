@@ -288,9 +288,10 @@ LIBRARY_BUG_UNNAMED = ("a library's or a tool's own error that no known cause ex
 # (after batch 38) an MPI or its UCX handed GPU buffers without the GPU support they were built or loaded with
 MPI_GPU_SUPPORT = ("the MPI library (or its UCX) is not GPU-aware, yet the job hands it GPU buffers: use an Open MPI "
                    "built with CUDA (`ompi_info --parsable --all | grep mpi_built_with_cuda_support:value` says true) "
-                   "and UCX_TLS keeping cuda_copy (and cuda_ipc); on Cray MPICH load craype-accel-nvidia* before "
-                   "building so the GTL library is linked; or MPICH_GPU_SUPPORT_ENABLED=0 / OMPI_MCA_opal_cuda_support="
-                   "0 with the buffers copied to host memory first")
+                   "over a UCX built with CUDA (`ucx_info -v` shows --with-cuda) and UCX_TLS keeping cuda_copy (and "
+                   "cuda_ipc); on Cray MPICH load craype-accel-nvidia* before building so the GTL library is "
+                   "linked; or MPICH_GPU_SUPPORT_ENABLED=0 / OMPI_MCA_opal_cuda_support=0 with the buffers copied to "
+                   "host memory first")
 MPI_PMI_MISSING = ("the MPI program was started by srun directly, but its MPI library and Slurm share no process-"
                    "management interface (an Open MPI built without --with-pmix / --with-pmi, or a Slurm without the "
                    "mpi plugin asked for): run it with the plugin both have (`srun --mpi=pmix`, or `--mpi=pmi2`; "
@@ -309,6 +310,10 @@ SSHD_IN_CONTAINER = ("the SSH server in the container cannot start a session (no
 SSH_KEY_PERMISSIONS = ("an SSH key is readable by others (mounted 0644 from a Secret or a volume), so ssh ignores it and "
                        "sshd, with no host key left, exits: make private keys 0600 and owned by the user (a Secret's "
                        "defaultMode: 0600, `chmod 600` in the image's entrypoint)")
+WORLD_SIZE_SHORT = ("a rank[ ({rank})] was started at or past the world size it was given[ ({world_size})]: the launch "
+                    "starts more processes than the world size it passes (WORLD_SIZE = nodes x processes per node, "
+                    "each rank below it): set the world size from the launcher's own count (torchrun sets WORLD_SIZE; "
+                    "`clusterctl run` computes it from the inventory) and number the nodes from 0")
 FABRIC_PROVIDER = ("libfabric picked a provider that cannot drive this node's NIC (PSM3 wants an Intel Ethernet/Omni-"
                    "Path NIC; in a container or on other hardware it finds none): name the provider for the fabric "
                    "in job.env (FI_PROVIDER=tcp, verbs or efa; PSM3_DEVICES=self,shm for one node), or use an MPI "

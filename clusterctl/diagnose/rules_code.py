@@ -69,6 +69,10 @@ CODE_RULES = (
              S(r"assert\s+[\w.()\[\], *+-]+%\s*[\w.()\[\], *+-]+==\s*0\b|only support equal chunk", .75,
                fix=F.DIVISIBILITY_EITHER),
              S(r"cannot reshape array of size \d+ into shape", .7, requires=r"world_size|parallel"),
+             # (after batch 40) a simulation code's domain decomposition with no layout for the ranks it was given
+             # (GROMACS' mdrun): the same sizes that do not fit, told in its own words
+             S(r"no domain decomposition for (?P<size>\d+) (?:ranks|processes|MPI ranks)", .85,
+               fix=F.DIVISIBILITY_EITHER),
              S(r"must be (?:a )?whole number|is not (?:a )?whole number|(?:must|should) be an? (?:integer |exact )?"
                r"multiple of|is not an? (?:integer |exact )?multiple of", .8, fix=F.DIVISIBILITY_EITHER),
              # (after batch 29) the runtime's world size checked against the layout a model or engine was built for
@@ -142,6 +146,12 @@ CODE_RULES = (
              S(r"PEER_ACCESS_ALREADY_ENABLED|cudaErrorPeerAccessAlreadyEnabled|peer access is already enabled", .6),
              S(r"^Cuda failure (?:\d+ )?'(?:invalid argument|invalid resource handle)'", .4,
                unless_log=r"nvls|/dev/shm|\bshm\b"),
+             # (after batch 40) the same refusal through a library's own runtime check at a line of its kernel source
+             # (SGLang's `Runtime check failed at .../custom_all_reduce.cuh:37: CUDA error: invalid argument`), and
+             # UCX printing the endpoint configuration it found contradicting itself (wireup's `old:`/`new:` lanes)
+             S(r"(?:Runtime )?check failed at \S+\.(?:cuh|cu|cc|cpp|h|hpp):\d+: CUDA error: (?:invalid argument"
+               r"|invalid resource handle)", .55, unless_log=r"nvls|/dev/shm|\bshm\b"),
+             S(r"wireup\.c:\d+\s+UCX\s+ERROR\s+(?:old|new): ", .6),
              # (after batch 39) a library running a host command with an option this node's build of it lacks
              # (DeepSpeed's `hostname -I` where hostname is not GNU's: macOS, inetutils): the usage error, or the
              # command's exit status for one (64 EX_USAGE, 2 GNU's)

@@ -57,6 +57,8 @@ MPI_GPU_UNSUPPORTED = (r"GPU_SUPPORT_ENABLED is requested, but GTL library is no
 # Open MPI told to launch its remote daemons through an agent (ssh, else rsh) it cannot find: wrapped over two lines;
 # a segfault of mpirun after it is its consequence (rules.py's segfault row leaves such a log to launcher_missing)
 RSH_AGENT_MISSING = r'MCA parameter "?plm_rsh_agent"? was set to a path\s+that could not be found'
+# UCX's backtrace of a memcpy faulting inside its own pack of a send buffer: a device buffer it took for host memory
+UCX_HOST_COPY_OF_DEVICE = r"__memcpy\w*\(\)[^\n]*\n[^\n]*\bucp_dt_pack\(\)"
 # a log of pyxis/enroot starting a container (lower case: `requires` and `unless_log` search the lowered log)
 ENROOT_HOOK = r"pyxis: |/etc/enroot/hooks\.d/"
 
@@ -172,7 +174,8 @@ SETUP_RULES = (
              S(r"NCCL WARN Error: network (?P<net>[\w ./-]+?) not found", .8),
              # (after batch 39) libfabric's provider (Intel's PSM3, picked by an MPICH or Intel MPI) finding no NIC it can
              # drive: inside a container or on a NIC it does not know, MPI_Init fails (with ENOMEM, not host memory)
-             S(r"PSM3 can't open nic unit|OFI endpoint open failed", .85, fix=F.FABRIC_PROVIDER),
+             S(r"PSM[23] can't open nic unit|OFI endpoint open failed|OFI addrinfo\(\) failed", .85,
+               fix=F.FABRIC_PROVIDER),
          )),
     Rule("container_start_failed",
          "`pyxis: couldn't start container` after `/etc/enroot/hooks.d/... exited with return code 1`, Apptainer's "
@@ -284,6 +287,9 @@ SETUP_RULES = (
              # the MPI's own refusal (Cray MPICH's GTL, Open MPI's CUDA build), or ompi_info saying it has none
              S(MPI_GPU_UNSUPPORTED, .9),
              S(r"mpi_built_with_cuda_support:value:false", .7),
+             # (after batch 40) UCX without CUDA support copying a GPU buffer as if it were host memory: its own pack
+             # routine faults in memcpy (`invalid permissions for mapped object`); the segfault is this, not a crash
+             S(r"\bucp_dt_pack\(\)", .9, requires=UCX_HOST_COPY_OF_DEVICE),
              # UCX told which transports to use without cuda_copy, the one that recognises GPU memory, while the job
              # sends device buffers (OSU's `-d cuda`, CuPy, a CUDA-aware MPI test): UCX reads them as host memory
              S(r"UCX_TLS=(?![^\s\"']*cuda)[\w,^]+", .5, requires=r"-d cuda\b|\bcupy\b|cuda-aware|device buffer"),

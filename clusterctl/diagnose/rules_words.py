@@ -133,6 +133,9 @@ OTHER_WORDS = {
         # the job compares the world it was built for with the ranks the launch started (an engine, a checkpoint)
         S(r"world[ _]size \(?\d+\)? ?(?:!=|does not match|doesn't match|is not equal to|mismatch).{0,40}"
           r"world[ _]size", .75),
+        # (after batch 40) NCCL given a rank at or past the world size it was told: the launch started more processes
+        # than the world size it passes (or numbered them from another base)
+        S(r"NCCL WARN Invalid rank requested : (?P<rank>\d+)/(?P<world_size>\d+)", .85, fix=F.WORLD_SIZE_SHORT),
         # the scheduler's task layout against the devices the framework asks per node (Lightning under Slurm)
         S(r"tasks? per node\b.{0,60}(?:does not match|doesn't match|mismatch)|ntasks-per-node\S*.{0,20}"
           r"(?:does not match|doesn't match)", .8),
