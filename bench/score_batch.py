@@ -1014,6 +1014,27 @@ and 2 froze 35-45 minutes early, so batch 2 was scored with batch 1's code uncha
   OOM, HCCL's init error 15, UCX over loopback, TensorFlow's end-of-sequence abort, NCCL's RoCE segfault, vLLM's
   local world size, DeepSpeed reading RANK before it is set). Re-scored (NOT a first score): 21/40 top-1, 22/40
   top-3, unknown first 5/40; batches 31-38 unchanged (218/311). 28 vocabulary-labelled logs joined the corpus.
+- Before batch 40 (not prompted by it): an `other:` label naming a Slurm task layout that does not match
+  (`slurm_tasks_not_matching_devices`) reads as `launcher_args`; the collectors' vocabulary lines of six causes
+  gained the forms batch 39 labelled (sshd in a container, a key mounted 0644, a container without `--gpus`,
+  Open MPI's missing ssh, a fabric provider without a NIC, a Slurm task layout, Ray's node address).
+- After batch 40 (frozen 18:56-18:58 UTC, 2026-12-01, by five blind collectors, 48-66 look-ups each: ML platforms
+  and Horovod, GPU MPI applications and their stacks, schedulers and HPC container runtimes, RL post-training
+  frameworks, vision/speech/scientific repositories; 31 logs, all from issue trackers, 13 projects new to the
+  corpus; scored once at 8e95565): top-1 16/31, 51.6 %, top-3 18/31, 58.1 %, unknown first 1/31, 3.2 %;
+  in-vocabulary 16/27. Blind readers on the same logs: 20/31 (top-3 24/31); the tool was right on one they missed.
+  Read, classes only (each one the readers named): NCCL given a rank past its world size (`Invalid rank requested :
+  2/2`) is `launcher_args`, with both numbers; a simulation code with no domain decomposition for its ranks
+  (GROMACS) is `config_divisibility`; libfabric's PSM2 and MPICH's `OFI addrinfo() failed` are
+  `net_plugin_incompatible`; UCX faulting in memcpy under its own `ucp_dt_pack()` is a GPU buffer it took for host
+  memory, `mpi_gpu_support_missing` (its fix now names a UCX built with CUDA); UCX's wireup printing its
+  contradicting `old:` lanes and a library's runtime check on a CUDA call refused for its arguments are
+  `library_bug`; slurmd discarding a config-only GPU or ignoring detected ones is `slurm_gres_config`. Over every
+  corpus and batch log only batch 40's own logs change. Left: five `library_bug` labels whose lines name a
+  symptom (an invalid device ordinal, a toolkit release's cgroup error under pyxis, an IndexError in a rollout,
+  NCCL's `invalid usage` from a device set too late, a log cut at `Last error:`). Re-scored (NOT a first score):
+  22/31 top-1, unknown first 0; batch 39 22/40, batches 31-38 218/311 unchanged. 27 vocabulary-labelled logs joined
+  the corpus.
 - The blind readers (after batch 35; the paragraph on how far the log alone takes a reader, above): on the same 204
   logs the tool as it is now (re-scored, NOT first scores: it was changed after reading them) names the label first
   for 136 (66.7 %), the readers for 130 (63.7 %). Of the 22 vocabulary-labelled logs a reader named and the first

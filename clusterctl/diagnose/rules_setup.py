@@ -307,5 +307,8 @@ SETUP_RULES = (
              S(r"configured to autodetect nvml functionality, but we weren't able to find that lib"
                r"|AutoDetect=nvml.{0,60}(?:not|without)", .85),
              S(r"Reason=gres/\w+ (?:count|GRES)|Invalid GRES (?:record|count) for", .7),
+             # (after batch 40) slurmd merging gres.conf with the GPUs it detected and finding they disagree: a GPU
+             # line without its File=, detected GPUs no line claims
+             S(r"Discarding the following config-only GPU|autodetected GPUs are being ignored", .85),
          )),
 )

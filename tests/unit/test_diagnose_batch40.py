@@ -102,3 +102,15 @@ def test_ucx_contradicting_its_own_endpoint_wireup_is_its_bug():
 
 def test_a_librarys_runtime_check_on_a_cuda_call_refused_for_its_arguments_is_its_bug():
     assert diagnose_text(LIBRARY_RUNTIME_CHECK)[0].cause == "library_bug"
+
+
+# source: https://github.com/SlinkyProject/slurm-operator/issues/57 (batch-40c/07): slurmd on MI300X nodes
+GRES_CONFIG_ONLY_GPU = """\
+[2025-10-06T15:42:05] debug:  Gres GPU plugin: Merging configured GRES with system GPUs
+[2025-10-06T15:42:05] error: Discarding the following config-only GPU due to lack of File specification:
+[2025-10-06T15:42:05] warning: The following autodetected GPUs are being ignored:
+"""
+
+
+def test_slurmd_finding_its_gres_lines_and_detected_gpus_disagree_is_the_nodes_gres_config():
+    assert diagnose_text(GRES_CONFIG_ONLY_GPU)[0].cause == "slurm_gres_config"
