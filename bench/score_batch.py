@@ -1035,6 +1035,14 @@ and 2 froze 35-45 minutes early, so batch 2 was scored with batch 1's code uncha
   NCCL's `invalid usage` from a device set too late, a log cut at `Last error:`). Re-scored (NOT a first score):
   22/31 top-1, unknown first 0; batch 39 22/40, batches 31-38 218/311 unchanged. 27 vocabulary-labelled logs joined
   the corpus.
+- Batch 41 (frozen 19:17 UTC, 2026-12-01, by two blind collectors, 49-54 look-ups each, the last of the session's
+  look-ups: Kubernetes-native training and cloud HPC; GPU driver, CUDA and NCCL setup on the nodes; 10 logs, all
+  from issue trackers; scored once at 5c0473d, which held batches 39-40's changes): top-1 4/10, top-3 4/10,
+  unknown first 0/10. The blind reader named the same 4. None of the ten met a class batches 39-40 added. Misses:
+  three `other:` labels (a leader address never injected, Istio's sidecar not ready, a host driver under the GPU
+  operator) and three `library_bug` labels whose lines show a symptom another cause explains as well (NCCL's
+  remote allocator out of memory, the fabric manager's start script refusing an option, a Docker package update
+  that made NVML fail). No change made; its 7 vocabulary-labelled logs joined the corpus.
 - The blind readers (after batch 35; the paragraph on how far the log alone takes a reader, above): on the same 204
   logs the tool as it is now (re-scored, NOT first scores: it was changed after reading them) names the label first
   for 136 (66.7 %), the readers for 130 (63.7 %). Of the 22 vocabulary-labelled logs a reader named and the first
