@@ -339,8 +339,7 @@ def headline(records: list) -> str:
             f"97 %, unknown first <= 3 % on each batch): {goals(last)}. Pooled over their {pooled['n']} logs "
             f"(a small batch weighing as its size): top-1 {pooled['top1']} ({pooled['top1_pct']} %), top-3 "
             f"{pooled['top3']} ({pooled['top3_pct']} %), unknown first {pooled['unknown_first']}. For reading only "
-            "(the headline "
-            "counts them as misses): on the logs whose label is in the vocabulary, top-1 "
+            "(the headline counts them as misses): on the logs whose label is in the vocabulary, top-1 "
             + ", ".join(f"{f['top1']}/{f['n']}" for f in inside) + ", top-3 "
             + ", ".join(f"{f['top3']}/{f['n']}" for f in inside) + ".")
 

@@ -55,6 +55,9 @@ NOT_SHM = r"/dev/shm|\bshm|NCCL|fallocate|torch_\d+|shared memory"
 NAME_UNRESOLVED = r"gai error|Name or service not known|Temporary failure in name resolution|nodename nor servname"
 PRIVILEGED_PORT = r"(?:master[-_]port|MASTER_PORT)[= ]+(?:\$RANDOM\b|[0-9]{1,3}\b)"
 
+# CUDA 35: the runtime found no driver new enough, or none at all (no libcuda: a container without the GPU runtime)
+INSUFFICIENT_DRIVER = r"CUDA driver version is insufficient for CUDA runtime version|cudaErrorInsufficientDriver"
+
 RULES: tuple[Rule, ...] = (
     Rule("oom_killed", "dmesg `Out of memory: Killed process`, `oom-kill event(s)`, `OOMKilled` (a record of the kill)",
          F.OOM_KILLED, (
@@ -159,8 +162,7 @@ RULES: tuple[Rule, ...] = (
              S(r"(?:unknown or invalid runtime name|Unknown runtime specified):? ?nvidia", .97),
              # (after batch 39) a container the log shows started by plain `docker run`, with no GPU request, whose CUDA
              # then finds no driver: the runtime never mounted libcuda into it (the driver itself is not too old)
-             S(r"CUDA driver version is insufficient for CUDA runtime version|cudaErrorInsufficientDriver"
-               r"|no CUDA-capable device is detected|Found no NVIDIA driver on your system", .97,
+             S(rf"{INSUFFICIENT_DRIVER}|no CUDA-capable device is detected|Found no NVIDIA driver on your system", .97,
                requires=r"\bdocker run\b", unless_log=r"--gpus|--runtime[= ]nvidia|nvidia-docker|nvidia\.com/gpu",
                fix=F.CONTAINER_WITHOUT_GPUS),
              S(r"nvidia-container-cli: (?:initialization error|mount error|detection error)", .9,
@@ -180,7 +182,7 @@ RULES: tuple[Rule, ...] = (
     Rule("driver_too_old", "`The NVIDIA driver on your system is too old`, `unsatisfied condition: cuda>=12.x`",
          F.DRIVER_TOO_OLD, (
              S(r"NVIDIA driver on your system is too old(?: \(found version (?P<found>\d+)\))?", .97),
-             S(r"CUDA driver version is insufficient for CUDA runtime version|cudaErrorInsufficientDriver", .96),
+             S(INSUFFICIENT_DRIVER, .96),
              S(r"requirement error: unsatisfied condition: cuda\s*>="
                r"|please update your driver to a newer version", .96),
              S(r"forward compatibility was attempted on non supported HW|CUDA_ERROR_COMPAT_NOT_SUPPORTED", .85),

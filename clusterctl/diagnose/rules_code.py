@@ -12,8 +12,9 @@ collectors' vocabulary before batch 34 froze).
   log then says what failed and where, which `unknown` did not.
 - library_bug: a library or tool failing in its own code, a bug or regression of that release fixed by another
   one: its own words (PyTorch's `INTERNAL ASSERT FAILED ... please report a bug to PyTorch`), a C/C++ library's own
-  assertion, a launcher's own daemon crashing, a CUDA call NCCL's kernel enqueue made refused for its arguments,
-  peer access between two GPUs enabled a second time.
+  assertion, a launcher's own daemon crashing, a CUDA call NCCL's kernel enqueue (or a library's runtime check)
+  made refused for its arguments, peer access between two GPUs enabled a second time, UCX's wireup contradicting
+  itself, a host command run with an option this node's build lacks, an IPv6 endpoint written without brackets.
 
 Same form as rules.py (see its docstring).
 """
@@ -40,9 +41,12 @@ NOT_CODE = re.compile(r"module '[\w.]+' has no attribute|environment variable \w
                       r"|\b(?:device|driver|toolkit|GPU|hardware|platform)s?\b.{0,60}(?:does not|doesn't|do not|not) "
                       r"support", re.IGNORECASE)
 
-# the MPI launchers' node daemons (rules_words.DAEMONS) and Slurm's step daemon
 # host commands libraries run to learn the node's addresses or layout
 HOST_COMMANDS = r"hostname|ip|ifconfig|nproc|lscpu|numactl|getent|ss"
+# an IPv6 address written into an endpoint without its brackets (`tcp://2605:...:2190:21001`, not
+# `tcp://[2605:...]:21001`): three colons or more after the scheme, which no IPv4 address or host name has
+UNBRACKETED_IPV6_URL = r"\b(?:tcp|zmq|http)://[0-9a-fA-F]{0,4}(?::[0-9a-fA-F]{0,4}){3,8}\b"
+# the MPI launchers' node daemons (rules_words.DAEMONS) and Slurm's step daemon
 LAUNCHER_DAEMON_CRASH = (rf"Segmentation fault\b.{{0,200}}/(?:{DAEMONS}|slurmstepd)\b"
                          rf"|\b(?:{DAEMONS}|slurmstepd)\b.{{0,80}}(?:Segmentation fault|SIGSEGV)")
 
@@ -160,7 +164,7 @@ CODE_RULES = (
                fix=F.LIBRARY_HOST_COMMAND),
              # ...an IPv6 address written into an endpoint without its brackets (`tcp://2605:...:2190:21001`): the
              # library's formatting, whose last group then reads as the port
-             S(r"\b(?:tcp|zmq|http)://[0-9a-fA-F]{0,4}(?::[0-9a-fA-F]{0,4}){3,8}\b(?!\])", .7, fix=F.LIBRARY_IPV6_URL),
+             S(UNBRACKETED_IPV6_URL, .7, fix=F.LIBRARY_IPV6_URL),
          )),
 )
 

@@ -7,7 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from clusterctl.diagnose import diagnose_text
-from clusterctl.diagnose.rules_code import CODE_RULES
+from clusterctl.diagnose.rules_code import UNBRACKETED_IPV6_URL
+from clusterctl.diagnose.textmatch import compiled
 
 # source: https://github.com/open-mpi/ompi/issues/13523 (batch-39a/06): Open MPI 5 under srun --mpi=pmi2
 OMPI5_SINGLETONS = """\
@@ -153,8 +154,7 @@ def test_an_ipv6_address_in_an_endpoint_without_brackets_is_the_librarys_formatt
     assert first.cause == "library_bug" and "VLLM_HOST_IP" in first.fix, first
 
 
-_IPV6_URL = next(s for rule in CODE_RULES if rule.cause == "library_bug" for s in rule.signals
-                 if "tcp|zmq|http" in s.pattern).regex
+_IPV6_URL = compiled(UNBRACKETED_IPV6_URL)
 
 
 @given(st.lists(st.integers(0, 0xFFFF), min_size=8, max_size=8), st.integers(1, 65535))
