@@ -93,7 +93,9 @@ MPI_SINGLETONS = ("every process started alone, each rank 0 of 1: the launcher i
                   "with (an Open MPI mpirun starting an MPICH-built program, or the reverse), or it passes no process-"
                   "management interface that library reads: launch with that MPI's own mpirun (`ldd PROGRAM | grep -i "
                   "mpi` against `which mpirun`), or `srun --mpi=pmix` / `--mpi=pmi2` as the library expects; mpi4py "
-                  "rebuilt against the launcher's MPI")
+                  "rebuilt against the launcher's MPI; a program built without MPI at all (nccl-tests without MPI=1, "
+                  "Horovod without HOROVOD_WITH_MPI=1: `horovodrun --check-build`) is one world per process whatever "
+                  "starts it: rebuild it with MPI")
 MPI_AS_ROOT = ("Open MPI refuses to start as root (a container's default user): run the job as a non-root user, or "
                "let it with `mpirun --allow-run-as-root` or OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 in "
                "job.env")
@@ -118,6 +120,14 @@ INSUFFICIENT_RESOURCES = ("the scheduler found no node with the requested free G
                           "GPU device plugin advertises nvidia.com/gpu")
 IMAGE_PULL = ("a node cannot pull container.image: check the image name and tag, `docker login` on every node (or "
               "container.registry_auth), and that the nodes reach the registry; `clusterctl up` pulls it again")
+SHARED_LIBRARY_MISSING = ("the job's program cannot start[ on {host}]: the dynamic loader finds no {library} there: "
+                          "install that library on every node (or run the image that has it) and pass its directory "
+                          "to the ranks the launcher starts (`mpirun -x LD_LIBRARY_PATH`, job.env): a non-interactive "
+                          "login does not read the profile that sets it; `ldd PROGRAM` on that node lists what it lacks")
+EMPTY_HEAD_ADDRESS = ("the launch was given an address with no host before its port: the variable meant to hold the "
+                      "head's address (MASTER_ADDR, the head node's IP) was empty when the command was built: set it "
+                      "on every node before the command (under Slurm `scontrol show hostnames \"$SLURM_JOB_NODELIST\" "
+                      "| head -n1`) or write the head's address; clusterctl sets MASTER_ADDR to the first node itself")
 IMPORT_ERROR = ("a Python module is missing or built for another torch/CUDA on[ {host|a node}]: run the same "
                 "container.image everywhere (`clusterctl up` re-pulls), or install the package version that matches "
                 "torch in the image")
@@ -289,7 +299,8 @@ LIBRARY_BUG_UNNAMED = ("a library's or a tool's own error that no known cause ex
 MPI_GPU_SUPPORT = ("the MPI library (or its UCX) is not GPU-aware, yet the job hands it GPU buffers: use an Open MPI "
                    "built with CUDA (`ompi_info --parsable --all | grep mpi_built_with_cuda_support:value` says true) "
                    "over a UCX built with CUDA (`ucx_info -v` shows --with-cuda) and UCX_TLS keeping cuda_copy (and "
-                   "cuda_ipc); on Cray MPICH load craype-accel-nvidia* before building so the GTL library is "
+                   "cuda_ipc) and Open MPI's smcuda BTL left in its btl list (a site's openmpi-mca-params.conf may "
+                   "drop it); on Cray MPICH load craype-accel-nvidia* before building so the GTL library is "
                    "linked; or MPICH_GPU_SUPPORT_ENABLED=0 / OMPI_MCA_opal_cuda_support=0 with the buffers copied to "
                    "host memory first")
 MPI_PMI_MISSING = ("the MPI program was started by srun directly, but its MPI library and Slurm share no process-"

@@ -30,7 +30,7 @@ from clusterctl.diagnose.textmatch import (CASCADE_PATTERNS, CONTEXT_PATTERNS, P
 from clusterctl.diagnose import fixes as F
 from clusterctl.diagnose.signals import Rule, S, Signal
 from clusterctl.diagnose.rules_setup import (ENROOT_HOOK, MPI_GPU_UNSUPPORTED, RSH_AGENT_MISSING, SETUP_RULES,
-                                              SLURM_REFUSED, UCX_HOST_COPY_OF_DEVICE)
+                                              SLURM_REFUSED, MPI_HOST_COPY_OF_DEVICE)
 from clusterctl.diagnose.rules_code import CODE_RULES, LAUNCHER_DAEMON_CRASH
 from clusterctl.diagnose.rules_topology import TOPOLOGY_RULES
 from clusterctl.diagnose.rules_addresses import CONNECT_FAILED, NCCL_NOT_ROUTING, NOT_ROUTED, OFF_HOST_UNROUTED
@@ -433,7 +433,7 @@ RULES: tuple[Rule, ...] = (
          F.SEGFAULT, (
              S(r"Segmentation fault|SIGSEGV|signal 11\b|Signal 11 \(SIGSEGV\)|!+ Segfault encountered !+", .88,
                unless=f"{RAY_POSSIBLE_CAUSES}|{LAUNCHER_DAEMON_CRASH}",
-               unless_log=f"{NCCL_FAILED}|{MPI_GPU_UNSUPPORTED}|{RSH_AGENT_MISSING}|{UCX_HOST_COPY_OF_DEVICE}"),
+               unless_log=f"{NCCL_FAILED}|{MPI_GPU_UNSUPPORTED}|{RSH_AGENT_MISSING}|{MPI_HOST_COPY_OF_DEVICE}"),
              # ...after NCCL reported a failure of its own, the crash is what followed it (teardown of a failed comm)
              S(r"Segmentation fault|SIGSEGV|signal 11\b|Signal 11 \(SIGSEGV\)", .5, unless=RAY_POSSIBLE_CAUSES,
                requires=NCCL_FAILED, consequence=True),

@@ -44,9 +44,12 @@ from clusterctl.diagnose.signals import Rule, S
 SLURM_REFUSED = (r"Requested node configuration is not available|violates accounting/QOS policy"
                  r"|: Invalid (?:generic resource|partition|account|qos|feature)")
 # an MPI process's own report that its world is itself alone (lower case, as `requires` searches the lowered log):
-# MPICH's cpi example, mpitutorial's hello world, Flux's and TensorRT-LLM's MPI banners
+# MPICH's cpi example, mpitutorial's hello world, Flux's and TensorRT-LLM's MPI banners, Horovod's `rank 0 / size 1`
 MPI_SINGLETON = (r"(?:\b(?:process|proc|rank|task) 0 (?:of|out of) 1\b(?![\d.])|\bmpi initialized with 1 mpi process"
-                 r"|\bmpi size: 1, rank: 0\b|\bprocess 0 on \S+ and world size is 1\b)")
+                 r"|\bmpi size: 1, rank: 0\b|\bprocess 0 on \S+ and world size is 1\b|\brank 0 / size 1\b)")
+# nccl-tests' device table (`Rank  0 Group  0 Pid 544816 on dgx01 device  0`): one line per rank, so rank 0 twice,
+# and no rank 1, is every process alone
+NCCL_TESTS_RANK0 = r"\brank\s+0\s+group\s+0\s+pid\s+\d+ on\b"
 # an MPI refusing the GPU buffers it was asked to take: Cray MPICH without its GPU transport layer linked, an Open
 # MPI asked for CUDA (opal_cuda_support, --mca mpi_cuda_support 1) in a build without it. A segfault after these
 # words is their consequence (rules.py's segfault row leaves such a log to them). Open MPI's wraps over two lines
@@ -57,8 +60,10 @@ MPI_GPU_UNSUPPORTED = (r"GPU_SUPPORT_ENABLED is requested, but GTL library is no
 # Open MPI told to launch its remote daemons through an agent (ssh, else rsh) it cannot find: wrapped over two lines;
 # a segfault of mpirun after it is its consequence (rules.py's segfault row leaves such a log to launcher_missing)
 RSH_AGENT_MISSING = r'MCA parameter "?plm_rsh_agent"? was set to a path\s+that could not be found'
-# UCX's backtrace of a memcpy faulting inside its own pack of a send buffer: a device buffer it took for host memory
-UCX_HOST_COPY_OF_DEVICE = r"__memcpy\w*\(\)[^\n]*\n[^\n]*\bucp_dt_pack\(\)"
+# an MPI's backtrace of a libc copy faulting inside its own pack of a buffer (UCX's ucp_dt_pack, Open MPI's convertor
+# and datatype copy; libc's frame may be unnamed): a device buffer it took for host memory
+MPI_HOST_COPY_OF_DEVICE = (r"(?:__mem(?:cpy|move)\w*\(\)|libc\.so\.6\(\+0x[0-9a-f]+\))[^\n]*\n[^\n]*"
+                           r"\b(?:ucp_dt_pack\(\)|opal_convertor_pack\b|non_overlap_copy_content\w*\(\))")
 # a log of pyxis/enroot starting a container (lower case: `requires` and `unless_log` search the lowered log)
 ENROOT_HOOK = r"pyxis: |/etc/enroot/hooks\.d/"
 
@@ -275,6 +280,8 @@ SETUP_RULES = (
              # found no launcher it could read and fell back to a singleton. Twice at least: one such line is a
              # one-process run
              S(MPI_SINGLETON, .8, requires=rf"{MPI_SINGLETON}[\s\S]*{MPI_SINGLETON}", fix=F.MPI_SINGLETONS),
+             S(r"Rank\s+0\s+Group\s+0\s+Pid\s+\d+ on\b", .8, requires=rf"{NCCL_TESTS_RANK0}[\s\S]*{NCCL_TESTS_RANK0}",
+               unless_log=r"\brank\s+1\s+group\s+\d+\s+pid\b", fix=F.MPI_SINGLETONS),
              # (after batch 39) Open MPI 5 under srun --mpi=pmi2 / plain srun: no PMIx server, so each task starts as a
              # singleton, said once before the ranks' own `0 of 1`
              S(r"No PMIx server was reachable, but a PMI1/2 was detected|\d+ singletons will be started", .9,
@@ -289,7 +296,9 @@ SETUP_RULES = (
              S(r"mpi_built_with_cuda_support:value:false", .7),
              # (after batch 40) UCX without CUDA support copying a GPU buffer as if it were host memory: its own pack
              # routine faults in memcpy (`invalid permissions for mapped object`); the segfault is this, not a crash
-             S(r"\bucp_dt_pack\(\)", .9, requires=UCX_HOST_COPY_OF_DEVICE),
+             S(r"\bucp_dt_pack\(\)", .9, requires=MPI_HOST_COPY_OF_DEVICE),
+             # (after batch 42) Open MPI's own pack or datatype copy so (OSU's `D D` over a build whose CUDA BTL is off)
+             S(r"\bopal_convertor_pack\b|\bnon_overlap_copy_content\w*\(\)", .85, requires=MPI_HOST_COPY_OF_DEVICE),
              # UCX told which transports to use without cuda_copy, the one that recognises GPU memory, while the job
              # sends device buffers (OSU's `-d cuda`, CuPy, a CUDA-aware MPI test): UCX reads them as host memory
              S(r"UCX_TLS=(?![^\s\"']*cuda)[\w,^]+", .5, requires=r"-d cuda\b|\bcupy\b|cuda-aware|device buffer"),

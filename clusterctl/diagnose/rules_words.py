@@ -91,6 +91,10 @@ OTHER_WORDS = {
         # CPython): the package the job imports is then missing or another version
         S(r"No matching distribution found for (?P<package>\S+)|Could not find a version that satisfies the "
           r"requirement (?P<package2>\S+)", .7, fix=F.PIP_NO_DISTRIBUTION),
+        # (after batch 42) a job's own program that the dynamic loader cannot start for a library missing on the node
+        # (nccl-tests' binary and libmpi under mpirun); not an MPI daemon's (launcher_missing), nor the driver's
+        S(r": error while loading shared libraries: (?P<library>lib[\w+-]+\.so[\d.]*): cannot open shared object file",
+          .8, unless=rf"\b(?:{DAEMONS}): error|libcuda\.|libnvidia-ml", fix=F.SHARED_LIBRARY_MISSING),
     ),
     "launcher_missing": (
         # (after batch 33) Slurm's step daemon unable to start the task's program: it is not on that node's PATH
@@ -145,6 +149,12 @@ OTHER_WORDS = {
           unless_log=r"spank|pyxis|enroot|container start failed|container creation failed"),
         # a launcher handed an empty master address (a hostfile it could not parse, an unset variable)
         S(r"--master_addr=(?:\s|$)|Using IP address of\s{2,}for node", .7),
+        # (after batch 42) ...or an address whose host is empty before its port (`ray start --address=:6379`, then
+        # `Failed to connect to GCS at address :6379`): unreachable only because nothing named the head
+        S(r"(?:--(?:address|master[_-]addr|rdzv[_-]endpoint)[= ]|\bat address |tcp://):\d{2,5}\b", .85,
+          fix=F.EMPTY_HEAD_ADDRESS),
+        # (after batch 42) horovodrun refusing a host list without its slots (`-H worker-0,worker-1` for `worker-0:2`)
+        S(r"Invalid host input, please make sure it has format as", .9),
         # (after batch 12) a host list's `host:slots` form handed to ssh as a host name (an MPI launcher's -H /
         # hostfile syntax given where plain host names are expected, or a default of localhost:N)
         S(r"[Cc]ould not resolve hostname (?P<hostslots>[\w.-]+:\d+)\b", .9),
@@ -423,6 +433,8 @@ OTHER_WORDS = {
     "shm_too_small": (
         # (after batch 33) oneCCL unable to open libfabric's shared-memory provider: a container's small /dev/shm
         S(r"can't create providers for name shm\b|\bshm provider (?:is )?(?:not available|unavailable|failed)", .6),
+        # (after batch 42) PaddlePaddle's NCCL error when errno is ENOSPC/EAGAIN, advising a larger --shm-size
+        S(r"Increase shared memory by setting the -+shm-size option", .75),
     ),
     "nccl_timeout_slow_rank": (
         # (after batch 33) a rank's traceback stopped in the barrier of `main_process_first` (transformers, accelerate):
