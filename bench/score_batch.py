@@ -1046,6 +1046,28 @@ and 2 froze 35-45 minutes early, so batch 2 was scored with batch 1's code uncha
   operator) and three `library_bug` labels whose lines show a symptom another cause explains as well (NCCL's
   remote allocator out of memory, the fabric manager's start script refusing an option, a Docker package update
   that made NVML fail). No change made; its 7 vocabulary-labelled logs joined the corpus.
+- Batch 42 (frozen 21:46-21:53 UTC, 2026-12-01, by nine blind collectors, 56-80 look-ups each: pytorch's
+  tracker on torch.distributed; DeepSpeed, Megatron and NeMo; the Hugging Face stack; NCCL, RCCL and EFA;
+  containers; Slurm and MPI launchers; LLM training and serving frameworks; forums, then domain projects; GPU faults
+  and JAX multi-host (a top-up collector, as the eight gave 39); 42 logs, all from issue trackers (no stored forum
+  page had a usable log), 12 repositories new to the corpus; scored once at 32327af): top-1 16/42, 38.1 %, top-3
+  18/42, 42.9 %, unknown first 2/42, 4.8 %; in-vocabulary 16/38. Blind readers on the same logs: 26/42 (top-3
+  32/42); the tool was right on one they missed. Read, classes only (each one the readers named): a job's program
+  the dynamic loader cannot start for a library missing on the node (`error while loading shared libraries:
+  libmpi.so.40`; not an MPI daemon's, nor the driver's) is `import_error`, naming the library and
+  LD_LIBRARY_PATH; nccl-tests' device table and Horovod's banner showing every process as rank 0 of one world are
+  `mpi_pmi_missing` (the fix now names a program built without MPI); Open MPI faulting in its own pack or datatype
+  copy of a buffer is `mpi_gpu_support_missing`, as UCX's pack was after batch 40 (one pattern now, the segfault its
+  consequence; the fix names the smcuda BTL a site's configuration may drop); PaddlePaddle's NCCL error advising a
+  larger `--shm-size` (it prints that only for ENOSPC/EAGAIN) is `shm_too_small`; an address with no host before
+  its port (`ray start --address=:6379`) and horovodrun's refusal of hosts without slots are `launcher_args`. Over
+  every corpus and batch log only those 8 of batch 42 change. Left: the 8 `library_bug` labels (none first), most
+  showing a traceback cut before its error line; a fairseq launch whose ranks run past the world size it was given
+  (the program spawning its own workers under torch.distributed.launch), which needs the launch's world size set
+  against the ranks seen, for that form; four `other:` labels. Re-scored (NOT a first score): 24/42 top-1, unknown
+  first 1; batches 31-41 unchanged (218/311, 22/40, 22/31, 4/10). 38 vocabulary-labelled logs joined the corpus
+  (1266 entries); the collectors' vocabulary lines of mpi_pmi_missing (Slurm's missing PMI plugin, a program built
+  without MPI) and import_error (the loader's form) gained what batch 42 labelled.
 - The blind readers (after batch 35; the paragraph on how far the log alone takes a reader, above): on the same 204
   logs the tool as it is now (re-scored, NOT first scores: it was changed after reading them) names the label first
   for 136 (66.7 %), the readers for 130 (63.7 %). Of the 22 vocabulary-labelled logs a reader named and the first
