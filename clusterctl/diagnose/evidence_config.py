@@ -213,6 +213,8 @@ class Placement:
     # the launch's own roll-call (Lightning's `GLOBAL_RANK: r, MEMBER: m/N`): (world size, ranks seen, a rank
     # seen twice or None, line); None without one
     roll_call: Optional[tuple] = None
+    # a rank the job announced at or past the world size its launch command declares: (world size, rank, line)
+    past_world: Optional[tuple] = None
     nccl_hosts: tuple = ()  # the hosts NCCL's own line prefixes name
     stalled: Optional[LogLine] = None  # the log's last line, when it is an NCCL INFO line (it stopped in NCCL)
 
@@ -236,6 +238,12 @@ _NETWORK = re.compile(r"NET/|socket|connect|\bIB\b|ibv_|\b\d{1,3}(?:\.\d{1,3}){3
 _NCCL_INFO = re.compile(r"^\S+:\d+:\d+ \[\d+\] NCCL INFO ")
 _NCCL_UNWIND = re.compile(r"NCCL INFO [\w/.-]+:\d+ -> [1-9]\d*(?: \[Async thread\])?\s*$")
 _MEMBER = re.compile(r"GLOBAL_RANK: (\d{1,5}), MEMBER: \d{1,5}/(\d{1,5})")
+# the world a launch command declares (torch.distributed.launch/torchrun's processes per node x nodes, fairseq's own
+# flag) and the ranks a job announces by number (fairseq's `distributed init (rank 7)`, torch's `[rank7]:` prefix)
+_NPROC = re.compile(r"--nproc[_-]per[_-]node[= ](\d{1,4})\b")
+_NNODES = re.compile(r"--nnodes[= ](\d{1,5})(?![:\d])")
+_WORLD_FLAG = re.compile(r"--distributed[_-]world[_-]size[= ](\d{1,6})\b")
+_RANK_SAYS = re.compile(r"distributed init \(rank (\d{1,6})\)|initialized host \S+ as rank (\d{1,6})|^\[rank(\d{1,6})\]:")
 _TESTS_RANK = re.compile(r"Rank\s+(\d{1,5})\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+([\w.-]+)\s+device\s+(\d{1,3})")
 
 
@@ -256,8 +264,12 @@ def rank_placement(lines: list[LogLine]) -> Placement:
     members: dict = {}
     nccl_hosts: set = set()
     twice, world, last = None, 0, None
+    said: list = []  # (rank, line) of each rank a line announces, and the launch's flags
+    declared: dict = {}
     for line in lines:
         raw = line.raw[:MAX_LINE]
+        if "rank" in raw or "--n" in raw or "--distributed" in raw:
+            _declared_world(raw, declared, said, line)
         member = _MEMBER.search(raw) if "MEMBER" in raw else None
         if member:
             rank, world, last = int(member.group(1)), int(member.group(2)), line
@@ -288,8 +300,22 @@ def rank_placement(lines: list[LogLine]) -> Placement:
     clashes = tuple((host, iface, tuple(sorted(ips)), list(ips.values())[-1])
                     for (host, iface), ips in sorted(addresses.items()) if len(ips) > 1)
     roll_call = (world, len(members), twice, last) if members else None
+    declared_world = declared.get("world") or declared.get("nproc", 0) * declared.get("nnodes", 1)
+    past = next(((declared_world, rank, at) for rank, at in said if declared_world and rank >= declared_world), None)
     tail = next((line for line in reversed(lines) if line.raw.strip()), None)
     # (after batch 14) ...but not on NCCL unwinding an error (`init.cc:970 -> 2`): that is a failure, not a stall
     stalled = tail if tail is not None and _NCCL_INFO.search(tail.raw[:MAX_LINE]) \
         and not _NCCL_UNWIND.search(tail.raw[:MAX_LINE]) else None
-    return Placement(hosts, tuple(shared), clashes, tuple(lines), roll_call, tuple(sorted(nccl_hosts)), stalled)
+    return Placement(hosts, tuple(shared), clashes, tuple(lines), roll_call, past, tuple(sorted(nccl_hosts)), stalled)
+
+
+def _declared_world(raw: str, declared: dict, said: list, line: LogLine) -> None:
+    """The launch command's world size flags (the first of each) and the ranks the line announces."""
+    if "--n" in raw or "--distributed" in raw:
+        for key, pattern in (("nproc", _NPROC), ("nnodes", _NNODES), ("world", _WORLD_FLAG)):
+            found = pattern.search(raw) if key not in declared else None
+            if found:
+                declared[key] = int(found.group(1))
+    announced = _RANK_SAYS.search(raw.strip()) if "rank" in raw else None
+    if announced:
+        said.append((int(next(g for g in announced.groups() if g)), line))

@@ -159,7 +159,8 @@ FAMILY_FIXES = {("errno:12", "oom_killed"): F.HOST_MEMORY_SHORT,
                 ("signal:4", "library_too_old"): F.ILLEGAL_INSTRUCTION,
                 ("usage:divisibility", "config_divisibility"): F.DIVISIBILITY_EITHER,
                 ("container:enroot_gpu_runtime", "docker_no_gpu_runtime"): F.ENROOT_NO_GPU_RUNTIME,
-                ("service:container_daemon", "docker_no_gpu_runtime"): F.CONTAINER_DAEMON_DOWN}
+                ("service:container_daemon", "docker_no_gpu_runtime"): F.CONTAINER_DAEMON_DOWN,
+                ("placement:rank-past-world", "launcher_args"): F.WORLD_SIZE_SHORT}
 
 
 def supports(records: list, oom_recorded: bool = False, memory_short: bool = False) -> list[Support]:
@@ -301,8 +302,9 @@ def placement_supports(placement, records: list) -> list[Support]:
     """What the ranks' placement adds: a GPU claimed by two ranks a node apart (their numbers differ by
     at least the host's device count) is two machines with one identity (duplicate_host), otherwise
     one GPU given twice (duplicate_gpu); a launch whose roll-call shows a rank started twice or fewer ranks than
-    its world size started the wrong number of processes (launcher_args: Slurm tasks vs devices, no srun); a system error on a run confined to one host is its shared memory, not the
-    network."""
+    its world size started the wrong number of processes (launcher_args: Slurm tasks vs devices, no srun), as does a
+    rank numbered past the world its launch command declares; a system error on a run confined to one host is its
+    shared memory, not the network."""
     out: list[Support] = []
     if placement.shared:
         host, _, low, high, line = placement.shared[0]
@@ -318,6 +320,8 @@ def placement_supports(placement, records: list) -> list[Support]:
             out += _each((("launcher_args", .6),), "placement:rank-started-twice", _Anchor(line))
         elif seen < world:
             out += _each((("launcher_args", .45),), "placement:ranks-missing", _Anchor(line))
+    if placement.past_world:  # (after batch 42) a rank numbered at or past the world its launch command declares
+        out += _each((("launcher_args", .6),), "placement:rank-past-world", _Anchor(placement.past_world[2]))
     # channels through NET/ (one host's GPUs talk over P2P or SHM), or the loopback among NCCL's socket interfaces (a
     # peer on another host cannot reach 127.0.0.1): the job spans hosts and the stall is between them, not the
     # one-host peer-to-peer hang (after batches 28 and 29)

@@ -324,7 +324,9 @@ SSH_KEY_PERMISSIONS = ("an SSH key is readable by others (mounted 0644 from a Se
 WORLD_SIZE_SHORT = ("a rank[ ({rank})] was started at or past the world size it was given[ ({world_size})]: the launch "
                     "starts more processes than the world size it passes (WORLD_SIZE = nodes x processes per node, "
                     "each rank below it): set the world size from the launcher's own count (torchrun sets WORLD_SIZE; "
-                    "`clusterctl run` computes it from the inventory) and number the nodes from 0")
+                    "`clusterctl run` computes it from the inventory) and number the nodes from 0; or the program "
+                    "starts its own per-GPU workers under a launcher that already started one per GPU (fairseq under "
+                    "torch.distributed.launch without --distributed-no-spawn): let only one of them start workers")
 FABRIC_PROVIDER = ("libfabric picked a provider that cannot drive this node's NIC (PSM3 wants an Intel Ethernet/Omni-"
                    "Path NIC; in a container or on other hardware it finds none): name the provider for the fabric "
                    "in job.env (FI_PROVIDER=tcp, verbs or efa; PSM3_DEVICES=self,shm for one node), or use an MPI "

@@ -130,6 +130,20 @@ HOROVODRUN_HOSTS_WITHOUT_SLOTS = """\
 ValueError: Invalid host input, please make sure it has format as : worker-0:2,worker-1:2.
 """
 
+# source: https://github.com/facebookresearch/fairseq/issues/915 (batch-42h/04): fairseq-train spawning its own workers
+# under torch.distributed.launch (the lines end in the shell's `\`, kept)
+FAIRSEQ_SPAWNS_UNDER_LAUNCH = r"""python -m torch.distributed.launch --nproc_per_node=4 \
+    --nnodes=1 --node_rank=0 --master_addr=localhost\
+    --master_port=1234 \
+    $(which fairseq-train) data-bin/iwslt14.tokenized.de-en \
+    --lr 0.25 --clip-norm 0.1 --dropout 0.2 --max-tokens 4000 \
+    --arch fconv_iwslt_de_en --save-dir checkpoints/fconv --distributed-world-size 4
+| distributed init (rank 3): env://
+| distributed init (rank 1): env://
+| distributed init (rank 0): env://
+| distributed init (rank 7): env://
+| initialized host pci-SYS-4028GR-TR as rank 7
+"""
 
 def _first(text: str):
     return diagnose_text(text)[0]
@@ -195,3 +209,17 @@ def test_an_address_with_its_host_is_never_read_as_an_empty_one(host):
 
 def test_horovodrun_refusing_hosts_without_their_slots_is_the_launch_command():
     assert _first(HOROVODRUN_HOSTS_WITHOUT_SLOTS).cause == "launcher_args"
+
+
+def test_a_rank_numbered_past_the_world_its_launch_declares_is_the_launch_starting_too_many():
+    first = _first(FAIRSEQ_SPAWNS_UNDER_LAUNCH)
+    assert first.cause == "launcher_args" and "--distributed-no-spawn" in first.fix, first
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 8), st.integers(1, 4), st.data())
+def test_ranks_below_the_world_a_launch_declares_say_nothing_about_it(nproc, nnodes, data):
+    ranks = data.draw(st.lists(st.integers(0, nproc * nnodes - 1), min_size=1, max_size=8))
+    text = (f"torchrun --nproc_per_node={nproc} --nnodes={nnodes} train.py\n"
+            + "".join(f"| distributed init (rank {r}): env://\n" for r in ranks))
+    assert all(f.cause != "launcher_args" for f in diagnose_text(text))
