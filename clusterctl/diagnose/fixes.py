@@ -200,6 +200,10 @@ VERSION_MISMATCH = ("ranks disagree on what they exchange (different NCCL/torch 
 PLATFORM = ("this torch build or OS has no NCCL/libuv (Windows, macOS or a CPU-only wheel): run the ranks on "
             "Linux GPU hosts with a CUDA build of torch in container.image (or use the gloo backend with "
             "USE_LIBUV=0 in job.env)")
+FRAMEWORK_BUILD_LACKS = ("the framework build the job imports lacks what it uses (a CPU-only package, a build without its "
+                         "distributed store): install the GPU/distributed build in container.image and remove any other "
+                         "package of the framework that shadows it (`pip list` shows both), or rebuild with the flag the "
+                         "message names")
 NCCL_TIMEOUT = ("a collective[ ({op})] waited[ {timeout_ms} ms] for a rank that was busy (long load/save/eval on one "
                 "rank) or had died: look for the first rank that failed; otherwise raise the timeout "
                 "(init_process_group(timeout=...)) or take the long work off the collective path")
