@@ -264,8 +264,8 @@ def rank_placement(lines: list[LogLine]) -> Placement:
     members: dict = {}
     nccl_hosts: set = set()
     twice, world, last = None, 0, None
-    said: list = []  # (rank, line) of each rank a line announces, and the launch's flags
-    declared: dict = {}
+    said: list = []  # (rank, line) of each rank a line announces
+    declared: dict = {}  # the launch command's world size flags: nproc, nnodes, world
     for line in lines:
         raw = line.raw[:MAX_LINE]
         if "rank" in raw or "--n" in raw or "--distributed" in raw:

@@ -48,7 +48,7 @@ SLURM_REFUSED = (r"Requested node configuration is not available|violates accoun
 MPI_SINGLETON = (r"(?:\b(?:process|proc|rank|task) 0 (?:of|out of) 1\b(?![\d.])|\bmpi initialized with 1 mpi process"
                  r"|\bmpi size: 1, rank: 0\b|\bprocess 0 on \S+ and world size is 1\b|\brank 0 / size 1\b)")
 # nccl-tests' device table (`Rank  0 Group  0 Pid 544816 on dgx01 device  0`): one line per rank, so rank 0 twice,
-# and no rank 1, is every process alone
+# and no rank 1, is every process alone (lower case, as `requires` searches the lowered log)
 NCCL_TESTS_RANK0 = r"\brank\s+0\s+group\s+0\s+pid\s+\d+ on\b"
 # an MPI refusing the GPU buffers it was asked to take: Cray MPICH without its GPU transport layer linked, an Open
 # MPI asked for CUDA (opal_cuda_support, --mca mpi_cuda_support 1) in a build without it. A segfault after these
@@ -280,7 +280,7 @@ SETUP_RULES = (
              # found no launcher it could read and fell back to a singleton. Twice at least: one such line is a
              # one-process run
              S(MPI_SINGLETON, .8, requires=rf"{MPI_SINGLETON}[\s\S]*{MPI_SINGLETON}", fix=F.MPI_SINGLETONS),
-             S(r"Rank\s+0\s+Group\s+0\s+Pid\s+\d+ on\b", .8, requires=rf"{NCCL_TESTS_RANK0}[\s\S]*{NCCL_TESTS_RANK0}",
+             S(NCCL_TESTS_RANK0, .8, requires=rf"{NCCL_TESTS_RANK0}[\s\S]*{NCCL_TESTS_RANK0}",
                unless_log=r"\brank\s+1\s+group\s+\d+\s+pid\b", fix=F.MPI_SINGLETONS),
              # (after batch 39) Open MPI 5 under srun --mpi=pmi2 / plain srun: no PMIx server, so each task starts as a
              # singleton, said once before the ranks' own `0 of 1`

@@ -242,7 +242,7 @@ OTHER_WORDS = {
         S(r"has no attribute '(?:ProcessGroupNCCL|_NCCL\w*)'", .8),
         # (after batch 43) the framework saying its own build lacks what the job uses: Paddle's CPU package imported
         # for a GPU run, MXNet's `compile with USE_DIST_KVSTORE=1 to use dist_device_sync`
-        S(r"You are using paddlepaddle cpu version|\b[Cc]ompile with USE_\w+=(?:1|ON) to use\b", .85,
+        S(r"You are using paddlepaddle cpu version|\bcompile with USE_\w+=(?:1|ON) to use\b", .85,
           fix=F.FRAMEWORK_BUILD_LACKS),
         # (after batch 14) a distributed run on a Windows host, where the Windows paths (a traceback's frames) and the
         # distributed setup (DDP, init_process_group, NCCL) are on different lines: Windows builds of torch have no
