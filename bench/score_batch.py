@@ -1082,6 +1082,13 @@ and 2 froze 35-45 minutes early, so batch 2 was scored with batch 1's code uncha
   and batch log only those 2 change. Left: 7 `library_bug` labels (one named first: TransformerEngine's userbuffers
   with an empty NCCL message), two logs whose cause (an OOM) the quoted lines do not show, three `other:` labels.
   Re-scored (NOT a first score): 16/26. 23 vocabulary-labelled logs joined the corpus (1289 entries).
+- Batch 44 (frozen 23:07-23:08 UTC, 2026-12-01, by two blind collectors with the session's last 76 look-ups: any
+  project's failures reported in 2019-2022, and in 2023-2026; 5 logs, all from issue trackers; scored once at
+  7286503, with batches 42-43's rules): top-1 4/5, top-3 4/5, unknown first 1/5. Too small to weigh: the headline's
+  mean over batches 42-44 counts it as a whole batch, the pooled figure beside it as its 5 logs. Three shared-memory
+  logs and a SIGHUP were named; the miss is a `job_code_error` label on NCCL's `unhandled cuda error` in DDP's model
+  check, which the blind reader missed too (4/5, the same four). No change made; its 5 logs joined the corpus
+  (1294 entries).
 - The blind readers (after batch 35; the paragraph on how far the log alone takes a reader, above): on the same 204
   logs the tool as it is now (re-scored, NOT first scores: it was changed after reading them) names the label first
   for 136 (66.7 %), the readers for 130 (63.7 %). Of the 22 vocabulary-labelled logs a reader named and the first
