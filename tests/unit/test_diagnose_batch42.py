@@ -2,6 +2,7 @@
 each with the real lines that met it (their pages in `# source` comments) and what the class must not take."""
 from __future__ import annotations
 
+from clusterctl_helpers import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -200,7 +201,7 @@ def test_an_address_with_no_host_before_its_port_is_the_empty_variable_not_the_n
     assert first.cause == "launcher_args" and "MASTER_ADDR" in first.fix, first
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.one_of(st.ip_addresses(v=4).map(str), st.from_regex(r"[a-z][a-z0-9-]{0,20}(\.[a-z]{2,6})?", fullmatch=True)))
 def test_an_address_with_its_host_is_never_read_as_an_empty_one(host):
     named = RAY_START_EMPTY_HEAD.replace("=:6379", f"={host}:6379").replace("address :6379", f"address {host}:6379")
@@ -216,7 +217,7 @@ def test_a_rank_numbered_past_the_world_its_launch_declares_is_the_launch_starti
     assert first.cause == "launcher_args" and "--distributed-no-spawn" in first.fix, first
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.integers(1, 8), st.integers(1, 4), st.data())
 def test_ranks_below_the_world_a_launch_declares_say_nothing_about_it(nproc, nnodes, data):
     ranks = data.draw(st.lists(st.integers(0, nproc * nnodes - 1), min_size=1, max_size=8))
