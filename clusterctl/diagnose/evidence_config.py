@@ -241,7 +241,7 @@ _MEMBER = re.compile(r"GLOBAL_RANK: (\d{1,5}), MEMBER: \d{1,5}/(\d{1,5})")
 # the world a launch command declares (torch.distributed.launch/torchrun's processes per node x nodes, fairseq's own
 # flag) and the ranks a job announces by number (fairseq's `distributed init (rank 7)`, torch's `[rank7]:` prefix)
 _NPROC = re.compile(r"--nproc[_-]per[_-]node[= ](\d{1,4})\b")
-_NNODES = re.compile(r"--nnodes[= ](\d{1,5})(?![:\d])")
+_NNODES = re.compile(r"--nnodes[= ](?:\d{1,5}:)?(\d{1,5})\b")  # an elastic MIN:MAX range declares MAX
 _WORLD_FLAG = re.compile(r"--distributed[_-]world[_-]size[= ](\d{1,6})\b")
 _RANK_SAYS = re.compile(r"distributed init \(rank (\d{1,6})\)|initialized host \S+ as rank (\d{1,6})|^\[rank(\d{1,6})\]:")
 _TESTS_RANK = re.compile(r"Rank\s+(\d{1,5})\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+([\w.-]+)\s+device\s+(\d{1,3})")

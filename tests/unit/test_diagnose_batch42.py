@@ -224,3 +224,9 @@ def test_ranks_below_the_world_a_launch_declares_say_nothing_about_it(nproc, nno
     text = (f"torchrun --nproc_per_node={nproc} --nnodes={nnodes} train.py\n"
             + "".join(f"| distributed init (rank {r}): env://\n" for r in ranks))
     assert all(f.cause != "launcher_args" for f in diagnose_text(text))
+
+
+def test_an_elastic_node_range_declares_its_largest_world():
+    text = "torchrun --nnodes=1:2 --nproc_per_node=4 train.py\n[rank6]: RuntimeError: boom\n"
+    assert all(f.cause != "launcher_args" for f in diagnose_text(text))
+    assert diagnose_text(text.replace("[rank6]", "[rank8]"))[0].cause == "launcher_args"
